@@ -1,0 +1,31 @@
+# Two commands: `make run` (start Tollgate embedded) and `make test` (the whole suite).
+SHELL := /bin/bash
+ifdef VIRTUAL_ENV
+PY := python
+else
+PY := .venv/bin/python
+endif
+
+.PHONY: run stop test bench lint install
+
+install: var/.installed
+
+var/.installed: requirements.txt
+	@if [ -z "$$VIRTUAL_ENV" ] && [ ! -x .venv/bin/python ]; then python3 -m venv .venv; fi
+	@$(PY) -m pip install -q --disable-pip-version-check -r requirements.txt
+	@mkdir -p var && touch var/.installed
+
+run: install
+	@PY=$(PY) scripts/run.sh
+
+stop:
+	@scripts/stop.sh
+
+test: install
+	@PY=$(PY) scripts/test.sh
+
+bench: install
+	@$(PY) bench/run.py
+
+lint: install
+	@$(PY) -m ruff check .

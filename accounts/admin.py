@@ -1,0 +1,70 @@
+from django.contrib import admin
+
+from accounts import services
+from accounts.models import Account, ApiKey, Group, Membership, TenantToken
+
+
+class MembershipInline(admin.TabularInline):
+    model = Membership
+    extra = 0
+
+
+@admin.register(Account)
+class AccountAdmin(admin.ModelAdmin):
+    list_display = ["name", "billing_mode", "bandwidth_price_micro_per_gb", "markup_bp"]
+    inlines = [MembershipInline]
+
+    def save_model(self, request, obj, form, change):
+        super().save_model(request, obj, form, change)
+        if change and {"bandwidth_price_micro_per_gb", "markup_bp"} & set(form.changed_data):
+            from billing.services import account_billing_changed
+
+            account_billing_changed(account=obj)
+
+
+@admin.register(Group)
+class GroupAdmin(admin.ModelAdmin):
+    list_display = [
+        "name",
+        "account",
+        "budget_max_micro",
+        "spent_micro",
+        "reserved_micro",
+        "settled_micro",
+        "bandwidth_micro_usd_per_gb",
+    ]
+    readonly_fields = ["spent_micro", "reserved_micro", "settled_micro"]
+
+    def save_model(self, request, obj, form, change):
+        super().save_model(request, obj, form, change)
+        services.group_changed(group=obj)
+
+
+@admin.register(ApiKey)
+class ApiKeyAdmin(admin.ModelAdmin):
+    list_display = ["prefix", "name", "group", "created_at", "revoked_at", "expires_at"]
+    readonly_fields = ["prefix", "spent_micro", "reserved_micro", "created_at"]
+    exclude = ["key_hash"]
+    actions = ["revoke"]
+
+    def has_add_permission(self, request):
+        return False  # created through the tenant API or create_tenant, which show the secret
+
+    @admin.action(description="Revoke selected keys")
+    def revoke(self, request, queryset):
+        for api_key in queryset:
+            services.api_key_revoke(api_key=api_key)
+
+    def save_model(self, request, obj, form, change):
+        super().save_model(request, obj, form, change)
+        services.api_key_changed(api_key=obj)
+
+
+@admin.register(TenantToken)
+class TenantTokenAdmin(admin.ModelAdmin):
+    list_display = ["prefix", "user", "created_at", "revoked_at"]
+    exclude = ["token_hash"]
+    readonly_fields = ["prefix", "user", "created_at"]
+
+    def has_add_permission(self, request):
+        return False

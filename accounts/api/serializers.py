@@ -1,0 +1,98 @@
+from __future__ import annotations
+
+from rest_framework import serializers
+
+from accounts.models import Account, ApiKey, Group
+
+
+class AccountOut(serializers.ModelSerializer):
+    class Meta:
+        model = Account
+        fields = [
+            "id",
+            "name",
+            "billing_mode",
+            "bandwidth_price_micro_per_gb",
+            "markup_bp",
+            "created_at",
+        ]
+
+
+class GroupOut(serializers.ModelSerializer):
+    class Meta:
+        model = Group
+        fields = [
+            "id",
+            "account",
+            "name",
+            "budget_max_micro",
+            "spent_micro",
+            "reserved_micro",
+            "settled_micro",
+            "bandwidth_micro_usd_per_gb",
+            "rpm_limit",
+            "tpm_limit",
+            "concurrency_limit",
+            "caller_rpm_limit",
+            "caller_tpm_limit",
+            "caller_budget_max_micro",
+            "created_at",
+        ]
+
+
+class GroupIn(serializers.Serializer):
+    account = serializers.IntegerField(required=False)
+    name = serializers.CharField(max_length=200)
+    budget_max_micro = serializers.IntegerField(min_value=0, required=False, allow_null=True)
+    rpm_limit = serializers.IntegerField(min_value=1, required=False, allow_null=True)
+    tpm_limit = serializers.IntegerField(min_value=1, required=False, allow_null=True)
+    concurrency_limit = serializers.IntegerField(min_value=1, required=False, allow_null=True)
+
+
+class GroupUpdateIn(serializers.Serializer):
+    budget_max_micro = serializers.IntegerField(min_value=0, required=False, allow_null=True)
+    rpm_limit = serializers.IntegerField(min_value=1, required=False, allow_null=True)
+    tpm_limit = serializers.IntegerField(min_value=1, required=False, allow_null=True)
+    concurrency_limit = serializers.IntegerField(min_value=1, required=False, allow_null=True)
+    caller_rpm_limit = serializers.IntegerField(min_value=1, required=False, allow_null=True)
+    caller_tpm_limit = serializers.IntegerField(min_value=1, required=False, allow_null=True)
+    caller_budget_max_micro = serializers.IntegerField(min_value=0, required=False, allow_null=True)
+
+
+class ApiKeyOut(serializers.ModelSerializer):
+    class Meta:
+        model = ApiKey
+        fields = [
+            "id",
+            "group",
+            "name",
+            "prefix",
+            "created_at",
+            "revoked_at",
+            "expires_at",
+            "allowed_models",
+            "budget_max_micro",
+            "spent_micro",
+            "reserved_micro",
+            "rpm_limit",
+            "tpm_limit",
+        ]
+
+
+class ApiKeyIn(serializers.Serializer):
+    group = serializers.IntegerField()
+    name = serializers.CharField(max_length=200, required=False, allow_blank=True)
+    expires_at = serializers.DateTimeField(required=False, allow_null=True)
+    allowed_models = serializers.ListField(
+        child=serializers.CharField(max_length=200), required=False
+    )
+    budget_max_micro = serializers.IntegerField(min_value=0, required=False, allow_null=True)
+    rpm_limit = serializers.IntegerField(min_value=1, required=False, allow_null=True)
+    tpm_limit = serializers.IntegerField(min_value=1, required=False, allow_null=True)
+
+
+class ApiKeyCreatedOut(ApiKeyOut):
+    secret = serializers.CharField(read_only=True, help_text="Shown once; store it now.")
+
+    class Meta(ApiKeyOut.Meta):
+        fields = [*ApiKeyOut.Meta.fields, "secret"]

@@ -1,0 +1,12 @@
+from django.urls import path
+
+from accounts.api import views
+
+urlpatterns = [
+    path("account", views.AccountView.as_view()),
+    path("groups", views.GroupListView.as_view()),
+    path("groups/<int:group_id>", views.GroupDetailView.as_view()),
+    path("keys", views.ApiKeyListView.as_view()),
+    path("keys/<int:key_id>", views.ApiKeyDetailView.as_view()),
+    path("keys/<int:key_id>/revoke", views.ApiKeyRevokeView.as_view()),
+]

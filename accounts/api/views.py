@@ -1,0 +1,87 @@
+"""Tenant API for accounts, groups and virtual keys: validate, call a service, serialize."""
+
+from __future__ import annotations
+
+from django.shortcuts import get_object_or_404
+from rest_framework import status
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from accounts import selectors, services
+from accounts.api import serializers as s
+from accounts.api.permissions import require_manager
+
+
+class AccountView(APIView):
+    def get(self, request):
+        accounts = selectors.accounts_of_user(user=request.user).order_by("id")
+        return Response({"results": s.AccountOut(accounts, many=True).data})
+
+
+class GroupListView(APIView):
+    def get(self, request):
+        groups = selectors.groups_of_user(user=request.user)
+        return Response({"results": s.GroupOut(groups, many=True).data})
+
+    def post(self, request):
+        data = s.GroupIn(data=request.data)
+        data.is_valid(raise_exception=True)
+        accounts = selectors.accounts_of_user(user=request.user)
+        account_id = data.validated_data.pop("account", None)
+        account = (
+            get_object_or_404(accounts, pk=account_id)
+            if account_id
+            else accounts.order_by("id").first()
+        )
+        if account is None:
+            return Response(status=status.HTTP_404_NOT_FOUND)
+        require_manager(user=request.user, account=account)
+        group = services.group_create(account=account, **data.validated_data)
+        return Response(s.GroupOut(group).data, status=status.HTTP_201_CREATED)
+
+
+class GroupDetailView(APIView):
+    def get(self, request, group_id: int):
+        group = get_object_or_404(selectors.groups_of_user(user=request.user), pk=group_id)
+        return Response(s.GroupOut(group).data)
+
+    def patch(self, request, group_id: int):
+        group = get_object_or_404(selectors.groups_of_user(user=request.user), pk=group_id)
+        require_manager(user=request.user, account=group.account)
+        data = s.GroupUpdateIn(data=request.data, partial=True)
+        data.is_valid(raise_exception=True)
+        group = services.group_update(group=group, **data.validated_data)
+        return Response(s.GroupOut(group).data)
+
+
+class ApiKeyListView(APIView):
+    def get(self, request):
+        keys = selectors.api_keys_of_user(user=request.user)
+        return Response({"results": s.ApiKeyOut(keys, many=True).data})
+
+    def post(self, request):
+        data = s.ApiKeyIn(data=request.data)
+        data.is_valid(raise_exception=True)
+        fields = dict(data.validated_data)
+        group = get_object_or_404(
+            selectors.groups_of_user(user=request.user), pk=fields.pop("group")
+        )
+        require_manager(user=request.user, account=group.account)
+        api_key, secret = services.api_key_create(group=group, **fields)
+        out = s.ApiKeyCreatedOut(api_key).data
+        out["secret"] = secret
+        return Response(out, status=status.HTTP_201_CREATED)
+
+
+class ApiKeyDetailView(APIView):
+    def get(self, request, key_id: int):
+        api_key = get_object_or_404(selectors.api_keys_of_user(user=request.user), pk=key_id)
+        return Response(s.ApiKeyOut(api_key).data)
+
+
+class ApiKeyRevokeView(APIView):
+    def post(self, request, key_id: int):
+        api_key = get_object_or_404(selectors.api_keys_of_user(user=request.user), pk=key_id)
+        require_manager(user=request.user, account=api_key.group.account)
+        api_key = services.api_key_revoke(api_key=api_key)
+        return Response(s.ApiKeyOut(api_key).data)

@@ -1,0 +1,41 @@
+"""Provision a tenant from a shell; prints its secrets once."""
+
+from __future__ import annotations
+
+import json
+
+from django.core.management.base import BaseCommand, CommandError
+from django.db import IntegrityError
+
+from accounts.services import tenant_provision
+
+
+class Command(BaseCommand):
+    help = "Create an account, owner, tenant API token, group, virtual key and wallet."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--name", required=True)
+        parser.add_argument("--budget-micro", type=int, default=None)
+        parser.add_argument("--wallet-micro", type=int, default=0)
+        parser.add_argument("--invoiced", action="store_true")
+        parser.add_argument("--json", action="store_true", help="Print one JSON object.")
+
+    def handle(self, *args, **options):
+        for flag in ("budget_micro", "wallet_micro"):
+            if options[flag] is not None and options[flag] < 0:
+                raise CommandError(f"--{flag.replace('_', '-')} must not be negative.")
+        try:
+            tenant = tenant_provision(
+                name=options["name"],
+                budget_max_micro=options["budget_micro"],
+                wallet_micro=options["wallet_micro"],
+                invoiced=options["invoiced"],
+            )
+        except IntegrityError:
+            raise CommandError(f"A tenant named {options['name']!r} already exists.") from None
+        data = tenant.as_json()
+        if options["json"]:
+            self.stdout.write(json.dumps(data))
+        else:
+            for key, value in data.items():
+                self.stdout.write(f"{key}: {value}")

@@ -1,0 +1,128 @@
+"""Tenants: accounts, their members, budget groups and the virtual keys clients present."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+from django.utils import timezone
+
+
+class Account(models.Model):
+    class BillingMode(models.TextChoices):
+        PREPAID = "prepaid", "Prepaid (wallet escrow)"
+        INVOICED = "invoiced", "Invoiced (bounded by budgets)"
+
+    name = models.CharField(max_length=200, unique=True)
+    billing_mode = models.CharField(
+        max_length=16, choices=BillingMode.choices, default=BillingMode.PREPAID
+    )
+    # Customer bandwidth price and provider-cost markup; groups get floor(price / markup).
+    bandwidth_price_micro_per_gb = models.BigIntegerField(default=0)
+    markup_bp = models.PositiveIntegerField(
+        default=10_000, help_text="Provider-cost markup in basis points: 12500 = 1.25x."
+    )
+    created_at = models.DateTimeField(default=timezone.now)
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Membership(models.Model):
+    class Role(models.TextChoices):
+        OWNER = "owner"
+        ADMIN = "admin"
+        MEMBER = "member"
+
+    account = models.ForeignKey(Account, on_delete=models.CASCADE, related_name="memberships")
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships"
+    )
+    role = models.CharField(max_length=8, choices=Role.choices, default=Role.MEMBER)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["account", "user"], name="membership_once")]
+
+    def __str__(self) -> str:
+        return f"{self.user} in {self.account} ({self.role})"
+
+
+class Group(models.Model):
+    """A budget group: money counters and limits shared by its keys."""
+
+    account = models.ForeignKey(Account, on_delete=models.CASCADE, related_name="groups")
+    name = models.CharField(max_length=200)
+    budget_max_micro = models.BigIntegerField(null=True, blank=True)
+    spent_micro = models.BigIntegerField(default=0)
+    reserved_micro = models.BigIntegerField(default=0)
+    settled_micro = models.BigIntegerField(default=0)
+    bandwidth_micro_usd_per_gb = models.BigIntegerField(default=0)
+    rpm_limit = models.PositiveIntegerField(null=True, blank=True)
+    tpm_limit = models.PositiveIntegerField(null=True, blank=True)
+    concurrency_limit = models.PositiveIntegerField(null=True, blank=True)
+    # Limits per end caller (keyed by the caller label), each caller counted on its own.
+    caller_rpm_limit = models.PositiveIntegerField(null=True, blank=True)
+    caller_tpm_limit = models.PositiveIntegerField(null=True, blank=True)
+    caller_budget_max_micro = models.BigIntegerField(null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["account", "name"], name="group_name_once"),
+            models.CheckConstraint(
+                condition=models.Q(reserved_micro__gte=0), name="group_reserved_not_negative"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.account}/{self.name}"
+
+
+class ApiKey(models.Model):
+    """A virtual key. Only its SHA-256 is stored; the secret is shown once at creation."""
+
+    group = models.ForeignKey(Group, on_delete=models.CASCADE, related_name="api_keys")
+    name = models.CharField(max_length=200, blank=True)
+    prefix = models.CharField(max_length=16, help_text="Shown to tell keys apart.")
+    key_hash = models.CharField(max_length=64, unique=True, editable=False)
+    created_at = models.DateTimeField(default=timezone.now)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    allowed_models = models.JSONField(
+        default=list, blank=True, help_text="Model names this key may use; empty means all."
+    )
+    budget_max_micro = models.BigIntegerField(null=True, blank=True)
+    spent_micro = models.BigIntegerField(default=0)
+    reserved_micro = models.BigIntegerField(default=0)
+    rpm_limit = models.PositiveIntegerField(null=True, blank=True)
+    tpm_limit = models.PositiveIntegerField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(reserved_micro__gte=0), name="key_reserved_not_negative"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.prefix}… ({self.name or self.group})"
+
+    def is_usable(self, now=None) -> bool:
+        now = now or timezone.now()
+        if self.revoked_at is not None:
+            return False
+        return self.expires_at is None or self.expires_at > now
+
+
+class TenantToken(models.Model):
+    """A tenant API credential (`Authorization: Token ...`). Stored hashed; buys no tokens."""
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="tenant_tokens"
+    )
+    prefix = models.CharField(max_length=16)
+    token_hash = models.CharField(max_length=64, unique=True, editable=False)
+    created_at = models.DateTimeField(default=timezone.now)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"{self.prefix}… ({self.user})"

@@ -1,0 +1,25 @@
+"""Reads of tenants, scoped to the caller's account."""
+
+from __future__ import annotations
+
+from django.contrib.auth.models import AbstractBaseUser
+from django.db.models import QuerySet
+
+from accounts.models import Account, ApiKey, Group, Membership
+
+
+def accounts_of_user(*, user: AbstractBaseUser) -> QuerySet[Account]:
+    return Account.objects.filter(memberships__user=user)
+
+
+def groups_of_user(*, user: AbstractBaseUser) -> QuerySet[Group]:
+    return Group.objects.filter(account__memberships__user=user).order_by("id")
+
+
+def api_keys_of_user(*, user: AbstractBaseUser) -> QuerySet[ApiKey]:
+    return ApiKey.objects.filter(group__account__memberships__user=user).order_by("id")
+
+
+def membership_role(*, user: AbstractBaseUser, account: Account) -> str | None:
+    membership = Membership.objects.filter(user=user, account=account).first()
+    return membership.role if membership else None

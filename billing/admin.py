@@ -1,0 +1,129 @@
+from django import forms
+from django.contrib import admin, messages
+from django.shortcuts import redirect, render
+
+from billing import services
+from billing.models import LedgerEntry, Reservation, SpendAdjustment, SpendHold, Wallet
+
+
+class TopUpForm(forms.Form):
+    amount_micro = forms.IntegerField(min_value=1, help_text="micro-USD (1 USD = 1,000,000)")
+    reason = forms.CharField(max_length=200)
+
+
+@admin.register(Wallet)
+class WalletAdmin(admin.ModelAdmin):
+    list_display = ["account", "balance_micro", "reserved_micro", "updated_at"]
+    readonly_fields = ["account", "balance_micro", "reserved_micro", "updated_at"]
+    actions = ["top_up"]
+
+    def has_add_permission(self, request):
+        return False
+
+    @admin.action(description="Top up selected wallets (writes a ledger entry)")
+    def top_up(self, request, queryset):
+        if "apply" in request.POST:
+            form = TopUpForm(request.POST)
+            if form.is_valid():
+                for wallet in queryset:
+                    services.wallet_credit(
+                        wallet=wallet,
+                        amount_micro=form.cleaned_data["amount_micro"],
+                        reason=form.cleaned_data["reason"],
+                    )
+                self.message_user(
+                    request, f"Topped up {queryset.count()} wallet(s).", messages.SUCCESS
+                )
+                return redirect(request.get_full_path())
+        else:
+            form = TopUpForm()
+        return render(
+            request,
+            "admin/billing/top_up.html",
+            {
+                "form": form,
+                "wallets": queryset,
+                "opts": self.model._meta,
+                "action_checkbox_name": admin.helpers.ACTION_CHECKBOX_NAME,
+            },
+        )
+
+
+class ExcessFilter(admin.SimpleListFilter):
+    title = "recorded excess"
+    parameter_name = "excess"
+
+    def lookups(self, request, model_admin):
+        return [("yes", "Cost above the hold")]
+
+    def queryset(self, request, queryset):
+        return queryset.filter(excess_micro__gt=0) if self.value() == "yes" else queryset
+
+
+@admin.register(Reservation)
+class ReservationAdmin(admin.ModelAdmin):
+    list_display = [
+        "id",
+        "wallet",
+        "request_id",
+        "amount_micro",
+        "committed_micro",
+        "excess_micro",
+        "status",
+        "created_at",
+        "resolved_at",
+    ]
+    list_filter = ["status", ExcessFilter]
+    search_fields = ["request_id"]
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(LedgerEntry)
+class LedgerEntryAdmin(admin.ModelAdmin):
+    list_display = [
+        "id",
+        "wallet",
+        "kind",
+        "amount_micro",
+        "balance_after_micro",
+        "reason",
+        "created_at",
+    ]
+    list_filter = ["kind"]
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(SpendHold)
+class SpendHoldAdmin(admin.ModelAdmin):
+    list_display = ["request_id", "group", "api_key", "amount_micro", "status", "expires_at"]
+    list_filter = ["status"]
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(SpendAdjustment)
+class SpendAdjustmentAdmin(admin.ModelAdmin):
+    list_display = ["group", "window_start", "amount_micro", "reason", "created_at"]
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False

@@ -1,0 +1,114 @@
+"""Money of record: wallets, escrow reservations, spend holds, ledgers. Integer micro-USD."""
+
+from __future__ import annotations
+
+from django.db import models
+from django.utils import timezone
+
+
+class Wallet(models.Model):
+    """A prepaid balance. available = balance - reserved, never below zero."""
+
+    account = models.OneToOneField(
+        "accounts.Account", on_delete=models.CASCADE, related_name="wallet"
+    )
+    balance_micro = models.BigIntegerField(default=0)
+    reserved_micro = models.BigIntegerField(default=0)
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(reserved_micro__gte=0)
+                & models.Q(balance_micro__gte=models.F("reserved_micro")),
+                name="wallet_never_negative",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"wallet of {self.account}"
+
+
+class Reservation(models.Model):
+    """An escrow hold for one platform attempt; resolves exactly once."""
+
+    class Status(models.TextChoices):
+        PENDING = "pending"
+        COMMITTED = "committed"
+        CANCELLED = "cancelled"
+        EXPIRED = "expired"
+
+    wallet = models.ForeignKey(Wallet, on_delete=models.PROTECT, related_name="reservations")
+    request_id = models.CharField(max_length=64, db_index=True)
+    attempt_no = models.PositiveSmallIntegerField(default=1)
+    amount_micro = models.BigIntegerField()
+    committed_micro = models.BigIntegerField(default=0)
+    excess_micro = models.BigIntegerField(
+        default=0, help_text="Measured cost above the hold: recorded, never debited."
+    )
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING)
+    created_at = models.DateTimeField(default=timezone.now)
+    expires_at = models.DateTimeField()
+    resolved_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["status", "expires_at"])]
+
+    def __str__(self) -> str:
+        return f"reservation {self.pk} ({self.status})"
+
+
+class LedgerEntry(models.Model):
+    """Append-only wallet ledger: a correction is a new row."""
+
+    class Kind(models.TextChoices):
+        OPENING = "opening"
+        TOPUP = "topup"
+        COMMIT = "commit"
+        ADJUSTMENT = "adjustment"
+
+    wallet = models.ForeignKey(Wallet, on_delete=models.PROTECT, related_name="ledger")
+    kind = models.CharField(max_length=12, choices=Kind.choices)
+    amount_micro = models.BigIntegerField(help_text="Signed: credits positive, debits negative.")
+    balance_after_micro = models.BigIntegerField()
+    reservation = models.OneToOneField(
+        Reservation, null=True, blank=True, on_delete=models.PROTECT, related_name="ledger_entry"
+    )
+    reason = models.CharField(max_length=200, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["-id"]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.amount_micro}"
+
+
+class SpendHold(models.Model):
+    """The budget hold a request takes on its group (and key) at start; released at settle."""
+
+    class Status(models.TextChoices):
+        HELD = "held"
+        SETTLED = "settled"
+        EXPIRED = "expired"
+
+    request_id = models.CharField(max_length=64, unique=True)
+    group = models.ForeignKey("accounts.Group", on_delete=models.CASCADE)
+    api_key = models.ForeignKey("accounts.ApiKey", null=True, on_delete=models.CASCADE)
+    amount_micro = models.BigIntegerField()
+    status = models.CharField(max_length=8, choices=Status.choices, default=Status.HELD)
+    created_at = models.DateTimeField(default=timezone.now)
+    expires_at = models.DateTimeField()
+
+    class Meta:
+        indexes = [models.Index(fields=["status", "expires_at"])]
+
+
+class SpendAdjustment(models.Model):
+    """A correction of a group's spent counter found by reconciliation (append-only)."""
+
+    group = models.ForeignKey("accounts.Group", on_delete=models.CASCADE)
+    window_start = models.DateTimeField()
+    amount_micro = models.BigIntegerField()
+    reason = models.CharField(max_length=200)
+    created_at = models.DateTimeField(default=timezone.now)

@@ -1,0 +1,245 @@
+"""Settings, read from the environment through django-environ.
+
+Every variable has an embedded default so a first run needs none of them (SQLite, no Redis,
+Celery on a local transport). In production set DATABASE_URL and REDIS_URL. A variable that
+is unknown (our prefixes only) or malformed stops the process at start with its name.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import environ
+from django.core.exceptions import ImproperlyConfigured
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = Path(os.environ.get("TOLLGATE_VAR_DIR", BASE_DIR / "var"))
+
+# Every variable Tollgate reads, with its type and embedded default.
+SCHEME: dict[str, tuple[type, object]] = {
+    "DEBUG": (bool, False),
+    "SECRET_KEY": (str, ""),
+    "ALLOWED_HOSTS": (list, ["*"]),
+    "DATABASE_URL": (str, ""),
+    "REDIS_URL": (str, ""),
+    "CELERY_BROKER_URL": (str, ""),
+    "GATEWAY_INTERNAL_TOKEN": (str, ""),
+    "GATEWAY_PTB_ENABLED": (bool, True),
+    "GATEWAY_BYOK_ENABLED": (bool, True),
+    "SEALING_KEYS": (str, ""),
+    "PROVIDER_PROFILES_JSON": (str, ""),
+    "TOLLGATE_VAR_DIR": (str, ""),
+    "TOLLGATE_MAX_BODY_BYTES": (int, 1_048_576),
+    "TOLLGATE_AUTH_CACHE_TTL_S": (int, 300),
+    "TOLLGATE_CONFIG_RELOAD_S": (int, 30),
+    "TOLLGATE_REPLICAS": (int, 1),
+    "TOLLGATE_INFLIGHT_MAX": (int, 1000),
+    "TOLLGATE_REDIS_TIMEOUT_MS": (int, 100),
+    "TOLLGATE_BREAKER_FAILURES": (int, 5),
+    "TOLLGATE_BREAKER_COOLDOWN_S": (int, 30),
+    "TOLLGATE_ESCROW_MARGIN_PCT": (int, 120),
+    "TOLLGATE_RESERVATION_TTL_S": (int, 300),
+    "TOLLGATE_USAGE_WINDOW_S": (int, 60),
+    "TOLLGATE_USAGE_SINK_URL": (str, ""),
+    "TOLLGATE_USAGE_SINK_SECRET": (str, ""),
+    "TOLLGATE_CALLER_KEY": (str, ""),
+    "TOLLGATE_CALLER_WINDOW": (str, "month"),
+    "TOLLGATE_LOG_LEVEL": (str, "INFO"),
+}
+OUR_PREFIXES = ("TOLLGATE_", "GATEWAY_")
+
+
+def _read_environment() -> environ.Env:
+    unknown = sorted(
+        name for name in os.environ if name.startswith(OUR_PREFIXES) and name not in SCHEME
+    )
+    if unknown:
+        raise ImproperlyConfigured(f"Unknown setting {unknown[0]}: not a Tollgate variable.")
+    env = environ.Env(**{name: (kind, default) for name, (kind, default) in SCHEME.items()})
+    for name, (kind, _) in SCHEME.items():
+        try:
+            env(name)
+        except (ValueError, TypeError) as exc:
+            raise ImproperlyConfigured(
+                f"Malformed setting {name}: expected {kind.__name__}."
+            ) from exc
+    return env
+
+
+env = _read_environment()
+
+DEBUG = env("DEBUG")
+EMBEDDED = not env("DATABASE_URL")
+if env("TOLLGATE_VAR_DIR"):
+    VAR_DIR = Path(env("TOLLGATE_VAR_DIR"))
+
+
+def _embedded_secret(filename: str, make: callable) -> str:
+    """Return a per-checkout secret kept under var/, created on first use (embedded runs)."""
+    VAR_DIR.mkdir(parents=True, exist_ok=True)
+    path = VAR_DIR / filename
+    if not path.exists():
+        path.write_text(make())
+        path.chmod(0o600)
+    return path.read_text().strip()
+
+
+def _random_secret() -> str:
+    import secrets
+
+    return secrets.token_urlsafe(48)
+
+
+def _random_sealing_key() -> str:
+    import base64
+    import secrets
+
+    return "v1:" + base64.urlsafe_b64encode(secrets.token_bytes(32)).decode()
+
+
+SECRET_KEY = env("SECRET_KEY")
+if not SECRET_KEY:
+    if not EMBEDDED:
+        raise ImproperlyConfigured("Missing setting SECRET_KEY: required with DATABASE_URL.")
+    SECRET_KEY = _embedded_secret("secret_key", _random_secret)
+
+SEALING_KEYS = env("SEALING_KEYS")
+if not SEALING_KEYS:
+    if not EMBEDDED:
+        raise ImproperlyConfigured("Missing setting SEALING_KEYS: required with DATABASE_URL.")
+    SEALING_KEYS = _embedded_secret("sealing_keys", _random_sealing_key)
+
+GATEWAY_INTERNAL_TOKEN = env("GATEWAY_INTERNAL_TOKEN")
+if GATEWAY_INTERNAL_TOKEN and len(GATEWAY_INTERNAL_TOKEN) < 32:
+    raise ImproperlyConfigured(
+        "Malformed setting GATEWAY_INTERNAL_TOKEN: it must be at least 32 characters."
+    )
+
+ALLOWED_HOSTS = env("ALLOWED_HOSTS")
+REDIS_URL = env("REDIS_URL")
+GATEWAY_PTB_ENABLED = env("GATEWAY_PTB_ENABLED")
+GATEWAY_BYOK_ENABLED = env("GATEWAY_BYOK_ENABLED")
+PROVIDER_PROFILES_JSON = env("PROVIDER_PROFILES_JSON")
+
+TOLLGATE = {
+    "MAX_BODY_BYTES": env("TOLLGATE_MAX_BODY_BYTES"),
+    "AUTH_CACHE_TTL_S": env("TOLLGATE_AUTH_CACHE_TTL_S"),
+    "CONFIG_RELOAD_S": env("TOLLGATE_CONFIG_RELOAD_S"),
+    "REPLICAS": max(1, env("TOLLGATE_REPLICAS")),
+    "INFLIGHT_MAX": env("TOLLGATE_INFLIGHT_MAX"),
+    "REDIS_TIMEOUT_MS": env("TOLLGATE_REDIS_TIMEOUT_MS"),
+    "BREAKER_FAILURES": env("TOLLGATE_BREAKER_FAILURES"),
+    "BREAKER_COOLDOWN_S": env("TOLLGATE_BREAKER_COOLDOWN_S"),
+    "ESCROW_MARGIN_PCT": env("TOLLGATE_ESCROW_MARGIN_PCT"),
+    "RESERVATION_TTL_S": env("TOLLGATE_RESERVATION_TTL_S"),
+    "USAGE_WINDOW_S": env("TOLLGATE_USAGE_WINDOW_S"),
+    "USAGE_SINK_URL": env("TOLLGATE_USAGE_SINK_URL"),
+    "USAGE_SINK_SECRET": env("TOLLGATE_USAGE_SINK_SECRET"),
+    "CALLER_KEY": env("TOLLGATE_CALLER_KEY"),
+    "CALLER_WINDOW": env("TOLLGATE_CALLER_WINDOW"),
+}
+if TOLLGATE["CALLER_WINDOW"] not in ("month", "year"):
+    raise ImproperlyConfigured("Malformed setting TOLLGATE_CALLER_WINDOW: use month or year.")
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "drf_spectacular",
+    "accounts",
+    "byok",
+    "billing",
+    "gateway",
+    "usage",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "config.urls"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+ASGI_APPLICATION = "config.asgi.application"
+
+if EMBEDDED:
+    VAR_DIR.mkdir(parents=True, exist_ok=True)
+    DATABASES = {
+        "default": {
+            "ENGINE": "django.db.backends.sqlite3",
+            "NAME": VAR_DIR / "tollgate.sqlite3",
+            "OPTIONS": {"timeout": 20, "init_command": "PRAGMA journal_mode=WAL;"},
+        }
+    }
+else:
+    try:
+        DATABASES = {"default": env.db_url_config(env("DATABASE_URL"))}
+    except Exception as exc:  # django-environ raises several types for a bad URL
+        raise ImproperlyConfigured("Malformed setting DATABASE_URL.") from exc
+    DATABASES["default"]["CONN_MAX_AGE"] = 60
+    DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = False
+USE_TZ = True
+STATIC_URL = "static/"
+STATIC_ROOT = VAR_DIR / "static"
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "accounts.authentication.TenantTokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
+    "PAGE_SIZE": 50,
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "EXCEPTION_HANDLER": "accounts.api.errors.tenant_exception_handler",
+}
+SPECTACULAR_SETTINGS = {"TITLE": "Tollgate tenant API", "VERSION": "1"}
+
+CELERY_BROKER_URL = env("CELERY_BROKER_URL") or REDIS_URL or "memory://"
+CELERY_TASK_ALWAYS_EAGER = CELERY_BROKER_URL == "memory://"
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_BEAT_SCHEDULE: dict = {}
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": env("TOLLGATE_LOG_LEVEL")},
+    "loggers": {"django": {"level": "WARNING"}},
+}

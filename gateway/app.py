@@ -1,0 +1,489 @@
+"""The proxy hot path: a lean ASGI application for /v1 and /internal (and health, metrics).
+
+`config/asgi.py` mounts it in front of Django's ASGI application, which keeps serving the
+admin and the tenant API. One request runs: meter -> auth -> validate -> limits and budget
+-> plan -> orchestrator -> settle, the steps below in that order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import logging
+import re
+import uuid
+from collections.abc import Awaitable, Callable
+
+import orjson
+from django.conf import settings
+
+from gateway import errors, metrics
+from gateway.context import Meter, RequestContext
+from gateway.orchestrator import fold_stream_chunk
+from gateway.plan import build_plan
+from gateway.runtime import runtime
+from gateway.settle import settle_request, usage_row
+from gateway.shapes import anthropic as anthropic_shape
+from gateway.shapes import openai as openai_shape
+from gateway.types import ChatRequest, StreamResult
+from usage.pseudonym import caller_label
+
+log = logging.getLogger(__name__)
+
+Scope = dict
+Receive = Callable[[], Awaitable[dict]]
+Send = Callable[[dict], Awaitable[None]]
+
+JSON = (b"content-type", b"application/json")
+SSE = (b"content-type", b"text/event-stream")
+NO_CACHE = (b"cache-control", b"no-cache")
+REQUEST_ID_OK = re.compile(r"^[A-Za-z0-9._:-]{1,64}$")
+FALLBACK_HEADER = b"x-tollgate-fallback"
+CALLER_HEADER = b"x-tollgate-caller"
+
+
+class Exchange:
+    """One HTTP exchange: metered receive/send, the request's headers, and replies."""
+
+    __slots__ = (
+        "scope",
+        "_receive",
+        "_send",
+        "meter",
+        "headers",
+        "started",
+        "request_id",
+        "disconnected",
+        "_watcher",
+    )
+
+    def __init__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        self.scope = scope
+        self._receive = receive
+        self._send = send
+        self.meter = Meter()
+        self.headers = dict(scope["headers"])
+        self.started = False
+        self.disconnected = False
+        self._watcher: asyncio.Task | None = None
+        given = self.headers.get(b"x-request-id", b"").decode("latin-1")
+        self.request_id = given if REQUEST_ID_OK.match(given) else uuid.uuid4().hex
+
+    async def read_body(self) -> bytes:
+        """Read the body, counting its bytes, refusing past the size cap (LM-2013)."""
+        cap = settings.TOLLGATE["MAX_BODY_BYTES"]
+        declared = self.headers.get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > cap:
+            raise errors.BodyTooLarge(f"Request body is over the {cap}-byte cap.")
+        parts = []
+        size = 0
+        while True:
+            message = await self._receive()
+            if message["type"] == "http.disconnect":
+                self.disconnected = True
+                raise asyncio.CancelledError()
+            body = message.get("body", b"")
+            size += len(body)
+            self.meter.bytes_in += len(body)
+            if size > cap:
+                raise errors.BodyTooLarge(f"Request body is over the {cap}-byte cap.")
+            parts.append(body)
+            if not message.get("more_body"):
+                return b"".join(parts)
+
+    def watch_disconnect(self, on_disconnect: Callable[[], None]) -> None:
+        """Notice a client leaving (after the body was read) without polling."""
+
+        async def watch() -> None:
+            while True:
+                message = await self._receive()
+                if message["type"] == "http.disconnect":
+                    self.disconnected = True
+                    on_disconnect()
+                    return
+
+        self._watcher = asyncio.create_task(watch())
+
+    def stop_watching(self) -> None:
+        if self._watcher is not None:
+            self._watcher.cancel()
+
+    async def start(self, status: int, headers: list[tuple[bytes, bytes]]) -> None:
+        self.started = True
+        await self._send(
+            {
+                "type": "http.response.start",
+                "status": status,
+                "headers": [*headers, (b"x-request-id", self.request_id.encode())],
+            }
+        )
+
+    async def body(self, data: bytes, *, more: bool) -> None:
+        if self.disconnected:
+            return
+        self.meter.bytes_out += len(data)
+        await self._send({"type": "http.response.body", "body": data, "more_body": more})
+
+    async def reply(
+        self, status: int, data: bytes, headers: list[tuple[bytes, bytes]] = ()
+    ) -> None:
+        await self.start(status, [JSON, *headers])
+        await self.body(data, more=False)
+
+    async def refuse(self, exc: errors.GatewayError) -> None:
+        await self.reply(exc.status, exc.body(), exc.headers())
+
+
+def bearer(headers: dict[bytes, bytes]) -> str | None:
+    """Return the credential from `Authorization: Bearer` or `x-api-key`."""
+    auth = headers.get(b"authorization")
+    if auth is not None:
+        scheme, _, value = auth.decode("latin-1").partition(" ")
+        if scheme.lower() == "bearer" and value.strip():
+            return value.strip()
+    api_key = headers.get(b"x-api-key")
+    return api_key.decode("latin-1").strip() if api_key else None
+
+
+# ---------------------------------------------------------------- the chat pipeline
+
+
+SHAPES = {"chat": openai_shape, "messages": anthropic_shape}
+
+
+async def chat(ex: Exchange, route: str) -> None:
+    """Serve /v1/chat/completions (route "chat") or /v1/messages (route "messages")."""
+    ctx = RequestContext(request_id=ex.request_id, route=route, meter=ex.meter)
+    shape = SHAPES[route]
+    try:
+        ctx.caller = await runtime.callers.for_secret(bearer(ex.headers))
+        data = parse_json(await ex.read_body())
+        fallback = ex.headers.get(FALLBACK_HEADER)
+        req = shape.parse_request(data, fallback_header=fallback.decode() if fallback else None)
+        await serve(ex, ctx, _with_caller(ex, ctx, req), shape)
+    except errors.GatewayError as exc:
+        await fail(ex, ctx, exc)
+    except asyncio.CancelledError:
+        if not ex.disconnected:
+            raise
+        ctx.status, ctx.error_code = 499, "client_closed"
+        await finish(ex, ctx)
+
+
+def _with_caller(ex: Exchange, ctx: RequestContext, req: ChatRequest) -> ChatRequest:
+    header = ex.headers.get(CALLER_HEADER)
+    raw = header.decode("latin-1") if header else req.caller_id
+    ctx.caller_label = caller_label(raw)
+    return req
+
+
+def parse_json(body: bytes) -> dict:
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        raise errors.InvalidRequest("Body is not valid JSON.") from None
+    if not isinstance(data, dict):
+        raise errors.InvalidRequest("Body must be a JSON object.")
+    return data
+
+
+async def serve(ex: Exchange, ctx: RequestContext, req: ChatRequest, shape) -> None:
+    """Admit, plan and run one validated request, then settle it."""
+    ctx.req = req
+    ctx.streamed = req.stream
+    ctx.plan = build_plan(req, ctx.caller, runtime.catalog, runtime.pools.get)
+    admission = await runtime.limiter.admit(
+        request_id=ctx.request_id,
+        group_id=ctx.caller.group_id,
+        scopes=limit_scopes(ctx),
+        concurrency=ctx.caller.group_concurrency,
+        lease_s=max((link.route.profile.timeout_s for link in ctx.plan.links), default=60) + 30,
+    )
+    ctx.admission = admission
+    metrics.IN_FLIGHT.inc()
+    try:
+        if ctx.caller.has_budget or ctx.caller_budgeted:
+            await runtime.escrow.hold_budget(ctx, ctx.plan.budget_estimate_micro)
+        if req.stream:
+            await stream_answer(ex, ctx, req, shape)
+        else:
+            completion = await runtime.orchestrator.complete(ctx)
+            ctx.usage = completion.usage
+            body = shape.render_completion(completion, request_id=ctx.request_id)
+            await finish(
+                ex,
+                ctx,
+                final=body,
+                headers=[JSON, *admission.headers(completion.usage.total_tokens)],
+                status=200,
+            )
+    finally:
+        metrics.IN_FLIGHT.dec()
+
+
+def limit_scopes(ctx: RequestContext):
+    from gateway.limits import Scope
+
+    caller = ctx.caller
+    scopes = []
+    if caller.api_key_id is not None:
+        scopes.append(Scope(f"key:{caller.api_key_id}", caller.key_rpm or 0, caller.key_tpm or 0))
+    scopes.append(Scope(f"group:{caller.group_id}", caller.group_rpm or 0, caller.group_tpm or 0))
+    if ctx.caller_label and (caller.caller_rpm or caller.caller_tpm):
+        scopes.append(
+            Scope(
+                f"caller:{caller.group_id}:{ctx.caller_label}",
+                caller.caller_rpm or 0,
+                caller.caller_tpm or 0,
+            )
+        )
+    return tuple(scopes)
+
+
+async def stream_answer(ex: Exchange, ctx: RequestContext, req: ChatRequest, shape) -> None:
+    task = asyncio.current_task()
+    ex.watch_disconnect(task.cancel)
+    stream = await runtime.orchestrator.open_stream(ctx)
+    if shape is openai_shape:
+        renderer = openai_shape.StreamRenderer(
+            request_id=ctx.request_id, model=req.model, include_usage=req.include_usage
+        )
+    else:
+        renderer = anthropic_shape.StreamRenderer(request_id=ctx.request_id, model=req.model)
+    result = StreamResult()
+    await ex.start(200, [SSE, NO_CACHE, *ctx.admission.headers()])
+    await ex.body(renderer.start(), more=True)
+    try:
+        async for chunk in stream:
+            fold_stream_chunk(result, chunk)
+            data = renderer.chunk(chunk)
+            if data:
+                await ex.body(data, more=True)
+    except asyncio.CancelledError:
+        if not ex.disconnected:
+            raise
+        task.uncancel()
+        ctx.usage = result.usage
+        ctx.status, ctx.error_code = 499, "client_closed"
+        return
+    except errors.GatewayError as exc:
+        await stream_broke(ex, ctx, result, renderer, exc)
+        return
+    except Exception as exc:  # ProviderError after the first chunk: end with an error event
+        gateway_error = (
+            errors.UpstreamTimeout()
+            if getattr(exc, "timeout", False)
+            else errors.UpstreamFailed("The upstream stream broke.")
+        )
+        await stream_broke(ex, ctx, result, renderer, gateway_error)
+        return
+    ctx.usage = result.usage
+    await finish(ex, ctx, final=renderer.finish(result.finish_reason or "stop", result.usage))
+
+
+async def stream_broke(ex, ctx, result: StreamResult, renderer, exc: errors.GatewayError) -> None:
+    """Never retry after the first chunk: tell the client in-band and end the stream."""
+    ctx.usage = result.usage
+    ctx.status, ctx.error_code = exc.status, exc.code
+    await finish(ex, ctx, final=renderer.error(exc))
+
+
+async def fail(ex: Exchange, ctx: RequestContext, exc: errors.GatewayError) -> None:
+    ctx.status, ctx.error_code = exc.status, exc.code
+    if ex.started:
+        await finish(ex, ctx)
+        return
+    await finish(ex, ctx, final=exc.body(), headers=[JSON, *exc.headers()], status=exc.status)
+
+
+async def finish(
+    ex: Exchange,
+    ctx: RequestContext,
+    *,
+    final: bytes | None = None,
+    headers: list[tuple[bytes, bytes]] | None = None,
+    status: int | None = None,
+) -> None:
+    """Record the request (before the client sees its end), send the last bytes, settle."""
+    ex.stop_watching()
+    predicted_out = len(final) if final is not None and not ex.disconnected else 0
+    row = usage_row(ctx, bytes_out=ex.meter.bytes_out + predicted_out)
+    if ctx.caller is not None:
+        await runtime.usage.submit(row)
+    try:
+        if final is not None:
+            if not ex.started:
+                await ex.start(status or ctx.status, headers or [JSON])
+            await ex.body(final, more=False)
+        elif ex.started:
+            await ex.body(b"", more=False)
+    finally:
+        await settle_request(runtime, ctx, row)
+        metrics.REQUESTS.labels(ctx.route, str(ctx.status), ctx.error_code or "ok").inc()
+
+
+# ---------------------------------------------------------------- models, internal, health
+
+
+async def list_models(ex: Exchange) -> None:
+    try:
+        caller = await runtime.callers.for_secret(bearer(ex.headers))
+    except errors.GatewayError as exc:
+        await ex.refuse(exc)
+        return
+    names = [name for name in runtime.catalog.model_names() if caller.may_use(name)]
+    data = [{"id": name, "object": "model", "created": 0, "owned_by": "tollgate"} for name in names]
+    await ex.reply(200, orjson.dumps({"object": "list", "data": data}))
+
+
+def internal_authorized(headers: dict[bytes, bytes]) -> bool:
+    token = settings.GATEWAY_INTERNAL_TOKEN
+    given = bearer(headers)
+    return bool(token) and given is not None and hmac.compare_digest(given, token)
+
+
+async def internal(ex: Exchange, action: str) -> None:
+    """Serve /internal/complete, /internal/stream and /internal/decide for trusted services."""
+    ctx = RequestContext(request_id=ex.request_id, route=f"internal.{action}", meter=ex.meter)
+    try:
+        if not internal_authorized(ex.headers):
+            raise errors.Unauthorized("Missing or wrong internal token.")
+        data = parse_json(await ex.read_body())
+        request_id = data.get("request_id")
+        if not isinstance(request_id, str) or not REQUEST_ID_OK.match(request_id):
+            raise errors.InvalidRequest("'request_id' is required (1-64 of [A-Za-z0-9._:-]).")
+        ex.request_id = ctx.request_id = request_id
+        ctx.caller = await runtime.callers.for_group(data.get("group"))
+        req = openai_shape.parse_request(
+            {k: v for k, v in data.items() if k not in ("group", "request_id")}
+        )
+        if action == "decide":
+            plan = build_plan(req, ctx.caller, runtime.catalog, runtime.pools.get)
+            await ex.reply(200, orjson.dumps({"request_id": request_id, **plan.as_json()}))
+            return
+        if action == "stream":
+            req = _replace_stream(req, True)
+            await serve(ex, ctx, req, InternalShape)
+        else:
+            req = _replace_stream(req, False)
+            await serve(ex, ctx, req, InternalShape)
+    except errors.GatewayError as exc:
+        if ctx.caller is None:
+            await ex.refuse(exc)
+        else:
+            await fail(ex, ctx, exc)
+
+
+def _replace_stream(req: ChatRequest, stream: bool) -> ChatRequest:
+    from dataclasses import replace
+
+    return replace(req, stream=stream)
+
+
+class InternalShape:
+    """The internal routes' own answer shape: JSON, or SSE `token` events then `done`."""
+
+    @staticmethod
+    def render_completion(c, *, request_id: str) -> bytes:
+        return orjson.dumps(
+            {
+                "request_id": request_id,
+                "model": c.model,
+                "content": c.text,
+                "finish_reason": c.finish_reason,
+                "usage": {
+                    "input_tokens": c.usage.input_tokens,
+                    "output_tokens": c.usage.output_tokens,
+                },
+            }
+        )
+
+    class StreamRenderer:
+        def __init__(self, *, request_id: str, model: str, **_: object) -> None:
+            self._request_id, self._model = request_id, model
+
+        def start(self) -> bytes:
+            return b""
+
+        def chunk(self, chunk) -> bytes:
+            if not chunk.text:
+                return b""
+            return b"event: token\ndata: " + orjson.dumps({"text": chunk.text}) + b"\n\n"
+
+        def finish(self, finish_reason: str, usage) -> bytes:
+            return (
+                b"event: done\ndata: "
+                + orjson.dumps(
+                    {
+                        "request_id": self._request_id,
+                        "model": self._model,
+                        "finish_reason": finish_reason,
+                        "usage": {
+                            "input_tokens": usage.input_tokens,
+                            "output_tokens": usage.output_tokens,
+                        },
+                    }
+                )
+                + b"\n\n"
+            )
+
+        def error(self, exc) -> bytes:
+            return b"event: error\ndata: " + exc.body() + b"\n\n"
+
+
+async def healthz(ex: Exchange) -> None:
+    await ex.reply(200, b'{"status":"ok"}')
+
+
+async def readyz(ex: Exchange) -> None:
+    from gateway.health import readiness
+
+    checks = await readiness(runtime)
+    ok = all(checks.values())
+    await ex.reply(200 if ok else 503, orjson.dumps({"ready": ok, "checks": checks}))
+
+
+async def metrics_endpoint(ex: Exchange) -> None:
+    from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+    await ex.start(200, [(b"content-type", CONTENT_TYPE_LATEST.encode())])
+    await ex.body(generate_latest(metrics.REGISTRY), more=False)
+
+
+ROUTES: dict[tuple[str, str], Callable[[Exchange], Awaitable[None]]] = {
+    ("POST", "/v1/chat/completions"): lambda ex: chat(ex, "chat"),
+    ("POST", "/v1/messages"): lambda ex: chat(ex, "messages"),
+    ("GET", "/v1/models"): list_models,
+    ("POST", "/internal/complete"): lambda ex: internal(ex, "complete"),
+    ("POST", "/internal/stream"): lambda ex: internal(ex, "stream"),
+    ("POST", "/internal/decide"): lambda ex: internal(ex, "decide"),
+    ("GET", "/healthz"): healthz,
+    ("GET", "/readyz"): readyz,
+    ("GET", "/metrics"): metrics_endpoint,
+}
+GATEWAY_PREFIXES = ("/v1/", "/internal/")
+GATEWAY_PATHS = frozenset(path for _, path in ROUTES)
+
+
+def serves(path: str) -> bool:
+    return path in GATEWAY_PATHS or path.startswith(GATEWAY_PREFIXES)
+
+
+async def gateway_app(scope: Scope, receive: Receive, send: Send) -> None:
+    await runtime.start()
+    ex = Exchange(scope, receive, send)
+    handler = ROUTES.get((scope["method"], scope["path"].rstrip("/") or "/"))
+    if handler is None:
+        await ex.refuse(errors.InvalidRequest(f"No route {scope['method']} {scope['path']}."))
+        return
+    try:
+        await handler(ex)
+    except errors.GatewayError as exc:
+        if not ex.started:
+            await ex.refuse(exc)
+    except Exception:
+        log.exception("unhandled error on %s (request %s)", scope["path"], ex.request_id)
+        if not ex.started:
+            await ex.refuse(errors.GatewayError("Internal error."))
+    finally:
+        ex.stop_watching()

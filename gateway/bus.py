@@ -1,0 +1,124 @@
+"""The config-change bus: control-plane writes tell every gateway replica what went stale.
+
+A publish reaches this process's subscribers directly and, with Redis configured, every
+other replica over a Redis channel. `publish(..., wait=True)` also waits until each replica
+listening has applied the message (used where "evicted before DELETE returns" matters).
+Lost messages are covered by each replica's periodic reload.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+import os
+import uuid
+from collections import defaultdict
+from collections.abc import Callable
+
+import orjson
+from django.conf import settings
+
+log = logging.getLogger(__name__)
+
+CHANNEL = "tollgate:bus"
+ACK_PREFIX = "tollgate:bus:ack:"
+REPLICA_ID = f"{os.uname().nodename}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+
+
+class Topic(enum.StrEnum):
+    API_KEY = "api_key"
+    GROUP = "group"
+    PROFILES = "profiles"
+    POOL = "pool"
+
+
+Subscriber = Callable[[dict], None]
+_subscribers: dict[str, list[Subscriber]] = defaultdict(list)
+
+
+def subscribe(topic: Topic, callback: Subscriber) -> None:
+    """Call `callback(payload)` in this process whenever `topic` is published."""
+    _subscribers[topic].append(callback)
+
+
+def deliver(topic: str, payload: dict) -> None:
+    for callback in _subscribers.get(topic, ()):
+        try:
+            callback(payload)
+        except Exception:
+            log.exception("bus subscriber failed on %s", topic)
+
+
+def _sync_redis():
+    import redis
+
+    return redis.Redis.from_url(settings.REDIS_URL, socket_timeout=2, socket_connect_timeout=2)
+
+
+def publish(topic: Topic, payload: dict, *, wait: bool = False, timeout_s: float = 5.0) -> int:
+    """Publish a change; return how many remote replicas received it.
+
+    With `wait`, block until every receiving replica acknowledged applying it (or raise
+    TimeoutError), so the caller can promise the change is live fleet-wide.
+    """
+    deliver(topic, payload)
+    if not settings.REDIS_URL:
+        return 0
+    message_id = uuid.uuid4().hex
+    message = orjson.dumps(
+        {
+            "topic": str(topic),
+            "payload": payload,
+            "id": message_id,
+            "origin": REPLICA_ID,
+            "ack": wait,
+        }
+    )
+    client = _sync_redis()
+    try:
+        receivers = client.publish(CHANNEL, message)
+        if wait and receivers:
+            ack_key = ACK_PREFIX + message_id
+            acked = 0
+            while acked < receivers:
+                got = client.blpop([ack_key], timeout=timeout_s)
+                if got is None:
+                    raise TimeoutError(f"{receivers - acked} replica(s) did not confirm {topic}")
+                acked += 1
+            client.delete(ack_key)
+        return receivers
+    finally:
+        client.close()
+
+
+async def listen(redis_factory: Callable, on_reconnect: Callable[[], None]) -> None:
+    """Apply remote messages forever; after each (re)connection, reload everything."""
+    backoff_s = 0.5
+    while True:
+        client = redis_factory()
+        try:
+            pubsub = client.pubsub()
+            await pubsub.subscribe(CHANNEL)
+            on_reconnect()
+            backoff_s = 0.5
+            async for message in pubsub.listen():
+                if message.get("type") != "message":
+                    continue
+                data = orjson.loads(message["data"])
+                if data.get("origin") != REPLICA_ID:
+                    deliver(data["topic"], data["payload"])
+                if data.get("ack"):
+                    await client.rpush(ACK_PREFIX + data["id"], REPLICA_ID)
+                    await client.expire(ACK_PREFIX + data["id"], 30)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # Redis down: keep serving from memory, retry quietly.
+            log.warning("config bus disconnected (%s); retrying", type(exc).__name__)
+            await asyncio.sleep(backoff_s)
+            backoff_s = min(backoff_s * 2, 10)
+        finally:
+            try:
+                await client.aclose()
+            except Exception:
+                pass

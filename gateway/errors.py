@@ -1,0 +1,119 @@
+"""Tollgate's one error language.
+
+Every refusal is an OpenAI-compatible body `{"error": {"message", "type", "code"}}` with a
+stable code. The tree:
+
+    GatewayError                      (code, HTTP status, optional Retry-After)
+    ├── Unauthorized                  LM-1001 401
+    ├── Forbidden                     LM-1003 403
+    ├── InvalidRequest                LM-2001 400
+    ├── BodyTooLarge                  LM-2013 413
+    ├── RequestRateLimited            LM-3001 429  Retry-After
+    ├── TokenRateLimited              LM-3002 429  Retry-After
+    ├── CapacityExhausted             LM-3003 429  Retry-After
+    ├── TeamKeysExhausted             LM-3021 429  (decided by the gateway; never retried)
+    ├── BudgetExhausted               LM-4001 402
+    ├── WalletInsufficient            LM-4002 402
+    ├── UpstreamFailed                LM-5001 502
+    ├── UpstreamTimeout               LM-5002 504
+    ├── CircuitOpen                   LM-5003 503  Retry-After
+    └── DependencyDown                LM-5004 503
+
+Messages are ours: a vendor's body never reaches a client or a log.
+"""
+
+from __future__ import annotations
+
+import orjson
+
+
+class GatewayError(Exception):
+    code = "LM-5001"
+    status = 500
+    error_type = "api_error"
+    default_message = "Internal error."
+
+    def __init__(self, message: str | None = None, *, retry_after_s: int | None = None):
+        self.message = message or self.default_message
+        self.retry_after_s = retry_after_s
+        super().__init__(self.message)
+
+    def body(self) -> bytes:
+        return orjson.dumps(
+            {"error": {"message": self.message, "type": self.error_type, "code": self.code}}
+        )
+
+    def headers(self) -> list[tuple[bytes, bytes]]:
+        if self.retry_after_s is None:
+            return []
+        return [(b"retry-after", str(max(1, int(self.retry_after_s))).encode())]
+
+
+class Unauthorized(GatewayError):
+    code, status, error_type = "LM-1001", 401, "authentication_error"
+    default_message = "Missing, unknown, revoked or expired API key."
+
+
+class Forbidden(GatewayError):
+    code, status, error_type = "LM-1003", 403, "permission_error"
+    default_message = "This key may not use this model or route."
+
+
+class InvalidRequest(GatewayError):
+    code, status, error_type = "LM-2001", 400, "invalid_request_error"
+    default_message = "Invalid request."
+
+
+class BodyTooLarge(GatewayError):
+    code, status, error_type = "LM-2013", 413, "invalid_request_error"
+    default_message = "Request body is over the size cap."
+
+
+class RequestRateLimited(GatewayError):
+    code, status, error_type = "LM-3001", 429, "rate_limit_error"
+    default_message = "Request rate over limit."
+
+
+class TokenRateLimited(GatewayError):
+    code, status, error_type = "LM-3002", 429, "rate_limit_error"
+    default_message = "Token rate over limit."
+
+
+class CapacityExhausted(GatewayError):
+    code, status, error_type = "LM-3003", 429, "rate_limit_error"
+    default_message = "Too many requests in flight."
+
+
+class TeamKeysExhausted(GatewayError):
+    code, status, error_type = "LM-3021", 429, "rate_limit_error"
+    default_message = "No team key is usable and platform fallback is off."
+
+
+class BudgetExhausted(GatewayError):
+    code, status, error_type = "LM-4001", 402, "insufficient_quota"
+    default_message = "Budget exhausted."
+
+
+class WalletInsufficient(GatewayError):
+    code, status, error_type = "LM-4002", 402, "insufficient_quota"
+    default_message = "Wallet balance cannot cover this request."
+
+
+class UpstreamFailed(GatewayError):
+    code, status, error_type = "LM-5001", 502, "api_error"
+    default_message = "The upstream provider failed."
+
+
+class UpstreamTimeout(GatewayError):
+    code, status, error_type = "LM-5002", 504, "timeout_error"
+    default_message = "The upstream provider timed out."
+
+
+class CircuitOpen(GatewayError):
+    code, status, error_type = "LM-5003", 503, "overloaded_error"
+    default_message = "Upstream circuit open; failing fast."
+
+
+class DependencyDown(GatewayError):
+    code, status, error_type = "LM-5004", 503, "api_error"
+    default_message = "A Tollgate dependency is down; refusing rather than serving unbilled."

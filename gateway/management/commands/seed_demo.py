@@ -1,0 +1,79 @@
+"""Seed the embedded demo: stub-backed provider profiles and a funded demo tenant.
+
+Idempotent: a second run keeps everything and, since secrets are shown once, mints a fresh
+demo key (revoking the previous one) so the printed lines always work.
+"""
+
+from __future__ import annotations
+
+import json
+
+from django.core.management.base import BaseCommand
+from django.db import transaction
+
+from accounts.models import Account, ApiKey
+from accounts.services import api_key_create, api_key_revoke, tenant_provision
+from gateway.models import ProviderProfile
+from gateway.services import profile_set_platform_key, profiles_bootstrap
+
+DEMO_ACCOUNT = "demo"
+DEMO_WALLET_MICRO = 100_000_000  # 100 USD
+STUB_PLATFORM_KEY = "sk-stub-platform-demo"
+
+
+def demo_profiles(stub_url: str) -> list[dict]:
+    return [
+        {
+            "name": "stub-openai",
+            "kind": "openai",
+            "base_url": f"{stub_url}/v1",
+            "models": [
+                {"name": "gpt-4o-mini", "upstream": "gpt-4o-mini",
+                 "input_micro_per_mtok": 150_000, "output_micro_per_mtok": 600_000},
+            ],
+        },
+        {
+            "name": "stub-anthropic",
+            "kind": "anthropic",
+            "base_url": stub_url,
+            "models": [
+                {"name": "claude-3-5-haiku", "upstream": "claude-3-5-haiku-latest",
+                 "input_micro_per_mtok": 800_000, "output_micro_per_mtok": 4_000_000},
+            ],
+        },
+        {
+            "name": "fake",
+            "kind": "fake",
+            "models": [{"name": "fake-model", "input_micro_per_mtok": 1_000,
+                        "output_micro_per_mtok": 2_000}],
+        },
+    ]
+
+
+class Command(BaseCommand):
+    help = "Seed demo provider profiles (pointing at the stub) and a demo tenant; print JSON."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--stub-url", default="http://127.0.0.1:8765")
+
+    @transaction.atomic
+    def handle(self, *args, **options):
+        for profile in profiles_bootstrap(spec=demo_profiles(options["stub_url"].rstrip("/"))):
+            if profile.kind != "fake" and not profile.api_key_last4:
+                profile_set_platform_key(profile=profile, api_key=STUB_PLATFORM_KEY)
+                profile.save()
+        fake = ProviderProfile.objects.get(name="fake")
+        if not fake.api_key_last4:
+            profile_set_platform_key(profile=fake, api_key="fake-platform-key")
+            fake.save()
+        account = Account.objects.filter(name=DEMO_ACCOUNT).first()
+        if account is None:
+            tenant = tenant_provision(name=DEMO_ACCOUNT, wallet_micro=DEMO_WALLET_MICRO)
+            data = tenant.as_json()
+        else:
+            group = account.groups.order_by("id").first()
+            for old in ApiKey.objects.filter(group=group, name="demo", revoked_at__isnull=True):
+                api_key_revoke(api_key=old)
+            api_key, secret = api_key_create(group=group, name="demo")
+            data = {"account_id": account.pk, "group_id": group.pk, "api_key": secret}
+        self.stdout.write(json.dumps(data))

@@ -1,0 +1,371 @@
+"""The orchestrator: runs an attempt plan and decides what a vendor failure may cost.
+
+Rules, once, here:
+- a deadline on every vendor call (the profile's timeout to the answer or the first chunk,
+  then its idle timeout between chunks);
+- at most two tries of an attempt, and only on a retryable error;
+- team attempts rotate keys round-robin: a 429 benches the key for max(Retry-After, 30 s),
+  a 401/403 marks it failing for 10 minutes, and the next key is tried (a key-specific
+  refusal does not use up a try); with no usable key the platform attempt runs if the plan
+  has one, else the link answers LM-3021;
+- breakers per (scope, model), judged only on what says something about the provider;
+- escrow reserved before a prepaid platform call, committed at measured cost, else cancelled;
+- never retry or fall back once the first streamed chunk reached the client;
+- each link's error is kept; the client gets the last one, except that a chain-lock or
+  open-circuit refusal yields to an earlier upstream failure.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+from gateway import errors, metrics
+from gateway.context import RequestContext, TrailEntry
+from gateway.plan import PLATFORM, TEAM, Attempt, Link
+from gateway.providers.base import CallTarget, ProviderError
+from gateway.types import Chunk, Completion, StreamResult, Usage
+
+TEAM_BENCH_429_MIN_S = 30.0
+TEAM_BENCH_AUTH_S = 600.0
+TRIES_PER_ATTEMPT = 2
+
+
+class _NoUsableKey(Exception):
+    """Every key of a team pool is benched or failed during this request."""
+
+
+@dataclass(slots=True)
+class _LinkError:
+    error: errors.GatewayError
+    upstream: bool  # the provider was actually called and failed
+    defers: bool = False  # a chain-lock or open-circuit refusal: an upstream error beats it
+
+
+def _gateway_error(exc: ProviderError) -> errors.GatewayError:
+    if exc.timeout:
+        return errors.UpstreamTimeout()
+    if exc.status is not None:
+        return errors.UpstreamFailed(f"The upstream provider failed (HTTP {exc.status}).")
+    return errors.UpstreamFailed()
+
+
+def _judges_provider(exc: ProviderError, *, served_by: str) -> bool:
+    """Say whether a failure counts against the breaker (client faults do not)."""
+    if exc.status is None or exc.status >= 500 or exc.status in (408, 429):
+        return True
+    # A platform key refused is the platform's problem; a team key refused is the key's.
+    return exc.status in (401, 403) and served_by == PLATFORM
+
+
+class Orchestrator:
+    def __init__(self, *, breakers, keys, escrow) -> None:
+        self.breakers = breakers
+        self.keys = keys
+        self.escrow = escrow
+
+    # ---- public entry points ----
+
+    async def complete(self, ctx: RequestContext) -> Completion:
+        failures: list[_LinkError] = []
+        for link in ctx.plan.links:
+            try:
+                return await self._run_link(ctx, link, stream=False)
+            except _LinkFailed as failed:
+                failures.append(failed.link_error)
+        raise self._pick_error(failures)
+
+    async def open_stream(self, ctx: RequestContext) -> AsyncIterator[Chunk]:
+        """Return a stream whose first chunk already arrived: from here on, no fallback."""
+        failures: list[_LinkError] = []
+        for link in ctx.plan.links:
+            try:
+                return await self._run_link(ctx, link, stream=True)
+            except _LinkFailed as failed:
+                failures.append(failed.link_error)
+        raise self._pick_error(failures)
+
+    # ---- one link ----
+
+    async def _run_link(self, ctx: RequestContext, link: Link, *, stream: bool):
+        route = link.route
+        if link.locked:
+            self._trail(ctx, link, None, "chain_locked")
+            raise _LinkFailed(
+                errors.TeamKeysExhausted(
+                    f"Chain locked: no team key for {route.profile.name} "
+                    "and platform fallback is off."
+                ),
+                upstream=False,
+                defers=True,
+            )
+        if not link.attempts:
+            self._trail(ctx, link, None, "no_attempt")
+            raise _LinkFailed(
+                errors.TeamKeysExhausted(
+                    f"No team key for {route.profile.name} and platform serving is off."
+                ),
+                upstream=False,
+            )
+        ticket = await self.breakers.acquire(
+            link.breaker_key, route.name, lease_s=route.profile.timeout_s + 5
+        )
+        if ticket is None:
+            self._trail(ctx, link, None, "circuit_open")
+            raise _LinkFailed(
+                errors.CircuitOpen(retry_after_s=self.breakers.cooldown_s),
+                upstream=False,
+                defers=True,
+            )
+        judged = False
+        last: _LinkError | None = None
+        try:
+            for attempt in link.attempts:
+                try:
+                    if attempt.served_by == TEAM:
+                        result = await self._run_team(ctx, link, attempt, stream=stream)
+                    else:
+                        result = await self._run_platform(ctx, link, attempt, stream=stream)
+                except _NoUsableKey:
+                    last = _LinkError(
+                        errors.TeamKeysExhausted(
+                            f"Every team key for {route.profile.name} is benched or failing."
+                        ),
+                        upstream=False,
+                    )
+                    continue
+                except _AttemptFailed as failed:
+                    last = failed.link_error
+                    if failed.judges_provider:
+                        judged = True
+                        await self.breakers.failure(ticket)
+                        ticket = None
+                        break
+                    continue
+                await self.breakers.success(ticket)
+                ticket = None
+                return result
+        except BaseException:
+            if ticket is not None:
+                await self.breakers.release(ticket)
+                ticket = None
+            raise
+        finally:
+            if ticket is not None and not judged:
+                await self.breakers.release(ticket)
+        raise _LinkFailed.wrap(last)
+
+    async def _run_team(self, ctx: RequestContext, link: Link, attempt: Attempt, *, stream: bool):
+        tries = 0
+        last: _AttemptFailed | None = None
+        for pool_key in await self.keys.candidates(attempt.pool):
+            target = self._target(ctx, link, api_key=pool_key.secret)
+            started = time.monotonic()
+            try:
+                return await self._call(ctx, link, attempt, target, stream=stream)
+            except ProviderError as exc:
+                self._trail(ctx, link, attempt, "upstream_error", exc, started)
+                if exc.status == 429:
+                    await self.keys.bench(
+                        pool_key, max(exc.retry_after_s or 0, TEAM_BENCH_429_MIN_S)
+                    )
+                    continue
+                if exc.status in (401, 403):
+                    await self.keys.mark_failing(pool_key, TEAM_BENCH_AUTH_S)
+                    continue
+                last = _AttemptFailed(
+                    _gateway_error(exc), judges_provider=_judges_provider(exc, served_by=TEAM)
+                )
+                tries += 1
+                if not exc.retryable or tries >= TRIES_PER_ATTEMPT:
+                    raise last from None
+        if last is not None:
+            raise last
+        raise _NoUsableKey()
+
+    async def _run_platform(
+        self, ctx: RequestContext, link: Link, attempt: Attempt, *, stream: bool
+    ):
+        route = link.route
+        reservation_id = None
+        if attempt.needs_escrow:
+            try:
+                reservation_id = await self.escrow.reserve(ctx, attempt.escrow_budget_micro)
+            except errors.WalletInsufficient as exc:
+                self._trail(ctx, link, attempt, "wallet_insufficient")
+                raise _AttemptFailed(exc, judges_provider=False) from None
+        target = self._target(ctx, link, api_key=route.profile.platform_key)
+        committed = False
+        try:
+            for try_no in range(1, TRIES_PER_ATTEMPT + 1):
+                started = time.monotonic()
+                try:
+                    result = await self._call(ctx, link, attempt, target, stream=stream)
+                except ProviderError as exc:
+                    entry = self._trail(ctx, link, attempt, "upstream_error", exc, started)
+                    entry.reservation_id = reservation_id
+                    if exc.retryable and try_no < TRIES_PER_ATTEMPT:
+                        continue
+                    raise _AttemptFailed(
+                        _gateway_error(exc),
+                        judges_provider=_judges_provider(exc, served_by=PLATFORM),
+                    ) from None
+                ctx.reservation_id = reservation_id
+                ctx.reservation_micro = attempt.escrow_budget_micro if reservation_id else 0
+                committed = True
+                return result
+        finally:
+            if reservation_id is not None and not committed:
+                await self.escrow.cancel(reservation_id)
+
+    # ---- one upstream call ----
+
+    def _target(self, ctx: RequestContext, link: Link, *, api_key: str) -> CallTarget:
+        return CallTarget(
+            upstream_model=link.route.upstream,
+            api_key=api_key,
+            max_tokens=link.max_tokens,
+            caller_label=ctx.caller_label,
+        )
+
+    async def _call(
+        self, ctx: RequestContext, link: Link, attempt: Attempt, target: CallTarget, *, stream: bool
+    ):
+        profile = link.route.profile
+        ctx.meter.upstream_sent = True  # the upstream mark: set where the adapter is called
+        started = time.monotonic()
+        if not stream:
+            try:
+                async with asyncio.timeout(profile.timeout_s):
+                    completion = await profile.adapter.complete(ctx.req, target)
+            except TimeoutError:
+                raise ProviderError("upstream timed out", retryable=True, timeout=True) from None
+            self._served(ctx, link, attempt, started)
+            return completion
+        chunks = profile.adapter.stream(ctx.req, target).__aiter__()
+        try:
+            async with asyncio.timeout(profile.timeout_s):
+                first = await anext(chunks)
+        except TimeoutError:
+            await chunks.aclose()
+            raise ProviderError("upstream timed out", retryable=True, timeout=True) from None
+        except StopAsyncIteration:
+            raise ProviderError("upstream stream was empty", retryable=True) from None
+        except BaseException:
+            await chunks.aclose()
+            raise
+        ctx.ttft_ms = ctx.elapsed_ms()
+        self._served(ctx, link, attempt, started)
+        return _follow(first, chunks, profile.idle_timeout_s)
+
+    def _served(self, ctx: RequestContext, link: Link, attempt: Attempt, started: float) -> None:
+        route = link.route
+        metrics.UPSTREAM_LATENCY.labels(route.profile.name).observe(time.monotonic() - started)
+        ctx.served_provider = route.profile.name
+        ctx.served_model = route.name
+        ctx.served_by = attempt.served_by
+        ctx.input_micro_per_mtok = route.input_micro_per_mtok
+        ctx.output_micro_per_mtok = route.output_micro_per_mtok
+        ctx.trail.append(
+            TrailEntry(
+                order=len(ctx.trail) + 1,
+                provider=route.profile.name,
+                model=route.name,
+                served_by=attempt.served_by,
+                source=attempt.source,
+                outcome="ok",
+                upstream_status=200,
+                latency_ms=int((time.monotonic() - started) * 1000),
+            )
+        )
+
+    # ---- bookkeeping ----
+
+    def _trail(
+        self,
+        ctx,
+        link: Link,
+        attempt: Attempt | None,
+        outcome: str,
+        exc: ProviderError | None = None,
+        started: float | None = None,
+    ) -> TrailEntry:
+        if exc is not None and exc.timeout:
+            outcome = "timeout"
+        entry = TrailEntry(
+            order=len(ctx.trail) + 1,
+            provider=link.route.profile.name,
+            model=link.route.name,
+            served_by=attempt.served_by if attempt else "",
+            source=attempt.source if attempt else f"{link.route.profile.name}:{link.route.name}",
+            outcome=outcome,
+            upstream_status=exc.status if exc is not None else None,
+            latency_ms=int((time.monotonic() - started) * 1000) if started else 0,
+        )
+        ctx.trail.append(entry)
+        return entry
+
+    @staticmethod
+    def _pick_error(failures: list[_LinkError]) -> errors.GatewayError:
+        if not failures:
+            return errors.UpstreamFailed("No provider can serve this request.")
+        last = failures[-1]
+        if last.defers:
+            earlier_upstream = [f for f in failures[:-1] if f.upstream]
+            if earlier_upstream:
+                return earlier_upstream[-1].error
+        return last.error
+
+
+class _AttemptFailed(Exception):
+    def __init__(self, error: errors.GatewayError, *, judges_provider: bool) -> None:
+        super().__init__(error.message)
+        upstream = isinstance(error, errors.UpstreamFailed | errors.UpstreamTimeout)
+        self.link_error = _LinkError(error, upstream=upstream)
+        self.judges_provider = judges_provider
+
+
+class _LinkFailed(Exception):
+    def __init__(self, error: errors.GatewayError, *, upstream: bool, defers: bool = False) -> None:
+        super().__init__(error.message)
+        self.link_error = _LinkError(error, upstream=upstream, defers=defers)
+
+    @classmethod
+    def wrap(cls, link_error: _LinkError | None) -> _LinkFailed:
+        if link_error is None:
+            return cls(errors.UpstreamFailed(), upstream=False)
+        return cls(link_error.error, upstream=link_error.upstream)
+
+
+async def _follow(first: Chunk, rest: AsyncIterator[Chunk], idle_s: float) -> AsyncIterator[Chunk]:
+    """Yield the first chunk, then the rest, each within the idle timeout."""
+    try:
+        yield first
+        while True:
+            try:
+                async with asyncio.timeout(idle_s):
+                    chunk = await anext(rest)
+            except StopAsyncIteration:
+                return
+            except TimeoutError:
+                raise ProviderError(
+                    "upstream stream went idle", retryable=False, timeout=True
+                ) from None
+            yield chunk
+    finally:
+        await rest.aclose()
+
+
+def fold_stream_chunk(result: StreamResult, chunk: Chunk) -> None:
+    """Remember what a chunk says about the end of the answer."""
+    if chunk.text:
+        result.text_chunks += 1
+    if chunk.finish_reason:
+        result.finish_reason = chunk.finish_reason
+    if chunk.usage is not None:
+        result.usage = Usage(
+            input_tokens=chunk.usage.input_tokens or result.usage.input_tokens,
+            output_tokens=chunk.usage.output_tokens or result.usage.output_tokens,
+        )

@@ -1,0 +1,174 @@
+"""The attempt plan, built once per request before any call.
+
+Links follow the caller's chain (the model, then its route list or one fallback model, in
+the caller's order); a canonical model served by several providers with no pin fans out
+ranked by per-token cost. Each link has a team attempt when the group has a usable pool of
+an eligible kind for its provider, then a platform attempt only when platform serving is on
+for the deployment, the profile allows it, and any pool's fallback flag is on.
+
+Chain lock: once a fallback-off team link is reached, later links with no team pool refuse
+LM-3021 without calling upstream, so a chain never silently reaches the platform's keys.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from django.conf import settings
+
+from billing.money import prompt_tokens_bound, token_cost_micro, with_margin_micro
+from byok.pools import Pool
+from gateway.auth import Caller
+from gateway.catalog import Catalog, ModelRoute
+from gateway.errors import InvalidRequest
+from gateway.types import ChatRequest
+
+TEAM = "team"
+PLATFORM = "platform"
+
+
+@dataclass(frozen=True, slots=True)
+class Attempt:
+    served_by: str  # TEAM or PLATFORM
+    source: str  # e.g. "openai-main:gpt-4o-mini:team"
+    needs_escrow: bool
+    escrow_budget_micro: int
+    pool: Pool | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Link:
+    """One (provider, model) position of the chain with its attempts in order."""
+
+    order: int
+    route: ModelRoute
+    max_tokens: int
+    attempts: tuple[Attempt, ...]
+    breaker_key: str
+    team_scoped: bool
+    locked: bool = False  # refused by the chain lock: LM-3021 without an upstream call
+    pool_exhausted_refusal: bool = False  # a fallback-off team link: LM-3021 when keys run out
+
+    def as_json(self) -> dict:
+        return {
+            "order": self.order,
+            "provider": self.route.profile.name,
+            "model": self.route.name,
+            "upstream_model": self.route.upstream,
+            "breaker": self.breaker_key,
+            "locked": self.locked,
+            "attempts": [
+                {
+                    "served_by": a.served_by,
+                    "source": a.source,
+                    "needs_escrow": a.needs_escrow,
+                    "escrow_budget_micro": a.escrow_budget_micro,
+                    "team_keys": len(a.pool.keys) if a.pool else 0,
+                }
+                for a in self.attempts
+            ],
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    links: tuple[Link, ...]
+    budget_estimate_micro: int  # worst-case platform cost of the most expensive link
+
+    def as_json(self) -> dict:
+        return {
+            "links": [link.as_json() for link in self.links],
+            "budget_estimate_micro": self.budget_estimate_micro,
+        }
+
+
+def _price_rank(route: ModelRoute) -> tuple[int, str]:
+    return (route.input_micro_per_mtok + route.output_micro_per_mtok, route.profile.name)
+
+
+def worst_case_cost_micro(req: ChatRequest, route: ModelRoute, *, max_tokens: int) -> int:
+    prompt_bytes = len(req.system.encode()) if req.system else 0
+    prompt_bytes += sum(len(m.content.encode()) for m in req.messages)
+    tokens_in = prompt_tokens_bound(prompt_bytes=prompt_bytes, messages=len(req.messages))
+    return token_cost_micro(
+        tokens_in=tokens_in,
+        tokens_out=max_tokens,
+        input_micro_per_mtok=route.input_micro_per_mtok,
+        output_micro_per_mtok=route.output_micro_per_mtok,
+    )
+
+
+def build_plan(
+    req: ChatRequest,
+    caller: Caller,
+    catalog: Catalog,
+    pool_for: Callable[[int, str], Pool | None],
+) -> Plan:
+    """Build the attempt plan; refuse unknown or disallowed models (LM-2001 / LM-1003)."""
+    ptb_enabled = settings.GATEWAY_PTB_ENABLED
+    byok_enabled = settings.GATEWAY_BYOK_ENABLED
+    margin_pct = settings.TOLLGATE["ESCROW_MARGIN_PCT"]
+    prepaid = caller.billing_mode == "prepaid"
+
+    routes: list[ModelRoute] = []
+    for model in req.route_models:
+        resolved = catalog.resolve(model)
+        if not resolved:
+            raise InvalidRequest(f"Unknown model {model!r}.")
+        if not caller.may_use(model) and not caller.may_use(resolved[0].name):
+            from gateway.errors import Forbidden
+
+            raise Forbidden(f"This key may not use model {model!r}.")
+        routes.extend(sorted(resolved, key=_price_rank) if len(resolved) > 1 else resolved)
+
+    links: list[Link] = []
+    budget_estimate = 0
+    chain_locked = False
+    for order, route in enumerate(routes, start=1):
+        profile = route.profile
+        max_tokens = min(req.max_tokens or route.max_output_tokens, route.max_output_tokens)
+        if req.max_tokens is not None and req.max_tokens > route.max_output_tokens:
+            raise InvalidRequest(
+                f"'max_tokens' {req.max_tokens} is over {route.name}'s cap of "
+                f"{route.max_output_tokens}."
+            )
+        worst_micro = with_margin_micro(
+            worst_case_cost_micro(req, route, max_tokens=max_tokens), margin_pct=margin_pct
+        )
+        pool = (
+            pool_for(caller.group_id, profile.name)
+            if byok_enabled and profile.team_key_eligible
+            else None
+        )
+        platform_ok = ptb_enabled and profile.allows_platform and profile.platform_key is not None
+        attempts: list[Attempt] = []
+        stem = f"{profile.name}:{route.name}"
+        if pool is not None:
+            attempts.append(Attempt(TEAM, f"{stem}:team", False, 0, pool))
+            if pool.fallback and platform_ok:
+                attempts.append(
+                    Attempt(PLATFORM, f"{stem}:platform-fallback", prepaid, worst_micro)
+                )
+        elif platform_ok and not chain_locked:
+            attempts.append(Attempt(PLATFORM, f"{stem}:platform", prepaid, worst_micro))
+        if any(a.served_by == PLATFORM for a in attempts):
+            budget_estimate = max(budget_estimate, worst_micro)
+        team_scoped = pool is not None
+        links.append(
+            Link(
+                order=order,
+                route=route,
+                max_tokens=max_tokens,
+                attempts=tuple(attempts),
+                breaker_key=(
+                    f"{profile.name}#group:{caller.group_id}" if team_scoped else profile.name
+                ),
+                team_scoped=team_scoped,
+                locked=chain_locked and pool is None,
+                pool_exhausted_refusal=pool is not None and not pool.fallback,
+            )
+        )
+        if pool is not None and not pool.fallback:
+            chain_locked = True
+    return Plan(links=tuple(links), budget_estimate_micro=budget_estimate)

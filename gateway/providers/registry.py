@@ -1,0 +1,28 @@
+"""Map a provider kind to its adapter class."""
+
+from __future__ import annotations
+
+import aiohttp
+
+from gateway.models import ProviderKind
+from gateway.providers.anthropic import AnthropicProvider
+from gateway.providers.base import Provider
+from gateway.providers.fake import FakeProvider
+from gateway.providers.openai import OpenAIProvider
+from gateway.providers.openrouter import OpenRouterProvider
+
+ADAPTERS = {
+    ProviderKind.OPENAI: OpenAIProvider,
+    ProviderKind.OPENAI_COMPATIBLE: OpenAIProvider,
+    ProviderKind.ANTHROPIC: AnthropicProvider,
+    ProviderKind.OPENROUTER: OpenRouterProvider,
+    ProviderKind.FAKE: FakeProvider,
+}
+
+
+def build_adapter(kind: str, *, base_url: str, session: aiohttp.ClientSession) -> Provider | None:
+    """Return the adapter for a profile, or None for a kind Tollgate cannot serve."""
+    adapter_class = ADAPTERS.get(kind)
+    if adapter_class is None:
+        return None
+    return adapter_class(base_url=base_url, session=session)

@@ -1,0 +1,131 @@
+"""One gateway process's long-lived parts: the pooled upstream client, the in-memory config,
+caches, shared state, and the background tasks that keep them fresh.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import aiohttp
+from asgiref.sync import sync_to_async
+from django.conf import settings
+
+from byok.pools import PoolRegistry, load_pools
+from byok.routing import KeyRotation
+from gateway import bus
+from gateway.auth import CallerCache
+from gateway.breakers import BreakerBoard
+from gateway.catalog import EMPTY, Catalog, load_catalog
+from gateway.limits import Limiter
+from gateway.orchestrator import Orchestrator
+from gateway.shared_state import SharedState
+
+log = logging.getLogger(__name__)
+
+
+class Runtime:
+    def __init__(self) -> None:
+        self.started = False
+        self._starting: asyncio.Lock | None = None
+        self.catalog: Catalog = EMPTY
+        self.pools = PoolRegistry()
+        self.callers = CallerCache()
+        self._tasks: list[asyncio.Task] = []
+
+    async def start(self) -> None:
+        """Build everything once per process (lifespan startup, or the first request)."""
+        if self.started:
+            return
+        if self._starting is None:
+            self._starting = asyncio.Lock()
+        async with self._starting:
+            if self.started:
+                return
+            from billing.escrow import Escrow
+            from usage.writer import UsageWriter
+
+            self._loop = asyncio.get_running_loop()
+            self.session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=0, ttl_dns_cache=300),
+                timeout=aiohttp.ClientTimeout(total=None, sock_connect=10),
+                skip_auto_headers=("User-Agent",),
+            )
+            self.shared = SharedState()
+            self.breakers = BreakerBoard(self.shared)
+            self.keys = KeyRotation(self.shared)
+            self.limiter = Limiter(self.shared)
+            self.escrow = Escrow()
+            self.orchestrator = Orchestrator(
+                breakers=self.breakers, keys=self.keys, escrow=self.escrow
+            )
+            self.usage = UsageWriter(self.shared)
+            self._subscribe()
+            await self.reload()
+            if not settings.GATEWAY_BYOK_ENABLED:
+                log.warning(
+                    "GATEWAY_BYOK_ENABLED is off: team key pools are inert; every request is "
+                    "served and billed on platform keys"
+                )
+            self._tasks.append(asyncio.create_task(self._reload_periodically()))
+            if self.shared.client is not None:
+                self._tasks.append(
+                    asyncio.create_task(bus.listen(self.shared.new_client, self._reload_soon))
+                )
+            self._tasks.append(asyncio.create_task(self.usage.run()))
+            self.started = True
+
+    async def stop(self) -> None:
+        if not self.started:
+            return
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.usage.flush()
+        await self.session.close()
+        await self.shared.close()
+        self.started = False
+
+    async def reload(self) -> None:
+        """Rebuild config and pools from the database, off the request path."""
+        self.catalog = await sync_to_async(load_catalog, thread_sensitive=False)(self.session)
+        self.pools.replace(await sync_to_async(load_pools, thread_sensitive=False)())
+
+    def _reload_soon(self) -> None:
+        """Schedule a reload on this process's loop (bus callbacks may run in a thread)."""
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is not self._loop:
+            self._loop.call_soon_threadsafe(self._reload_soon)
+            return
+        task = self._loop.create_task(self._safe_reload())
+        self._tasks.append(task)
+        task.add_done_callback(lambda t: t in self._tasks and self._tasks.remove(t))
+
+    async def _safe_reload(self) -> None:
+        try:
+            await self.reload()
+        except Exception:
+            log.exception("config reload failed; keeping the last good config")
+
+    async def _reload_periodically(self) -> None:
+        while True:
+            await asyncio.sleep(settings.TOLLGATE["CONFIG_RELOAD_S"])
+            await self._safe_reload()
+
+    def _subscribe(self) -> None:
+        bus.subscribe(bus.Topic.API_KEY, self.callers.evict_key)
+        bus.subscribe(bus.Topic.GROUP, self.callers.evict_group)
+        bus.subscribe(bus.Topic.PROFILES, lambda _: self._reload_soon())
+        bus.subscribe(bus.Topic.POOL, self._on_pool_change)
+
+    def _on_pool_change(self, payload: dict) -> None:
+        if payload.get("evict_key_id") is not None:
+            # Synchronous: the key is gone from memory before the publisher is acknowledged.
+            self.pools.evict_key({"key_id": payload["evict_key_id"]})
+        self._reload_soon()
+
+
+runtime = Runtime()

@@ -1,0 +1,130 @@
+"""Writes of provider config: profiles, their platform credential, models; bootstrap from JSON."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from django.core.exceptions import ImproperlyConfigured
+from django.db import transaction
+from django.utils import timezone
+
+from byok.sealing import seal
+from gateway import bus
+from gateway.models import ProviderKind, ProviderModel, ProviderProfile
+
+PROFILE_FIELDS = {
+    "name",
+    "kind",
+    "base_url",
+    "api_key_env",
+    "allows_platform",
+    "timeout_s",
+    "stream_idle_timeout_s",
+    "enabled",
+    "models",
+}
+MODEL_FIELDS = {
+    "name",
+    "upstream",
+    "input_micro_per_mtok",
+    "output_micro_per_mtok",
+    "max_output_tokens",
+}
+
+
+def profile_set_platform_key(*, profile: ProviderProfile, api_key: str) -> None:
+    """Seal a platform credential into the profile row (only its last 4 stay readable)."""
+    profile.api_key_sealed, profile.api_key_seal_version = seal(
+        api_key, bound_to=profile.seal_binding
+    )
+    profile.api_key_last4 = api_key[-4:]
+
+
+def profile_changed() -> None:
+    """Tell every replica to reload its provider config."""
+    bus.publish(bus.Topic.PROFILES, {"at": timezone.now().isoformat()})
+
+
+def read_profiles_spec(raw: str) -> list[dict]:
+    """Parse PROVIDER_PROFILES_JSON: inline JSON, or a path to a JSON file."""
+    text = raw.strip()
+    if not text.startswith("["):
+        path = Path(text)
+        if not path.is_file():
+            raise ImproperlyConfigured(
+                "Malformed setting PROVIDER_PROFILES_JSON: neither a JSON list nor a file path."
+            )
+        text = path.read_text()
+    try:
+        spec = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ImproperlyConfigured(f"Malformed setting PROVIDER_PROFILES_JSON: {exc}") from None
+    if not isinstance(spec, list):
+        raise ImproperlyConfigured("Malformed setting PROVIDER_PROFILES_JSON: expected a list.")
+    for index, item in enumerate(spec):
+        _check_profile(item, index)
+    return spec
+
+
+def _check_profile(item: object, index: int) -> None:
+    where = f"PROVIDER_PROFILES_JSON[{index}]"
+    if not isinstance(item, dict) or not isinstance(item.get("name"), str):
+        raise ImproperlyConfigured(f"Malformed setting {where}: needs a 'name'.")
+    unknown = set(item) - PROFILE_FIELDS
+    if unknown:
+        raise ImproperlyConfigured(
+            f"Malformed setting {where}: unknown field {sorted(unknown)[0]}."
+        )
+    if item.get("kind") not in ProviderKind.values:
+        raise ImproperlyConfigured(f"Malformed setting {where}: unknown kind {item.get('kind')!r}.")
+    for m_index, model in enumerate(item.get("models") or []):
+        if not isinstance(model, dict) or not isinstance(model.get("name"), str):
+            raise ImproperlyConfigured(
+                f"Malformed setting {where}.models[{m_index}]: needs a name."
+            )
+        if set(model) - MODEL_FIELDS:
+            bad = sorted(set(model) - MODEL_FIELDS)[0]
+            raise ImproperlyConfigured(
+                f"Malformed setting {where}.models[{m_index}]: unknown field {bad}."
+            )
+
+
+@transaction.atomic
+def profiles_bootstrap(*, spec: list[dict]) -> list[ProviderProfile]:
+    """Create or update profiles and their models from the JSON contract (idempotent)."""
+    profiles = []
+    for item in spec:
+        defaults = {
+            "kind": item["kind"],
+            "base_url": item.get("base_url", ""),
+            "api_key_env": item.get("api_key_env", ""),
+            "allows_platform": item.get("allows_platform", True),
+            "timeout_s": item.get("timeout_s", 60),
+            "stream_idle_timeout_s": item.get("stream_idle_timeout_s", 30),
+            "enabled": item.get("enabled", True),
+            "updated_at": timezone.now(),
+        }
+        profile, _ = ProviderProfile.objects.update_or_create(name=item["name"], defaults=defaults)
+        env_key = os.environ.get(profile.api_key_env, "") if profile.api_key_env else ""
+        if env_key:
+            profile.api_key_last4 = env_key[-4:]
+            profile.save(update_fields=["api_key_last4"])
+        names = []
+        for model in item.get("models") or []:
+            names.append(model["name"])
+            ProviderModel.objects.update_or_create(
+                profile=profile,
+                name=model["name"],
+                defaults={
+                    "upstream": model.get("upstream") or model["name"],
+                    "input_micro_per_mtok": int(model.get("input_micro_per_mtok", 0)),
+                    "output_micro_per_mtok": int(model.get("output_micro_per_mtok", 0)),
+                    "max_output_tokens": int(model.get("max_output_tokens", 4096)),
+                },
+            )
+        profile.models.exclude(name__in=names).delete()
+        profiles.append(profile)
+    transaction.on_commit(profile_changed)
+    return profiles

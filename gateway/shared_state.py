@@ -1,0 +1,72 @@
+"""Redis for state that can be lost or rebuilt, with a per-process stand-in when it is not there.
+
+Every Redis call of the request path goes through `SharedState.call`, which bounds it by a
+short timeout. When Redis is unset (embedded runs) or failing, callers use their in-process
+fallback; a failure flips the `degraded` flag, logs one line and sets a gauge, and the next
+successful call flips it back, so recovery needs no restart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+import redis.asyncio as aioredis
+from django.conf import settings
+
+from gateway import metrics
+
+log = logging.getLogger(__name__)
+RETRY_AFTER_FAILURE_S = 1.0
+
+
+class SharedState:
+    def __init__(self) -> None:
+        self.client: aioredis.Redis | None = None
+        self.timeout_s = settings.TOLLGATE["REDIS_TIMEOUT_MS"] / 1000
+        self.degraded = False
+        self._down_until = 0.0
+        if settings.REDIS_URL:
+            self.client = self.new_client()
+
+    def new_client(self) -> aioredis.Redis:
+        return aioredis.Redis.from_url(
+            settings.REDIS_URL,
+            socket_timeout=self.timeout_s,
+            socket_connect_timeout=self.timeout_s,
+        )
+
+    @property
+    def available(self) -> bool:
+        """Say whether to try Redis now (not configured, or recently failed: use fallback)."""
+        return self.client is not None and time.monotonic() >= self._down_until
+
+    async def call(self, make_awaitable):
+        """Run one Redis operation within the timeout; raise SharedStateDown on any failure."""
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                result = await make_awaitable(self.client)
+        except (TimeoutError, OSError, aioredis.RedisError) as exc:
+            self._down_until = time.monotonic() + RETRY_AFTER_FAILURE_S
+            if not self.degraded:
+                self.degraded = True
+                metrics.REDIS_DEGRADED.set(1)
+                log.warning(
+                    "Redis unavailable (%s): limits and breakers fall back to this process",
+                    type(exc).__name__,
+                )
+            raise SharedStateDown() from None
+        if self.degraded:
+            self.degraded = False
+            metrics.REDIS_DEGRADED.set(0)
+            log.warning("Redis is back: limits and breakers are shared again")
+        return result
+
+    async def close(self) -> None:
+        if self.client is not None:
+            await self.client.aclose()
+
+
+class SharedStateDown(Exception):
+    pass

@@ -1,0 +1,46 @@
+"""Start-up refusals: a gateway never serves against a database it does not understand."""
+
+from __future__ import annotations
+
+from asgiref.sync import sync_to_async
+from django.core.exceptions import ImproperlyConfigured
+from django.db import connection
+from django.db.migrations.loader import MigrationLoader
+
+
+def unknown_applied_migrations() -> list[str]:
+    """Return migrations applied in the database that this release does not ship."""
+    loader = MigrationLoader(connection, ignore_no_migrations=True)
+    ours = set(loader.disk_migrations)
+    return sorted(
+        f"{app}.{name}" for app, name in loader.applied_migrations if (app, name) not in ours
+    )
+
+
+def pending_migrations() -> list[str]:
+    loader = MigrationLoader(connection, ignore_no_migrations=True)
+    return sorted(
+        f"{app}.{name}"
+        for app, name in loader.disk_migrations
+        if (app, name) not in loader.applied_migrations
+    )
+
+
+def _check() -> None:
+    unknown = unknown_applied_migrations()
+    if unknown:
+        raise ImproperlyConfigured(
+            "The database carries migrations this release does not know "
+            f"({', '.join(unknown[:5])}): it was migrated by a newer Tollgate. Refusing to start; "
+            "roll back by turning GATEWAY_BYOK_ENABLED off on the newer release instead."
+        )
+    pending = pending_migrations()
+    if pending:
+        raise ImproperlyConfigured(
+            f"The database is missing migrations ({', '.join(pending[:5])}): run "
+            "`python manage.py migrate` first."
+        )
+
+
+async def check_migrations() -> None:
+    await sync_to_async(_check, thread_sensitive=False)()

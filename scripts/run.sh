@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# `make run`: start the embedded Tollgate (SQLite, no Redis, the stub upstream) in the
+# background, show one streamed completion, and print the lines that point SDKs at it.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PY:-python}
+PORT=${PORT:-8000}
+STUB_PORT=${STUB_PORT:-8765}
+mkdir -p var
+
+scripts/stop.sh >/dev/null 2>&1 || true
+
+$PY manage.py migrate --noinput >var/migrate.log
+demo_json=$($PY manage.py seed_demo --stub-url "http://127.0.0.1:$STUB_PORT")
+api_key=$($PY -c 'import json,sys; print(json.loads(sys.argv[1])["api_key"])' "$demo_json")
+
+nohup $PY manage.py runstub --host 127.0.0.1 --port "$STUB_PORT" >var/stub.log 2>&1 &
+echo $! >var/stub.pid
+nohup $PY -m uvicorn config.asgi:application --host 127.0.0.1 --port "$PORT" \
+  --loop uvloop --http httptools --no-access-log >var/gateway.log 2>&1 &
+echo $! >var/gateway.pid
+
+for _ in $(seq 1 100); do
+  if curl -fsS "http://127.0.0.1:$PORT/healthz" >/dev/null 2>&1 \
+     && curl -fsS "http://127.0.0.1:$STUB_PORT/_stub/health" >/dev/null 2>&1; then
+    break
+  fi
+  sleep 0.1
+done
+curl -fsS "http://127.0.0.1:$PORT/healthz" >/dev/null || { echo "gateway did not start; see var/gateway.log" >&2; exit 1; }
+
+curl_line="curl -sSN http://127.0.0.1:$PORT/v1/chat/completions -H 'Authorization: Bearer $api_key' -H 'Content-Type: application/json' -d '{\"model\":\"gpt-4o-mini\",\"stream\":true,\"messages\":[{\"role\":\"user\",\"content\":\"Say hello\"}]}'"
+echo "Tollgate is running: gateway http://127.0.0.1:$PORT (pid $(cat var/gateway.pid)), stub http://127.0.0.1:$STUB_PORT; logs in var/, stop with make stop."
+echo
+echo "A streamed completion through Tollgate:"
+eval "$curl_line"
+echo
+echo "Try it yourself:"
+echo "$curl_line"
+echo
+echo "Point the official SDKs at Tollgate:"
+echo "export OPENAI_BASE_URL=http://127.0.0.1:$PORT/v1"
+echo "export OPENAI_API_KEY=$api_key"
+echo "export ANTHROPIC_BASE_URL=http://127.0.0.1:$PORT"
+echo "export ANTHROPIC_API_KEY=$api_key"

@@ -1,0 +1,86 @@
+"""Usage of record: one log row per request with its attempt trail, and flushed events."""
+
+from __future__ import annotations
+
+from django.db import models
+from django.utils import timezone
+
+
+class ServedBy(models.TextChoices):
+    TEAM = "team"
+    PLATFORM = "platform"
+
+
+class UsageLog(models.Model):
+    request_id = models.CharField(max_length=64, unique=True)
+    created_at = models.DateTimeField(default=timezone.now, db_index=True)
+    account_id = models.BigIntegerField(null=True, db_index=True)
+    group_id = models.BigIntegerField(null=True, db_index=True)
+    api_key_id = models.BigIntegerField(null=True, db_index=True)
+    caller_label = models.CharField(max_length=64, blank=True, db_index=True)
+    route = models.CharField(max_length=32)
+    model_requested = models.CharField(max_length=200, blank=True)
+    model_served = models.CharField(max_length=200, blank=True)
+    provider = models.CharField(max_length=64, blank=True)
+    served_by = models.CharField(max_length=8, choices=ServedBy.choices, blank=True)
+    tokens_in = models.BigIntegerField(default=0)
+    tokens_out = models.BigIntegerField(default=0)
+    byok_tokens_in = models.BigIntegerField(default=0)
+    byok_tokens_out = models.BigIntegerField(default=0)
+    provider_cost_micro = models.BigIntegerField(default=0)
+    bytes_in = models.BigIntegerField(default=0)
+    bytes_out = models.BigIntegerField(default=0)
+    bandwidth_charge_micro = models.BigIntegerField(default=0)
+    upstream_sent = models.BooleanField(default=False)
+    status = models.PositiveSmallIntegerField(default=200)
+    error_code = models.CharField(max_length=16, blank=True)
+    latency_ms = models.PositiveIntegerField(default=0)
+    ttft_ms = models.PositiveIntegerField(null=True, blank=True)
+    streamed = models.BooleanField(default=False)
+
+    class Meta:
+        indexes = [models.Index(fields=["group_id", "created_at"])]
+
+    def __str__(self) -> str:
+        return self.request_id
+
+
+class UsageAttempt(models.Model):
+    log = models.ForeignKey(UsageLog, on_delete=models.CASCADE, related_name="attempts")
+    order = models.PositiveSmallIntegerField()
+    provider = models.CharField(max_length=64)
+    model = models.CharField(max_length=200)
+    served_by = models.CharField(max_length=8, choices=ServedBy.choices)
+    source = models.CharField(max_length=64)
+    outcome = models.CharField(max_length=32)
+    upstream_status = models.PositiveSmallIntegerField(null=True)
+    latency_ms = models.PositiveIntegerField(default=0)
+    reservation_id = models.BigIntegerField(null=True)
+
+    class Meta:
+        ordering = ["order"]
+
+
+class UsageEvent(models.Model):
+    """Aggregated usage of one (account, group) over one flush window: emitted once."""
+
+    class Delivery(models.TextChoices):
+        PENDING = "pending"
+        DELIVERED = "delivered"
+        FAILED = "failed"
+
+    window_start = models.DateTimeField()
+    window_s = models.PositiveIntegerField()
+    account_id = models.BigIntegerField()
+    group_id = models.BigIntegerField()
+    payload = models.JSONField()
+    delivery = models.CharField(max_length=10, choices=Delivery.choices, default=Delivery.PENDING)
+    delivery_attempts = models.PositiveSmallIntegerField(default=0)
+    last_error = models.CharField(max_length=200, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    delivered_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["window_start", "group_id"], name="event_once")
+        ]

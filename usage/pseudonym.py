@@ -1,0 +1,44 @@
+"""Caller labels: a keyed, per-window pseudonym of the end-user id a client sends.
+
+label = "c_" + base32(HMAC-SHA256(TOLLGATE_CALLER_KEY, window + ":" + raw id))[:24]. The
+window (calendar month by default, or year) is at least the budget period, so a label is
+stable while its budget counts. Without a caller key nothing is labelled: no id is
+forwarded, spend falls back to the group bucket, and one warning says so.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import logging
+from datetime import UTC, datetime
+
+from django.conf import settings
+
+log = logging.getLogger(__name__)
+_warned = False
+
+
+def window_id(now: datetime | None = None, *, window: str | None = None) -> str:
+    now = now or datetime.now(UTC)
+    window = window or settings.TOLLGATE["CALLER_WINDOW"]
+    return f"{now.year:04d}" if window == "year" else f"{now.year:04d}-{now.month:02d}"
+
+
+def caller_label(raw_id: str | None, *, now: datetime | None = None) -> str | None:
+    """Return the label for an end-user id, or None (no id, or no caller key configured)."""
+    global _warned
+    if not raw_id:
+        return None
+    key = settings.TOLLGATE["CALLER_KEY"]
+    if not key:
+        if not _warned:
+            _warned = True
+            log.warning(
+                "TOLLGATE_CALLER_KEY is not set: end-user ids are dropped, nothing is "
+                "forwarded, and per-caller spend falls back to the group bucket"
+            )
+        return None
+    digest = hmac.new(key.encode(), f"{window_id(now)}:{raw_id}".encode(), hashlib.sha256).digest()
+    return "c_" + base64.b32encode(digest).decode().lower()[:24]

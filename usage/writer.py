@@ -1,0 +1,172 @@
+"""Usage rows leave the request path in batches, and survive a killed gateway.
+
+With Redis, each finished request is journaled (one XADD, before the client sees the end
+of its answer) to a Redis stream; every replica's flusher reads the stream through a
+consumer group and bulk-inserts rows, acknowledging them only after the insert commits.
+Entries a dead replica read but never acknowledged are claimed by the survivors (and by the
+Celery drain task) after JOURNAL_CLAIM_IDLE_MS. Without Redis (embedded runs) rows wait in
+memory and are flushed every FLUSH_EVERY_S. Inserts skip request ids already stored, so a
+replay never duplicates a row.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import orjson
+from asgiref.sync import sync_to_async
+from django.db import transaction
+
+from gateway import bus
+from gateway.shared_state import SharedState, SharedStateDown
+from usage.models import UsageAttempt, UsageLog
+
+log = logging.getLogger(__name__)
+
+JOURNAL = "tollgate:usage:journal"
+GROUP = "writers"
+FLUSH_EVERY_S = 0.5
+BATCH = 500
+JOURNAL_CLAIM_IDLE_MS = 15_000
+
+
+def store_rows(rows: list[dict]) -> int:
+    """Insert usage rows with their attempts, skipping request ids already stored."""
+    if not rows:
+        return 0
+    by_id = {row["request_id"]: row for row in rows}
+    with transaction.atomic():
+        known = set(
+            UsageLog.objects.filter(request_id__in=list(by_id)).values_list("request_id", flat=True)
+        )
+        fresh = [row for rid, row in by_id.items() if rid not in known]
+        logs = UsageLog.objects.bulk_create(
+            [UsageLog(**{k: v for k, v in row.items() if k != "attempts"}) for row in fresh]
+        )
+        if logs and logs[0].pk is None:  # a backend that returns no ids
+            ids = dict(
+                UsageLog.objects.filter(
+                    request_id__in=[r["request_id"] for r in fresh]
+                ).values_list("request_id", "pk")
+            )
+            for usage_log in logs:
+                usage_log.pk = ids[usage_log.request_id]
+        UsageAttempt.objects.bulk_create(
+            [
+                UsageAttempt(log_id=usage_log.pk, **attempt)
+                for usage_log, row in zip(logs, fresh, strict=True)
+                for attempt in row["attempts"]
+            ]
+        )
+    return len(fresh)
+
+
+def decode_row(raw: bytes) -> dict:
+    from datetime import datetime
+
+    row = orjson.loads(raw)
+    row["created_at"] = datetime.fromisoformat(row["created_at"])
+    return row
+
+
+class UsageWriter:
+    def __init__(self, shared: SharedState) -> None:
+        self._shared = shared
+        self._buffer: list[dict] = []
+        self._group_ready = False
+
+    async def submit(self, row: dict) -> None:
+        """Keep a finished request's row: journaled in Redis, or buffered in memory."""
+        if self._shared.available:
+            payload = orjson.dumps(row)
+            try:
+                await self._shared.call(lambda r: r.xadd(JOURNAL, {"row": payload}))
+                return
+            except SharedStateDown:
+                pass
+        self._buffer.append(row)
+
+    async def run(self) -> None:
+        while True:
+            await asyncio.sleep(FLUSH_EVERY_S)
+            try:
+                await self.flush()
+            except Exception:
+                log.exception("usage flush failed; rows kept for the next try")
+
+    async def flush(self) -> None:
+        if self._buffer:
+            rows, self._buffer = self._buffer, []
+            try:
+                await sync_to_async(store_rows, thread_sensitive=False)(rows)
+            except Exception:
+                self._buffer[:0] = rows
+                raise
+        if self._shared.client is not None:
+            try:
+                await self._flush_journal()
+            except SharedStateDown:
+                pass
+
+    async def _flush_journal(self) -> None:
+        if not self._group_ready:
+            await self._shared.call(lambda r: ensure_group(r))
+            self._group_ready = True
+        while True:
+            entries = await self._shared.call(
+                lambda r: r.xreadgroup(GROUP, bus.REPLICA_ID, {JOURNAL: ">"}, count=BATCH)
+            )
+            messages = entries[0][1] if entries else []
+            claimed = await self._shared.call(
+                lambda r: r.xautoclaim(
+                    JOURNAL, GROUP, bus.REPLICA_ID, JOURNAL_CLAIM_IDLE_MS, "0-0", count=BATCH
+                )
+            )
+            messages = messages + list(claimed[1])
+            if not messages:
+                return
+            rows = [decode_row(fields[b"row"]) for _, fields in messages if fields]
+            await sync_to_async(store_rows, thread_sensitive=False)(rows)
+            ids = [message_id for message_id, _ in messages]
+            await self._shared.call(lambda r, ids=ids: r.xack(JOURNAL, GROUP, *ids))
+            await self._shared.call(lambda r, ids=ids: r.xdel(JOURNAL, *ids))
+            if len(messages) < BATCH:
+                return
+
+
+async def ensure_group(client) -> None:
+    try:
+        await client.xgroup_create(JOURNAL, GROUP, id="0", mkstream=True)
+    except Exception as exc:  # BUSYGROUP: it exists already
+        if "BUSYGROUP" not in str(exc):
+            raise
+
+
+def drain_journal_sync(redis_url: str, consumer: str = "celery-drain") -> int:
+    """Move every journaled row into the database (Celery task; also claims dead replicas')."""
+    import redis
+
+    client = redis.Redis.from_url(redis_url)
+    try:
+        try:
+            client.xgroup_create(JOURNAL, GROUP, id="0", mkstream=True)
+        except redis.ResponseError as exc:
+            if "BUSYGROUP" not in str(exc):
+                raise
+        stored = 0
+        while True:
+            entries = client.xreadgroup(GROUP, consumer, {JOURNAL: ">"}, count=BATCH)
+            messages = list(entries[0][1]) if entries else []
+            claimed = client.xautoclaim(
+                JOURNAL, GROUP, consumer, JOURNAL_CLAIM_IDLE_MS, "0-0", count=BATCH
+            )
+            messages += list(claimed[1])
+            if not messages:
+                return stored
+            stored += store_rows([decode_row(f[b"row"]) for _, f in messages if f])
+            ids = [message_id for message_id, _ in messages]
+            client.xack(JOURNAL, GROUP, *ids)
+            client.xdel(JOURNAL, *ids)
+    finally:
+        client.close()
