@@ -13,6 +13,8 @@ from pathlib import Path
 import environ
 from django.core.exceptions import ImproperlyConfigured
 
+from byok.sealing import parse_keyring as _parse_keyring
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("TOLLGATE_VAR_DIR", BASE_DIR / "var"))
 
@@ -109,6 +111,7 @@ if not SEALING_KEYS:
     if not EMBEDDED:
         raise ImproperlyConfigured("Missing setting SEALING_KEYS: required with DATABASE_URL.")
     SEALING_KEYS = _embedded_secret("sealing_keys", _random_sealing_key)
+_parse_keyring(SEALING_KEYS)  # a malformed master key stops the process here
 
 GATEWAY_INTERNAL_TOKEN = env("GATEWAY_INTERNAL_TOKEN")
 if GATEWAY_INTERNAL_TOKEN and len(GATEWAY_INTERNAL_TOKEN) < 32:
@@ -194,6 +197,8 @@ if EMBEDDED:
             "ENGINE": "django.db.backends.sqlite3",
             "NAME": VAR_DIR / "tollgate.sqlite3",
             "OPTIONS": {"timeout": 20, "init_command": "PRAGMA journal_mode=WAL;"},
+            # A file, not memory, so gateway processes started by the tests share it.
+            "TEST": {"NAME": str(VAR_DIR / "test.sqlite3")},
         }
     }
 else:
@@ -203,6 +208,9 @@ else:
         raise ImproperlyConfigured("Malformed setting DATABASE_URL.") from exc
     DATABASES["default"]["CONN_MAX_AGE"] = 60
     DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+    if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+        DATABASES["default"]["CONN_MAX_AGE"] = 0
+        DATABASES["default"]["OPTIONS"] = {"timeout": 20}
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 

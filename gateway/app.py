@@ -431,6 +431,16 @@ class InternalShape:
             return b"event: error\ndata: " + exc.body() + b"\n\n"
 
 
+async def reload_config(ex: Exchange) -> None:
+    """Reload provider config and pools and drop cached callers now (operators, tests)."""
+    if not internal_authorized(ex.headers):
+        await ex.refuse(errors.Unauthorized("Missing or wrong internal token."))
+        return
+    runtime.callers.clear()
+    await runtime.reload()
+    await ex.reply(200, orjson.dumps({"reloaded": True, "models": runtime.catalog.model_names()}))
+
+
 async def healthz(ex: Exchange) -> None:
     await ex.reply(200, b'{"status":"ok"}')
 
@@ -457,6 +467,7 @@ ROUTES: dict[tuple[str, str], Callable[[Exchange], Awaitable[None]]] = {
     ("POST", "/internal/complete"): lambda ex: internal(ex, "complete"),
     ("POST", "/internal/stream"): lambda ex: internal(ex, "stream"),
     ("POST", "/internal/decide"): lambda ex: internal(ex, "decide"),
+    ("POST", "/internal/reload"): reload_config,
     ("GET", "/healthz"): healthz,
     ("GET", "/readyz"): readyz,
     ("GET", "/metrics"): metrics_endpoint,

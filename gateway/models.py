@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from django.core.validators import URLValidator
 from django.db import models
 from django.utils import timezone
 
@@ -32,7 +33,7 @@ TEAM_KEY_ELIGIBLE_KINDS = frozenset(
 class ProviderProfile(models.Model):
     name = models.SlugField(max_length=64, unique=True)
     kind = models.CharField(max_length=24, choices=ProviderKind.choices)
-    base_url = models.URLField(max_length=500, blank=True)
+    base_url = models.CharField(max_length=500, blank=True, validators=[URLValidator()])
     # The platform credential: the name of an environment variable, or sealed in the row.
     api_key_env = models.CharField(max_length=128, blank=True)
     api_key_sealed = models.BinaryField(null=True, blank=True, editable=False)

@@ -47,7 +47,7 @@ class SharedState:
         try:
             async with asyncio.timeout(self.timeout_s):
                 result = await make_awaitable(self.client)
-        except (TimeoutError, OSError, aioredis.RedisError) as exc:
+        except (TimeoutError, OSError, aioredis.ConnectionError, aioredis.TimeoutError) as exc:
             self._down_until = time.monotonic() + RETRY_AFTER_FAILURE_S
             if not self.degraded:
                 self.degraded = True

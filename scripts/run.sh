@@ -6,19 +6,20 @@ cd "$(dirname "$0")/.."
 PY=${PY:-python}
 PORT=${PORT:-8000}
 STUB_PORT=${STUB_PORT:-8765}
-mkdir -p var
+VAR=${TOLLGATE_VAR_DIR:-var}
+mkdir -p "$VAR"
 
 scripts/stop.sh >/dev/null 2>&1 || true
 
-$PY manage.py migrate --noinput >var/migrate.log
+$PY manage.py migrate --noinput >"$VAR/migrate.log"
 demo_json=$($PY manage.py seed_demo --stub-url "http://127.0.0.1:$STUB_PORT")
 api_key=$($PY -c 'import json,sys; print(json.loads(sys.argv[1])["api_key"])' "$demo_json")
 
-nohup $PY manage.py runstub --host 127.0.0.1 --port "$STUB_PORT" >var/stub.log 2>&1 &
-echo $! >var/stub.pid
+nohup $PY manage.py runstub --host 127.0.0.1 --port "$STUB_PORT" >"$VAR/stub.log" 2>&1 &
+echo $! >"$VAR/stub.pid"
 nohup $PY -m uvicorn config.asgi:application --host 127.0.0.1 --port "$PORT" \
-  --loop uvloop --http httptools --no-access-log >var/gateway.log 2>&1 &
-echo $! >var/gateway.pid
+  --loop uvloop --http httptools --no-access-log >"$VAR/gateway.log" 2>&1 &
+echo $! >"$VAR/gateway.pid"
 
 for _ in $(seq 1 100); do
   if curl -fsS "http://127.0.0.1:$PORT/healthz" >/dev/null 2>&1 \
@@ -27,10 +28,10 @@ for _ in $(seq 1 100); do
   fi
   sleep 0.1
 done
-curl -fsS "http://127.0.0.1:$PORT/healthz" >/dev/null || { echo "gateway did not start; see var/gateway.log" >&2; exit 1; }
+curl -fsS "http://127.0.0.1:$PORT/healthz" >/dev/null || { echo "gateway did not start; see $VAR/gateway.log" >&2; exit 1; }
 
 curl_line="curl -sSN http://127.0.0.1:$PORT/v1/chat/completions -H 'Authorization: Bearer $api_key' -H 'Content-Type: application/json' -d '{\"model\":\"gpt-4o-mini\",\"stream\":true,\"messages\":[{\"role\":\"user\",\"content\":\"Say hello\"}]}'"
-echo "Tollgate is running: gateway http://127.0.0.1:$PORT (pid $(cat var/gateway.pid)), stub http://127.0.0.1:$STUB_PORT; logs in var/, stop with make stop."
+echo "Tollgate is running: gateway http://127.0.0.1:$PORT (pid $(cat "$VAR/gateway.pid")), stub http://127.0.0.1:$STUB_PORT; logs in $VAR/, stop with make stop."
 echo
 echo "A streamed completion through Tollgate:"
 eval "$curl_line"

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # `make stop`: stop what `make run` started.
 cd "$(dirname "$0")/.."
+VAR=${TOLLGATE_VAR_DIR:-var}
 for name in gateway stub; do
-  if [ -f "var/$name.pid" ]; then
-    kill "$(cat "var/$name.pid")" 2>/dev/null || true
-    rm -f "var/$name.pid"
+  if [ -f "$VAR/$name.pid" ]; then
+    kill "$(cat "$VAR/$name.pid")" 2>/dev/null || true
+    rm -f "$VAR/$name.pid"
   fi
 done

@@ -17,6 +17,7 @@ import logging
 import orjson
 from asgiref.sync import sync_to_async
 from django.db import transaction
+from redis.exceptions import ResponseError
 
 from gateway import bus
 from gateway.shared_state import SharedState, SharedStateDown
@@ -110,6 +111,14 @@ class UsageWriter:
                 pass
 
     async def _flush_journal(self) -> None:
+        try:
+            await self._drain_journal()
+        except ResponseError as exc:
+            if "NOGROUP" not in str(exc):
+                raise
+            self._group_ready = False  # the stream was dropped (e.g. Redis restarted empty)
+
+    async def _drain_journal(self) -> None:
         if not self._group_ready:
             await self._shared.call(lambda r: ensure_group(r))
             self._group_ready = True

@@ -1,0 +1,1004 @@
+"""Tollgate gateway benchmark: the stub vendor directly vs. the same calls through the gateway.
+
+Run (from the repository root, with the venv active)::
+
+    python bench/run.py                       # --n 2000 --c 32, embedded (SQLite, no Redis)
+    python bench/run.py --n 500 --c 1 --only gw-openai,stub-openai
+    python bench/run.py --database-url postgres://... --redis-url redis://... --json out.json
+
+What it does
+------------
+1. Starts the stub vendor (``python -m gateway.stub.server --port 0``), migrates a fresh
+   database (embedded: SQLite under a temp ``TOLLGATE_VAR_DIR``), runs ``seed_demo`` against
+   the stub, lifts the demo group's limits and budget to huge values (so the full path --
+   auth, rate limits, budget hold, escrow, usage accounting -- runs but never refuses), then
+   starts the gateway under uvicorn (1 worker, uvloop, httptools) and waits for ``/healthz``.
+2. Runs each scenario: a warm-up of min(200, n/10) requests (not measured), then n requests
+   at concurrency c from this process (one aiohttp session, connection pool limit c).
+   ``stub-*`` scenarios call the stub directly; ``gw-*`` scenarios send the same request
+   through the gateway.  ``*-serial`` scenarios run n/4 non-streamed requests at c=1.
+   Every response is checked: status 200; non-streams must report the expected
+   ``completion_tokens`` / ``output_tokens``; streams must end properly (``data: [DONE]`` /
+   ``event: message_stop``) and report the expected usage in their last usage event.
+3. Stops both processes (SIGTERM, SIGKILL after 5 s) and deletes the temp dir, always.
+
+The numbers
+-----------
+* ``req/s``: measured requests / wall time of the measured phase (warm-up excluded).
+* ``p50`` / ``p99`` (ms): client-side latency of successful requests, from sending the
+  request to the end of the body (for streams: the whole stream).
+* ``ttfb50`` (ms, streams only): median time from sending the request to the first body
+  bytes of the stream.
+* ``cpu/req`` (ms): user+system CPU of the process that served the scenario (the stub for
+  ``stub-*``, the gateway for ``gw-*``; read from ``/proc/<pid>/stat``, the process and any
+  descendants) divided by the measured requests.  ``stub/req`` is the stub's CPU during
+  the scenario: for ``gw-*`` rows it is the upstream's share, *excluded* from ``cpu/req``.
+  ``client/req`` is this benchmark's own CPU (a saturated client caps every req/s figure).
+* Comparison (each ``gw-X`` against ``stub-X``): ``rps ratio`` = gw req/s / stub req/s;
+  ``+p50`` / ``+p99`` = gw latency - stub latency (the gateway's added latency at that
+  concurrency); ``gw cpu/req`` against the design budget (<= 1 ms per non-streamed request,
+  <= 1.5 ms per streamed request).
+
+Answers are the stub's default 8 words everywhere: the gateway does not forward client
+headers to the vendor, so ``x-stub-words`` cannot change the answer length of ``gw-*``
+requests.  ``--words N`` (N != 8) sends ``x-stub-words: N`` on every request and expects N
+tokens from ``stub-*`` scenarios but still 8 from ``gw-*`` ones (an unequal comparison).
+
+Failures: a request fails on a timeout (30 s), a connection error, a non-200 status or a
+wrong body (printed by kind with examples).  ``gw ERR logs`` counts the ERROR/CRITICAL lines
+the gateway wrote to stderr during a scenario (e.g. a settlement that could not be written):
+the client got its answer, but the measured path did not complete, so such a scenario is
+flagged ``[GW ERRORS]``.
+
+Exit code: 0 when every request of every scenario succeeded and the gateway logged no
+error, 1 otherwise (including a scenario aborted by its time limit or by a server process
+dying), 2 when setup failed, 130 when interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import contextlib
+import ctypes
+import json
+import os
+import platform
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import orjson
+
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_WORDS = 8  # the stub's default answer length, the only one the gateway ever gets
+REQUEST_TIMEOUT_S = 30.0
+STOP_GRACE_S = 5.0
+START_TIMEOUT_S = 60.0
+SETUP_TIMEOUT_S = 300.0
+BUDGET_MS = {False: 1.0, True: 1.5}  # design budget: gateway CPU ms per request (stream?)
+OPENAI_MODEL = "gpt-4o-mini"
+ANTHROPIC_MODEL = "claude-3-5-haiku"
+PROMPT = "Say hello to the benchmark"
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+MAX_EXAMPLES = 5
+ALLOWED_PREFIXED = ("TOLLGATE_VAR_DIR", "TOLLGATE_LOG_LEVEL", "TOLLGATE_INFLIGHT_MAX")
+
+
+# --------------------------------------------------------------------------- scenarios
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    target: str  # "stub" or "gw"
+    shape: str  # "openai" or "anthropic"
+    stream: bool
+    serial: bool = False
+
+    @property
+    def baseline(self) -> str | None:
+        return "stub-" + self.name[3:] if self.target == "gw" else None
+
+
+SCENARIOS: tuple[Scenario, ...] = (
+    Scenario("stub-openai", "stub", "openai", False),
+    Scenario("gw-openai", "gw", "openai", False),
+    Scenario("stub-openai-stream", "stub", "openai", True),
+    Scenario("gw-openai-stream", "gw", "openai", True),
+    Scenario("stub-anthropic", "stub", "anthropic", False),
+    Scenario("gw-anthropic", "gw", "anthropic", False),
+    Scenario("stub-anthropic-stream", "stub", "anthropic", True),
+    Scenario("gw-anthropic-stream", "gw", "anthropic", True),
+    Scenario("stub-openai-serial", "stub", "openai", False, serial=True),
+    Scenario("gw-openai-serial", "gw", "openai", False, serial=True),
+)
+BY_NAME = {s.name: s for s in SCENARIOS}
+
+
+@dataclass
+class Result:
+    name: str
+    target: str
+    stream: bool
+    n: int
+    c: int
+    warmup: int
+    ok: int = 0
+    failed: int = 0
+    warmup_failed: int = 0
+    aborted: str | None = None
+    elapsed_s: float = 0.0
+    rps: float = 0.0
+    p50_ms: float | None = None
+    p99_ms: float | None = None
+    ttfb_p50_ms: float | None = None
+    ttfb_p99_ms: float | None = None
+    serving_cpu_ms_per_req: float | None = None
+    gateway_cpu_ms_per_req: float | None = None
+    stub_cpu_ms_per_req: float | None = None
+    client_cpu_ms_per_req: float | None = None
+    gateway_error_logs: int = 0
+    gateway_error_examples: list[str] = field(default_factory=list)
+    failure_kinds: dict[str, int] = field(default_factory=dict)
+    failure_examples: list[str] = field(default_factory=list)
+
+    @property
+    def flag(self) -> str:
+        if self.failed or self.warmup_failed or self.aborted:
+            return " [FAILED]"
+        return " [GW ERRORS]" if self.gateway_error_logs else ""
+
+    @property
+    def bad(self) -> bool:
+        return bool(self.failed or self.warmup_failed or self.aborted or self.gateway_error_logs)
+
+
+# --------------------------------------------------------------------------- processes
+
+
+def _die_with_parent() -> None:
+    """preexec_fn: ask Linux to SIGKILL the child if the benchmark itself dies."""
+    with contextlib.suppress(Exception):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+def child_env(var_dir: str, database_url: str | None, redis_url: str | None) -> dict[str, str]:
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("TOLLGATE_", "GATEWAY_"))
+        and k not in ("DATABASE_URL", "REDIS_URL", "SECRET_KEY", "SEALING_KEYS")
+    }
+    env["TOLLGATE_VAR_DIR"] = var_dir
+    env["TOLLGATE_LOG_LEVEL"] = "WARNING"
+    env["TOLLGATE_INFLIGHT_MAX"] = "100000"
+    env["PYTHONUNBUFFERED"] = "1"
+    if database_url:
+        env["DATABASE_URL"] = database_url
+        env["SECRET_KEY"] = "bench-secret-key-" + secrets.token_urlsafe(32)
+        env["SEALING_KEYS"] = "v1:" + base64.urlsafe_b64encode(secrets.token_bytes(32)).decode()
+    if redis_url:
+        env["REDIS_URL"] = redis_url
+    assert all(k in ALLOWED_PREFIXED for k in env if k.startswith(("TOLLGATE_", "GATEWAY_"))), (
+        "only the allowed TOLLGATE_ variables may reach the children"
+    )
+    return env
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def http_get(url: str, timeout: float = 2.0) -> int:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as resp:  # noqa: S310 - local URL
+            return resp.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+    except OSError:
+        return 0
+
+
+def tail(path: Path, lines: int = 30) -> str:
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(text.splitlines()[-lines:])
+
+
+class Proc:
+    """A child process with its stdout/stderr in files under the temp dir."""
+
+    def __init__(self, name: str, argv: list[str], env: dict[str, str], logdir: Path) -> None:
+        self.name = name
+        self.out_path = logdir / f"{name}.stdout"
+        self.err_path = logdir / f"{name}.stderr"
+        self._out = self.out_path.open("wb")
+        self._err = self.err_path.open("wb")
+        self.popen = subprocess.Popen(
+            argv,
+            cwd=ROOT,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=self._out,
+            stderr=self._err,
+            preexec_fn=_die_with_parent,  # noqa: PLW1509 - no threads started yet
+        )
+        self.pid = self.popen.pid
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def stop(self) -> None:
+        if self.popen.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                self.popen.send_signal(signal.SIGTERM)
+            try:
+                self.popen.wait(STOP_GRACE_S)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    self.popen.kill()
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    self.popen.wait(STOP_GRACE_S)
+        self._out.close()
+        self._err.close()
+
+    def stderr_size(self) -> int:
+        try:
+            return self.err_path.stat().st_size
+        except OSError:
+            return 0
+
+    def stderr_since(self, offset: int) -> str:
+        try:
+            with self.err_path.open("rb") as fh:
+                fh.seek(offset)
+                return fh.read().decode("utf-8", "replace")
+        except OSError:
+            return ""
+
+    def stderr_tail(self, lines: int = 30) -> str:
+        self._err.flush()
+        return tail(self.err_path, lines)
+
+
+def _proc_stat(pid: int) -> tuple[int, int] | None:
+    """(ppid, utime+stime ticks) of one process, or None when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            data = fh.read()
+    except OSError:
+        return None
+    rest = data[data.rindex(b")") + 2 :].split()  # fields 3.. (after "pid (comm) ")
+    return int(rest[1]), int(rest[11]) + int(rest[12])  # field 4 ppid; fields 14, 15
+
+
+def descendants(pid: int) -> list[int]:
+    """pid's descendants (uvicorn --workers 1 runs in-process, but check rather than trust)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            st = _proc_stat(int(entry))
+            if st is not None:
+                children.setdefault(st[0], []).append(int(entry))
+    out: list[int] = []
+    todo = [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
+def cpu_ms(pid: int) -> float:
+    """User+system CPU (ms) of pid and its live descendants."""
+    total = 0
+    for p in [pid, *descendants(pid)]:
+        st = _proc_stat(p)
+        if st is not None:
+            total += st[1]
+    return total * 1000.0 / CLK_TCK
+
+
+def own_cpu_ms() -> float:
+    t = os.times()
+    return (t.user + t.system) * 1000.0
+
+
+# --------------------------------------------------------------------------- setup
+
+
+@dataclass
+class Servers:
+    stub: Proc
+    gateway: Proc
+    stub_url: str
+    gw_url: str
+    api_key: str
+    group_id: int
+
+
+def run_manage(args: list[str], env: dict[str, str]) -> str:
+    cmd = [sys.executable, "manage.py", *args]
+    done = subprocess.run(
+        cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=SETUP_TIMEOUT_S
+    )
+    if done.returncode != 0:
+        raise RuntimeError(
+            f"`{' '.join(cmd[1:3])}` failed ({done.returncode}):\n"
+            f"{done.stdout[-2000:]}\n{done.stderr[-4000:]}"
+        )
+    return done.stdout
+
+
+def start_stub(env: dict[str, str], logdir: Path) -> tuple[Proc, str]:
+    stub = Proc(
+        "stub",
+        [sys.executable, "-m", "gateway.stub.server", "--host", "127.0.0.1", "--port", "0"],
+        env,
+        logdir,
+    )
+    deadline = time.monotonic() + START_TIMEOUT_S
+    prefix = "stub listening on "
+    while time.monotonic() < deadline:
+        first = stub.out_path.read_text(errors="replace").split("\n", 1)
+        if len(first) == 2 and first[0].startswith(prefix):
+            url = first[0][len(prefix) :].strip().rstrip("/")
+            if http_get(url + "/_stub/health") == 200:
+                return stub, url
+        if not stub.alive():
+            break
+        time.sleep(0.05)
+    raise RuntimeError(f"stub did not start; stderr:\n{stub.stderr_tail()}")
+
+
+def start_gateway(env: dict[str, str], logdir: Path) -> tuple[Proc, str]:
+    port = free_port()
+    argv = [
+        sys.executable, "-m", "uvicorn", "config.asgi:application",
+        "--host", "127.0.0.1", "--port", str(port),
+        "--loop", "uvloop", "--http", "httptools", "--no-access-log",
+        "--workers", "1", "--log-level", "warning",
+    ]  # fmt: skip
+    gateway = Proc("gateway", argv, env, logdir)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if http_get(url + "/healthz") == 200:
+            return gateway, url
+        if not gateway.alive():
+            break
+        time.sleep(0.1)
+    raise RuntimeError(f"gateway did not start; stderr:\n{gateway.stderr_tail()}")
+
+
+def setup(args: argparse.Namespace, tmp: Path, procs: list[Proc]) -> Servers:
+    env = child_env(str(tmp / "var"), args.database_url, args.redis_url)
+    stub, stub_url = start_stub(env, tmp)
+    procs.append(stub)
+    run_manage(["migrate", "--noinput"], env)
+    seeded: dict[str, Any] | None = None
+    for line in run_manage(["seed_demo", "--stub-url", stub_url], env).splitlines():
+        line = line.strip()
+        if line.startswith("{"):
+            seeded = json.loads(line)
+    if not seeded or "api_key" not in seeded or "group_id" not in seeded:
+        raise RuntimeError("seed_demo printed no JSON line with api_key and group_id")
+    group_id = int(seeded["group_id"])
+    # tpm_limit is a PositiveIntegerField: 10**12 fits SQLite's 64-bit integers but not a
+    # Postgres `integer` column, so an external database gets the largest 32-bit value.
+    tpm = 10**12 if not args.database_url else 2**31 - 1
+    run_manage(
+        [
+            "shell",
+            "-c",
+            "from accounts.models import Group; "
+            f"n = Group.objects.filter(pk={group_id}).update(budget_max_micro=10**15, "
+            f"rpm_limit=10**9, tpm_limit={tpm}, concurrency_limit=100000); "
+            "assert n == 1, n",
+        ],
+        env,
+    )
+    gateway, gw_url = start_gateway(env, tmp)
+    procs.append(gateway)
+    return Servers(stub, gateway, stub_url, gw_url, str(seeded["api_key"]), group_id)
+
+
+# --------------------------------------------------------------------------- requests
+
+
+@dataclass
+class Prepared:
+    url: str
+    headers: dict[str, str]
+    body: bytes
+    check: Callable[[bytes], str | None]  # None when the body is right, else what is wrong
+
+
+def _sse_events(body: bytes) -> list[tuple[bytes, bytes]]:
+    """(event name, data) pairs of an SSE body."""
+    events = []
+    for block in body.replace(b"\r\n", b"\n").split(b"\n\n"):
+        name, data = b"", []
+        for line in block.split(b"\n"):
+            if line.startswith(b"event:"):
+                name = line[6:].strip()
+            elif line.startswith(b"data:"):
+                data.append(line[5:].strip())
+        if name or data:
+            events.append((name, b"\n".join(data)))
+    return events
+
+
+def openai_check(expect: int, stream: bool) -> Callable[[bytes], str | None]:
+    def check_plain(body: bytes) -> str | None:
+        try:
+            got = orjson.loads(body)["usage"]["completion_tokens"]
+        except (orjson.JSONDecodeError, KeyError, TypeError):
+            return "bad-body"
+        return None if got == expect else f"completion_tokens={got}"
+
+    def check_stream(body: bytes) -> str | None:
+        events = _sse_events(body)
+        if not events or events[-1][1] != b"[DONE]":
+            return "stream-not-done"
+        for _, data in reversed(events[:-1]):
+            if b'"usage"' not in data:
+                continue
+            try:
+                usage = orjson.loads(data).get("usage")
+            except orjson.JSONDecodeError:
+                return "bad-chunk"
+            if usage:
+                got = usage.get("completion_tokens")
+                return None if got == expect else f"stream completion_tokens={got}"
+        return "stream-no-usage"
+
+    return check_stream if stream else check_plain
+
+
+def anthropic_check(expect: int, stream: bool) -> Callable[[bytes], str | None]:
+    def check_plain(body: bytes) -> str | None:
+        try:
+            got = orjson.loads(body)["usage"]["output_tokens"]
+        except (orjson.JSONDecodeError, KeyError, TypeError):
+            return "bad-body"
+        return None if got == expect else f"output_tokens={got}"
+
+    def check_stream(body: bytes) -> str | None:
+        events = _sse_events(body)
+        if not events or events[-1][0] != b"message_stop":
+            return "stream-not-done"
+        for name, data in reversed(events):
+            if name == b"message_delta":
+                try:
+                    got = orjson.loads(data)["usage"]["output_tokens"]
+                except (orjson.JSONDecodeError, KeyError, TypeError):
+                    return "bad-message_delta"
+                return None if got == expect else f"stream output_tokens={got}"
+        return "stream-no-message_delta"
+
+    return check_stream if stream else check_plain
+
+
+def prepare(sc: Scenario, servers: Servers, words: int) -> Prepared:
+    expect = words if sc.target == "stub" else DEFAULT_WORDS
+    key = servers.api_key if sc.target == "gw" else "sk-bench-direct"
+    base = servers.gw_url if sc.target == "gw" else servers.stub_url
+    headers = {"content-type": "application/json"}
+    if words != DEFAULT_WORDS:
+        headers["x-stub-words"] = str(words)
+    max_tokens = max(256, 2 * words)
+    messages = [{"role": "user", "content": PROMPT}]
+    if sc.shape == "openai":
+        headers["authorization"] = f"Bearer {key}"
+        payload: dict[str, Any] = {
+            "model": OPENAI_MODEL,
+            "messages": messages,
+            "max_tokens": max_tokens,
+            "stream": sc.stream,
+        }
+        if sc.stream:
+            payload["stream_options"] = {"include_usage": True}
+        return Prepared(
+            base + "/v1/chat/completions",
+            headers,
+            orjson.dumps(payload),
+            openai_check(expect, sc.stream),
+        )
+    headers["x-api-key"] = key
+    headers["anthropic-version"] = "2023-06-01"
+    payload = {
+        "model": ANTHROPIC_MODEL,
+        "messages": messages,
+        "max_tokens": max_tokens,
+        "stream": sc.stream,
+    }
+    return Prepared(
+        base + "/v1/messages", headers, orjson.dumps(payload), anthropic_check(expect, sc.stream)
+    )
+
+
+@dataclass
+class Tally:
+    latencies: list[float] = field(default_factory=list)
+    ttfbs: list[float] = field(default_factory=list)
+    ok: int = 0
+    failed: int = 0
+    kinds: Counter[str] = field(default_factory=Counter)
+    examples: list[str] = field(default_factory=list)
+
+    def fail(self, kind: str, detail: str) -> None:
+        self.failed += 1
+        self.kinds[kind] += 1
+        if len(self.examples) < MAX_EXAMPLES:
+            self.examples.append(f"{kind}: {detail}"[:600])
+
+
+async def one_request(
+    session: aiohttp.ClientSession, prep: Prepared, stream: bool, tally: Tally
+) -> None:
+    t0 = time.perf_counter()
+    ttfb: float | None = None
+    try:
+        async with session.post(prep.url, data=prep.body, headers=prep.headers) as resp:
+            if stream and resp.status == 200:
+                chunks = []
+                async for chunk in resp.content.iter_any():
+                    if ttfb is None:
+                        ttfb = time.perf_counter() - t0
+                    chunks.append(chunk)
+                body = b"".join(chunks)
+            else:
+                body = await resp.read()
+            elapsed = time.perf_counter() - t0
+            status = resp.status
+    except TimeoutError:
+        tally.fail("timeout", f"no complete answer within {REQUEST_TIMEOUT_S:.0f}s")
+        return
+    except aiohttp.ClientError as exc:
+        tally.fail(type(exc).__name__, repr(exc))
+        return
+    if status != 200:
+        text = body[:400].decode("utf-8", "replace")
+        tally.fail(f"HTTP {status}", text)
+        return
+    wrong = prep.check(body)
+    if wrong is not None:
+        tally.fail(wrong, body[-400:].decode("utf-8", "replace"))
+        return
+    tally.ok += 1
+    tally.latencies.append(elapsed)
+    if ttfb is not None:
+        tally.ttfbs.append(ttfb)
+
+
+class Watch:
+    """Stops a scenario early when a server process dies or the scenario overruns."""
+
+    def __init__(self, servers: Servers, deadline: float) -> None:
+        self.servers = servers
+        self.deadline = deadline
+        self.reason: str | None = None
+
+    def check(self) -> bool:
+        if self.reason is None:
+            if not self.servers.gateway.alive():
+                self.reason = f"gateway exited with code {self.servers.gateway.popen.poll()}"
+            elif not self.servers.stub.alive():
+                self.reason = f"stub exited with code {self.servers.stub.popen.poll()}"
+            elif time.monotonic() > self.deadline:
+                self.reason = "scenario time limit reached"
+        return self.reason is None
+
+
+async def drive(
+    session: aiohttp.ClientSession,
+    prep: Prepared,
+    stream: bool,
+    n: int,
+    c: int,
+    watch: Watch,
+) -> Tally:
+    tally = Tally()
+    remaining = n
+
+    async def worker() -> None:
+        nonlocal remaining
+        while remaining > 0 and watch.check():
+            remaining -= 1
+            await one_request(session, prep, stream, tally)
+
+    await asyncio.gather(*(worker() for _ in range(min(c, n))))
+    return tally
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    pos = (len(ordered) - 1) * q
+    lo = int(pos)
+    hi = min(lo + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+
+
+def ms(value: float | None) -> float | None:
+    return None if value is None else value * 1000.0
+
+
+async def clear_stub(session: aiohttp.ClientSession, stub_url: str) -> None:
+    async with session.delete(stub_url + "/_stub/calls") as resp:
+        await resp.read()
+        if resp.status != 200:
+            raise RuntimeError(f"DELETE /_stub/calls answered {resp.status}")
+
+
+async def run_scenario(sc: Scenario, servers: Servers, args: argparse.Namespace) -> Result:
+    n = max(1, args.n // 4) if sc.serial else args.n
+    c = 1 if sc.serial else args.c
+    warm = min(200, n // 10)
+    result = Result(sc.name, sc.target, sc.stream, n, c, warm)
+    prep = prepare(sc, servers, args.words)
+    watch = Watch(servers, time.monotonic() + args.scenario_timeout)
+    timeout = aiohttp.ClientTimeout(total=REQUEST_TIMEOUT_S)
+    connector = aiohttp.TCPConnector(limit=c, limit_per_host=c)
+    log_offset = servers.gateway.stderr_size()
+    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+        await clear_stub(session, servers.stub_url)
+        if warm:
+            warm_tally = await drive(session, prep, sc.stream, warm, c, watch)
+            result.warmup_failed = warm_tally.failed
+            result.failure_kinds.update({f"warm-up {k}": v for k, v in warm_tally.kinds.items()})
+            result.failure_examples.extend(f"warm-up {e}" for e in warm_tally.examples)
+        gw0, stub0, me0 = cpu_ms(servers.gateway.pid), cpu_ms(servers.stub.pid), own_cpu_ms()
+        t0 = time.perf_counter()
+        tally = await drive(session, prep, sc.stream, n, c, watch)
+        result.elapsed_s = time.perf_counter() - t0
+        gw1, stub1, me1 = cpu_ms(servers.gateway.pid), cpu_ms(servers.stub.pid), own_cpu_ms()
+        await clear_stub(session, servers.stub_url)
+    await asyncio.sleep(0.2)  # let the gateway finish settling and logging the last requests
+    error_lines = [
+        line
+        for line in servers.gateway.stderr_since(log_offset).splitlines()
+        if " ERROR " in line or " CRITICAL " in line
+    ]
+    result.gateway_error_logs = len(error_lines)
+    result.gateway_error_examples = list(
+        dict.fromkeys(line.split(" ", 3)[-1][:300] for line in error_lines)
+    )[:MAX_EXAMPLES]
+    done = tally.ok + tally.failed
+    result.aborted = watch.reason
+    result.ok, result.failed = tally.ok, tally.failed
+    if done < n and result.aborted:
+        result.failure_kinds["not sent (aborted)"] = n - done
+    result.failure_kinds.update(tally.kinds)
+    result.failure_examples.extend(tally.examples)
+    result.rps = done / result.elapsed_s if result.elapsed_s > 0 else 0.0
+    result.p50_ms = ms(percentile(tally.latencies, 0.50))
+    result.p99_ms = ms(percentile(tally.latencies, 0.99))
+    if sc.stream:
+        result.ttfb_p50_ms = ms(percentile(tally.ttfbs, 0.50))
+        result.ttfb_p99_ms = ms(percentile(tally.ttfbs, 0.99))
+    if done:
+        result.gateway_cpu_ms_per_req = (gw1 - gw0) / done
+        result.stub_cpu_ms_per_req = (stub1 - stub0) / done
+        result.client_cpu_ms_per_req = (me1 - me0) / done
+        result.serving_cpu_ms_per_req = (
+            result.gateway_cpu_ms_per_req if sc.target == "gw" else result.stub_cpu_ms_per_req
+        )
+        if sc.target == "gw" and gw1 <= gw0 and done >= 200:
+            print(
+                f"  WARNING: gateway pid {servers.gateway.pid} used no CPU during {sc.name}:"
+                " the measured process is not the one doing the work",
+                file=sys.stderr,
+            )
+    return result
+
+
+# --------------------------------------------------------------------------- report
+
+
+def fmt(value: float | None, digits: int = 2) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def render_table(rows: list[list[str]], headers: list[str]) -> str:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
+    cells = enumerate(zip(headers, widths, strict=True))
+    line = "  ".join(h.ljust(w) if i == 0 else h.rjust(w) for i, (h, w) in cells)
+    out = [line, "-" * len(line)]
+    for r in rows:
+        cells = enumerate(zip(r, widths, strict=True))
+        out.append("  ".join(v.ljust(w) if i == 0 else v.rjust(w) for i, (v, w) in cells))
+    return "\n".join(out)
+
+
+def comparisons(results: list[Result]) -> list[dict[str, Any]]:
+    by_name = {r.name: r for r in results}
+    out = []
+    for r in results:
+        base_name = BY_NAME[r.name].baseline
+        base = by_name.get(base_name) if base_name else None
+        if r.target != "gw":
+            continue
+        budget = BUDGET_MS[r.stream]
+        cpu = r.gateway_cpu_ms_per_req
+        out.append(
+            {
+                "scenario": r.name,
+                "baseline": base.name if base else None,
+                "rps_ratio": (r.rps / base.rps) if base and base.rps else None,
+                "added_p50_ms": (
+                    r.p50_ms - base.p50_ms
+                    if base and r.p50_ms is not None and base.p50_ms is not None
+                    else None
+                ),
+                "added_p99_ms": (
+                    r.p99_ms - base.p99_ms
+                    if base and r.p99_ms is not None and base.p99_ms is not None
+                    else None
+                ),
+                "gateway_cpu_ms_per_req": cpu,
+                "budget_ms": budget,
+                "within_budget": None if cpu is None else cpu <= budget,
+            }
+        )
+    return out
+
+
+def report(results: list[Result], comps: list[dict[str, Any]]) -> str:
+    headers = [
+        "scenario", "n", "c", "ok", "fail", "req/s", "p50 ms", "p99 ms", "ttfb50 ms",
+        "cpu/req ms", "stub/req ms", "client/req ms", "gw ERR logs",
+    ]  # fmt: skip
+    rows = []
+    for r in results:
+        stub_col = fmt(r.stub_cpu_ms_per_req, 3)
+        if r.target == "gw" and r.stub_cpu_ms_per_req is not None:
+            stub_col += " (excl)"
+        rows.append(
+            [
+                r.name + r.flag,
+                str(r.n),
+                str(r.c),
+                str(r.ok),
+                str(r.failed + r.warmup_failed),
+                fmt(r.rps, 1),
+                fmt(r.p50_ms),
+                fmt(r.p99_ms),
+                fmt(r.ttfb_p50_ms),
+                fmt(r.serving_cpu_ms_per_req, 3),
+                stub_col,
+                fmt(r.client_cpu_ms_per_req, 3),
+                str(r.gateway_error_logs) if r.target == "gw" else "-",
+            ]
+        )
+    parts = [render_table(rows, headers)]
+    if comps:
+        crow = []
+        for cp in comps:
+            verdict = (
+                "-" if cp["within_budget"] is None else ("ok" if cp["within_budget"] else "OVER")
+            )
+            crow.append(
+                [
+                    cp["scenario"],
+                    cp["baseline"] or "-",
+                    fmt(cp["rps_ratio"], 3),
+                    fmt(cp["added_p50_ms"]),
+                    fmt(cp["added_p99_ms"]),
+                    fmt(cp["gateway_cpu_ms_per_req"], 3),
+                    f"{cp['budget_ms']:.1f}",
+                    verdict,
+                ]
+            )
+        parts.append(
+            render_table(
+                crow,
+                [
+                    "gateway vs stub",
+                    "baseline",
+                    "rps ratio",
+                    "+p50 ms",
+                    "+p99 ms",
+                    "gw cpu/req ms",
+                    "budget ms",
+                    "budget",
+                ],
+            )  # fmt: skip
+        )
+    parts.append(
+        "DESIGN budget (reference): <= 1 ms gateway CPU per non-streamed request, "
+        "<= 1.5 ms per streamed request."
+    )
+    return "\n\n".join(parts)
+
+
+def print_failures(results: list[Result]) -> None:
+    for r in results:
+        if not r.bad:
+            continue
+        print(
+            f"\n{r.name}: {r.failed} failed, {r.warmup_failed} failed in warm-up, "
+            f"{r.gateway_error_logs} gateway ERROR log lines"
+            + (f", aborted: {r.aborted}" if r.aborted else "")
+        )
+        for kind, count in sorted(r.failure_kinds.items(), key=lambda kv: -kv[1]):
+            print(f"  {count:6d} x {kind}")
+        for example in r.failure_examples:
+            print(f"  e.g. {example}")
+        for example in r.gateway_error_examples:
+            print(f"  gateway log: {example}")
+
+
+# --------------------------------------------------------------------------- main
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--n", type=int, default=2000, help="requests per scenario (default 2000)")
+    p.add_argument("--c", type=int, default=32, help="concurrency (default 32)")
+    p.add_argument(
+        "--words", type=int, default=DEFAULT_WORDS,
+        help="answer words for stub-* scenarios (default 8; gw-* always get 8)",
+    )  # fmt: skip
+    p.add_argument("--database-url", default=None, help="external database (DATABASE_URL)")
+    p.add_argument("--redis-url", default=None, help="Redis (REDIS_URL)")
+    p.add_argument("--only", default="", help="comma-separated scenario names")
+    p.add_argument("--json", default=None, help="also write the results as JSON here")
+    p.add_argument("--keep", action="store_true", help="keep the temp dir (database, server logs)")
+    p.add_argument(
+        "--scenario-timeout", type=float, default=900.0,
+        help="stop sending a scenario's requests after this many seconds (default 900)",
+    )  # fmt: skip
+    args = p.parse_args(argv)
+    if args.n < 1 or args.c < 1 or args.words < 1:
+        p.error("--n, --c and --words must be positive")
+    if args.only:
+        names = [x.strip() for x in args.only.split(",") if x.strip()]
+        unknown = [x for x in names if x not in BY_NAME]
+        if unknown:
+            p.error(f"unknown scenario(s) {unknown}; known: {', '.join(BY_NAME)}")
+        args.scenarios = [s for s in SCENARIOS if s.name in names]
+    else:
+        args.scenarios = list(SCENARIOS)
+    return args
+
+
+async def run_all(args: argparse.Namespace, servers: Servers) -> list[Result]:
+    results = []
+    for sc in args.scenarios:
+        print(f"running {sc.name} ...", flush=True)
+        result = await run_scenario(sc, servers, args)
+        results.append(result)
+        print(
+            f"  {result.ok}/{result.n} ok, {result.rps:.1f} req/s, p50 {fmt(result.p50_ms)} ms,"
+            f" cpu/req {fmt(result.serving_cpu_ms_per_req, 3)} ms"
+            + (
+                f", {result.gateway_error_logs} gateway ERROR log lines"
+                if result.target == "gw"
+                else ""
+            )
+            + result.flag,
+            flush=True,
+        )
+        if result.aborted and not (servers.gateway.alive() and servers.stub.alive()):
+            print("  a server process died: skipping the remaining scenarios", flush=True)
+            break
+    return results
+
+
+def run_loop(coro_factory: Callable[[], Any]) -> Any:
+    try:
+        import uvloop
+
+        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+            return runner.run(coro_factory())
+    except ImportError:
+        return asyncio.run(coro_factory())
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+
+    def on_term(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, on_term)
+    tmp = Path(tempfile.mkdtemp(prefix="tollgate-bench-"))
+    procs: list[Proc] = []
+    results: list[Result] = []
+    status = 0
+    try:
+        try:
+            servers = setup(args, tmp, procs)
+        except (RuntimeError, subprocess.TimeoutExpired, OSError) as exc:
+            print(f"setup failed: {exc}", file=sys.stderr)
+            for proc in procs:
+                if proc.stderr_tail():
+                    print(f"--- {proc.name} stderr tail ---\n{proc.stderr_tail()}", file=sys.stderr)
+            return 2
+        print(
+            f"stub {servers.stub_url} (pid {servers.stub.pid}), gateway {servers.gw_url} "
+            f"(pid {servers.gateway.pid}, descendants {descendants(servers.gateway.pid)}), "
+            f"{'external database' if args.database_url else 'embedded SQLite'}"
+            f"{', Redis' if args.redis_url else ', no Redis'}; n={args.n} c={args.c}"
+            f" words={args.words}; {os.cpu_count()} CPUs",
+            flush=True,
+        )
+        if args.words != DEFAULT_WORDS:
+            print(
+                f"note: gw-* answers stay {DEFAULT_WORDS} words (client headers are not "
+                f"forwarded) while stub-* answers are {args.words}: unequal comparison",
+                flush=True,
+            )
+        results = run_loop(lambda: run_all(args, servers))
+        comps = comparisons(results)
+        print()
+        print(report(results, comps))
+        print_failures(results)
+        if any(r.bad for r in results) or len(results) < len(args.scenarios):
+            status = 1
+            for proc in (servers.gateway, servers.stub):
+                text = proc.stderr_tail(40)
+                print(f"\n--- {proc.name} stderr tail ---\n{text or '(empty)'}")
+        else:
+            gw_err = servers.gateway.stderr_tail(20)
+            if gw_err:
+                print(f"\n--- gateway stderr tail (run succeeded) ---\n{gw_err}")
+        if args.json:
+            doc = {
+                "args": {
+                    "n": args.n,
+                    "c": args.c,
+                    "words": args.words,
+                    "database": "external" if args.database_url else "embedded-sqlite",
+                    "redis": bool(args.redis_url),
+                    "scenarios": [s.name for s in args.scenarios],
+                },
+                "host": {
+                    "cpus": os.cpu_count(),
+                    "python": platform.python_version(),
+                    "platform": platform.platform(),
+                },
+                "budget_ms": {"non_stream": BUDGET_MS[False], "stream": BUDGET_MS[True]},
+                "results": [asdict(r) for r in results],
+                "comparisons": comps,
+                "ok": status == 0,
+            }
+            Path(args.json).write_text(json.dumps(doc, indent=2) + "\n")
+            print(f"\nwrote {args.json}")
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        status = 130
+    finally:
+        for proc in reversed(procs):
+            proc.stop()
+        if args.keep:
+            print(f"kept {tmp}", file=sys.stderr)
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

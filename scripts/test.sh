@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# `make test`: the whole suite. Uses PostgreSQL / Redis when DATABASE_URL / REDIS_URL point
+# at them; otherwise the embedded defaults, and pytest names each test it skipped and why.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PY:-python}
+if [ -n "${DATABASE_URL:-}" ]; then
+  # Test-only secrets: a real deployment sets its own.
+  export SECRET_KEY=${SECRET_KEY:-tollgate-test-secret-key-not-for-production}
+  export SEALING_KEYS=${SEALING_KEYS:-v2:2Pc1W2pQn0l6t1mS1cYl0oWcJ5rU3b3m9h8xq0a4y7I,v1:q7Zr8Kc2b1Vv3nM0pL5sXw9eT6yU4iO2aS1dF3gH5jk}
+fi
+[ -n "${DATABASE_URL:-}" ] || echo "DATABASE_URL unset: running on embedded SQLite (PostgreSQL-only tests are skipped)."
+[ -n "${REDIS_URL:-}" ] || echo "REDIS_URL unset: Redis-only tests are skipped."
+exec $PY -m pytest -rs -q "$@"

@@ -1,0 +1,41 @@
+from __future__ import annotations
+
+from billing.money import (
+    bandwidth_charge_micro,
+    ceil_div,
+    gateway_rate_micro_per_gb,
+    token_cost_micro,
+    with_margin_micro,
+)
+
+
+def test_ceil_div_rounds_up_only_a_remainder():
+    assert [ceil_div(n, 4) for n in (0, 1, 4, 5, 8)] == [0, 1, 1, 2, 2]
+
+
+def test_token_cost_rounds_up_once_over_the_sum():
+    # 3 x 0.15 + 1 x 0.60 = 1.05 micro-USD -> 2 (one rounding, not one per side).
+    assert token_cost_micro(tokens_in=3, tokens_out=1, input_micro_per_mtok=150_000,
+                            output_micro_per_mtok=600_000) == 2
+    assert token_cost_micro(tokens_in=1_000_000, tokens_out=0, input_micro_per_mtok=150_000,
+                            output_micro_per_mtok=600_000) == 150_000
+    assert token_cost_micro(tokens_in=0, tokens_out=0, input_micro_per_mtok=1,
+                            output_micro_per_mtok=1) == 0
+
+
+def test_bandwidth_charge_is_ceiling_of_bytes_times_rate_over_a_gigabyte():
+    assert bandwidth_charge_micro(total_bytes=1_000_000_000, micro_per_gb=80_000) == 80_000
+    assert bandwidth_charge_micro(total_bytes=1, micro_per_gb=80_000) == 1
+    assert bandwidth_charge_micro(total_bytes=12_500, micro_per_gb=80_000) == 1
+    assert bandwidth_charge_micro(total_bytes=12_501, micro_per_gb=80_000) == 2
+    assert bandwidth_charge_micro(total_bytes=10**12, micro_per_gb=0) == 0
+
+
+def test_gateway_rate_is_floor_of_price_over_markup():
+    assert gateway_rate_micro_per_gb(price_micro_per_gb=100_000, markup_bp=12_500) == 80_000
+    assert gateway_rate_micro_per_gb(price_micro_per_gb=100_001, markup_bp=30_000) == 33_333
+
+
+def test_margin_rounds_up():
+    assert with_margin_micro(10, margin_pct=120) == 12
+    assert with_margin_micro(11, margin_pct=120) == 14
