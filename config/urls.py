@@ -5,5 +5,6 @@ from drf_spectacular.views import SpectacularAPIView
 urlpatterns = [
     path("django-admin/", admin.site.urls),
     path("api/", include("accounts.api.urls")),
+    path("admin/", include("byok.api.urls")),
     path("api/schema", SpectacularAPIView.as_view(), name="schema"),
 ]

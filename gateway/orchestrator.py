@@ -158,9 +158,12 @@ class Orchestrator:
         raise _LinkFailed.wrap(last)
 
     async def _run_team(self, ctx: RequestContext, link: Link, attempt: Attempt, *, stream: bool):
+        candidates = await self.keys.candidates(attempt.pool)
         tries = 0
+        index = 0
         last: _AttemptFailed | None = None
-        for pool_key in await self.keys.candidates(attempt.pool):
+        while index < len(candidates):
+            pool_key = candidates[index]
             target = self._target(ctx, link, api_key=pool_key.secret)
             started = time.monotonic()
             try:
@@ -171,16 +174,21 @@ class Orchestrator:
                     await self.keys.bench(
                         pool_key, max(exc.retry_after_s or 0, TEAM_BENCH_429_MIN_S)
                     )
+                    index += 1
                     continue
                 if exc.status in (401, 403):
                     await self.keys.mark_failing(pool_key, TEAM_BENCH_AUTH_S)
+                    index += 1
                     continue
                 last = _AttemptFailed(
-                    _gateway_error(exc), judges_provider=_judges_provider(exc, served_by=TEAM)
+                    _gateway_error(exc),
+                    judges_provider=_judges_provider(exc, served_by=TEAM),
                 )
                 tries += 1
                 if not exc.retryable or tries >= TRIES_PER_ATTEMPT:
                     raise last from None
+                # The one retry goes to the next usable key, or the same one if it is alone.
+                index = min(index + 1, len(candidates) - 1)
         if last is not None:
             raise last
         raise _NoUsableKey()

@@ -34,9 +34,30 @@ HAS_REDIS = bool(settings.REDIS_URL)
 IS_POSTGRES = not settings.EMBEDDED and "postgresql" in settings.DATABASES["default"]["ENGINE"]
 
 requires_redis = pytest.mark.skipif(not HAS_REDIS, reason="needs Redis: set REDIS_URL")
-requires_postgres = pytest.mark.skipif(
-    not IS_POSTGRES, reason="needs PostgreSQL: set DATABASE_URL"
-)
+requires_postgres = pytest.mark.skipif(not IS_POSTGRES, reason="needs PostgreSQL: set DATABASE_URL")
+
+
+def _retry_flush_on_deadlock() -> None:
+    """Let a test's final flush retry: gateway processes may still be writing when it runs."""
+    from django.core.management.base import CommandError
+    from django.db import OperationalError
+    from django.test import TransactionTestCase
+
+    original = TransactionTestCase._fixture_teardown
+
+    def teardown(self):
+        for attempt in range(6):
+            try:
+                return original(self)
+            except CommandError as exc:  # "couldn't be flushed", caused by a deadlock
+                if attempt == 5 or not isinstance(exc.__cause__, OperationalError):
+                    raise
+                time.sleep(0.2)
+
+    TransactionTestCase._fixture_teardown = teardown
+
+
+_retry_flush_on_deadlock()
 
 
 def pytest_sessionstart(session):
@@ -108,7 +129,10 @@ class Stub:
 def start_stub() -> Stub:
     proc = subprocess.Popen(
         [sys.executable, "-m", "gateway.stub.server", "--host", "127.0.0.1", "--port", "0"],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
         env=child_env(),
     )
     line = proc.stdout.readline()
@@ -173,9 +197,25 @@ def start_gateway(tmp_dir: Path, **env: str) -> Gateway:
     full_env.update(env)
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "uvicorn", "config.asgi:application", "--host", "127.0.0.1",
-             "--port", str(port), "--loop", "uvloop", "--http", "httptools", "--no-access-log"],
-            cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=full_env,
+            [
+                sys.executable,
+                "-m",
+                "uvicorn",
+                "config.asgi:application",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--loop",
+                "uvloop",
+                "--http",
+                "httptools",
+                "--no-access-log",
+            ],
+            cwd=ROOT,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=full_env,
         )
     gateway = Gateway(url=f"http://127.0.0.1:{port}", proc=proc, log_path=log_path, env=full_env)
 
@@ -236,36 +276,77 @@ class Tenant:
     api_token: str
 
 
-def make_tenant(*, wallet_micro: int = 100_000_000, invoiced: bool = False,
-                budget_micro: int | None = None) -> Tenant:
+def make_tenant(
+    *, wallet_micro: int = 100_000_000, invoiced: bool = False, budget_micro: int | None = None
+) -> Tenant:
     from accounts.services import tenant_provision
 
     tenant = tenant_provision(
-        name=f"t-{uuid.uuid4().hex[:10]}", wallet_micro=wallet_micro, invoiced=invoiced,
+        name=f"t-{uuid.uuid4().hex[:10]}",
+        wallet_micro=wallet_micro,
+        invoiced=invoiced,
         budget_max_micro=budget_micro,
     )
     return Tenant(
-        account_id=tenant.account.pk, group_id=tenant.group.pk, api_key=tenant.api_key_secret,
-        api_key_id=tenant.api_key.pk, api_token=tenant.api_token_secret,
+        account_id=tenant.account.pk,
+        group_id=tenant.group.pk,
+        api_key=tenant.api_key_secret,
+        api_key_id=tenant.api_key.pk,
+        api_token=tenant.api_token_secret,
     )
 
 
 def stub_profiles(stub_url: str) -> list[dict]:
     return [
-        {"name": "stub-openai", "kind": "openai", "base_url": f"{stub_url}/v1", "timeout_s": 5,
-         "stream_idle_timeout_s": 2,
-         "models": [{"name": "gpt-4o-mini", "input_micro_per_mtok": 150_000,
-                     "output_micro_per_mtok": 600_000},
-                    {"name": "gpt-4o", "input_micro_per_mtok": 2_500_000,
-                     "output_micro_per_mtok": 10_000_000}]},
-        {"name": "stub-anthropic", "kind": "anthropic", "base_url": stub_url, "timeout_s": 5,
-         "stream_idle_timeout_s": 2,
-         "models": [{"name": "claude-3-5-haiku", "upstream": "claude-3-5-haiku-latest",
-                     "input_micro_per_mtok": 800_000, "output_micro_per_mtok": 4_000_000}]},
-        {"name": "stub-router", "kind": "openrouter", "base_url": f"{stub_url}/api/v1",
-         "timeout_s": 5, "stream_idle_timeout_s": 2,
-         "models": [{"name": "router-mini", "upstream": "openai/gpt-4o-mini",
-                     "input_micro_per_mtok": 200_000, "output_micro_per_mtok": 800_000}]},
+        {
+            "name": "stub-openai",
+            "kind": "openai",
+            "base_url": f"{stub_url}/v1",
+            "timeout_s": 5,
+            "stream_idle_timeout_s": 2,
+            "models": [
+                {
+                    "name": "gpt-4o-mini",
+                    "input_micro_per_mtok": 150_000,
+                    "output_micro_per_mtok": 600_000,
+                },
+                {
+                    "name": "gpt-4o",
+                    "input_micro_per_mtok": 2_500_000,
+                    "output_micro_per_mtok": 10_000_000,
+                },
+            ],
+        },
+        {
+            "name": "stub-anthropic",
+            "kind": "anthropic",
+            "base_url": stub_url,
+            "timeout_s": 5,
+            "stream_idle_timeout_s": 2,
+            "models": [
+                {
+                    "name": "claude-3-5-haiku",
+                    "upstream": "claude-3-5-haiku-latest",
+                    "input_micro_per_mtok": 800_000,
+                    "output_micro_per_mtok": 4_000_000,
+                }
+            ],
+        },
+        {
+            "name": "stub-router",
+            "kind": "openrouter",
+            "base_url": f"{stub_url}/api/v1",
+            "timeout_s": 5,
+            "stream_idle_timeout_s": 2,
+            "models": [
+                {
+                    "name": "router-mini",
+                    "upstream": "openai/gpt-4o-mini",
+                    "input_micro_per_mtok": 200_000,
+                    "output_micro_per_mtok": 800_000,
+                }
+            ],
+        },
     ]
 
 
@@ -297,14 +378,16 @@ class Stack:
     def openai(self, tenant: Tenant, **kwargs):
         import openai
 
-        return openai.OpenAI(base_url=f"{self.url}/v1", api_key=tenant.api_key, max_retries=0,
-                             **kwargs)
+        return openai.OpenAI(
+            base_url=f"{self.url}/v1", api_key=tenant.api_key, max_retries=0, **kwargs
+        )
 
     def anthropic(self, tenant: Tenant, **kwargs):
         import anthropic
 
-        return anthropic.Anthropic(base_url=self.url, api_key=tenant.api_key, max_retries=0,
-                                   **kwargs)
+        return anthropic.Anthropic(
+            base_url=self.url, api_key=tenant.api_key, max_retries=0, **kwargs
+        )
 
 
 @pytest.fixture
@@ -316,14 +399,23 @@ def stack(transactional_db, shared_gateway, stub) -> Stack:
     return Stack(gateway=shared_gateway, stub=stub)
 
 
-def usage_rows(request_ids: list[str] | None = None, *, expect: int | None = None):
-    """Return usage rows (waiting for the batched writer to store `expect` of them)."""
+def usage_rows(
+    request_ids: list[str] | None = None, *, group_id: int | None = None, expect: int | None = None
+):
+    """Return usage rows (waiting for the batched writer to store `expect` of them).
+
+    Filter by request ids or group: rows of an earlier test may land late in a shared gateway.
+    """
     from usage.models import UsageLog
+
+    assert request_ids is not None or group_id is not None, "filter by request ids or group"
 
     def rows():
         qs = UsageLog.objects.order_by("id")
         if request_ids is not None:
             qs = qs.filter(request_id__in=request_ids)
+        if group_id is not None:
+            qs = qs.filter(group_id=group_id)
         found = list(qs)
         return found if expect is None or len(found) >= expect else None
 

@@ -17,8 +17,16 @@ pytestmark = pytest.mark.django_db
 
 
 def test_create_tenant_prints_the_contract_fields_once(capsys):
-    call_command("create_tenant", "--name", "acme", "--budget-micro", "5000000",
-                 "--wallet-micro", "2500000", "--json")
+    call_command(
+        "create_tenant",
+        "--name",
+        "acme",
+        "--budget-micro",
+        "5000000",
+        "--wallet-micro",
+        "2500000",
+        "--json",
+    )
     data = json.loads(capsys.readouterr().out)
 
     assert {"account_id", "group_id", "api_token", "api_key"} <= set(data)
@@ -30,7 +38,8 @@ def test_create_tenant_prints_the_contract_fields_once(capsys):
     wallet = Wallet.objects.get(account=account)
     assert wallet.balance_micro == 2_500_000
     assert list(LedgerEntry.objects.filter(wallet=wallet).values_list("kind", "amount_micro")) == [
-        ("opening", 2_500_000)]
+        ("opening", 2_500_000)
+    ]
 
 
 def test_create_tenant_invoiced(capsys):
@@ -40,13 +49,25 @@ def test_create_tenant_invoiced(capsys):
 
 
 def run_settings(**env):
-    clean = {k: v for k, v in os.environ.items()
-             if not k.startswith(("TOLLGATE_", "GATEWAY_", "DATABASE_URL", "REDIS_URL"))}
+    clean = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(
+            ("TOLLGATE_", "GATEWAY_", "DATABASE_URL", "REDIS_URL", "SEALING_KEYS", "SECRET_KEY")
+        )
+    }
     clean.update(env)
     return subprocess.run(
-        [sys.executable, "-c", "import django, os; os.environ.setdefault("
-         "'DJANGO_SETTINGS_MODULE','config.settings'); django.setup()"],
-        cwd=ROOT, env=clean, capture_output=True, text=True,
+        [
+            sys.executable,
+            "-c",
+            "import django, os; os.environ.setdefault("
+            "'DJANGO_SETTINGS_MODULE','config.settings'); django.setup()",
+        ],
+        cwd=ROOT,
+        env=clean,
+        capture_output=True,
+        text=True,
     )
 
 
@@ -57,8 +78,14 @@ def run_settings(**env):
         ({"TOLLGATE_MAX_BODY_BYTES": "lots"}, "TOLLGATE_MAX_BODY_BYTES"),
         ({"GATEWAY_INTERNAL_TOKEN": "too-short"}, "GATEWAY_INTERNAL_TOKEN"),
         ({"DATABASE_URL": "postgres://x@127.0.0.1/db", "SECRET_KEY": "k"}, "SEALING_KEYS"),
-        ({"DATABASE_URL": "postgres://x@127.0.0.1/db", "SECRET_KEY": "k",
-          "SEALING_KEYS": "v1:short"}, "SEALING_KEYS"),
+        (
+            {
+                "DATABASE_URL": "postgres://x@127.0.0.1/db",
+                "SECRET_KEY": "k",
+                "SEALING_KEYS": "v1:short",
+            },
+            "SEALING_KEYS",
+        ),
         ({"TOLLGATE_CALLER_WINDOW": "week"}, "TOLLGATE_CALLER_WINDOW"),
     ],
 )

@@ -15,12 +15,25 @@ def test_ceil_div_rounds_up_only_a_remainder():
 
 def test_token_cost_rounds_up_once_over_the_sum():
     # 3 x 0.15 + 1 x 0.60 = 1.05 micro-USD -> 2 (one rounding, not one per side).
-    assert token_cost_micro(tokens_in=3, tokens_out=1, input_micro_per_mtok=150_000,
-                            output_micro_per_mtok=600_000) == 2
-    assert token_cost_micro(tokens_in=1_000_000, tokens_out=0, input_micro_per_mtok=150_000,
-                            output_micro_per_mtok=600_000) == 150_000
-    assert token_cost_micro(tokens_in=0, tokens_out=0, input_micro_per_mtok=1,
-                            output_micro_per_mtok=1) == 0
+    assert (
+        token_cost_micro(
+            tokens_in=3, tokens_out=1, input_micro_per_mtok=150_000, output_micro_per_mtok=600_000
+        )
+        == 2
+    )
+    assert (
+        token_cost_micro(
+            tokens_in=1_000_000,
+            tokens_out=0,
+            input_micro_per_mtok=150_000,
+            output_micro_per_mtok=600_000,
+        )
+        == 150_000
+    )
+    assert (
+        token_cost_micro(tokens_in=0, tokens_out=0, input_micro_per_mtok=1, output_micro_per_mtok=1)
+        == 0
+    )
 
 
 def test_bandwidth_charge_is_ceiling_of_bytes_times_rate_over_a_gigabyte():

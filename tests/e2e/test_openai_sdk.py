@@ -9,8 +9,10 @@ import pytest
 from tests.conftest import PLATFORM_KEY, usage_rows
 
 ANSWER = "Hello from the stub model gpt-4o-mini reply ok"
-PROMPT = [{"role": "system", "content": "Be brief."},
-          {"role": "user", "content": "Say hello to the gateway"}]
+PROMPT = [
+    {"role": "system", "content": "Be brief."},
+    {"role": "user", "content": "Say hello to the gateway"},
+]
 PROMPT_WORDS = 2 + 5  # the stub counts whitespace-separated words of every message
 
 
@@ -34,7 +36,11 @@ def test_non_streamed_completion_reaches_the_stub_with_the_platform_key(stack):
     request_id = response.headers["x-request-id"]
     [row] = usage_rows([request_id], expect=1)
     assert (row.tokens_in, row.tokens_out, row.served_by, row.provider) == (
-        PROMPT_WORDS, 8, "platform", "stub-openai")
+        PROMPT_WORDS,
+        8,
+        "platform",
+        "stub-openai",
+    )
     # 7 x 0.15 + 8 x 0.60 = 5.85 micro-USD, rounded up.
     assert row.provider_cost_micro == 6
     assert row.status == 200 and row.streamed is False
@@ -44,10 +50,14 @@ def test_streamed_completion_with_usage(stack):
     tenant = stack.tenant()
     client = stack.openai(tenant)
 
-    chunks = list(client.chat.completions.create(
-        model="gpt-4o-mini", messages=PROMPT, stream=True,
-        stream_options={"include_usage": True},
-    ))
+    chunks = list(
+        client.chat.completions.create(
+            model="gpt-4o-mini",
+            messages=PROMPT,
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+    )
 
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert text == ANSWER
@@ -55,7 +65,7 @@ def test_streamed_completion_with_usage(stack):
     assert chunks[-1].usage.completion_tokens == 8
     [call] = stack.stub.vendor_calls()
     assert call["stream"] is True and call["key"] == PLATFORM_KEY
-    rows = usage_rows(expect=1)
+    rows = usage_rows(group_id=tenant.group_id, expect=1)
     assert [(r.streamed, r.tokens_out, r.status) for r in rows] == [(True, 8, 200)]
     assert rows[0].ttft_ms is not None
 
@@ -63,8 +73,7 @@ def test_streamed_completion_with_usage(stack):
 def test_streamed_completion_without_usage_request_has_no_usage_chunk(stack):
     client = stack.openai(stack.tenant())
 
-    chunks = list(client.chat.completions.create(model="gpt-4o-mini", messages=PROMPT,
-                                                 stream=True))
+    chunks = list(client.chat.completions.create(model="gpt-4o-mini", messages=PROMPT, stream=True))
 
     assert all(c.usage is None for c in chunks)
     assert "".join(c.choices[0].delta.content or "" for c in chunks) == ANSWER
@@ -73,9 +82,11 @@ def test_streamed_completion_without_usage_request_has_no_usage_chunk(stack):
 def test_x_api_key_header_authenticates_too(stack):
     tenant = stack.tenant()
 
-    response = httpx.post(f"{stack.url}/v1/chat/completions",
-                          headers={"x-api-key": tenant.api_key},
-                          json={"model": "gpt-4o-mini", "messages": PROMPT})
+    response = httpx.post(
+        f"{stack.url}/v1/chat/completions",
+        headers={"x-api-key": tenant.api_key},
+        json={"model": "gpt-4o-mini", "messages": PROMPT},
+    )
 
     assert response.status_code == 200
     assert response.json()["usage"]["completion_tokens"] == 8

@@ -17,8 +17,12 @@ def post(stack, *, key: str | None = None, json=None, content=None, headers=None
     headers = dict(headers or {})
     if key is not None:
         headers["Authorization"] = f"Bearer {key}"
-    return httpx.post(f"{stack.url}/v1/chat/completions", headers=headers,
-                      json=json if content is None else None, content=content)
+    return httpx.post(
+        f"{stack.url}/v1/chat/completions",
+        headers=headers,
+        json=json if content is None else None,
+        content=content,
+    )
 
 
 def assert_refused(response, status: int, code: str) -> None:
@@ -58,7 +62,8 @@ def test_revoking_a_cached_key_reaches_the_running_gateway(stack):
 
     response = wait_until(
         lambda: (r := post(stack, key=tenant.api_key, json=BODY)).status_code == 401 and r,
-        timeout_s=5, what="the revocation to reach the gateway",
+        timeout_s=5,
+        what="the revocation to reach the gateway",
     )
     assert_refused(response, 401, "LM-1001")
     assert len(stack.stub.vendor_calls()) == 1
@@ -69,7 +74,8 @@ def test_expired_key_is_lm_1001(stack):
 
     tenant = stack.tenant()
     ApiKey.objects.filter(pk=tenant.api_key_id).update(
-        expires_at=timezone.now() - timedelta(seconds=1))
+        expires_at=timezone.now() - timedelta(seconds=1)
+    )
 
     assert_refused(post(stack, key=tenant.api_key, json=BODY), 401, "LM-1001")
 
@@ -92,18 +98,27 @@ def test_virtual_key_cannot_call_the_tenant_api(stack):
         (b"{not json", "not valid JSON"),
         (b"[1, 2]", "JSON object"),
         (b'{"model": "gpt-4o-mini"}', "messages"),
-        (b'{"model": "no-such-model", "messages": [{"role": "user", "content": "x"}]}',
-         "Unknown model"),
-        (b'{"model": "gpt-4o-mini", "max_tokens": -5, '
-         b'"messages": [{"role": "user", "content": "x"}]}', "max_tokens"),
-        (b'{"model": "gpt-4o-mini", "tools": [{"type": "function"}], '
-         b'"messages": [{"role": "user", "content": "x"}]}', "'tools' is not supported"),
+        (
+            b'{"model": "no-such-model", "messages": [{"role": "user", "content": "x"}]}',
+            "Unknown model",
+        ),
+        (
+            b'{"model": "gpt-4o-mini", "max_tokens": -5, '
+            b'"messages": [{"role": "user", "content": "x"}]}',
+            "max_tokens",
+        ),
+        (
+            b'{"model": "gpt-4o-mini", "tools": [{"type": "function"}], '
+            b'"messages": [{"role": "user", "content": "x"}]}',
+            "'tools' is not supported",
+        ),
     ],
 )
 def test_invalid_body_is_lm_2001(stack, body, fragment):
     tenant = stack.tenant()
-    response = post(stack, key=tenant.api_key, content=body,
-                    headers={"content-type": "application/json"})
+    response = post(
+        stack, key=tenant.api_key, content=body, headers={"content-type": "application/json"}
+    )
     assert_refused(response, 400, "LM-2001")
     assert fragment in response.json()["error"]["message"]
     assert stack.stub.vendor_calls() == []
@@ -118,11 +133,18 @@ def test_oversized_body_is_lm_2013(stack):
 
 def test_refusals_are_logged_but_not_billed(stack):
     tenant = stack.tenant()
-    response = post(stack, key=tenant.api_key,
-                    json={"model": "no-such-model", "messages": [{"role": "user", "content": "x"}]})
+    response = post(
+        stack,
+        key=tenant.api_key,
+        json={"model": "no-such-model", "messages": [{"role": "user", "content": "x"}]},
+    )
     [row] = usage_rows([response.headers["x-request-id"]], expect=1)
     assert (row.status, row.error_code, row.upstream_sent, row.bandwidth_charge_micro) == (
-        400, "LM-2001", False, 0)
+        400,
+        "LM-2001",
+        False,
+        0,
+    )
 
 
 def test_request_id_is_taken_from_the_client_and_echoed(stack):

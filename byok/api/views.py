@@ -1,0 +1,100 @@
+"""The BYOK admin routes, exactly as the seed fixes them, scoped to the caller's account."""
+
+from __future__ import annotations
+
+from django.shortcuts import get_object_or_404
+from django.utils import timezone
+from rest_framework import serializers, status
+from rest_framework.exceptions import ValidationError
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from accounts.api.errors import Conflict
+from accounts.api.permissions import require_manager
+from accounts.selectors import groups_of_user
+from byok import selectors, services
+from byok.models import TeamKey
+
+
+def key_out(team_key: TeamKey) -> dict:
+    """Label, last4, status, created: never the key."""
+    benched = team_key.benched_until is not None and team_key.benched_until > timezone.now()
+    state = team_key.status
+    if state == TeamKey.Status.ACTIVE and benched:
+        state = "benched"
+    return {
+        "id": team_key.pk,
+        "label": team_key.label,
+        "last4": team_key.last4,
+        "status": state,
+        "benched_until": team_key.benched_until if benched else None,
+        "created_at": team_key.created_at,
+    }
+
+
+def pool_out(pool) -> dict:
+    keys = sorted(pool.keys.all(), key=lambda k: k.pk)
+    return {
+        "provider": pool.provider,
+        "fallback": pool.fallback,
+        "keys": [key_out(k) for k in keys],
+    }
+
+
+class FallbackIn(serializers.Serializer):
+    fallback = serializers.BooleanField()
+
+
+class TeamKeyIn(serializers.Serializer):
+    label = serializers.CharField(max_length=200, allow_blank=True, trim_whitespace=False)
+    key = serializers.CharField(max_length=512, trim_whitespace=False)
+
+
+def refused(exc: services.TeamKeyRefused):
+    return Conflict(str(exc)) if exc.conflict else ValidationError(str(exc))
+
+
+class PoolListView(APIView):
+    def get(self, request, group_id: int):
+        group = get_object_or_404(groups_of_user(user=request.user), pk=group_id)
+        pools = selectors.pools_of_group(group_id=group.pk)
+        return Response({"group": group.pk, "providers": [pool_out(p) for p in pools]})
+
+
+class PoolView(APIView):
+    def put(self, request, group_id: int, provider: str):
+        group = get_object_or_404(groups_of_user(user=request.user), pk=group_id)
+        require_manager(user=request.user, account=group.account)
+        data = FallbackIn(data=request.data)
+        data.is_valid(raise_exception=True)
+        try:
+            pool = services.pool_set_fallback(
+                group=group, provider=provider, fallback=data.validated_data["fallback"]
+            )
+        except services.TeamKeyRefused as exc:
+            raise refused(exc) from None
+        return Response(pool_out(pool))
+
+
+class PoolKeysView(APIView):
+    def post(self, request, group_id: int, provider: str):
+        group = get_object_or_404(groups_of_user(user=request.user), pk=group_id)
+        require_manager(user=request.user, account=group.account)
+        data = TeamKeyIn(data=request.data)
+        data.is_valid(raise_exception=True)
+        try:
+            team_key = services.team_key_add(group=group, provider=provider, **data.validated_data)
+        except services.TeamKeyRefused as exc:
+            raise refused(exc) from None
+        return Response(key_out(team_key), status=status.HTTP_201_CREATED)
+
+
+class TeamKeyView(APIView):
+    def delete(self, request, group_id: int, key_id: int):
+        group = get_object_or_404(groups_of_user(user=request.user), pk=group_id)
+        team_key = get_object_or_404(
+            selectors.team_keys_of_user(user=request.user), pk=key_id, pool__group=group
+        )
+        require_manager(user=request.user, account=group.account)
+        services.team_key_delete(team_key=team_key)
+        return Response(status=status.HTTP_204_NO_CONTENT)
