@@ -67,9 +67,12 @@ class PoolRegistry:
         self._pools = pools
 
     def get(self, group_id: int, provider: str) -> Pool | None:
-        """Return the group's pool for a provider if it holds at least one key."""
-        pool = self._pools.get((group_id, provider))
-        return pool if pool is not None and pool.keys else None
+        """Return the group's pool for a provider, even with no key left in it.
+
+        An emptied pool still decides: with fallback off it answers LM-3021 rather than
+        letting the group's traffic silently reach the platform's keys.
+        """
+        return self._pools.get((group_id, provider))
 
     def fallback_of(self, group_id: int, provider: str) -> bool | None:
         pool = self._pools.get((group_id, provider))

@@ -40,6 +40,8 @@ class KeyRotation:
     async def candidates(self, pool: Pool) -> list[PoolKey]:
         """Return the pool's usable keys, starting at the next key in round-robin order."""
         keys = pool.keys
+        if not keys:
+            return []
         turn = next(self._turns.setdefault((pool.group_id, pool.provider), itertools.count()))
         start = turn % len(keys)
         ordered = keys[start:] + keys[:start]
