@@ -1,77 +1,92 @@
-"""The request path's async face of money: budget holds, escrow, settlement.
+"""The request path's async face of money: budget holds and wallet escrow.
 
-Each step is one short transaction in a worker thread; a database failure becomes LM-5004
-(refuse rather than serve unbilled) before any upstream call.
+Each step is one short transaction of a billing/ledger.py program: on PostgreSQL run by
+async psycopg on the event loop, elsewhere (embedded SQLite) in the database thread. A
+database failure before an upstream call becomes LM-5004 (refuse rather than serve
+unbilled). Settlement is not here: it rides on the usage row (billing/settlement.py).
 """
 
 from __future__ import annotations
 
 import logging
 
-from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db import DatabaseError
+from django.utils import timezone
+from psycopg import Error as PsycopgError
 
-from billing import services
+from billing import ledger
+from billing.sqlexec import AsyncPgDriver, postgres_conninfo, run_sync
 from gateway import errors
-from gateway.context import RequestContext
+from gateway.db import off_loop
 
 log = logging.getLogger(__name__)
-
-
-def _thread(fn):
-    return sync_to_async(fn, thread_sensitive=False)
+DB_ERRORS = (DatabaseError, PsycopgError, OSError, TimeoutError)
 
 
 class Escrow:
     def __init__(self) -> None:
         self.ttl_s = settings.TOLLGATE["RESERVATION_TTL_S"]
+        conninfo = postgres_conninfo()
+        self._pg = AsyncPgDriver(conninfo) if conninfo else None
 
-    async def hold_budget(self, ctx: RequestContext, amount_micro: int) -> None:
-        """Take the budget hold on group and key, or refuse with LM-4001."""
-        caller = ctx.caller
+    async def open(self) -> None:
+        if self._pg is not None:
+            await self._pg.open()
+
+    async def close(self) -> None:
+        if self._pg is not None:
+            await self._pg.close()
+
+    async def run(self, program: ledger.Program):
+        if self._pg is not None:
+            return await self._pg.run(program)
+        return await off_loop(run_sync)(program)
+
+    async def hold_budget(self, ctx, amount_micro: int, caller: ledger.CallerBudget | None) -> None:
+        """Take the budget hold on group, key and caller, or refuse with LM-4001."""
+        c = ctx.caller
+        hold = ledger.Hold(
+            request_id=ctx.request_id,
+            group_id=c.group_id,
+            api_key_id=c.api_key_id,
+            key_budgeted=c.key_budget_max_micro is not None,
+            amount_micro=amount_micro,
+            caller=caller,
+        )
         try:
-            await _thread(services.spend_hold_take)(
-                request_id=ctx.request_id,
-                group_id=caller.group_id,
-                api_key_id=caller.api_key_id,
-                amount_micro=amount_micro,
-                key_has_budget=caller.key_budget_max_micro is not None,
-                ttl_s=self.ttl_s,
-            )
-        except services.Refused as refused:
+            await self.run(ledger.take_hold(hold, now=timezone.now(), ttl_s=self.ttl_s))
+        except ledger.Refused as refused:
             raise errors.BudgetExhausted(f"Budget exhausted ({refused}).") from None
-        except DatabaseError:
+        except DB_ERRORS:
             raise errors.DependencyDown() from None
         ctx.spend_hold_micro = amount_micro
         ctx.spend_hold_taken = True
 
-    async def reserve(self, ctx: RequestContext, amount_micro: int) -> int:
+    async def reserve(self, ctx, amount_micro: int) -> int:
         """Hold a platform attempt's worst-case cost on the wallet, or raise LM-4002."""
         try:
-            return await _thread(services.reservation_take)(
-                account_id=ctx.caller.account_id,
-                request_id=ctx.request_id,
-                amount_micro=amount_micro,
-                ttl_s=self.ttl_s,
-                attempt_no=len(ctx.trail) + 1,
+            return await self.run(
+                ledger.reserve(
+                    account_id=ctx.caller.account_id,
+                    request_id=ctx.request_id,
+                    attempt_no=len(ctx.trail) + 1,
+                    amount_micro=amount_micro,
+                    now=timezone.now(),
+                    ttl_s=self.ttl_s,
+                )
             )
-        except services.Refused:
+        except ledger.Refused:
             raise errors.WalletInsufficient() from None
-        except DatabaseError:
+        except DB_ERRORS:
             raise errors.DependencyDown() from None
 
     async def cancel(self, reservation_id: int) -> None:
         try:
-            await _thread(services.reservation_cancel)(reservation_id=reservation_id)
-        except DatabaseError:
-            log.error("could not cancel reservation %s; the reaper will expire it", reservation_id)
-
-    async def settle(self, settlement: services.Settlement) -> None:
-        try:
-            await _thread(services.request_settle)(settlement)
-        except DatabaseError:
-            log.error(
-                "could not settle request %s; its holds expire via the reaper",
-                settlement.request_id,
+            await self.run(
+                ledger.resolve_reservation(
+                    reservation_id, status="cancelled", cost_micro=0, now=timezone.now()
+                )
             )
+        except DB_ERRORS:
+            log.error("could not cancel reservation %s; the reaper will expire it", reservation_id)

@@ -95,6 +95,7 @@ class SpendHold(models.Model):
     request_id = models.CharField(max_length=64, unique=True)
     group = models.ForeignKey("accounts.Group", on_delete=models.CASCADE)
     api_key = models.ForeignKey("accounts.ApiKey", null=True, on_delete=models.CASCADE)
+    caller_spend = models.ForeignKey("CallerSpend", null=True, on_delete=models.CASCADE)
     amount_micro = models.BigIntegerField()
     status = models.CharField(max_length=8, choices=Status.choices, default=Status.HELD)
     created_at = models.DateTimeField(default=timezone.now)
@@ -102,6 +103,26 @@ class SpendHold(models.Model):
 
     class Meta:
         indexes = [models.Index(fields=["status", "expires_at"])]
+
+
+class CallerSpend(models.Model):
+    """One end caller's spend in a group over one label window (its budget period)."""
+
+    group = models.ForeignKey("accounts.Group", on_delete=models.CASCADE)
+    caller_label = models.CharField(max_length=64)
+    period = models.CharField(max_length=8, help_text="The label window: 2026-11 or 2026.")
+    spent_micro = models.BigIntegerField(default=0)
+    reserved_micro = models.BigIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["group", "caller_label", "period"], name="caller_spend_once"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.caller_label} in {self.group_id} ({self.period})"
 
 
 class SpendAdjustment(models.Model):
@@ -112,3 +133,68 @@ class SpendAdjustment(models.Model):
     amount_micro = models.BigIntegerField()
     reason = models.CharField(max_length=200)
     created_at = models.DateTimeField(default=timezone.now)
+
+
+class SettledRequestManager(models.Manager):
+    def mark(
+        self,
+        *,
+        request_id: str,
+        group_id: int,
+        api_key_id: int | None,
+        bandwidth_micro: int,
+        source: str,
+        provider_cost_micro: int = 0,
+    ) -> bool:
+        """Record that a request is charged; False if it was recorded already.
+
+        One INSERT ... ON CONFLICT DO NOTHING: whichever of settle, the reaper and
+        reconciliation comes first charges the request, the others see False.
+        """
+        from django.db import connection
+
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"INSERT INTO {self.model._meta.db_table} (request_id, group_id, api_key_id,"
+                " bandwidth_micro, provider_cost_micro, source, created_at)"
+                " VALUES (%s, %s, %s, %s, %s, %s, %s)"
+                " ON CONFLICT (request_id) DO NOTHING RETURNING id",
+                [
+                    request_id,
+                    group_id,
+                    api_key_id,
+                    bandwidth_micro,
+                    provider_cost_micro,
+                    source,
+                    timezone.now(),
+                ],
+            )
+            return cursor.fetchone() is not None
+
+
+class SettledRequest(models.Model):
+    """Marks a request whose cost and bandwidth are charged to group and key counters.
+
+    Inserted (ON CONFLICT DO NOTHING) by whoever charges the request first: its settle
+    (billing.ledger.settle), the reaper, or reconciliation for a request whose settle never
+    committed because its gateway died. The inserter charges what the usage row says; anyone
+    later charges nothing, so no request is ever charged twice.
+    """
+
+    class Source(models.TextChoices):
+        SETTLE = "settle"
+        REAPER = "reaper"
+        RECONCILE = "reconcile"
+
+    request_id = models.CharField(max_length=64, unique=True)
+    group_id = models.BigIntegerField()
+    api_key_id = models.BigIntegerField(null=True)
+    bandwidth_micro = models.BigIntegerField()
+    provider_cost_micro = models.BigIntegerField(default=0)
+    source = models.CharField(max_length=10, choices=Source.choices)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    objects = SettledRequestManager()
+
+    def __str__(self) -> str:
+        return f"{self.request_id}: {self.bandwidth_micro} ({self.source})"

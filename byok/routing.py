@@ -13,11 +13,11 @@ import logging
 import time
 from datetime import timedelta
 
-from asgiref.sync import sync_to_async
 from django.utils import timezone
 
 from byok.models import TeamKey
 from byok.pools import Pool, PoolKey
+from gateway.db import off_loop
 from gateway.shared_state import SharedState, SharedStateDown
 
 log = logging.getLogger(__name__)
@@ -75,7 +75,7 @@ class KeyRotation:
             except SharedStateDown:
                 pass
         task = asyncio.create_task(
-            sync_to_async(_record_status, thread_sensitive=False)(key.key_id, status, seconds)
+            off_loop(_record_status)(key.key_id, status, seconds)
         )
         self._background.add(task)
         task.add_done_callback(self._background.discard)

@@ -42,9 +42,13 @@ SCHEME: dict[str, tuple[type, object]] = {
     "TOLLGATE_BREAKER_COOLDOWN_S": (int, 30),
     "TOLLGATE_ESCROW_MARGIN_PCT": (int, 120),
     "TOLLGATE_RESERVATION_TTL_S": (int, 300),
+    "TOLLGATE_REQUEST_DEADLINE_S": (int, 240),
     "TOLLGATE_USAGE_WINDOW_S": (int, 60),
     "TOLLGATE_USAGE_SINK_URL": (str, ""),
     "TOLLGATE_USAGE_SINK_SECRET": (str, ""),
+    "TOLLGATE_USAGE_GRACE_S": (int, 30),
+    "TOLLGATE_USAGE_FLUSH_MS": (int, 500),
+    "TOLLGATE_USAGE_CLAIM_IDLE_MS": (int, 15_000),
     "TOLLGATE_CALLER_KEY": (str, ""),
     "TOLLGATE_CALLER_WINDOW": (str, "month"),
     "TOLLGATE_LOG_LEVEL": (str, "INFO"),
@@ -136,14 +140,32 @@ TOLLGATE = {
     "BREAKER_COOLDOWN_S": env("TOLLGATE_BREAKER_COOLDOWN_S"),
     "ESCROW_MARGIN_PCT": env("TOLLGATE_ESCROW_MARGIN_PCT"),
     "RESERVATION_TTL_S": env("TOLLGATE_RESERVATION_TTL_S"),
+    "REQUEST_DEADLINE_S": env("TOLLGATE_REQUEST_DEADLINE_S"),
     "USAGE_WINDOW_S": env("TOLLGATE_USAGE_WINDOW_S"),
     "USAGE_SINK_URL": env("TOLLGATE_USAGE_SINK_URL"),
     "USAGE_SINK_SECRET": env("TOLLGATE_USAGE_SINK_SECRET"),
+    "USAGE_GRACE_S": env("TOLLGATE_USAGE_GRACE_S"),
+    "USAGE_FLUSH_MS": env("TOLLGATE_USAGE_FLUSH_MS"),
+    "USAGE_CLAIM_IDLE_MS": env("TOLLGATE_USAGE_CLAIM_IDLE_MS"),
     "CALLER_KEY": env("TOLLGATE_CALLER_KEY"),
     "CALLER_WINDOW": env("TOLLGATE_CALLER_WINDOW"),
 }
+if TOLLGATE["RESERVATION_TTL_S"] < TOLLGATE["REQUEST_DEADLINE_S"]:
+    # A hold must outlive the request it covers, or the reaper frees a live stream's money.
+    raise ImproperlyConfigured(
+        "Malformed setting TOLLGATE_RESERVATION_TTL_S: it must be at least "
+        "TOLLGATE_REQUEST_DEADLINE_S."
+    )
 if TOLLGATE["CALLER_WINDOW"] not in ("month", "year"):
     raise ImproperlyConfigured("Malformed setting TOLLGATE_CALLER_WINDOW: use month or year.")
+if TOLLGATE["USAGE_WINDOW_S"] < 1 or TOLLGATE["USAGE_GRACE_S"] < 0:
+    raise ImproperlyConfigured(
+        "Malformed setting TOLLGATE_USAGE_WINDOW_S / TOLLGATE_USAGE_GRACE_S: use >= 1 / >= 0."
+    )
+if TOLLGATE["USAGE_SINK_URL"] and not TOLLGATE["USAGE_SINK_SECRET"]:
+    raise ImproperlyConfigured(
+        "Missing setting TOLLGATE_USAGE_SINK_SECRET: the usage webhook is always signed."
+    )
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -238,10 +260,39 @@ REST_FRAMEWORK = {
 }
 SPECTACULAR_SETTINGS = {"TITLE": "Tollgate tenant API", "VERSION": "1"}
 
-CELERY_BROKER_URL = env("CELERY_BROKER_URL") or REDIS_URL or "memory://"
+# Redis in production; without it a filesystem queue under var/, so `celery -A config worker
+# -B` works embedded too. `memory://` (set explicitly) runs tasks inline.
+CELERY_BROKER_URL = env("CELERY_BROKER_URL") or REDIS_URL or "filesystem://"
 CELERY_TASK_ALWAYS_EAGER = CELERY_BROKER_URL == "memory://"
 CELERY_TASK_IGNORE_RESULT = True
-CELERY_BEAT_SCHEDULE: dict = {}
+if CELERY_BROKER_URL == "filesystem://":
+    _celery_queue = VAR_DIR / "celery" / "queue"
+    _celery_queue.mkdir(parents=True, exist_ok=True)
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "data_folder_in": str(_celery_queue),
+        "data_folder_out": str(_celery_queue),
+        "store_processed": False,
+    }
+CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
+# Each task is a thin interface to a service; every one is safe to run twice or concurrently.
+CELERY_BEAT_SCHEDULE: dict = {
+    "usage-flush-events": {
+        "task": "usage.flush_events",
+        "schedule": float(TOLLGATE["USAGE_WINDOW_S"]),
+    },
+    "usage-reconcile-bandwidth": {
+        "task": "usage.reconcile_bandwidth",
+        "schedule": float(TOLLGATE["USAGE_WINDOW_S"]),
+    },
+    "usage-drain-journal": {
+        "task": "usage.drain_journal",
+        "schedule": max(1.0, TOLLGATE["USAGE_CLAIM_IDLE_MS"] / 1000),
+    },
+    "billing-expire-stale-holds": {
+        "task": "billing.expire_stale_holds",
+        "schedule": float(min(60, TOLLGATE["RESERVATION_TTL_S"])),
+    },
+}
 
 LOGGING = {
     "version": 1,

@@ -11,22 +11,24 @@ import asyncio
 import hmac
 import logging
 import re
+import time
 import uuid
 from collections.abc import Awaitable, Callable
 
 import orjson
 from django.conf import settings
 
+from billing.ledger import CallerBudget
 from gateway import errors, metrics
 from gateway.context import Meter, RequestContext
 from gateway.orchestrator import fold_stream_chunk
-from gateway.plan import build_plan
+from gateway.plan import build_plan, prompt_bound
 from gateway.runtime import runtime
-from gateway.settle import settle_request, usage_row
+from gateway.settle import record_and_release, usage_row
 from gateway.shapes import anthropic as anthropic_shape
 from gateway.shapes import openai as openai_shape
 from gateway.types import ChatRequest, StreamResult
-from usage.pseudonym import caller_label
+from usage.pseudonym import caller_label, window_id
 
 log = logging.getLogger(__name__)
 
@@ -166,6 +168,7 @@ async def chat(ex: Exchange, route: str) -> None:
     except asyncio.CancelledError:
         if not ex.disconnected:
             raise
+        asyncio.current_task().uncancel()  # our own watcher's cancel: finish the books
         ctx.status, ctx.error_code = 499, "client_closed"
         await finish(ex, ctx)
 
@@ -200,14 +203,23 @@ async def serve(ex: Exchange, ctx: RequestContext, req: ChatRequest, shape) -> N
         lease_s=max((link.route.profile.timeout_s for link in ctx.plan.links), default=60) + 30,
     )
     ctx.admission = admission
+    # A client leaving cancels a stream at once; a non-streamed call runs to its answer (its
+    # usage is what the vendor bills) but nothing more is counted as sent to the client.
+    ex.watch_disconnect(asyncio.current_task().cancel if req.stream else lambda: None)
     metrics.IN_FLIGHT.inc()
     try:
         if ctx.caller.has_budget or ctx.caller_budgeted:
-            await runtime.escrow.hold_budget(ctx, ctx.plan.budget_estimate_micro)
+            await runtime.escrow.hold_budget(
+                ctx, ctx.plan.budget_estimate_micro, caller_budget(ctx)
+            )
         if req.stream:
             await stream_answer(ex, ctx, req, shape)
         else:
-            completion = await runtime.orchestrator.complete(ctx)
+            try:
+                async with asyncio.timeout(deadline_left_s(ctx)):
+                    completion = await runtime.orchestrator.complete(ctx)
+            except TimeoutError:
+                raise errors.UpstreamTimeout("The request passed its deadline.") from None
             ctx.usage = completion.usage
             body = shape.render_completion(completion, request_id=ctx.request_id)
             await finish(
@@ -219,6 +231,35 @@ async def serve(ex: Exchange, ctx: RequestContext, req: ChatRequest, shape) -> N
             )
     finally:
         metrics.IN_FLIGHT.dec()
+        await release_admission(ctx)  # an error path: before the refusal is sent
+
+
+def deadline_left_s(ctx: RequestContext) -> float:
+    """Return what is left of the request's overall deadline (reservations outlive it)."""
+    return ctx.started + settings.TOLLGATE["REQUEST_DEADLINE_S"] - time.monotonic()
+
+
+async def release_admission(ctx: RequestContext) -> None:
+    """Free the request's slots and count its real tokens, once.
+
+    Done before the client sees the end of the answer, so its next request is judged with
+    these tokens counted and the slot free (X-Tokens-Remaining says what that one will see).
+    """
+    admission, ctx.admission = ctx.admission, None
+    if admission is not None:
+        await runtime.limiter.finish(admission, tokens=ctx.usage.total_tokens)
+
+
+def caller_budget(ctx: RequestContext) -> CallerBudget | None:
+    """Return the end caller's budget bucket for this label window, if the group sets one."""
+    if not ctx.caller_budgeted:
+        return None
+    return CallerBudget(
+        group_id=ctx.caller.group_id,
+        label=ctx.caller_label,
+        period=window_id(),
+        budget_max_micro=ctx.caller.caller_budget_max_micro,
+    )
 
 
 def limit_scopes(ctx: RequestContext):
@@ -242,29 +283,39 @@ def limit_scopes(ctx: RequestContext):
 
 async def stream_answer(ex: Exchange, ctx: RequestContext, req: ChatRequest, shape) -> None:
     task = asyncio.current_task()
-    ex.watch_disconnect(task.cancel)
-    stream = await runtime.orchestrator.open_stream(ctx)
+    try:
+        async with asyncio.timeout(deadline_left_s(ctx)):
+            stream = await runtime.orchestrator.open_stream(ctx)
+    except TimeoutError:
+        raise errors.UpstreamTimeout("The request passed its deadline.") from None
+    model = ctx.served_model or req.model  # the model that serves, maybe a fallback link
     if shape is openai_shape:
         renderer = openai_shape.StreamRenderer(
-            request_id=ctx.request_id, model=req.model, include_usage=req.include_usage
+            request_id=ctx.request_id, model=model, include_usage=req.include_usage
         )
     else:
-        renderer = anthropic_shape.StreamRenderer(request_id=ctx.request_id, model=req.model)
-    result = StreamResult()
+        renderer = shape.StreamRenderer(request_id=ctx.request_id, model=model)
+    result = StreamResult(prompt_tokens_estimate=prompt_bound(req))
     await ex.start(200, [SSE, NO_CACHE, *ctx.admission.headers()])
     await ex.body(renderer.start(), more=True)
     try:
-        async for chunk in stream:
-            fold_stream_chunk(result, chunk)
-            data = renderer.chunk(chunk)
-            if data:
-                await ex.body(data, more=True)
+        async with asyncio.timeout(deadline_left_s(ctx)):
+            async for chunk in stream:
+                fold_stream_chunk(result, chunk)
+                data = renderer.chunk(chunk)
+                if data:
+                    await ex.body(data, more=True)
+    except TimeoutError:
+        stopped = errors.UpstreamTimeout("The stream passed the request deadline.")
+        await stream_broke(ex, ctx, result, renderer, stopped)
+        return
     except asyncio.CancelledError:
         if not ex.disconnected:
             raise
         task.uncancel()
-        ctx.usage = result.usage
+        ctx.usage = result.usage_or_estimate()
         ctx.status, ctx.error_code = 499, "client_closed"
+        await finish(ex, ctx)
         return
     except errors.GatewayError as exc:
         await stream_broke(ex, ctx, result, renderer, exc)
@@ -283,7 +334,7 @@ async def stream_answer(ex: Exchange, ctx: RequestContext, req: ChatRequest, sha
 
 async def stream_broke(ex, ctx, result: StreamResult, renderer, exc: errors.GatewayError) -> None:
     """Never retry after the first chunk: tell the client in-band and end the stream."""
-    ctx.usage = result.usage
+    ctx.usage = result.usage_or_estimate()
     ctx.status, ctx.error_code = exc.status, exc.code
     await finish(ex, ctx, final=renderer.error(exc))
 
@@ -308,8 +359,7 @@ async def finish(
     ex.stop_watching()
     predicted_out = len(final) if final is not None and not ex.disconnected else 0
     row = usage_row(ctx, bytes_out=ex.meter.bytes_out + predicted_out)
-    if ctx.caller is not None:
-        await runtime.usage.submit(row)
+    await record_and_release(runtime, ctx, row)
     try:
         if final is not None:
             if not ex.started:
@@ -318,7 +368,6 @@ async def finish(
         elif ex.started:
             await ex.body(b"", more=False)
     finally:
-        await settle_request(runtime, ctx, row)
         metrics.REQUESTS.labels(ctx.route, str(ctx.status), ctx.error_code or "ok").inc()
 
 

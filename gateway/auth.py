@@ -10,12 +10,12 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db import DatabaseError
 
 from accounts.models import ApiKey, Group
 from accounts.secrets import hash_secret
+from gateway.db import off_loop
 from gateway.errors import DependencyDown, InvalidRequest, Unauthorized
 
 NEGATIVE_TTL_S = 5.0
@@ -142,7 +142,7 @@ class CallerCache:
     @staticmethod
     async def _load(loader, arg):
         try:
-            return await sync_to_async(loader, thread_sensitive=False)(arg)
+            return await off_loop(loader)(arg)
         except DatabaseError:
             raise DependencyDown() from None
 

@@ -23,7 +23,7 @@ CLOSED, HALF_OPEN, OPEN = 0, 1, 2
 PREFIX = "tollgate:cb:"
 
 # KEYS[1] breaker hash. ARGV: op, now, threshold, cooldown, lease, token.
-# Returns {admitted (0/1), is_probe (0/1), state}.
+# Returns {admitted (0/1), kind (1 probe, 2 closed with failures counted, 0 clean), state}.
 LUA = """
 local key, op = KEYS[1], ARGV[1]
 local now, threshold, cooldown, lease = tonumber(ARGV[2]), tonumber(ARGV[3]),
@@ -43,6 +43,7 @@ if op == 'acquire' then
     redis.call('HSET', key, 'probe_until', now + lease, 'probe', token)
     return {1, 1, 1}
   end
+  if failures > 0 then return {1, 2, 0} end
   return {1, 0, 0}
 elseif op == 'success' then
   if state == 1 and probe ~= token then return {1, 0, state} end
@@ -79,6 +80,7 @@ class Ticket:
     model: str
     probe: bool
     token: str
+    clean: bool = False  # admitted while closed with no failures counted: success is a no-op
 
     @property
     def key(self) -> str:
@@ -111,10 +113,13 @@ class BreakerBoard:
         self._gauge(ticket, state)
         if not admitted:
             return None
-        ticket.probe = bool(probe)
+        ticket.probe = probe == 1
+        ticket.clean = probe == 0
         return ticket
 
     async def success(self, ticket: Ticket) -> None:
+        if ticket.clean:
+            return  # nothing to reset: spare the round trip on the common path
         _, _, state = await self._run("success", ticket, 0)
         self._gauge(ticket, state)
 
@@ -174,7 +179,7 @@ class BreakerBoard:
                     return 0, 0, HALF_OPEN
                 b.probe_until, b.probe = now + lease_s, ticket.token
                 return 1, 1, HALF_OPEN
-            return 1, 0, CLOSED
+            return 1, (2 if b.failures else 0), CLOSED
         if op == "success":
             if b.state == HALF_OPEN and b.probe != ticket.token:
                 return 1, 0, b.state

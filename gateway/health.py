@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from asgiref.sync import sync_to_async
 from django.db import connection
 
+from gateway.db import off_loop
 from gateway.shared_state import SharedStateDown
 
 
@@ -18,7 +18,7 @@ def _database_ok() -> bool:
 
 
 async def readiness(runtime) -> dict[str, bool]:
-    checks = {"database": await sync_to_async(_database_ok, thread_sensitive=False)()}
+    checks = {"database": await off_loop(_database_ok)()}
     if runtime.shared.client is not None:
         try:
             checks["redis"] = bool(await runtime.shared.call(lambda r: r.ping()))

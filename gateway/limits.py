@@ -72,29 +72,35 @@ class Admission:
     tokens_used: list[int] = field(default_factory=list)
 
     def headers(self, tokens_consumed: int | None = None) -> list[tuple[bytes, bytes]]:
-        """Return x-ratelimit-* and token headers for the key scope (the first scope)."""
-        if not self.scopes:
-            return []
-        scope = self.scopes[0]
+        """Return x-ratelimit-* and token headers of the tightest scope (key, group, caller)."""
         out: list[tuple[bytes, bytes]] = []
-        reset = str(max(1, (self.window + 1) * WINDOW_S - int(time.time()))).encode()
-        if scope.rpm and self.requests_used:
-            out.append((b"x-ratelimit-limit-requests", str(scope.rpm).encode()))
-            out.append(
-                (
-                    b"x-ratelimit-remaining-requests",
-                    str(max(0, scope.rpm - self.requests_used[0])).encode(),
-                )
-            )
-            out.append((b"x-ratelimit-reset-requests", reset + b"s"))
-        if scope.tpm and self.tokens_used:
-            remaining = max(0, scope.tpm - self.tokens_used[0] - (tokens_consumed or 0))
-            out.append((b"x-ratelimit-limit-tokens", str(scope.tpm).encode()))
-            out.append((b"x-ratelimit-remaining-tokens", str(remaining).encode()))
-            out.append((b"x-tokens-remaining", str(remaining).encode()))
+        reset = str(max(1, (self.window + 1) * WINDOW_S - int(time.time()))).encode() + b"s"
+        requests = self._tightest([s.rpm for s in self.scopes], self.requests_used)
+        if requests is not None:
+            limit, used = requests
+            out.append((b"x-ratelimit-limit-requests", str(limit).encode()))
+            out.append((b"x-ratelimit-remaining-requests", str(max(0, limit - used)).encode()))
+            out.append((b"x-ratelimit-reset-requests", reset))
+        tokens = self._tightest([s.tpm for s in self.scopes], self.tokens_used)
+        if tokens is not None:
+            limit, used = tokens
+            remaining = str(max(0, limit - used - (tokens_consumed or 0))).encode()
+            out.append((b"x-ratelimit-limit-tokens", str(limit).encode()))
+            out.append((b"x-ratelimit-remaining-tokens", remaining))
+            out.append((b"x-ratelimit-reset-tokens", reset))
+            out.append((b"x-tokens-remaining", remaining))
         if tokens_consumed is not None:
             out.append((b"x-tokens-consumed", str(tokens_consumed).encode()))
         return out
+
+    @staticmethod
+    def _tightest(limits: list[int], used: list[int]) -> tuple[int, int] | None:
+        """Return (limit, used) of the limited scope with the least room, or None."""
+        best = None
+        for limit, count in zip(limits, used, strict=False):
+            if limit and (best is None or limit - count < best[0] - best[1]):
+                best = (limit, count)
+        return best
 
 
 def _local_share(limit: int) -> int:
@@ -164,6 +170,9 @@ class Limiter:
                 return
             except SharedStateDown:
                 pass
+        self.finish_local(admission, tokens=tokens)
+
+    def finish_local(self, admission: Admission, *, tokens: int) -> None:
         self._inflight.discard(admission.request_id)
         self._group_inflight.get(admission.group_id, set()).discard(admission.request_id)
         if tokens:
@@ -200,15 +209,19 @@ class Limiter:
         return await self._shared.call(lambda r: self._script(keys=keys, args=args, client=r))
 
     async def _finish_pipeline(self, client, admission: Admission, tokens: int):
-        keys = self._keys(admission)
         pipe = client.pipeline(transaction=False)
+        self.finish_into(pipe, admission, tokens=tokens)
+        return await pipe.execute()
+
+    def finish_into(self, pipe, admission: Admission, *, tokens: int) -> None:
+        """Queue the finish of an admission on a Redis pipeline (see gateway/settle.py)."""
+        keys = self._keys(admission)
         pipe.zrem(keys[0], admission.request_id)
         pipe.zrem(keys[1], admission.request_id)
         if tokens:
             for tpm_key in keys[3::2]:
                 pipe.incrby(tpm_key, tokens)
                 pipe.expire(tpm_key, WINDOW_S * 2)
-        return await pipe.execute()
 
     # ---- per-process fallback ----
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from gateway import errors, metrics
 from gateway.context import RequestContext, TrailEntry
@@ -109,9 +109,10 @@ class Orchestrator:
                 ),
                 upstream=False,
             )
-        ticket = await self.breakers.acquire(
-            link.breaker_key, route.name, lease_s=route.profile.timeout_s + 5
-        )
+        # A probe's lease outlasts every try the link may make, so a slow probe is never
+        # joined by a second one; a probe that hangs fails at its last deadline.
+        lease_s = route.profile.timeout_s * TRIES_PER_ATTEMPT * len(link.attempts) + 5
+        ticket = await self.breakers.acquire(link.breaker_key, route.name, lease_s=lease_s)
         if ticket is None:
             self._trail(ctx, link, None, "circuit_open")
             raise _LinkFailed(
@@ -220,6 +221,7 @@ class Orchestrator:
                         _gateway_error(exc),
                         judges_provider=_judges_provider(exc, served_by=PLATFORM),
                     ) from None
+                ctx.trail[-1].reservation_id = reservation_id
                 ctx.reservation_id = reservation_id
                 ctx.reservation_micro = attempt.escrow_budget_micro if reservation_id else 0
                 committed = True
@@ -251,7 +253,8 @@ class Orchestrator:
             except TimeoutError:
                 raise ProviderError("upstream timed out", retryable=True, timeout=True) from None
             self._served(ctx, link, attempt, started)
-            return completion
+            # The answer names the model that served it (a fallback link, not the first asked).
+            return replace(completion, model=link.route.name)
         chunks = profile.adapter.stream(ctx.req, target).__aiter__()
         try:
             async with asyncio.timeout(profile.timeout_s):
@@ -302,6 +305,10 @@ class Orchestrator:
     ) -> TrailEntry:
         if exc is not None and exc.timeout:
             outcome = "timeout"
+        if started is not None:  # a failed call's wait counts too (a timeout: the deadline)
+            metrics.UPSTREAM_LATENCY.labels(link.route.profile.name).observe(
+                time.monotonic() - started
+            )
         entry = TrailEntry(
             order=len(ctx.trail) + 1,
             provider=link.route.profile.name,

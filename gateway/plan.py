@@ -87,12 +87,16 @@ def _price_rank(route: ModelRoute) -> tuple[int, str]:
     return (route.input_micro_per_mtok + route.output_micro_per_mtok, route.profile.name)
 
 
-def worst_case_cost_micro(req: ChatRequest, route: ModelRoute, *, max_tokens: int) -> int:
+def prompt_bound(req: ChatRequest) -> int:
+    """Return an upper bound on the request's prompt tokens."""
     prompt_bytes = len(req.system.encode()) if req.system else 0
     prompt_bytes += sum(len(m.content.encode()) for m in req.messages)
-    tokens_in = prompt_tokens_bound(prompt_bytes=prompt_bytes, messages=len(req.messages))
+    return prompt_tokens_bound(prompt_bytes=prompt_bytes, messages=len(req.messages))
+
+
+def worst_case_cost_micro(req: ChatRequest, route: ModelRoute, *, max_tokens: int) -> int:
     return token_cost_micro(
-        tokens_in=tokens_in,
+        tokens_in=prompt_bound(req),
         tokens_out=max_tokens,
         input_micro_per_mtok=route.input_micro_per_mtok,
         output_micro_per_mtok=route.output_micro_per_mtok,

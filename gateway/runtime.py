@@ -8,7 +8,6 @@ import asyncio
 import logging
 
 import aiohttp
-from asgiref.sync import sync_to_async
 from django.conf import settings
 
 from byok.pools import PoolRegistry, load_pools
@@ -17,6 +16,7 @@ from gateway import bus
 from gateway.auth import CallerCache
 from gateway.breakers import BreakerBoard
 from gateway.catalog import EMPTY, Catalog, load_catalog
+from gateway.db import off_loop
 from gateway.limits import Limiter
 from gateway.orchestrator import Orchestrator
 from gateway.shared_state import SharedState
@@ -56,6 +56,7 @@ class Runtime:
             self.keys = KeyRotation(self.shared)
             self.limiter = Limiter(self.shared)
             self.escrow = Escrow()
+            await self.escrow.open()
             self.orchestrator = Orchestrator(
                 breakers=self.breakers, keys=self.keys, escrow=self.escrow
             )
@@ -83,13 +84,14 @@ class Runtime:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         await self.usage.flush()
         await self.session.close()
+        await self.escrow.close()
         await self.shared.close()
         self.started = False
 
     async def reload(self) -> None:
         """Rebuild config and pools from the database, off the request path."""
-        self.catalog = await sync_to_async(load_catalog, thread_sensitive=False)(self.session)
-        self.pools.replace(await sync_to_async(load_pools, thread_sensitive=False)())
+        self.catalog = await off_loop(load_catalog)(self.session)
+        self.pools.replace(await off_loop(load_pools)())
 
     def _reload_soon(self) -> None:
         """Schedule a reload on this process's loop (bus callbacks may run in a thread)."""

@@ -1,9 +1,10 @@
-"""The settle step: what one finished request used, recorded and charged exactly once.
+"""The settle step: what one finished request used, priced once and recorded.
 
-Platform-served: token cost from the price table -> provider_cost, added to settled and
-spent. Team-served: cost 0, logged as byok tokens. Bandwidth: request + response body bytes
+Platform-served: token cost from the price table -> provider_cost (added to settled and
+spent). Team-served: cost 0, logged as byok tokens. Bandwidth: request + response body bytes
 at the group's rate, charged to key and group spent (never settled), only if an upstream
-call was actually sent.
+call was actually sent. The row is journaled before the client sees the end of its answer;
+its money is applied when the row is stored (billing/settlement.py), once.
 """
 
 from __future__ import annotations
@@ -12,9 +13,9 @@ import logging
 from datetime import UTC, datetime
 
 from billing.money import bandwidth_charge_micro, token_cost_micro
-from billing.services import Settlement
 from gateway.context import RequestContext
 from gateway.plan import PLATFORM, TEAM
+from gateway.shared_state import SharedStateDown
 
 log = logging.getLogger(__name__)
 
@@ -84,25 +85,33 @@ def usage_row(ctx: RequestContext, *, bytes_out: int) -> dict:
     }
 
 
-async def settle_request(runtime, ctx: RequestContext, row: dict) -> None:
-    """Release limits and holds, and charge what the row says: once, whatever happened."""
-    if ctx.admission is not None:
-        await runtime.limiter.finish(ctx.admission, tokens=ctx.usage.total_tokens)
-    if ctx.caller is None:
-        return
-    if (
-        ctx.spend_hold_taken
-        or ctx.reservation_id is not None
-        or (ctx.provider_cost_micro or ctx.bandwidth_charge_micro)
-    ):
-        await runtime.escrow.settle(
-            Settlement(
-                request_id=ctx.request_id,
-                group_id=ctx.caller.group_id,
-                api_key_id=ctx.caller.api_key_id,
-                provider_cost_micro=ctx.provider_cost_micro,
-                bandwidth_charge_micro=ctx.bandwidth_charge_micro,
-                hold_taken=ctx.spend_hold_taken,
-                reservation_id=ctx.reservation_id,
-            )
-        )
+async def record_and_release(runtime, ctx: RequestContext, row: dict) -> None:
+    """Journal the usage row and free the request's limits: one Redis round trip.
+
+    Runs before the client sees the end of its answer, so a completed answer always has its
+    row, and the caller's next request is judged with these tokens counted.
+    """
+    admission, ctx.admission = ctx.admission, None
+    tokens = ctx.usage.total_tokens
+    journal = ctx.caller is not None
+    shared_admission = admission is not None and admission.in_shared
+    if runtime.shared.available and (journal or shared_admission):
+
+        def commands(client):
+            pipe = client.pipeline(transaction=False)
+            if journal:
+                runtime.usage.journal_into(pipe, row)
+            if shared_admission:
+                runtime.limiter.finish_into(pipe, admission, tokens=tokens)
+            return pipe.execute()
+
+        try:
+            await runtime.shared.call(commands)
+            journal = False
+            admission = None if shared_admission else admission
+        except SharedStateDown:
+            pass
+    if journal:
+        runtime.usage.keep(row)
+    if admission is not None:
+        runtime.limiter.finish_local(admission, tokens=tokens)

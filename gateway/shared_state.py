@@ -27,15 +27,21 @@ class SharedState:
         self.timeout_s = settings.TOLLGATE["REDIS_TIMEOUT_MS"] / 1000
         self.degraded = False
         self._down_until = 0.0
+        self._dropping: asyncio.Task | None = None
         if settings.REDIS_URL:
             self.client = self.new_client()
 
     def new_client(self) -> aioredis.Redis:
-        return aioredis.Redis.from_url(
+        # A bounded pool that waits (within the call's timeout) rather than failing when
+        # every connection is busy: a burst of requests must not look like Redis being down.
+        pool = aioredis.BlockingConnectionPool.from_url(
             settings.REDIS_URL,
+            max_connections=128,
+            timeout=self.timeout_s,
             socket_timeout=self.timeout_s,
             socket_connect_timeout=self.timeout_s,
         )
+        return aioredis.Redis.from_pool(pool)
 
     @property
     def available(self) -> bool:
@@ -49,6 +55,7 @@ class SharedState:
                 result = await make_awaitable(self.client)
         except (TimeoutError, OSError, aioredis.ConnectionError, aioredis.TimeoutError) as exc:
             self._down_until = time.monotonic() + RETRY_AFTER_FAILURE_S
+            self._drop_idle_connections()
             if not self.degraded:
                 self.degraded = True
                 metrics.REDIS_DEGRADED.set(1)
@@ -59,9 +66,25 @@ class SharedState:
             raise SharedStateDown() from None
         if self.degraded:
             self.degraded = False
+            self._down_until = 0.0  # a success (e.g. the usage flusher's) ends the wait too
             metrics.REDIS_DEGRADED.set(0)
             log.warning("Redis is back: limits and breakers are shared again")
         return result
+
+    def _drop_idle_connections(self) -> None:
+        """Forget pooled connections in the background: after a Redis restart each would
+        fail once more, flapping the degraded state back on for every stale connection."""
+        if self._dropping is not None and not self._dropping.done():
+            return
+
+        async def drop() -> None:
+            try:
+                async with asyncio.timeout(RETRY_AFTER_FAILURE_S):
+                    await self.client.connection_pool.disconnect(inuse_connections=False)
+            except Exception:
+                pass
+
+        self._dropping = asyncio.get_running_loop().create_task(drop())
 
     async def close(self) -> None:
         if self.client is not None:

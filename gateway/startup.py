@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from asgiref.sync import sync_to_async
 from django.core.exceptions import ImproperlyConfigured
 from django.db import connection
 from django.db.migrations.loader import MigrationLoader
+
+from gateway.db import off_loop
 
 
 def unknown_applied_migrations() -> list[str]:
@@ -43,4 +44,4 @@ def _check() -> None:
 
 
 async def check_migrations() -> None:
-    await sync_to_async(_check, thread_sensitive=False)()
+    await off_loop(_check)()

@@ -65,3 +65,13 @@ class StreamResult:
     text_chunks: int = 0
     finish_reason: str | None = None
     usage: Usage = field(default_factory=Usage)
+    prompt_tokens_estimate: int = 0
+
+    def usage_or_estimate(self) -> Usage:
+        """Return the vendor's usage, or, for a stream cut before it arrived, an estimate:
+        the prompt's bound and one token per text chunk received (what the vendor bills)."""
+        if self.usage.output_tokens or self.usage.input_tokens:
+            return self.usage
+        if not self.text_chunks:
+            return self.usage
+        return Usage(input_tokens=self.prompt_tokens_estimate, output_tokens=self.text_chunks)

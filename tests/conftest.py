@@ -420,3 +420,156 @@ def usage_rows(
         return found if expect is None or len(found) >= expect else None
 
     return wait_until(rows, timeout_s=15, what=f"{expect} usage rows")
+
+
+# ---------------------------------------------------------------- helpers for tests/gateway
+
+
+def fast_profiles(stub_url: str, *, timeout_s: int = 1, idle_s: int = 1) -> list[dict]:
+    """The stub profiles with short deadlines, for hang / slow / timeout tests."""
+    spec = stub_profiles(stub_url)
+    for profile in spec:
+        profile["timeout_s"] = timeout_s
+        profile["stream_idle_timeout_s"] = idle_s
+    return spec
+
+
+def install_profiles_atomically(stub_url: str, spec: list[dict] | None = None) -> None:
+    """install_profiles in one transaction: the bus message goes out after the keys are saved.
+
+    (Without Redis there is no bus to race, and SQLite is better off with short transactions.)
+    """
+    from django.db import transaction
+
+    if not HAS_REDIS:
+        install_profiles(stub_url, spec)
+        return
+    with transaction.atomic():
+        install_profiles(stub_url, spec)
+
+
+def own_stack(gateway: Gateway, stub: Stub, spec: list[dict] | None = None) -> Stack:
+    """Prepare a test's own gateway like the `stack` fixture does the shared one."""
+    stub.clear()
+    clear_shared_state()
+    install_profiles_atomically(stub.url, spec)
+    gateway.reload()
+    return Stack(gateway=gateway, stub=stub)
+
+
+def metric_samples(url: str) -> dict[tuple[str, tuple], float]:
+    """Scrape /metrics: {(sample name, sorted label items): value}."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = httpx.get(f"{url}/metrics").text
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+def metric(url: str, name: str, **labels: str) -> float:
+    """Return one sample of a gateway's /metrics (0.0 when it was never set)."""
+    return metric_samples(url).get((name, tuple(sorted(labels.items()))), 0.0)
+
+
+def sse_events(text: str) -> list[tuple[str, str]]:
+    """Split an SSE body into (event name, data) pairs ("" when the event is unnamed)."""
+    events = []
+    for block in text.split("\n\n"):
+        name, data = "", []
+        for line in block.splitlines():
+            if line.startswith("event:"):
+                name = line[6:].strip()
+            elif line.startswith("data:"):
+                data.append(line[5:].strip())
+        if data:
+            events.append((name, "\n".join(data)))
+    return events
+
+
+def seconds_left_in_minute() -> float:
+    return 60 - time.time() % 60
+
+
+def fresh_rate_window(min_left_s: float = 12.0) -> None:
+    """Wait (if needed) until the fixed one-minute rate window has min_left_s left."""
+    wait_until(lambda: seconds_left_in_minute() >= min_left_s, timeout_s=min_left_s + 2,
+               interval_s=0.1, what="a rate window with room for the test")
+
+
+@dataclass
+class RedisServer:
+    """A redis-server of a test's own, to stop, pause and restart on the same port."""
+
+    port: int
+    proc: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        import redis
+
+        self.proc = subprocess.Popen(
+            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+             "--appendonly", "no", "--daemonize", "no"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+
+        def pong() -> bool:
+            try:
+                return redis.Redis(port=self.port, socket_timeout=0.5).ping()
+            except redis.RedisError:
+                return False
+
+        wait_until(pong, timeout_s=10, what=f"redis-server on {self.port}")
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGCONT)
+            self.proc.kill()
+            self.proc.wait(10)
+        self.proc = None
+
+    def pause(self) -> None:
+        self.proc.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        self.proc.send_signal(signal.SIGCONT)
+
+
+@pytest.fixture
+def own_redis():
+    import shutil
+
+    if shutil.which("redis-server") is None:
+        pytest.skip("needs the redis-server binary")
+    server = RedisServer(port=free_port())
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def tolerant_gateway(gateway_factory):
+    """A gateway whose breakers never open: for tests that inject upstream failures."""
+    return gateway_factory(TOLLGATE_BREAKER_FAILURES="1000000")
+
+
+@pytest.fixture(scope="module")
+def module_gateways(gateway_factory):
+    """Start gateways for one test module (gateway_factory's env overrides); they stop when
+    the module is done, so a long run never holds every gateway's connections at once."""
+    started: list[Gateway] = []
+
+    def start(**env: str) -> Gateway:
+        gateway = gateway_factory(**env)
+        started.append(gateway)
+        return gateway
+
+    yield start
+    for gateway in started:
+        gateway.stop()

@@ -1,0 +1,79 @@
+"""Tenant API for money: wallet balance, its paginated ledger, group budgets and spend."""
+
+from __future__ import annotations
+
+from django.shortcuts import get_object_or_404
+from rest_framework import serializers
+from rest_framework.pagination import LimitOffsetPagination
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from accounts.selectors import groups_of_user
+from billing import selectors
+from billing.models import LedgerEntry, Wallet
+
+
+class WalletOut(serializers.ModelSerializer):
+    available_micro = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Wallet
+        fields = ["account", "balance_micro", "reserved_micro", "available_micro", "updated_at"]
+
+    def get_available_micro(self, wallet: Wallet) -> int:
+        return wallet.balance_micro - wallet.reserved_micro
+
+
+class LedgerOut(serializers.ModelSerializer):
+    class Meta:
+        model = LedgerEntry
+        fields = [
+            "id",
+            "kind",
+            "amount_micro",
+            "balance_after_micro",
+            "reservation",
+            "reason",
+            "created_at",
+        ]
+
+
+class WalletView(APIView):
+    def get(self, request, account_id: int):
+        wallet = get_object_or_404(
+            selectors.wallets_of_user(user=request.user), account_id=account_id
+        )
+        return Response(WalletOut(wallet).data)
+
+
+class LedgerView(APIView):
+    def get(self, request, account_id: int):
+        wallet = get_object_or_404(
+            selectors.wallets_of_user(user=request.user), account_id=account_id
+        )
+        paginator = LimitOffsetPagination()
+        page = paginator.paginate_queryset(
+            selectors.ledger_of_wallet(wallet=wallet), request, view=self
+        )
+        return paginator.get_paginated_response(LedgerOut(page, many=True).data)
+
+
+class GroupSpendView(APIView):
+    def get(self, request, group_id: int):
+        group = get_object_or_404(groups_of_user(user=request.user), pk=group_id)
+        remaining = (
+            None
+            if group.budget_max_micro is None
+            else max(0, group.budget_max_micro - group.spent_micro - group.reserved_micro)
+        )
+        return Response(
+            {
+                "group": group.pk,
+                "budget_max_micro": group.budget_max_micro,
+                "spent_micro": group.spent_micro,
+                "reserved_micro": group.reserved_micro,
+                "settled_micro": group.settled_micro,
+                "remaining_micro": remaining,
+                "bandwidth_micro_usd_per_gb": group.bandwidth_micro_usd_per_gb,
+            }
+        )

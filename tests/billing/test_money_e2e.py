@@ -1,0 +1,178 @@
+"""Money on the request path: escrow, budgets, billing modes, exact to the micro-USD."""
+
+from __future__ import annotations
+
+import httpx
+import openai
+import pytest
+
+from accounts.models import Account, ApiKey, Group
+from billing.models import LedgerEntry, Reservation, SpendHold, Wallet
+from billing.services import account_billing_update
+from tests.byok.helpers import team_keys
+from tests.conftest import INTERNAL_TOKEN, usage_rows, wait_until
+
+HELLO = [{"role": "user", "content": "hello there"}]  # 2 words: the stub bills 2 tokens in
+COST = 6  # 2 x 0.15 + 8 x 0.60 = 5.1 micro-USD, rounded up
+
+
+def worst_case(stack, tenant, max_tokens: int | None = None) -> int:
+    body = {
+        "group": tenant.group_id,
+        "request_id": "worst-case",
+        "model": "gpt-4o-mini",
+        "messages": HELLO,
+    }
+    if max_tokens:
+        body["max_tokens"] = max_tokens
+    plan = httpx.post(
+        f"{stack.url}/internal/decide",
+        json=body,
+        headers={"Authorization": f"Bearer {INTERNAL_TOKEN}"},
+    ).json()
+    return plan["links"][0]["attempts"][0]["escrow_budget_micro"]
+
+
+def ask(stack, tenant, **kwargs):
+    """Ask once and wait until the gateway settled it (settlement follows the answer)."""
+    try:
+        return stack.openai(tenant).chat.completions.create(
+            model="gpt-4o-mini", messages=HELLO, **kwargs
+        )
+    finally:
+        settled(tenant)
+
+
+def settled(tenant) -> None:
+    wait_until(
+        lambda: (
+            not Reservation.objects.filter(
+                wallet__account_id=tenant.account_id, status="pending"
+            ).exists()
+            and not SpendHold.objects.filter(group_id=tenant.group_id, status="held").exists()
+            and usage_rows(group_id=tenant.group_id)
+        ),
+        what="the request to settle",
+    )
+
+
+def test_a_prepaid_platform_request_reserves_then_commits_its_measured_cost(stack):
+    tenant = stack.tenant(wallet_micro=1_000)
+    hold = worst_case(stack, tenant, max_tokens=100)
+
+    ask(stack, tenant, max_tokens=100)
+
+    [reservation] = Reservation.objects.filter(wallet__account_id=tenant.account_id)
+    assert (
+        reservation.status,
+        reservation.amount_micro,
+        reservation.committed_micro,
+        reservation.excess_micro,
+    ) == ("committed", hold, COST, 0)
+    wallet = Wallet.objects.get(account_id=tenant.account_id)
+    assert (wallet.balance_micro, wallet.reserved_micro) == (1_000 - COST, 0)
+    assert list(
+        LedgerEntry.objects.filter(wallet=wallet)
+        .order_by("id")
+        .values_list("kind", "amount_micro", "balance_after_micro")
+    ) == [("opening", 1_000, 1_000), ("commit", -COST, 1_000 - COST)]
+    group = Group.objects.get(pk=tenant.group_id)
+    assert (group.spent_micro, group.settled_micro, group.reserved_micro) == (COST, COST, 0)
+
+
+def test_a_wallet_that_cannot_cover_the_hold_is_lm_4002_before_any_call(stack):
+    tenant = stack.tenant(wallet_micro=10)  # far below the worst case of a 4096-token answer
+
+    with pytest.raises(openai.APIStatusError) as refused:
+        ask(stack, tenant)
+
+    assert refused.value.status_code == 402 and refused.value.body["code"] == "LM-4002"
+    assert stack.stub.vendor_calls() == []
+    wallet = Wallet.objects.get(account_id=tenant.account_id)
+    assert (wallet.balance_micro, wallet.reserved_micro) == (10, 0)
+    [row] = usage_rows(group_id=tenant.group_id, expect=1)
+    assert (row.error_code, row.upstream_sent, row.bandwidth_charge_micro) == ("LM-4002", False, 0)
+
+
+def test_an_invoiced_account_skips_the_wallet_and_is_bounded_by_its_budget(stack):
+    tenant = stack.tenant(wallet_micro=0, invoiced=True)
+    hold = worst_case(stack, tenant, max_tokens=100)
+    Group.objects.filter(pk=tenant.group_id).update(budget_max_micro=hold + COST - 1)
+    stack.gateway.reload()
+
+    ask(stack, tenant, max_tokens=100)  # holds `hold`, spends COST
+    with pytest.raises(openai.APIStatusError) as refused:
+        ask(stack, tenant, max_tokens=100)  # COST + hold would pass the budget by 1
+    assert refused.value.status_code == 402 and refused.value.body["code"] == "LM-4001"
+
+    assert Reservation.objects.count() == 0
+    group = Group.objects.get(pk=tenant.group_id)
+    assert (group.spent_micro, group.settled_micro, group.reserved_micro) == (COST, COST, 0)
+    assert len(stack.stub.vendor_calls()) == 1
+
+
+def test_zero_credit_is_a_hard_stop_even_for_team_key_traffic(stack):
+    tenant = stack.tenant()
+    team_keys(stack, tenant, "stub-openai", ["sk-team-a"])
+    Group.objects.filter(pk=tenant.group_id).update(budget_max_micro=0)
+    stack.gateway.reload()
+
+    with pytest.raises(openai.APIStatusError) as refused:
+        ask(stack, tenant)
+
+    assert refused.value.body["code"] == "LM-4001"
+    assert stack.stub.vendor_calls() == []
+
+
+def test_team_traffic_spends_nothing_but_its_bandwidth(stack):
+    tenant = stack.tenant()
+    team_keys(stack, tenant, "stub-openai", ["sk-team-a"])
+    Group.objects.filter(pk=tenant.group_id).update(
+        budget_max_micro=1_000_000, bandwidth_micro_usd_per_gb=1_000_000_000
+    )  # 1 micro / byte
+    stack.gateway.reload()
+
+    ask(stack, tenant)
+
+    [row] = usage_rows(group_id=tenant.group_id, expect=1)
+    assert row.bandwidth_charge_micro == row.bytes_in + row.bytes_out > 0
+    group = Group.objects.get(pk=tenant.group_id)
+    assert (group.spent_micro, group.settled_micro, group.reserved_micro) == (
+        row.bandwidth_charge_micro,
+        0,
+        0,
+    )
+    assert ApiKey.objects.get(pk=tenant.api_key_id).spent_micro == row.bandwidth_charge_micro
+    assert Reservation.objects.count() == 0
+    assert SpendHold.objects.get(request_id=row.request_id).status == "settled"
+
+
+def test_a_key_budget_refuses_while_the_group_has_room(stack):
+    tenant = stack.tenant()
+    ApiKey.objects.filter(pk=tenant.api_key_id).update(budget_max_micro=0)
+    stack.gateway.reload()
+
+    with pytest.raises(openai.APIStatusError) as refused:
+        ask(stack, tenant)
+
+    assert refused.value.body["code"] == "LM-4001"
+    assert "key budget" in refused.value.body["message"]
+    assert Group.objects.get(pk=tenant.group_id).reserved_micro == 0  # rolled back whole
+
+
+def test_billing_settings_push_floor_of_price_over_markup_to_every_group(stack):
+    tenant = stack.tenant()
+    account = Account.objects.get(pk=tenant.account_id)
+    Group.objects.create(account=account, name="second")
+
+    rate = account_billing_update(account=account, price_micro_per_gb=100_001, markup_bp=30_000)
+
+    assert rate == 33_333
+    assert set(
+        Group.objects.filter(account=account).values_list("bandwidth_micro_usd_per_gb", flat=True)
+    ) == {33_333}
+    account_billing_update(account=account, price_micro_per_gb=0, markup_bp=10_000)
+    stack.gateway.reload()
+    ask(stack, tenant)
+    [row] = usage_rows(group_id=tenant.group_id, expect=1)
+    assert row.bandwidth_charge_micro == 0  # rate 0 disables the charge

@@ -1,0 +1,202 @@
+"""Money surfaces: tenant API (wallet, ledger, spend), admin top-up, recorded excess."""
+
+from __future__ import annotations
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.test import Client
+from django.utils import timezone
+from rest_framework.test import APIClient
+
+from billing import ledger
+from billing.models import LedgerEntry, Reservation, Wallet
+from billing.sqlexec import run_sync
+from tests.conftest import make_tenant
+
+pytestmark = pytest.mark.django_db
+
+
+def api(tenant) -> APIClient:
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Token {tenant.api_token}")
+    return client
+
+
+def test_wallet_and_paginated_ledger_are_the_callers_own():
+    mine, theirs = make_tenant(wallet_micro=5_000), make_tenant(wallet_micro=7)
+    for index in range(3):
+        rid = run_sync(
+            ledger.reserve(
+                account_id=mine.account_id,
+                request_id=f"r{index}",
+                attempt_no=1,
+                amount_micro=100,
+                now=timezone.now(),
+                ttl_s=60,
+            )
+        )
+        run_sync(
+            ledger.resolve_reservation(
+                rid, status="committed", cost_micro=10 * (index + 1), now=timezone.now()
+            )
+        )
+
+    wallet = api(mine).get(f"/api/accounts/{mine.account_id}/wallet").json()
+    assert wallet == {
+        **wallet,
+        "balance_micro": 4_940,
+        "reserved_micro": 0,
+        "available_micro": 4_940,
+    }
+    page = api(mine).get(f"/api/accounts/{mine.account_id}/ledger?limit=2").json()
+    assert page["count"] == 4
+    assert [(e["kind"], e["amount_micro"], e["balance_after_micro"]) for e in page["results"]] == [
+        ("commit", -30, 4_940),
+        ("commit", -20, 4_970),
+    ]
+    assert api(mine).get(f"/api/accounts/{theirs.account_id}/wallet").status_code == 404
+    assert api(mine).get(f"/api/accounts/{theirs.account_id}/ledger").status_code == 404
+
+
+def test_group_spend_shows_budget_spent_and_remaining():
+    tenant = make_tenant(budget_micro=1_000)
+    from accounts.models import Group
+
+    Group.objects.filter(pk=tenant.group_id).update(
+        spent_micro=300, reserved_micro=200, settled_micro=250
+    )
+    spend = api(tenant).get(f"/api/groups/{tenant.group_id}/spend").json()
+    assert (
+        spend["budget_max_micro"],
+        spend["spent_micro"],
+        spend["reserved_micro"],
+        spend["settled_micro"],
+        spend["remaining_micro"],
+    ) == (1_000, 300, 200, 250, 500)
+    other = make_tenant()
+    assert api(other).get(f"/api/groups/{tenant.group_id}/spend").status_code == 404
+
+
+def test_a_commit_above_the_hold_debits_the_hold_and_records_the_excess():
+    tenant = make_tenant(wallet_micro=1_000)
+    rid = run_sync(
+        ledger.reserve(
+            account_id=tenant.account_id,
+            request_id="over",
+            attempt_no=1,
+            amount_micro=10,
+            now=timezone.now(),
+            ttl_s=60,
+        )
+    )
+
+    run_sync(ledger.resolve_reservation(rid, status="committed", cost_micro=15, now=timezone.now()))
+    again = run_sync(
+        ledger.resolve_reservation(rid, status="cancelled", cost_micro=0, now=timezone.now())
+    )
+
+    reservation = Reservation.objects.get(pk=rid)
+    assert (reservation.status, reservation.committed_micro, reservation.excess_micro) == (
+        "committed",
+        10,
+        5,
+    )
+    assert again is False  # resolves exactly once
+    wallet = Wallet.objects.get(account_id=tenant.account_id)
+    assert (wallet.balance_micro, wallet.reserved_micro) == (990, 0)
+
+
+def test_reserving_never_takes_available_below_zero():
+    tenant = make_tenant(wallet_micro=100)
+    now = timezone.now()
+    run_sync(
+        ledger.reserve(
+            account_id=tenant.account_id,
+            request_id="a",
+            attempt_no=1,
+            amount_micro=60,
+            now=now,
+            ttl_s=60,
+        )
+    )
+    with pytest.raises(ledger.Refused):
+        run_sync(
+            ledger.reserve(
+                account_id=tenant.account_id,
+                request_id="b",
+                attempt_no=1,
+                amount_micro=41,
+                now=now,
+                ttl_s=60,
+            )
+        )
+    run_sync(
+        ledger.reserve(
+            account_id=tenant.account_id,
+            request_id="c",
+            attempt_no=1,
+            amount_micro=40,
+            now=now,
+            ttl_s=60,
+        )
+    )
+    wallet = Wallet.objects.get(account_id=tenant.account_id)
+    assert (wallet.balance_micro, wallet.reserved_micro) == (100, 100)
+    assert Reservation.objects.filter(wallet=wallet).count() == 2
+
+
+def test_the_admin_top_up_action_writes_a_ledger_entry_with_its_reason():
+    tenant = make_tenant(wallet_micro=100)
+    wallet = Wallet.objects.get(account_id=tenant.account_id)
+    operator = get_user_model().objects.create_superuser("op", "op@example.invalid", "pw")
+    client = Client()
+    client.force_login(operator)
+
+    form = client.post(
+        "/django-admin/billing/wallet/", {"action": "top_up", "_selected_action": [wallet.pk]}
+    )
+    assert form.status_code == 200 and b"amount_micro" in form.content
+    done = client.post(
+        "/django-admin/billing/wallet/",
+        {
+            "action": "top_up",
+            "_selected_action": [wallet.pk],
+            "apply": "1",
+            "amount_micro": "2500",
+            "reason": "invoice 42 paid",
+        },
+    )
+
+    assert done.status_code == 302
+    wallet.refresh_from_db()
+    assert wallet.balance_micro == 2_600
+    entry = LedgerEntry.objects.filter(wallet=wallet).order_by("-id").first()
+    assert (entry.kind, entry.amount_micro, entry.balance_after_micro, entry.reason) == (
+        "topup",
+        2_500,
+        2_600,
+        "invoice 42 paid",
+    )
+
+
+def test_operators_can_list_recorded_excess():
+    tenant = make_tenant(wallet_micro=1_000)
+    rid = run_sync(
+        ledger.reserve(
+            account_id=tenant.account_id,
+            request_id="over",
+            attempt_no=1,
+            amount_micro=10,
+            now=timezone.now(),
+            ttl_s=60,
+        )
+    )
+    run_sync(ledger.resolve_reservation(rid, status="committed", cost_micro=13, now=timezone.now()))
+    operator = get_user_model().objects.create_superuser("op2", "op2@example.invalid", "pw")
+    client = Client()
+    client.force_login(operator)
+
+    page = client.get("/django-admin/billing/reservation/?excess=yes")
+
+    assert page.status_code == 200
+    assert b"over" in page.content
