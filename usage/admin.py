@@ -1,6 +1,14 @@
-from django.contrib import admin
+"""Operators' view of usage: the log with its attempt trail, and events with their delivery.
+
+Read-only: usage is a record. The one action queues failed events for delivery again.
+"""
+
+from __future__ import annotations
+
+from django.contrib import admin, messages
 
 from usage.models import UsageAttempt, UsageEvent, UsageLog
+from usage.services import usage_events_redeliver
 
 
 class ReadOnly:
@@ -17,6 +25,7 @@ class ReadOnly:
 class UsageAttemptInline(ReadOnly, admin.TabularInline):
     model = UsageAttempt
     extra = 0
+    can_delete = False
     fields = [
         "order",
         "provider",
@@ -36,7 +45,9 @@ class UsageLogAdmin(ReadOnly, admin.ModelAdmin):
     list_display = [
         "request_id",
         "created_at",
+        "account_id",
         "group_id",
+        "caller_label",
         "model_requested",
         "provider",
         "served_by",
@@ -50,9 +61,11 @@ class UsageLogAdmin(ReadOnly, admin.ModelAdmin):
         "bytes_in",
         "bytes_out",
         "bandwidth_charge_micro",
+        "latency_ms",
     ]
-    list_filter = ["served_by", "status", "streamed"]
-    search_fields = ["request_id", "caller_label"]
+    list_filter = ["served_by", "status", "streamed", "route"]
+    search_fields = ["request_id", "caller_label", "model_requested", "model_served"]
+    date_hierarchy = "created_at"
     inlines = [UsageAttemptInline]
 
 
@@ -60,11 +73,21 @@ class UsageLogAdmin(ReadOnly, admin.ModelAdmin):
 class UsageEventAdmin(ReadOnly, admin.ModelAdmin):
     list_display = [
         "window_start",
+        "window_s",
         "account_id",
         "group_id",
         "delivery",
         "delivery_attempts",
         "last_error",
+        "next_attempt_at",
         "delivered_at",
     ]
     list_filter = ["delivery"]
+    search_fields = ["=group_id", "=account_id"]
+    date_hierarchy = "window_start"
+    actions = ["deliver_again"]
+
+    @admin.action(description="Queue the selected events for delivery again")
+    def deliver_again(self, request, queryset) -> None:
+        queued = usage_events_redeliver(event_ids=queryset.values_list("pk", flat=True))
+        self.message_user(request, f"{queued} event(s) queued for delivery.", messages.SUCCESS)

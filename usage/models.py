@@ -12,8 +12,14 @@ class ServedBy(models.TextChoices):
 
 
 class UsageLog(models.Model):
+    """One request: who, what was asked and served, what it used. Never its prompt or answer."""
+
     request_id = models.CharField(max_length=64, unique=True)
     created_at = models.DateTimeField(default=timezone.now, db_index=True)
+    # When the row reached the database. Events and reconciliation walk windows of this
+    # time, so a row journaled late (a killed gateway's, claimed later) still lands in
+    # exactly one window: the one it arrived in.
+    stored_at = models.DateTimeField(default=timezone.now, db_index=True)
     account_id = models.BigIntegerField(null=True, db_index=True)
     group_id = models.BigIntegerField(null=True, db_index=True)
     api_key_id = models.BigIntegerField(null=True, db_index=True)
@@ -79,8 +85,24 @@ class UsageEvent(models.Model):
     last_error = models.CharField(max_length=200, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
     delivered_at = models.DateTimeField(null=True, blank=True)
+    # A pending event is sent when this is past (null: now); a sender claims it by moving it.
+    next_attempt_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         constraints = [
             models.UniqueConstraint(fields=["window_start", "group_id"], name="event_once")
         ]
+        indexes = [models.Index(fields=["delivery", "next_attempt_at"])]
+
+    def __str__(self) -> str:
+        return f"usage of group {self.group_id} from {self.window_start:%Y-%m-%d %H:%M:%S}"
+
+
+class UsageCursor(models.Model):
+    """How far a periodic job has walked the usage log (by stored_at); locked while it works."""
+
+    name = models.CharField(max_length=32, primary_key=True)
+    position = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"{self.name} at {self.position}"

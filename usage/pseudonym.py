@@ -12,6 +12,7 @@ import base64
 import hashlib
 import hmac
 import logging
+import secrets
 from datetime import UTC, datetime
 
 from django.conf import settings
@@ -40,5 +41,15 @@ def caller_label(raw_id: str | None, *, now: datetime | None = None) -> str | No
                 "forwarded, and per-caller spend falls back to the group bucket"
             )
         return None
-    digest = hmac.new(key.encode(), f"{window_id(now)}:{raw_id}".encode(), hashlib.sha256).digest()
+    return label_for(raw_id, key=key, window=window_id(now))
+
+
+def label_for(raw_id: str, *, key: str, window: str) -> str:
+    """Return the label of an end-user id under a caller key in one window (e.g. "2026-11")."""
+    digest = hmac.new(key.encode(), f"{window}:{raw_id}".encode(), hashlib.sha256).digest()
     return "c_" + base64.b32encode(digest).decode().lower()[:24]
+
+
+def new_caller_key() -> str:
+    """Return a fresh random caller key (256 bits, URL-safe)."""
+    return secrets.token_urlsafe(32)

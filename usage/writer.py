@@ -4,9 +4,10 @@ With Redis, each finished request is journaled (one XADD, before the client sees
 of its answer) to a Redis stream; every replica's flusher reads the stream through a
 consumer group and bulk-inserts rows, acknowledging them only after the insert commits.
 Entries a dead replica read but never acknowledged are claimed by the survivors (and by the
-Celery drain task) after JOURNAL_CLAIM_IDLE_MS. Without Redis (embedded runs) rows wait in
-memory and are flushed every FLUSH_EVERY_S. Inserts skip request ids already stored, so a
-replay never duplicates a row.
+Celery drain task) after TOLLGATE_USAGE_CLAIM_IDLE_MS. Without Redis (embedded runs) rows
+wait in memory. Every replica flushes every TOLLGATE_USAGE_FLUSH_MS. Inserts skip request ids
+already stored, so a replay never duplicates a row; each row gets `stored_at`, the time it
+reached the database, which is what usage events and reconciliation walk.
 """
 
 from __future__ import annotations
@@ -15,11 +16,14 @@ import asyncio
 import logging
 
 import orjson
-from asgiref.sync import sync_to_async
-from django.db import transaction
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.utils import timezone
 from redis.exceptions import ResponseError
 
+from billing.settlement import settle_rows
 from gateway import bus
+from gateway.db import off_loop
 from gateway.shared_state import SharedState, SharedStateDown
 from usage.models import UsageAttempt, UsageLog
 
@@ -27,23 +31,47 @@ log = logging.getLogger(__name__)
 
 JOURNAL = "tollgate:usage:journal"
 GROUP = "writers"
-FLUSH_EVERY_S = 0.5
 BATCH = 500
-JOURNAL_CLAIM_IDLE_MS = 15_000
+STORE_TRIES = 3
+
+
+def flush_every_s() -> float:
+    return settings.TOLLGATE["USAGE_FLUSH_MS"] / 1000
+
+
+def claim_idle_ms() -> int:
+    """How long a journal entry read by a replica may stay unacknowledged before others take it."""
+    return settings.TOLLGATE["USAGE_CLAIM_IDLE_MS"]
 
 
 def store_rows(rows: list[dict]) -> int:
     """Insert usage rows with their attempts, skipping request ids already stored."""
     if not rows:
         return 0
+    for tries_left in range(STORE_TRIES - 1, -1, -1):
+        try:
+            return _store_rows(rows)
+        except IntegrityError:
+            # Another writer stored some of these ids meanwhile (a claimed entry whose first
+            # reader was only slow): look again, the second pass skips them.
+            if not tries_left:
+                raise
+    return 0
+
+
+def _store_rows(rows: list[dict]) -> int:
     by_id = {row["request_id"]: row for row in rows}
     with transaction.atomic():
+        stored_at = timezone.now()
         known = set(
             UsageLog.objects.filter(request_id__in=list(by_id)).values_list("request_id", flat=True)
         )
         fresh = [row for rid, row in by_id.items() if rid not in known]
         logs = UsageLog.objects.bulk_create(
-            [UsageLog(**{k: v for k, v in row.items() if k != "attempts"}) for row in fresh]
+            [
+                UsageLog(stored_at=stored_at, **{k: v for k, v in row.items() if k != "attempts"})
+                for row in fresh
+            ]
         )
         if logs and logs[0].pk is None:  # a backend that returns no ids
             ids = dict(
@@ -60,6 +88,7 @@ def store_rows(rows: list[dict]) -> int:
                 for attempt in row["attempts"]
             ]
         )
+        settle_rows(fresh, now=stored_at)  # a stored row and its money: one transaction
     return len(fresh)
 
 
@@ -86,11 +115,19 @@ class UsageWriter:
                 return
             except SharedStateDown:
                 pass
+        self.keep(row)
+
+    def journal_into(self, pipe, row: dict) -> None:
+        """Queue a row's journal entry on a Redis pipeline (see gateway/settle.py)."""
+        pipe.xadd(JOURNAL, {"row": orjson.dumps(row)})
+
+    def keep(self, row: dict) -> None:
+        """Buffer a row in memory (no Redis): flushed by this process's flusher."""
         self._buffer.append(row)
 
     async def run(self) -> None:
         while True:
-            await asyncio.sleep(FLUSH_EVERY_S)
+            await asyncio.sleep(flush_every_s())
             try:
                 await self.flush()
             except Exception:
@@ -100,7 +137,7 @@ class UsageWriter:
         if self._buffer:
             rows, self._buffer = self._buffer, []
             try:
-                await sync_to_async(store_rows, thread_sensitive=False)(rows)
+                await off_loop(store_rows)(rows)
             except Exception:
                 self._buffer[:0] = rows
                 raise
@@ -129,14 +166,14 @@ class UsageWriter:
             messages = entries[0][1] if entries else []
             claimed = await self._shared.call(
                 lambda r: r.xautoclaim(
-                    JOURNAL, GROUP, bus.REPLICA_ID, JOURNAL_CLAIM_IDLE_MS, "0-0", count=BATCH
+                    JOURNAL, GROUP, bus.REPLICA_ID, claim_idle_ms(), "0-0", count=BATCH
                 )
             )
             messages = messages + list(claimed[1])
             if not messages:
                 return
             rows = [decode_row(fields[b"row"]) for _, fields in messages if fields]
-            await sync_to_async(store_rows, thread_sensitive=False)(rows)
+            await off_loop(store_rows)(rows)
             ids = [message_id for message_id, _ in messages]
             await self._shared.call(lambda r, ids=ids: r.xack(JOURNAL, GROUP, *ids))
             await self._shared.call(lambda r, ids=ids: r.xdel(JOURNAL, *ids))
@@ -152,9 +189,17 @@ async def ensure_group(client) -> None:
             raise
 
 
-def drain_journal_sync(redis_url: str, consumer: str = "celery-drain") -> int:
-    """Move every journaled row into the database (Celery task; also claims dead replicas')."""
+def drain_journal_sync(
+    redis_url: str, consumer: str = "celery-drain", *, idle_ms: int | None = None
+) -> int:
+    """Move every journaled row into the database (Celery task; also claims dead replicas').
+
+    Entries another consumer read but has not acknowledged for `idle_ms` (default
+    TOLLGATE_USAGE_CLAIM_IDLE_MS) are claimed: that reader is taken for dead.
+    """
     import redis
+
+    idle_ms = claim_idle_ms() if idle_ms is None else idle_ms
 
     client = redis.Redis.from_url(redis_url)
     try:
@@ -167,9 +212,7 @@ def drain_journal_sync(redis_url: str, consumer: str = "celery-drain") -> int:
         while True:
             entries = client.xreadgroup(GROUP, consumer, {JOURNAL: ">"}, count=BATCH)
             messages = list(entries[0][1]) if entries else []
-            claimed = client.xautoclaim(
-                JOURNAL, GROUP, consumer, JOURNAL_CLAIM_IDLE_MS, "0-0", count=BATCH
-            )
+            claimed = client.xautoclaim(JOURNAL, GROUP, consumer, idle_ms, "0-0", count=BATCH)
             messages += list(claimed[1])
             if not messages:
                 return stored

@@ -1,0 +1,118 @@
+from __future__ import annotations
+
+from datetime import UTC, date, datetime, time
+
+from rest_framework import serializers
+
+from usage.models import UsageAttempt, UsageLog
+
+
+class MomentField(serializers.DateTimeField):
+    """An ISO 8601 date-time, or a bare date meaning its 00:00 UTC."""
+
+    def to_internal_value(self, value):
+        if isinstance(value, str) and len(value) == 10:
+            try:
+                return datetime.combine(date.fromisoformat(value), time(), tzinfo=UTC)
+            except ValueError:
+                pass
+        return super().to_internal_value(value)
+
+
+class UsageQueryIn(serializers.Serializer):
+    group = serializers.IntegerField(required=False, min_value=1)
+    key = serializers.IntegerField(required=False, min_value=1)
+    caller = serializers.CharField(required=False, max_length=64)
+    model = serializers.CharField(required=False, max_length=200)
+    start = MomentField(required=False)
+    end = MomentField(required=False)
+
+    def validate(self, attrs: dict) -> dict:
+        if "start" in attrs and "end" in attrs and attrs["start"] >= attrs["end"]:
+            raise serializers.ValidationError("start must be before end.")
+        return attrs
+
+
+LOG_FIELDS = [
+    "request_id",
+    "created_at",
+    "account_id",
+    "group_id",
+    "api_key_id",
+    "caller_label",
+    "route",
+    "model_requested",
+    "model_served",
+    "provider",
+    "served_by",
+    "tokens_in",
+    "tokens_out",
+    "byok_tokens_in",
+    "byok_tokens_out",
+    "provider_cost_micro",
+    "bytes_in",
+    "bytes_out",
+    "bandwidth_charge_micro",
+    "status",
+    "error_code",
+    "latency_ms",
+    "ttft_ms",
+    "streamed",
+]
+
+
+class UsageLogOut(serializers.ModelSerializer):
+    class Meta:
+        model = UsageLog
+        fields = LOG_FIELDS
+
+
+class UsageAttemptOut(serializers.ModelSerializer):
+    class Meta:
+        model = UsageAttempt
+        fields = [
+            "order",
+            "provider",
+            "model",
+            "served_by",
+            "source",
+            "outcome",
+            "upstream_status",
+            "latency_ms",
+        ]
+
+
+class UsageLogDetailOut(UsageLogOut):
+    attempts = UsageAttemptOut(many=True, read_only=True)
+
+    class Meta(UsageLogOut.Meta):
+        fields = [*LOG_FIELDS, "attempts"]
+
+
+class TotalsOut(serializers.Serializer):
+    requests = serializers.IntegerField()
+    errors = serializers.IntegerField()
+    tokens_in = serializers.IntegerField()
+    tokens_out = serializers.IntegerField()
+    byok_tokens_in = serializers.IntegerField()
+    byok_tokens_out = serializers.IntegerField()
+    provider_cost_micro = serializers.IntegerField()
+    bytes_in = serializers.IntegerField()
+    bytes_out = serializers.IntegerField()
+    bandwidth_charge_micro = serializers.IntegerField()
+
+
+class DayTotalsOut(TotalsOut):
+    day = serializers.DateField()
+
+
+class ModelTotalsOut(TotalsOut):
+    model = serializers.CharField()
+
+
+class DayTotalsPage(serializers.Serializer):
+    results = DayTotalsOut(many=True)
+
+
+class ModelTotalsPage(serializers.Serializer):
+    results = ModelTotalsOut(many=True)

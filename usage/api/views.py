@@ -1,0 +1,98 @@
+"""Tenant usage API: the caller's own usage rows, totals per day and per model, CSV export.
+
+Every view reads through one scoped query: another account's group or key is a 404.
+"""
+
+from __future__ import annotations
+
+import csv
+from datetime import datetime
+
+from django.db.models import QuerySet
+from django.http import Http404, StreamingHttpResponse
+from django.shortcuts import get_object_or_404
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema
+from rest_framework.generics import ListAPIView
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from accounts.selectors import api_keys_of_user, groups_of_user
+from usage import selectors
+from usage.api import serializers as s
+from usage.models import UsageLog
+
+CSV_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def scoped_logs(request) -> QuerySet[UsageLog]:
+    """Validate the query filters and return the caller's matching usage rows."""
+    query = s.UsageQueryIn(data=request.query_params)
+    query.is_valid(raise_exception=True)
+    filters = query.validated_data
+    if "group" in filters:
+        get_object_or_404(groups_of_user(user=request.user), pk=filters["group"])
+    if "key" in filters:
+        get_object_or_404(api_keys_of_user(user=request.user), pk=filters["key"])
+    return selectors.usage_logs_of_user(user=request.user, **filters)
+
+
+@extend_schema(parameters=[s.UsageQueryIn])
+class UsageListView(ListAPIView):
+    serializer_class = s.UsageLogOut
+
+    def get_queryset(self):
+        return scoped_logs(self.request)
+
+
+class UsageDetailView(APIView):
+    @extend_schema(responses=s.UsageLogDetailOut)
+    def get(self, request, request_id: str):
+        usage_log = selectors.usage_log_of_user(user=request.user, request_id=request_id)
+        if usage_log is None:
+            raise Http404
+        return Response(s.UsageLogDetailOut(usage_log).data)
+
+
+class UsagePerDayView(APIView):
+    @extend_schema(parameters=[s.UsageQueryIn], responses=s.DayTotalsPage)
+    def get(self, request):
+        rows = selectors.usage_per_day(logs=scoped_logs(request))
+        return Response({"results": s.DayTotalsOut(rows, many=True).data})
+
+
+class UsagePerModelView(APIView):
+    @extend_schema(parameters=[s.UsageQueryIn], responses=s.ModelTotalsPage)
+    def get(self, request):
+        rows = selectors.usage_per_model(logs=scoped_logs(request))
+        return Response({"results": s.ModelTotalsOut(rows, many=True).data})
+
+
+class _Echo:
+    def write(self, value: str) -> str:
+        return value
+
+
+def _cell(value) -> object:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    # A spreadsheet would run a cell starting like a formula: quote it.
+    if isinstance(value, str) and value.startswith(CSV_FORMULA_START):
+        return "'" + value
+    return value
+
+
+class UsageExportView(APIView):
+    @extend_schema(parameters=[s.UsageQueryIn], responses={(200, "text/csv"): OpenApiTypes.STR})
+    def get(self, request):
+        logs = scoped_logs(request)
+        writer = csv.writer(_Echo())
+
+        def lines():
+            yield writer.writerow(s.LOG_FIELDS)
+            for row in logs.values_list(*s.LOG_FIELDS).iterator(chunk_size=2000):
+                yield writer.writerow([_cell(value) for value in row])
+
+        response = StreamingHttpResponse(lines(), content_type="text/csv; charset=utf-8")
+        response["Content-Disposition"] = 'attachment; filename="usage.csv"'
+        return response

@@ -1,0 +1,509 @@
+"""Usage writes run by the periodic tasks: events per window, their delivery, bandwidth
+reconciliation, and the journal drain.
+
+Windows. Both the event flush and reconciliation walk the usage log in windows of
+TOLLGATE_USAGE_WINDOW_S seconds of `stored_at` (when a row reached the database), aligned to
+the epoch. A window is handled once it ended more than TOLLGATE_USAGE_GRACE_S ago (the grace
+covers a writer's transaction still committing rows stamped inside it), and then never again:
+its end is the job's cursor. A row journaled late — a killed gateway's, claimed minutes later
+— is stored late and so counted in the window it arrived in: never dropped, never twice.
+
+Exactly once. Each job locks its cursor row (SELECT ... FOR UPDATE) while it handles a window
+and advances the cursor in the same transaction, so a retried task or a second worker finds
+the window done. UsageEvent's unique (window_start, group_id) is the backstop where row locks
+do not exist (SQLite): a second insert of a window's events is ignored, never duplicated.
+
+Reconciliation. A usage row is settled in the transaction that stores it
+(billing/settlement.py): its billing.SettledRequest marker is inserted and group and key
+counters move by what the row says; whoever inserts a request's marker charges it, nobody
+charges it again. Reconciliation recomputes each window's bandwidth from its rows and checks
+it against the markers: a charged row without a marker (stored by a path that did not
+settle: an older release during a rolling deploy, an import, a bug) is charged now, token
+cost included; a marker whose bandwidth disagrees with its row is corrected by the
+difference. Each group's correction is one SpendAdjustment, made with F() in one
+transaction; the drift is logged and set on gateway.metrics.RECONCILE_DRIFT. A rerun of a
+window finds nothing to do.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from functools import lru_cache
+from pathlib import Path
+from typing import TypeVar
+
+import orjson
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Count, F, Max, Min, OuterRef, Q, Subquery, Sum, Value
+from django.db.models.functions import Coalesce
+from django.utils import timezone
+from jsonschema import Draft202012Validator
+
+from accounts.models import ApiKey, Group
+from billing.models import SettledRequest, SpendAdjustment
+from usage.models import UsageCursor, UsageEvent, UsageLog
+from usage.sinks import Sink, SinkError, configured_sink
+
+log = logging.getLogger(__name__)
+
+EVENTS_CURSOR = "events"
+RECONCILE_CURSOR = "reconcile"
+SCHEMA_PATH = Path(__file__).resolve().parent / "schemas" / "usage_event.v1.json"
+SCHEMA_ID = "tollgate.usage_event.v1"
+UNITS = (
+    "tokens_in",
+    "tokens_out",
+    "provider_cost_micro_usd",
+    "bytes_in",
+    "bytes_out",
+    "byok_tokens_in",
+    "byok_tokens_out",
+)
+MAX_DELIVERY_ATTEMPTS = 10
+BACKOFF_BASE_S = 30
+BACKOFF_MAX_S = 3600
+DELIVERY_LEASE_S = 120  # a sender that died mid-delivery gives the event back after this
+DELIVERY_BATCH = 200
+
+T = TypeVar("T")
+
+
+# ---------------------------------------------------------------- windows
+
+
+@dataclass(frozen=True, slots=True)
+class Window:
+    start: datetime
+    end: datetime
+
+    @property
+    def seconds(self) -> int:
+        return int((self.end - self.start).total_seconds())
+
+
+def window_floor(moment: datetime, *, window_s: int) -> datetime:
+    """Return the start of the epoch-aligned window holding `moment`."""
+    epoch = int(moment.timestamp())
+    return datetime.fromtimestamp(epoch - epoch % window_s, tz=UTC)
+
+
+def _next_closed_window(position: datetime | None, *, now: datetime) -> Window | None:
+    """Return the first window after `position` that has rows and is closed, or None."""
+    window_s = settings.TOLLGATE["USAGE_WINDOW_S"]
+    rows = UsageLog.objects.filter(group_id__isnull=False)
+    if position is not None:
+        rows = rows.filter(stored_at__gte=position)
+    first = rows.order_by("stored_at").values_list("stored_at", flat=True).first()
+    if first is None:
+        return None
+    start = window_floor(first, window_s=window_s)
+    window = Window(
+        start=max(start, position) if position else start, end=start + timedelta(seconds=window_s)
+    )
+    if window.end + timedelta(seconds=settings.TOLLGATE["USAGE_GRACE_S"]) > now:
+        return None
+    return window
+
+
+def _walk(name: str, handle: Callable[[Window], T], *, now: datetime | None) -> list[T]:
+    """Run `handle` once on each closed window after cursor `name`, in order.
+
+    The cursor row stays locked while a window is handled and moves past it in the same
+    transaction: concurrent or retried runs wait, then find the window done.
+    """
+    now = now or timezone.now()
+    UsageCursor.objects.get_or_create(name=name)
+    results: list[T] = []
+    while True:
+        with transaction.atomic():
+            cursor = UsageCursor.objects.select_for_update().get(name=name)
+            window = _next_closed_window(cursor.position, now=now)
+            if window is None:
+                return results
+            results.append(handle(window))
+            cursor.position = window.end
+            cursor.save(update_fields=["position"])
+
+
+def _rows_in(window: Window):
+    return UsageLog.objects.filter(
+        stored_at__gte=window.start, stored_at__lt=window.end, group_id__isnull=False
+    )
+
+
+# ---------------------------------------------------------------- events
+
+
+@lru_cache(maxsize=1)
+def event_schema_validator() -> Draft202012Validator:
+    schema = orjson.loads(SCHEMA_PATH.read_bytes())
+    Draft202012Validator.check_schema(schema)
+    return Draft202012Validator(schema)
+
+
+def rfc3339(moment: datetime) -> str:
+    moment = moment.astimezone(UTC)
+    spec = "microseconds" if moment.microsecond else "seconds"
+    return moment.replace(tzinfo=None).isoformat(timespec=spec) + "Z"
+
+
+def _sum(field: str, **extra) -> Coalesce:
+    return Coalesce(Sum(field, **extra), Value(0))
+
+
+def window_usage(window: Window) -> list[dict]:
+    """Return one event payload per (account, group) with rows stored in the window."""
+    billable = Q(upstream_sent=True)  # bytes of refusals are never billed
+    totals = (
+        _rows_in(window)
+        .filter(account_id__isnull=False)
+        .values("account_id", "group_id")
+        .annotate(
+            requests=Count("id"),
+            tokens_in=_sum("tokens_in"),
+            tokens_out=_sum("tokens_out"),
+            provider_cost_micro_usd=_sum("provider_cost_micro"),
+            bytes_in=_sum("bytes_in", filter=billable),
+            bytes_out=_sum("bytes_out", filter=billable),
+            byok_tokens_in=_sum("byok_tokens_in"),
+            byok_tokens_out=_sum("byok_tokens_out"),
+            first_request_at=Min("created_at"),
+            last_request_at=Max("created_at"),
+        )
+        .order_by("group_id")
+    )
+    return [
+        {
+            "schema": SCHEMA_ID,
+            "event_id": f"ue_{row['group_id']}_{int(window.start.timestamp())}",
+            "account_id": row["account_id"],
+            "group_id": row["group_id"],
+            "window_start": rfc3339(window.start),
+            "window_end": rfc3339(window.end),
+            "window_s": window.seconds,
+            "requests": row["requests"],
+            "first_request_at": rfc3339(row["first_request_at"]),
+            "last_request_at": rfc3339(row["last_request_at"]),
+            "units": {unit: int(row[unit]) for unit in UNITS},
+        }
+        for row in totals
+    ]
+
+
+def _emit(window: Window) -> int:
+    payloads = window_usage(window)
+    validator = event_schema_validator()
+    for payload in payloads:
+        validator.validate(payload)
+    UsageEvent.objects.bulk_create(
+        [
+            UsageEvent(
+                window_start=window.start,
+                window_s=window.seconds,
+                account_id=payload["account_id"],
+                group_id=payload["group_id"],
+                payload=payload,
+            )
+            for payload in payloads
+        ],
+        ignore_conflicts=True,  # the (window_start, group_id) backstop: never a duplicate
+    )
+    return len(payloads)
+
+
+def usage_events_flush(*, now: datetime | None = None) -> int:
+    """Write the events of every closed window not flushed yet; return how many."""
+    emitted = sum(_walk(EVENTS_CURSOR, _emit, now=now))
+    if emitted:
+        log.info("usage events: %d written", emitted)
+    return emitted
+
+
+# ---------------------------------------------------------------- delivery
+
+
+@dataclass(frozen=True, slots=True)
+class DeliveryReport:
+    delivered: int = 0
+    retrying: int = 0
+    failed: int = 0
+
+
+def backoff_s(attempts: int) -> int:
+    """Return the wait before the next try after `attempts` failed ones (30 s, 60 s, ... 1 h)."""
+    return min(BACKOFF_MAX_S, BACKOFF_BASE_S * 2 ** max(0, attempts - 1))
+
+
+def event_body(event: UsageEvent) -> bytes:
+    return orjson.dumps(event.payload, option=orjson.OPT_SORT_KEYS)
+
+
+def _claim(event_id: int, due_at: datetime | None, *, now: datetime) -> bool:
+    """Take an event for one delivery try; False if another sender took it first."""
+    due = Q(next_attempt_at__isnull=True) if due_at is None else Q(next_attempt_at=due_at)
+    return bool(
+        UsageEvent.objects.filter(due, pk=event_id, delivery=UsageEvent.Delivery.PENDING).update(
+            next_attempt_at=now + timedelta(seconds=DELIVERY_LEASE_S)
+        )
+    )
+
+
+def usage_event_deliver(*, event: UsageEvent, sink: Sink, now: datetime) -> str:
+    """Send one claimed event and record the outcome; return its delivery state."""
+    attempts = event.delivery_attempts + 1
+    try:
+        sink.send(event_id=event.payload["event_id"], body=event_body(event))
+    except Exception as exc:
+        error = exc if isinstance(exc, SinkError) else SinkError(f"{type(exc).__name__}: {exc}")
+        if not isinstance(exc, SinkError):
+            log.exception("usage event %s: the %s sink failed", event.pk, sink.name)
+        failed = error.permanent or attempts >= MAX_DELIVERY_ATTEMPTS
+        state = UsageEvent.Delivery.FAILED if failed else UsageEvent.Delivery.PENDING
+        UsageEvent.objects.filter(pk=event.pk).update(
+            delivery=state,
+            delivery_attempts=attempts,
+            last_error=str(error)[:200],
+            next_attempt_at=None if failed else now + timedelta(seconds=backoff_s(attempts)),
+        )
+        log.warning(
+            "usage event %s: delivery try %d to the %s sink failed (%s)%s",
+            event.payload["event_id"],
+            attempts,
+            sink.name,
+            error,
+            "; giving up" if failed else "",
+        )
+        return state
+    UsageEvent.objects.filter(pk=event.pk).update(
+        delivery=UsageEvent.Delivery.DELIVERED,
+        delivery_attempts=attempts,
+        last_error="",
+        delivered_at=timezone.now(),
+        next_attempt_at=None,
+    )
+    return UsageEvent.Delivery.DELIVERED
+
+
+def usage_events_deliver(
+    *, now: datetime | None = None, sink: Sink | None = None
+) -> DeliveryReport:
+    """Send every pending event that is due to the configured sink, once each."""
+    now = now or timezone.now()
+    sink = sink or configured_sink()
+    due = list(
+        UsageEvent.objects.filter(delivery=UsageEvent.Delivery.PENDING)
+        .filter(Q(next_attempt_at__isnull=True) | Q(next_attempt_at__lte=now))
+        .order_by("id")
+        .values_list("pk", "next_attempt_at")[:DELIVERY_BATCH]
+    )
+    counts = {state: 0 for state in UsageEvent.Delivery.values}
+    for event_id, due_at in due:
+        if not _claim(event_id, due_at, now=now):
+            continue
+        event = UsageEvent.objects.get(pk=event_id)
+        counts[usage_event_deliver(event=event, sink=sink, now=now)] += 1
+    return DeliveryReport(
+        delivered=counts[UsageEvent.Delivery.DELIVERED],
+        retrying=counts[UsageEvent.Delivery.PENDING],
+        failed=counts[UsageEvent.Delivery.FAILED],
+    )
+
+
+def usage_events_redeliver(*, event_ids: Iterable[int]) -> int:
+    """Queue events again (an operator's action after fixing the sink); return how many."""
+    return (
+        UsageEvent.objects.filter(pk__in=list(event_ids))
+        .exclude(delivery=UsageEvent.Delivery.PENDING)
+        .update(delivery=UsageEvent.Delivery.PENDING, next_attempt_at=None, delivery_attempts=0)
+    )
+
+
+# ---------------------------------------------------------------- reconciliation
+
+
+@dataclass(frozen=True, slots=True)
+class Drift:
+    """What one group's counters missed (positive) or over-charged in one window."""
+
+    window_start: datetime
+    group_id: int
+    logged_micro: int  # the bandwidth the window's usage rows say was charged
+    charged_micro: int  # the bandwidth the counters had before the correction
+    requests: int  # requests corrected
+    unsettled_cost_micro: int = 0  # token cost of never-settled requests, charged with them
+
+    @property
+    def amount_micro(self) -> int:
+        """The bandwidth drift."""
+        return self.logged_micro - self.charged_micro
+
+    @property
+    def spent_micro(self) -> int:
+        """What the correction added to the group's spent."""
+        return self.amount_micro + self.unsettled_cost_micro
+
+
+def _charge_unsettled(
+    *,
+    request_id: str,
+    group_id: int,
+    api_key_id: int | None,
+    bandwidth_micro: int,
+    cost_micro: int,
+) -> bool:
+    """Charge a stored row nobody settled, as it says; False if someone marked it first.
+
+    The marker's rule (billing.models.SettledRequest): whoever inserts it charges the whole
+    row, token cost included, and nobody charges it again.
+    """
+    if not SettledRequest.objects.mark(
+        request_id=request_id,
+        group_id=group_id,
+        api_key_id=api_key_id,
+        bandwidth_micro=bandwidth_micro,
+        provider_cost_micro=cost_micro,
+        source=SettledRequest.Source.RECONCILE,
+    ):
+        return False
+    spent = bandwidth_micro + cost_micro
+    Group.objects.filter(pk=group_id).update(
+        spent_micro=F("spent_micro") + spent, settled_micro=F("settled_micro") + cost_micro
+    )
+    if api_key_id is not None:
+        ApiKey.objects.filter(pk=api_key_id).update(spent_micro=F("spent_micro") + spent)
+    return True
+
+
+def _correct_charged(*, request_id: str, api_key_id: int | None, logged_micro: int) -> int:
+    """Make a settled request's charged bandwidth equal its row's; return the difference."""
+    marker = SettledRequest.objects.select_for_update().get(request_id=request_id)
+    delta = logged_micro - marker.bandwidth_micro
+    if delta:
+        SettledRequest.objects.filter(pk=marker.pk).update(bandwidth_micro=logged_micro)
+        Group.objects.filter(pk=marker.group_id).update(spent_micro=F("spent_micro") + delta)
+        if api_key_id is not None:
+            ApiKey.objects.filter(pk=api_key_id).update(spent_micro=F("spent_micro") + delta)
+    return delta
+
+
+def bandwidth_reconcile_window(window: Window) -> list[Drift]:
+    """Recompute a window's bandwidth charges from its usage rows and correct the counters.
+
+    A row without a settled marker (its gateway died before settling) is charged now, cost
+    included; a marker that disagrees with its row is corrected by the difference. Each
+    group's correction is one SpendAdjustment. Idempotent: a rerun finds nothing to do.
+    """
+    rows = _rows_in(window)
+    marker = SettledRequest.objects.filter(request_id=OuterRef("request_id"))
+    off = list(
+        rows.annotate(charged=Subquery(marker.values("bandwidth_micro")[:1]))
+        .filter(
+            Q(charged__isnull=True)
+            & (Q(bandwidth_charge_micro__gt=0) | Q(provider_cost_micro__gt=0))
+            | (Q(charged__isnull=False) & ~Q(charged=F("bandwidth_charge_micro")))
+        )
+        .values_list(
+            "request_id",
+            "group_id",
+            "api_key_id",
+            "bandwidth_charge_micro",
+            "provider_cost_micro",
+            "charged",
+        )
+    )
+    by_group: dict[int, list[tuple]] = defaultdict(list)
+    for row in off:
+        by_group[row[1]].append(row)
+    logged_by_group = dict(
+        rows.filter(group_id__in=list(by_group))
+        .values("group_id")
+        .annotate(total=_sum("bandwidth_charge_micro"))
+        .values_list("group_id", "total")
+    )
+    drifts = []
+    for group_id, group_rows in sorted(by_group.items()):
+        if not Group.objects.filter(pk=group_id).exists():
+            continue  # the group is gone: there is no counter left to correct
+        with transaction.atomic():
+            bandwidth = cost = corrected = 0
+            for request_id, _, api_key_id, logged, row_cost, charged in group_rows:
+                if charged is None and _charge_unsettled(
+                    request_id=request_id,
+                    group_id=group_id,
+                    api_key_id=api_key_id,
+                    bandwidth_micro=logged,
+                    cost_micro=row_cost,
+                ):
+                    bandwidth, cost, corrected = bandwidth + logged, cost + row_cost, corrected + 1
+                    continue
+                # Settled meanwhile, or settled with a different bandwidth charge.
+                delta = _correct_charged(
+                    request_id=request_id, api_key_id=api_key_id, logged_micro=logged
+                )
+                bandwidth, corrected = bandwidth + delta, corrected + bool(delta)
+            if not (bandwidth or cost):
+                continue
+            logged_total = logged_by_group.get(group_id, 0)
+            drift = Drift(
+                window.start, group_id, logged_total, logged_total - bandwidth, corrected, cost
+            )
+            SpendAdjustment.objects.create(
+                group_id=group_id,
+                window_start=window.start,
+                amount_micro=drift.spent_micro,
+                reason=(
+                    f"reconciliation: bandwidth logged {drift.logged_micro}, counters had "
+                    f"{drift.charged_micro}; {drift.requests} request(s) corrected"
+                    + (f", {cost} of token cost never settled" if cost else "")
+                )[:200],
+            )
+        log.warning(
+            "bandwidth drift: group %s window %s logged %d micro-USD, counters had %d: "
+            "spent adjusted by %d (token cost of unsettled requests %d)",
+            group_id,
+            rfc3339(window.start),
+            drift.logged_micro,
+            drift.charged_micro,
+            drift.spent_micro,
+            cost,
+        )
+        drifts.append(drift)
+    return drifts
+
+
+def bandwidth_reconcile(*, now: datetime | None = None) -> list[Drift]:
+    """Reconcile every closed window not reconciled yet; report the drift as a metric."""
+    from gateway import metrics
+
+    drifts = [
+        d
+        for window_drifts in _walk(RECONCILE_CURSOR, bandwidth_reconcile_window, now=now)
+        for d in window_drifts
+    ]
+    total = sum(d.amount_micro for d in drifts)
+    metrics.RECONCILE_DRIFT.set(total)
+    log.info(
+        "bandwidth reconciliation: %d window-group(s) drifted, %d micro-USD of bandwidth "
+        "and %d of unsettled token cost corrected",
+        len(drifts),
+        total,
+        sum(d.unsettled_cost_micro for d in drifts),
+    )
+    return drifts
+
+
+# ---------------------------------------------------------------- the journal
+
+
+def usage_journal_drain() -> int:
+    """Store every journaled usage row (a dead gateway's too); return how many were new."""
+    from usage.writer import drain_journal_sync
+
+    if not settings.REDIS_URL:
+        return 0  # no journal: embedded gateways flush their own memory
+    return drain_journal_sync(settings.REDIS_URL)
