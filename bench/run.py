@@ -45,10 +45,10 @@ requests.  ``--words N`` (N != 8) sends ``x-stub-words: N`` on every request and
 tokens from ``stub-*`` scenarios but still 8 from ``gw-*`` ones (an unequal comparison).
 
 Failures: a request fails on a timeout (30 s), a connection error, a non-200 status or a
-wrong body (printed by kind with examples).  ``gw ERR logs`` counts the ERROR/CRITICAL lines
-the gateway wrote to stderr during a scenario (e.g. a settlement that could not be written):
-the client got its answer, but the measured path did not complete, so such a scenario is
-flagged ``[GW ERRORS]``.
+wrong body (printed by kind with examples).  ``gw ERR logs`` counts the ERROR/CRITICAL
+lines the gateway wrote to stderr during a scenario's measured phase (e.g. a settlement
+that could not be written): the client got its answer, but the measured path did not
+complete, so such a scenario is flagged ``[GW ERRORS]``.
 
 Exit code: 0 when every request of every scenario succeeded and the gateway logged no
 error, 1 otherwise (including a scenario aborted by its time limit or by a server process
@@ -661,7 +661,6 @@ async def run_scenario(sc: Scenario, servers: Servers, args: argparse.Namespace)
     watch = Watch(servers, time.monotonic() + args.scenario_timeout)
     timeout = aiohttp.ClientTimeout(total=REQUEST_TIMEOUT_S)
     connector = aiohttp.TCPConnector(limit=c, limit_per_host=c)
-    log_offset = servers.gateway.stderr_size()
     async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
         await clear_stub(session, servers.stub_url)
         if warm:
@@ -669,6 +668,7 @@ async def run_scenario(sc: Scenario, servers: Servers, args: argparse.Namespace)
             result.warmup_failed = warm_tally.failed
             result.failure_kinds.update({f"warm-up {k}": v for k, v in warm_tally.kinds.items()})
             result.failure_examples.extend(f"warm-up {e}" for e in warm_tally.examples)
+        log_offset = servers.gateway.stderr_size()
         gw0, stub0, me0 = cpu_ms(servers.gateway.pid), cpu_ms(servers.stub.pid), own_cpu_ms()
         t0 = time.perf_counter()
         tally = await drive(session, prep, sc.stream, n, c, watch)
