@@ -272,6 +272,7 @@ if CELERY_BROKER_URL == "filesystem://":
         "data_folder_in": str(_celery_queue),
         "data_folder_out": str(_celery_queue),
         "store_processed": False,
+        "control_folder": str(VAR_DIR / "celery" / "control"),
     }
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 # Each task is a thin interface to a service; every one is safe to run twice or concurrently.
