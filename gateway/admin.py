@@ -1,5 +1,6 @@
 from django import forms
 from django.contrib import admin
+from django.db import transaction
 
 from gateway import services
 from gateway.models import ProviderModel, ProviderProfile
@@ -49,10 +50,12 @@ class ProviderProfileAdmin(admin.ModelAdmin):
             )
         super().save_model(request, obj, form, change)
 
+    # The admin saves inside a transaction: announce the change once it is committed, or
+    # replicas reload before it is visible and keep the old config until the periodic reload.
     def save_related(self, request, form, formsets, change):
         super().save_related(request, form, formsets, change)
-        services.profile_changed()
+        transaction.on_commit(services.profile_changed)
 
     def delete_model(self, request, obj):
         super().delete_model(request, obj)
-        services.profile_changed()
+        transaction.on_commit(services.profile_changed)

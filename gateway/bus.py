@@ -125,7 +125,8 @@ async def listen(redis_factory: Callable, on_reconnect: Callable[[], None]) -> N
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # Redis down: keep serving from memory, retry quietly.
-            log.warning("config bus disconnected (%s); retrying", type(exc).__name__)
+            if backoff_s == 0.5:  # once per outage, not once per retry
+                log.warning("config bus disconnected (%s); retrying", type(exc).__name__)
             await asyncio.sleep(backoff_s)
             backoff_s = min(backoff_s * 2, 10)
         finally:

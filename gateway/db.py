@@ -7,11 +7,12 @@ races itself into "database is locked".
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Awaitable, Callable
 from typing import ParamSpec, TypeVar
 
 from asgiref.sync import sync_to_async
-from django.db import connections
+from django.db import DatabaseError, connections
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -23,4 +24,16 @@ def _serial() -> bool:
 
 def off_loop(fn: Callable[P, R]) -> Callable[P, Awaitable[R]]:
     """Return an awaitable version of a sync ORM function."""
-    return sync_to_async(fn, thread_sensitive=_serial())
+
+    @functools.wraps(fn)
+    def guarded(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return fn(*args, **kwargs)
+        except DatabaseError:
+            # Off Django's request cycle nobody re-checks a connection: drop a broken one now,
+            # so the next call in this thread reconnects (e.g. after a database restart).
+            for connection in connections.all(initialized_only=True):
+                connection.close_if_unusable_or_obsolete()
+            raise
+
+    return sync_to_async(guarded, thread_sensitive=_serial())

@@ -19,6 +19,7 @@ import subprocess
 import sys
 import time
 import uuid
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -351,12 +352,21 @@ def stub_profiles(stub_url: str) -> list[dict]:
 
 
 def install_profiles(stub_url: str, spec: list[dict] | None = None) -> None:
+    """Install stub profiles with their platform key; announce once the keys are saved.
+
+    One transaction, so the bus message (sent on commit) never makes a replica reload a
+    profile whose key is not stored yet. (Without Redis there is no bus to race, and SQLite
+    is better off with short transactions.)
+    """
+    from django.db import transaction
+
     from gateway.models import ProviderProfile
     from gateway.services import profile_set_platform_key, profiles_bootstrap
 
-    for profile in profiles_bootstrap(spec=spec or stub_profiles(stub_url)):
-        profile_set_platform_key(profile=profile, api_key=PLATFORM_KEY)
-        profile.save()
+    with transaction.atomic() if HAS_REDIS else nullcontext():
+        for profile in profiles_bootstrap(spec=spec or stub_profiles(stub_url)):
+            profile_set_platform_key(profile=profile, api_key=PLATFORM_KEY)
+            profile.save()
     assert ProviderProfile.objects.count() >= 1
 
 
@@ -434,25 +444,11 @@ def fast_profiles(stub_url: str, *, timeout_s: int = 1, idle_s: int = 1) -> list
     return spec
 
 
-def install_profiles_atomically(stub_url: str, spec: list[dict] | None = None) -> None:
-    """install_profiles in one transaction: the bus message goes out after the keys are saved.
-
-    (Without Redis there is no bus to race, and SQLite is better off with short transactions.)
-    """
-    from django.db import transaction
-
-    if not HAS_REDIS:
-        install_profiles(stub_url, spec)
-        return
-    with transaction.atomic():
-        install_profiles(stub_url, spec)
-
-
 def own_stack(gateway: Gateway, stub: Stub, spec: list[dict] | None = None) -> Stack:
     """Prepare a test's own gateway like the `stack` fixture does the shared one."""
     stub.clear()
     clear_shared_state()
-    install_profiles_atomically(stub.url, spec)
+    install_profiles(stub.url, spec)
     gateway.reload()
     return Stack(gateway=gateway, stub=stub)
 

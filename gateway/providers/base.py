@@ -81,15 +81,31 @@ TRANSPORT_ERRORS = (aiohttp.ClientError, ConnectionError, OSError)
 async def sse_events(response: aiohttp.ClientResponse) -> AsyncIterator[tuple[str, bytes]]:
     """Yield (event name, data) pairs of an SSE body; raise ProviderError if it breaks."""
     event = ""
+    async for raw_line in _lines(response.content):
+        line = raw_line.rstrip(b"\r\n")
+        if not line:
+            event = ""
+            continue
+        if line.startswith(b"data:"):
+            yield event, line[5:].lstrip()
+        elif line.startswith(b"event:"):
+            event = line[6:].strip().decode()
+
+
+async def _lines(content: aiohttp.StreamReader) -> AsyncIterator[bytes]:
+    """Yield the body's lines; when the connection breaks, first the complete lines received.
+
+    aiohttp raises a broken connection before handing out what it had already buffered, so
+    without this the last tokens the vendor did send would be lost (and how many depended on
+    timing).
+    """
     try:
-        async for raw_line in response.content:
-            line = raw_line.rstrip(b"\r\n")
-            if not line:
-                event = ""
-                continue
-            if line.startswith(b"data:"):
-                yield event, line[5:].lstrip()
-            elif line.startswith(b"event:"):
-                event = line[6:].strip().decode()
+        async for raw_line in content:
+            yield raw_line
     except TRANSPORT_ERRORS as exc:
+        buffer = getattr(content, "_buffer", None)
+        if buffer:
+            data = b"".join(buffer)[getattr(content, "_buffer_offset", 0) :]
+            for line in data.split(b"\n")[:-1]:  # an unterminated last line is incomplete
+                yield line + b"\n"
         raise connection_error(exc) from None

@@ -11,12 +11,27 @@ from gateway.shapes.common import (
     model_chain,
     optional_max_tokens,
     optional_number,
-    refuse_unsupported,
+    refuse_unknown,
     text_of,
 )
 from gateway.types import ChatRequest, Chunk, Completion, Message, Usage
 
-UNSUPPORTED = ("tools", "tool_choice", "thinking", "container", "mcp_servers", "top_k")
+FIELDS = frozenset(
+    {
+        "model",
+        "messages",
+        "system",
+        "max_tokens",
+        "metadata",
+        "stop_sequences",
+        "stream",
+        "temperature",
+        "top_p",
+        "fallback_model",
+    }
+)
+MESSAGE_FIELDS = frozenset({"role", "content"})
+METADATA_FIELDS = frozenset({"user_id"})
 STOP_FROM_VENDOR = {
     "end_turn": "stop",
     "stop_sequence": "stop",
@@ -29,7 +44,7 @@ API_VERSION = "2023-06-01"
 
 def parse_request(body: dict, *, fallback_header: str | None = None) -> ChatRequest:
     """Turn a client's messages body into a ChatRequest, refusing what we can't do."""
-    refuse_unsupported(body, UNSUPPORTED)
+    refuse_unknown(body, FIELDS)
     raw_messages = body.get("messages")
     if not isinstance(raw_messages, list) or not raw_messages:
         raise InvalidRequest("'messages' must be a non-empty list.")
@@ -38,6 +53,7 @@ def parse_request(body: dict, *, fallback_header: str | None = None) -> ChatRequ
         where = f"messages[{index}]"
         if not isinstance(raw, dict) or raw.get("role") not in ("user", "assistant"):
             raise InvalidRequest(f"{where}: role must be 'user' or 'assistant'.")
+        refuse_unknown(raw, MESSAGE_FIELDS, where=f"{where}: ")
         messages.append(Message(role=raw["role"], content=text_of(raw.get("content"), where=where)))
     system = body.get("system")
     system_text = text_of(system, where="system") if system is not None else None
@@ -51,6 +67,8 @@ def parse_request(body: dict, *, fallback_header: str | None = None) -> ChatRequ
     if not isinstance(stream, bool):
         raise InvalidRequest("'stream' must be a boolean.")
     metadata = body.get("metadata") or {}
+    if isinstance(metadata, dict):
+        refuse_unknown(metadata, METADATA_FIELDS, where="metadata: ")
     user_id = metadata.get("user_id") if isinstance(metadata, dict) else None
     if user_id is not None and not isinstance(user_id, str):
         raise InvalidRequest("'metadata.user_id' must be a string.")

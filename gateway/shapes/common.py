@@ -6,6 +6,8 @@ from typing import Any
 
 from gateway.errors import InvalidRequest
 
+TEXT_PART_FIELDS = frozenset({"type", "text"})
+
 
 def text_of(content: Any, *, where: str) -> str:
     """Return the text of a message content (a string, or a list of text parts)."""
@@ -17,6 +19,7 @@ def text_of(content: Any, *, where: str) -> str:
             if not isinstance(part, dict) or part.get("type") != "text":
                 kind = part.get("type") if isinstance(part, dict) else type(part).__name__
                 raise InvalidRequest(f"{where}: content part type {kind!r} is not supported.")
+            refuse_unknown(part, TEXT_PART_FIELDS, where=f"{where}: ")
             text = part.get("text")
             if not isinstance(text, str):
                 raise InvalidRequest(f"{where}: a text part needs a string 'text'.")
@@ -42,11 +45,11 @@ def optional_max_tokens(value: Any, name: str) -> int | None:
     return value
 
 
-def refuse_unsupported(body: dict, names: tuple[str, ...]) -> None:
-    """Refuse parameters we cannot honour on every vendor: never drop them silently."""
-    for name in names:
-        if body.get(name) not in (None, [], {}):
-            raise InvalidRequest(f"'{name}' is not supported by Tollgate.")
+def refuse_unknown(body: dict, allowed: frozenset[str], *, where: str = "") -> None:
+    """Refuse fields we cannot honour on every vendor: never drop one silently."""
+    for name, value in body.items():
+        if name not in allowed and value not in (None, [], {}):
+            raise InvalidRequest(f"{where}'{name}' is not supported by Tollgate.")
 
 
 def model_chain(model: Any, fallback: Any) -> tuple[str, ...]:

@@ -12,34 +12,33 @@ from gateway.shapes.common import (
     model_chain,
     optional_max_tokens,
     optional_number,
-    refuse_unsupported,
+    refuse_unknown,
     text_of,
 )
 from gateway.types import ChatRequest, Chunk, Completion, Message, Usage
 
-UNSUPPORTED = (
-    "tools",
-    "tool_choice",
-    "functions",
-    "function_call",
-    "response_format",
-    "logprobs",
-    "top_logprobs",
-    "logit_bias",
-    "audio",
-    "modalities",
-    "prediction",
-    "seed",
-    "n_choices",
-    "parallel_tool_calls",
-    "frequency_penalty",
-    "presence_penalty",
+FIELDS = frozenset(
+    {
+        "model",
+        "messages",
+        "max_tokens",
+        "max_completion_tokens",
+        "temperature",
+        "top_p",
+        "stop",
+        "stream",
+        "stream_options",
+        "user",
+        "n",
+        "fallback_model",
+    }
 )
+MESSAGE_FIELDS = frozenset({"role", "content"})
 
 
 def parse_request(body: dict, *, fallback_header: str | None = None) -> ChatRequest:
     """Turn a client's chat-completions body into a ChatRequest, refusing what we can't do."""
-    refuse_unsupported(body, UNSUPPORTED)
+    refuse_unknown(body, FIELDS)
     if body.get("n") not in (None, 1):
         raise InvalidRequest("'n' other than 1 is not supported.")
     raw_messages = body.get("messages")
@@ -54,6 +53,7 @@ def parse_request(body: dict, *, fallback_header: str | None = None) -> ChatRequ
         where = f"messages[{index}]"
         if raw.get("tool_calls") or role in ("tool", "function"):
             raise InvalidRequest(f"{where}: tool calls are not supported by Tollgate.")
+        refuse_unknown(raw, MESSAGE_FIELDS, where=f"{where}: ")
         content = text_of(raw.get("content"), where=where)
         if role in ("system", "developer"):
             system_parts.append(content)
