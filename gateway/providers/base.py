@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 import aiohttp
+import orjson
 
 from gateway.types import ChatRequest, Chunk, Completion
 
@@ -109,3 +110,79 @@ async def _lines(content: aiohttp.StreamReader) -> AsyncIterator[bytes]:
             for line in data.split(b"\n")[:-1]:  # an unterminated last line is incomplete
                 yield line + b"\n"
         raise connection_error(exc) from None
+
+
+class StreamDecoder(Protocol):
+    """Turns one vendor's SSE events into our chunks; `done` once the vendor said so."""
+
+    done: bool
+
+    def feed(self, event: str, data: bytes) -> Chunk | None: ...
+
+
+class HttpProvider:
+    """complete / stream, once, for vendors that speak JSON over HTTP and stream SSE.
+
+    A vendor module says only what differs: its URL, headers, body, answer and events.
+    """
+
+    def __init__(self, *, base_url: str, session: aiohttp.ClientSession) -> None:
+        self._url = self.url_for(base_url.rstrip("/"))
+        self._session = session
+
+    def url_for(self, base_url: str) -> str:
+        raise NotImplementedError
+
+    def headers(self, api_key: str) -> dict[str, str]:
+        raise NotImplementedError
+
+    def body(self, req: ChatRequest, target: CallTarget) -> bytes:
+        raise NotImplementedError
+
+    def completion(self, data: dict, req: ChatRequest) -> Completion:
+        raise NotImplementedError
+
+    def decoder(self) -> StreamDecoder:
+        raise NotImplementedError
+
+    def _post(self, req: ChatRequest, target: CallTarget):
+        return self._session.post(
+            self._url, data=self.body(req, target), headers=self.headers(target.api_key)
+        )
+
+    async def complete(self, req: ChatRequest, target: CallTarget) -> Completion:
+        try:
+            async with self._post(req, target) as response:
+                if response.status != 200:
+                    raise error_for_status(response.status, response.headers)
+                data = orjson.loads(await response.read())
+        except ProviderError:
+            raise
+        except (*TRANSPORT_ERRORS, TimeoutError) as exc:
+            raise connection_error(exc) from None
+        except orjson.JSONDecodeError:
+            raise ProviderError("upstream sent malformed JSON", retryable=True) from None
+        return self.completion(data, req)
+
+    async def stream(self, req: ChatRequest, target: CallTarget) -> AsyncIterator[Chunk]:
+        try:
+            response = await self._post(req, target)
+        except (*TRANSPORT_ERRORS, TimeoutError) as exc:
+            raise connection_error(exc) from None
+        try:
+            if response.status != 200:
+                raise error_for_status(response.status, response.headers)
+            decoder = self.decoder()
+            async for event, data in sse_events(response):
+                try:
+                    chunk = decoder.feed(event, data)
+                except orjson.JSONDecodeError:
+                    raise ProviderError("upstream sent malformed JSON", retryable=True) from None
+                if decoder.done:
+                    break
+                if chunk is not None:
+                    yield chunk
+            if not decoder.done:
+                raise ProviderError("upstream stream ended early", retryable=True)
+        finally:
+            response.release()
