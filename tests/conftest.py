@@ -247,6 +247,21 @@ def gateway_factory(tmp_path_factory, django_db_setup, django_db_blocker):
         gateway.stop()
 
 
+@pytest.fixture
+def spawn_gateway(gateway_factory):
+    """Start gateways for one test; they are stopped when it ends (connections are finite)."""
+    started: list[Gateway] = []
+
+    def spawn(**env: str) -> Gateway:
+        gateway = gateway_factory(**env)
+        started.append(gateway)
+        return gateway
+
+    yield spawn
+    for gateway in started:
+        gateway.stop()
+
+
 @pytest.fixture(scope="session")
 def shared_gateway(gateway_factory):
     return gateway_factory()
@@ -491,8 +506,12 @@ def seconds_left_in_minute() -> float:
 
 def fresh_rate_window(min_left_s: float = 12.0) -> None:
     """Wait (if needed) until the fixed one-minute rate window has min_left_s left."""
-    wait_until(lambda: seconds_left_in_minute() >= min_left_s, timeout_s=min_left_s + 2,
-               interval_s=0.1, what="a rate window with room for the test")
+    wait_until(
+        lambda: seconds_left_in_minute() >= min_left_s,
+        timeout_s=min_left_s + 2,
+        interval_s=0.1,
+        what="a rate window with room for the test",
+    )
 
 
 @dataclass
@@ -510,9 +529,21 @@ class RedisServer:
         import redis
 
         self.proc = subprocess.Popen(
-            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-             "--appendonly", "no", "--daemonize", "no"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            [
+                "redis-server",
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--daemonize",
+                "no",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
         )
 
         def pong() -> bool:

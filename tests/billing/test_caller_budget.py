@@ -12,11 +12,11 @@ from tests.conftest import Stack, clear_shared_state, install_profiles, wait_unt
 
 
 @pytest.fixture
-def labelled(transactional_db, gateway_factory, stub) -> Stack:
+def labelled(transactional_db, spawn_gateway, stub) -> Stack:
     stub.clear()
     clear_shared_state()
     install_profiles(stub.url)
-    gateway = gateway_factory(TOLLGATE_CALLER_KEY="caller-key-for-tests-0123456789")
+    gateway = spawn_gateway(TOLLGATE_CALLER_KEY="caller-key-for-tests-0123456789")
     yield Stack(gateway=gateway, stub=stub)
     gateway.stop()
 

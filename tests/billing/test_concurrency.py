@@ -20,8 +20,8 @@ pytestmark = [requires_postgres, requires_redis, pytest.mark.timeout(180)]
 
 
 @pytest.fixture
-def two_gateways(stack, gateway_factory) -> list[str]:
-    other = gateway_factory()
+def two_gateways(stack, spawn_gateway) -> list[str]:
+    other = spawn_gateway()
     other.reload()
     return [stack.url, other.url]
 

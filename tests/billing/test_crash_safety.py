@@ -37,11 +37,11 @@ TTL_S = 4
 
 
 @pytest.fixture
-def doomed(transactional_db, gateway_factory, stub) -> Stack:
+def doomed(transactional_db, spawn_gateway, stub) -> Stack:
     stub.clear()
     clear_shared_state()
     install_profiles(stub.url)
-    gateway = gateway_factory(
+    gateway = spawn_gateway(
         TOLLGATE_RESERVATION_TTL_S=str(TTL_S), TOLLGATE_REQUEST_DEADLINE_S=str(TTL_S)
     )
     return Stack(gateway=gateway, stub=stub)

@@ -16,8 +16,8 @@ HELLO = [{"role": "user", "content": "hello there"}]
 
 
 @requires_redis
-def test_delete_evicts_the_key_from_every_replica_before_it_returns(stack, gateway_factory):
-    other = gateway_factory()
+def test_delete_evicts_the_key_from_every_replica_before_it_returns(stack, spawn_gateway):
+    other = spawn_gateway()
     tenant = stack.tenant()
     [key_id] = team_keys(stack, tenant, "stub-openai", ["sk-team-doomed"])
     other.reload()
@@ -33,14 +33,14 @@ def test_delete_evicts_the_key_from_every_replica_before_it_returns(stack, gatew
 
 
 def test_disabling_byok_serves_everyone_on_platform_keys_and_says_so(
-    transactional_db, gateway_factory, stub
+    transactional_db, spawn_gateway, stub
 ):
     from tests.conftest import Stack, clear_shared_state, install_profiles
 
     stub.clear()
     clear_shared_state()
     install_profiles(stub.url)
-    gateway = gateway_factory(GATEWAY_BYOK_ENABLED="false")
+    gateway = spawn_gateway(GATEWAY_BYOK_ENABLED="false")
     stack = Stack(gateway=gateway, stub=stub)
     tenant = stack.tenant()
     team_keys(stack, tenant, "stub-openai", ["sk-team-inert"])

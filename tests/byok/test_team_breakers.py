@@ -13,12 +13,12 @@ HELLO = [{"role": "user", "content": "hello there"}]
 
 
 @pytest.fixture
-def tight(transactional_db, gateway_factory, stub) -> Stack:
+def tight(transactional_db, spawn_gateway, stub) -> Stack:
     """A gateway whose breakers open after 2 failures and cool down for 30 s."""
     stub.clear()
     clear_shared_state()
     install_profiles(stub.url)
-    gateway = gateway_factory(TOLLGATE_BREAKER_FAILURES="2", TOLLGATE_BREAKER_COOLDOWN_S="30")
+    gateway = spawn_gateway(TOLLGATE_BREAKER_FAILURES="2", TOLLGATE_BREAKER_COOLDOWN_S="30")
     yield Stack(gateway=gateway, stub=stub)
     gateway.stop()
     clear_shared_state()

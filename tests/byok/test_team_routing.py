@@ -251,19 +251,17 @@ def test_pools_are_chosen_by_the_authenticated_group_only(stack):
     owner, other = stack.tenant(), stack.tenant()
     team_keys(stack, owner, "stub-openai", ["sk-owner-team"])
 
-    ask(
-        stack,
-        other,
-        extra_headers={"x-tollgate-group": str(owner.group_id)},
-        extra_body={"group": owner.group_id},
-    )
+    ask(stack, other, extra_headers={"x-tollgate-group": str(owner.group_id)})
+    with pytest.raises(openai.BadRequestError) as refused:
+        ask(stack, other, extra_body={"group": owner.group_id})
 
+    assert refused.value.body["code"] == "LM-2001"  # no field picks a pool
     assert keys_seen(stack) == [PLATFORM_KEY]
 
 
 @requires_redis
-def test_bench_state_is_shared_by_replicas(stack, gateway_factory):
-    second = gateway_factory()
+def test_bench_state_is_shared_by_replicas(stack, spawn_gateway):
+    second = spawn_gateway()
     tenant = stack.tenant()
     team_keys(stack, tenant, "stub-openai", ["sk-team-a", "sk-team-b"])
     second.reload()
