@@ -95,7 +95,7 @@ def child_env(**extra: str) -> dict[str, str]:
     return env
 
 
-def test_database_url() -> str:
+def child_database_url() -> str:
     db = connection.settings_dict
     if db["ENGINE"] == "django.db.backends.sqlite3":
         return f"sqlite:///{Path(db['NAME']).resolve()}"
@@ -186,7 +186,7 @@ def start_gateway(tmp_dir: Path, **env: str) -> Gateway:
     port = free_port()
     log_path = tmp_dir / f"gateway-{port}.log"
     full_env = child_env(
-        DATABASE_URL=test_database_url(),
+        DATABASE_URL=child_database_url(),
         SECRET_KEY=settings.SECRET_KEY,
         SEALING_KEYS=settings.SEALING_KEYS,
         GATEWAY_INTERNAL_TOKEN=INTERNAL_TOKEN,

@@ -10,7 +10,7 @@ import pytest
 from django.db import connection
 
 from tests.byok.helpers import Byok, team_keys
-from tests.conftest import PLATFORM_KEY, ROOT, child_env, requires_redis, test_database_url
+from tests.conftest import PLATFORM_KEY, ROOT, child_database_url, child_env, requires_redis
 
 HELLO = [{"role": "user", "content": "hello there"}]
 
@@ -69,7 +69,7 @@ def test_a_gateway_refuses_a_database_migrated_by_a_newer_release(transactional_
             text=True,
             timeout=60,
             env=child_env(
-                DATABASE_URL=test_database_url(),
+                DATABASE_URL=child_database_url(),
                 SECRET_KEY=settings.SECRET_KEY,
                 SEALING_KEYS=settings.SEALING_KEYS,
                 TOLLGATE_VAR_DIR=str(tmp_path),

@@ -17,7 +17,7 @@ from tests.conftest import (
     usage_rows,
     wait_until,
 )
-from tests.conftest import test_database_url as database_url  # not a test itself
+from tests.conftest import child_database_url as database_url
 from tests.usage.conftest import chat
 
 pytestmark = requires_redis
