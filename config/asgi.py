@@ -18,7 +18,7 @@ from django.core.asgi import get_asgi_application  # noqa: E402
 
 from gateway.app import gateway_app, serves  # noqa: E402
 from gateway.runtime import runtime  # noqa: E402
-from gateway.startup import check_migrations  # noqa: E402
+from gateway.startup import prepare  # noqa: E402
 
 django_app = get_asgi_application()
 
@@ -38,7 +38,7 @@ async def lifespan(receive, send) -> None:
         message = await receive()
         if message["type"] == "lifespan.startup":
             try:
-                await check_migrations()
+                await prepare()
                 await runtime.start()
             except Exception as exc:
                 await send({"type": "lifespan.startup.failed", "message": str(exc)})

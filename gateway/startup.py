@@ -1,9 +1,10 @@
-"""Start-up refusals: a gateway never serves against a database it does not understand."""
+"""Start-up: refuse a database this release does not understand; apply bootstrap profiles."""
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
-from django.db import connection
+from django.db import IntegrityError, connection
 from django.db.migrations.loader import MigrationLoader
 
 from gateway.db import off_loop
@@ -43,5 +44,21 @@ def _check() -> None:
         )
 
 
-async def check_migrations() -> None:
+def bootstrap_profiles() -> int:
+    """Apply PROVIDER_PROFILES_JSON (idempotent); return how many profiles it names."""
+    from gateway.services import profiles_bootstrap, read_profiles_spec
+
+    if not settings.PROVIDER_PROFILES_JSON:
+        return 0
+    spec = read_profiles_spec(settings.PROVIDER_PROFILES_JSON)
+    try:
+        profiles_bootstrap(spec=spec)
+    except IntegrityError:  # another replica created the same rows at the same moment
+        profiles_bootstrap(spec=spec)
+    return len(spec)
+
+
+async def prepare() -> None:
+    """Run before serving: refuse a foreign database, then apply bootstrap profiles."""
     await off_loop(_check)()
+    await off_loop(bootstrap_profiles)()

@@ -176,3 +176,25 @@ def test_billing_settings_push_floor_of_price_over_markup_to_every_group(stack):
     ask(stack, tenant)
     [row] = usage_rows(group_id=tenant.group_id, expect=1)
     assert row.bandwidth_charge_micro == 0  # rate 0 disables the charge
+
+
+def test_a_failed_platform_attempt_cancels_its_reservation_and_the_next_link_holds_anew(stack):
+    tenant = stack.tenant(wallet_micro=1_000)
+    stack.stub.faults({"kind": "500", "times": 2, "match": {"model": "gpt-4o-mini"}})
+
+    answer = stack.openai(tenant).chat.completions.create(
+        model="gpt-4o-mini,claude-3-5-haiku", messages=HELLO, max_tokens=100
+    )
+    settled(tenant)
+
+    assert answer.choices[0].message.content.endswith("claude-3-5-haiku-latest reply ok")
+    reservations = list(
+        Reservation.objects.filter(wallet__account_id=tenant.account_id).order_by("id")
+    )
+    assert [(r.status, r.committed_micro) for r in reservations] == [
+        ("cancelled", 0),
+        ("committed", 34),
+    ]  # 2 x 0.8 + 8 x 4.0 = 33.6 -> 34
+    wallet = Wallet.objects.get(account_id=tenant.account_id)
+    assert (wallet.balance_micro, wallet.reserved_micro) == (1_000 - 34, 0)
+    assert LedgerEntry.objects.filter(wallet=wallet, kind="commit").count() == 1
