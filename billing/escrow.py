@@ -9,6 +9,7 @@ unbilled). Settlement is not here: it rides on the usage row (billing/settlement
 from __future__ import annotations
 
 import logging
+from datetime import timedelta
 
 from django.conf import settings
 from django.db import DatabaseError
@@ -65,14 +66,31 @@ class Escrow:
 
     async def reserve(self, ctx, amount_micro: int) -> int:
         """Hold a platform attempt's worst-case cost on the wallet, or raise LM-4002."""
+        now = timezone.now()
+        attempt_no = len(ctx.trail) + 1
         try:
+            if self._pg is not None:
+                row = await self._pg.one_statement(
+                    ledger.RESERVE_ONE_STATEMENT,
+                    {
+                        "account": ctx.caller.account_id,
+                        "request": ctx.request_id,
+                        "attempt": attempt_no,
+                        "amount": amount_micro,
+                        "now": now,
+                        "expires": now + timedelta(seconds=self.ttl_s),
+                    },
+                )
+                if row is None:
+                    raise ledger.Refused("wallet")
+                return row[0]
             return await self.run(
                 ledger.reserve(
                     account_id=ctx.caller.account_id,
                     request_id=ctx.request_id,
-                    attempt_no=len(ctx.trail) + 1,
+                    attempt_no=attempt_no,
                     amount_micro=amount_micro,
-                    now=timezone.now(),
+                    now=now,
                     ttl_s=self.ttl_s,
                 )
             )

@@ -136,6 +136,19 @@ def reserve(
     return row[0]
 
 
+# PostgreSQL runs `reserve` as this one statement (data-modifying CTEs are PostgreSQL's):
+# the wallet's compare-and-set and the reservation row commit together, in one round trip.
+RESERVE_ONE_STATEMENT = (
+    "WITH wallet AS (UPDATE billing_wallet SET reserved_micro = reserved_micro + %(amount)s,"
+    " updated_at = %(now)s WHERE account_id = %(account)s"
+    " AND balance_micro >= reserved_micro + %(amount)s RETURNING id)"
+    " INSERT INTO billing_reservation (wallet_id, request_id, attempt_no, amount_micro,"
+    " committed_micro, excess_micro, status, created_at, expires_at)"
+    " SELECT id, %(request)s, %(attempt)s, %(amount)s, 0, 0, 'pending', %(now)s, %(expires)s"
+    " FROM wallet RETURNING id"
+)
+
+
 def resolve_reservation(
     reservation_id: int, *, status: str, cost_micro: int, now: datetime
 ) -> Program:
@@ -168,8 +181,7 @@ def resolve_reservation(
     return True
 
 
-def release_hold(request_id: str, *, status: str, group_id: int,
-                 api_key_id: int | None) -> Program:
+def release_hold(request_id: str, *, status: str, group_id: int, api_key_id: int | None) -> Program:
     """Release a request's hold, if still held, without charging anything (the reaper)."""
     hold = yield (
         "UPDATE billing_spendhold SET status = %s WHERE request_id = %s AND status = 'held'"
@@ -180,8 +192,7 @@ def release_hold(request_id: str, *, status: str, group_id: int,
         return False
     held, held_key, caller_spend_id = hold
     yield (
-        "UPDATE accounts_group SET reserved_micro = reserved_micro - %s WHERE id = %s"
-        " RETURNING id",
+        "UPDATE accounts_group SET reserved_micro = reserved_micro - %s WHERE id = %s RETURNING id",
         (held, group_id),
     )
     if held_key is not None:

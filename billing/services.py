@@ -101,15 +101,25 @@ def expire_stale_holds(*, now=None) -> tuple[int, int]:
             status=Reservation.Status.PENDING, expires_at__lt=now
         ).values_list("pk", flat=True)
     ):
-        reservations += bool(run_sync(ledger.resolve_reservation(
-            reservation_id, status=Reservation.Status.EXPIRED, cost_micro=0, now=now
-        )))
+        reservations += bool(
+            run_sync(
+                ledger.resolve_reservation(
+                    reservation_id, status=Reservation.Status.EXPIRED, cost_micro=0, now=now
+                )
+            )
+        )
     holds = 0
     for hold in list(SpendHold.objects.filter(status=SpendHold.Status.HELD, expires_at__lt=now)):
-        holds += bool(run_sync(ledger.release_hold(
-            hold.request_id, status=SpendHold.Status.EXPIRED, group_id=hold.group_id,
-            api_key_id=hold.api_key_id,
-        )))
+        holds += bool(
+            run_sync(
+                ledger.release_hold(
+                    hold.request_id,
+                    status=SpendHold.Status.EXPIRED,
+                    group_id=hold.group_id,
+                    api_key_id=hold.api_key_id,
+                )
+            )
+        )
     return reservations, holds
 
 

@@ -57,8 +57,15 @@ def _mark(cursor, rows: list[dict], now: datetime) -> set[str]:
         return set()
     params: list = []
     for r in owing:
-        params += [r["request_id"], r["group_id"], r["api_key_id"], r["bandwidth_charge_micro"],
-                   r["provider_cost_micro"], "settle", now]
+        params += [
+            r["request_id"],
+            r["group_id"],
+            r["api_key_id"],
+            r["bandwidth_charge_micro"],
+            r["provider_cost_micro"],
+            "settle",
+            now,
+        ]
     cursor.execute(
         "INSERT INTO billing_settledrequest (request_id, group_id, api_key_id, bandwidth_micro,"
         f" provider_cost_micro, source, created_at) VALUES {_placeholders(len(owing), 7)}"
@@ -123,28 +130,35 @@ def _move_counters(cursor, rows: list[dict], charged: set[str], holds: dict) -> 
 
 
 def _commit_reservations(cursor, rows: list[dict], now: datetime) -> None:
-    wallets: dict[int, list[int]] = defaultdict(lambda: [0, 0])  # released, debited
-    entries: dict[int, list[tuple[int, int, str]]] = defaultdict(list)
+    served = {}  # reservation id -> (cost, request id)
     for r in rows:
         reservation_id = served_reservation(r)
-        if reservation_id is None:
-            continue
-        cost = r["provider_cost_micro"]
-        cursor.execute(
-            "UPDATE billing_reservation SET status = 'committed',"
-            " committed_micro = CASE WHEN %s < amount_micro THEN %s ELSE amount_micro END,"
-            " excess_micro = CASE WHEN %s > amount_micro THEN %s - amount_micro ELSE 0 END,"
-            " resolved_at = %s WHERE id = %s AND status = 'pending'"
-            " RETURNING wallet_id, amount_micro, committed_micro",
-            [cost, cost, cost, cost, now, reservation_id],
-        )
-        found = cursor.fetchone()
-        if found is None:
-            continue  # resolved already (the reaper, or a replay)
-        wallet_id, amount, committed = found
+        if reservation_id is not None:
+            served[reservation_id] = (r["provider_cost_micro"], r["request_id"])
+    if not served:
+        return
+    params: list = []
+    for reservation_id, (cost, _) in served.items():
+        params += [reservation_id, cost]
+    cursor.execute(
+        f"WITH served (id, cost) AS (VALUES {_placeholders(len(served), 2)})"
+        " UPDATE billing_reservation SET status = 'committed',"
+        " committed_micro = CASE WHEN served.cost < amount_micro THEN served.cost"
+        " ELSE amount_micro END,"
+        " excess_micro = CASE WHEN served.cost > amount_micro THEN served.cost - amount_micro"
+        " ELSE 0 END, resolved_at = %s"
+        " FROM served WHERE billing_reservation.id = served.id"
+        " AND billing_reservation.status = 'pending'"
+        " RETURNING billing_reservation.id, wallet_id, amount_micro, committed_micro",
+        [*params, now],
+    )
+    wallets: dict[int, list[int]] = defaultdict(lambda: [0, 0])  # released, debited
+    entries: dict[int, list[tuple[int, int, str]]] = defaultdict(list)
+    # Resolved ones (by the reaper, or a replay) are simply not returned.
+    for reservation_id, wallet_id, amount, committed in sorted(cursor.fetchall()):
         wallets[wallet_id][0] += amount
         wallets[wallet_id][1] += committed
-        entries[wallet_id].append((reservation_id, committed, r["request_id"]))
+        entries[wallet_id].append((reservation_id, committed, served[reservation_id][1]))
     for wallet_id, (released, debited) in sorted(wallets.items()):
         cursor.execute(
             "UPDATE billing_wallet SET reserved_micro = reserved_micro - %s,"
@@ -153,11 +167,18 @@ def _commit_reservations(cursor, rows: list[dict], now: datetime) -> None:
             [released, debited, now, wallet_id],
         )
         balance = cursor.fetchone()[0] + debited  # walk the batch's commits in order
-        params: list = []
+        params = []
         for reservation_id, committed, request_id in entries[wallet_id]:
             balance -= committed
-            params += [wallet_id, "commit", -committed, balance, reservation_id,
-                       f"request {request_id}", now]
+            params += [
+                wallet_id,
+                "commit",
+                -committed,
+                balance,
+                reservation_id,
+                f"request {request_id}",
+                now,
+            ]
         cursor.execute(
             "INSERT INTO billing_ledgerentry (wallet_id, kind, amount_micro,"
             " balance_after_micro, reservation_id, reason, created_at)"

@@ -55,7 +55,8 @@ class AsyncPgDriver:
             max_size=max_size,
             open=False,
             timeout=10,
-            kwargs={"prepare_threshold": 0},
+            # Autocommit: a lone statement commits itself; programs open their transaction.
+            kwargs={"prepare_threshold": 0, "autocommit": True},
         )
 
     async def open(self) -> None:
@@ -80,3 +81,9 @@ class AsyncPgDriver:
                     result = await cursor.fetchone()  # every ledger statement RETURNs
             except StopIteration as done:
                 return done.value
+
+    async def one_statement(self, sql: str, params: dict) -> tuple | None:
+        """Run one self-contained statement in autocommit (it is atomic on its own)."""
+        async with self._pool.connection() as conn:
+            cursor = await conn.execute(sql, params)
+            return await cursor.fetchone()

@@ -195,11 +195,15 @@ async def serve(ex: Exchange, ctx: RequestContext, req: ChatRequest, shape) -> N
     ctx.req = req
     ctx.streamed = req.stream
     ctx.plan = build_plan(req, ctx.caller, runtime.catalog, runtime.pools.get)
+    first = ctx.plan.links[0] if ctx.plan.links else None
     admission = await runtime.limiter.admit(
         request_id=ctx.request_id,
         group_id=ctx.caller.group_id,
         scopes=limit_scopes(ctx),
         concurrency=ctx.caller.group_concurrency,
+        breaker_key=runtime.breakers.redis_key(first.breaker_key, first.route.name)
+        if first is not None and first.attempts and not first.locked
+        else None,
         lease_s=max((link.route.profile.timeout_s for link in ctx.plan.links), default=60) + 30,
     )
     ctx.admission = admission

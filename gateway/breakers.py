@@ -105,6 +105,18 @@ class BreakerBoard:
         self._script = None
         self._counter = 0
 
+    @staticmethod
+    def redis_key(scope: str, model: str) -> str:
+        """Name a breaker's Redis hash (the limiter peeks at it in its admission script)."""
+        return f"{PREFIX}{scope}|{model}"
+
+    def clean_ticket(self, scope: str, model: str) -> Ticket:
+        """Admit a call whose breaker was just seen closed and clean: no round trip."""
+        self._counter += 1
+        ticket = Ticket(scope, model, False, f"{bus.REPLICA_ID}:{self._counter}", clean=True)
+        self._gauge(ticket, CLOSED)
+        return ticket
+
     async def acquire(self, scope: str, model: str, *, lease_s: float = 120.0) -> Ticket | None:
         """Admit a call (a ticket, maybe a probe) or return None while the circuit is open."""
         self._counter += 1

@@ -41,7 +41,14 @@ if conc_max > 0 then
   redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
   if redis.call('ZCARD', KEYS[2]) >= conc_max then return {3, 1} end
 end
-local out = {0, 0}
+-- Peek at the first link's breaker too (one round trip for all of a request's checks):
+-- closed with no failure counted means its call needs no breaker round trip of its own.
+local clean = 0
+if tonumber(ARGV[8 + 2 * n]) == 1 then
+  local st = redis.call('HMGET', KEYS[#KEYS], 'state', 'failures')
+  if (tonumber(st[1]) or 0) == 0 and (tonumber(st[2]) or 0) == 0 then clean = 1 end
+end
+local out = {0, clean}
 for i = 1, n do
   local used = redis.call('INCR', KEYS[2 + 2 * i - 1])
   if used == 1 then redis.call('EXPIRE', KEYS[2 + 2 * i - 1], window_ttl) end
@@ -70,6 +77,7 @@ class Admission:
     in_shared: bool
     requests_used: list[int] = field(default_factory=list)
     tokens_used: list[int] = field(default_factory=list)
+    breaker_clean: bool = False  # the first link's breaker was closed with no failure counted
 
     def headers(self, tokens_consumed: int | None = None) -> list[tuple[bytes, bytes]]:
         """Return x-ratelimit-* and token headers of the tightest scope (key, group, caller)."""
@@ -127,6 +135,7 @@ class Limiter:
         scopes: tuple[Scope, ...],
         concurrency: int | None,
         lease_s: float,
+        breaker_key: str | None = None,
     ) -> Admission:
         """Admit a request or raise LM-3001 / LM-3002 / LM-3003 (with Retry-After)."""
         now = time.time()
@@ -134,8 +143,11 @@ class Limiter:
         admission = Admission(request_id, group_id, scopes, window, in_shared=False)
         if self._shared.available:
             try:
-                result = await self._admit_shared(admission, concurrency or 0, now, lease_s)
+                result = await self._admit_shared(
+                    admission, concurrency or 0, now, lease_s, breaker_key
+                )
                 admission.in_shared = True
+                admission.breaker_clean = result[0] == OK and result[1] == 1
             except SharedStateDown:
                 result = None
         else:
@@ -190,7 +202,12 @@ class Limiter:
         return keys
 
     async def _admit_shared(
-        self, admission: Admission, concurrency: int, now: float, lease_s: float
+        self,
+        admission: Admission,
+        concurrency: int,
+        now: float,
+        lease_s: float,
+        breaker_key: str | None,
     ) -> list[int]:
         if self._script is None:
             self._script = self._shared.client.register_script(ADMIT)
@@ -205,7 +222,8 @@ class Limiter:
         ]
         for scope in admission.scopes:
             args += [scope.rpm, scope.tpm]
-        keys = self._keys(admission)
+        args.append(1 if breaker_key else 0)
+        keys = self._keys(admission) + ([breaker_key] if breaker_key else [])
         return await self._shared.call(lambda r: self._script(keys=keys, args=args, client=r))
 
     async def _finish_pipeline(self, client, admission: Admission, tokens: int):

@@ -112,7 +112,12 @@ class Orchestrator:
         # A probe's lease outlasts every try the link may make, so a slow probe is never
         # joined by a second one; a probe that hangs fails at its last deadline.
         lease_s = route.profile.timeout_s * TRIES_PER_ATTEMPT * len(link.attempts) + 5
-        ticket = await self.breakers.acquire(link.breaker_key, route.name, lease_s=lease_s)
+        admission = ctx.admission
+        if admission is not None and admission.breaker_clean and link is ctx.plan.links[0]:
+            admission.breaker_clean = False  # seen at admission: spare this round trip, once
+            ticket = self.breakers.clean_ticket(link.breaker_key, route.name)
+        else:
+            ticket = await self.breakers.acquire(link.breaker_key, route.name, lease_s=lease_s)
         if ticket is None:
             self._trail(ctx, link, None, "circuit_open")
             raise _LinkFailed(
