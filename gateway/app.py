@@ -162,7 +162,8 @@ async def chat(ex: Exchange, route: str) -> None:
         data = parse_json(await ex.read_body())
         fallback = ex.headers.get(FALLBACK_HEADER)
         req = shape.parse_request(data, fallback_header=fallback.decode() if fallback else None)
-        await serve(ex, ctx, _with_caller(ex, ctx, req), shape)
+        label_caller(ex, ctx, req)
+        await serve(ex, ctx, req, shape)
     except errors.GatewayError as exc:
         await fail(ex, ctx, exc)
     except asyncio.CancelledError:
@@ -173,11 +174,11 @@ async def chat(ex: Exchange, route: str) -> None:
         await finish(ex, ctx)
 
 
-def _with_caller(ex: Exchange, ctx: RequestContext, req: ChatRequest) -> ChatRequest:
+def label_caller(ex: Exchange, ctx: RequestContext, req: ChatRequest) -> None:
+    """Pseudonymise the end user (header first, then the body's field); the raw id stops here."""
     header = ex.headers.get(CALLER_HEADER)
     raw = header.decode("latin-1") if header else req.caller_id
     ctx.caller_label = caller_label(raw)
-    return req
 
 
 def parse_json(body: bytes) -> dict:

@@ -69,20 +69,17 @@ class Orchestrator:
     # ---- public entry points ----
 
     async def complete(self, ctx: RequestContext) -> Completion:
-        failures: list[_LinkError] = []
-        for link in ctx.plan.links:
-            try:
-                return await self._run_link(ctx, link, stream=False)
-            except _LinkFailed as failed:
-                failures.append(failed.link_error)
-        raise self._pick_error(failures)
+        return await self._run_chain(ctx, stream=False)
 
     async def open_stream(self, ctx: RequestContext) -> AsyncIterator[Chunk]:
         """Return a stream whose first chunk already arrived: from here on, no fallback."""
+        return await self._run_chain(ctx, stream=True)
+
+    async def _run_chain(self, ctx: RequestContext, *, stream: bool):
         failures: list[_LinkError] = []
         for link in ctx.plan.links:
             try:
-                return await self._run_link(ctx, link, stream=True)
+                return await self._run_link(ctx, link, stream=stream)
             except _LinkFailed as failed:
                 failures.append(failed.link_error)
         raise self._pick_error(failures)
