@@ -72,7 +72,7 @@ class Command(BaseCommand):
             data = tenant.as_json()
         else:
             group = account.groups.order_by("id").first()
-            for old in ApiKey.objects.filter(group=group, name="demo", revoked_at__isnull=True):
+            for old in ApiKey.objects.filter(group=group, revoked_at__isnull=True):
                 api_key_revoke(api_key=old)
             api_key, secret = api_key_create(group=group, name="demo")
             data = {"account_id": account.pk, "group_id": group.pk, "api_key": secret}
