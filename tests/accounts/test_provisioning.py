@@ -98,3 +98,16 @@ def test_bad_settings_stop_the_process_naming_the_variable(env, named, tmp_path)
 def test_embedded_defaults_need_no_variables(tmp_path):
     result = run_settings(TOLLGATE_VAR_DIR=str(tmp_path))
     assert result.returncode == 0, result.stderr
+
+
+def test_seeding_the_demo_again_mints_a_working_key_and_revokes_the_old_ones(capsys):
+    call_command("seed_demo", "--stub-url", "http://127.0.0.1:9")
+    first = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    call_command("seed_demo", "--stub-url", "http://127.0.0.1:9")
+    second = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+
+    old = ApiKey.objects.get(key_hash=hash_secret(first["api_key"]))
+    new = ApiKey.objects.get(key_hash=hash_secret(second["api_key"]))
+    assert old.revoked_at is not None and new.revoked_at is None
+    assert old.group_id == new.group_id == second["group_id"]
+    assert Wallet.objects.get(account_id=second["account_id"]).balance_micro == 100_000_000
