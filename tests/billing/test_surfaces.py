@@ -22,24 +22,39 @@ def api(tenant) -> APIClient:
     return client
 
 
+def reserve(tenant, request_id: str, amount_micro: int) -> int:
+    return run_sync(
+        ledger.reserve(
+            account_id=tenant.account_id,
+            request_id=request_id,
+            attempt_no=1,
+            amount_micro=amount_micro,
+            now=timezone.now(),
+            ttl_s=60,
+        )
+    )
+
+
+def resolve(reservation_id: int, status: str, cost_micro: int):
+    return run_sync(
+        ledger.resolve_reservation(
+            reservation_id, status=status, cost_micro=cost_micro, now=timezone.now()
+        )
+    )
+
+
+def operator(name: str) -> Client:
+    user = get_user_model().objects.create_superuser(name, f"{name}@example.invalid", "pw")
+    client = Client()
+    client.force_login(user)
+    return client
+
+
 def test_wallet_and_paginated_ledger_are_the_callers_own():
     mine, theirs = make_tenant(wallet_micro=5_000), make_tenant(wallet_micro=7)
     for index in range(3):
-        rid = run_sync(
-            ledger.reserve(
-                account_id=mine.account_id,
-                request_id=f"r{index}",
-                attempt_no=1,
-                amount_micro=100,
-                now=timezone.now(),
-                ttl_s=60,
-            )
-        )
-        run_sync(
-            ledger.resolve_reservation(
-                rid, status="committed", cost_micro=10 * (index + 1), now=timezone.now()
-            )
-        )
+        rid = reserve(mine, f"r{index}", 100)
+        resolve(rid, "committed", 10 * (index + 1))
 
     wallet = api(mine).get(f"/api/accounts/{mine.account_id}/wallet").json()
     assert wallet == {
@@ -79,21 +94,10 @@ def test_group_spend_shows_budget_spent_and_remaining():
 
 def test_a_commit_above_the_hold_debits_the_hold_and_records_the_excess():
     tenant = make_tenant(wallet_micro=1_000)
-    rid = run_sync(
-        ledger.reserve(
-            account_id=tenant.account_id,
-            request_id="over",
-            attempt_no=1,
-            amount_micro=10,
-            now=timezone.now(),
-            ttl_s=60,
-        )
-    )
+    rid = reserve(tenant, "over", 10)
 
-    run_sync(ledger.resolve_reservation(rid, status="committed", cost_micro=15, now=timezone.now()))
-    again = run_sync(
-        ledger.resolve_reservation(rid, status="cancelled", cost_micro=0, now=timezone.now())
-    )
+    resolve(rid, "committed", 15)
+    again = resolve(rid, "cancelled", 0)
 
     reservation = Reservation.objects.get(pk=rid)
     assert (reservation.status, reservation.committed_micro, reservation.excess_micro) == (
@@ -108,38 +112,10 @@ def test_a_commit_above_the_hold_debits_the_hold_and_records_the_excess():
 
 def test_reserving_never_takes_available_below_zero():
     tenant = make_tenant(wallet_micro=100)
-    now = timezone.now()
-    run_sync(
-        ledger.reserve(
-            account_id=tenant.account_id,
-            request_id="a",
-            attempt_no=1,
-            amount_micro=60,
-            now=now,
-            ttl_s=60,
-        )
-    )
+    reserve(tenant, "a", 60)
     with pytest.raises(ledger.Refused):
-        run_sync(
-            ledger.reserve(
-                account_id=tenant.account_id,
-                request_id="b",
-                attempt_no=1,
-                amount_micro=41,
-                now=now,
-                ttl_s=60,
-            )
-        )
-    run_sync(
-        ledger.reserve(
-            account_id=tenant.account_id,
-            request_id="c",
-            attempt_no=1,
-            amount_micro=40,
-            now=now,
-            ttl_s=60,
-        )
-    )
+        reserve(tenant, "b", 41)
+    reserve(tenant, "c", 40)
     wallet = Wallet.objects.get(account_id=tenant.account_id)
     assert (wallet.balance_micro, wallet.reserved_micro) == (100, 100)
     assert Reservation.objects.filter(wallet=wallet).count() == 2
@@ -148,9 +124,7 @@ def test_reserving_never_takes_available_below_zero():
 def test_the_admin_top_up_action_writes_a_ledger_entry_with_its_reason():
     tenant = make_tenant(wallet_micro=100)
     wallet = Wallet.objects.get(account_id=tenant.account_id)
-    operator = get_user_model().objects.create_superuser("op", "op@example.invalid", "pw")
-    client = Client()
-    client.force_login(operator)
+    client = operator("op")
 
     form = client.post(
         "/django-admin/billing/wallet/", {"action": "top_up", "_selected_action": [wallet.pk]}
@@ -181,20 +155,9 @@ def test_the_admin_top_up_action_writes_a_ledger_entry_with_its_reason():
 
 def test_operators_can_list_recorded_excess():
     tenant = make_tenant(wallet_micro=1_000)
-    rid = run_sync(
-        ledger.reserve(
-            account_id=tenant.account_id,
-            request_id="over",
-            attempt_no=1,
-            amount_micro=10,
-            now=timezone.now(),
-            ttl_s=60,
-        )
-    )
-    run_sync(ledger.resolve_reservation(rid, status="committed", cost_micro=13, now=timezone.now()))
-    operator = get_user_model().objects.create_superuser("op2", "op2@example.invalid", "pw")
-    client = Client()
-    client.force_login(operator)
+    rid = reserve(tenant, "over", 10)
+    resolve(rid, "committed", 13)
+    client = operator("op2")
 
     page = client.get("/django-admin/billing/reservation/?excess=yes")
 
