@@ -37,7 +37,7 @@ SCHEME: dict[str, tuple[type, object]] = {
     "TOLLGATE_CONFIG_RELOAD_S": (int, 30),
     "TOLLGATE_REPLICAS": (int, 1),
     "TOLLGATE_INFLIGHT_MAX": (int, 1000),
-    "TOLLGATE_REDIS_TIMEOUT_MS": (int, 100),
+    "TOLLGATE_REDIS_TIMEOUT_MS": (int, 250),
     "TOLLGATE_BREAKER_FAILURES": (int, 5),
     "TOLLGATE_BREAKER_COOLDOWN_S": (int, 30),
     "TOLLGATE_ESCROW_MARGIN_PCT": (int, 120),

@@ -9,6 +9,7 @@ answer, in both vendor shapes. Without Redis each process enforces limit / repli
 
 from __future__ import annotations
 
+import asyncio
 import time
 from dataclasses import dataclass, field
 
@@ -20,6 +21,7 @@ from gateway.shared_state import SharedState, SharedStateDown
 PREFIX = "tollgate:rl:"
 WINDOW_S = 60
 OK, RPM, TPM, CAP = 0, 1, 2, 3
+RETRY_RELEASE_S = 1.0
 
 ADMIT = """
 local now, window_ttl, rid, lease = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3], tonumber(ARGV[4])
@@ -59,6 +61,13 @@ if inflight_max > 0 then redis.call('ZADD', KEYS[1], lease, rid) end
 if conc_max > 0 then redis.call('ZADD', KEYS[2], lease, rid) end
 return out
 """
+
+
+async def _zrem_both(client, keys: list[str], request_id: str):
+    pipe = client.pipeline(transaction=False)
+    pipe.zrem(keys[0], request_id)
+    pipe.zrem(keys[1], request_id)
+    return await pipe.execute()
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,6 +134,7 @@ class Limiter:
         self._requests: dict[tuple[str, int], int] = {}
         self._tokens: dict[tuple[str, int], int] = {}
         self._inflight: set[str] = set()
+        self._releases: set[asyncio.Task] = set()
         self._group_inflight: dict[int, set[str]] = {}
 
     async def admit(
@@ -181,8 +191,27 @@ class Limiter:
                 await self._shared.call(lambda r: self._finish_pipeline(r, admission, tokens))
                 return
             except SharedStateDown:
-                pass
+                self.release_later(admission)
         self.finish_local(admission, tokens=tokens)
+
+    def release_later(self, admission: Admission) -> None:
+        """Free a shared admission's slots once Redis answers again (the finish failed).
+
+        Without this a slot would stay taken for its whole lease after one slow round trip,
+        and enough of them would refuse requests (LM-3003) the fleet could serve.
+        """
+
+        async def release() -> None:
+            await asyncio.sleep(RETRY_RELEASE_S)
+            keys = self._keys(admission)
+            try:
+                await self._shared.call(lambda r: _zrem_both(r, keys, admission.request_id))
+            except SharedStateDown:
+                pass  # the lease is the last safety net
+
+        task = asyncio.get_running_loop().create_task(release())
+        self._releases.add(task)
+        task.add_done_callback(self._releases.discard)
 
     def finish_local(self, admission: Admission, *, tokens: int) -> None:
         self._inflight.discard(admission.request_id)

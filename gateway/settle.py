@@ -110,7 +110,8 @@ async def record_and_release(runtime, ctx: RequestContext, row: dict) -> None:
             journal = False
             admission = None if shared_admission else admission
         except SharedStateDown:
-            pass
+            if shared_admission:
+                runtime.limiter.release_later(admission)
     if journal:
         runtime.usage.keep(row)
     if admission is not None:

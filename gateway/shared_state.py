@@ -55,7 +55,10 @@ class SharedState:
                 result = await make_awaitable(self.client)
         except (TimeoutError, OSError, aioredis.ConnectionError, aioredis.TimeoutError) as exc:
             self._down_until = time.monotonic() + RETRY_AFTER_FAILURE_S
-            self._drop_idle_connections()
+            if not isinstance(exc, TimeoutError | aioredis.TimeoutError):
+                # A refused or reset connection: the pooled ones are as stale (a restart).
+                # A timeout is often only this loop running late: keep the healthy pool.
+                self._drop_idle_connections()
             if not self.degraded:
                 self.degraded = True
                 metrics.REDIS_DEGRADED.set(1)

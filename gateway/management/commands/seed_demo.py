@@ -28,8 +28,12 @@ def demo_profiles(stub_url: str) -> list[dict]:
             "kind": "openai",
             "base_url": f"{stub_url}/v1",
             "models": [
-                {"name": "gpt-4o-mini", "upstream": "gpt-4o-mini",
-                 "input_micro_per_mtok": 150_000, "output_micro_per_mtok": 600_000},
+                {
+                    "name": "gpt-4o-mini",
+                    "upstream": "gpt-4o-mini",
+                    "input_micro_per_mtok": 150_000,
+                    "output_micro_per_mtok": 600_000,
+                },
             ],
         },
         {
@@ -37,15 +41,24 @@ def demo_profiles(stub_url: str) -> list[dict]:
             "kind": "anthropic",
             "base_url": stub_url,
             "models": [
-                {"name": "claude-3-5-haiku", "upstream": "claude-3-5-haiku-latest",
-                 "input_micro_per_mtok": 800_000, "output_micro_per_mtok": 4_000_000},
+                {
+                    "name": "claude-3-5-haiku",
+                    "upstream": "claude-3-5-haiku-latest",
+                    "input_micro_per_mtok": 800_000,
+                    "output_micro_per_mtok": 4_000_000,
+                },
             ],
         },
         {
             "name": "fake",
             "kind": "fake",
-            "models": [{"name": "fake-model", "input_micro_per_mtok": 1_000,
-                        "output_micro_per_mtok": 2_000}],
+            "models": [
+                {
+                    "name": "fake-model",
+                    "input_micro_per_mtok": 1_000,
+                    "output_micro_per_mtok": 2_000,
+                }
+            ],
         },
     ]
 
