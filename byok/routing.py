@@ -74,8 +74,6 @@ class KeyRotation:
                 )
             except SharedStateDown:
                 pass
-        task = asyncio.create_task(
-            off_loop(_record_status)(key.key_id, status, seconds)
-        )
+        task = asyncio.create_task(off_loop(_record_status)(key.key_id, status, seconds))
         self._background.add(task)
         task.add_done_callback(self._background.discard)
