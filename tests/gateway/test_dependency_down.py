@@ -41,6 +41,7 @@ for profile in profiles_bootstrap(spec=spec):
     profile.save()
 keys = [tenant_provision(name=name, wallet_micro=100_000_000).api_key_secret
         for name in ("seen-before", "never-seen")]
+keys.append(tenant_provision(name="invoiced", invoiced=True).api_key_secret)
 print(json.dumps(keys))
 """
 
@@ -97,7 +98,7 @@ def doomed_database(stub):
 def test_a_dropped_database_makes_the_gateway_refuse_with_lm_5004(
     doomed_database, module_gateways, stub
 ):
-    name, url, (seen_key, unseen_key) = doomed_database
+    name, url, (seen_key, unseen_key, _) = doomed_database
     gateway = module_gateways(DATABASE_URL=url, REDIS_URL="")
     stub.clear()
 
@@ -135,7 +136,7 @@ def test_a_dropped_database_makes_the_gateway_refuse_with_lm_5004(
 
 @requires_postgres
 def test_the_gateway_serves_again_once_its_database_is_back(doomed_database, module_gateways, stub):
-    name, url, (seen_key, unseen_key) = doomed_database
+    name, url, (seen_key, unseen_key, _) = doomed_database
     gateway = module_gateways(DATABASE_URL=url, REDIS_URL="")
     stub.clear()
 
@@ -165,3 +166,58 @@ def test_the_gateway_serves_again_once_its_database_is_back(doomed_database, mod
     assert [ask(seen_key).status_code for _ in range(4)] == [200] * 4
     ready = httpx.get(f"{gateway.url}/readyz", timeout=10)
     assert (ready.status_code, ready.json()["checks"]) == (200, {"database": True})
+
+
+@requires_postgres
+def test_usage_needs_no_database_on_the_request_path(
+    doomed_database, own_redis, module_gateways, stub
+):
+    """Rows are journaled in Redis: with the database unreachable, a known key of an account
+    with no money step (invoiced, no budget) is still served, and every row lands later."""
+    name, url, (_, unseen_key, invoiced_key) = doomed_database
+    gateway = module_gateways(
+        DATABASE_URL=url, REDIS_URL=own_redis.url, TOLLGATE_USAGE_CLAIM_IDLE_MS="300"
+    )
+
+    def ask(request_id: str) -> int:
+        return httpx.post(
+            f"{gateway.url}/v1/chat/completions",
+            timeout=10,
+            headers={"Authorization": f"Bearer {invoiced_key}", "x-request-id": request_id},
+            json={"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}]},
+        ).status_code
+
+    assert ask("before-outage") == 200  # the key is now in the gateway's memory
+    admin_sql(f"ALTER DATABASE {name} ALLOW_CONNECTIONS false")
+    admin_sql(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+        f"WHERE datname = '{name}' AND pid <> pg_backend_pid()"
+    )
+    try:
+        served = [ask(f"during-outage-{index}") for index in range(5)]
+        lookup = httpx.post(  # proof the database really is out of reach meanwhile
+            f"{gateway.url}/v1/chat/completions",
+            timeout=10,
+            headers={"Authorization": f"Bearer {unseen_key}"},
+            json={"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}]},
+        )
+    finally:
+        admin_sql(f"ALTER DATABASE {name} ALLOW_CONNECTIONS true")
+
+    assert served == [200] * 5
+    assert (lookup.status_code, lookup.json()["error"]["code"]) == (503, "LM-5004")
+
+    import psycopg
+
+    def stored() -> list[str]:
+        with psycopg.connect(url.replace("postgres://", "postgresql://")) as conn:
+            rows = conn.execute("SELECT request_id FROM usage_usagelog ORDER BY request_id")
+            return [row[0] for row in rows.fetchall()]
+
+    expected = ["before-outage", *(f"during-outage-{index}" for index in range(5))]
+    found = wait_until(
+        lambda: (rows := stored()) == sorted(expected) and rows,
+        timeout_s=20,
+        what="every journaled row to reach the database",
+    )
+    assert found == sorted(expected)
