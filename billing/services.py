@@ -1,8 +1,8 @@
 """Writes of money. Balances change only by compare-and-set UPDATEs or under row locks.
 
-Control plane: wallets, top-ups, billing settings. Request path: thin synchronous faces of
-the programs in billing/ledger.py (the gateway runs the same programs asynchronously on
-PostgreSQL, see billing/escrow.py), and the reaper that resolves what a dead gateway left.
+Control plane: wallets, top-ups, billing settings, and the reaper that releases what a dead
+gateway left held. The request path's steps are billing/ledger.py programs (run by
+billing/escrow.py); settlement rides on stored usage rows (billing/settlement.py).
 """
 
 from __future__ import annotations
@@ -49,37 +49,6 @@ def wallet_credit(
         amount_micro=amount_micro,
         balance_after_micro=locked.balance_micro,
         reason=reason,
-    )
-
-
-# ---- request-path money, run synchronously (SQLite, tests, the reaper) ----
-
-
-def spend_hold_take(hold: ledger.Hold, *, ttl_s: int) -> None:
-    """Take a request's budget hold or raise Refused (see billing.ledger.take_hold)."""
-    run_sync(ledger.take_hold(hold, now=timezone.now(), ttl_s=ttl_s))
-
-
-def reservation_take(
-    *, account_id: int, request_id: str, amount_micro: int, ttl_s: int, attempt_no: int = 1
-) -> int:
-    return run_sync(
-        ledger.reserve(
-            account_id=account_id,
-            request_id=request_id,
-            attempt_no=attempt_no,
-            amount_micro=amount_micro,
-            now=timezone.now(),
-            ttl_s=ttl_s,
-        )
-    )
-
-
-def reservation_cancel(*, reservation_id: int) -> bool:
-    return run_sync(
-        ledger.resolve_reservation(
-            reservation_id, status=Reservation.Status.CANCELLED, cost_micro=0, now=timezone.now()
-        )
     )
 
 

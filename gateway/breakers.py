@@ -144,16 +144,6 @@ class BreakerBoard:
         if ticket.probe:
             await self._run("release", ticket, 0)
 
-    async def state_of(self, scope: str, model: str) -> int:
-        key = f"{scope}|{model}"
-        if self._shared.available:
-            try:
-                raw = await self._shared.call(lambda r: r.hget(PREFIX + key, "state"))
-                return int(raw or 0)
-            except SharedStateDown:
-                pass
-        return self._local.get(key, _LocalBreaker()).state
-
     def _gauge(self, ticket: Ticket, state: int) -> None:
         if "#" not in ticket.scope:  # team-scoped breakers would add a series per group
             metrics.CIRCUIT_STATE.labels(ticket.scope, ticket.model).set(state)

@@ -16,6 +16,7 @@ from billing.money import bandwidth_charge_micro, token_cost_micro
 from gateway.context import RequestContext
 from gateway.plan import PLATFORM, TEAM
 from gateway.shared_state import SharedStateDown
+from usage.models import TRAIL_FIELDS
 
 log = logging.getLogger(__name__)
 
@@ -68,20 +69,7 @@ def usage_row(ctx: RequestContext, *, bytes_out: int) -> dict:
         "latency_ms": ctx.elapsed_ms(),
         "ttft_ms": ctx.ttft_ms,
         "streamed": ctx.streamed,
-        "attempts": [
-            {
-                "order": t.order,
-                "provider": t.provider,
-                "model": t.model,
-                "served_by": t.served_by,
-                "source": t.source,
-                "outcome": t.outcome,
-                "upstream_status": t.upstream_status,
-                "latency_ms": t.latency_ms,
-                "reservation_id": t.reservation_id,
-            }
-            for t in ctx.trail
-        ],
+        "attempts": [{name: getattr(t, name) for name in TRAIL_FIELDS} for t in ctx.trail],
     }
 
 

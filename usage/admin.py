@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from django.contrib import admin, messages
 
-from usage.models import UsageAttempt, UsageEvent, UsageLog
+from usage.models import TRAIL_FIELDS, UsageAttempt, UsageEvent, UsageLog
 from usage.services import usage_events_redeliver
 
 
@@ -26,17 +26,7 @@ class UsageAttemptInline(ReadOnly, admin.TabularInline):
     model = UsageAttempt
     extra = 0
     can_delete = False
-    fields = [
-        "order",
-        "provider",
-        "model",
-        "served_by",
-        "source",
-        "outcome",
-        "upstream_status",
-        "latency_ms",
-        "reservation_id",
-    ]
+    fields = TRAIL_FIELDS
     readonly_fields = fields
 
 

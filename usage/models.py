@@ -51,6 +51,21 @@ class UsageLog(models.Model):
         return self.request_id
 
 
+# One attempt of the trail, as the gateway records it, the admin shows it and the API
+# returns it.
+TRAIL_FIELDS = (
+    "order",
+    "provider",
+    "model",
+    "served_by",
+    "source",
+    "outcome",
+    "upstream_status",
+    "latency_ms",
+    "reservation_id",
+)
+
+
 class UsageAttempt(models.Model):
     log = models.ForeignKey(UsageLog, on_delete=models.CASCADE, related_name="attempts")
     order = models.PositiveSmallIntegerField()

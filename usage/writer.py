@@ -106,17 +106,6 @@ class UsageWriter:
         self._buffer: list[dict] = []
         self._group_ready = False
 
-    async def submit(self, row: dict) -> None:
-        """Keep a finished request's row: journaled in Redis, or buffered in memory."""
-        if self._shared.available:
-            payload = orjson.dumps(row)
-            try:
-                await self._shared.call(lambda r: r.xadd(JOURNAL, {"row": payload}))
-                return
-            except SharedStateDown:
-                pass
-        self.keep(row)
-
     def journal_into(self, pipe, row: dict) -> None:
         """Queue a row's journal entry on a Redis pipeline (see gateway/settle.py)."""
         pipe.xadd(JOURNAL, {"row": orjson.dumps(row)})

@@ -94,6 +94,18 @@ def doomed_database(stub):
         admin_sql(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
 
+def ask_via(gateway, key: str, request_id: str | None = None) -> httpx.Response:
+    headers = {"Authorization": f"Bearer {key}"}
+    if request_id:
+        headers["x-request-id"] = request_id
+    return httpx.post(
+        f"{gateway.url}/v1/chat/completions",
+        timeout=10,
+        headers=headers,
+        json={"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}]},
+    )
+
+
 @requires_postgres
 def test_a_dropped_database_makes_the_gateway_refuse_with_lm_5004(
     doomed_database, module_gateways, stub
@@ -102,20 +114,12 @@ def test_a_dropped_database_makes_the_gateway_refuse_with_lm_5004(
     gateway = module_gateways(DATABASE_URL=url, REDIS_URL="")
     stub.clear()
 
-    def ask(key: str) -> httpx.Response:
-        return httpx.post(
-            f"{gateway.url}/v1/chat/completions",
-            timeout=10,
-            headers={"Authorization": f"Bearer {key}"},
-            json={"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}]},
-        )
-
-    assert ask(seen_key).status_code == 200  # the key is now in the gateway's memory
+    assert ask_via(gateway, seen_key).status_code == 200  # the key is now in the gateway's memory
     assert len(stub.vendor_calls()) == 1
 
     admin_sql(f"DROP DATABASE {name} WITH (FORCE)")
 
-    unseen = ask(unseen_key)  # its key must be looked up: the database is gone
+    unseen = ask_via(gateway, unseen_key)  # its key must be looked up: the database is gone
     assert (unseen.status_code, unseen.json()["error"]) == (
         503,
         {
@@ -124,7 +128,9 @@ def test_a_dropped_database_makes_the_gateway_refuse_with_lm_5004(
             "code": "LM-5004",
         },
     )
-    seen = ask(seen_key)  # known key, but its wallet hold cannot be taken: not served unbilled
+    seen = ask_via(
+        gateway, seen_key
+    )  # known key, but its wallet hold cannot be taken: not served unbilled
     assert (seen.status_code, seen.json()["error"]["code"]) == (503, "LM-5004")
     assert len(stub.vendor_calls()) == 1
     ready = httpx.get(f"{gateway.url}/readyz", timeout=10)
@@ -140,15 +146,7 @@ def test_the_gateway_serves_again_once_its_database_is_back(doomed_database, mod
     gateway = module_gateways(DATABASE_URL=url, REDIS_URL="")
     stub.clear()
 
-    def ask(key: str) -> httpx.Response:
-        return httpx.post(
-            f"{gateway.url}/v1/chat/completions",
-            timeout=10,
-            headers={"Authorization": f"Bearer {key}"},
-            json={"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}]},
-        )
-
-    assert [ask(seen_key).status_code for _ in range(4)] == [200] * 4
+    assert [ask_via(gateway, seen_key).status_code for _ in range(4)] == [200] * 4
 
     # A database restart, as the gateway sees it: every connection it holds is cut.
     admin_sql(
@@ -157,13 +155,13 @@ def test_the_gateway_serves_again_once_its_database_is_back(doomed_database, mod
     )
 
     served = wait_until(
-        lambda: (r := ask(unseen_key)).status_code == 200 and r,
+        lambda: (r := ask_via(gateway, unseen_key)).status_code == 200 and r,
         timeout_s=3,
         interval_s=0.1,
         what="the gateway to reconnect to its database",
     )
     assert served.json()["choices"][0]["message"]["content"].startswith("Hello")
-    assert [ask(seen_key).status_code for _ in range(4)] == [200] * 4
+    assert [ask_via(gateway, seen_key).status_code for _ in range(4)] == [200] * 4
     ready = httpx.get(f"{gateway.url}/readyz", timeout=10)
     assert (ready.status_code, ready.json()["checks"]) == (200, {"database": True})
 
@@ -179,28 +177,19 @@ def test_usage_needs_no_database_on_the_request_path(
         DATABASE_URL=url, REDIS_URL=own_redis.url, TOLLGATE_USAGE_CLAIM_IDLE_MS="300"
     )
 
-    def ask(request_id: str) -> int:
-        return httpx.post(
-            f"{gateway.url}/v1/chat/completions",
-            timeout=10,
-            headers={"Authorization": f"Bearer {invoiced_key}", "x-request-id": request_id},
-            json={"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}]},
-        ).status_code
-
-    assert ask("before-outage") == 200  # the key is now in the gateway's memory
+    # The key is now in the gateway's memory.
+    assert ask_via(gateway, invoiced_key, "before-outage").status_code == 200
     admin_sql(f"ALTER DATABASE {name} ALLOW_CONNECTIONS false")
     admin_sql(
         "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
         f"WHERE datname = '{name}' AND pid <> pg_backend_pid()"
     )
     try:
-        served = [ask(f"during-outage-{index}") for index in range(5)]
-        lookup = httpx.post(  # proof the database really is out of reach meanwhile
-            f"{gateway.url}/v1/chat/completions",
-            timeout=10,
-            headers={"Authorization": f"Bearer {unseen_key}"},
-            json={"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}]},
-        )
+        served = [
+            ask_via(gateway, invoiced_key, f"during-outage-{index}").status_code
+            for index in range(5)
+        ]
+        lookup = ask_via(gateway, unseen_key)  # proof the database is out of reach meanwhile
     finally:
         admin_sql(f"ALTER DATABASE {name} ALLOW_CONNECTIONS true")
 

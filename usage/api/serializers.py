@@ -4,7 +4,7 @@ from datetime import UTC, date, datetime, time
 
 from rest_framework import serializers
 
-from usage.models import UsageAttempt, UsageLog
+from usage.models import TRAIL_FIELDS, UsageAttempt, UsageLog
 
 
 class MomentField(serializers.DateTimeField):
@@ -70,16 +70,7 @@ class UsageLogOut(serializers.ModelSerializer):
 class UsageAttemptOut(serializers.ModelSerializer):
     class Meta:
         model = UsageAttempt
-        fields = [
-            "order",
-            "provider",
-            "model",
-            "served_by",
-            "source",
-            "outcome",
-            "upstream_status",
-            "latency_ms",
-        ]
+        fields = TRAIL_FIELDS
 
 
 class UsageLogDetailOut(UsageLogOut):
