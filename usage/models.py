@@ -14,7 +14,10 @@ class ServedBy(models.TextChoices):
 class UsageLog(models.Model):
     """One request: who, what was asked and served, what it used. Never its prompt or answer."""
 
+    # Minted by the gateway: it alone keys the request's books (holds, reservations,
+    # settlement, slots). The client's X-Request-Id is only a label, scoped to its account.
     request_id = models.CharField(max_length=64, unique=True)
+    client_request_id = models.CharField(max_length=64, blank=True)
     created_at = models.DateTimeField(default=timezone.now, db_index=True)
     # When the row reached the database. Events and reconciliation walk windows of this
     # time, so a row journaled late (a killed gateway's, claimed later) still lands in
@@ -45,7 +48,10 @@ class UsageLog(models.Model):
     streamed = models.BooleanField(default=False)
 
     class Meta:
-        indexes = [models.Index(fields=["group_id", "created_at"])]
+        indexes = [
+            models.Index(fields=["group_id", "created_at"]),
+            models.Index(fields=["account_id", "client_request_id"]),
+        ]
 
     def __str__(self) -> str:
         return self.request_id
