@@ -55,6 +55,7 @@ class Exchange:
         "headers",
         "started",
         "request_id",
+        "client_request_id",
         "disconnected",
         "_watcher",
     )
@@ -68,8 +69,10 @@ class Exchange:
         self.started = False
         self.disconnected = False
         self._watcher: asyncio.Task | None = None
+        # The minted id alone keys the request's books; the client's id is only a label.
+        self.request_id = uuid.uuid4().hex
         given = self.headers.get(b"x-request-id", b"").decode("latin-1")
-        self.request_id = given if REQUEST_ID_OK.match(given) else uuid.uuid4().hex
+        self.client_request_id = given if REQUEST_ID_OK.match(given) else ""
 
     async def read_body(self) -> bytes:
         """Read the body, counting its bytes, refusing past the size cap (LM-2013)."""
@@ -116,7 +119,11 @@ class Exchange:
             {
                 "type": "http.response.start",
                 "status": status,
-                "headers": [*headers, (b"x-request-id", self.request_id.encode())],
+                "headers": [
+                    *headers,
+                    (b"x-request-id", (self.client_request_id or self.request_id).encode()),
+                    (b"x-tollgate-request-id", self.request_id.encode()),
+                ],
             }
         )
 
@@ -155,7 +162,12 @@ SHAPES = {"chat": openai_shape, "messages": anthropic_shape}
 
 async def chat(ex: Exchange, route: str) -> None:
     """Serve /v1/chat/completions (route "chat") or /v1/messages (route "messages")."""
-    ctx = RequestContext(request_id=ex.request_id, route=route, meter=ex.meter)
+    ctx = RequestContext(
+        request_id=ex.request_id,
+        client_request_id=ex.client_request_id,
+        route=route,
+        meter=ex.meter,
+    )
     shape = SHAPES[route]
     try:
         ctx.caller = await runtime.callers.for_secret(bearer(ex.headers))
@@ -226,7 +238,7 @@ async def serve(ex: Exchange, ctx: RequestContext, req: ChatRequest, shape) -> N
             except TimeoutError:
                 raise errors.UpstreamTimeout("The request passed its deadline.") from None
             ctx.usage = completion.usage
-            body = shape.render_completion(completion, request_id=ctx.request_id)
+            body = shape.render_completion(completion, request_id=answer_id(ctx, shape))
             await finish(
                 ex,
                 ctx,
@@ -237,6 +249,11 @@ async def serve(ex: Exchange, ctx: RequestContext, req: ChatRequest, shape) -> N
     finally:
         metrics.IN_FLIGHT.dec()
         await release_admission(ctx)  # an error path: before the refusal is sent
+
+
+def answer_id(ctx: RequestContext, shape) -> str:
+    """Return the id an answer names: trusted internal callers get back their own."""
+    return ctx.client_request_id if shape is InternalShape else ctx.request_id
 
 
 def deadline_left_s(ctx: RequestContext) -> float:
@@ -299,7 +316,7 @@ async def stream_answer(ex: Exchange, ctx: RequestContext, req: ChatRequest, sha
             request_id=ctx.request_id, model=model, include_usage=req.include_usage
         )
     else:
-        renderer = shape.StreamRenderer(request_id=ctx.request_id, model=model)
+        renderer = shape.StreamRenderer(request_id=answer_id(ctx, shape), model=model)
     result = StreamResult(prompt_tokens_estimate=prompt_bound(req))
     await ex.start(200, [SSE, NO_CACHE, *ctx.admission.headers()])
     await ex.body(renderer.start(), more=True)
@@ -406,7 +423,7 @@ async def internal(ex: Exchange, action: str) -> None:
         request_id = data.get("request_id")
         if not isinstance(request_id, str) or not REQUEST_ID_OK.match(request_id):
             raise errors.InvalidRequest("'request_id' is required (1-64 of [A-Za-z0-9._:-]).")
-        ex.request_id = ctx.request_id = request_id
+        ex.client_request_id = ctx.client_request_id = request_id  # a label, like X-Request-Id
         ctx.caller = await runtime.callers.for_group(data.get("group"))
         req = openai_shape.parse_request(
             {k: v for k, v in data.items() if k not in ("group", "request_id")}
@@ -508,10 +525,18 @@ async def readyz(ex: Exchange) -> None:
 
 
 async def metrics_endpoint(ex: Exchange) -> None:
-    from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+    """Serve every worker's metrics, behind TOLLGATE_METRICS_TOKEN when it is set."""
+    from prometheus_client import CONTENT_TYPE_LATEST
 
+    token = settings.TOLLGATE["METRICS_TOKEN"]
+    given = bearer(ex.headers) if token else None
+    # Bytes: compare_digest refuses non-ASCII str, and a header may carry any latin-1.
+    if token and (given is None or not hmac.compare_digest(given.encode(), token.encode())):
+        await ex.refuse(errors.Unauthorized("Missing or wrong metrics token."))
+        return
+    body = await asyncio.to_thread(metrics.exposition)  # merging workers' files reads disk
     await ex.start(200, [(b"content-type", CONTENT_TYPE_LATEST.encode())])
-    await ex.body(generate_latest(metrics.REGISTRY), more=False)
+    await ex.body(body, more=False)
 
 
 ROUTES: dict[tuple[str, str], Callable[[Exchange], Awaitable[None]]] = {

@@ -36,9 +36,10 @@ class Meter:
 
 @dataclass(slots=True)
 class RequestContext:
-    request_id: str
+    request_id: str  # minted by the gateway: keys every book of the request
     route: str  # "chat", "messages", "internal.complete", ...
     meter: Meter
+    client_request_id: str = ""  # the client's X-Request-Id: a label, never a key
     started: float = field(default_factory=time.monotonic)
     caller: Caller | None = None
     caller_label: str | None = None

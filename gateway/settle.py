@@ -45,6 +45,7 @@ def usage_row(ctx: RequestContext, *, bytes_out: int) -> dict:
     team = ctx.served_by == TEAM
     return {
         "request_id": ctx.request_id,
+        "client_request_id": ctx.client_request_id,
         "created_at": datetime.now(UTC).isoformat(),
         "account_id": caller.account_id if caller else None,
         "group_id": caller.group_id if caller else None,

@@ -431,6 +431,8 @@ def usage_rows(
 
     Filter by request ids or group: rows of an earlier test may land late in a shared gateway.
     """
+    from django.db.models import Q
+
     from usage.models import UsageLog
 
     assert request_ids is not None or group_id is not None, "filter by request ids or group"
@@ -438,7 +440,7 @@ def usage_rows(
     def rows():
         qs = UsageLog.objects.order_by("id")
         if request_ids is not None:
-            qs = qs.filter(request_id__in=request_ids)
+            qs = qs.filter(Q(client_request_id__in=request_ids) | Q(request_id__in=request_ids))
         if group_id is not None:
             qs = qs.filter(group_id=group_id)
         found = list(qs)

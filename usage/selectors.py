@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from django.contrib.auth.models import AbstractBaseUser
-from django.db.models import Count, Q, QuerySet, Sum, Value
+from django.db.models import Case, Count, Q, QuerySet, Sum, Value, When
 from django.db.models.functions import Coalesce, NullIf, TruncDate
 
 from accounts.selectors import accounts_of_user
@@ -18,6 +18,7 @@ def usage_logs_of_user(
     group: int | None = None,
     key: int | None = None,
     caller: str | None = None,
+    client_request_id: str | None = None,
     model: str | None = None,
     start: datetime | None = None,
     end: datetime | None = None,
@@ -30,6 +31,8 @@ def usage_logs_of_user(
         logs = logs.filter(api_key_id=key)
     if caller:
         logs = logs.filter(caller_label=caller)
+    if client_request_id:
+        logs = logs.filter(client_request_id=client_request_id)
     if model:
         logs = logs.filter(Q(model_served=model) | Q(model_requested=model))
     if start is not None:
@@ -40,9 +43,18 @@ def usage_logs_of_user(
 
 
 def usage_log_of_user(*, user: AbstractBaseUser, request_id: str) -> UsageLog | None:
+    """Return one of the user's rows by the gateway's id, else the newest with that client id.
+
+    Only the user's own accounts are searched: another tenant's id finds nothing.
+    """
     return (
         usage_logs_of_user(user=user)
-        .filter(request_id=request_id)
+        .filter(Q(request_id=request_id) | Q(client_request_id=request_id))
+        .order_by(
+            Case(When(request_id=request_id, then=Value(0)), default=Value(1)),
+            "-created_at",
+            "-id",
+        )
         .prefetch_related("attempts")
         .first()
     )

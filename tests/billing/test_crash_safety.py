@@ -94,7 +94,8 @@ def test_killed_after_the_reservation_is_released_by_the_reaper(doomed):
     )
     worker.start()
     wait_until(
-        lambda: Reservation.objects.filter(request_id="crash-a").exists(), what="the reservation"
+        lambda: Reservation.objects.filter(wallet__account_id=tenant.account_id).exists(),
+        what="the reservation",
     )
 
     doomed.gateway.stop(signal.SIGKILL)
@@ -163,7 +164,7 @@ def test_killed_after_the_answer_but_before_the_commit_is_charged_from_its_usage
         doomed.stub.faults({"kind": "slow", "delay_ms": 150})  # time to lock before the commit
         worker.start()
         wait_until(
-            lambda: Reservation.objects.filter(request_id="crash-c").exists(),
+            lambda: Reservation.objects.filter(wallet__account_id=tenant.account_id).exists(),
             what="the reservation",
         )
         blocker.execute(
@@ -173,12 +174,14 @@ def test_killed_after_the_answer_but_before_the_commit_is_charged_from_its_usage
         response = worker_result["response"]
         assert response.status_code == 200  # the client has its whole answer
         # Its row is journaled; storing it (with its money, one transaction) waits on the lock.
-        assert Reservation.objects.get(request_id="crash-c").status == "pending"  # blocked
+        assert (
+            Reservation.objects.get(wallet__account_id=tenant.account_id).status == "pending"
+        )  # blocked
         doomed.gateway.stop(signal.SIGKILL)
         blocker.rollback()
 
     [reservation] = reap_until_resolved(tenant)
-    row = UsageLog.objects.get(request_id="crash-c")
+    row = UsageLog.objects.get(client_request_id="crash-c")
     assert (reservation.status, reservation.committed_micro) == (
         "committed",
         row.provider_cost_micro,
@@ -187,7 +190,7 @@ def test_killed_after_the_answer_but_before_the_commit_is_charged_from_its_usage
     assert_books_balance(tenant, [reservation], committed=6)
     group = Group.objects.get(pk=tenant.group_id)
     assert (group.spent_micro, group.settled_micro, group.reserved_micro) == (6, 6, 0)
-    assert SettledRequest.objects.get(request_id="crash-c").source == "settle"
+    assert SettledRequest.objects.get(request_id=row.request_id).source == "settle"
     expire_stale_holds()  # a second pass changes nothing
     assert Group.objects.get(pk=tenant.group_id).spent_micro == 6
     assert LedgerEntry.objects.filter(kind="commit", reservation=reservation).count() == 1

@@ -59,7 +59,7 @@ def test_sigkilled_gateway_loses_no_row_of_a_completed_burst(
         rows = usage_rows(request_ids, expect=BURST)
     finally:
         survivor.stop()
-    assert sorted(r.request_id for r in rows) == sorted(request_ids)
+    assert sorted(r.client_request_id for r in rows) == sorted(request_ids)
     assert {(r.status, r.group_id, r.tokens_in, r.tokens_out) for r in rows} == {
         (200, tenant.group_id, 2, 8)
     }

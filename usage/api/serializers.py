@@ -23,6 +23,7 @@ class UsageQueryIn(serializers.Serializer):
     group = serializers.IntegerField(required=False, min_value=1)
     key = serializers.IntegerField(required=False, min_value=1)
     caller = serializers.CharField(required=False, max_length=64)
+    client_request_id = serializers.CharField(required=False, max_length=64)
     model = serializers.CharField(required=False, max_length=200)
     start = MomentField(required=False)
     end = MomentField(required=False)
@@ -35,6 +36,7 @@ class UsageQueryIn(serializers.Serializer):
 
 LOG_FIELDS = [
     "request_id",
+    "client_request_id",
     "created_at",
     "account_id",
     "group_id",
