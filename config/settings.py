@@ -33,6 +33,7 @@ SCHEME: dict[str, tuple[type, object]] = {
     "PROVIDER_PROFILES_JSON": (str, ""),
     "TOLLGATE_VAR_DIR": (str, ""),
     "TOLLGATE_MAX_BODY_BYTES": (int, 1_048_576),
+    "TOLLGATE_MAX_ROUTE": (int, 2),
     "TOLLGATE_AUTH_CACHE_TTL_S": (int, 300),
     "TOLLGATE_CONFIG_RELOAD_S": (int, 30),
     "TOLLGATE_REPLICAS": (int, 1),
@@ -131,6 +132,7 @@ PROVIDER_PROFILES_JSON = env("PROVIDER_PROFILES_JSON")
 
 TOLLGATE = {
     "MAX_BODY_BYTES": env("TOLLGATE_MAX_BODY_BYTES"),
+    "MAX_ROUTE": env("TOLLGATE_MAX_ROUTE"),
     "AUTH_CACHE_TTL_S": env("TOLLGATE_AUTH_CACHE_TTL_S"),
     "CONFIG_RELOAD_S": env("TOLLGATE_CONFIG_RELOAD_S"),
     "REPLICAS": max(1, env("TOLLGATE_REPLICAS")),
@@ -156,6 +158,8 @@ if TOLLGATE["RESERVATION_TTL_S"] < TOLLGATE["REQUEST_DEADLINE_S"]:
         "Malformed setting TOLLGATE_RESERVATION_TTL_S: it must be at least "
         "TOLLGATE_REQUEST_DEADLINE_S."
     )
+if TOLLGATE["MAX_ROUTE"] < 1:
+    raise ImproperlyConfigured("Malformed setting TOLLGATE_MAX_ROUTE: use >= 1.")
 if TOLLGATE["CALLER_WINDOW"] not in ("month", "year"):
     raise ImproperlyConfigured("Malformed setting TOLLGATE_CALLER_WINDOW: use month or year.")
 if TOLLGATE["USAGE_WINDOW_S"] < 1 or TOLLGATE["USAGE_GRACE_S"] < 0:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.conf import settings
+
 from gateway.errors import InvalidRequest
 
 TEXT_PART_FIELDS = frozenset({"type", "text"})
@@ -53,7 +55,11 @@ def refuse_unknown(body: dict, allowed: frozenset[str], *, where: str = "") -> N
 
 
 def model_chain(model: Any, fallback: Any) -> tuple[str, ...]:
-    """Return the caller's chain: `"a,b"` in order, or the model then one fallback model."""
+    """Return the caller's chain: `"a,b"` in order, then the fallback model(s).
+
+    The whole chain holds at most TOLLGATE_MAX_ROUTE distinct models: each link may cost
+    two vendor calls and its own hold, so a long list is refused before any vendor sees it.
+    """
     if not isinstance(model, str) or not model.strip():
         raise InvalidRequest("'model' is required.")
     chain = [name.strip() for name in model.split(",") if name.strip()]
@@ -63,4 +69,11 @@ def model_chain(model: Any, fallback: Any) -> tuple[str, ...]:
         chain.extend(name.strip() for name in fallback.split(",") if name.strip())
     if not chain:
         raise InvalidRequest("'model' is required.")
-    return tuple(dict.fromkeys(chain))
+    models = tuple(dict.fromkeys(chain))
+    limit = settings.TOLLGATE["MAX_ROUTE"]
+    if len(models) > limit:
+        raise InvalidRequest(
+            f"The route list names {len(models)} models; at most {limit} are allowed "
+            "(the model and its fallbacks together)."
+        )
+    return models

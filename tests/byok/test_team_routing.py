@@ -10,7 +10,14 @@ from accounts.models import Group
 from billing.models import Reservation, Wallet
 from byok.models import TeamKey
 from tests.byok.helpers import Byok, team_keys
-from tests.conftest import INTERNAL_TOKEN, PLATFORM_KEY, requires_redis, usage_rows, wait_until
+from tests.conftest import (
+    INTERNAL_TOKEN,
+    PLATFORM_KEY,
+    own_stack,
+    requires_redis,
+    usage_rows,
+    wait_until,
+)
 
 HELLO = [{"role": "user", "content": "hello there"}]
 
@@ -159,7 +166,8 @@ def test_platform_only_links_before_the_team_link_still_run(stack):
     assert keys_seen(stack) == [PLATFORM_KEY, PLATFORM_KEY, "sk-ant-team"]
 
 
-def test_decide_shows_the_two_phase_plan(stack):
+def test_decide_shows_the_two_phase_plan(transactional_db, spawn_gateway, stub):
+    stack = own_stack(spawn_gateway(TOLLGATE_MAX_ROUTE="3"), stub)  # a three-model chain
     tenant = stack.tenant()
     team_keys(stack, tenant, "stub-openai", ["sk-team-a", "sk-team-b"], fallback=True)
     team_keys(stack, tenant, "stub-anthropic", ["sk-ant"], fallback=False)

@@ -21,6 +21,17 @@ def fstack(transactional_db, tolerant_gateway, stub):
 
 
 @pytest.fixture(scope="module")
+def long_route_gateway(module_gateways):
+    """Breakers that never open, and a route list of three models (the default allows two)."""
+    return module_gateways(TOLLGATE_BREAKER_FAILURES="1000000", TOLLGATE_MAX_ROUTE="3")
+
+
+@pytest.fixture
+def lstack(transactional_db, long_route_gateway, stub):
+    return own_stack(long_route_gateway, stub, fast_profiles(stub.url, timeout_s=1, idle_s=1))
+
+
+@pytest.fixture(scope="module")
 def touchy_gateway(module_gateways):
     """One failure opens a breaker."""
     return module_gateways(TOLLGATE_BREAKER_FAILURES="1")
@@ -47,21 +58,21 @@ def trail(request_id: str) -> list[tuple]:
     ]
 
 
-def test_route_list_in_the_model_field_is_tried_in_the_callers_order(fstack):
-    tenant = fstack.tenant()
-    fstack.stub.faults(
+def test_route_list_in_the_model_field_is_tried_in_the_callers_order(lstack):
+    tenant = lstack.tenant()
+    lstack.stub.faults(
         {"kind": "500", "times": 2, "match": {"model": "gpt-4o"}},
         {"kind": "429", "times": 2, "match": {"model": "claude-3-5-haiku-latest"}},
     )
 
-    response = chat(fstack, tenant, model="gpt-4o,claude-3-5-haiku,gpt-4o-mini")
+    response = chat(lstack, tenant, model="gpt-4o,claude-3-5-haiku,gpt-4o-mini")
 
     assert response.status_code == 200
     assert response.json()["model"] == "gpt-4o-mini"  # the model that served, not the first
     assert response.json()["choices"][0]["message"]["content"] == (
         "Hello from the stub model gpt-4o-mini reply ok"
     )
-    assert [c["model"] for c in fstack.stub.vendor_calls()] == [
+    assert [c["model"] for c in lstack.stub.vendor_calls()] == [
         "gpt-4o",
         "gpt-4o",
         "claude-3-5-haiku-latest",
@@ -77,16 +88,16 @@ def test_route_list_in_the_model_field_is_tried_in_the_callers_order(fstack):
     ]
 
 
-def test_fallback_header_extends_the_chain_in_its_order(fstack):
-    tenant = fstack.tenant()
-    fstack.stub.faults({"kind": "500", "times": 2, "match": {"model": "gpt-4o-mini"}})
+def test_fallback_header_extends_the_chain_in_its_order(lstack):
+    tenant = lstack.tenant()
+    lstack.stub.faults({"kind": "500", "times": 2, "match": {"model": "gpt-4o-mini"}})
 
     response = chat(
-        fstack, tenant, model="gpt-4o-mini", headers={"X-Tollgate-Fallback": "router-mini, gpt-4o"}
+        lstack, tenant, model="gpt-4o-mini", headers={"X-Tollgate-Fallback": "router-mini, gpt-4o"}
     )
 
     assert (response.status_code, response.json()["model"]) == (200, "router-mini")
-    assert [(c["path"], c["model"]) for c in fstack.stub.vendor_calls()] == [
+    assert [(c["path"], c["model"]) for c in lstack.stub.vendor_calls()] == [
         ("/v1/chat/completions", "gpt-4o-mini"),
         ("/v1/chat/completions", "gpt-4o-mini"),
         ("/api/v1/chat/completions", "openai/gpt-4o-mini"),

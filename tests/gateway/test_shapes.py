@@ -107,7 +107,8 @@ def test_anthropic_body_becomes_the_same_request():
     )
 
 
-def test_fallback_header_follows_the_body_chain_without_repeats():
+def test_fallback_header_follows_the_body_chain_without_repeats(settings):
+    settings.TOLLGATE = {**settings.TOLLGATE, "MAX_ROUTE": 3}  # the default allows two
     req = openai_shape.parse_request(
         {"model": "a, b", "messages": [{"role": "user", "content": "x"}]}, fallback_header="b,c"
     )
