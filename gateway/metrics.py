@@ -36,3 +36,8 @@ RECONCILE_DRIFT = Gauge(
     "Bandwidth charge drift corrected by the last run.",
     registry=REGISTRY,
 )
+USAGE_DEAD_LETTERS = Counter(
+    "tollgate_usage_dead_letters_total",
+    "Usage rows moved to the dead-letter table because the database refused them.",
+    registry=REGISTRY,
+)

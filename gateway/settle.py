@@ -17,6 +17,7 @@ from gateway.context import RequestContext
 from gateway.plan import PLATFORM, TEAM
 from gateway.shared_state import SharedStateDown
 from usage.models import TRAIL_FIELDS
+from usage.rows import clean_row
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +44,7 @@ def usage_row(ctx: RequestContext, *, bytes_out: int) -> dict:
         else 0
     )
     team = ctx.served_by == TEAM
-    return {
+    row = {
         "request_id": ctx.request_id,
         "client_request_id": ctx.client_request_id,
         "created_at": datetime.now(UTC).isoformat(),
@@ -72,6 +73,7 @@ def usage_row(ctx: RequestContext, *, bytes_out: int) -> dict:
         "streamed": ctx.streamed,
         "attempts": [{name: getattr(t, name) for name in TRAIL_FIELDS} for t in ctx.trail],
     }
+    return clean_row(row)  # bounded before it is journaled: no client text makes it unstorable
 
 
 async def record_and_release(runtime, ctx: RequestContext, row: dict) -> None:

@@ -1,4 +1,5 @@
-"""Operators' view of usage: the log with its attempt trail, and events with their delivery.
+"""Operators' view of usage: the log with its attempt trail, events with their delivery, and
+the rows the database refused (dead letters).
 
 Read-only: usage is a record. The one action queues failed events for delivery again.
 """
@@ -7,7 +8,7 @@ from __future__ import annotations
 
 from django.contrib import admin, messages
 
-from usage.models import TRAIL_FIELDS, UsageAttempt, UsageEvent, UsageLog
+from usage.models import TRAIL_FIELDS, UsageAttempt, UsageDeadLetter, UsageEvent, UsageLog
 from usage.services import usage_events_redeliver
 
 
@@ -81,3 +82,12 @@ class UsageEventAdmin(ReadOnly, admin.ModelAdmin):
     def deliver_again(self, request, queryset) -> None:
         queued = usage_events_redeliver(event_ids=queryset.values_list("pk", flat=True))
         self.message_user(request, f"{queued} event(s) queued for delivery.", messages.SUCCESS)
+
+
+@admin.register(UsageDeadLetter)
+class UsageDeadLetterAdmin(ReadOnly, admin.ModelAdmin):
+    list_display = ["request_id", "created_at", "last_tried_at", "tries", "error"]
+    search_fields = ["=request_id", "error"]
+    date_hierarchy = "created_at"
+    fields = ["request_id", "created_at", "last_tried_at", "tries", "error", "row"]
+    readonly_fields = fields

@@ -127,3 +127,24 @@ class UsageCursor(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} at {self.position}"
+
+
+class UsageDeadLetter(models.Model):
+    """A journaled usage row the database refused, kept whole so nothing waits behind it.
+
+    Written by the usage writer after the row failed alone a few times; the row's money was
+    not applied (its hold and reservation are left to the reaper), so an operator reads it
+    here, fixes what is wrong and stores it by hand.
+    """
+
+    request_id = models.CharField(max_length=64, blank=True, db_index=True)
+    # The journal entry as it was (JSON text, or the bytes escaped when it was not JSON).
+    # Text, not JSON: PostgreSQL's jsonb refuses the very \u0000 a poison row may carry.
+    row = models.TextField()
+    error = models.CharField(max_length=500)
+    tries = models.PositiveIntegerField(default=0)
+    created_at = models.DateTimeField(default=timezone.now, db_index=True)
+    last_tried_at = models.DateTimeField(default=timezone.now)
+
+    def __str__(self) -> str:
+        return f"dead usage row {self.request_id or '(no request id)'}"

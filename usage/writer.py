@@ -8,24 +8,34 @@ Celery drain task) after TOLLGATE_USAGE_CLAIM_IDLE_MS. Without Redis (embedded r
 wait in memory. Every replica flushes every TOLLGATE_USAGE_FLUSH_MS. Inserts skip request ids
 already stored, so a replay never duplicates a row; each row gets `stored_at`, the time it
 reached the database, which is what usage events and reconciliation walk.
+
+No row holds back another. A batch the database refuses for a row's content is stored again
+one row at a time, each with its settlement; a row that still fails DEAD_AFTER_TRIES times
+(or a journal entry that is not a row at all) moves to the dead-letter table (UsageDeadLetter,
+counted by tollgate_usage_dead_letters_total) and leaves the journal. A database that is down
+is no row's fault: then everything stays in the journal for the next flush, as before.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import dataclass
 
 import orjson
 from django.conf import settings
-from django.db import IntegrityError, transaction
+from django.db import DataError, IntegrityError, transaction
+from django.db.models import F
 from django.utils import timezone
 from redis.exceptions import ResponseError
 
 from billing.settlement import settle_rows
 from gateway import bus
 from gateway.db import off_loop
+from gateway.metrics import USAGE_DEAD_LETTERS
 from gateway.shared_state import SharedState, SharedStateDown
-from usage.models import UsageAttempt, UsageLog
+from usage.models import UsageAttempt, UsageDeadLetter, UsageLog
+from usage.rows import clean_row, clean_text
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +43,12 @@ JOURNAL = "tollgate:usage:journal"
 GROUP = "writers"
 BATCH = 500
 STORE_TRIES = 3
+DEAD_AFTER_TRIES = 3
+# What a row's content makes the database (or the model layer before it) refuse. Anything
+# else, above all OperationalError / InterfaceError (the database is down) and
+# ProgrammingError (the schema is out of step), is not the row's fault: nothing is
+# dead-lettered then, and the rows wait in the journal.
+ROW_ERRORS = (DataError, IntegrityError, ValueError, TypeError, KeyError)
 
 
 def flush_every_s() -> float:
@@ -60,6 +76,7 @@ def store_rows(rows: list[dict]) -> int:
 
 
 def _store_rows(rows: list[dict]) -> int:
+    rows = [clean_row(row) for row in rows]  # a guard: rows journaled before cleaning existed
     by_id = {row["request_id"]: row for row in rows}
     with transaction.atomic():
         stored_at = timezone.now()
@@ -96,8 +113,119 @@ def decode_row(raw: bytes) -> dict:
     from datetime import datetime
 
     row = orjson.loads(raw)
+    if not isinstance(row, dict):
+        raise ValueError("the journal entry is not a JSON object")
     row["created_at"] = datetime.fromisoformat(row["created_at"])
     return row
+
+
+@dataclass(frozen=True)
+class Refused:
+    """A journal entry the database would not take, on its way to the dead-letter table."""
+
+    request_id: str
+    raw: str
+    error: str
+    tries: int
+
+
+def refused(entry: dict | bytes | None, exc: Exception, *, tries: int) -> Refused:
+    """Describe a refused row (or undecodable entry) in text the database always takes."""
+    if isinstance(entry, dict):
+        try:
+            raw = orjson.dumps(entry).decode()
+        except TypeError:  # not JSON-able (a lone surrogate, say): keep Python's picture
+            raw = repr(entry)
+        request_id = entry.get("request_id")
+    else:
+        raw = (entry or b"").decode("utf-8", "backslashreplace")
+        try:
+            request_id = orjson.loads(entry).get("request_id")
+        except Exception:
+            request_id = None
+    return Refused(
+        request_id=clean_text(request_id, 64) if isinstance(request_id, str) else "",
+        raw=raw.replace("\x00", "\\u0000"),  # PostgreSQL text cannot hold NUL
+        error=clean_text(f"{type(exc).__name__}: {exc}", 500),
+        tries=tries,
+    )
+
+
+def store_journaled(entries: list[bytes | None]) -> int:
+    """Store journal entries' rows; dead-letter what cannot be decoded or stored.
+
+    Returns the rows stored. Raises, dead-lettering nothing, when the database fails for
+    reasons of its own: the caller keeps every entry for the next flush.
+    """
+    rows: list[dict] = []
+    bad: list[Refused] = []
+    for entry in entries:
+        try:
+            rows.append(decode_row(entry))
+        except ROW_ERRORS as exc:  # orjson.JSONDecodeError is a ValueError
+            bad.append(refused(entry, exc, tries=1))
+    return store_or_dead_letter(rows, refused_already=bad)
+
+
+def store_or_dead_letter(rows: list[dict], *, refused_already: list[Refused] | None = None) -> int:
+    """Store rows in one batch, else one at a time; dead-letter each that keeps failing.
+
+    Returns the rows stored (those already stored are skipped). Raises when the database
+    fails for reasons of its own; rows stored one at a time before that stay stored, and a
+    replay skips them.
+    """
+    bad = list(refused_already or ())
+    try:
+        stored = store_rows(rows)
+    except ROW_ERRORS as exc:
+        log.warning("usage batch of %d rows refused (%s): storing them one by one", len(rows), exc)
+        stored = 0
+        for row in rows:
+            count, error = _store_alone(row)
+            stored += count
+            if error is not None:
+                bad.append(refused(row, error, tries=DEAD_AFTER_TRIES))
+    dead_letter(bad)
+    return stored
+
+
+def _store_alone(row: dict) -> tuple[int, Exception | None]:
+    error = None
+    for _ in range(DEAD_AFTER_TRIES):
+        try:
+            return _store_rows([row]), None  # its own transaction, its own settlement
+        except ROW_ERRORS as exc:
+            error = exc  # a duplicate-id race passes on the next try, which skips the id
+    return 0, error
+
+
+def dead_letter(bad: list[Refused]) -> None:
+    """Keep refused rows in the dead-letter table (once each: a replay adds to its tries)."""
+    if not bad:
+        return
+    now = timezone.now()
+    with transaction.atomic():
+        for item in bad:
+            again = UsageDeadLetter.objects.filter(request_id=item.request_id, row=item.raw).update(
+                tries=F("tries") + item.tries, error=item.error, last_tried_at=now
+            )
+            if not again:
+                UsageDeadLetter.objects.create(
+                    request_id=item.request_id,
+                    row=item.raw,
+                    error=item.error,
+                    tries=item.tries,
+                    created_at=now,
+                    last_tried_at=now,
+                )
+    USAGE_DEAD_LETTERS.inc(len(bad))
+    for item in bad:
+        log.error(
+            "usage row %s moved to the dead-letter table after %d tries: %s",
+            item.request_id or "(no request id)",
+            item.tries,
+            item.error,
+        )
 
 
 class UsageWriter:
@@ -126,7 +254,7 @@ class UsageWriter:
         if self._buffer:
             rows, self._buffer = self._buffer, []
             try:
-                await off_loop(store_rows)(rows)
+                await off_loop(store_or_dead_letter)(rows)
             except Exception:
                 self._buffer[:0] = rows
                 raise
@@ -161,8 +289,8 @@ class UsageWriter:
             messages = messages + list(claimed[1])
             if not messages:
                 return
-            rows = [decode_row(fields[b"row"]) for _, fields in messages if fields]
-            await off_loop(store_rows)(rows)
+            entries = [fields.get(b"row") for _, fields in messages if fields]
+            await off_loop(store_journaled)(entries)
             ids = [message_id for message_id, _ in messages]
             await self._shared.call(lambda r, ids=ids: r.xack(JOURNAL, GROUP, *ids))
             await self._shared.call(lambda r, ids=ids: r.xdel(JOURNAL, *ids))
@@ -205,7 +333,7 @@ def drain_journal_sync(
             messages += list(claimed[1])
             if not messages:
                 return stored
-            stored += store_rows([decode_row(f[b"row"]) for _, f in messages if f])
+            stored += store_journaled([f.get(b"row") for _, f in messages if f])
             ids = [message_id for message_id, _ in messages]
             client.xack(JOURNAL, GROUP, *ids)
             client.xdel(JOURNAL, *ids)
