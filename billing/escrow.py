@@ -75,6 +75,8 @@ class Escrow:
                     {
                         "account": ctx.caller.account_id,
                         "request": ctx.request_id,
+                        "group": ctx.caller.group_id,
+                        "key": ctx.caller.api_key_id,
                         "attempt": attempt_no,
                         "amount": amount_micro,
                         "now": now,
@@ -88,6 +90,8 @@ class Escrow:
                 ledger.reserve(
                     account_id=ctx.caller.account_id,
                     request_id=ctx.request_id,
+                    group_id=ctx.caller.group_id,
+                    api_key_id=ctx.caller.api_key_id,
                     attempt_no=attempt_no,
                     amount_micro=amount_micro,
                     now=now,
@@ -98,6 +102,41 @@ class Escrow:
             raise errors.WalletInsufficient() from None
         except DB_ERRORS:
             raise errors.DependencyDown() from None
+
+    async def mark_sent(self, ctx, amount_micro: int) -> None:
+        """Record that a platform call is about to be sent, before it is (LM-5004 if we can't).
+
+        The request's hold is marked; a request without a budget takes a hold of its worst
+        case now, marked (one statement on PostgreSQL). If the gateway dies before the usage
+        row is stored, the reaper charges it instead of releasing it at 0.
+        """
+        now = timezone.now()
+        try:
+            if ctx.spend_hold_taken:
+                await self.run(ledger.mark_hold_sent(ctx.request_id))
+            elif self._pg is not None:
+                await self._pg.one_statement(
+                    ledger.SENT_HOLD_ONE_STATEMENT,
+                    {
+                        "request": ctx.request_id,
+                        "group": ctx.caller.group_id,
+                        "amount": amount_micro,
+                        "now": now,
+                        "expires": now + timedelta(seconds=self.ttl_s),
+                    },
+                )
+            else:
+                hold = ledger.Hold(
+                    request_id=ctx.request_id,
+                    group_id=ctx.caller.group_id,
+                    api_key_id=None,
+                    key_budgeted=False,
+                    amount_micro=amount_micro,
+                )
+                await self.run(ledger.take_hold(hold, now=now, ttl_s=self.ttl_s, call_sent=True))
+        except DB_ERRORS:
+            raise errors.DependencyDown() from None
+        ctx.spend_hold_taken = True
 
     async def cancel(self, reservation_id: int) -> None:
         try:

@@ -52,11 +52,12 @@ class Hold:
     caller: CallerBudget | None = None
 
 
-def take_hold(h: Hold, *, now: datetime, ttl_s: int) -> Program:
+def take_hold(h: Hold, *, now: datetime, ttl_s: int, call_sent: bool = False) -> Program:
     """Hold the request's worst case on group, key and caller, or refuse (LM-4001).
 
     Refused when spent + reserved >= budget_max (zero credit is a hard stop, even for a
-    zero estimate) or when the hold would pass budget_max.
+    zero estimate) or when the hold would pass budget_max. `call_sent` takes it as the
+    crash marker of a platform call about to be sent (a group without a budget).
     """
     amount = h.amount_micro
     row = yield (
@@ -95,14 +96,15 @@ def take_hold(h: Hold, *, now: datetime, ttl_s: int) -> Program:
         caller_spend_id = row[0]
     yield (
         "INSERT INTO billing_spendhold (request_id, group_id, api_key_id, caller_spend_id,"
-        " amount_micro, status, created_at, expires_at)"
-        " VALUES (%s, %s, %s, %s, %s, 'held', %s, %s) RETURNING id",
+        " amount_micro, status, call_sent, created_at, expires_at)"
+        " VALUES (%s, %s, %s, %s, %s, 'held', %s, %s, %s) RETURNING id",
         (
             h.request_id,
             h.group_id,
             h.api_key_id if h.key_budgeted else None,
             caller_spend_id,
             amount,
+            call_sent,
             now,
             now + timedelta(seconds=ttl_s),
         ),
@@ -110,16 +112,44 @@ def take_hold(h: Hold, *, now: datetime, ttl_s: int) -> Program:
     return True
 
 
+def mark_hold_sent(request_id: str) -> Program:
+    """Record, before a platform vendor call is sent, that the request's hold is being served."""
+    row = yield (
+        "UPDATE billing_spendhold SET call_sent = TRUE WHERE request_id = %s AND status = 'held'"
+        " RETURNING id",
+        (request_id,),
+    )
+    return row is not None
+
+
+# PostgreSQL takes the crash marker of a request without a budget (so without a hold yet) in
+# one statement, right before its platform call: the group's reserved and the hold together.
+SENT_HOLD_ONE_STATEMENT = (
+    "WITH grp AS (UPDATE accounts_group SET reserved_micro = reserved_micro + %(amount)s"
+    " WHERE id = %(group)s RETURNING id)"
+    " INSERT INTO billing_spendhold (request_id, group_id, api_key_id, caller_spend_id,"
+    " amount_micro, status, call_sent, created_at, expires_at)"
+    " SELECT %(request)s, id, NULL, NULL, %(amount)s, 'held', TRUE, %(now)s, %(expires)s"
+    " FROM grp RETURNING id"
+)
+
+
 def reserve(
     *,
     account_id: int,
     request_id: str,
+    group_id: int,
+    api_key_id: int | None,
     attempt_no: int,
     amount_micro: int,
     now: datetime,
     ttl_s: int,
 ) -> Program:
-    """Hold a platform attempt's worst case on the wallet, or refuse (LM-4002)."""
+    """Hold a platform attempt's worst case on the wallet, or refuse (LM-4002).
+
+    Taken right before the vendor call, so the reservation records the call as sent: a
+    crash from here on leaves a served request, which the reaper commits.
+    """
     row = yield (
         "UPDATE billing_wallet SET reserved_micro = reserved_micro + %s, updated_at = %s"
         " WHERE account_id = %s AND balance_micro >= reserved_micro + %s RETURNING id",
@@ -128,10 +158,20 @@ def reserve(
     if row is None:
         raise Refused("wallet")
     row = yield (
-        "INSERT INTO billing_reservation (wallet_id, request_id, attempt_no, amount_micro,"
-        " committed_micro, excess_micro, status, created_at, expires_at)"
-        " VALUES (%s, %s, %s, %s, 0, 0, 'pending', %s, %s) RETURNING id",
-        (row[0], request_id, attempt_no, amount_micro, now, now + timedelta(seconds=ttl_s)),
+        "INSERT INTO billing_reservation (wallet_id, request_id, group_id, api_key_id,"
+        " attempt_no, amount_micro, committed_micro, excess_micro, status, call_sent,"
+        " unmeasured, created_at, expires_at)"
+        " VALUES (%s, %s, %s, %s, %s, %s, 0, 0, 'pending', TRUE, FALSE, %s, %s) RETURNING id",
+        (
+            row[0],
+            request_id,
+            group_id,
+            api_key_id,
+            attempt_no,
+            amount_micro,
+            now,
+            now + timedelta(seconds=ttl_s),
+        ),
     )
     return row[0]
 
@@ -142,10 +182,11 @@ RESERVE_ONE_STATEMENT = (
     "WITH wallet AS (UPDATE billing_wallet SET reserved_micro = reserved_micro + %(amount)s,"
     " updated_at = %(now)s WHERE account_id = %(account)s"
     " AND balance_micro >= reserved_micro + %(amount)s RETURNING id)"
-    " INSERT INTO billing_reservation (wallet_id, request_id, attempt_no, amount_micro,"
-    " committed_micro, excess_micro, status, created_at, expires_at)"
-    " SELECT id, %(request)s, %(attempt)s, %(amount)s, 0, 0, 'pending', %(now)s, %(expires)s"
-    " FROM wallet RETURNING id"
+    " INSERT INTO billing_reservation (wallet_id, request_id, group_id, api_key_id, attempt_no,"
+    " amount_micro, committed_micro, excess_micro, status, call_sent, unmeasured, created_at,"
+    " expires_at)"
+    " SELECT id, %(request)s, %(group)s, %(key)s, %(attempt)s, %(amount)s, 0, 0, 'pending',"
+    " TRUE, FALSE, %(now)s, %(expires)s FROM wallet RETURNING id"
 )
 
 
@@ -181,16 +222,113 @@ def resolve_reservation(
     return True
 
 
-def release_hold(request_id: str, *, status: str, group_id: int, api_key_id: int | None) -> Program:
-    """Release a request's hold, if still held, without charging anything (the reaper)."""
+def _charge_unmeasured(
+    request_id: str,
+    *,
+    group_id: int,
+    api_key_id: int | None,
+    caller_spend_id: int | None,
+    cost_micro: int,
+    now: datetime,
+) -> Program:
+    """Charge a served request whose usage never arrived, once (the settled-request marker)."""
+    marked = yield (
+        "INSERT INTO billing_settledrequest (request_id, group_id, api_key_id, bandwidth_micro,"
+        " provider_cost_micro, source, created_at) VALUES (%s, %s, %s, 0, %s, 'reaper', %s)"
+        " ON CONFLICT (request_id) DO NOTHING RETURNING id",
+        (request_id, group_id, api_key_id, cost_micro, now),
+    )
+    if marked is None or not cost_micro:
+        return False
+    yield (
+        "UPDATE accounts_group SET spent_micro = spent_micro + %s,"
+        " settled_micro = settled_micro + %s WHERE id = %s RETURNING id",
+        (cost_micro, cost_micro, group_id),
+    )
+    if api_key_id is not None:
+        yield (
+            "UPDATE accounts_apikey SET spent_micro = spent_micro + %s WHERE id = %s RETURNING id",
+            (cost_micro, api_key_id),
+        )
+    if caller_spend_id is not None:
+        yield (
+            "UPDATE billing_callerspend SET spent_micro = spent_micro + %s WHERE id = %s"
+            " RETURNING id",
+            (cost_micro, caller_spend_id),
+        )
+    return True
+
+
+def reap_reservation(reservation_id: int, *, now: datetime) -> Program:
+    """Resolve an expired reservation: committed at the hold if its call was sent, else released.
+
+    A sent call whose usage never arrived was served by a gateway that died: the wallet is
+    debited the hold, marked unmeasured for reconciliation. A request that took no budget
+    hold is charged to its group's counters here too; one with a hold is charged with it.
+    """
+    row = yield (
+        "UPDATE billing_reservation SET"
+        " status = CASE WHEN call_sent THEN 'committed' ELSE 'expired' END,"
+        " committed_micro = CASE WHEN call_sent THEN amount_micro ELSE 0 END,"
+        " unmeasured = call_sent, resolved_at = %s WHERE id = %s AND status = 'pending'"
+        " RETURNING wallet_id, amount_micro, committed_micro, request_id, group_id, api_key_id",
+        (now, reservation_id),
+    )
+    if row is None:
+        return False  # resolved already (by settle, a cancel, or another reaper)
+    wallet_id, amount, committed, request_id, group_id, api_key_id = row
+    balance = yield (
+        "UPDATE billing_wallet SET reserved_micro = reserved_micro - %s,"
+        " balance_micro = balance_micro - %s, updated_at = %s WHERE id = %s"
+        " RETURNING balance_micro",
+        (amount, committed, now, wallet_id),
+    )
+    if not committed:
+        return True
+    yield (
+        "INSERT INTO billing_ledgerentry (wallet_id, kind, amount_micro,"
+        " balance_after_micro, reservation_id, reason, created_at)"
+        " VALUES (%s, 'commit', %s, %s, %s, %s, %s) RETURNING id",
+        (
+            wallet_id,
+            -committed,
+            balance[0],
+            reservation_id,
+            f"unmeasured: request {request_id}",
+            now,
+        ),
+    )
+    hold = yield ("SELECT id FROM billing_spendhold WHERE request_id = %s", (request_id,))
+    if hold is None and group_id is not None:
+        yield from _charge_unmeasured(
+            request_id,
+            group_id=group_id,
+            api_key_id=api_key_id,
+            caller_spend_id=None,
+            cost_micro=committed,
+            now=now,
+        )
+    return True
+
+
+def reap_hold(request_id: str, *, now: datetime) -> Program:
+    """Resolve an expired budget hold: charged if a platform call was sent, else released at 0.
+
+    Sent means the hold was marked before a platform call, or the request reserved its wallet
+    (a reservation is taken right before its call). The charge is the hold (the request's
+    worst case), unmeasured; a hold whose call never left is released uncharged.
+    """
     hold = yield (
-        "UPDATE billing_spendhold SET status = %s WHERE request_id = %s AND status = 'held'"
-        " RETURNING amount_micro, api_key_id, caller_spend_id",
-        (status, request_id),
+        "UPDATE billing_spendhold SET status = CASE WHEN call_sent OR EXISTS (SELECT 1 FROM"
+        " billing_reservation r WHERE r.request_id = billing_spendhold.request_id AND"
+        " r.call_sent) THEN 'charged' ELSE 'expired' END"
+        " WHERE request_id = %s AND status = 'held'"
+        " RETURNING amount_micro, group_id, api_key_id, caller_spend_id, status",
+        (request_id,),
     )
     if hold is None:
         return False
-    held, held_key, caller_spend_id = hold
+    held, group_id, held_key, caller_spend_id, status = hold
     yield (
         "UPDATE accounts_group SET reserved_micro = reserved_micro - %s WHERE id = %s RETURNING id",
         (held, group_id),
@@ -206,5 +344,14 @@ def release_hold(request_id: str, *, status: str, group_id: int, api_key_id: int
             "UPDATE billing_callerspend SET reserved_micro = reserved_micro - %s WHERE id = %s"
             " RETURNING id",
             (held, caller_spend_id),
+        )
+    if status == "charged":
+        yield from _charge_unmeasured(
+            request_id,
+            group_id=group_id,
+            api_key_id=held_key,
+            caller_spend_id=caller_spend_id,
+            cost_micro=held,
+            now=now,
         )
     return True

@@ -40,7 +40,15 @@ class Reservation(models.Model):
 
     wallet = models.ForeignKey(Wallet, on_delete=models.PROTECT, related_name="reservations")
     request_id = models.CharField(max_length=64, db_index=True)
+    group_id = models.BigIntegerField(null=True)
+    api_key_id = models.BigIntegerField(null=True)
     attempt_no = models.PositiveSmallIntegerField(default=1)
+    # Taken right before its vendor call: a reservation that expires with its call sent was
+    # served (a gateway died mid-request) and is committed, never released at 0.
+    call_sent = models.BooleanField(default=False)
+    unmeasured = models.BooleanField(
+        default=False, help_text="Committed at the hold by the reaper: usage never measured."
+    )
     amount_micro = models.BigIntegerField()
     committed_micro = models.BigIntegerField(default=0)
     excess_micro = models.BigIntegerField(
@@ -90,7 +98,8 @@ class SpendHold(models.Model):
     class Status(models.TextChoices):
         HELD = "held"
         SETTLED = "settled"
-        EXPIRED = "expired"
+        EXPIRED = "expired"  # released at 0: its vendor call was never sent
+        CHARGED = "charged"  # charged unmeasured by the reaper: its call was sent
 
     request_id = models.CharField(max_length=64, unique=True)
     group = models.ForeignKey("accounts.Group", on_delete=models.CASCADE)
@@ -98,6 +107,9 @@ class SpendHold(models.Model):
     caller_spend = models.ForeignKey("CallerSpend", null=True, on_delete=models.CASCADE)
     amount_micro = models.BigIntegerField()
     status = models.CharField(max_length=8, choices=Status.choices, default=Status.HELD)
+    # Set before a platform vendor call is sent (team-served calls cost no tokens): a hold
+    # that expires with it set was served by a gateway that died, and is charged.
+    call_sent = models.BooleanField(default=False)
     created_at = models.DateTimeField(default=timezone.now)
     expires_at = models.DateTimeField()
 

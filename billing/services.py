@@ -56,39 +56,32 @@ def wallet_credit(
 
 
 def expire_stale_holds(*, now=None) -> tuple[int, int]:
-    """Release what a dead gateway left held; return (reservations, holds) released.
+    """Resolve what a dead gateway left held; return (reservations, holds) resolved.
 
     A request whose usage row reached the database was settled with it (billing/settlement.py,
     same transaction), so what is still pending past its expiry belongs to a request whose
-    row never arrived: a gateway killed before journaling. Its holds are released uncharged.
-    Run after draining the usage journal (usage.tasks does), so late rows settle first.
+    row never arrived. One whose vendor call was sent was served: it is charged at its hold,
+    marked unmeasured (billing.ledger.reap_reservation / reap_hold); one whose call never
+    left is released at 0. Run after draining the usage journal (usage.tasks does), so late
+    rows settle at their measured cost first.
     """
     now = now or timezone.now()
-    reservations = 0
-    for reservation_id in list(
-        Reservation.objects.filter(
-            status=Reservation.Status.PENDING, expires_at__lt=now
-        ).values_list("pk", flat=True)
-    ):
-        reservations += bool(
-            run_sync(
-                ledger.resolve_reservation(
-                    reservation_id, status=Reservation.Status.EXPIRED, cost_micro=0, now=now
-                )
+    reservations = sum(
+        bool(run_sync(ledger.reap_reservation(reservation_id, now=now)))
+        for reservation_id in list(
+            Reservation.objects.filter(
+                status=Reservation.Status.PENDING, expires_at__lt=now
+            ).values_list("pk", flat=True)
+        )
+    )
+    holds = sum(
+        bool(run_sync(ledger.reap_hold(request_id, now=now)))
+        for request_id in list(
+            SpendHold.objects.filter(status=SpendHold.Status.HELD, expires_at__lt=now).values_list(
+                "request_id", flat=True
             )
         )
-    holds = 0
-    for hold in list(SpendHold.objects.filter(status=SpendHold.Status.HELD, expires_at__lt=now)):
-        holds += bool(
-            run_sync(
-                ledger.release_hold(
-                    hold.request_id,
-                    status=SpendHold.Status.EXPIRED,
-                    group_id=hold.group_id,
-                    api_key_id=hold.api_key_id,
-                )
-            )
-        )
+    )
     return reservations, holds
 
 

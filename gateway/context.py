@@ -60,6 +60,7 @@ class RequestContext:
     # Money holds taken for this request (billing fills these in).
     spend_hold_micro: int = 0
     spend_hold_taken: bool = False
+    platform_call_marked: bool = False  # the hold records a platform call as sent
     reservation_id: int | None = None
     reservation_micro: int = 0
     admission: object = None  # gateway.limits.Admission once admitted

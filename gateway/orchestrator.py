@@ -207,6 +207,11 @@ class Orchestrator:
             except errors.WalletInsufficient as exc:
                 self._trail(ctx, link, attempt, "wallet_insufficient")
                 raise _AttemptFailed(exc, judges_provider=False) from None
+        if reservation_id is None and not ctx.platform_call_marked:
+            # A reservation records its call itself; otherwise the hold must say it, so a
+            # gateway dying mid-answer leaves a charge, not a free request (LM-5004 if not).
+            await self.escrow.mark_sent(ctx, ctx.plan.budget_estimate_micro)
+            ctx.platform_call_marked = True
         target = self._target(ctx, link, api_key=route.profile.platform_key)
         committed = False
         try:

@@ -47,11 +47,12 @@ def drain_journal() -> int:
 # has a tasks module of its own (the beat schedule refers to it by name only).
 @shared_task(name="billing.expire_stale_holds", **RETRY)
 def expire_stale_holds() -> dict:
-    """Drain the journal first: a late row settles its holds; only the rest expire uncharged."""
+    """Drain the journal first: a late row settles its holds at measured cost; the reaper
+    charges the rest that were sent (unmeasured) and releases those that never left."""
     from billing.services import expire_stale_holds as expire
 
     services.usage_journal_drain()
     reservations, holds = expire()
     if reservations or holds:
-        log.info("expired %d reservation(s) and %d spend hold(s)", reservations, holds)
+        log.info("reaped %d reservation(s) and %d spend hold(s)", reservations, holds)
     return {"reservations": reservations, "holds": holds}

@@ -1,26 +1,31 @@
-"""A gateway killed with SIGKILL leaves no pending money: the reaper resolves every hold once.
+"""A gateway killed with SIGKILL never serves for free: the reaper resolves every hold once.
 
-(a) killed after the reservation, while the vendor thinks; (b) killed mid-stream; (c) killed
-after the vendor answered and the client got it, but before the commit landed. The reaper
-(billing.services.expire_stale_holds, the Celery beat task's body) runs once the holds
-expire; where the request's usage row reached the database it charges what the row says.
+(a) killed after the vendor call left, while the vendor thinks; (b) killed mid-stream, on a
+prepaid budgeted and an invoiced unbudgeted group; (c) killed after the vendor answered and
+the client got it, but before the commit landed. The reaper (billing.services.
+expire_stale_holds, the Celery beat task's body) runs once the holds expire: where the
+request's usage row reached the database it charges what the row says; where it did not and
+the call was sent, it charges the hold, marked unmeasured; a call never sent costs nothing.
 """
 
 from __future__ import annotations
 
 import signal
 import threading
+from datetime import timedelta
 
 import httpx
 import psycopg
 import pytest
 from django.conf import settings
 from django.db import connection
+from django.utils import timezone
 
 from accounts.models import Group
-from billing.models import LedgerEntry, Reservation, SettledRequest, Wallet
+from billing.models import LedgerEntry, Reservation, SettledRequest, SpendHold, Wallet
 from billing.services import expire_stale_holds
 from tests.conftest import (
+    INTERNAL_TOKEN,
     Stack,
     clear_shared_state,
     install_profiles,
@@ -86,61 +91,171 @@ def assert_books_balance(tenant, reservations, *, committed: int) -> None:
     assert commits.count() == sum(r.status == "committed" for r in reservations)
 
 
-def test_killed_after_the_reservation_is_released_by_the_reaper(doomed):
+def worst_case(stack, tenant) -> tuple[int, int]:
+    """Return (the plan's budget hold, its platform attempt's wallet reservation)."""
+    plan = httpx.post(
+        f"{stack.url}/internal/decide",
+        json={
+            "group": tenant.group_id,
+            "request_id": "worst-case",
+            "model": "gpt-4o-mini",
+            "max_tokens": 100,
+            "messages": [{"role": "user", "content": "hello there"}],
+        },
+        headers={"Authorization": f"Bearer {INTERNAL_TOKEN}"},
+    ).json()
+    return plan["budget_estimate_micro"], plan["links"][0]["attempts"][0]["escrow_budget_micro"]
+
+
+def test_killed_while_the_vendor_thinks_is_charged_at_the_hold_unmeasured(doomed):
     tenant = doomed.tenant(wallet_micro=WALLET)
+    _, reserved = worst_case(doomed, tenant)
     doomed.stub.faults({"kind": "hang"})
     worker = threading.Thread(
         target=lambda: _swallow(post, doomed, tenant, stream=False, request_id="crash-a")
     )
     worker.start()
-    wait_until(
-        lambda: Reservation.objects.filter(wallet__account_id=tenant.account_id).exists(),
-        what="the reservation",
-    )
+    wait_until(lambda: len(doomed.stub.vendor_calls()) == 1, what="the vendor call")
 
     doomed.gateway.stop(signal.SIGKILL)
     worker.join(10)
 
     [reservation] = reap_until_resolved(tenant)
-    assert reservation.status == "expired"
-    assert_books_balance(tenant, [reservation], committed=0)
+    assert (reservation.status, reservation.unmeasured) == ("committed", True)
+    assert reservation.committed_micro == reservation.amount_micro == reserved
+    assert_books_balance(tenant, [reservation], committed=reserved)
+    [commit] = LedgerEntry.objects.filter(reservation=reservation)
+    assert commit.reason == f"unmeasured: request {reservation.request_id}"
+    # No budget, so no hold: the reservation's charge reaches the group's counters once.
+    group = Group.objects.get(pk=tenant.group_id)
+    assert (group.spent_micro, group.settled_micro, group.reserved_micro) == (
+        reserved,
+        reserved,
+        0,
+    )
+    marker = SettledRequest.objects.get(request_id=reservation.request_id)
+    assert (marker.source, marker.provider_cost_micro) == ("reaper", reserved)
+    expire_stale_holds(now=timezone.now() + timedelta(seconds=TTL_S * 2))  # changes nothing
+    assert Group.objects.get(pk=tenant.group_id).spent_micro == reserved
 
 
-def test_killed_mid_stream_is_released_by_the_reaper(doomed):
-    tenant = doomed.tenant(wallet_micro=WALLET)
-    doomed.stub.faults({"kind": "slow", "delay_ms": 500})
-    received = []
+STREAMS = 8
 
-    def read_stream():
+
+def test_killed_mid_stream_charges_every_served_request(doomed):
+    prepaid = doomed.tenant(wallet_micro=WALLET, budget_micro=WALLET)
+    invoiced = doomed.tenant(invoiced=True)
+    hold, reserved = worst_case(doomed, prepaid)
+    assert worst_case(doomed, invoiced)[0] == hold
+    doomed.stub.faults({"kind": "slow", "delay_ms": 500, "times": 2 * STREAMS})
+    received: dict[int, list[bytes]] = {n: [] for n in range(2 * STREAMS)}
+
+    def read_stream(n: int, tenant) -> None:
         try:
             with httpx.stream(
                 "POST",
                 f"{doomed.url}/v1/chat/completions",
                 timeout=30,
-                headers={"Authorization": f"Bearer {tenant.api_key}", "x-request-id": "crash-b"},
+                headers={"Authorization": f"Bearer {tenant.api_key}"},
                 json={
                     "model": "gpt-4o-mini",
                     "stream": True,
                     "max_tokens": 100,
-                    "messages": [{"role": "user", "content": "hi"}],
+                    "messages": [{"role": "user", "content": "hello there"}],
                 },
             ) as r:
                 for chunk in r.iter_raw():
-                    received.append(chunk)
+                    received[n].append(chunk)
         except httpx.HTTPError:
             pass
 
-    worker = threading.Thread(target=read_stream)
-    worker.start()
-    wait_until(lambda: sum(c.count(b'"content"') for c in received) >= 3, what="tokens")
+    workers = [
+        threading.Thread(target=read_stream, args=(n, prepaid if n < STREAMS else invoiced))
+        for n in range(2 * STREAMS)
+    ]
+    for worker in workers:
+        worker.start()
+    wait_until(
+        lambda: all(b"".join(chunks).count(b'"content"') >= 2 for chunks in received.values()),
+        what="tokens on every stream",
+    )
 
     doomed.gateway.stop(signal.SIGKILL)
-    worker.join(10)
+    for worker in workers:
+        worker.join(10)
 
-    [reservation] = reap_until_resolved(tenant)
-    assert reservation.status == "expired"
-    assert_books_balance(tenant, [reservation], committed=0)
-    assert b"[DONE]" not in b"".join(received)
+    assert not any(b"[DONE]" in b"".join(chunks) for chunks in received.values())
+    assert len(doomed.stub.vendor_calls()) == 2 * STREAMS
+    reservations = reap_until_resolved(prepaid)
+    expire_stale_holds(now=timezone.now() + timedelta(seconds=TTL_S * 2))
+    assert UsageLog.objects.filter(group_id__in=[prepaid.group_id, invoiced.group_id]).count() == 0
+    # Every stream was served, so every one is charged: the wallet at its reservation...
+    assert [(r.status, r.unmeasured, r.committed_micro) for r in reservations] == [
+        ("committed", True, reserved)
+    ] * STREAMS
+    assert_books_balance(prepaid, reservations, committed=STREAMS * reserved)
+    # ... and each group at its hold, once, with nothing left reserved.
+    for tenant in (prepaid, invoiced):
+        group = Group.objects.get(pk=tenant.group_id)
+        assert (group.spent_micro, group.settled_micro, group.reserved_micro) == (
+            STREAMS * hold,
+            STREAMS * hold,
+            0,
+        )
+        holds = SpendHold.objects.filter(group_id=tenant.group_id)
+        assert sorted(holds.values_list("status", flat=True)) == ["charged"] * STREAMS
+        markers = SettledRequest.objects.filter(group_id=tenant.group_id, source="reaper")
+        assert sorted(markers.values_list("provider_cost_micro", flat=True)) == [hold] * STREAMS
+
+
+def test_a_hold_whose_call_never_left_is_released_at_zero(transactional_db):
+    """The other half of the rule, on the ledger itself: unsent holds cost nothing."""
+    from billing import ledger
+    from billing.sqlexec import run_sync
+    from tests.conftest import make_tenant
+
+    tenant = make_tenant(wallet_micro=WALLET, budget_micro=WALLET)
+    now = timezone.now()
+    run_sync(
+        ledger.take_hold(
+            ledger.Hold(
+                request_id="never-sent",
+                group_id=tenant.group_id,
+                api_key_id=tenant.api_key_id,
+                key_budgeted=False,
+                amount_micro=500,
+            ),
+            now=now,
+            ttl_s=TTL_S,
+        )
+    )
+    run_sync(
+        ledger.take_hold(
+            ledger.Hold(
+                request_id="sent",
+                group_id=tenant.group_id,
+                api_key_id=tenant.api_key_id,
+                key_budgeted=False,
+                amount_micro=700,
+            ),
+            now=now,
+            ttl_s=TTL_S,
+        )
+    )
+    run_sync(ledger.mark_hold_sent("sent"))
+    assert Group.objects.get(pk=tenant.group_id).reserved_micro == 1_200
+
+    assert expire_stale_holds(now=now + timedelta(seconds=TTL_S + 1)) == (0, 2)
+
+    group = Group.objects.get(pk=tenant.group_id)
+    assert (group.spent_micro, group.settled_micro, group.reserved_micro) == (700, 700, 0)
+    assert dict(SpendHold.objects.values_list("request_id", "status")) == {
+        "never-sent": "expired",
+        "sent": "charged",
+    }
+    assert list(SettledRequest.objects.values_list("request_id", "provider_cost_micro")) == [
+        ("sent", 700)
+    ]
 
 
 def test_killed_after_the_answer_but_before_the_commit_is_charged_from_its_usage_row(doomed):

@@ -27,6 +27,8 @@ def reserve(tenant, request_id: str, amount_micro: int) -> int:
         ledger.reserve(
             account_id=tenant.account_id,
             request_id=request_id,
+            group_id=tenant.group_id,
+            api_key_id=tenant.api_key_id,
             attempt_no=1,
             amount_micro=amount_micro,
             now=timezone.now(),

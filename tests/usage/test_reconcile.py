@@ -229,7 +229,7 @@ def test_a_gateway_killed_right_after_answering_is_charged_once_with_its_row(
     )
     charged = 6 + row.bandwidth_charge_micro
     assert spent(tenant) == (charged, charged)
-    assert SettledRequest.objects.get(request_id=request_id).source == "settle"
+    assert SettledRequest.objects.get(request_id=row.request_id).source == "settle"
     drain_journal_sync(settings.REDIS_URL, idle_ms=0)
     age_rows()
     assert bandwidth_reconcile() == []
