@@ -11,6 +11,7 @@ stable code. The tree:
     ├── RequestRateLimited            LM-3001 429  Retry-After
     ├── TokenRateLimited              LM-3002 429  Retry-After
     ├── CapacityExhausted             LM-3003 429  Retry-After
+    ├── UpstreamRateLimited           LM-3010 429  Retry-After (the vendor's, else 1 s)
     ├── TeamKeysExhausted             LM-3021 429  (decided by the gateway; never retried)
     ├── BudgetExhausted               LM-4001 402
     ├── WalletInsufficient            LM-4002 402
@@ -82,6 +83,13 @@ class TokenRateLimited(GatewayError):
 class CapacityExhausted(GatewayError):
     code, status, error_type = "LM-3003", 429, "rate_limit_error"
     default_message = "Too many requests in flight."
+
+
+class UpstreamRateLimited(GatewayError):
+    """The vendor still answered 429 after the allowed tries and every fallback link."""
+
+    code, status, error_type = "LM-3010", 429, "rate_limit_error"
+    default_message = "The upstream provider is rate limiting; retry later."
 
 
 class TeamKeysExhausted(GatewayError):

@@ -18,6 +18,7 @@ Rules, once, here:
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
@@ -47,6 +48,13 @@ class _LinkError:
 def _gateway_error(exc: ProviderError) -> errors.GatewayError:
     if exc.timeout:
         return errors.UpstreamTimeout()
+    if exc.status == 429:
+        # Waiting helps: say so in our language, with the vendor's wait (or a second).
+        retry_after_s = math.ceil(exc.retry_after_s) if exc.retry_after_s else 1
+        return errors.UpstreamRateLimited(
+            f"The upstream provider is rate limiting (HTTP 429); retry after {retry_after_s} s.",
+            retry_after_s=retry_after_s,
+        )
     if exc.status is not None:
         return errors.UpstreamFailed(f"The upstream provider failed (HTTP {exc.status}).")
     return errors.UpstreamFailed()
@@ -344,7 +352,9 @@ class Orchestrator:
 class _AttemptFailed(Exception):
     def __init__(self, error: errors.GatewayError, *, judges_provider: bool) -> None:
         super().__init__(error.message)
-        upstream = isinstance(error, errors.UpstreamFailed | errors.UpstreamTimeout)
+        upstream = isinstance(
+            error, errors.UpstreamFailed | errors.UpstreamTimeout | errors.UpstreamRateLimited
+        )
         self.link_error = _LinkError(error, upstream=upstream)
         self.judges_provider = judges_provider
 

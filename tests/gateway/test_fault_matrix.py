@@ -81,7 +81,7 @@ def calls_by_model(stub) -> dict[str, int]:
 # call, FALLBACK_ANSWER); anything the client already started receiving does not.
 CASES = [
     # Non-streamed: a retryable failure is tried twice, a refused key once.
-    ("429", {"retry_after": 1}, False, 2, Seen(502, "LM-5001", "", True)),
+    ("429", {"retry_after": 1}, False, 2, Seen(429, "LM-3010", "", True)),
     ("401", {}, False, 1, Seen(502, "LM-5001", "", True)),
     ("403", {}, False, 1, Seen(502, "LM-5001", "", True)),
     ("500", {}, False, 2, Seen(502, "LM-5001", "", True)),
@@ -91,7 +91,7 @@ CASES = [
     # 6 tokens x 300 ms = 1.8 s to the answer, over the 1 s deadline.
     ("slow", {"delay_ms": 300}, False, 2, Seen(504, "LM-5002", "", True)),
     # Streamed: the same before the first token (an HTTP error, not an event stream) ...
-    ("429", {"retry_after": 1}, True, 2, Seen(502, "LM-5001", "", True)),
+    ("429", {"retry_after": 1}, True, 2, Seen(429, "LM-3010", "", True)),
     ("401", {}, True, 1, Seen(502, "LM-5001", "", True)),
     ("403", {}, True, 1, Seen(502, "LM-5001", "", True)),
     ("500", {}, True, 2, Seen(502, "LM-5001", "", True)),
