@@ -53,6 +53,8 @@ SCHEME: dict[str, tuple[type, object]] = {
     "TOLLGATE_CALLER_KEY": (str, ""),
     "TOLLGATE_CALLER_WINDOW": (str, "month"),
     "TOLLGATE_LOG_LEVEL": (str, "INFO"),
+    "TOLLGATE_METRICS_DIR": (str, ""),
+    "TOLLGATE_METRICS_TOKEN": (str, ""),
 }
 OUR_PREFIXES = ("TOLLGATE_", "GATEWAY_")
 
@@ -151,6 +153,9 @@ TOLLGATE = {
     "USAGE_CLAIM_IDLE_MS": env("TOLLGATE_USAGE_CLAIM_IDLE_MS"),
     "CALLER_KEY": env("TOLLGATE_CALLER_KEY"),
     "CALLER_WINDOW": env("TOLLGATE_CALLER_WINDOW"),
+    # Where the workers of a multi-process server share their metrics (gateway/metrics.py).
+    "METRICS_DIR": Path(env("TOLLGATE_METRICS_DIR") or VAR_DIR / "metrics"),
+    "METRICS_TOKEN": env("TOLLGATE_METRICS_TOKEN"),
 }
 if TOLLGATE["RESERVATION_TTL_S"] < TOLLGATE["REQUEST_DEADLINE_S"]:
     # A hold must outlive the request it covers, or the reaper frees a live stream's money.
@@ -160,6 +165,10 @@ if TOLLGATE["RESERVATION_TTL_S"] < TOLLGATE["REQUEST_DEADLINE_S"]:
     )
 if TOLLGATE["MAX_ROUTE"] < 1:
     raise ImproperlyConfigured("Malformed setting TOLLGATE_MAX_ROUTE: use >= 1.")
+if TOLLGATE["METRICS_TOKEN"] and len(TOLLGATE["METRICS_TOKEN"]) < 32:
+    raise ImproperlyConfigured(
+        "Malformed setting TOLLGATE_METRICS_TOKEN: it must be at least 32 characters."
+    )
 if TOLLGATE["CALLER_WINDOW"] not in ("month", "year"):
     raise ImproperlyConfigured("Malformed setting TOLLGATE_CALLER_WINDOW: use month or year.")
 if TOLLGATE["USAGE_WINDOW_S"] < 1 or TOLLGATE["USAGE_GRACE_S"] < 0:

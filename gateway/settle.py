@@ -13,6 +13,7 @@ import logging
 from datetime import UTC, datetime
 
 from billing.money import bandwidth_charge_micro, token_cost_micro
+from gateway import metrics
 from gateway.context import RequestContext
 from gateway.plan import PLATFORM, TEAM
 from gateway.shared_state import SharedStateDown
@@ -82,6 +83,7 @@ async def record_and_release(runtime, ctx: RequestContext, row: dict) -> None:
     Runs before the client sees the end of its answer, so a completed answer always has its
     row, and the caller's next request is judged with these tokens counted.
     """
+    metrics.count_usage(row)
     admission, ctx.admission = ctx.admission, None
     tokens = ctx.usage.total_tokens
     journal = ctx.caller is not None
