@@ -20,7 +20,9 @@ stable code. The tree:
     ├── CircuitOpen                   LM-5003 503  Retry-After
     └── DependencyDown                LM-5004 503
 
-Messages are ours: a vendor's body never reaches a client or a log.
+Messages are ours: a vendor's body never reaches a client or a log. A request that ends in
+a gateway refusal (`refusal = True`: everything but the upstream outcomes LM-3010, LM-5001,
+LM-5002) is billed nothing, bandwidth included, even if a team key was tried on the way.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ class GatewayError(Exception):
     status = 500
     error_type = "api_error"
     default_message = "Internal error."
+    refusal = True  # decided by the gateway, not an upstream outcome: never billed
 
     def __init__(self, message: str | None = None, *, retry_after_s: int | None = None):
         self.message = message or self.default_message
@@ -90,6 +93,7 @@ class UpstreamRateLimited(GatewayError):
 
     code, status, error_type = "LM-3010", 429, "rate_limit_error"
     default_message = "The upstream provider is rate limiting; retry later."
+    refusal = False
 
 
 class TeamKeysExhausted(GatewayError):
@@ -110,11 +114,13 @@ class WalletInsufficient(GatewayError):
 class UpstreamFailed(GatewayError):
     code, status, error_type = "LM-5001", 502, "api_error"
     default_message = "The upstream provider failed."
+    refusal = False
 
 
 class UpstreamTimeout(GatewayError):
     code, status, error_type = "LM-5002", 504, "timeout_error"
     default_message = "The upstream provider timed out."
+    refusal = False
 
 
 class CircuitOpen(GatewayError):
@@ -125,3 +131,11 @@ class CircuitOpen(GatewayError):
 class DependencyDown(GatewayError):
     code, status, error_type = "LM-5004", 503, "api_error"
     default_message = "A Tollgate dependency is down; refusing rather than serving unbilled."
+
+
+def _leaves(cls: type[GatewayError]) -> list[type[GatewayError]]:
+    return [cls, *(leaf for sub in cls.__subclasses__() for leaf in _leaves(sub))]
+
+
+# The codes a request may end with that bill nothing (bandwidth included).
+REFUSAL_CODES = frozenset(c.code for c in _leaves(GatewayError)[1:] if c.refusal)

@@ -3,8 +3,10 @@
 Platform-served: token cost from the price table -> provider_cost (added to settled and
 spent). Team-served: cost 0, logged as byok tokens. Bandwidth: request + response body bytes
 at the group's rate, charged to key and group spent (never settled), only if an upstream
-call was actually sent. The row is journaled before the client sees the end of its answer;
-its money is applied when the row is stored (billing/settlement.py), once.
+call was actually sent and the request did not end in a gateway refusal (LM-3021 after
+team keys were tried is still "not billed"). The row is journaled before the client sees
+the end of its answer; its money is applied when the row is stored (billing/settlement.py),
+once.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from datetime import UTC, datetime
 from billing.money import bandwidth_charge_micro, token_cost_micro
 from gateway import metrics
 from gateway.context import RequestContext
+from gateway.errors import REFUSAL_CODES
 from gateway.plan import PLATFORM, TEAM
 from gateway.shared_state import SharedStateDown
 from usage.models import TRAIL_FIELDS
@@ -41,7 +44,7 @@ def usage_row(ctx: RequestContext, *, bytes_out: int) -> dict:
     total_bytes = ctx.meter.bytes_in + bytes_out
     ctx.bandwidth_charge_micro = (
         bandwidth_charge_micro(total_bytes=total_bytes, micro_per_gb=caller.bandwidth_micro_per_gb)
-        if caller is not None and ctx.meter.upstream_sent
+        if caller is not None and ctx.meter.upstream_sent and ctx.error_code not in REFUSAL_CODES
         else 0
     )
     team = ctx.served_by == TEAM

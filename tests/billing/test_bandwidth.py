@@ -125,6 +125,77 @@ def test_refusals_are_never_billed_for_bandwidth(stack):
     assert spent(tenant) == (0, 0, 0)
 
 
+def post(stack, tenant, body: bytes) -> httpx.Response:
+    return httpx.post(
+        f"{stack.url}/v1/chat/completions",
+        content=body,
+        timeout=30,
+        headers={"Authorization": f"Bearer {tenant.api_key}", "content-type": "application/json"},
+    )
+
+
+def test_every_refusal_before_the_vendor_bills_nothing_at_a_bandwidth_rate(stack):
+    """LM-1003, LM-2001, LM-2013, LM-3001, LM-4001, LM-4002 and LM-3021 cost 0, bytes included."""
+    metered = metered_tenant(stack)
+    no_budget = stack.tenant(budget_micro=0)
+    no_wallet = stack.tenant(wallet_micro=0)
+    rate_limited = stack.tenant()
+    Group.objects.filter(
+        pk__in=[no_budget.group_id, no_wallet.group_id, rate_limited.group_id]
+    ).update(bandwidth_micro_usd_per_gb=PER_BYTE)
+    ApiKey.objects.filter(pk=metered.api_key_id).update(allowed_models=["gpt-4o-mini"])
+    ApiKey.objects.filter(pk=rate_limited.api_key_id).update(rpm_limit=1)
+    stack.gateway.reload()
+    too_big = body_bytes(padding="x" * (1_048_576 + 1))
+
+    refused = {
+        "LM-1003": post(stack, metered, body_bytes(model="gpt-4o")),
+        "LM-2001": post(stack, metered, body_bytes(model="no-such-model")),
+        "LM-2013": post(stack, metered, too_big),
+        "LM-4001": post(stack, no_budget, body_bytes()),
+        "LM-4002": post(stack, no_wallet, body_bytes()),
+    }
+    served = post(stack, rate_limited, body_bytes())
+    refused["LM-3001"] = post(stack, rate_limited, body_bytes())
+
+    assert {code: r.json()["error"]["code"] for code, r in refused.items()} == {
+        code: code for code in refused
+    }
+    assert served.status_code == 200
+    assert len(stack.stub.vendor_calls()) == 1  # only the served request reached the vendor
+    for tenant, count in ((metered, 3), (no_budget, 1), (no_wallet, 1)):
+        rows = usage_rows(group_id=tenant.group_id, expect=count)
+        assert [(r.bandwidth_charge_micro, r.provider_cost_micro) for r in rows] == [(0, 0)] * count
+        assert sum(r.bytes_in for r in rows) > 0  # metered, yet not billed
+        assert spent(tenant) == (0, 0, 0)
+    [ok, limited] = usage_rows(group_id=rate_limited.group_id, expect=2)
+    assert (limited.error_code, limited.bandwidth_charge_micro) == ("LM-3001", 0)
+    charged = ok.provider_cost_micro + ok.bandwidth_charge_micro
+    wait_until(lambda: spent(rate_limited)[0] == charged, what="the served request to settle")
+    assert ok.bandwidth_charge_micro == ok.bytes_in + ok.bytes_out
+
+
+def test_lm_3021_after_team_keys_were_tried_bills_no_bandwidth(stack):
+    from tests.byok.helpers import team_keys
+
+    tenant = metered_tenant(stack)
+    team_keys(stack, tenant, "stub-openai", ["sk-team-a", "sk-team-b"])  # fallback off
+    stack.stub.faults({"kind": "429", "retry_after": 60, "times": 2})
+
+    response = post(stack, tenant, body_bytes())
+
+    assert response.json()["error"]["code"] == "LM-3021"
+    assert [c["key"] for c in stack.stub.vendor_calls()] == ["sk-team-a", "sk-team-b"]
+    [row] = usage_rows(group_id=tenant.group_id, expect=1)
+    assert (row.upstream_sent, row.error_code, row.bandwidth_charge_micro) == (
+        True,
+        "LM-3021",
+        0,
+    )
+    assert row.bytes_in == len(body_bytes()) and row.bytes_out == len(response.content)
+    assert spent(tenant) == (0, 0, 0)
+
+
 @pytest.mark.timeout(60)
 def test_a_client_gone_before_any_response_pays_only_for_its_request_bytes(stack):
     tenant = metered_tenant(stack)
