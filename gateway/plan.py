@@ -56,6 +56,7 @@ class Link:
             "provider": self.route.profile.name,
             "model": self.route.name,
             "upstream_model": self.route.upstream,
+            "max_tokens": self.max_tokens,  # the output cap the hold assumes and the vendor gets
             "breaker": self.breaker_key,
             "locked": self.locked,
             "attempts": [

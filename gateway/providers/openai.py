@@ -29,7 +29,10 @@ class OpenAIProvider(HttpProvider):
 
     def body(self, req: ChatRequest, target: CallTarget) -> bytes:
         return shape.vendor_body(
-            req, upstream_model=target.upstream_model, caller_label=target.caller_label
+            req,
+            upstream_model=target.upstream_model,
+            caller_label=target.caller_label,
+            max_tokens=target.max_tokens,
         )
 
     def completion(self, data: dict, req: ChatRequest) -> Completion:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 from typing import Any
 
@@ -99,14 +100,25 @@ def parse_request(body: dict, *, fallback_header: str | None = None) -> ChatRequ
 # ---- vendor side: what an OpenAI-compatible upstream is sent and answers ----
 
 
-def vendor_body(req: ChatRequest, *, upstream_model: str, caller_label: str | None) -> bytes:
+# OpenAI's reasoning models refuse `max_tokens`; they take `max_completion_tokens`.
+REASONING_MODEL = re.compile(r"^(o\d|gpt-5)")
+
+
+def output_cap_field(upstream_model: str) -> str:
+    """Return the field that caps an OpenAI model's output tokens."""
+    return "max_completion_tokens" if REASONING_MODEL.match(upstream_model) else "max_tokens"
+
+
+def vendor_body(
+    req: ChatRequest, *, upstream_model: str, caller_label: str | None, max_tokens: int
+) -> bytes:
+    """Build the vendor's body; it always carries the output cap the request's hold assumed."""
     messages: list[dict[str, Any]] = []
     if req.system:
         messages.append({"role": "system", "content": req.system})
     messages.extend({"role": m.role, "content": m.content} for m in req.messages)
     body: dict[str, Any] = {"model": upstream_model, "messages": messages}
-    if req.max_tokens is not None:
-        body["max_tokens"] = req.max_tokens
+    body[output_cap_field(upstream_model)] = max_tokens
     if req.temperature is not None:
         body["temperature"] = req.temperature
     if req.top_p is not None:

@@ -167,6 +167,7 @@ def test_internal_decide_returns_the_plan_and_calls_nothing(stack):
                 "provider": "stub-openai",
                 "model": "gpt-4o-mini",
                 "upstream_model": "gpt-4o-mini",
+                "max_tokens": 100,
                 "breaker": "stub-openai",
                 "locked": False,
                 "attempts": [
@@ -184,6 +185,7 @@ def test_internal_decide_returns_the_plan_and_calls_nothing(stack):
                 "provider": "stub-anthropic",
                 "model": "claude-3-5-haiku",
                 "upstream_model": "claude-3-5-haiku-latest",
+                "max_tokens": 100,
                 "breaker": "stub-anthropic",
                 "locked": False,
                 "attempts": [

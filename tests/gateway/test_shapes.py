@@ -198,7 +198,9 @@ FULL = ChatRequest(
 
 def test_openai_vendor_is_sent_the_system_prompt_first_and_asked_for_streamed_usage():
     sent = orjson.loads(
-        openai_shape.vendor_body(FULL, upstream_model="gpt-4o-mini", caller_label="lbl-1")
+        openai_shape.vendor_body(
+            FULL, upstream_model="gpt-4o-mini", caller_label="lbl-1", max_tokens=50
+        )
     )
     assert sent == {
         "model": "gpt-4o-mini",
@@ -219,12 +221,33 @@ def test_openai_vendor_is_sent_the_system_prompt_first_and_asked_for_streamed_us
     }
 
 
-def test_openai_vendor_body_leaves_out_what_the_client_did_not_set():
+def test_openai_vendor_body_leaves_out_what_the_client_did_not_set_but_the_output_cap():
     req = ChatRequest(model="m", route_models=("m",), messages=(Message("user", "hi"),))
-    assert orjson.loads(openai_shape.vendor_body(req, upstream_model="x", caller_label=None)) == {
+    sent = openai_shape.vendor_body(req, upstream_model="x", caller_label=None, max_tokens=4096)
+    assert orjson.loads(sent) == {
         "model": "x",
         "messages": [{"role": "user", "content": "hi"}],
+        "max_tokens": 4096,  # the cap the hold assumed: the vendor can never bill past it
     }
+
+
+@pytest.mark.parametrize(
+    ("upstream", "field"),
+    [
+        ("o1-mini", "max_completion_tokens"),
+        ("o3", "max_completion_tokens"),
+        ("o4-mini", "max_completion_tokens"),
+        ("gpt-5-mini", "max_completion_tokens"),
+        ("gpt-4o-mini", "max_tokens"),
+        ("openai/o3", "max_tokens"),  # OpenRouter takes max_tokens for every model
+    ],
+)
+def test_openai_reasoning_models_are_capped_with_max_completion_tokens(upstream, field):
+    req = ChatRequest(model="m", route_models=("m",), messages=(Message("user", "hi"),))
+    sent = orjson.loads(
+        openai_shape.vendor_body(req, upstream_model=upstream, caller_label=None, max_tokens=77)
+    )
+    assert {k: v for k, v in sent.items() if k.startswith("max_")} == {field: 77}
 
 
 def test_anthropic_vendor_gets_alternating_turns_stop_sequences_and_a_clamped_temperature():
