@@ -96,7 +96,12 @@ ANTHROPIC_MODEL = "claude-3-5-haiku"
 PROMPT = "Say hello to the benchmark"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 MAX_EXAMPLES = 5
-ALLOWED_PREFIXED = ("TOLLGATE_VAR_DIR", "TOLLGATE_LOG_LEVEL", "TOLLGATE_INFLIGHT_MAX")
+ALLOWED_PREFIXED = (
+    "TOLLGATE_VAR_DIR",
+    "TOLLGATE_LOG_LEVEL",
+    "TOLLGATE_INFLIGHT_MAX",
+    "TOLLGATE_CALLER_KEY",
+)
 
 
 # --------------------------------------------------------------------------- scenarios
@@ -192,6 +197,7 @@ def child_env(var_dir: str, database_url: str | None, redis_url: str | None) -> 
         env["DATABASE_URL"] = database_url
         env["SECRET_KEY"] = "bench-secret-key-" + secrets.token_urlsafe(32)
         env["SEALING_KEYS"] = "v1:" + base64.urlsafe_b64encode(secrets.token_bytes(32)).decode()
+        env["TOLLGATE_CALLER_KEY"] = "bench-caller-key-" + secrets.token_urlsafe(32)
     if redis_url:
         env["REDIS_URL"] = redis_url
     assert all(k in ALLOWED_PREFIXED for k in env if k.startswith(("TOLLGATE_", "GATEWAY_"))), (

@@ -120,6 +120,19 @@ if not SEALING_KEYS:
     SEALING_KEYS = _embedded_secret("sealing_keys", _random_sealing_key)
 _parse_keyring(SEALING_KEYS)  # a malformed master key stops the process here
 
+# Caller governance is on by default: embedded runs mint a per-checkout caller key; a
+# production deployment names one, or says `off` to run without caller labels on purpose.
+CALLER_KEY = env("TOLLGATE_CALLER_KEY")
+if not CALLER_KEY:
+    if not EMBEDDED:
+        raise ImproperlyConfigured(
+            "Missing setting TOLLGATE_CALLER_KEY: required with DATABASE_URL (caller labels,"
+            " per-caller budgets and limits); set it to 'off' to run without them."
+        )
+    CALLER_KEY = _embedded_secret("caller_key", _random_secret)
+elif CALLER_KEY == "off":
+    CALLER_KEY = ""
+
 GATEWAY_INTERNAL_TOKEN = env("GATEWAY_INTERNAL_TOKEN")
 if GATEWAY_INTERNAL_TOKEN and len(GATEWAY_INTERNAL_TOKEN) < 32:
     raise ImproperlyConfigured(
@@ -151,7 +164,7 @@ TOLLGATE = {
     "USAGE_GRACE_S": env("TOLLGATE_USAGE_GRACE_S"),
     "USAGE_FLUSH_MS": env("TOLLGATE_USAGE_FLUSH_MS"),
     "USAGE_CLAIM_IDLE_MS": env("TOLLGATE_USAGE_CLAIM_IDLE_MS"),
-    "CALLER_KEY": env("TOLLGATE_CALLER_KEY"),
+    "CALLER_KEY": CALLER_KEY,
     "CALLER_WINDOW": env("TOLLGATE_CALLER_WINDOW"),
     # Where the workers of a multi-process server share their metrics (gateway/metrics.py).
     "METRICS_DIR": Path(env("TOLLGATE_METRICS_DIR") or VAR_DIR / "metrics"),

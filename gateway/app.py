@@ -56,6 +56,7 @@ class Exchange:
         "started",
         "request_id",
         "client_request_id",
+        "caller_header",
         "disconnected",
         "_watcher",
     )
@@ -73,6 +74,7 @@ class Exchange:
         self.request_id = uuid.uuid4().hex
         given = self.headers.get(b"x-request-id", b"").decode("latin-1")
         self.client_request_id = given if REQUEST_ID_OK.match(given) else ""
+        self.caller_header: bytes | None = None
 
     async def read_body(self) -> bytes:
         """Read the body, counting its bytes, refusing past the size cap (LM-2013)."""
@@ -123,6 +125,11 @@ class Exchange:
                     *headers,
                     (b"x-request-id", (self.client_request_id or self.request_id).encode()),
                     (b"x-tollgate-request-id", self.request_id.encode()),
+                    *(
+                        [(b"x-tollgate-caller-label", self.caller_header)]
+                        if self.caller_header
+                        else []
+                    ),
                 ],
             }
         )
@@ -191,6 +198,8 @@ def label_caller(ex: Exchange, ctx: RequestContext, req: ChatRequest) -> None:
     header = ex.headers.get(CALLER_HEADER)
     raw = header.decode("latin-1") if header else req.caller_id
     ctx.caller_label = caller_label(raw)
+    if raw:  # never dropped silently: the client is told the label, or that there is none
+        ex.caller_header = ctx.caller_label.encode() if ctx.caller_label else b"dropped"
 
 
 def parse_json(body: bytes) -> dict:
@@ -410,7 +419,11 @@ async def list_models(ex: Exchange) -> None:
 def internal_authorized(headers: dict[bytes, bytes]) -> bool:
     token = settings.GATEWAY_INTERNAL_TOKEN
     given = bearer(headers)
-    return bool(token) and given is not None and hmac.compare_digest(given, token)
+    return (
+        bool(token)
+        and given is not None
+        and hmac.compare_digest(given.encode("latin-1"), token.encode())
+    )
 
 
 async def internal(ex: Exchange, action: str) -> None:

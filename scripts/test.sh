@@ -7,6 +7,7 @@ PY=${PY:-python}
 if [ -n "${DATABASE_URL:-}" ]; then
   # Test-only secrets: a real deployment sets its own.
   export SECRET_KEY=${SECRET_KEY:-tollgate-test-secret-key-not-for-production}
+  export TOLLGATE_CALLER_KEY=${TOLLGATE_CALLER_KEY:-caller-key-for-tests-not-for-production}
   export SEALING_KEYS=${SEALING_KEYS:-v2:2Pc1W2pQn0l6t1mS1cYl0oWcJ5rU3b3m9h8xq0a4y7I,v1:q7Zr8Kc2b1Vv3nM0pL5sXw9eT6yU4iO2aS1dF3gH5jk}
 fi
 [ -n "${DATABASE_URL:-}" ] || echo "DATABASE_URL unset: running on embedded SQLite (PostgreSQL-only tests are skipped)."

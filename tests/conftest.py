@@ -91,6 +91,8 @@ def child_env(**extra: str) -> dict[str, str]:
         for k, v in os.environ.items()
         if not k.startswith(("TOLLGATE_", "GATEWAY_", "DATABASE_URL", "REDIS_URL"))
     }
+    # Production-mode children need a caller key: the test process's (or "off").
+    env["TOLLGATE_CALLER_KEY"] = settings.TOLLGATE["CALLER_KEY"] or "off"
     env.update(extra)
     return env
 

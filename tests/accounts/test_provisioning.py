@@ -87,6 +87,14 @@ def run_settings(**env):
             "SEALING_KEYS",
         ),
         ({"TOLLGATE_CALLER_WINDOW": "week"}, "TOLLGATE_CALLER_WINDOW"),
+        (
+            {
+                "DATABASE_URL": "postgres://x@127.0.0.1/db",
+                "SECRET_KEY": "k",
+                "SEALING_KEYS": "v1:" + "A" * 43 + "=",
+            },
+            "TOLLGATE_CALLER_KEY",
+        ),
     ],
 )
 def test_bad_settings_stop_the_process_naming_the_variable(env, named, tmp_path):
@@ -98,6 +106,18 @@ def test_bad_settings_stop_the_process_naming_the_variable(env, named, tmp_path)
 def test_embedded_defaults_need_no_variables(tmp_path):
     result = run_settings(TOLLGATE_VAR_DIR=str(tmp_path))
     assert result.returncode == 0, result.stderr
+    assert len((tmp_path / "caller_key").read_text()) >= 43  # caller governance is on
+
+
+def test_production_runs_without_caller_labels_only_when_told_so(tmp_path):
+    production = {
+        "DATABASE_URL": "postgres://x@127.0.0.1/db",
+        "SECRET_KEY": "k",
+        "SEALING_KEYS": "v1:" + "A" * 43 + "=",
+        "TOLLGATE_VAR_DIR": str(tmp_path / "absent"),
+    }
+    assert run_settings(**production, TOLLGATE_CALLER_KEY="off").returncode == 0
+    assert run_settings(**production, TOLLGATE_CALLER_KEY="k" * 40).returncode == 0
 
 
 def test_seeding_the_demo_again_mints_a_working_key_and_revokes_the_old_ones(capsys):

@@ -68,6 +68,8 @@ def test_label_is_stored_and_forwarded_in_each_vendors_field_never_the_raw_id(ke
     ids = [r.headers["x-request-id"] for r in (openai_reply, anthropic_reply, header_reply)]
     rows = {row.request_id: row.caller_label for row in usage_rows(ids, expect=3)}
     assert [rows[i] for i in ids] == expected
+    replies = (openai_reply, anthropic_reply, header_reply)
+    assert [r.headers["x-tollgate-caller-label"] for r in replies] == expected
     dump, log, calls = database_dump(), keyed.gateway.log(), str(keyed.stub.calls())
     for raw_id in raw.values():
         assert raw_id not in dump
@@ -113,11 +115,17 @@ def test_one_callers_rate_limit_leaves_another_callers_untouched(keyed):
     ] * 2
 
 
+@pytest.fixture
+def unkeyed(transactional_db, spawn_gateway, stub):
+    return own_stack(spawn_gateway(TOLLGATE_CALLER_KEY="off"), stub)
+
+
 def test_without_a_caller_key_nothing_is_forwarded_spend_stays_in_the_group_and_one_warning(
-    stack,
+    unkeyed,
 ):
     from accounts.models import Group
 
+    stack = unkeyed
     tenant = stack.tenant()
     Group.objects.filter(pk=tenant.group_id).update(caller_rpm_limit=1)
     stack.gateway.reload()
@@ -129,6 +137,8 @@ def test_without_a_caller_key_nothing_is_forwarded_spend_stays_in_the_group_and_
     ]
 
     assert [r.status_code for r in replies] == [200, 200, 200]  # no per-caller bucket
+    # Not silently: each answer says its end-user id was dropped.
+    assert [r.headers["x-tollgate-caller-label"] for r in replies] == ["dropped"] * 3
     assert [c["user"] for c in stack.stub.vendor_calls()] == [None, None, None]
     rows = usage_rows([r.headers["x-request-id"] for r in replies], expect=3)
     assert [row.caller_label for row in rows] == ["", "", ""]
