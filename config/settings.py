@@ -53,6 +53,8 @@ SCHEME: dict[str, tuple[type, object]] = {
     "TOLLGATE_CALLER_KEY": (str, ""),
     "TOLLGATE_CALLER_WINDOW": (str, "month"),
     "TOLLGATE_LOG_LEVEL": (str, "INFO"),
+    "TOLLGATE_IDEMPOTENCY_TTL_S": (int, 86_400),
+    "TOLLGATE_IDEMPOTENCY_MAX_BYTES": (int, 4_194_304),
     "TOLLGATE_METRICS_DIR": (str, ""),
     "TOLLGATE_METRICS_TOKEN": (str, ""),
 }
@@ -166,6 +168,9 @@ TOLLGATE = {
     "USAGE_CLAIM_IDLE_MS": env("TOLLGATE_USAGE_CLAIM_IDLE_MS"),
     "CALLER_KEY": CALLER_KEY,
     "CALLER_WINDOW": env("TOLLGATE_CALLER_WINDOW"),
+    # Idempotency-Key records live this long; answers past the cap are served, not stored.
+    "IDEMPOTENCY_TTL_S": env("TOLLGATE_IDEMPOTENCY_TTL_S"),
+    "IDEMPOTENCY_MAX_BYTES": env("TOLLGATE_IDEMPOTENCY_MAX_BYTES"),
     # Where the workers of a multi-process server share their metrics (gateway/metrics.py).
     "METRICS_DIR": Path(env("TOLLGATE_METRICS_DIR") or VAR_DIR / "metrics"),
     "METRICS_TOKEN": env("TOLLGATE_METRICS_TOKEN"),
@@ -176,6 +181,14 @@ if TOLLGATE["RESERVATION_TTL_S"] < TOLLGATE["REQUEST_DEADLINE_S"]:
         "Malformed setting TOLLGATE_RESERVATION_TTL_S: it must be at least "
         "TOLLGATE_REQUEST_DEADLINE_S."
     )
+if TOLLGATE["IDEMPOTENCY_TTL_S"] < 2 * TOLLGATE["REQUEST_DEADLINE_S"]:
+    # A key must outlive the request running it by far, or a duplicate runs it twice.
+    raise ImproperlyConfigured(
+        "Malformed setting TOLLGATE_IDEMPOTENCY_TTL_S: it must be at least twice "
+        "TOLLGATE_REQUEST_DEADLINE_S."
+    )
+if TOLLGATE["IDEMPOTENCY_MAX_BYTES"] < 1:
+    raise ImproperlyConfigured("Malformed setting TOLLGATE_IDEMPOTENCY_MAX_BYTES: use >= 1.")
 if TOLLGATE["MAX_ROUTE"] < 1:
     raise ImproperlyConfigured("Malformed setting TOLLGATE_MAX_ROUTE: use >= 1.")
 if TOLLGATE["METRICS_TOKEN"] and len(TOLLGATE["METRICS_TOKEN"]) < 32:

@@ -19,7 +19,7 @@ import orjson
 from django.conf import settings
 
 from billing.ledger import CallerBudget
-from gateway import errors, metrics
+from gateway import errors, idempotency, metrics
 from gateway.context import Meter, RequestContext
 from gateway.orchestrator import fold_stream_chunk
 from gateway.plan import build_plan, prompt_bound
@@ -59,6 +59,7 @@ class Exchange:
         "caller_header",
         "disconnected",
         "_watcher",
+        "idem",
     )
 
     def __init__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -70,6 +71,7 @@ class Exchange:
         self.started = False
         self.disconnected = False
         self._watcher: asyncio.Task | None = None
+        self.idem: idempotency.Claim | None = None  # keeps the answer of a keyed request
         # The minted id alone keys the request's books; the client's id is only a label.
         self.request_id = uuid.uuid4().hex
         given = self.headers.get(b"x-request-id", b"").decode("latin-1")
@@ -117,6 +119,8 @@ class Exchange:
 
     async def start(self, status: int, headers: list[tuple[bytes, bytes]]) -> None:
         self.started = True
+        if self.idem is not None:
+            self.idem.on_start(status, headers)
         await self._send(
             {
                 "type": "http.response.start",
@@ -135,6 +139,8 @@ class Exchange:
         )
 
     async def body(self, data: bytes, *, more: bool) -> None:
+        if self.idem is not None:  # even for a client gone: a non-streamed answer is kept
+            await self.idem.on_body(data, more=more)
         if self.disconnected:
             return
         self.meter.bytes_out += len(data)
@@ -178,10 +184,14 @@ async def chat(ex: Exchange, route: str) -> None:
     shape = SHAPES[route]
     try:
         ctx.caller = await runtime.callers.for_secret(bearer(ex.headers))
-        data = parse_json(await ex.read_body())
+        body = await ex.read_body()
+        data = parse_json(body)
         fallback = ex.headers.get(FALLBACK_HEADER)
         req = shape.parse_request(data, fallback_header=fallback.decode() if fallback else None)
         label_caller(ex, ctx, req)
+        # Keyed requests only: no database work for the others.
+        if idempotency.HEADER in ex.headers and await idempotency.begin(ex, ctx, body):
+            return  # a duplicate: the stored answer was replayed
         await serve(ex, ctx, req, shape)
     except errors.GatewayError as exc:
         await fail(ex, ctx, exc)
@@ -191,6 +201,9 @@ async def chat(ex: Exchange, route: str) -> None:
         asyncio.current_task().uncancel()  # our own watcher's cancel: finish the books
         ctx.status, ctx.error_code = 499, "client_closed"
         await finish(ex, ctx)
+    finally:
+        if ex.idem is not None:
+            await ex.idem.release()  # no answer went out (client gone, a crash): free the key
 
 
 def label_caller(ex: Exchange, ctx: RequestContext, req: ChatRequest) -> None:
