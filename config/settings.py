@@ -35,6 +35,7 @@ SCHEME: dict[str, tuple[type, object]] = {
     "TOLLGATE_MAX_BODY_BYTES": (int, 1_048_576),
     "TOLLGATE_MAX_ROUTE": (int, 2),
     "TOLLGATE_AUTH_CACHE_TTL_S": (int, 300),
+    "TOLLGATE_AUTH_FAIL_PER_MIN": (int, 60),
     "TOLLGATE_CONFIG_RELOAD_S": (int, 30),
     "TOLLGATE_REPLICAS": (int, 1),
     "TOLLGATE_INFLIGHT_MAX": (int, 1000),
@@ -151,6 +152,7 @@ TOLLGATE = {
     "MAX_BODY_BYTES": env("TOLLGATE_MAX_BODY_BYTES"),
     "MAX_ROUTE": env("TOLLGATE_MAX_ROUTE"),
     "AUTH_CACHE_TTL_S": env("TOLLGATE_AUTH_CACHE_TTL_S"),
+    "AUTH_FAIL_PER_MIN": env("TOLLGATE_AUTH_FAIL_PER_MIN"),
     "CONFIG_RELOAD_S": env("TOLLGATE_CONFIG_RELOAD_S"),
     "REPLICAS": max(1, env("TOLLGATE_REPLICAS")),
     "INFLIGHT_MAX": env("TOLLGATE_INFLIGHT_MAX"),
@@ -189,6 +191,10 @@ if TOLLGATE["IDEMPOTENCY_TTL_S"] < 2 * TOLLGATE["REQUEST_DEADLINE_S"]:
     )
 if TOLLGATE["IDEMPOTENCY_MAX_BYTES"] < 1:
     raise ImproperlyConfigured("Malformed setting TOLLGATE_IDEMPOTENCY_MAX_BYTES: use >= 1.")
+if TOLLGATE["AUTH_FAIL_PER_MIN"] < 0:
+    raise ImproperlyConfigured(
+        "Malformed setting TOLLGATE_AUTH_FAIL_PER_MIN: use >= 0 (0 turns the limit off)."
+    )
 if TOLLGATE["MAX_ROUTE"] < 1:
     raise ImproperlyConfigured("Malformed setting TOLLGATE_MAX_ROUTE: use >= 1.")
 if TOLLGATE["METRICS_TOKEN"] and len(TOLLGATE["METRICS_TOKEN"]) < 32:

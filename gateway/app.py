@@ -183,7 +183,9 @@ async def chat(ex: Exchange, route: str) -> None:
     )
     shape = SHAPES[route]
     try:
-        ctx.caller = await runtime.callers.for_secret(bearer(ex.headers))
+        ctx.caller = await runtime.callers.for_secret(
+            bearer(ex.headers), client=ex.scope.get("client")
+        )
         body = await ex.read_body()
         data = parse_json(body)
         fallback = ex.headers.get(FALLBACK_HEADER)
@@ -420,7 +422,7 @@ async def finish(
 
 async def list_models(ex: Exchange) -> None:
     try:
-        caller = await runtime.callers.for_secret(bearer(ex.headers))
+        caller = await runtime.callers.for_secret(bearer(ex.headers), client=ex.scope.get("client"))
     except errors.GatewayError as exc:
         await ex.refuse(exc)
         return

@@ -3,23 +3,54 @@
 The request path reads memory only. A miss loads the key (and its group) from the
 database once; revocation and changes arrive over the bus and evict the entry on every
 replica, and entries also age out after TOLLGATE_AUTH_CACHE_TTL_S as a safety net.
+
+A key-guessing flood costs next to no database lookups:
+- a key hash the database did not know is remembered for NEGATIVE_TTL_S (at most
+  MAX_NEGATIVE of them, oldest dropped first); a bus message about that hash forgets it,
+  so a key restored or changed since is looked up again at once;
+- concurrent lookups of one hash share one query;
+- a client address whose lookups found nothing TOLLGATE_AUTH_FAIL_PER_MIN times this
+  minute is refused LM-3001 (Retry-After: the rest of the minute) for any key not already
+  in memory, before a lookup. Only failures count and keys in memory are served as usual,
+  so callers behind a flooding shared address (NAT, a proxy) with warm keys are never
+  locked out. Counts are per process, kept in memory: no Redis round trip on the refusal
+  path, and a fleet of N processes bounds an address at N x the limit.
 """
 
 from __future__ import annotations
 
+import asyncio
+import math
 import time
 from dataclasses import dataclass
 
 from django.conf import settings
 from django.db import DatabaseError
+from prometheus_client import Counter
 
 from accounts.models import ApiKey, Group
 from accounts.secrets import hash_secret
+from gateway import metrics
 from gateway.db import off_loop
-from gateway.errors import DependencyDown, InvalidRequest, Unauthorized
+from gateway.errors import DependencyDown, InvalidRequest, RequestRateLimited, Unauthorized
 
-NEGATIVE_TTL_S = 5.0
+NEGATIVE_TTL_S = 30.0
 MAX_NEGATIVE = 10_000
+FAIL_WINDOW_S = 60
+MAX_ADDRESSES = 10_000
+OVERFLOW_ADDRESS = "*"  # addresses past MAX_ADDRESSES in one window share one budget
+
+AUTH_LOOKUPS = Counter(
+    "tollgate_auth_lookups",
+    "Virtual-key lookups in the database, by outcome (found, unknown, error).",
+    ["outcome"],
+    registry=metrics.REGISTRY,
+)
+AUTH_THROTTLED = Counter(
+    "tollgate_auth_throttled",
+    "Requests refused LM-3001 before a key lookup: their address failed too many.",
+    registry=metrics.REGISTRY,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,35 +126,107 @@ def _load_group(group_id: int) -> Caller | None:
     return _caller_for_group(group) if group else None
 
 
+class FailedLookups:
+    """Count key lookups that found nothing, per client address, in one-minute windows."""
+
+    def __init__(self, per_min: int) -> None:
+        self.per_min = per_min  # 0: no limit
+        self._window = -1
+        self._counts: dict[str, int] = {}
+
+    def _slot(self, address: str) -> str:
+        window = int(time.time() // FAIL_WINDOW_S)
+        if window != self._window:
+            self._window = window
+            self._counts.clear()
+        if address in self._counts or len(self._counts) < MAX_ADDRESSES:
+            return address
+        return OVERFLOW_ADDRESS
+
+    def retry_after_s(self, address: str) -> int | None:
+        """Return how long `address` must wait before it may cost a lookup, or None."""
+        if not self.per_min or self._counts.get(self._slot(address), 0) < self.per_min:
+            return None
+        return math.ceil(FAIL_WINDOW_S - time.time() % FAIL_WINDOW_S)
+
+    def failed(self, address: str) -> None:
+        slot = self._slot(address)
+        self._counts[slot] = self._counts.get(slot, 0) + 1
+
+
 class CallerCache:
     def __init__(self) -> None:
         self._keys: dict[str, tuple[Caller, float]] = {}
         self._groups: dict[int, tuple[Caller, float]] = {}
-        self._unknown: dict[str, float] = {}
+        self._unknown: dict[str, float] = {}  # key hash -> when the database did not know it
+        self._pending: dict[str, asyncio.Future] = {}
+        self._failures = FailedLookups(settings.TOLLGATE["AUTH_FAIL_PER_MIN"])
         self._ttl_s = float(settings.TOLLGATE["AUTH_CACHE_TTL_S"])
 
-    async def for_secret(self, secret: str | None) -> Caller:
-        """Return the Caller of a virtual key, or raise Unauthorized (LM-1001)."""
+    async def for_secret(
+        self, secret: str | None, *, client: tuple[str, int] | None = None
+    ) -> Caller:
+        """Return the Caller of a virtual key, or raise Unauthorized (LM-1001).
+
+        `client` is the ASGI scope's client (address, port): an address that failed too
+        many lookups this minute gets RequestRateLimited (LM-3001) instead of a lookup.
+        """
         if not secret:
             raise Unauthorized("Missing API key: send Authorization: Bearer or x-api-key.")
         key_hash = hash_secret(secret)
-        now = time.monotonic()
         entry = self._keys.get(key_hash)
-        if entry is None or now - entry[1] > self._ttl_s:
-            if now - self._unknown.get(key_hash, -NEGATIVE_TTL_S) < NEGATIVE_TTL_S:
-                raise Unauthorized()
-            caller = await self._load(_load_key, key_hash)
-            if caller is None:
-                if len(self._unknown) > MAX_NEGATIVE:
-                    self._unknown.clear()
-                self._unknown[key_hash] = now
-                raise Unauthorized()
-            entry = (caller, now)
+        if entry is None or time.monotonic() - entry[1] > self._ttl_s:
+            caller = await self._lookup(key_hash, client[0] if client else "")
+            entry = (caller, time.monotonic())
             self._keys[key_hash] = entry
         caller = entry[0]
         if caller.expires_at is not None and caller.expires_at <= time.time():
             raise Unauthorized("API key expired.")
         return caller
+
+    async def _lookup(self, key_hash: str, address: str) -> Caller:
+        missed_at = self._unknown.get(key_hash)
+        if missed_at is not None and time.monotonic() - missed_at < NEGATIVE_TTL_S:
+            raise Unauthorized()
+        wait_s = self._failures.retry_after_s(address)
+        if wait_s is not None:
+            AUTH_THROTTLED.inc()
+            raise RequestRateLimited(
+                "Too many unknown API keys from this address; retry later.", retry_after_s=wait_s
+            )
+        pending = self._pending.get(key_hash)
+        if pending is None:
+            # Only the address that cost the query is charged when it finds nothing.
+            pending = asyncio.ensure_future(self._load_key(key_hash, address))
+            self._pending[key_hash] = pending
+            pending.add_done_callback(lambda done: self._lookup_done(key_hash, done))
+        caller = await asyncio.shield(pending)
+        if caller is None:
+            raise Unauthorized()
+        return caller
+
+    async def _load_key(self, key_hash: str, address: str) -> Caller | None:
+        try:
+            caller = await self._load(_load_key, key_hash)
+        except DependencyDown:
+            AUTH_LOOKUPS.labels("error").inc()
+            raise
+        if caller is None:
+            AUTH_LOOKUPS.labels("unknown").inc()
+            self._failures.failed(address)
+            self._unknown.pop(key_hash, None)  # re-inserted last: the order is by age
+            if len(self._unknown) >= MAX_NEGATIVE:
+                del self._unknown[next(iter(self._unknown))]  # the oldest
+            self._unknown[key_hash] = time.monotonic()
+        else:
+            AUTH_LOOKUPS.labels("found").inc()
+        return caller
+
+    def _lookup_done(self, key_hash: str, done: asyncio.Future) -> None:
+        if self._pending.get(key_hash) is done:
+            del self._pending[key_hash]
+        if not done.cancelled():
+            done.exception()  # retrieved: every waiter may have left (client disconnects)
 
     async def for_group(self, group_id: object) -> Caller:
         """Return a Caller acting for a group (internal routes); unknown -> LM-2001."""
@@ -148,7 +251,9 @@ class CallerCache:
 
     # Bus handlers: evict what changed.
     def evict_key(self, payload: dict) -> None:
-        self._keys.pop(payload.get("key_hash", ""), None)
+        key_hash = payload.get("key_hash", "")
+        self._keys.pop(key_hash, None)
+        self._unknown.pop(key_hash, None)  # a key restored or changed is looked up again
 
     def evict_group(self, payload: dict) -> None:
         group_id = payload.get("group_id")
