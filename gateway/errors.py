@@ -7,6 +7,7 @@ stable code. The tree:
     ├── Unauthorized                  LM-1001 401
     ├── Forbidden                     LM-1003 403
     ├── InvalidRequest                LM-2001 400
+    ├── IdempotencyConflict           LM-2009 409  (Retry-After while the first still runs)
     ├── BodyTooLarge                  LM-2013 413
     ├── RequestRateLimited            LM-3001 429  Retry-After
     ├── TokenRateLimited              LM-3002 429  Retry-After
@@ -66,6 +67,21 @@ class Forbidden(GatewayError):
 class InvalidRequest(GatewayError):
     code, status, error_type = "LM-2001", 400, "invalid_request_error"
     default_message = "Invalid request."
+
+
+class IdempotencyConflict(GatewayError):
+    """An Idempotency-Key already used with another body, or its request still running."""
+
+    code, status, error_type = "LM-2009", 409, "invalid_request_error"
+    default_message = "This Idempotency-Key was already used with another request body."
+
+    def __init__(self, message: str | None = None, *, in_progress: bool = False) -> None:
+        super().__init__(message, retry_after_s=1 if in_progress else None)
+        self.in_progress = in_progress
+
+    def headers(self) -> list[tuple[bytes, bytes]]:
+        # The official SDKs retry any 409 unless told otherwise: only waiting helps.
+        return [*super().headers(), (b"x-should-retry", b"true" if self.in_progress else b"false")]
 
 
 class BodyTooLarge(GatewayError):

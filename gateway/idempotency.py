@@ -56,19 +56,6 @@ REPLAYED_HEADERS = frozenset({b"content-type", b"cache-control"})
 RUNNING, DONE, TOO_LARGE = "running", "done", "too_large"
 
 
-class IdempotencyConflict(errors.GatewayError):
-    code, status, error_type = "LM-2009", 409, "invalid_request_error"
-    default_message = "This Idempotency-Key was already used with another request body."
-
-    def __init__(self, message: str | None = None, *, in_progress: bool = False) -> None:
-        super().__init__(message, retry_after_s=1 if in_progress else None)
-        self.in_progress = in_progress
-
-    def headers(self) -> list[tuple[bytes, bytes]]:
-        # The official SDKs retry any 409 unless told otherwise: only waiting helps.
-        return [*super().headers(), (b"x-should-retry", b"true" if self.in_progress else b"false")]
-
-
 @dataclass(frozen=True, slots=True)
 class Stored:
     request_id: str
@@ -240,7 +227,7 @@ def fingerprint(route: str, body: bytes) -> str:
 async def begin(ex, ctx: RequestContext, body: bytes) -> bool:
     """Claim the request's key (the exchange then keeps its answer), or replay the stored one.
 
-    Returns True when the answer was replayed; raises IdempotencyConflict (LM-2009).
+    Returns True when the answer was replayed; raises errors.IdempotencyConflict (LM-2009).
     """
     raw = ex.headers[HEADER]
     if not KEY_OK.fullmatch(raw):
@@ -264,7 +251,7 @@ async def begin(ex, ctx: RequestContext, body: bytes) -> bool:
             await settle_duplicate(ex, ctx, params["fingerprint"], found)
             return True
     # Released and claimed again under us three times: as good as in progress.
-    raise IdempotencyConflict(
+    raise errors.IdempotencyConflict(
         "A request with this Idempotency-Key is in progress.", in_progress=True
     )
 
@@ -272,13 +259,13 @@ async def begin(ex, ctx: RequestContext, body: bytes) -> bool:
 async def settle_duplicate(ex, ctx: RequestContext, given_fingerprint: str, row: tuple) -> None:
     fp, state, request_id, status, headers, body = row
     if fp != given_fingerprint:
-        raise IdempotencyConflict()
+        raise errors.IdempotencyConflict()
     if state == RUNNING:
-        raise IdempotencyConflict(
+        raise errors.IdempotencyConflict(
             "A request with this Idempotency-Key is in progress; retry shortly.", in_progress=True
         )
     if state == TOO_LARGE:
-        raise IdempotencyConflict(
+        raise errors.IdempotencyConflict(
             "The answer to this Idempotency-Key was served but is too large to replay."
         )
     stored = Stored(
