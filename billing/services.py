@@ -1,8 +1,8 @@
 """Writes of money. Balances change only by compare-and-set UPDATEs or under row locks.
 
-Control plane: wallets, top-ups, billing settings, and the reaper that releases what a dead
-gateway left held. The request path's steps are billing/ledger.py programs (run by
-billing/escrow.py); settlement rides on stored usage rows (billing/settlement.py).
+Control plane: wallets, top-ups, billing settings. The request path's steps are
+billing/ledger.py programs (run by billing/escrow.py); settlement rides on stored usage rows
+(billing/settlement.py); the reaper is billing/reaper.py.
 """
 
 from __future__ import annotations
@@ -11,10 +11,8 @@ from django.db import transaction
 from django.utils import timezone
 
 from accounts.models import Account, Group
-from billing import ledger
 from billing.ledger import Refused
-from billing.models import LedgerEntry, Reservation, SpendHold, Wallet
-from billing.sqlexec import run_sync
+from billing.models import LedgerEntry, Wallet
 
 # ---- wallets (control plane) ----
 
@@ -50,39 +48,6 @@ def wallet_credit(
         balance_after_micro=locked.balance_micro,
         reason=reason,
     )
-
-
-# ---- the reaper (periodic task) ----
-
-
-def expire_stale_holds(*, now=None) -> tuple[int, int]:
-    """Resolve what a dead gateway left held; return (reservations, holds) resolved.
-
-    A request whose usage row reached the database was settled with it (billing/settlement.py,
-    same transaction), so what is still pending past its expiry belongs to a request whose
-    row never arrived. One whose vendor call was sent was served: it is charged at its hold,
-    marked unmeasured (billing.ledger.reap_reservation / reap_hold); one whose call never
-    left is released at 0. Run after draining the usage journal (usage.tasks does), so late
-    rows settle at their measured cost first.
-    """
-    now = now or timezone.now()
-    reservations = sum(
-        bool(run_sync(ledger.reap_reservation(reservation_id, now=now)))
-        for reservation_id in list(
-            Reservation.objects.filter(
-                status=Reservation.Status.PENDING, expires_at__lt=now
-            ).values_list("pk", flat=True)
-        )
-    )
-    holds = sum(
-        bool(run_sync(ledger.reap_hold(request_id, now=now)))
-        for request_id in list(
-            SpendHold.objects.filter(status=SpendHold.Status.HELD, expires_at__lt=now).values_list(
-                "request_id", flat=True
-            )
-        )
-    )
-    return reservations, holds
 
 
 # ---- billing settings (control plane) ----

@@ -43,13 +43,13 @@ def drain_journal() -> int:
     return services.usage_journal_drain()
 
 
-# The reaper belongs to billing; it is registered here, by its billing name, until billing
-# has a tasks module of its own (the beat schedule refers to it by name only).
+# The reaper is billing's (billing/reaper.py); its task is registered here, by its billing
+# name, because it drains the usage journal first and billing never imports usage.
 @shared_task(name="billing.expire_stale_holds", **RETRY)
 def expire_stale_holds() -> dict:
     """Drain the journal first: a late row settles its holds at measured cost; the reaper
     charges the rest that were sent (unmeasured) and releases those that never left."""
-    from billing.services import expire_stale_holds as expire
+    from billing.reaper import expire_stale_holds as expire
 
     services.usage_journal_drain()
     reservations, holds = expire()

@@ -23,7 +23,7 @@ from django.utils import timezone
 
 from accounts.models import Group
 from billing.models import LedgerEntry, Reservation, SettledRequest, SpendHold, Wallet
-from billing.services import expire_stale_holds
+from billing.reaper import expire_stale_holds
 from tests.conftest import (
     INTERNAL_TOKEN,
     Stack,

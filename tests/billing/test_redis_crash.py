@@ -18,7 +18,7 @@ from django.utils import timezone
 
 from accounts.models import Group
 from billing.models import Reservation, SettledRequest, SpendHold, Wallet
-from billing.services import expire_stale_holds
+from billing.reaper import expire_stale_holds
 from tests.conftest import own_stack, requires_postgres, requires_redis
 from usage.models import UsageLog
 
