@@ -140,10 +140,6 @@ class Escrow:
 
     async def cancel(self, reservation_id: int) -> None:
         try:
-            await self.run(
-                ledger.resolve_reservation(
-                    reservation_id, status="cancelled", cost_micro=0, now=timezone.now()
-                )
-            )
+            await self.run(ledger.cancel_reservation(reservation_id, now=timezone.now()))
         except DB_ERRORS:
             log.error("could not cancel reservation %s; the reaper will expire it", reservation_id)

@@ -1,27 +1,53 @@
-"""Money steps of the request path, written once as programs of portable SQL.
+"""Every balance change in Tollgate, each one named program of portable SQL.
 
-Holds and reservations are taken here, before any upstream call; what a finished request
-owes is applied in batches when its usage row is stored (billing/settlement.py).
+step                  moves                                         used by
+take_hold             group, key, caller reserved += hold           request path (escrow)
+mark_hold_sent        nothing: marks the hold's call sent           request path
+release_holds         group, key, caller reserved -= hold           settle, reaper
+reserve               wallet reserved += hold                       request path
+commit_reservations   wallet reserved -= hold, balance -= cost      settle, reaper
+cancel_reservation    wallet reserved -= hold                       request path, reaper
+charge                group spent, settled; key, caller spent       settle, reaper, reconcile
+charge_bandwidth      group, key spent by a marker's correction     reconcile
+credit_wallet         wallet balance: opening, top-up, adjustment   billing.services
 
-Each program is a generator: it yields `(sql, params)` and receives the statement's first
-row (or None), and raises Refused to roll back. A driver (billing/sqlexec.py) runs it in
-one transaction: on PostgreSQL with async psycopg on the event loop (no thread hop), on
-SQLite through Django's connection in the single database thread. Every balance changes
-by a compare-and-set UPDATE (`... WHERE <room> RETURNING`), never check-then-write, so
-concurrent requests can never take a balance below zero or past a budget.
+Nothing else in Tollgate writes a balance, a counter, a hold, a reservation, a settled-request
+marker or a ledger entry. The composites below only chain these steps: `settle` (a batch of
+stored usage rows, run by billing/settlement.py in the writer's transaction), `reap_hold`
+and `reap_reservation` (billing/reaper.py), and billing/reconcile.py's window correction.
 
-Statements use only what both databases share: UPDATE/INSERT ... RETURNING, ON CONFLICT
-DO NOTHING, CASE; timestamps are parameters. Every statement has a RETURNING clause (the
-drivers always fetch one row).
+Batches. `release_holds`, `commit_reservations` and `charge` take lists: a single request is
+a list of one, a batch of usage rows is the same step with many, so the batch form is the
+single form (tests/billing/test_money_fuzz.py checks a batch and one-by-one agree). Steps
+that move group, key and caller counters can share a `Moves`: each counter row is then
+updated once per transaction, after the holds and markers that justify the move.
+
+Programs. Each is a generator: it yields `(sql, params)` and receives the statement's first
+row (or None), or yields `(sql, params, ALL)` and receives every row; it raises Refused to
+roll back. A driver (billing/sqlexec.py) runs it in one transaction: on PostgreSQL with
+async psycopg on the event loop (no thread hop), elsewhere through Django's connection.
+Every balance changes by a compare-and-set UPDATE (`... WHERE <room> RETURNING`), never
+check-then-write, so concurrent requests can never take a balance below zero or past a
+budget; each status moves only from held / pending, once.
+
+Lock order, the same in every program (so concurrent programs wait, never deadlock):
+reservation -> wallet -> ledger entry -> spend hold -> settled marker -> group -> key ->
+caller spend. `take_hold` locks group, key, caller, then inserts a new hold.
+
+Statements use only what PostgreSQL and SQLite share: UPDATE/INSERT ... RETURNING, ON
+CONFLICT DO NOTHING, CASE, UPDATE ... FROM a VALUES list; timestamps are parameters. Every
+statement has a RETURNING clause (the async driver always fetches).
 """
 
 from __future__ import annotations
 
-from collections.abc import Generator
-from dataclasses import dataclass
+from collections import defaultdict
+from collections.abc import Generator, Iterable
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-Program = Generator[tuple[str, tuple], tuple | None, object]
+Program = Generator[tuple, object, object]
+ALL = "all"  # third element of a yielded statement: receive every row, not the first
 
 
 class Refused(Exception):
@@ -32,6 +58,73 @@ ROOM = (
     "(budget_max_micro IS NULL OR (budget_max_micro > spent_micro + reserved_micro"
     " AND budget_max_micro >= spent_micro + reserved_micro + %s))"
 )
+
+
+def _values(count: int, width: int) -> str:
+    one = "(" + ", ".join(["%s"] * width) + ")"
+    return ", ".join([one] * count)
+
+
+# ---------------------------------------------------------------- counters
+
+
+@dataclass
+class Moves:
+    """What one transaction moves on group, key and caller counters, applied once per row."""
+
+    groups: dict[int, list[int]] = field(default_factory=lambda: defaultdict(lambda: [0, 0, 0]))
+    keys: dict[int, list[int]] = field(default_factory=lambda: defaultdict(lambda: [0, 0]))
+    callers: dict[int, list[int]] = field(default_factory=lambda: defaultdict(lambda: [0, 0]))
+
+    def charged(self, c: Charge, *, bandwidth_micro: int | None = None) -> None:
+        bandwidth = c.bandwidth_micro if bandwidth_micro is None else bandwidth_micro
+        spent = c.cost_micro + bandwidth
+        g = self.groups[c.group_id]
+        g[0] += spent
+        g[1] += c.cost_micro
+        if c.api_key_id is not None:
+            self.keys[c.api_key_id][0] += spent
+        if c.caller_spend_id is not None:
+            self.callers[c.caller_spend_id][0] += spent
+
+    def released(self, h: Held) -> None:
+        self.groups[h.group_id][2] -= h.amount_micro
+        if h.api_key_id is not None:
+            self.keys[h.api_key_id][1] -= h.amount_micro
+        if h.caller_spend_id is not None:
+            self.callers[h.caller_spend_id][1] -= h.amount_micro
+
+
+def move_counters(moves: Moves) -> Program:
+    """Apply a transaction's counter moves: one UPDATE per group, key and caller, by id."""
+    for group_id, (spent, settled, reserved) in sorted(moves.groups.items()):
+        if spent or settled or reserved:
+            yield (
+                "UPDATE accounts_group SET spent_micro = spent_micro + %s,"
+                " settled_micro = settled_micro + %s, reserved_micro = reserved_micro + %s"
+                " WHERE id = %s RETURNING id",
+                (spent, settled, reserved, group_id),
+            )
+    for key_id, (spent, reserved) in sorted(moves.keys.items()):
+        if spent or reserved:
+            yield (
+                "UPDATE accounts_apikey SET spent_micro = spent_micro + %s,"
+                " reserved_micro = reserved_micro + %s WHERE id = %s RETURNING id",
+                (spent, reserved, key_id),
+            )
+    for caller_spend_id, (spent, reserved) in sorted(moves.callers.items()):
+        if spent or reserved:
+            yield (
+                "UPDATE billing_callerspend SET spent_micro = spent_micro + %s,"
+                " reserved_micro = reserved_micro + %s WHERE id = %s RETURNING id",
+                (spent, reserved, caller_spend_id),
+            )
+    moves.groups.clear()
+    moves.keys.clear()
+    moves.callers.clear()
+
+
+# ---------------------------------------------------------------- budget holds
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +143,18 @@ class Hold:
     key_budgeted: bool
     amount_micro: int
     caller: CallerBudget | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Held:
+    """A budget hold as it was released."""
+
+    request_id: str
+    amount_micro: int
+    group_id: int
+    api_key_id: int | None  # the key the hold reserved on (a budgeted key), else None
+    caller_spend_id: int | None
+    status: str
 
 
 def take_hold(h: Hold, *, now: datetime, ttl_s: int, call_sent: bool = False) -> Program:
@@ -122,8 +227,8 @@ def mark_hold_sent(request_id: str) -> Program:
     return row is not None
 
 
-# PostgreSQL takes the crash marker of a request without a budget (so without a hold yet) in
-# one statement, right before its platform call: the group's reserved and the hold together.
+# `take_hold(call_sent=True)` of a group without a budget, in one statement (PostgreSQL's
+# data-modifying CTE): the request path takes this crash marker right before a platform call.
 SENT_HOLD_ONE_STATEMENT = (
     "WITH grp AS (UPDATE accounts_group SET reserved_micro = reserved_micro + %(amount)s"
     " WHERE id = %(group)s RETURNING id)"
@@ -132,6 +237,48 @@ SENT_HOLD_ONE_STATEMENT = (
     " SELECT %(request)s, id, NULL, NULL, %(amount)s, 'held', TRUE, %(now)s, %(expires)s"
     " FROM grp RETURNING id"
 )
+
+# A reaped hold is charged if a platform call was sent for it: marked before the call, or
+# the request reserved its wallet (a reservation is taken right before its call).
+_REAPED_STATUS = (
+    "CASE WHEN call_sent OR EXISTS (SELECT 1 FROM billing_reservation r"
+    " WHERE r.request_id = billing_spendhold.request_id AND r.call_sent)"
+    " THEN 'charged' ELSE 'expired' END"
+)
+
+
+def release_holds(
+    request_ids: Iterable[str], *, reaped: bool = False, moves: Moves | None = None
+) -> Program:
+    """Release the requests' budget holds still held, once; return them by request id.
+
+    Settled by their usage rows (status 'settled'), or `reaped`: 'charged' if their call was
+    sent (the caller charges them), else 'expired'. The counters move now, or with `moves`.
+    """
+    ids = list(dict.fromkeys(request_ids))
+    if not ids:
+        return {}
+    status = _REAPED_STATUS if reaped else "'settled'"
+    rows = yield (
+        f"UPDATE billing_spendhold SET status = {status} WHERE status = 'held'"
+        f" AND request_id IN ({', '.join(['%s'] * len(ids))})"
+        " RETURNING request_id, amount_micro, group_id, api_key_id, caller_spend_id, status",
+        tuple(ids),
+        ALL,
+    )
+    own = moves is None
+    moves = Moves() if own else moves
+    held = {}
+    for row in rows:
+        h = Held(*row)
+        held[h.request_id] = h
+        moves.released(h)
+    if own:
+        yield from move_counters(moves)
+    return held
+
+
+# ---------------------------------------------------------------- wallet reservations
 
 
 def reserve(
@@ -176,8 +323,8 @@ def reserve(
     return row[0]
 
 
-# PostgreSQL runs `reserve` as this one statement (data-modifying CTEs are PostgreSQL's):
-# the wallet's compare-and-set and the reservation row commit together, in one round trip.
+# `reserve` in one statement (PostgreSQL's data-modifying CTE): the wallet's compare-and-set
+# and the reservation row commit together, in one round trip on the request path.
 RESERVE_ONE_STATEMENT = (
     "WITH wallet AS (UPDATE billing_wallet SET reserved_micro = reserved_micro + %(amount)s,"
     " updated_at = %(now)s WHERE account_id = %(account)s"
@@ -190,123 +337,274 @@ RESERVE_ONE_STATEMENT = (
 )
 
 
-def resolve_reservation(
-    reservation_id: int, *, status: str, cost_micro: int, now: datetime
+def commit_reservations(
+    costs: dict[int, int], *, now: datetime, unmeasured: bool = False
 ) -> Program:
-    """Commit (at cost, capped at the hold; excess recorded) or cancel / expire, once."""
-    debit = cost_micro if status == "committed" else 0
-    row = yield (
-        "UPDATE billing_reservation SET status = %s,"
-        " committed_micro = CASE WHEN %s < amount_micro THEN %s ELSE amount_micro END,"
-        " excess_micro = CASE WHEN %s > amount_micro THEN %s - amount_micro ELSE 0 END,"
-        " resolved_at = %s WHERE id = %s AND status = 'pending'"
-        " RETURNING wallet_id, amount_micro, committed_micro, request_id",
-        (status, debit, debit, debit, debit, now, reservation_id),
+    """Commit pending reservations at their cost, once; return the ids committed.
+
+    The wallet is debited the cost capped at the hold (the excess is recorded, never
+    debited) and its hold released; one commit ledger entry each. `unmeasured` marks the
+    reaper's commits at the hold of a served request whose usage never arrived. A
+    reservation resolved already (settled, cancelled, reaped) is left as it is.
+    """
+    if not costs:
+        return []
+    pairs = sorted(costs.items())
+    rows = yield (
+        f"WITH served (id, cost) AS (VALUES {_values(len(pairs), 2)})"
+        " UPDATE billing_reservation SET status = 'committed',"
+        " committed_micro = CASE WHEN served.cost < amount_micro THEN served.cost"
+        " ELSE amount_micro END,"
+        " excess_micro = CASE WHEN served.cost > amount_micro THEN served.cost - amount_micro"
+        " ELSE 0 END, unmeasured = %s, resolved_at = %s"
+        " FROM served WHERE billing_reservation.id = served.id"
+        " AND billing_reservation.status = 'pending'"
+        " RETURNING billing_reservation.id, wallet_id, amount_micro, committed_micro, request_id",
+        (*(value for pair in pairs for value in pair), unmeasured, now),
+        ALL,
     )
-    if row is None:
-        return False  # resolved already (by settle, the reaper, or a cancel)
-    wallet_id, amount, committed, request_id = row
-    row = yield (
-        "UPDATE billing_wallet SET reserved_micro = reserved_micro - %s,"
-        " balance_micro = balance_micro - %s, updated_at = %s WHERE id = %s"
-        " RETURNING balance_micro",
-        (amount, committed, now, wallet_id),
-    )
-    if status == "committed":
+    wallets: dict[int, list[int]] = defaultdict(lambda: [0, 0])  # released, debited
+    entries: dict[int, list[tuple[int, int, str]]] = defaultdict(list)
+    for reservation_id, wallet_id, amount, committed, request_id in sorted(rows):
+        wallets[wallet_id][0] += amount
+        wallets[wallet_id][1] += committed
+        entries[wallet_id].append((reservation_id, committed, request_id))
+    label = "unmeasured: request" if unmeasured else "request"
+    for wallet_id, (released, debited) in sorted(wallets.items()):
+        row = yield (
+            "UPDATE billing_wallet SET reserved_micro = reserved_micro - %s,"
+            " balance_micro = balance_micro - %s, updated_at = %s WHERE id = %s"
+            " RETURNING balance_micro",
+            (released, debited, now, wallet_id),
+        )
+        balance = row[0] + debited  # walk this wallet's commits in order
+        params: list = []
+        for reservation_id, committed, request_id in entries[wallet_id]:
+            balance -= committed
+            params += [
+                wallet_id,
+                "commit",
+                -committed,
+                balance,
+                reservation_id,
+                f"{label} {request_id}",
+                now,
+            ]
         yield (
             "INSERT INTO billing_ledgerentry (wallet_id, kind, amount_micro,"
             " balance_after_micro, reservation_id, reason, created_at)"
-            " VALUES (%s, 'commit', %s, %s, %s, %s, %s) RETURNING id",
-            (wallet_id, -committed, row[0], reservation_id, f"request {request_id}", now),
+            f" VALUES {_values(len(entries[wallet_id]), 7)} RETURNING id",
+            tuple(params),
+            ALL,
         )
-    return True
+    return [row[0] for row in rows]
 
 
-def _charge_unmeasured(
-    request_id: str,
-    *,
-    group_id: int,
-    api_key_id: int | None,
-    caller_spend_id: int | None,
-    cost_micro: int,
-    now: datetime,
-) -> Program:
-    """Charge a served request whose usage never arrived, once (the settled-request marker)."""
-    marked = yield (
-        "INSERT INTO billing_settledrequest (request_id, group_id, api_key_id, bandwidth_micro,"
-        " provider_cost_micro, source, created_at) VALUES (%s, %s, %s, 0, %s, 'reaper', %s)"
-        " ON CONFLICT (request_id) DO NOTHING RETURNING id",
-        (request_id, group_id, api_key_id, cost_micro, now),
+def cancel_reservation(reservation_id: int, *, now: datetime, status: str = "cancelled") -> Program:
+    """Release a pending reservation at 0, once: 'cancelled' (its call failed) or 'expired'."""
+    row = yield (
+        "UPDATE billing_reservation SET status = %s, committed_micro = 0, excess_micro = 0,"
+        " resolved_at = %s WHERE id = %s AND status = 'pending' RETURNING wallet_id, amount_micro",
+        (status, now, reservation_id),
     )
-    if marked is None or not cost_micro:
-        return False
+    if row is None:
+        return False  # resolved already (by settle, the reaper, or a cancel)
     yield (
-        "UPDATE accounts_group SET spent_micro = spent_micro + %s,"
-        " settled_micro = settled_micro + %s WHERE id = %s RETURNING id",
-        (cost_micro, cost_micro, group_id),
+        "UPDATE billing_wallet SET reserved_micro = reserved_micro - %s, updated_at = %s"
+        " WHERE id = %s RETURNING id",
+        (row[1], now, row[0]),
     )
-    if api_key_id is not None:
-        yield (
-            "UPDATE accounts_apikey SET spent_micro = spent_micro + %s WHERE id = %s RETURNING id",
-            (cost_micro, api_key_id),
-        )
-    if caller_spend_id is not None:
-        yield (
-            "UPDATE billing_callerspend SET spent_micro = spent_micro + %s WHERE id = %s"
-            " RETURNING id",
-            (cost_micro, caller_spend_id),
-        )
     return True
+
+
+# ---------------------------------------------------------------- charges
+
+
+@dataclass(frozen=True, slots=True)
+class Charge:
+    """What one request owes its group, key and caller: token cost and bandwidth."""
+
+    request_id: str
+    group_id: int
+    api_key_id: int | None = None
+    caller_spend_id: int | None = None
+    cost_micro: int = 0  # the provider cost: spent and settled
+    bandwidth_micro: int = 0  # the bandwidth charge: spent only, never settled
+
+
+def charge(
+    charges: list[Charge], *, source: str, now: datetime, moves: Moves | None = None
+) -> Program:
+    """Charge requests once each; return the ids charged now.
+
+    Each request's settled marker is inserted (ON CONFLICT DO NOTHING): only its inserter
+    charges, so whichever of settle, the reaper and reconciliation comes first charges the
+    request and the others charge nothing. Group spent += cost + bandwidth and settled +=
+    cost; key and caller spent += cost + bandwidth.
+    """
+    if not charges:
+        return set()
+    params: list = []
+    for c in charges:
+        params += [
+            c.request_id,
+            c.group_id,
+            c.api_key_id,
+            c.bandwidth_micro,
+            c.cost_micro,
+            source,
+            now,
+        ]
+    rows = yield (
+        "INSERT INTO billing_settledrequest (request_id, group_id, api_key_id, bandwidth_micro,"
+        f" provider_cost_micro, source, created_at) VALUES {_values(len(charges), 7)}"
+        " ON CONFLICT (request_id) DO NOTHING RETURNING request_id",
+        tuple(params),
+        ALL,
+    )
+    marked = {row[0] for row in rows}
+    own = moves is None
+    moves = Moves() if own else moves
+    pending = set(marked)
+    for c in charges:
+        if c.request_id in pending:
+            pending.discard(c.request_id)  # one charge per marker, even if listed twice
+            moves.charged(c)
+    if own:
+        yield from move_counters(moves)
+    return marked
+
+
+def charge_bandwidth(
+    request_id: str, *, bandwidth_micro: int, moves: Moves | None = None
+) -> Program:
+    """Make a charged request's bandwidth `bandwidth_micro`; return the difference charged.
+
+    The marker moves by compare-and-set on its old value; the group and key it was charged
+    to move by the difference (a negative one refunds an over-charge).
+    """
+    while True:
+        row = yield (
+            "SELECT bandwidth_micro, group_id, api_key_id FROM billing_settledrequest"
+            " WHERE request_id = %s",
+            (request_id,),
+        )
+        if row is None or row[0] == bandwidth_micro:
+            return 0
+        was, group_id, api_key_id = row
+        done = yield (
+            "UPDATE billing_settledrequest SET bandwidth_micro = %s"
+            " WHERE request_id = %s AND bandwidth_micro = %s RETURNING id",
+            (bandwidth_micro, request_id, was),
+        )
+        if done is not None:
+            break  # else corrected concurrently: read it again
+    own = moves is None
+    moves = Moves() if own else moves
+    delta = bandwidth_micro - was
+    moves.charged(Charge(request_id, group_id, api_key_id), bandwidth_micro=delta)
+    if own:
+        yield from move_counters(moves)
+    return delta
+
+
+# ---------------------------------------------------------------- wallet credits
+
+
+def credit_wallet(
+    wallet_id: int, *, amount_micro: int, kind: str, reason: str, now: datetime
+) -> Program:
+    """Add to (or, negative, correct) a wallet's balance with a ledger entry; return its id.
+
+    Kinds: 'opening', 'topup', 'adjustment'. Refused if a correction would take the balance
+    below what the wallet holds.
+    """
+    row = yield (
+        "UPDATE billing_wallet SET balance_micro = balance_micro + %s, updated_at = %s"
+        " WHERE id = %s AND balance_micro + %s >= reserved_micro RETURNING balance_micro",
+        (amount_micro, now, wallet_id, amount_micro),
+    )
+    if row is None:
+        raise Refused("the correction would take the wallet below its holds")
+    entry = yield (
+        "INSERT INTO billing_ledgerentry (wallet_id, kind, amount_micro, balance_after_micro,"
+        " reservation_id, reason, created_at) VALUES (%s, %s, %s, %s, NULL, %s, %s) RETURNING id",
+        (wallet_id, kind, amount_micro, row[0], reason, now),
+    )
+    return entry[0]
+
+
+# ---------------------------------------------------------------- composites
+
+
+@dataclass(frozen=True, slots=True)
+class Settle:
+    """What a stored usage row says its request owes."""
+
+    request_id: str
+    group_id: int | None
+    api_key_id: int | None
+    cost_micro: int
+    bandwidth_micro: int
+    reservation_id: int | None = None  # the served attempt's reservation, if it held one
+
+
+def settle(rows: list[Settle], *, now: datetime) -> Program:
+    """Apply the money of a batch of stored usage rows, each once.
+
+    The served reservations are committed at measured cost, the requests' budget holds
+    released, each request owing something charged (its caller through its hold): the
+    batch's counters move once per group, key and caller.
+    """
+    if not rows:
+        return None
+    yield from commit_reservations(
+        {r.reservation_id: r.cost_micro for r in rows if r.reservation_id is not None}, now=now
+    )
+    moves = Moves()
+    held = yield from release_holds([r.request_id for r in rows], moves=moves)
+    owing = []
+    for r in rows:
+        if r.cost_micro or r.bandwidth_micro:
+            h = held.get(r.request_id)
+            owing.append(
+                Charge(
+                    r.request_id,
+                    r.group_id,
+                    r.api_key_id,
+                    h.caller_spend_id if h else None,
+                    r.cost_micro,
+                    r.bandwidth_micro,
+                )
+            )
+    yield from charge(owing, source="settle", now=now, moves=moves)
+    yield from move_counters(moves)
+    return None
 
 
 def reap_reservation(reservation_id: int, *, now: datetime) -> Program:
-    """Resolve an expired reservation: committed at the hold if its call was sent, else released.
+    """Resolve an expired reservation: committed at the hold if its call was sent, else expired.
 
     A sent call whose usage never arrived was served by a gateway that died: the wallet is
     debited the hold, marked unmeasured for reconciliation. A request that took no budget
     hold is charged to its group's counters here too; one with a hold is charged with it.
     """
     row = yield (
-        "UPDATE billing_reservation SET"
-        " status = CASE WHEN call_sent THEN 'committed' ELSE 'expired' END,"
-        " committed_micro = CASE WHEN call_sent THEN amount_micro ELSE 0 END,"
-        " unmeasured = call_sent, resolved_at = %s WHERE id = %s AND status = 'pending'"
-        " RETURNING wallet_id, amount_micro, committed_micro, request_id, group_id, api_key_id",
-        (now, reservation_id),
+        "SELECT call_sent, amount_micro, request_id, group_id, api_key_id"
+        " FROM billing_reservation WHERE id = %s AND status = 'pending'",
+        (reservation_id,),
     )
     if row is None:
         return False  # resolved already (by settle, a cancel, or another reaper)
-    wallet_id, amount, committed, request_id, group_id, api_key_id = row
-    balance = yield (
-        "UPDATE billing_wallet SET reserved_micro = reserved_micro - %s,"
-        " balance_micro = balance_micro - %s, updated_at = %s WHERE id = %s"
-        " RETURNING balance_micro",
-        (amount, committed, now, wallet_id),
-    )
-    if not committed:
-        return True
-    yield (
-        "INSERT INTO billing_ledgerentry (wallet_id, kind, amount_micro,"
-        " balance_after_micro, reservation_id, reason, created_at)"
-        " VALUES (%s, 'commit', %s, %s, %s, %s, %s) RETURNING id",
-        (
-            wallet_id,
-            -committed,
-            balance[0],
-            reservation_id,
-            f"unmeasured: request {request_id}",
-            now,
-        ),
-    )
+    sent, amount, request_id, group_id, api_key_id = row
+    if not sent:
+        return (yield from cancel_reservation(reservation_id, now=now, status="expired"))
+    if not (yield from commit_reservations({reservation_id: amount}, now=now, unmeasured=True)):
+        return False
     hold = yield ("SELECT id FROM billing_spendhold WHERE request_id = %s", (request_id,))
     if hold is None and group_id is not None:
-        yield from _charge_unmeasured(
-            request_id,
-            group_id=group_id,
-            api_key_id=api_key_id,
-            caller_spend_id=None,
-            cost_micro=committed,
-            now=now,
+        yield from charge(
+            [Charge(request_id, group_id, api_key_id, cost_micro=amount)], source="reaper", now=now
         )
     return True
 
@@ -314,44 +612,20 @@ def reap_reservation(reservation_id: int, *, now: datetime) -> Program:
 def reap_hold(request_id: str, *, now: datetime) -> Program:
     """Resolve an expired budget hold: charged if a platform call was sent, else released at 0.
 
-    Sent means the hold was marked before a platform call, or the request reserved its wallet
-    (a reservation is taken right before its call). The charge is the hold (the request's
-    worst case), unmeasured; a hold whose call never left is released uncharged.
+    The charge is the hold (the request's worst case), unmeasured, to the group and to the
+    key and caller it held on.
     """
-    hold = yield (
-        "UPDATE billing_spendhold SET status = CASE WHEN call_sent OR EXISTS (SELECT 1 FROM"
-        " billing_reservation r WHERE r.request_id = billing_spendhold.request_id AND"
-        " r.call_sent) THEN 'charged' ELSE 'expired' END"
-        " WHERE request_id = %s AND status = 'held'"
-        " RETURNING amount_micro, group_id, api_key_id, caller_spend_id, status",
-        (request_id,),
-    )
-    if hold is None:
+    moves = Moves()
+    held = yield from release_holds([request_id], reaped=True, moves=moves)
+    if not held:
         return False
-    held, group_id, held_key, caller_spend_id, status = hold
-    yield (
-        "UPDATE accounts_group SET reserved_micro = reserved_micro - %s WHERE id = %s RETURNING id",
-        (held, group_id),
-    )
-    if held_key is not None:
-        yield (
-            "UPDATE accounts_apikey SET reserved_micro = reserved_micro - %s WHERE id = %s"
-            " RETURNING id",
-            (held, held_key),
-        )
-    if caller_spend_id is not None:
-        yield (
-            "UPDATE billing_callerspend SET reserved_micro = reserved_micro - %s WHERE id = %s"
-            " RETURNING id",
-            (held, caller_spend_id),
-        )
-    if status == "charged":
-        yield from _charge_unmeasured(
-            request_id,
-            group_id=group_id,
-            api_key_id=held_key,
-            caller_spend_id=caller_spend_id,
-            cost_micro=held,
+    h = held[request_id]
+    if h.status == "charged":
+        yield from charge(
+            [Charge(request_id, h.group_id, h.api_key_id, h.caller_spend_id, h.amount_micro)],
+            source="reaper",
             now=now,
+            moves=moves,
         )
+    yield from move_counters(moves)
     return True

@@ -1,8 +1,8 @@
-"""Writes of money. Balances change only by compare-and-set UPDATEs or under row locks.
+"""Control-plane writes of money: wallets, top-ups and corrections, billing settings.
 
-Control plane: wallets, top-ups, billing settings. The request path's steps are
-billing/ledger.py programs (run by billing/escrow.py); settlement rides on stored usage rows
-(billing/settlement.py); the reaper is billing/reaper.py.
+A balance changes only through a billing/ledger.py step (here `credit_wallet`); the request
+path runs them through billing/escrow.py, settlement on stored usage rows through
+billing/settlement.py, the reaper is billing/reaper.py, reconciliation billing/reconcile.py.
 """
 
 from __future__ import annotations
@@ -11,8 +11,9 @@ from django.db import transaction
 from django.utils import timezone
 
 from accounts.models import Account, Group
-from billing.ledger import Refused
+from billing import ledger
 from billing.models import LedgerEntry, Wallet
+from billing.sqlexec import run_sync
 
 # ---- wallets (control plane) ----
 
@@ -30,24 +31,19 @@ def wallet_open(*, account: Account, opening_micro: int = 0) -> Wallet:
     return wallet
 
 
-@transaction.atomic
 def wallet_credit(
     *, wallet: Wallet, amount_micro: int, kind: str = LedgerEntry.Kind.TOPUP, reason: str = ""
 ) -> LedgerEntry:
-    """Add to (or, negative, correct) a wallet's balance with a ledger entry."""
-    locked = Wallet.objects.select_for_update().get(pk=wallet.pk)
-    if locked.balance_micro + amount_micro < locked.reserved_micro:
-        raise Refused("the correction would take the wallet below its holds")
-    locked.balance_micro += amount_micro
-    locked.updated_at = timezone.now()
-    locked.save(update_fields=["balance_micro", "updated_at"])
-    return LedgerEntry.objects.create(
-        wallet=locked,
-        kind=kind,
-        amount_micro=amount_micro,
-        balance_after_micro=locked.balance_micro,
-        reason=reason,
+    """Add to (or, negative, correct) a wallet's balance with a ledger entry.
+
+    Raises billing.ledger.Refused if a correction would take it below what it holds.
+    """
+    entry_id = run_sync(
+        ledger.credit_wallet(
+            wallet.pk, amount_micro=amount_micro, kind=kind, reason=reason, now=timezone.now()
+        )
     )
+    return LedgerEntry.objects.get(pk=entry_id)
 
 
 # ---- billing settings (control plane) ----

@@ -1,6 +1,7 @@
 """Drivers that run billing/ledger.py programs in one transaction each.
 
 - `run_sync`: Django's connection (any database; the control plane, the reaper, SQLite).
+- `run_here`: the same, inside the caller's transaction (settlement, in the usage writer's).
 - `AsyncPgDriver`: async psycopg on the event loop with a small pool per process, so the
   request path spends no thread hop and no ORM machinery on money (PostgreSQL only).
 """
@@ -19,13 +20,22 @@ log = logging.getLogger(__name__)
 
 def run_sync(program: Program):
     """Run a program in a Django transaction; a Refused raised inside rolls it back."""
-    with transaction.atomic(), connection.cursor() as cursor:
+    with transaction.atomic():
+        return run_here(program)
+
+
+def run_here(program: Program):
+    """Run a program in the caller's transaction (it rolls back with it)."""
+    with connection.cursor() as cursor:
         result = None
         try:
             while True:
-                sql, params = program.send(result)
-                cursor.execute(sql, params)
-                result = cursor.fetchone() if cursor.description else None
+                step = program.send(result)
+                cursor.execute(step[0], step[1])
+                if len(step) > 2:
+                    result = cursor.fetchall() if cursor.description else []
+                else:
+                    result = cursor.fetchone() if cursor.description else None
         except StopIteration as done:
             return done.value
 
@@ -76,9 +86,13 @@ class AsyncPgDriver:
             result = None
             try:
                 while True:
-                    sql, params = program.send(result)
-                    await cursor.execute(sql, params)
-                    result = await cursor.fetchone()  # every ledger statement RETURNs
+                    step = program.send(result)
+                    await cursor.execute(step[0], step[1])
+                    # Every ledger statement RETURNs: there is always a result to fetch.
+                    if len(step) > 2:
+                        result = await cursor.fetchall()
+                    else:
+                        result = await cursor.fetchone()
             except StopIteration as done:
                 return done.value
 

@@ -37,12 +37,12 @@ def reserve(tenant, request_id: str, amount_micro: int) -> int:
     )
 
 
-def resolve(reservation_id: int, status: str, cost_micro: int):
-    return run_sync(
-        ledger.resolve_reservation(
-            reservation_id, status=status, cost_micro=cost_micro, now=timezone.now()
-        )
-    )
+def resolve(reservation_id: int, status: str, cost_micro: int) -> bool:
+    if status == "committed":
+        program = ledger.commit_reservations({reservation_id: cost_micro}, now=timezone.now())
+    else:
+        program = ledger.cancel_reservation(reservation_id, now=timezone.now(), status=status)
+    return bool(run_sync(program))
 
 
 def operator(name: str) -> Client:
