@@ -147,48 +147,11 @@ class SpendAdjustment(models.Model):
     created_at = models.DateTimeField(default=timezone.now)
 
 
-class SettledRequestManager(models.Manager):
-    def mark(
-        self,
-        *,
-        request_id: str,
-        group_id: int,
-        api_key_id: int | None,
-        bandwidth_micro: int,
-        source: str,
-        provider_cost_micro: int = 0,
-    ) -> bool:
-        """Record that a request is charged; False if it was recorded already.
-
-        One INSERT ... ON CONFLICT DO NOTHING: whichever of settle, the reaper and
-        reconciliation comes first charges the request, the others see False.
-        """
-        from django.db import connection
-
-        with connection.cursor() as cursor:
-            cursor.execute(
-                f"INSERT INTO {self.model._meta.db_table} (request_id, group_id, api_key_id,"
-                " bandwidth_micro, provider_cost_micro, source, created_at)"
-                " VALUES (%s, %s, %s, %s, %s, %s, %s)"
-                " ON CONFLICT (request_id) DO NOTHING RETURNING id",
-                [
-                    request_id,
-                    group_id,
-                    api_key_id,
-                    bandwidth_micro,
-                    provider_cost_micro,
-                    source,
-                    timezone.now(),
-                ],
-            )
-            return cursor.fetchone() is not None
-
-
 class SettledRequest(models.Model):
     """Marks a request whose cost and bandwidth are charged to group and key counters.
 
-    Inserted (ON CONFLICT DO NOTHING) by whoever charges the request first: its settle
-    (billing.ledger.settle), the reaper, or reconciliation for a request whose settle never
+    Inserted (ON CONFLICT DO NOTHING) by billing.ledger.charge for whoever charges the
+    request first: its settle, the reaper, or reconciliation for a request whose settle never
     committed because its gateway died. The inserter charges what the usage row says; anyone
     later charges nothing, so no request is ever charged twice.
     """
@@ -205,8 +168,6 @@ class SettledRequest(models.Model):
     provider_cost_micro = models.BigIntegerField(default=0)
     source = models.CharField(max_length=10, choices=Source.choices)
     created_at = models.DateTimeField(default=timezone.now)
-
-    objects = SettledRequestManager()
 
     def __str__(self) -> str:
         return f"{self.request_id}: {self.bandwidth_micro} ({self.source})"

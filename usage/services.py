@@ -13,22 +13,15 @@ and advances the cursor in the same transaction, so a retried task or a second w
 the window done. UsageEvent's unique (window_start, group_id) is the backstop where row locks
 do not exist (SQLite): a second insert of a window's events is ignored, never duplicated.
 
-Reconciliation. A usage row is settled in the transaction that stores it
-(billing/settlement.py): its billing.SettledRequest marker is inserted and group and key
-counters move by what the row says; whoever inserts a request's marker charges it, nobody
-charges it again. Reconciliation recomputes each window's bandwidth from its rows and checks
-it against the markers: a charged row without a marker (stored by a path that did not
-settle: an older release during a rolling deploy, an import, a bug) is charged now, token
-cost included; a marker whose bandwidth disagrees with its row is corrected by the
-difference. Each group's correction is one SpendAdjustment, made with F() in one
-transaction; the drift is logged and set on gateway.metrics.RECONCILE_DRIFT. A rerun of a
-window finds nothing to do.
+Reconciliation. Its money lives in billing (billing/reconcile.py: a row nobody settled is
+charged, a marker that disagrees with its row corrected, one SpendAdjustment per group and
+window); usage walks the windows and hands each window's rows to it, then sets the drift
+on gateway.metrics.RECONCILE_DRIFT. A rerun of a window finds nothing to do.
 """
 
 from __future__ import annotations
 
 import logging
-from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -39,13 +32,13 @@ from typing import TypeVar
 import orjson
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Count, F, Max, Min, OuterRef, Q, Subquery, Sum, Value
+from django.db.models import Count, F, Max, Min, OuterRef, Q, Sum, Value
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 from jsonschema import Draft202012Validator
 
-from accounts.models import ApiKey, Group
-from billing.models import SettledRequest, SpendAdjustment
+from billing.reconcile import Drift, LoggedCharge, reconcile_window
+from billing.selectors import marked_bandwidth
 from usage.models import UsageCursor, UsageEvent, UsageLog
 from usage.sinks import Sink, SinkError, configured_sink
 
@@ -326,82 +319,15 @@ def usage_events_redeliver(*, event_ids: Iterable[int]) -> int:
 # ---------------------------------------------------------------- reconciliation
 
 
-@dataclass(frozen=True, slots=True)
-class Drift:
-    """What one group's counters missed (positive) or over-charged in one window."""
-
-    window_start: datetime
-    group_id: int
-    logged_micro: int  # the bandwidth the window's usage rows say was charged
-    charged_micro: int  # the bandwidth the counters had before the correction
-    requests: int  # requests corrected
-    unsettled_cost_micro: int = 0  # token cost of never-settled requests, charged with them
-
-    @property
-    def amount_micro(self) -> int:
-        """The bandwidth drift."""
-        return self.logged_micro - self.charged_micro
-
-    @property
-    def spent_micro(self) -> int:
-        """What the correction added to the group's spent."""
-        return self.amount_micro + self.unsettled_cost_micro
-
-
-def _charge_unsettled(
-    *,
-    request_id: str,
-    group_id: int,
-    api_key_id: int | None,
-    bandwidth_micro: int,
-    cost_micro: int,
-) -> bool:
-    """Charge a stored row nobody settled, as it says; False if someone marked it first.
-
-    The marker's rule (billing.models.SettledRequest): whoever inserts it charges the whole
-    row, token cost included, and nobody charges it again.
-    """
-    if not SettledRequest.objects.mark(
-        request_id=request_id,
-        group_id=group_id,
-        api_key_id=api_key_id,
-        bandwidth_micro=bandwidth_micro,
-        provider_cost_micro=cost_micro,
-        source=SettledRequest.Source.RECONCILE,
-    ):
-        return False
-    spent = bandwidth_micro + cost_micro
-    Group.objects.filter(pk=group_id).update(
-        spent_micro=F("spent_micro") + spent, settled_micro=F("settled_micro") + cost_micro
-    )
-    if api_key_id is not None:
-        ApiKey.objects.filter(pk=api_key_id).update(spent_micro=F("spent_micro") + spent)
-    return True
-
-
-def _correct_charged(*, request_id: str, api_key_id: int | None, logged_micro: int) -> int:
-    """Make a settled request's charged bandwidth equal its row's; return the difference."""
-    marker = SettledRequest.objects.select_for_update().get(request_id=request_id)
-    delta = logged_micro - marker.bandwidth_micro
-    if delta:
-        SettledRequest.objects.filter(pk=marker.pk).update(bandwidth_micro=logged_micro)
-        Group.objects.filter(pk=marker.group_id).update(spent_micro=F("spent_micro") + delta)
-        if api_key_id is not None:
-            ApiKey.objects.filter(pk=api_key_id).update(spent_micro=F("spent_micro") + delta)
-    return delta
-
-
 def bandwidth_reconcile_window(window: Window) -> list[Drift]:
-    """Recompute a window's bandwidth charges from its usage rows and correct the counters.
+    """Hand a window's rows whose charge may be off to billing to correct; return the drift.
 
-    A row without a settled marker (its gateway died before settling) is charged now, cost
-    included; a marker that disagrees with its row is corrected by the difference. Each
-    group's correction is one SpendAdjustment. Idempotent: a rerun finds nothing to do.
+    The database narrows the window to rows without a settled marker that owe something and
+    rows whose marker's bandwidth disagrees; billing.reconcile decides under its own locks.
     """
     rows = _rows_in(window)
-    marker = SettledRequest.objects.filter(request_id=OuterRef("request_id"))
     off = list(
-        rows.annotate(charged=Subquery(marker.values("bandwidth_micro")[:1]))
+        rows.annotate(charged=marked_bandwidth(request_id=OuterRef("request_id")))
         .filter(
             Q(charged__isnull=True)
             & (Q(bandwidth_charge_micro__gt=0) | Q(provider_cost_micro__gt=0))
@@ -416,64 +342,19 @@ def bandwidth_reconcile_window(window: Window) -> list[Drift]:
             "charged",
         )
     )
-    by_group: dict[int, list[tuple]] = defaultdict(list)
-    for row in off:
-        by_group[row[1]].append(row)
+    if not off:
+        return []
     logged_by_group = dict(
-        rows.filter(group_id__in=list(by_group))
+        rows.filter(group_id__in={row[1] for row in off})
         .values("group_id")
         .annotate(total=_sum("bandwidth_charge_micro"))
         .values_list("group_id", "total")
     )
-    drifts = []
-    for group_id, group_rows in sorted(by_group.items()):
-        if not Group.objects.filter(pk=group_id).exists():
-            continue  # the group is gone: there is no counter left to correct
-        with transaction.atomic():
-            bandwidth = cost = corrected = 0
-            for request_id, _, api_key_id, logged, row_cost, charged in group_rows:
-                if charged is None and _charge_unsettled(
-                    request_id=request_id,
-                    group_id=group_id,
-                    api_key_id=api_key_id,
-                    bandwidth_micro=logged,
-                    cost_micro=row_cost,
-                ):
-                    bandwidth, cost, corrected = bandwidth + logged, cost + row_cost, corrected + 1
-                    continue
-                # Settled meanwhile, or settled with a different bandwidth charge.
-                delta = _correct_charged(
-                    request_id=request_id, api_key_id=api_key_id, logged_micro=logged
-                )
-                bandwidth, corrected = bandwidth + delta, corrected + bool(delta)
-            if not (bandwidth or cost):
-                continue
-            logged_total = logged_by_group.get(group_id, 0)
-            drift = Drift(
-                window.start, group_id, logged_total, logged_total - bandwidth, corrected, cost
-            )
-            SpendAdjustment.objects.create(
-                group_id=group_id,
-                window_start=window.start,
-                amount_micro=drift.spent_micro,
-                reason=(
-                    f"reconciliation: bandwidth logged {drift.logged_micro}, counters had "
-                    f"{drift.charged_micro}; {drift.requests} request(s) corrected"
-                    + (f", {cost} of token cost never settled" if cost else "")
-                )[:200],
-            )
-        log.warning(
-            "bandwidth drift: group %s window %s logged %d micro-USD, counters had %d: "
-            "spent adjusted by %d (token cost of unsettled requests %d)",
-            group_id,
-            rfc3339(window.start),
-            drift.logged_micro,
-            drift.charged_micro,
-            drift.spent_micro,
-            cost,
-        )
-        drifts.append(drift)
-    return drifts
+    return reconcile_window(
+        window_start=window.start,
+        rows=[LoggedCharge(*row) for row in off],
+        logged_by_group=logged_by_group,
+    )
 
 
 def bandwidth_reconcile(*, now: datetime | None = None) -> list[Drift]:

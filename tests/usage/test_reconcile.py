@@ -96,7 +96,7 @@ def test_a_row_the_counters_never_saw_is_charged_once_and_a_rerun_changes_nothin
 
     tenant, bystander = make_tenant(), make_tenant()
     settled = charged_row(tenant, bandwidth_micro=500)
-    SettledRequest.objects.mark(
+    SettledRequest.objects.create(
         request_id=settled["request_id"],
         group_id=tenant.group_id,
         api_key_id=tenant.api_key_id,
@@ -173,7 +173,7 @@ def test_a_marker_that_disagrees_with_its_row_is_corrected_by_the_difference(tra
 
     tenant = make_tenant()
     row = charged_row(tenant, bandwidth_micro=700)
-    SettledRequest.objects.mark(
+    SettledRequest.objects.create(
         request_id=row["request_id"],
         group_id=tenant.group_id,
         api_key_id=tenant.api_key_id,
