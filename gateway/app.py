@@ -242,6 +242,9 @@ async def serve(ex: Exchange, ctx: RequestContext, req: ChatRequest, shape) -> N
         if first is not None and first.attempts and not first.locked
         else None,
         lease_s=max((link.route.profile.timeout_s for link in ctx.plan.links), default=60) + 30,
+        # Reserved in the token counts until the finish trues it up: a burst cannot pass TPM.
+        tokens_estimate=prompt_bound(req)
+        + max((link.max_tokens for link in ctx.plan.links), default=0),
     )
     ctx.admission = admission
     # A client leaving cancels a stream at once; a non-streamed call runs to its answer (its

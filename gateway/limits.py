@@ -3,8 +3,22 @@
 Scopes: the key, the group and the caller label, each with a request-per-minute and a
 token-per-minute limit (fixed one-minute windows). Caps: a fleet-wide in-flight cap and a
 per-group concurrency cap, held as leased slots (sorted-set members with an expiry) so a
-crashed replica's slots lapse. Tokens are counted from the provider's real usage after the
-answer, in both vendor shapes. Without Redis each process enforces limit / replicas.
+crashed replica's slots lapse.
+
+Tokens: admission reserves the request's estimate (prompt bound + max output tokens) in the
+TPM counters, so a concurrent burst sees what is already promised; the finish adds
+(real usage - estimate), in both vendor shapes. A scope refuses once used >= limit, so it is
+passed by at most one request's estimate.
+
+Without Redis each process judges alone, from what it last saw: per (scope, window) it
+keeps the fleet counts the script returned, and takes as its share of the window what was
+left of it then, split between replicas: (limit - seen) // replicas (limit // replicas for a
+window it never saw). That share binds it for the rest of the window, Redis back or not, so
+replicas that come back one after the other never hand out each other's shares; the fleet
+admits at most the limit plus about one request per replica in any window. When Redis
+answers again, the first admission of the window pushes what this process counted alone
+before it is judged (one extra round trip per recovery, none per request), and brings a
+Redis that came back empty up to what this process saw.
 """
 
 from __future__ import annotations
@@ -22,10 +36,12 @@ PREFIX = "tollgate:rl:"
 WINDOW_S = 60
 OK, RPM, TPM, CAP = 0, 1, 2, 3
 RETRY_RELEASE_S = 1.0
+SYNC_SLOTS_PER_CALL = 500
 
 ADMIT = """
 local now, window_ttl, rid, lease = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3], tonumber(ARGV[4])
 local inflight_max, conc_max, n = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
+local estimate = tonumber(ARGV[9 + 2 * n])
 for i = 1, n do
   local rpm, tpm = tonumber(ARGV[7 + 2 * i - 1]), tonumber(ARGV[7 + 2 * i])
   if rpm > 0 and tonumber(redis.call('GET', KEYS[2 + 2 * i - 1]) or '0') >= rpm then
@@ -55,10 +71,45 @@ for i = 1, n do
   local used = redis.call('INCR', KEYS[2 + 2 * i - 1])
   if used == 1 then redis.call('EXPIRE', KEYS[2 + 2 * i - 1], window_ttl) end
   out[#out + 1] = used
-  out[#out + 1] = tonumber(redis.call('GET', KEYS[2 + 2 * i]) or '0')
+  -- Reserve the estimate now: tokens used before this request are returned.
+  if estimate > 0 then
+    local tokens = redis.call('INCRBY', KEYS[2 + 2 * i], estimate)
+    if tokens == estimate then redis.call('EXPIRE', KEYS[2 + 2 * i], window_ttl) end
+    out[#out + 1] = tokens - estimate
+  else
+    out[#out + 1] = tonumber(redis.call('GET', KEYS[2 + 2 * i]) or '0')
+  end
 end
 if inflight_max > 0 then redis.call('ZADD', KEYS[1], lease, rid) end
 if conc_max > 0 then redis.call('ZADD', KEYS[2], lease, rid) end
+return out
+"""
+
+# Per slot: its rpm and tpm keys; ARGV: the window TTL, then per slot the requests this
+# process last saw, those it admitted alone since, the tokens it last saw, those it counted
+# alone since. Returns the counters after, two per slot.
+SYNC = """
+local ttl, out = tonumber(ARGV[1]), {}
+for i = 1, #KEYS / 2 do
+  local rkey, tkey = KEYS[2 * i - 1], KEYS[2 * i]
+  local seen, alone = tonumber(ARGV[4 * i - 2]), tonumber(ARGV[4 * i - 1])
+  local stored = tonumber(redis.call('GET', rkey) or '0')
+  -- Requests only grow within a window: fewer than this process saw means Redis lost them.
+  local used = math.max(stored, seen) + alone
+  if used ~= stored then redis.call('SET', rkey, used, 'EX', ttl) end
+  seen, alone = tonumber(ARGV[4 * i]), tonumber(ARGV[4 * i + 1])
+  local tokens = redis.call('GET', tkey)
+  if tokens then
+    -- Trued-up reservations make tokens shrink, so only a missing key says Redis lost them.
+    tokens = tonumber(tokens)
+    if alone ~= 0 then tokens = redis.call('INCRBY', tkey, alone) end
+  else
+    tokens = seen + alone
+    if tokens ~= 0 then redis.call('SET', tkey, tokens, 'EX', ttl) end
+  end
+  out[#out + 1] = used
+  out[#out + 1] = tokens
+end
 return out
 """
 
@@ -84,6 +135,7 @@ class Admission:
     scopes: tuple[Scope, ...]
     window: int
     in_shared: bool
+    tokens_estimate: int = 0  # reserved at admission, trued up by the finish
     requests_used: list[int] = field(default_factory=list)
     tokens_used: list[int] = field(default_factory=list)
     breaker_clean: bool = False  # the first link's breaker was closed with no failure counted
@@ -120,19 +172,48 @@ class Admission:
         return best
 
 
-def _local_share(limit: int) -> int:
-    """Split a fleet limit between replicas so the fleet never admits more than it."""
-    return limit // settings.TOLLGATE["REPLICAS"]
+@dataclass(slots=True)
+class Tally:
+    """What this process knows of one (scope, window)."""
+
+    seen_requests: int = 0  # fleet counts Redis last returned
+    seen_tokens: int = 0
+    alone_requests: int = 0  # counted without Redis, not pushed to it yet
+    alone_tokens: int = 0
+    # Once judged without Redis: this process's share of the rest of the window, and what
+    # it has admitted since (with Redis or without), until the window ends.
+    shared_out: bool = False
+    share_requests: int = 0
+    share_tokens: int = 0
+    own_requests: int = 0
+    own_tokens: int = 0
+
+    def share_out(self, scope: Scope, replicas: int) -> None:
+        self.shared_out = True
+        self.share_requests = (scope.rpm - self.seen_requests) // replicas
+        self.share_tokens = (scope.tpm - self.seen_tokens) // replicas
+
+    def over_share(self, scope: Scope) -> int:
+        """Return RPM or TPM if this process has used its share of the scope, else OK."""
+        if scope.rpm and self.own_requests >= self.share_requests:
+            return RPM
+        if scope.tpm and self.own_tokens >= self.share_tokens:
+            return TPM
+        return OK
 
 
 class Limiter:
     def __init__(self, shared: SharedState) -> None:
         self._shared = shared
         self.inflight_max = settings.TOLLGATE["INFLIGHT_MAX"]
+        self._replicas = settings.TOLLGATE["REPLICAS"]
         self._script = None
-        # Per-process stand-ins: counters per (scope, window) and in-flight sets.
-        self._requests: dict[tuple[str, int], int] = {}
-        self._tokens: dict[tuple[str, int], int] = {}
+        self._sync_script = None
+        self._tallies: dict[tuple[str, int], Tally] = {}
+        self._window = 0  # the newest window admitted; older tallies are dropped
+        self._resync_window = -1  # a window judged without Redis: push before using Redis
+        self._shares_window = -1  # a window judged without Redis: shares bind till it ends
+        self._syncing: asyncio.Task | None = None
         self._inflight: set[str] = set()
         self._releases: set[asyncio.Task] = set()
         self._group_inflight: dict[int, set[str]] = {}
@@ -146,22 +227,28 @@ class Limiter:
         concurrency: int | None,
         lease_s: float,
         breaker_key: str | None = None,
+        tokens_estimate: int = 0,
     ) -> Admission:
-        """Admit a request or raise LM-3001 / LM-3002 / LM-3003 (with Retry-After)."""
+        """Admit a request or raise LM-3001 / LM-3002 / LM-3003 (with Retry-After).
+
+        `tokens_estimate` (prompt bound + max output tokens) is reserved in every scope's
+        token count until the finish trues it up.
+        """
         now = time.time()
         window = int(now // WINDOW_S)
-        admission = Admission(request_id, group_id, scopes, window, in_shared=False)
+        if window != self._window:
+            self._new_window(window)
+        admission = Admission(request_id, group_id, scopes, window, False, tokens_estimate)
+        result = None
         if self._shared.available:
             try:
-                result = await self._admit_shared(
+                if window == self._resync_window or self._syncing is not None:
+                    await self._resync(window)
+                result = await self._admit_shared_within_shares(
                     admission, concurrency or 0, now, lease_s, breaker_key
                 )
-                admission.in_shared = True
-                admission.breaker_clean = result[0] == OK and result[1] == 1
             except SharedStateDown:
                 result = None
-        else:
-            result = None
         if result is None:
             result = self._admit_local(admission, concurrency or 0)
         code = result[0]
@@ -169,7 +256,11 @@ class Limiter:
             values = result[2:]
             admission.requests_used = [int(v) for v in values[0::2]]
             admission.tokens_used = [int(v) for v in values[1::2]]
+            if admission.in_shared:
+                self._saw(admission)
             return admission
+        if admission.in_shared and code != CAP:
+            self._saw_refusal(admission, code, scopes[result[1] - 1])
         retry_after = max(1, (window + 1) * WINDOW_S - int(now))
         if code == RPM:
             raise errors.RequestRateLimited(
@@ -185,7 +276,7 @@ class Limiter:
         raise errors.CapacityExhausted(f"The {which} is reached.", retry_after_s=1)
 
     async def finish(self, admission: Admission, *, tokens: int) -> None:
-        """Release the slots and count the answer's real tokens against each scope."""
+        """Release the slots and true up the reserved estimate to the answer's real tokens."""
         if admission.in_shared:
             try:
                 await self._shared.call(lambda r: self._finish_pipeline(r, admission, tokens))
@@ -214,12 +305,22 @@ class Limiter:
         task.add_done_callback(self._releases.discard)
 
     def finish_local(self, admission: Admission, *, tokens: int) -> None:
+        """Finish in this process: a local admission, or a shared one Redis did not finish."""
         self._inflight.discard(admission.request_id)
         self._group_inflight.get(admission.group_id, set()).discard(admission.request_id)
-        if tokens:
+        true_up = tokens - admission.tokens_estimate
+        if admission.in_shared:
+            # Redis failed the finish (it may have restarted: push what this process knows).
+            # It holds the estimate and may yet run a finish that timed out: count only what
+            # the estimate missed, never subtract twice.
+            self._resync_window = max(self._resync_window, admission.window)
+            true_up = max(0, true_up)
+        elif admission.window == self._shares_window:
+            self._true_up_shares(admission, true_up)
+        if true_up:
+            self._resync_window = max(self._resync_window, admission.window)
             for scope in admission.scopes:
-                slot = (scope.name, admission.window)
-                self._tokens[slot] = self._tokens.get(slot, 0) + tokens
+                self._tally(scope.name, admission.window).alone_tokens += true_up
 
     # ---- Redis ----
 
@@ -229,6 +330,32 @@ class Limiter:
             keys.append(f"{PREFIX}rpm:{scope.name}:{admission.window}")
             keys.append(f"{PREFIX}tpm:{scope.name}:{admission.window}")
         return keys
+
+    async def _admit_shared_within_shares(
+        self,
+        admission: Admission,
+        concurrency: int,
+        now: float,
+        lease_s: float,
+        breaker_key: str | None,
+    ) -> list[int]:
+        """Let Redis judge, within this process's shares if it judged this window alone."""
+        held = admission.window == self._shares_window
+        if held:
+            refused = self._take_shares(admission)
+            if refused is not None:
+                return refused
+        try:
+            result = await self._admit_shared(admission, concurrency, now, lease_s, breaker_key)
+        except SharedStateDown:
+            if held:
+                self._give_back_shares(admission)
+            raise
+        if held and result[0] != OK:
+            self._give_back_shares(admission)
+        admission.in_shared = True
+        admission.breaker_clean = result[0] == OK and result[1] == 1
+        return result
 
     async def _admit_shared(
         self,
@@ -252,8 +379,84 @@ class Limiter:
         for scope in admission.scopes:
             args += [scope.rpm, scope.tpm]
         args.append(1 if breaker_key else 0)
+        args.append(admission.tokens_estimate)
         keys = self._keys(admission) + ([breaker_key] if breaker_key else [])
         return await self._shared.call(lambda r: self._script(keys=keys, args=args, client=r))
+
+    def _saw(self, admission: Admission) -> None:
+        """Remember the fleet counts of limited scopes, for when Redis misses this window."""
+        window = admission.window
+        for scope, used, tokens in zip(
+            admission.scopes, admission.requests_used, admission.tokens_used, strict=True
+        ):
+            if scope.rpm or scope.tpm:
+                tally = self._tally(scope.name, window)
+                if 2 * used < tally.seen_requests:
+                    # A request count went back: Redis lost this window (a restart).
+                    self._resync_window = window
+                elif used > tally.seen_requests:
+                    tally.seen_requests = used
+                # Own reservation included; other replicas' true-ups are not seen here.
+                tally.seen_tokens = tokens + admission.tokens_estimate
+
+    def _saw_refusal(self, admission: Admission, code: int, scope: Scope) -> None:
+        """Remember that Redis found a scope full: alone, this process admits none of it."""
+        tally = self._tally(scope.name, admission.window)
+        if code == RPM:
+            tally.seen_requests = max(tally.seen_requests, scope.rpm)
+        else:
+            tally.seen_tokens = max(tally.seen_tokens, scope.tpm)
+
+    async def _resync(self, window: int) -> None:
+        """Push what this process counted alone in `window` before Redis judges again.
+
+        One task at a time; admissions arriving meanwhile wait for it, so none is judged by
+        a Redis that misses these counts.
+        """
+        if self._syncing is None:
+            self._syncing = asyncio.get_running_loop().create_task(self._push_tallies(window))
+            self._syncing.add_done_callback(self._sync_done)
+        await asyncio.shield(self._syncing)
+
+    def _sync_done(self, task: asyncio.Task) -> None:
+        if self._syncing is task:
+            self._syncing = None
+        if not task.cancelled():
+            task.exception()  # retrieved: each admission that waited had it raised
+
+    async def _push_tallies(self, window: int) -> None:
+        if self._sync_script is None:
+            self._sync_script = self._shared.client.register_script(SYNC)
+        self._resync_window = -1  # counted alone from now on: pushed by the next resync
+        slots = [(name, t) for (name, w), t in self._tallies.items() if w == window]
+        for start in range(0, len(slots), SYNC_SLOTS_PER_CALL):
+            chunk = slots[start : start + SYNC_SLOTS_PER_CALL]
+            keys: list[str] = []
+            args: list[int] = [WINDOW_S * 2]
+            taken: list[tuple[int, int]] = []
+            for name, tally in chunk:
+                keys += [f"{PREFIX}rpm:{name}:{window}", f"{PREFIX}tpm:{name}:{window}"]
+                args += [tally.seen_requests, tally.alone_requests]
+                args += [tally.seen_tokens, tally.alone_tokens]
+                taken.append((tally.alone_requests, tally.alone_tokens))
+                tally.alone_requests = tally.alone_tokens = 0
+            try:
+                counts = await self._shared.call(
+                    lambda r, keys=keys, args=args: self._sync_script(
+                        keys=keys, args=args, client=r
+                    )
+                )
+            except SharedStateDown:
+                # Not pushed (or not known to be): keep them for the next try. Pushed twice
+                # at worst, which only counts too much.
+                for (_, tally), (requests, tokens) in zip(chunk, taken, strict=True):
+                    tally.alone_requests += requests
+                    tally.alone_tokens += tokens
+                self._resync_window = max(self._resync_window, window)
+                raise
+            for (_, tally), used, tokens in zip(chunk, counts[0::2], counts[1::2], strict=True):
+                tally.seen_requests = max(tally.seen_requests, int(used))
+                tally.seen_tokens = int(tokens)
 
     async def _finish_pipeline(self, client, admission: Admission, tokens: int):
         pipe = client.pipeline(transaction=False)
@@ -265,33 +468,80 @@ class Limiter:
         keys = self._keys(admission)
         pipe.zrem(keys[0], admission.request_id)
         pipe.zrem(keys[1], admission.request_id)
-        if tokens:
+        true_up = tokens - admission.tokens_estimate  # negative when the estimate was high
+        if true_up:
             for tpm_key in keys[3::2]:
-                pipe.incrby(tpm_key, tokens)
+                pipe.incrby(tpm_key, true_up)
                 pipe.expire(tpm_key, WINDOW_S * 2)
+            if admission.window == self._shares_window:
+                self._true_up_shares(admission, true_up)
 
     # ---- per-process fallback ----
 
+    def _tally(self, name: str, window: int) -> Tally:
+        tally = self._tallies.get((name, window))
+        if tally is None:
+            tally = self._tallies[(name, window)] = Tally()
+        return tally
+
+    def _new_window(self, window: int) -> None:
+        """Drop tallies of windows no admission or finish can reach any more."""
+        self._window = window
+        self._tallies = {k: v for k, v in self._tallies.items() if k[1] >= window - 1}
+
+    def _take_shares(self, admission: Admission) -> list[int] | None:
+        """Count a request against this process's shares of a window it judged alone, or
+        return the refusal: Redis is back, but what other replicas admitted alone may not be."""
+        for index, scope in enumerate(admission.scopes, start=1):
+            tally = self._tallies.get((scope.name, admission.window))
+            if tally is not None and tally.shared_out and tally.over_share(scope):
+                return [tally.over_share(scope), index]
+        self._count_shares(admission, 1)
+        return None
+
+    def _give_back_shares(self, admission: Admission) -> None:
+        self._count_shares(admission, -1)
+
+    def _count_shares(self, admission: Admission, sign: int) -> None:
+        for scope in admission.scopes:
+            tally = self._tallies.get((scope.name, admission.window))
+            if tally is not None and tally.shared_out:
+                tally.own_requests += sign
+                tally.own_tokens += sign * admission.tokens_estimate
+
+    def _true_up_shares(self, admission: Admission, true_up: int) -> None:
+        for scope in admission.scopes:
+            tally = self._tallies.get((scope.name, admission.window))
+            if tally is not None and tally.shared_out:
+                tally.own_tokens += true_up
+
     def _admit_local(self, admission: Admission, concurrency: int) -> list[int]:
         window = admission.window
-        if len(self._requests) > 50_000:  # drop old windows
-            self._requests = {k: v for k, v in self._requests.items() if k[1] >= window}
-            self._tokens = {k: v for k, v in self._tokens.items() if k[1] >= window}
-        for index, scope in enumerate(admission.scopes, start=1):
-            if scope.rpm and self._requests.get((scope.name, window), 0) >= _local_share(scope.rpm):
-                return [RPM, index]
-            if scope.tpm and self._tokens.get((scope.name, window), 0) >= _local_share(scope.tpm):
-                return [TPM, index]
-        if self.inflight_max and len(self._inflight) >= _local_share(self.inflight_max):
+        self._resync_window = max(self._resync_window, window)
+        self._shares_window = max(self._shares_window, window)
+        replicas = self._replicas
+        tallies = [self._tally(scope.name, window) for scope in admission.scopes]
+        for index, (scope, tally) in enumerate(zip(admission.scopes, tallies, strict=True), 1):
+            if not tally.shared_out:
+                tally.share_out(scope, replicas)
+            refused = tally.over_share(scope)
+            if refused:
+                return [refused, index]
+        if self.inflight_max and len(self._inflight) >= self.inflight_max // replicas:
             return [CAP, 0]
         group_set = self._group_inflight.setdefault(admission.group_id, set())
-        if concurrency and len(group_set) >= _local_share(concurrency):
+        if concurrency and len(group_set) >= concurrency // replicas:
             return [CAP, 1]
         out = [OK, 0]
-        for scope in admission.scopes:
-            slot = (scope.name, window)
-            self._requests[slot] = self._requests.get(slot, 0) + 1
-            out += [self._requests[slot], self._tokens.get(slot, 0)]
+        for tally in tallies:
+            tally.own_requests += 1
+            tally.alone_requests += 1
+            out += [
+                tally.seen_requests + tally.alone_requests,
+                tally.seen_tokens + tally.alone_tokens,
+            ]
+            tally.own_tokens += admission.tokens_estimate
+            tally.alone_tokens += admission.tokens_estimate
         self._inflight.add(admission.request_id)
         group_set.add(admission.request_id)
         return out
