@@ -32,6 +32,7 @@ SCHEME: dict[str, tuple[type, object]] = {
     "SEALING_KEYS": (str, ""),
     "PROVIDER_PROFILES_JSON": (str, ""),
     "TOLLGATE_VAR_DIR": (str, ""),
+    "TOLLGATE_BEAT_SCHEDULE": (str, ""),
     "TOLLGATE_MAX_BODY_BYTES": (int, 1_048_576),
     "TOLLGATE_MAX_ROUTE": (int, 2),
     "TOLLGATE_AUTH_CACHE_TTL_S": (int, 300),
@@ -319,7 +320,12 @@ if CELERY_BROKER_URL == "filesystem://":
         "store_processed": False,
         "control_folder": str(VAR_DIR / "celery" / "control"),
     }
-CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
+# Where beat keeps its last-run times; the scheduler (config/celery.py) creates the
+# directory when beat starts, so a fresh production checkout with no var/ starts too.
+CELERY_BEAT_SCHEDULE_FILENAME = env("TOLLGATE_BEAT_SCHEDULE") or str(
+    VAR_DIR / "celerybeat-schedule"
+)
+CELERY_BEAT_SCHEDULER = "config.celery:BeatScheduler"
 # Each task is a thin interface to a service; every one is safe to run twice or concurrently.
 CELERY_BEAT_SCHEDULE: dict = {
     "usage-flush-events": {
