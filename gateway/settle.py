@@ -108,6 +108,8 @@ async def record_and_release(runtime, ctx: RequestContext, row: dict) -> None:
         except SharedStateDown:
             if shared_admission:
                 runtime.limiter.release_later(admission)
+    elif shared_admission:  # Redis went down mid-request: retry freeing its shared slots
+        runtime.limiter.release_later(admission)
     if journal:
         runtime.usage.keep(row)
     if admission is not None:
