@@ -9,6 +9,7 @@ unbilled). Settlement is not here: it rides on the usage row (billing/settlement
 from __future__ import annotations
 
 import logging
+import time
 from datetime import timedelta
 
 from django.conf import settings
@@ -18,7 +19,7 @@ from psycopg import Error as PsycopgError
 
 from billing import ledger
 from billing.sqlexec import AsyncPgDriver, postgres_conninfo, run_sync
-from gateway import errors
+from gateway import errors, metrics
 from gateway.db import off_loop
 
 log = logging.getLogger(__name__)
@@ -28,6 +29,7 @@ DB_ERRORS = (DatabaseError, PsycopgError, OSError, TimeoutError)
 class Escrow:
     def __init__(self) -> None:
         self.ttl_s = settings.TOLLGATE["RESERVATION_TTL_S"]
+        self._unmarked_warned_at = -3600.0
         conninfo = postgres_conninfo()
         self._pg = AsyncPgDriver(conninfo) if conninfo else None
 
@@ -104,11 +106,16 @@ class Escrow:
             raise errors.DependencyDown() from None
 
     async def mark_sent(self, ctx, amount_micro: int) -> None:
-        """Record that a platform call is about to be sent, before it is (LM-5004 if we can't).
+        """Record that a platform call is about to be sent, before it is.
 
         The request's hold is marked; a request without a budget takes a hold of its worst
         case now, marked (one statement on PostgreSQL). If the gateway dies before the usage
         row is stored, the reaper charges it instead of releasing it at 0.
+
+        With the database unreachable the call is still made: its budget and wallet checks
+        (if any) already passed, and its charge rides on the usage journal, which outlives
+        the outage. Only a gateway dying during the outage could then lose it; each such
+        call is counted (tollgate_unmarked_calls_total) so an operator can see the exposure.
         """
         now = timezone.now()
         try:
@@ -135,7 +142,11 @@ class Escrow:
                 )
                 await self.run(ledger.take_hold(hold, now=now, ttl_s=self.ttl_s, call_sent=True))
         except DB_ERRORS:
-            raise errors.DependencyDown() from None
+            metrics.UNMARKED_CALLS.inc()
+            if time.monotonic() - self._unmarked_warned_at > 60:  # one line a minute, not a flood
+                self._unmarked_warned_at = time.monotonic()
+                log.warning("database unreachable: platform calls are served without crash marks")
+            return
         ctx.spend_hold_taken = True
 
     async def cancel(self, reservation_id: int) -> None:

@@ -221,3 +221,8 @@ USAGE_DEAD_LETTERS = Counter(
     "Usage rows moved to the dead-letter table because the database refused them.",
     registry=REGISTRY,
 )
+UNMARKED_CALLS = Counter(
+    "tollgate_unmarked_calls_total",
+    "Platform calls sent while the database could not record them as sent (crash exposure).",
+    registry=REGISTRY,
+)

@@ -21,6 +21,7 @@ from tests.conftest import (
     PLATFORM_KEY,
     ROOT,
     child_env,
+    metric,
     requires_postgres,
     stub_profiles,
     wait_until,
@@ -195,12 +196,16 @@ def test_usage_needs_no_database_on_the_request_path(
 
     assert served == [200] * 5
     assert (lookup.status_code, lookup.json()["error"]["code"]) == (503, "LM-5004")
+    # Served without their crash marks (the database could not take them): counted.
+    assert metric(gateway.url, "tollgate_unmarked_calls_total") == 5
 
     import psycopg
 
     def stored() -> list[str]:
         with psycopg.connect(url.replace("postgres://", "postgresql://")) as conn:
-            rows = conn.execute("SELECT request_id FROM usage_usagelog ORDER BY request_id")
+            rows = conn.execute(
+                "SELECT client_request_id FROM usage_usagelog ORDER BY client_request_id"
+            )
             return [row[0] for row in rows.fetchall()]
 
     expected = ["before-outage", *(f"during-outage-{index}" for index in range(5))]
