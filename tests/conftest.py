@@ -183,8 +183,11 @@ class Gateway:
                 self.proc.wait(5)
 
 
-def start_gateway(tmp_dir: Path, **env: str) -> Gateway:
-    """Start a real gateway process (uvicorn, as in production) on a free port."""
+def start_gateway(tmp_dir: Path, *, workers: int = 1, **env: str) -> Gateway:
+    """Start a real gateway process (uvicorn, as in production) on a free port.
+
+    With `workers` above 1 it is `uvicorn --workers N`: one server, N worker processes.
+    """
     port = free_port()
     log_path = tmp_dir / f"gateway-{port}.log"
     full_env = child_env(
@@ -214,6 +217,7 @@ def start_gateway(tmp_dir: Path, **env: str) -> Gateway:
                 "--http",
                 "httptools",
                 "--no-access-log",
+                *(["--workers", str(workers)] if workers > 1 else []),
             ],
             cwd=ROOT,
             stdout=log,
@@ -470,6 +474,23 @@ def own_stack(gateway: Gateway, stub: Stub, spec: list[dict] | None = None) -> S
     install_profiles(stub.url, spec)
     gateway.reload()
     return Stack(gateway=gateway, stub=stub)
+
+
+def settled(tenant: Tenant, count: int) -> list:
+    """Wait for the tenant's `count` usage rows and for nothing of it to be held any more."""
+    from billing.models import Reservation, SpendHold
+
+    rows = usage_rows(group_id=tenant.group_id, expect=count)
+    wait_until(
+        lambda: (
+            not SpendHold.objects.filter(group_id=tenant.group_id, status="held").exists()
+            and not Reservation.objects.filter(
+                wallet__account_id=tenant.account_id, status="pending"
+            ).exists()
+        ),
+        what="holds to settle",
+    )
+    return rows
 
 
 def metric_samples(url: str) -> dict[tuple[str, tuple], float]:

@@ -12,8 +12,8 @@ import asyncio
 import httpx
 
 from accounts.models import Group
-from billing.models import Reservation, SettledRequest, SpendHold, Wallet
-from tests.conftest import usage_rows, wait_until
+from billing.models import Reservation, SettledRequest, Wallet
+from tests.conftest import settled, usage_rows
 
 HELLO = [{"role": "user", "content": "hello there"}]  # 2 prompt tokens; answers are 8
 COST = 6  # 2 x 0.15 + 8 x 0.60 = 5.1 micro-USD, rounded up
@@ -42,21 +42,6 @@ def send(url: str, key: str, request_id: str, *bodies: dict) -> list[httpx.Respo
 
 def ask(**extra) -> dict:
     return {"model": "gpt-4o-mini", "messages": HELLO, **extra}
-
-
-def settled(tenant, count: int) -> list:
-    """Wait until `count` rows of the tenant are stored and nothing of it is still held."""
-    rows = usage_rows(group_id=tenant.group_id, expect=count)
-    wait_until(
-        lambda: (
-            not SpendHold.objects.filter(group_id=tenant.group_id, status="held").exists()
-            and not Reservation.objects.filter(
-                wallet__account_id=tenant.account_id, status="pending"
-            ).exists()
-        ),
-        what="holds to settle",
-    )
-    return rows
 
 
 def assert_charged_once_each(tenant, rows, *, served: int) -> None:

@@ -20,10 +20,10 @@ import pytest
 from django.utils import timezone
 
 from accounts.models import Group
-from billing.models import Reservation, SpendHold, Wallet
+from billing.models import Wallet
 from gateway.idempotency import fingerprint
 from gateway.models import IdempotencyRecord
-from tests.conftest import own_stack, sse_events, usage_rows, wait_until
+from tests.conftest import own_stack, settled, sse_events, usage_rows, wait_until
 
 HELLO = [{"role": "user", "content": "hello there"}]  # 2 prompt tokens; answers are 8
 ANSWER = "Hello from the stub model gpt-4o-mini reply ok"
@@ -60,21 +60,6 @@ def quiesce(stack) -> None:
     )
     assert response.status_code == 200
     usage_rows(group_id=witness.group_id, expect=1)
-
-
-def settled(tenant, count: int) -> list:
-    """Wait for the tenant's `count` rows and for nothing of it to be held any more."""
-    rows = usage_rows(group_id=tenant.group_id, expect=count)
-    wait_until(
-        lambda: (
-            not SpendHold.objects.filter(group_id=tenant.group_id, status="held").exists()
-            and not Reservation.objects.filter(
-                wallet__account_id=tenant.account_id, status="pending"
-            ).exists()
-        ),
-        what="holds to settle",
-    )
-    return rows
 
 
 def assert_books(tenant, *, spent_micro: int) -> None:

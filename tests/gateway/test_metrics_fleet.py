@@ -9,25 +9,19 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import subprocess
-import sys
 import threading
 from collections import Counter
 from pathlib import Path
 
 import httpx
 import pytest
-from django.conf import settings
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import (
-    INTERNAL_TOKEN,
     Gateway,
-    child_database_url,
-    child_env,
-    free_port,
     install_profiles,
     make_tenant,
+    start_gateway,
     usage_rows,
     wait_until,
 )
@@ -44,52 +38,19 @@ USAGE_COUNTERS = {
 
 
 def start_fleet(tmp_dir: Path, *, workers: int = 2, **env: str) -> Gateway:
-    """Start a real gateway as `uvicorn --workers N` (start_gateway's setup, N processes)."""
-    port = free_port()
-    log_path = tmp_dir / f"fleet-{port}.log"
-    full_env = child_env(
-        DATABASE_URL=child_database_url(),
-        SECRET_KEY=settings.SECRET_KEY,
-        SEALING_KEYS=settings.SEALING_KEYS,
-        GATEWAY_INTERNAL_TOKEN=INTERNAL_TOKEN,
-        TOLLGATE_VAR_DIR=str(tmp_dir),
+    """Start a real gateway as `uvicorn --workers N` and wait until every worker runs."""
+    gateway = start_gateway(
+        tmp_dir,
+        workers=workers,
         TOLLGATE_METRICS_TOKEN=METRICS_TOKEN,
         TOLLGATE_BREAKER_FAILURES="1000000",
-        **({"REDIS_URL": settings.REDIS_URL} if settings.REDIS_URL else {}),
+        **env,
     )
-    full_env.update(env)
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "uvicorn",
-                "config.asgi:application",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(port),
-                "--workers",
-                str(workers),
-                "--loop",
-                "uvloop",
-                "--http",
-                "httptools",
-                "--no-access-log",
-            ],
-            cwd=Path(__file__).resolve().parents[2],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env=full_env,
-        )
-    gateway = Gateway(url=f"http://127.0.0.1:{port}", proc=proc, log_path=log_path, env=full_env)
-
-    def up() -> bool:
-        if proc.poll() is not None:
-            pytest.fail(f"gateway exited with {proc.returncode}:\n{gateway.log()[-3000:]}")
-        return len(worker_pids(gateway)) == workers and healthy(gateway)
-
-    wait_until(up, timeout_s=60, what="both gateway workers")
+    wait_until(
+        lambda: len(worker_pids(gateway)) == workers and healthy(gateway),
+        timeout_s=60,
+        what="every gateway worker",
+    )
     return gateway
 
 

@@ -3,8 +3,6 @@ exceeds its hold; and where a vendor still bills past it, settlement debits only
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-
 import httpx
 from django.utils import timezone
 
@@ -13,7 +11,7 @@ from billing import ledger
 from billing.models import Reservation, Wallet
 from billing.sqlexec import run_sync
 from tests.conftest import INTERNAL_TOKEN, make_tenant, own_stack, stub_profiles, usage_rows
-from usage.writer import store_rows
+from tests.usage.conftest import journal_row, store
 
 HELLO = [{"role": "user", "content": "hello there"}]
 
@@ -107,34 +105,15 @@ def test_settlement_of_a_row_costing_more_than_its_hold_debits_the_hold_and_reco
             ttl_s=60,
         )
     )
-    row = {
-        "request_id": "over-hold",
-        "client_request_id": "",
-        "created_at": datetime.now(UTC),
-        "account_id": tenant.account_id,
-        "group_id": tenant.group_id,
-        "api_key_id": tenant.api_key_id,
-        "caller_label": "",
-        "route": "chat",
-        "model_requested": "gpt-4o-mini",
-        "model_served": "gpt-4o-mini",
-        "provider": "stub-openai",
-        "served_by": "platform",
-        "tokens_in": 10,
-        "tokens_out": 90,
-        "byok_tokens_in": 0,
-        "byok_tokens_out": 0,
-        "provider_cost_micro": 55,
-        "bytes_in": 100,
-        "bytes_out": 200,
-        "bandwidth_charge_micro": 0,
-        "upstream_sent": True,
-        "status": 200,
-        "error_code": "",
-        "latency_ms": 5,
-        "ttft_ms": None,
-        "streamed": False,
-        "attempts": [
+    row = journal_row(
+        group_id=tenant.group_id,
+        account_id=tenant.account_id,
+        api_key_id=tenant.api_key_id,
+        request_id="over-hold",
+        tokens_in=10,
+        tokens_out=90,
+        provider_cost_micro=55,
+        attempts=[
             {
                 "order": 1,
                 "provider": "stub-openai",
@@ -147,9 +126,9 @@ def test_settlement_of_a_row_costing_more_than_its_hold_debits_the_hold_and_reco
                 "reservation_id": reservation_id,
             }
         ],
-    }
+    )
 
-    assert store_rows([row]) == 1
+    store(row)
 
     reservation = Reservation.objects.get(pk=reservation_id)
     assert (reservation.status, reservation.committed_micro, reservation.excess_micro) == (
