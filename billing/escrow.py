@@ -24,12 +24,16 @@ from gateway.db import off_loop
 
 log = logging.getLogger(__name__)
 DB_ERRORS = (DatabaseError, PsycopgError, OSError, TimeoutError)
+# A crash mark is worth a short wait, not an outage's: after a failure, skip marks a while.
+MARK_WAIT_S = 1.0
+MARKS_OFF_S = 5.0
 
 
 class Escrow:
     def __init__(self) -> None:
         self.ttl_s = settings.TOLLGATE["RESERVATION_TTL_S"]
         self._unmarked_warned_at = -3600.0
+        self._marks_off_until = 0.0
         conninfo = postgres_conninfo()
         self._pg = AsyncPgDriver(conninfo) if conninfo else None
 
@@ -41,9 +45,9 @@ class Escrow:
         if self._pg is not None:
             await self._pg.close()
 
-    async def run(self, program: ledger.Program):
+    async def run(self, program: ledger.Program, *, wait_s: float | None = None):
         if self._pg is not None:
-            return await self._pg.run(program)
+            return await self._pg.run(program, wait_s=wait_s)
         return await off_loop(run_sync)(program)
 
     async def hold_budget(self, ctx, amount_micro: int, caller: ledger.CallerBudget | None) -> None:
@@ -117,10 +121,13 @@ class Escrow:
         the outage. Only a gateway dying during the outage could then lose it; each such
         call is counted (tollgate_unmarked_calls_total) so an operator can see the exposure.
         """
+        if time.monotonic() < self._marks_off_until:  # the database just failed: fail fast
+            metrics.UNMARKED_CALLS.inc()
+            return
         now = timezone.now()
         try:
             if ctx.spend_hold_taken:
-                await self.run(ledger.mark_hold_sent(ctx.request_id))
+                await self.run(ledger.mark_hold_sent(ctx.request_id), wait_s=MARK_WAIT_S)
             elif self._pg is not None:
                 await self._pg.one_statement(
                     ledger.SENT_HOLD_ONE_STATEMENT,
@@ -131,6 +138,7 @@ class Escrow:
                         "now": now,
                         "expires": now + timedelta(seconds=self.ttl_s),
                     },
+                    wait_s=MARK_WAIT_S,
                 )
             else:
                 hold = ledger.Hold(
@@ -143,6 +151,7 @@ class Escrow:
                 await self.run(ledger.take_hold(hold, now=now, ttl_s=self.ttl_s, call_sent=True))
         except DB_ERRORS:
             metrics.UNMARKED_CALLS.inc()
+            self._marks_off_until = time.monotonic() + MARKS_OFF_S
             if time.monotonic() - self._unmarked_warned_at > 60:  # one line a minute, not a flood
                 self._unmarked_warned_at = time.monotonic()
                 log.warning("database unreachable: platform calls are served without crash marks")

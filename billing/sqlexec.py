@@ -75,11 +75,10 @@ class AsyncPgDriver:
     async def close(self) -> None:
         await self._pool.close()
 
-    async def run(self, program: Program):
-        # Pipeline mode sends BEGIN and COMMIT along with the statements next to them: a
-        # two-statement program costs two round trips instead of four.
+    async def run(self, program: Program, *, wait_s: float | None = None):
+        """Run a program in one transaction (`wait_s`: longest wait for a connection)."""
         async with (
-            self._pool.connection() as conn,
+            self._pool.connection(timeout=wait_s) as conn,
             conn.transaction(),
             conn.cursor() as cursor,
         ):
@@ -96,8 +95,10 @@ class AsyncPgDriver:
             except StopIteration as done:
                 return done.value
 
-    async def one_statement(self, sql: str, params: dict) -> tuple | None:
+    async def one_statement(
+        self, sql: str, params: dict, *, wait_s: float | None = None
+    ) -> tuple | None:
         """Run one self-contained statement in autocommit (it is atomic on its own)."""
-        async with self._pool.connection() as conn:
+        async with self._pool.connection(timeout=wait_s) as conn:
             cursor = await conn.execute(sql, params)
             return await cursor.fetchone()
