@@ -2,8 +2,10 @@
 
 Each step is one short transaction of a billing/ledger.py program: on PostgreSQL run by
 async psycopg on the event loop, elsewhere (embedded SQLite) in the database thread. A
-database failure before an upstream call becomes LM-5004 (refuse rather than serve
-unbilled). Settlement is not here: it rides on the usage row (billing/settlement.py).
+database failure while taking a hold or a reservation becomes LM-5004 (refuse rather than
+serve unbilled); only the crash mark of an already-covered call is skipped and counted
+instead (see `mark_sent`). Settlement is not here: it rides on the usage row
+(billing/settlement.py).
 """
 
 from __future__ import annotations

@@ -26,7 +26,6 @@ from dataclasses import dataclass
 
 from django.conf import settings
 from django.db import DatabaseError
-from prometheus_client import Counter
 
 from accounts.models import ApiKey, Group
 from accounts.secrets import hash_secret
@@ -39,18 +38,6 @@ MAX_NEGATIVE = 10_000
 FAIL_WINDOW_S = 60
 MAX_ADDRESSES = 10_000
 OVERFLOW_ADDRESS = "*"  # addresses past MAX_ADDRESSES in one window share one budget
-
-AUTH_LOOKUPS = Counter(
-    "tollgate_auth_lookups",
-    "Virtual-key lookups in the database, by outcome (found, unknown, error).",
-    ["outcome"],
-    registry=metrics.REGISTRY,
-)
-AUTH_THROTTLED = Counter(
-    "tollgate_auth_throttled",
-    "Requests refused LM-3001 before a key lookup: their address failed too many.",
-    registry=metrics.REGISTRY,
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,7 +177,7 @@ class CallerCache:
             raise Unauthorized()
         wait_s = self._failures.retry_after_s(address)
         if wait_s is not None:
-            AUTH_THROTTLED.inc()
+            metrics.AUTH_THROTTLED.inc()
             raise RequestRateLimited(
                 "Too many unknown API keys from this address; retry later.", retry_after_s=wait_s
             )
@@ -209,17 +196,17 @@ class CallerCache:
         try:
             caller = await self._load(_load_key, key_hash)
         except DependencyDown:
-            AUTH_LOOKUPS.labels("error").inc()
+            metrics.AUTH_LOOKUPS.labels("error").inc()
             raise
         if caller is None:
-            AUTH_LOOKUPS.labels("unknown").inc()
+            metrics.AUTH_LOOKUPS.labels("unknown").inc()
             self._failures.failed(address)
             self._unknown.pop(key_hash, None)  # re-inserted last: the order is by age
             if len(self._unknown) >= MAX_NEGATIVE:
                 del self._unknown[next(iter(self._unknown))]  # the oldest
             self._unknown[key_hash] = time.monotonic()
         else:
-            AUTH_LOOKUPS.labels("found").inc()
+            metrics.AUTH_LOOKUPS.labels("found").inc()
         return caller
 
     def _lookup_done(self, key_hash: str, done: asyncio.Future) -> None:

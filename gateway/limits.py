@@ -479,10 +479,7 @@ class Limiter:
     # ---- per-process fallback ----
 
     def _tally(self, name: str, window: int) -> Tally:
-        tally = self._tallies.get((name, window))
-        if tally is None:
-            tally = self._tallies[(name, window)] = Tally()
-        return tally
+        return self._tallies.setdefault((name, window), Tally())
 
     def _new_window(self, window: int) -> None:
         """Drop tallies of windows no admission or finish can reach any more."""
@@ -494,8 +491,9 @@ class Limiter:
         return the refusal: Redis is back, but what other replicas admitted alone may not be."""
         for index, scope in enumerate(admission.scopes, start=1):
             tally = self._tallies.get((scope.name, admission.window))
-            if tally is not None and tally.shared_out and tally.over_share(scope):
-                return [tally.over_share(scope), index]
+            over = tally.over_share(scope) if tally is not None and tally.shared_out else OK
+            if over != OK:
+                return [over, index]
         self._count_shares(admission, 1)
         return None
 

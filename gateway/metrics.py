@@ -226,3 +226,14 @@ UNMARKED_CALLS = Counter(
     "Platform calls sent while the database could not record them as sent (crash exposure).",
     registry=REGISTRY,
 )
+AUTH_LOOKUPS = Counter(
+    "tollgate_auth_lookups",
+    "Virtual-key lookups in the database, by outcome (found, unknown, error).",
+    ["outcome"],
+    registry=REGISTRY,
+)
+AUTH_THROTTLED = Counter(
+    "tollgate_auth_throttled",
+    "Requests refused LM-3001 before a key lookup: their address failed too many.",
+    registry=REGISTRY,
+)

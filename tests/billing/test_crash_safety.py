@@ -216,32 +216,15 @@ def test_a_hold_whose_call_never_left_is_released_at_zero(transactional_db):
 
     tenant = make_tenant(wallet_micro=WALLET, budget_micro=WALLET)
     now = timezone.now()
-    run_sync(
-        ledger.take_hold(
-            ledger.Hold(
-                request_id="never-sent",
-                group_id=tenant.group_id,
-                api_key_id=tenant.api_key_id,
-                key_budgeted=False,
-                amount_micro=500,
-            ),
-            now=now,
-            ttl_s=TTL_S,
+    for request_id, amount_micro in (("never-sent", 500), ("sent", 700)):
+        hold = ledger.Hold(
+            request_id=request_id,
+            group_id=tenant.group_id,
+            api_key_id=tenant.api_key_id,
+            key_budgeted=False,
+            amount_micro=amount_micro,
         )
-    )
-    run_sync(
-        ledger.take_hold(
-            ledger.Hold(
-                request_id="sent",
-                group_id=tenant.group_id,
-                api_key_id=tenant.api_key_id,
-                key_budgeted=False,
-                amount_micro=700,
-            ),
-            now=now,
-            ttl_s=TTL_S,
-        )
-    )
+        run_sync(ledger.take_hold(hold, now=now, ttl_s=TTL_S))
     run_sync(ledger.mark_hold_sent("sent"))
     assert Group.objects.get(pk=tenant.group_id).reserved_micro == 1_200
 
