@@ -11,8 +11,8 @@ from django.utils import timezone
 
 from accounts.models import Account, ApiKey, Group, Membership, TenantToken
 from accounts.secrets import TENANT_TOKEN_PREFIX, VIRTUAL_KEY_PREFIX, mint_secret
-from billing.money import gateway_rate_micro_per_gb
-from gateway import bus
+from core import bus
+from core.money import gateway_rate_micro_per_gb
 
 
 def account_create(

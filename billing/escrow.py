@@ -21,8 +21,8 @@ from psycopg import Error as PsycopgError
 
 from billing import ledger
 from billing.sqlexec import AsyncPgDriver, postgres_conninfo, run_sync
-from gateway import errors, metrics
-from gateway.db import off_loop
+from core import errors, metrics
+from core.db import off_loop
 
 log = logging.getLogger(__name__)
 DB_ERRORS = (DatabaseError, PsycopgError, OSError, TimeoutError)

@@ -10,7 +10,7 @@ import logging
 from dataclasses import dataclass, field
 
 from byok.models import KeyPool
-from byok.sealing import SealBroken, unseal
+from core.sealing import SealBroken, unseal
 
 log = logging.getLogger(__name__)
 

@@ -17,8 +17,8 @@ from django.utils import timezone
 
 from byok.models import TeamKey
 from byok.pools import Pool, PoolKey
-from gateway.db import off_loop
-from gateway.shared_state import SharedState, SharedStateDown
+from core.db import off_loop
+from core.shared_state import SharedState, SharedStateDown
 
 log = logging.getLogger(__name__)
 PREFIX = "tollgate:bench:"

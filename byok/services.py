@@ -10,8 +10,8 @@ from django.utils import timezone
 from accounts.models import Group
 from byok.models import LABEL_MAX_CHARS, MAX_KEYS_PER_POOL, KeyPool, TeamKey
 from byok.pools import key_binding
-from byok.sealing import keyring, seal, unseal
-from gateway import bus
+from core import bus
+from core.sealing import keyring, seal, unseal
 from gateway.models import TEAM_KEY_ELIGIBLE_KINDS, ProviderProfile
 
 log = logging.getLogger(__name__)

@@ -13,7 +13,7 @@ from pathlib import Path
 import environ
 from django.core.exceptions import ImproperlyConfigured
 
-from byok.sealing import parse_keyring as _parse_keyring
+from core.sealing import parse_keyring as _parse_keyring
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("TOLLGATE_VAR_DIR", BASE_DIR / "var"))
@@ -174,7 +174,7 @@ TOLLGATE = {
     # Idempotency-Key records live this long; answers past the cap are served, not stored.
     "IDEMPOTENCY_TTL_S": env("TOLLGATE_IDEMPOTENCY_TTL_S"),
     "IDEMPOTENCY_MAX_BYTES": env("TOLLGATE_IDEMPOTENCY_MAX_BYTES"),
-    # Where the workers of a multi-process server share their metrics (gateway/metrics.py).
+    # Where the workers of a multi-process server share their metrics (core/metrics.py).
     "METRICS_DIR": Path(env("TOLLGATE_METRICS_DIR") or VAR_DIR / "metrics"),
     "METRICS_TOKEN": env("TOLLGATE_METRICS_TOKEN"),
 }

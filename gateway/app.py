@@ -19,7 +19,8 @@ import orjson
 from django.conf import settings
 
 from billing.ledger import CallerBudget
-from gateway import errors, idempotency, metrics
+from core import errors, metrics
+from gateway import idempotency
 from gateway.context import Meter, RequestContext
 from gateway.orchestrator import fold_stream_chunk
 from gateway.plan import build_plan, prompt_bound

@@ -29,9 +29,9 @@ from django.db import DatabaseError
 
 from accounts.models import ApiKey, Group
 from accounts.secrets import hash_secret
-from gateway import metrics
-from gateway.db import off_loop
-from gateway.errors import DependencyDown, InvalidRequest, RequestRateLimited, Unauthorized
+from core import metrics
+from core.db import off_loop
+from core.errors import DependencyDown, InvalidRequest, RequestRateLimited, Unauthorized
 
 NEGATIVE_TTL_S = 30.0
 MAX_NEGATIVE = 10_000

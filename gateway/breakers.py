@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 from django.conf import settings
 
-from gateway import bus, metrics
-from gateway.shared_state import SharedState, SharedStateDown
+from core import bus, metrics
+from core.shared_state import SharedState, SharedStateDown
 
 CLOSED, HALF_OPEN, OPEN = 0, 1, 2
 PREFIX = "tollgate:cb:"

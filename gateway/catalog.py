@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import aiohttp
 
-from byok.sealing import SealBroken, unseal
+from core.sealing import SealBroken, unseal
 from gateway.models import TEAM_KEY_ELIGIBLE_KINDS, ProviderProfile
 from gateway.providers.base import Provider
 from gateway.providers.registry import build_adapter

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from django.db import connection
 
-from gateway.db import off_loop
-from gateway.shared_state import SharedStateDown
+from core.db import off_loop
+from core.shared_state import SharedStateDown
 
 
 def _database_ok() -> bool:

@@ -41,7 +41,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from billing.escrow import DB_ERRORS
-from gateway import errors, metrics
+from core import errors, metrics
 from gateway.context import RequestContext
 from gateway.runtime import runtime
 

@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 
 from django.conf import settings
 
-from gateway import errors
-from gateway.shared_state import SharedState, SharedStateDown
+from core import errors
+from core.shared_state import SharedState, SharedStateDown
 
 PREFIX = "tollgate:rl:"
 WINDOW_S = 60

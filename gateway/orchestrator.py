@@ -23,7 +23,7 @@ import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
 
-from gateway import errors, metrics
+from core import errors, metrics
 from gateway.context import RequestContext, TrailEntry
 from gateway.plan import PLATFORM, TEAM, Attempt, Link
 from gateway.providers.base import CallTarget, ProviderError

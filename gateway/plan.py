@@ -17,11 +17,11 @@ from dataclasses import dataclass
 
 from django.conf import settings
 
-from billing.money import prompt_tokens_bound, token_cost_micro, with_margin_micro
 from byok.pools import Pool
+from core.errors import InvalidRequest
+from core.money import prompt_tokens_bound, token_cost_micro, with_margin_micro
 from gateway.auth import Caller
 from gateway.catalog import Catalog, ModelRoute
-from gateway.errors import InvalidRequest
 from gateway.types import ChatRequest
 
 TEAM = "team"
@@ -122,7 +122,7 @@ def build_plan(
         if not resolved:
             raise InvalidRequest(f"Unknown model {model!r}.")
         if not caller.may_use(model) and not caller.may_use(resolved[0].name):
-            from gateway.errors import Forbidden
+            from core.errors import Forbidden
 
             raise Forbidden(f"This key may not use model {model!r}.")
         routes.extend(sorted(resolved, key=_price_rank) if len(resolved) > 1 else resolved)

@@ -12,14 +12,14 @@ from django.conf import settings
 
 from byok.pools import PoolRegistry, load_pools
 from byok.routing import KeyRotation
-from gateway import bus
+from core import bus
+from core.db import off_loop
+from core.shared_state import SharedState
 from gateway.auth import CallerCache
 from gateway.breakers import BreakerBoard
 from gateway.catalog import EMPTY, Catalog, load_catalog
-from gateway.db import off_loop
 from gateway.limits import Limiter
 from gateway.orchestrator import Orchestrator
-from gateway.shared_state import SharedState
 
 log = logging.getLogger(__name__)
 

@@ -10,8 +10,8 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db import transaction
 from django.utils import timezone
 
-from byok.sealing import seal
-from gateway import bus
+from core import bus
+from core.sealing import seal
 from gateway.models import ProviderKind, ProviderModel, ProviderProfile
 
 PROFILE_FIELDS = {

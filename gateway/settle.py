@@ -14,12 +14,12 @@ from __future__ import annotations
 import logging
 from datetime import UTC, datetime
 
-from billing.money import bandwidth_charge_micro, token_cost_micro
-from gateway import metrics
+from core import metrics
+from core.errors import REFUSAL_CODES
+from core.money import bandwidth_charge_micro, token_cost_micro
+from core.shared_state import SharedStateDown
 from gateway.context import RequestContext
-from gateway.errors import REFUSAL_CODES
 from gateway.plan import PLATFORM, TEAM
-from gateway.shared_state import SharedStateDown
 from usage.models import TRAIL_FIELDS
 from usage.rows import clean_row
 

@@ -7,7 +7,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db import IntegrityError, connection
 from django.db.migrations.loader import MigrationLoader
 
-from gateway.db import off_loop
+from core.db import off_loop
 
 
 def unknown_applied_migrations() -> list[str]:

@@ -16,7 +16,7 @@ do not exist (SQLite): a second insert of a window's events is ignored, never du
 Reconciliation. Its money lives in billing (billing/reconcile.py: a row nobody settled is
 charged, a marker that disagrees with its row corrected, one SpendAdjustment per group and
 window); usage walks the windows and hands each window's rows to it, then sets the drift
-on gateway.metrics.RECONCILE_DRIFT. A rerun of a window finds nothing to do.
+on core.metrics.RECONCILE_DRIFT. A rerun of a window finds nothing to do.
 """
 
 from __future__ import annotations
@@ -359,7 +359,7 @@ def bandwidth_reconcile_window(window: Window) -> list[Drift]:
 
 def bandwidth_reconcile(*, now: datetime | None = None) -> list[Drift]:
     """Reconcile every closed window not reconciled yet; report the drift as a metric."""
-    from gateway import metrics
+    from core import metrics
 
     drifts = [
         d

@@ -30,10 +30,10 @@ from django.utils import timezone
 from redis.exceptions import ResponseError
 
 from billing.settlement import settle_rows
-from gateway import bus
-from gateway.db import off_loop
-from gateway.metrics import USAGE_DEAD_LETTERS
-from gateway.shared_state import SharedState, SharedStateDown
+from core import bus
+from core.db import off_loop
+from core.metrics import USAGE_DEAD_LETTERS
+from core.shared_state import SharedState, SharedStateDown
 from usage.models import UsageAttempt, UsageDeadLetter, UsageLog
 from usage.rows import clean_row, clean_text
 

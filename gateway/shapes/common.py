@@ -6,7 +6,7 @@ from typing import Any
 
 from django.conf import settings
 
-from gateway.errors import InvalidRequest
+from core.errors import InvalidRequest
 
 TEXT_PART_FIELDS = frozenset({"type", "text"})
 

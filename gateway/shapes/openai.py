@@ -8,7 +8,7 @@ from typing import Any
 
 import orjson
 
-from gateway.errors import InvalidRequest
+from core.errors import InvalidRequest
 from gateway.shapes.common import (
     model_chain,
     optional_max_tokens,

@@ -8,7 +8,7 @@ import httpx
 import pytest
 
 from accounts.models import ApiKey, Group
-from billing.money import bandwidth_charge_micro
+from core.money import bandwidth_charge_micro
 from tests.conftest import usage_rows, wait_until
 
 PER_BYTE = 1_000_000_000  # 1 micro-USD per byte: the charge equals the bytes

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from billing.money import (
+from core.money import (
     bandwidth_charge_micro,
     ceil_div,
     gateway_rate_micro_per_gb,

@@ -125,7 +125,7 @@ def test_internal_stream_falls_back_before_the_first_token_and_never_after(stack
 
 
 def test_internal_decide_returns_the_plan_and_calls_nothing(stack):
-    from billing.money import prompt_tokens_bound, token_cost_micro, with_margin_micro
+    from core.money import prompt_tokens_bound, token_cost_micro, with_margin_micro
 
     tenant = stack.tenant()
 

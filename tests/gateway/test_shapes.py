@@ -6,7 +6,7 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from gateway.errors import InvalidRequest
+from core.errors import InvalidRequest
 from gateway.shapes import anthropic as anthropic_shape
 from gateway.shapes import openai as openai_shape
 from gateway.types import ChatRequest, Chunk, Completion, Message, Usage

@@ -246,7 +246,7 @@ def test_the_drain_keeps_rows_while_the_database_is_down_then_dead_letters_only_
 ):
     from django.db import OperationalError
 
-    from gateway.metrics import REGISTRY
+    from core.metrics import REGISTRY
     from tests.conftest import make_tenant
     from usage.models import UsageDeadLetter, UsageLog
     from usage.writer import drain_journal_sync

@@ -91,7 +91,7 @@ def test_a_row_the_counters_never_saw_is_charged_once_and_a_rerun_changes_nothin
 ):
     from accounts.models import Group
     from billing.models import SettledRequest, SpendAdjustment
-    from gateway.metrics import RECONCILE_DRIFT
+    from core.metrics import RECONCILE_DRIFT
     from usage.services import Window, bandwidth_reconcile, bandwidth_reconcile_window
 
     tenant, bystander = make_tenant(), make_tenant()

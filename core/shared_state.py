@@ -15,7 +15,7 @@ import time
 import redis.asyncio as aioredis
 from django.conf import settings
 
-from gateway import metrics
+from core import metrics
 
 log = logging.getLogger(__name__)
 RETRY_AFTER_FAILURE_S = 1.0
