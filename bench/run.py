@@ -8,7 +8,7 @@ Run (from the repository root, with the venv active)::
 
 What it does
 ------------
-1. Starts the stub vendor (``python -m gateway.stub.server --port 0``), migrates a fresh
+1. Starts the stub vendor (``python -m stubvendor.server --port 0``), migrates a fresh
    database (embedded: SQLite under a temp ``TOLLGATE_VAR_DIR``), runs ``seed_demo`` against
    the stub, lifts the demo group's limits and budget to huge values (so the full path --
    auth, rate limits, budget hold, escrow, usage accounting -- runs but never refuses), then
@@ -358,7 +358,7 @@ def run_manage(args: list[str], env: dict[str, str]) -> str:
 def start_stub(env: dict[str, str], logdir: Path) -> tuple[Proc, str]:
     stub = Proc(
         "stub",
-        [sys.executable, "-m", "gateway.stub.server", "--host", "127.0.0.1", "--port", "0"],
+        [sys.executable, "-m", "stubvendor.server", "--host", "127.0.0.1", "--port", "0"],
         env,
         logdir,
     )

@@ -227,6 +227,7 @@ INSTALLED_APPS = [
     "billing",
     "gateway",
     "usage",
+    "stubvendor",
 ]
 
 MIDDLEWARE = [

@@ -131,7 +131,7 @@ class Stub:
 
 def start_stub() -> Stub:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "gateway.stub.server", "--host", "127.0.0.1", "--port", "0"],
+        [sys.executable, "-m", "stubvendor.server", "--host", "127.0.0.1", "--port", "0"],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,

@@ -1,4 +1,4 @@
-"""Tests for the stub LLM vendor server (gateway/stub/server.py).
+"""Tests for the stub LLM vendor server (stubvendor/server.py).
 
 The stub runs in-process in a background thread (``StubServer``) on a free
 port; these tests need no Django settings.
@@ -20,7 +20,7 @@ import openai
 import orjson
 import pytest
 
-from gateway.stub.server import STATE, StubServer, make_app
+from stubvendor.server import STATE, StubServer, make_app
 
 OA = "/v1/chat/completions"
 AN = "/v1/messages"
@@ -704,7 +704,7 @@ def test_module_cli_serves_without_django() -> None:
         [
             sys.executable,
             "-m",
-            "gateway.stub.server",
+            "stubvendor.server",
             "--host",
             "127.0.0.1",
             "--port",

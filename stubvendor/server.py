@@ -1,7 +1,7 @@
 """Stub LLM vendor server: fakes OpenAI and Anthropic for tests and benchmarks.
 
 Start it with ``python manage.py runstub --host 127.0.0.1 --port 8765`` or,
-without Django, ``python -m gateway.stub.server --host 127.0.0.1 --port 8765``
+without Django, ``python -m stubvendor.server --host 127.0.0.1 --port 8765``
 (``--port 0`` picks a free port; the first stdout line is always
 ``stub listening on http://HOST:PORT``).  In-process (tests)::
 

@@ -6,11 +6,11 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
-from gateway.stub.server import DEFAULT_HOST, DEFAULT_PORT, run
+from stubvendor.server import DEFAULT_HOST, DEFAULT_PORT, run
 
 
 class Command(BaseCommand):
-    help = "Run the stub OpenAI/Anthropic vendor server (see gateway/stub/server.py)."
+    help = "Run the stub OpenAI/Anthropic vendor server (see stubvendor/server.py)."
     requires_system_checks = ()  # needs no database or other apps
     requires_migrations_checks = False
 
