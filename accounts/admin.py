@@ -17,9 +17,7 @@ class AccountAdmin(admin.ModelAdmin):
     def save_model(self, request, obj, form, change):
         super().save_model(request, obj, form, change)
         if change and {"bandwidth_price_micro_per_gb", "markup_bp"} & set(form.changed_data):
-            from billing.services import account_billing_changed
-
-            account_billing_changed(account=obj)
+            services.account_billing_changed(account=obj)
 
 
 @admin.register(Group)

@@ -1,15 +1,12 @@
-"""Writes of tenants: accounts, groups, virtual keys, tenant tokens, provisioning."""
+"""Writes of tenants: accounts, groups, virtual keys, tenant tokens, billing settings."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import datetime
 
-from django.contrib.auth import get_user_model
-from django.db import transaction
 from django.utils import timezone
 
-from accounts.models import Account, ApiKey, Group, Membership, TenantToken
+from accounts.models import Account, ApiKey, Group, TenantToken
 from accounts.secrets import TENANT_TOKEN_PREFIX, VIRTUAL_KEY_PREFIX, mint_secret
 from core import bus
 from core.money import gateway_rate_micro_per_gb
@@ -101,59 +98,6 @@ def tenant_token_create(*, user) -> tuple[TenantToken, str]:
     return token, secret
 
 
-@dataclass(frozen=True)
-class ProvisionedTenant:
-    account: Account
-    group: Group
-    api_key: ApiKey
-    api_key_secret: str
-    api_token_secret: str
-    username: str
-
-    def as_json(self) -> dict:
-        return {
-            "account_id": self.account.pk,
-            "group_id": self.group.pk,
-            "api_key_id": self.api_key.pk,
-            "api_key": self.api_key_secret,
-            "api_token": self.api_token_secret,
-            "username": self.username,
-            "billing_mode": self.account.billing_mode,
-        }
-
-
-@transaction.atomic
-def tenant_provision(
-    *,
-    name: str,
-    budget_max_micro: int | None = None,
-    wallet_micro: int = 0,
-    invoiced: bool = False,
-) -> ProvisionedTenant:
-    """Create an account, its owner with a tenant token, a group, a key and a wallet."""
-    from billing.services import wallet_open
-
-    account = account_create(
-        name=name,
-        billing_mode=Account.BillingMode.INVOICED if invoiced else Account.BillingMode.PREPAID,
-    )
-    username = f"{name}-owner"
-    user = get_user_model().objects.create_user(username=username)
-    Membership.objects.create(account=account, user=user, role=Membership.Role.OWNER)
-    _, token_secret = tenant_token_create(user=user)
-    group = group_create(account=account, name="default", budget_max_micro=budget_max_micro)
-    api_key, key_secret = api_key_create(group=group, name="default")
-    wallet_open(account=account, opening_micro=wallet_micro)
-    return ProvisionedTenant(
-        account=account,
-        group=group,
-        api_key=api_key,
-        api_key_secret=key_secret,
-        api_token_secret=token_secret,
-        username=username,
-    )
-
-
 def group_update(*, group: Group, **fields) -> Group:
     """Change a group's budget or limits and tell every replica."""
     for name, value in fields.items():
@@ -161,3 +105,22 @@ def group_update(*, group: Group, **fields) -> Group:
     group.save(update_fields=list(fields) or None)
     group_changed(group=group)
     return group
+
+
+def account_billing_changed(*, account: Account) -> int:
+    """Push floor(customer price / markup) to every group of the account; return the rate."""
+    rate = account_bandwidth_rate_micro(account=account)
+    groups = list(Group.objects.filter(account=account))
+    Group.objects.filter(account=account).update(bandwidth_micro_usd_per_gb=rate)
+    for group in groups:
+        group_changed(group=group)
+    return rate
+
+
+def account_billing_update(*, account: Account, price_micro_per_gb: int, markup_bp: int) -> int:
+    if price_micro_per_gb < 0 or markup_bp < 1:
+        raise ValueError("price must be >= 0 and markup >= 1 basis point")
+    account.bandwidth_price_micro_per_gb = price_micro_per_gb
+    account.markup_bp = markup_bp
+    account.save(update_fields=["bandwidth_price_micro_per_gb", "markup_bp"])
+    return account_billing_changed(account=account)

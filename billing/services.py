@@ -1,4 +1,4 @@
-"""Control-plane writes of money: wallets, top-ups and corrections, billing settings.
+"""Control-plane writes of money: wallets, top-ups and corrections, tenant provisioning.
 
 A balance changes only through a billing/ledger.py step (here `credit_wallet`); the request
 path runs them through billing/escrow.py, settlement on stored usage rows through
@@ -7,10 +7,14 @@ billing/settlement.py, the reaper is billing/reaper.py, reconciliation billing/r
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.utils import timezone
 
-from accounts.models import Account, Group
+from accounts.models import Account, ApiKey, Group, Membership
+from accounts.services import account_create, api_key_create, group_create, tenant_token_create
 from billing import ledger
 from billing.models import LedgerEntry, Wallet
 from billing.sqlexec import run_sync
@@ -46,25 +50,55 @@ def wallet_credit(
     return LedgerEntry.objects.get(pk=entry_id)
 
 
-# ---- billing settings (control plane) ----
+# ---- provisioning: a tenant arrives with its wallet ----
 
 
-def account_billing_changed(*, account: Account) -> int:
-    """Push floor(customer price / markup) to every group of the account; return the rate."""
-    from accounts.services import account_bandwidth_rate_micro, group_changed
+@dataclass(frozen=True)
+class ProvisionedTenant:
+    account: Account
+    group: Group
+    api_key: ApiKey
+    api_key_secret: str
+    api_token_secret: str
+    username: str
 
-    rate = account_bandwidth_rate_micro(account=account)
-    groups = list(Group.objects.filter(account=account))
-    Group.objects.filter(account=account).update(bandwidth_micro_usd_per_gb=rate)
-    for group in groups:
-        group_changed(group=group)
-    return rate
+    def as_json(self) -> dict:
+        return {
+            "account_id": self.account.pk,
+            "group_id": self.group.pk,
+            "api_key_id": self.api_key.pk,
+            "api_key": self.api_key_secret,
+            "api_token": self.api_token_secret,
+            "username": self.username,
+            "billing_mode": self.account.billing_mode,
+        }
 
 
-def account_billing_update(*, account: Account, price_micro_per_gb: int, markup_bp: int) -> int:
-    if price_micro_per_gb < 0 or markup_bp < 1:
-        raise ValueError("price must be >= 0 and markup >= 1 basis point")
-    account.bandwidth_price_micro_per_gb = price_micro_per_gb
-    account.markup_bp = markup_bp
-    account.save(update_fields=["bandwidth_price_micro_per_gb", "markup_bp"])
-    return account_billing_changed(account=account)
+@transaction.atomic
+def tenant_provision(
+    *,
+    name: str,
+    budget_max_micro: int | None = None,
+    wallet_micro: int = 0,
+    invoiced: bool = False,
+) -> ProvisionedTenant:
+    """Create an account, its owner with a tenant token, a group, a key and a wallet."""
+    account = account_create(
+        name=name,
+        billing_mode=Account.BillingMode.INVOICED if invoiced else Account.BillingMode.PREPAID,
+    )
+    username = f"{name}-owner"
+    user = get_user_model().objects.create_user(username=username)
+    Membership.objects.create(account=account, user=user, role=Membership.Role.OWNER)
+    _, token_secret = tenant_token_create(user=user)
+    group = group_create(account=account, name="default", budget_max_micro=budget_max_micro)
+    api_key, key_secret = api_key_create(group=group, name="default")
+    wallet_open(account=account, opening_micro=wallet_micro)
+    return ProvisionedTenant(
+        account=account,
+        group=group,
+        api_key=api_key,
+        api_key_secret=key_secret,
+        api_token_secret=token_secret,
+        username=username,
+    )

@@ -301,7 +301,7 @@ class Tenant:
 def make_tenant(
     *, wallet_micro: int = 100_000_000, invoiced: bool = False, budget_micro: int | None = None
 ) -> Tenant:
-    from accounts.services import tenant_provision
+    from billing.services import tenant_provision
 
     tenant = tenant_provision(
         name=f"t-{uuid.uuid4().hex[:10]}",

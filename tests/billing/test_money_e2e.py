@@ -7,8 +7,8 @@ import openai
 import pytest
 
 from accounts.models import Account, ApiKey, Group
+from accounts.services import account_billing_update
 from billing.models import LedgerEntry, Reservation, SpendHold, Wallet
-from billing.services import account_billing_update
 from tests.byok.helpers import team_keys
 from tests.conftest import INTERNAL_TOKEN, usage_rows, wait_until
 

@@ -32,7 +32,7 @@ import json, sys
 import django
 django.setup()
 from django.core.management import call_command
-from accounts.services import tenant_provision
+from billing.services import tenant_provision
 from gateway.services import profile_set_platform_key, profiles_bootstrap
 
 call_command("migrate", verbosity=0, interactive=False)

@@ -12,7 +12,8 @@ from django.core.management.base import BaseCommand
 from django.db import transaction
 
 from accounts.models import Account, ApiKey
-from accounts.services import api_key_create, api_key_revoke, tenant_provision
+from accounts.services import api_key_create, api_key_revoke
+from billing.services import tenant_provision
 from gateway.models import ProviderProfile
 from gateway.services import profile_set_platform_key, profiles_bootstrap
 

@@ -7,7 +7,7 @@ import json
 from django.core.management.base import BaseCommand, CommandError
 from django.db import IntegrityError
 
-from accounts.services import tenant_provision
+from billing.services import tenant_provision
 
 
 class Command(BaseCommand):
