@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 import aiohttp
 
 from core.sealing import SealBroken, unseal
+from gateway.adapters.base import Provider
+from gateway.adapters.registry import build_adapter
 from gateway.models import TEAM_KEY_ELIGIBLE_KINDS, ProviderProfile
-from gateway.providers.base import Provider
-from gateway.providers.registry import build_adapter
 
 log = logging.getLogger(__name__)
 

@@ -24,9 +24,9 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
 
 from core import errors, metrics
+from gateway.adapters.base import CallTarget, ProviderError
 from gateway.context import RequestContext, TrailEntry
 from gateway.plan import PLATFORM, TEAM, Attempt, Link
-from gateway.providers.base import CallTarget, ProviderError
 from gateway.types import Chunk, Completion, StreamResult, Usage
 
 TEAM_BENCH_429_MIN_S = 30.0

@@ -12,11 +12,11 @@ from dataclasses import replace
 import aiohttp
 import pytest
 
-from gateway.providers.anthropic import AnthropicProvider
-from gateway.providers.base import CallTarget, ProviderError
-from gateway.providers.fake import FakeProvider
-from gateway.providers.openai import OpenAIProvider
-from gateway.providers.openrouter import OpenRouterProvider
+from gateway.adapters.anthropic import AnthropicProvider
+from gateway.adapters.base import CallTarget, ProviderError
+from gateway.adapters.fake import FakeProvider
+from gateway.adapters.openai import OpenAIProvider
+from gateway.adapters.openrouter import OpenRouterProvider
 from gateway.types import ChatRequest, Chunk, Completion, Message, Usage
 
 KEY = "sk-adapter-test-0042"

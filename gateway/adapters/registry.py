@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import aiohttp
 
+from gateway.adapters.anthropic import AnthropicProvider
+from gateway.adapters.base import Provider
+from gateway.adapters.fake import FakeProvider
+from gateway.adapters.openai import OpenAIProvider
+from gateway.adapters.openrouter import OpenRouterProvider
 from gateway.models import ProviderKind
-from gateway.providers.anthropic import AnthropicProvider
-from gateway.providers.base import Provider
-from gateway.providers.fake import FakeProvider
-from gateway.providers.openai import OpenAIProvider
-from gateway.providers.openrouter import OpenRouterProvider
 
 ADAPTERS = {
     ProviderKind.OPENAI: OpenAIProvider,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gateway.providers.openai import OpenAIProvider
+from gateway.adapters.openai import OpenAIProvider
 
 
 class OpenRouterProvider(OpenAIProvider):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
-from gateway.providers.base import CallTarget
+from gateway.adapters.base import CallTarget
 from gateway.types import ChatRequest, Chunk, Completion, Usage
 
 WORDS = ("Hello", "from", "the", "fake", "model", "reply", "ok")

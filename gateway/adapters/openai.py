@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import orjson
 
-from gateway.providers.base import CallTarget, HttpProvider
+from gateway.adapters.base import CallTarget, HttpProvider
 from gateway.shapes import openai as shape
 from gateway.types import ChatRequest, Chunk, Completion
 
