@@ -12,7 +12,7 @@ from byok.models import LABEL_MAX_CHARS, MAX_KEYS_PER_POOL, KeyPool, TeamKey
 from byok.pools import key_binding
 from core import bus
 from core.sealing import keyring, seal, unseal
-from gateway.models import TEAM_KEY_ELIGIBLE_KINDS, ProviderProfile
+from providers.models import TEAM_KEY_ELIGIBLE_KINDS, ProviderProfile
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ import aiohttp
 from core.sealing import SealBroken, unseal
 from gateway.adapters.base import Provider
 from gateway.adapters.registry import build_adapter
-from gateway.models import TEAM_KEY_ELIGIBLE_KINDS, ProviderProfile
+from providers.models import TEAM_KEY_ELIGIBLE_KINDS, ProviderProfile
 
 log = logging.getLogger(__name__)
 

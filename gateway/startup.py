@@ -46,7 +46,7 @@ def _check() -> None:
 
 def bootstrap_profiles() -> int:
     """Apply PROVIDER_PROFILES_JSON (idempotent); return how many profiles it names."""
-    from gateway.services import profiles_bootstrap, read_profiles_spec
+    from providers.services import profiles_bootstrap, read_profiles_spec
 
     if not settings.PROVIDER_PROFILES_JSON:
         return 0

@@ -12,4 +12,6 @@ if [ -n "${DATABASE_URL:-}" ]; then
 fi
 [ -n "${DATABASE_URL:-}" ] || echo "DATABASE_URL unset: running on embedded SQLite (PostgreSQL-only tests are skipped)."
 [ -n "${REDIS_URL:-}" ] || echo "REDIS_URL unset: Redis-only tests are skipped."
+# Dependencies run one way (pyproject.toml [tool.importlinter]): a new cycle fails here.
+"$(dirname "$(command -v "$PY")")/lint-imports" --no-cache | tail -n 6
 exec $PY -m pytest -rs -q "$@"

@@ -9,7 +9,7 @@ from gateway.adapters.base import Provider
 from gateway.adapters.fake import FakeProvider
 from gateway.adapters.openai import OpenAIProvider
 from gateway.adapters.openrouter import OpenRouterProvider
-from gateway.models import ProviderKind
+from providers.models import ProviderKind
 
 ADAPTERS = {
     ProviderKind.OPENAI: OpenAIProvider,

@@ -13,7 +13,7 @@ from byok import sealing
 from byok.models import KeyPool, TeamKey
 from byok.pools import load_pools
 from byok.services import team_key_add
-from gateway.models import ProviderProfile
+from providers.models import ProviderProfile
 from tests.conftest import make_tenant
 
 

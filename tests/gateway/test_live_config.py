@@ -1,6 +1,6 @@
 """Live provider config: a profile added or changed reaches every running replica, no restart.
 
-Through gateway.services.profiles_bootstrap or the Django admin, both of which publish on the
+Through providers.services.profiles_bootstrap or the Django admin, both of which publish on the
 Redis bus; the periodic reload is the safety net when no bus message arrives. The replicas
 here reload periodically only once an hour, so what they pick up came over the bus.
 """
@@ -75,7 +75,7 @@ def fleet(transactional_db, replicas, stub):
 
 @requires_redis
 def test_profile_added_and_changed_by_bootstrap_reaches_every_replica(fleet, replicas):
-    from gateway.services import profiles_bootstrap
+    from providers.services import profiles_bootstrap
 
     tenant = fleet.tenant()
     assert all("live-model" not in models_of(gw, tenant) for gw in replicas)
@@ -111,7 +111,7 @@ def test_profile_added_and_changed_by_bootstrap_reaches_every_replica(fleet, rep
 def test_profile_changed_in_the_admin_reaches_every_replica(fleet, replicas):
     from django.contrib.auth import get_user_model
 
-    from gateway.models import ProviderProfile
+    from providers.models import ProviderProfile
 
     tenant = fleet.tenant()
     operator = get_user_model().objects.create_superuser("operator", "op@example.com", "pw")
@@ -148,7 +148,7 @@ def test_profile_changed_in_the_admin_reaches_every_replica(fleet, replicas):
             }
         )
 
-    saved = admin.post(f"/django-admin/gateway/providerprofile/{profile.pk}/change/", form)
+    saved = admin.post(f"/django-admin/providers/providerprofile/{profile.pk}/change/", form)
 
     assert saved.status_code == 302, saved.content.decode()[:2000]
     for gateway in replicas:
@@ -173,7 +173,7 @@ def busless_gateway(module_gateways):
 def test_periodic_reload_picks_up_a_change_no_bus_announced(
     transactional_db, busless_gateway, stub
 ):
-    from gateway.models import ProviderModel, ProviderProfile
+    from providers.models import ProviderModel, ProviderProfile
 
     stack = own_stack(busless_gateway, stub, stub_profiles(stub.url))
     tenant = stack.tenant()

@@ -8,8 +8,8 @@ import pytest
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management import call_command
 
-from gateway.models import ProviderModel, ProviderProfile
-from gateway.services import read_profiles_spec
+from providers.models import ProviderModel, ProviderProfile
+from providers.services import read_profiles_spec
 
 SPEC = [
     {

@@ -14,8 +14,8 @@ from django.db import transaction
 from accounts.models import Account, ApiKey
 from accounts.services import api_key_create, api_key_revoke
 from billing.services import tenant_provision
-from gateway.models import ProviderProfile
-from gateway.services import profile_set_platform_key, profiles_bootstrap
+from providers.models import ProviderProfile
+from providers.services import profile_set_platform_key, profiles_bootstrap
 
 DEMO_ACCOUNT = "demo"
 DEMO_WALLET_MICRO = 100_000_000  # 100 USD

@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from gateway.services import profiles_bootstrap, read_profiles_spec
+from providers.services import profiles_bootstrap, read_profiles_spec
 
 
 class Command(BaseCommand):

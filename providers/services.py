@@ -12,7 +12,7 @@ from django.utils import timezone
 
 from core import bus
 from core.sealing import seal
-from gateway.models import ProviderKind, ProviderModel, ProviderProfile
+from providers.models import ProviderKind, ProviderModel, ProviderProfile
 
 PROFILE_FIELDS = {
     "name",

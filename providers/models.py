@@ -1,0 +1,76 @@
+"""Provider profiles: named upstream configs, their platform credential and model prices.
+
+The tables keep the names they had when these models lived in the gateway app."""
+
+from __future__ import annotations
+
+from django.core.validators import URLValidator
+from django.db import models
+from django.utils import timezone
+
+
+class ProviderKind(models.TextChoices):
+    OPENAI = "openai", "OpenAI"
+    OPENAI_COMPATIBLE = "openai_compatible", "OpenAI-compatible"
+    ANTHROPIC = "anthropic", "Anthropic"
+    OPENROUTER = "openrouter", "OpenRouter"
+    FAKE = "fake", "Fake (in-process)"
+    AZURE = "azure", "Azure OpenAI"
+    BEDROCK = "bedrock", "AWS Bedrock"
+    VERTEX = "vertex", "Google Vertex"
+
+
+# Kinds that take a plain API key on the vendor URL: the only ones a team key may use.
+TEAM_KEY_ELIGIBLE_KINDS = frozenset(
+    {
+        ProviderKind.OPENAI,
+        ProviderKind.OPENAI_COMPATIBLE,
+        ProviderKind.ANTHROPIC,
+        ProviderKind.OPENROUTER,
+        ProviderKind.FAKE,
+    }
+)
+
+
+class ProviderProfile(models.Model):
+    name = models.SlugField(max_length=64, unique=True)
+    kind = models.CharField(max_length=24, choices=ProviderKind.choices)
+    base_url = models.CharField(max_length=500, blank=True, validators=[URLValidator()])
+    # The platform credential: the name of an environment variable, or sealed in the row.
+    api_key_env = models.CharField(max_length=128, blank=True)
+    api_key_sealed = models.BinaryField(null=True, blank=True, editable=False)
+    api_key_seal_version = models.CharField(max_length=16, blank=True, editable=False)
+    api_key_last4 = models.CharField(max_length=4, blank=True, editable=False)
+    allows_platform = models.BooleanField(default=True)
+    enabled = models.BooleanField(default=True)
+    timeout_s = models.PositiveIntegerField(default=60)
+    stream_idle_timeout_s = models.PositiveIntegerField(default=30)
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        db_table = "gateway_providerprofile"
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.kind})"
+
+    @property
+    def seal_binding(self) -> str:
+        return f"profile:{self.name}"
+
+
+class ProviderModel(models.Model):
+    profile = models.ForeignKey(ProviderProfile, on_delete=models.CASCADE, related_name="models")
+    name = models.CharField(max_length=128, help_text="The model name clients ask for.")
+    upstream = models.CharField(max_length=128, help_text="The model name sent to the vendor.")
+    input_micro_per_mtok = models.BigIntegerField(default=0)
+    output_micro_per_mtok = models.BigIntegerField(default=0)
+    max_output_tokens = models.PositiveIntegerField(default=4096)
+
+    class Meta:
+        db_table = "gateway_providermodel"
+        constraints = [
+            models.UniqueConstraint(fields=["profile", "name"], name="profile_model_once")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.profile.name}/{self.name}"
