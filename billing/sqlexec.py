@@ -12,6 +12,8 @@ import logging
 
 from django.conf import settings
 from django.db import connection, transaction
+from psycopg.conninfo import make_conninfo
+from psycopg_pool import AsyncConnectionPool
 
 from billing.ledger import Program
 
@@ -44,8 +46,6 @@ def postgres_conninfo() -> str | None:
     db = settings.DATABASES["default"]
     if "postgresql" not in db["ENGINE"]:
         return None
-    from psycopg.conninfo import make_conninfo
-
     return make_conninfo(
         dbname=db["NAME"],
         user=db.get("USER") or None,
@@ -57,8 +57,6 @@ def postgres_conninfo() -> str | None:
 
 class AsyncPgDriver:
     def __init__(self, conninfo: str, *, max_size: int = 4) -> None:
-        from psycopg_pool import AsyncConnectionPool
-
         self._pool = AsyncConnectionPool(
             conninfo,
             min_size=1,

@@ -7,7 +7,9 @@ is unknown (our prefixes only) or malformed stops the process at start with its 
 
 from __future__ import annotations
 
+import base64
 import os
+import secrets
 from pathlib import Path
 
 import environ
@@ -99,15 +101,10 @@ def _embedded_secret(filename: str, make: callable) -> str:
 
 
 def _random_secret() -> str:
-    import secrets
-
     return secrets.token_urlsafe(48)
 
 
 def _random_sealing_key() -> str:
-    import base64
-    import secrets
-
     return "v1:" + base64.urlsafe_b64encode(secrets.token_bytes(32)).decode()
 
 

@@ -17,7 +17,9 @@ from collections import defaultdict
 from collections.abc import Callable
 
 import orjson
+import redis
 from django.conf import settings
+from redis.connection import parse_url
 
 log = logging.getLogger(__name__)
 
@@ -51,8 +53,6 @@ def deliver(topic: str, payload: dict) -> None:
 
 
 def _sync_redis(*, read_timeout_s: float = 2.0):
-    import redis
-
     return redis.Redis.from_url(
         settings.REDIS_URL, socket_timeout=read_timeout_s, socket_connect_timeout=2
     )
@@ -60,8 +60,6 @@ def _sync_redis(*, read_timeout_s: float = 2.0):
 
 def channel() -> str:
     """Name the channel after the Redis database: pub/sub ignores database numbers."""
-    from redis.connection import parse_url
-
     return f"{CHANNEL}:{parse_url(settings.REDIS_URL).get('db', 0)}"
 
 

@@ -14,14 +14,18 @@ import re
 import time
 import uuid
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 
 import orjson
 from django.conf import settings
+from prometheus_client import CONTENT_TYPE_LATEST
 
 from billing.ledger import CallerBudget
 from core import errors, metrics
 from gateway import idempotency
 from gateway.context import Meter, RequestContext
+from gateway.health import readiness
+from gateway.limits import Scope as LimitScope
 from gateway.orchestrator import fold_stream_chunk
 from gateway.plan import build_plan, prompt_bound
 from gateway.runtime import runtime
@@ -313,16 +317,18 @@ def caller_budget(ctx: RequestContext) -> CallerBudget | None:
 
 
 def limit_scopes(ctx: RequestContext):
-    from gateway.limits import Scope
-
     caller = ctx.caller
     scopes = []
     if caller.api_key_id is not None:
-        scopes.append(Scope(f"key:{caller.api_key_id}", caller.key_rpm or 0, caller.key_tpm or 0))
-    scopes.append(Scope(f"group:{caller.group_id}", caller.group_rpm or 0, caller.group_tpm or 0))
+        scopes.append(
+            LimitScope(f"key:{caller.api_key_id}", caller.key_rpm or 0, caller.key_tpm or 0)
+        )
+    scopes.append(
+        LimitScope(f"group:{caller.group_id}", caller.group_rpm or 0, caller.group_tpm or 0)
+    )
     if ctx.caller_label and (caller.caller_rpm or caller.caller_tpm):
         scopes.append(
-            Scope(
+            LimitScope(
                 f"caller:{caller.group_id}:{ctx.caller_label}",
                 caller.caller_rpm or 0,
                 caller.caller_tpm or 0,
@@ -478,8 +484,6 @@ async def internal(ex: Exchange, action: str) -> None:
 
 
 def _replace_stream(req: ChatRequest, stream: bool) -> ChatRequest:
-    from dataclasses import replace
-
     return replace(req, stream=stream)
 
 
@@ -549,8 +553,6 @@ async def healthz(ex: Exchange) -> None:
 
 
 async def readyz(ex: Exchange) -> None:
-    from gateway.health import readiness
-
     checks = await readiness(runtime)
     ok = all(checks.values())
     await ex.reply(200 if ok else 503, orjson.dumps({"ready": ok, "checks": checks}))
@@ -558,8 +560,6 @@ async def readyz(ex: Exchange) -> None:
 
 async def metrics_endpoint(ex: Exchange) -> None:
     """Serve every worker's metrics, behind TOLLGATE_METRICS_TOKEN when it is set."""
-    from prometheus_client import CONTENT_TYPE_LATEST
-
     token = settings.TOLLGATE["METRICS_TOKEN"]
     given = bearer(ex.headers) if token else None
     # Bytes: compare_digest refuses non-ASCII str, and a header may carry any latin-1.

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from django.conf import settings
 
 from byok.pools import Pool
-from core.errors import InvalidRequest
+from core.errors import Forbidden, InvalidRequest
 from core.money import prompt_tokens_bound, token_cost_micro, with_margin_micro
 from gateway.auth import Caller
 from gateway.catalog import Catalog, ModelRoute
@@ -122,8 +122,6 @@ def build_plan(
         if not resolved:
             raise InvalidRequest(f"Unknown model {model!r}.")
         if not caller.may_use(model) and not caller.may_use(resolved[0].name):
-            from core.errors import Forbidden
-
             raise Forbidden(f"This key may not use model {model!r}.")
         routes.extend(sorted(resolved, key=_price_rank) if len(resolved) > 1 else resolved)
 

@@ -10,6 +10,7 @@ import logging
 import aiohttp
 from django.conf import settings
 
+from billing.escrow import Escrow
 from byok.pools import PoolRegistry, load_pools
 from byok.routing import KeyRotation
 from core import bus
@@ -20,6 +21,7 @@ from gateway.breakers import BreakerBoard
 from gateway.catalog import EMPTY, Catalog, load_catalog
 from gateway.limits import Limiter
 from gateway.orchestrator import Orchestrator
+from usage.writer import UsageWriter
 
 log = logging.getLogger(__name__)
 
@@ -42,9 +44,6 @@ class Runtime:
         async with self._starting:
             if self.started:
                 return
-            from billing.escrow import Escrow
-            from usage.writer import UsageWriter
-
             self._loop = asyncio.get_running_loop()
             self.session = aiohttp.ClientSession(
                 connector=aiohttp.TCPConnector(limit=0, ttl_dns_cache=300),

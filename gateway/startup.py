@@ -8,6 +8,7 @@ from django.db import IntegrityError, connection
 from django.db.migrations.loader import MigrationLoader
 
 from core.db import off_loop
+from providers.services import profiles_bootstrap, read_profiles_spec
 
 
 def unknown_applied_migrations() -> list[str]:
@@ -46,8 +47,6 @@ def _check() -> None:
 
 def bootstrap_profiles() -> int:
     """Apply PROVIDER_PROFILES_JSON (idempotent); return how many profiles it names."""
-    from providers.services import profiles_bootstrap, read_profiles_spec
-
     if not settings.PROVIDER_PROFILES_JSON:
         return 0
     spec = read_profiles_spec(settings.PROVIDER_PROFILES_JSON)

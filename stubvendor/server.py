@@ -116,6 +116,7 @@ import argparse
 import asyncio
 import itertools
 import os
+import signal
 import sys
 import threading
 import time
@@ -822,8 +823,6 @@ def _new_loop() -> asyncio.AbstractEventLoop:
 
 def run(host: str = DEFAULT_HOST, port: int = DEFAULT_PORT) -> None:
     """Serve the stub in the foreground until interrupted (SIGINT / SIGTERM)."""
-    import signal
-
     loop = _new_loop()
     asyncio.set_event_loop(loop)
     runner, bound = loop.run_until_complete(start_site(make_app(), host, port))

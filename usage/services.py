@@ -39,8 +39,10 @@ from jsonschema import Draft202012Validator
 
 from billing.reconcile import Drift, LoggedCharge, reconcile_window
 from billing.selectors import marked_bandwidth
+from core import metrics
 from usage.models import UsageCursor, UsageEvent, UsageLog
 from usage.sinks import Sink, SinkError, configured_sink
+from usage.writer import drain_journal_sync
 
 log = logging.getLogger(__name__)
 
@@ -359,8 +361,6 @@ def bandwidth_reconcile_window(window: Window) -> list[Drift]:
 
 def bandwidth_reconcile(*, now: datetime | None = None) -> list[Drift]:
     """Reconcile every closed window not reconciled yet; report the drift as a metric."""
-    from core import metrics
-
     drifts = [
         d
         for window_drifts in _walk(RECONCILE_CURSOR, bandwidth_reconcile_window, now=now)
@@ -383,8 +383,6 @@ def bandwidth_reconcile(*, now: datetime | None = None) -> list[Drift]:
 
 def usage_journal_drain() -> int:
     """Store every journaled usage row (a dead gateway's too); return how many were new."""
-    from usage.writer import drain_journal_sync
-
     if not settings.REDIS_URL:
         return 0  # no journal: embedded gateways flush their own memory
     return drain_journal_sync(settings.REDIS_URL)

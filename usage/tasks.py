@@ -8,6 +8,7 @@ import logging
 from celery import shared_task
 from django.db import DatabaseError
 
+from billing.reaper import expire_stale_holds as reaper_expire_stale_holds
 from usage import services
 
 log = logging.getLogger(__name__)
@@ -49,10 +50,8 @@ def drain_journal() -> int:
 def expire_stale_holds() -> dict:
     """Drain the journal first: a late row settles its holds at measured cost; the reaper
     charges the rest that were sent (unmeasured) and releases those that never left."""
-    from billing.reaper import expire_stale_holds as expire
-
     services.usage_journal_drain()
-    reservations, holds = expire()
+    reservations, holds = reaper_expire_stale_holds()
     if reservations or holds:
         log.info("reaped %d reservation(s) and %d spend hold(s)", reservations, holds)
     return {"reservations": reservations, "holds": holds}

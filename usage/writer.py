@@ -21,8 +21,10 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass
+from datetime import datetime
 
 import orjson
+import redis
 from django.conf import settings
 from django.db import DataError, IntegrityError, transaction
 from django.db.models import F
@@ -110,8 +112,6 @@ def _store_rows(rows: list[dict]) -> int:
 
 
 def decode_row(raw: bytes) -> dict:
-    from datetime import datetime
-
     row = orjson.loads(raw)
     if not isinstance(row, dict):
         raise ValueError("the journal entry is not a JSON object")
@@ -314,8 +314,6 @@ def drain_journal_sync(
     Entries another consumer read but has not acknowledged for `idle_ms` (default
     TOLLGATE_USAGE_CLAIM_IDLE_MS) are claimed: that reader is taken for dead.
     """
-    import redis
-
     idle_ms = claim_idle_ms() if idle_ms is None else idle_ms
 
     client = redis.Redis.from_url(redis_url)
