@@ -53,13 +53,13 @@ class Escrow:
         return await off_loop(run_sync)(program)
 
     async def hold_budget(self, ctx, amount_micro: int, caller: ledger.CallerBudget | None) -> None:
-        """Take the budget hold on group, key and caller, or refuse with LM-4001."""
-        c = ctx.caller
+        """Take the budget hold on group, key and end caller, or refuse with LM-4001."""
+        principal = ctx.principal
         hold = ledger.Hold(
             request_id=ctx.request_id,
-            group_id=c.group_id,
-            api_key_id=c.api_key_id,
-            key_budgeted=c.key_budget_max_micro is not None,
+            group_id=principal.group_id,
+            api_key_id=principal.api_key_id,
+            key_budgeted=principal.key_budget_max_micro is not None,
             amount_micro=amount_micro,
             caller=caller,
         )
@@ -81,10 +81,10 @@ class Escrow:
                 row = await self._pg.one_statement(
                     ledger.RESERVE_ONE_STATEMENT,
                     {
-                        "account": ctx.caller.account_id,
+                        "account": ctx.principal.account_id,
                         "request": ctx.request_id,
-                        "group": ctx.caller.group_id,
-                        "key": ctx.caller.api_key_id,
+                        "group": ctx.principal.group_id,
+                        "key": ctx.principal.api_key_id,
                         "attempt": attempt_no,
                         "amount": amount_micro,
                         "now": now,
@@ -96,10 +96,10 @@ class Escrow:
                 return row[0]
             return await self.run(
                 ledger.reserve(
-                    account_id=ctx.caller.account_id,
+                    account_id=ctx.principal.account_id,
                     request_id=ctx.request_id,
-                    group_id=ctx.caller.group_id,
-                    api_key_id=ctx.caller.api_key_id,
+                    group_id=ctx.principal.group_id,
+                    api_key_id=ctx.principal.api_key_id,
                     attempt_no=attempt_no,
                     amount_micro=amount_micro,
                     now=now,
@@ -135,7 +135,7 @@ class Escrow:
                     ledger.SENT_HOLD_ONE_STATEMENT,
                     {
                         "request": ctx.request_id,
-                        "group": ctx.caller.group_id,
+                        "group": ctx.principal.group_id,
                         "amount": amount_micro,
                         "now": now,
                         "expires": now + timedelta(seconds=self.ttl_s),
@@ -145,7 +145,7 @@ class Escrow:
             else:
                 hold = ledger.Hold(
                     request_id=ctx.request_id,
-                    group_id=ctx.caller.group_id,
+                    group_id=ctx.principal.group_id,
                     api_key_id=None,
                     key_budgeted=False,
                     amount_micro=amount_micro,

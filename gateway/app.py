@@ -28,8 +28,8 @@ from gateway.health import readiness
 from gateway.limits import Scope as LimitScope
 from gateway.orchestrator import fold_stream_chunk
 from gateway.plan import build_plan, prompt_bound
+from gateway.recording import record_and_release, usage_row
 from gateway.runtime import runtime
-from gateway.settle import record_and_release, usage_row
 from gateway.shapes import anthropic as anthropic_shape
 from gateway.shapes import openai as openai_shape
 from gateway.types import ChatRequest, StreamResult
@@ -178,17 +178,17 @@ def bearer(headers: dict[bytes, bytes]) -> str | None:
 SHAPES = {"chat": openai_shape, "messages": anthropic_shape}
 
 
-async def chat(ex: Exchange, route: str) -> None:
-    """Serve /v1/chat/completions (route "chat") or /v1/messages (route "messages")."""
+async def chat(ex: Exchange, endpoint: str) -> None:
+    """Serve /v1/chat/completions (endpoint "chat") or /v1/messages (endpoint "messages")."""
     ctx = RequestContext(
         request_id=ex.request_id,
         client_request_id=ex.client_request_id,
-        route=route,
+        endpoint=endpoint,
         meter=ex.meter,
     )
-    shape = SHAPES[route]
+    shape = SHAPES[endpoint]
     try:
-        ctx.caller = await runtime.callers.for_secret(
+        ctx.principal = await runtime.principals.for_secret(
             bearer(ex.headers), client=ex.scope.get("client")
         )
         body = await ex.read_body()
@@ -236,17 +236,17 @@ async def serve(ex: Exchange, ctx: RequestContext, req: ChatRequest, shape) -> N
     """Admit, plan and run one validated request, then settle it."""
     ctx.req = req
     ctx.streamed = req.stream
-    ctx.plan = build_plan(req, ctx.caller, runtime.catalog, runtime.pools.get)
+    ctx.plan = build_plan(req, ctx.principal, runtime.catalog, runtime.pools.get)
     first = ctx.plan.links[0] if ctx.plan.links else None
     admission = await runtime.limiter.admit(
         request_id=ctx.request_id,
-        group_id=ctx.caller.group_id,
+        group_id=ctx.principal.group_id,
         scopes=limit_scopes(ctx),
-        concurrency=ctx.caller.group_concurrency,
-        breaker_key=runtime.breakers.redis_key(first.breaker_key, first.route.name)
+        concurrency=ctx.principal.group_concurrency,
+        breaker_key=runtime.breakers.redis_key(first.breaker_key, first.offer.name)
         if first is not None and first.attempts and not first.locked
         else None,
-        lease_s=max((link.route.profile.timeout_s for link in ctx.plan.links), default=60) + 30,
+        lease_s=max((link.offer.profile.timeout_s for link in ctx.plan.links), default=60) + 30,
         # Reserved in the token counts until the finish trues it up: a burst cannot pass TPM.
         tokens_estimate=prompt_bound(req)
         + max((link.max_tokens for link in ctx.plan.links), default=0),
@@ -257,7 +257,7 @@ async def serve(ex: Exchange, ctx: RequestContext, req: ChatRequest, shape) -> N
     ex.watch_disconnect(asyncio.current_task().cancel if req.stream else lambda: None)
     metrics.IN_FLIGHT.inc()
     try:
-        if ctx.caller.has_budget or ctx.caller_budgeted:
+        if ctx.principal.has_budget or ctx.caller_budgeted:
             await runtime.escrow.hold_budget(
                 ctx, ctx.plan.budget_estimate_micro, caller_budget(ctx)
             )
@@ -309,29 +309,33 @@ def caller_budget(ctx: RequestContext) -> CallerBudget | None:
     if not ctx.caller_budgeted:
         return None
     return CallerBudget(
-        group_id=ctx.caller.group_id,
+        group_id=ctx.principal.group_id,
         label=ctx.caller_label,
         period=window_id(),
-        budget_max_micro=ctx.caller.caller_budget_max_micro,
+        budget_max_micro=ctx.principal.caller_budget_max_micro,
     )
 
 
 def limit_scopes(ctx: RequestContext):
-    caller = ctx.caller
+    principal = ctx.principal
     scopes = []
-    if caller.api_key_id is not None:
-        scopes.append(
-            LimitScope(f"key:{caller.api_key_id}", caller.key_rpm or 0, caller.key_tpm or 0)
-        )
-    scopes.append(
-        LimitScope(f"group:{caller.group_id}", caller.group_rpm or 0, caller.group_tpm or 0)
-    )
-    if ctx.caller_label and (caller.caller_rpm or caller.caller_tpm):
+    if principal.api_key_id is not None:
         scopes.append(
             LimitScope(
-                f"caller:{caller.group_id}:{ctx.caller_label}",
-                caller.caller_rpm or 0,
-                caller.caller_tpm or 0,
+                f"key:{principal.api_key_id}", principal.key_rpm or 0, principal.key_tpm or 0
+            )
+        )
+    scopes.append(
+        LimitScope(
+            f"group:{principal.group_id}", principal.group_rpm or 0, principal.group_tpm or 0
+        )
+    )
+    if ctx.caller_label and (principal.caller_rpm or principal.caller_tpm):
+        scopes.append(
+            LimitScope(
+                f"caller:{principal.group_id}:{ctx.caller_label}",
+                principal.caller_rpm or 0,
+                principal.caller_tpm or 0,
             )
         )
     return tuple(scopes)
@@ -424,7 +428,7 @@ async def finish(
         elif ex.started:
             await ex.body(b"", more=False)
     finally:
-        metrics.REQUESTS.labels(ctx.route, str(ctx.status), ctx.error_code or "ok").inc()
+        metrics.REQUESTS.labels(ctx.endpoint, str(ctx.status), ctx.error_code or "ok").inc()
 
 
 # ---------------------------------------------------------------- models, internal, health
@@ -432,11 +436,13 @@ async def finish(
 
 async def list_models(ex: Exchange) -> None:
     try:
-        caller = await runtime.callers.for_secret(bearer(ex.headers), client=ex.scope.get("client"))
+        principal = await runtime.principals.for_secret(
+            bearer(ex.headers), client=ex.scope.get("client")
+        )
     except errors.GatewayError as exc:
         await ex.refuse(exc)
         return
-    names = [name for name in runtime.catalog.model_names() if caller.may_use(name)]
+    names = [name for name in runtime.catalog.model_names() if principal.may_use(name)]
     data = [{"id": name, "object": "model", "created": 0, "owned_by": "tollgate"} for name in names]
     await ex.reply(200, orjson.dumps({"object": "list", "data": data}))
 
@@ -453,7 +459,7 @@ def internal_authorized(headers: dict[bytes, bytes]) -> bool:
 
 async def internal(ex: Exchange, action: str) -> None:
     """Serve /internal/complete, /internal/stream and /internal/decide for trusted services."""
-    ctx = RequestContext(request_id=ex.request_id, route=f"internal.{action}", meter=ex.meter)
+    ctx = RequestContext(request_id=ex.request_id, endpoint=f"internal.{action}", meter=ex.meter)
     try:
         if not internal_authorized(ex.headers):
             raise errors.Unauthorized("Missing or wrong internal token.")
@@ -462,12 +468,12 @@ async def internal(ex: Exchange, action: str) -> None:
         if not isinstance(request_id, str) or not REQUEST_ID_OK.match(request_id):
             raise errors.InvalidRequest("'request_id' is required (1-64 of [A-Za-z0-9._:-]).")
         ex.client_request_id = ctx.client_request_id = request_id  # a label, like X-Request-Id
-        ctx.caller = await runtime.callers.for_group(data.get("group"))
+        ctx.principal = await runtime.principals.for_group(data.get("group"))
         req = openai_shape.parse_request(
             {k: v for k, v in data.items() if k not in ("group", "request_id")}
         )
         if action == "decide":
-            plan = build_plan(req, ctx.caller, runtime.catalog, runtime.pools.get)
+            plan = build_plan(req, ctx.principal, runtime.catalog, runtime.pools.get)
             await ex.reply(200, orjson.dumps({"request_id": request_id, **plan.as_json()}))
             return
         if action == "stream":
@@ -477,7 +483,7 @@ async def internal(ex: Exchange, action: str) -> None:
             req = _replace_stream(req, False)
             await serve(ex, ctx, req, InternalShape)
     except errors.GatewayError as exc:
-        if ctx.caller is None:
+        if ctx.principal is None:
             await ex.refuse(exc)
         else:
             await fail(ex, ctx, exc)
@@ -543,7 +549,7 @@ async def reload_config(ex: Exchange) -> None:
     if not internal_authorized(ex.headers):
         await ex.refuse(errors.Unauthorized("Missing or wrong internal token."))
         return
-    runtime.callers.clear()
+    runtime.principals.clear()
     await runtime.reload()
     await ex.reply(200, orjson.dumps({"reloaded": True, "models": runtime.catalog.model_names()}))
 

@@ -1,4 +1,4 @@
-"""Who is calling: virtual key -> Caller, from an in-process cache.
+"""Who is calling: virtual key -> Principal, from an in-process cache.
 
 The request path reads memory only. A miss loads the key (and its group) from the
 database once; revocation and changes arrive over the bus and evict the entry on every
@@ -41,8 +41,12 @@ OVERFLOW_ADDRESS = "*"  # addresses past MAX_ADDRESSES in one window share one b
 
 
 @dataclass(frozen=True, slots=True)
-class Caller:
-    """Everything the request path needs to know about who is calling."""
+class Principal:
+    """Who is calling, authenticated: a virtual key with its group and account (or, on the
+    internal routes, a trusted service acting for a group), and their limits and budgets.
+
+    Not the end user: that is the caller label (usage.pseudonym), which only labels.
+    """
 
     account_id: int
     billing_mode: str
@@ -71,8 +75,8 @@ class Caller:
         return self.group_budget_max_micro is not None or self.key_budget_max_micro is not None
 
 
-def _caller_for_group(group: Group, **key_fields) -> Caller:
-    return Caller(
+def _principal_for_group(group: Group, **key_fields) -> Principal:
+    return Principal(
         account_id=group.account_id,
         billing_mode=group.account.billing_mode,
         group_id=group.pk,
@@ -88,7 +92,7 @@ def _caller_for_group(group: Group, **key_fields) -> Caller:
     )
 
 
-def _load_key(key_hash: str) -> Caller | None:
+def _load_key(key_hash: str) -> Principal | None:
     api_key = (
         ApiKey.objects.select_related("group__account")
         .filter(key_hash=key_hash, revoked_at__isnull=True)
@@ -96,7 +100,7 @@ def _load_key(key_hash: str) -> Caller | None:
     )
     if api_key is None:
         return None
-    return _caller_for_group(
+    return _principal_for_group(
         api_key.group,
         api_key_id=api_key.pk,
         key_hash=key_hash,
@@ -108,9 +112,9 @@ def _load_key(key_hash: str) -> Caller | None:
     )
 
 
-def _load_group(group_id: int) -> Caller | None:
+def _load_group(group_id: int) -> Principal | None:
     group = Group.objects.select_related("account").filter(pk=group_id).first()
-    return _caller_for_group(group) if group else None
+    return _principal_for_group(group) if group else None
 
 
 class FailedLookups:
@@ -141,10 +145,10 @@ class FailedLookups:
         self._counts[slot] = self._counts.get(slot, 0) + 1
 
 
-class CallerCache:
+class PrincipalCache:
     def __init__(self) -> None:
-        self._keys: dict[str, tuple[Caller, float]] = {}
-        self._groups: dict[int, tuple[Caller, float]] = {}
+        self._keys: dict[str, tuple[Principal, float]] = {}
+        self._groups: dict[int, tuple[Principal, float]] = {}
         self._unknown: dict[str, float] = {}  # key hash -> when the database did not know it
         self._pending: dict[str, asyncio.Future] = {}
         self._failures = FailedLookups(settings.TOLLGATE["AUTH_FAIL_PER_MIN"])
@@ -152,8 +156,8 @@ class CallerCache:
 
     async def for_secret(
         self, secret: str | None, *, client: tuple[str, int] | None = None
-    ) -> Caller:
-        """Return the Caller of a virtual key, or raise Unauthorized (LM-1001).
+    ) -> Principal:
+        """Return the Principal of a virtual key, or raise Unauthorized (LM-1001).
 
         `client` is the ASGI scope's client (address, port): an address that failed too
         many lookups this minute gets RequestRateLimited (LM-3001) instead of a lookup.
@@ -163,15 +167,15 @@ class CallerCache:
         key_hash = hash_secret(secret)
         entry = self._keys.get(key_hash)
         if entry is None or time.monotonic() - entry[1] > self._ttl_s:
-            caller = await self._lookup(key_hash, client[0] if client else "")
-            entry = (caller, time.monotonic())
+            principal = await self._lookup(key_hash, client[0] if client else "")
+            entry = (principal, time.monotonic())
             self._keys[key_hash] = entry
-        caller = entry[0]
-        if caller.expires_at is not None and caller.expires_at <= time.time():
+        principal = entry[0]
+        if principal.expires_at is not None and principal.expires_at <= time.time():
             raise Unauthorized("API key expired.")
-        return caller
+        return principal
 
-    async def _lookup(self, key_hash: str, address: str) -> Caller:
+    async def _lookup(self, key_hash: str, address: str) -> Principal:
         missed_at = self._unknown.get(key_hash)
         if missed_at is not None and time.monotonic() - missed_at < NEGATIVE_TTL_S:
             raise Unauthorized()
@@ -187,18 +191,18 @@ class CallerCache:
             pending = asyncio.ensure_future(self._load_key(key_hash, address))
             self._pending[key_hash] = pending
             pending.add_done_callback(lambda done: self._lookup_done(key_hash, done))
-        caller = await asyncio.shield(pending)
-        if caller is None:
+        principal = await asyncio.shield(pending)
+        if principal is None:
             raise Unauthorized()
-        return caller
+        return principal
 
-    async def _load_key(self, key_hash: str, address: str) -> Caller | None:
+    async def _load_key(self, key_hash: str, address: str) -> Principal | None:
         try:
-            caller = await self._load(_load_key, key_hash)
+            principal = await self._load(_load_key, key_hash)
         except DependencyDown:
             metrics.AUTH_LOOKUPS.labels("error").inc()
             raise
-        if caller is None:
+        if principal is None:
             metrics.AUTH_LOOKUPS.labels("unknown").inc()
             self._failures.failed(address)
             self._unknown.pop(key_hash, None)  # re-inserted last: the order is by age
@@ -207,7 +211,7 @@ class CallerCache:
             self._unknown[key_hash] = time.monotonic()
         else:
             metrics.AUTH_LOOKUPS.labels("found").inc()
-        return caller
+        return principal
 
     def _lookup_done(self, key_hash: str, done: asyncio.Future) -> None:
         if self._pending.get(key_hash) is done:
@@ -215,17 +219,17 @@ class CallerCache:
         if not done.cancelled():
             done.exception()  # retrieved: every waiter may have left (client disconnects)
 
-    async def for_group(self, group_id: object) -> Caller:
-        """Return a Caller acting for a group (internal routes); unknown -> LM-2001."""
+    async def for_group(self, group_id: object) -> Principal:
+        """Return a Principal acting for a group (internal routes); unknown -> LM-2001."""
         if isinstance(group_id, bool) or not isinstance(group_id, int):
             raise InvalidRequest("'group' must be a group id.")
         now = time.monotonic()
         entry = self._groups.get(group_id)
         if entry is None or now - entry[1] > self._ttl_s:
-            caller = await self._load(_load_group, group_id)
-            if caller is None:
+            principal = await self._load(_load_group, group_id)
+            if principal is None:
                 raise InvalidRequest("Unknown group.")
-            entry = (caller, now)
+            entry = (principal, now)
             self._groups[group_id] = entry
         return entry[0]
 

@@ -37,7 +37,7 @@ class Profile:
 
 
 @dataclass(frozen=True, slots=True)
-class ModelRoute:
+class ModelOffer:
     """One provider's offer of one model: where it goes upstream and what it costs."""
 
     profile: Profile
@@ -51,27 +51,27 @@ class ModelRoute:
 @dataclass(frozen=True)
 class Catalog:
     profiles: dict[str, Profile]
-    routes_by_model: dict[str, tuple[ModelRoute, ...]]
+    offers_by_model: dict[str, tuple[ModelOffer, ...]]
 
-    def resolve(self, model: str) -> tuple[ModelRoute, ...]:
-        """Return every route serving `model`; "profile/model" pins one profile."""
-        routes = self.routes_by_model.get(model)
-        if routes:
-            return routes
+    def resolve(self, model: str) -> tuple[ModelOffer, ...]:
+        """Return every offer of `model`; "profile/model" pins one profile."""
+        offers = self.offers_by_model.get(model)
+        if offers:
+            return offers
         profile_name, sep, model_name = model.partition("/")
         if sep:
             return tuple(
                 r
-                for r in self.routes_by_model.get(model_name, ())
+                for r in self.offers_by_model.get(model_name, ())
                 if r.profile.name == profile_name
             )
         return ()
 
     def model_names(self) -> list[str]:
-        return sorted(self.routes_by_model)
+        return sorted(self.offers_by_model)
 
 
-EMPTY = Catalog(profiles={}, routes_by_model={})
+EMPTY = Catalog(profiles={}, offers_by_model={})
 
 
 def _platform_key(profile: ProviderProfile) -> str | None:
@@ -94,7 +94,7 @@ def _platform_key(profile: ProviderProfile) -> str | None:
 def load_catalog(session: aiohttp.ClientSession) -> Catalog:
     """Read enabled profiles and models (sync ORM: call from a thread)."""
     profiles: dict[str, Profile] = {}
-    routes: dict[str, list[ModelRoute]] = {}
+    offers: dict[str, list[ModelOffer]] = {}
     for row in ProviderProfile.objects.filter(enabled=True).prefetch_related("models"):
         adapter = build_adapter(row.kind, base_url=row.base_url, session=session)
         if adapter is None:
@@ -112,8 +112,8 @@ def load_catalog(session: aiohttp.ClientSession) -> Catalog:
         )
         profiles[row.name] = profile
         for m in row.models.all():
-            routes.setdefault(m.name, []).append(
-                ModelRoute(
+            offers.setdefault(m.name, []).append(
+                ModelOffer(
                     profile=profile,
                     name=m.name,
                     upstream=m.upstream or m.name,
@@ -124,5 +124,5 @@ def load_catalog(session: aiohttp.ClientSession) -> Catalog:
             )
     return Catalog(
         profiles=profiles,
-        routes_by_model={name: tuple(r) for name, r in routes.items()},
+        offers_by_model={name: tuple(r) for name, r in offers.items()},
     )

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from gateway.auth import Caller
+from gateway.auth import Principal
 from gateway.plan import Plan
 from gateway.types import ChatRequest, Usage
 
@@ -37,11 +37,11 @@ class Meter:
 @dataclass(slots=True)
 class RequestContext:
     request_id: str  # minted by the gateway: keys every book of the request
-    route: str  # "chat", "messages", "internal.complete", ...
+    endpoint: str  # "chat", "messages", "internal.complete", ...
     meter: Meter
     client_request_id: str = ""  # the client's X-Request-Id: a label, never a key
     started: float = field(default_factory=time.monotonic)
-    caller: Caller | None = None
+    principal: Principal | None = None
     caller_label: str | None = None
     req: ChatRequest | None = None
     plan: Plan | None = None
@@ -70,7 +70,9 @@ class RequestContext:
     @property
     def caller_budgeted(self) -> bool:
         return bool(
-            self.caller_label and self.caller and self.caller.caller_budget_max_micro is not None
+            self.caller_label
+            and self.principal
+            and self.principal.caller_budget_max_micro is not None
         )
 
     def elapsed_ms(self) -> int:

@@ -1,7 +1,7 @@
 """Idempotency keys: `Idempotency-Key` on the /v1 POSTs makes two requests one (Stripe-like).
 
 A key is scoped to the account and lives `TOLLGATE_IDEMPOTENCY_TTL_S` (24 h) from its first
-use. The request fingerprint is SHA-256 of the route and the raw body bytes, so the same key
+use. The request fingerprint is SHA-256 of the endpoint and the raw body bytes, so the same key
 on the other endpoint is another body. The first request to claim a key runs; what follows:
 
 - same body, answer stored: the stored status, content headers and body bytes are replayed
@@ -220,8 +220,8 @@ class Claim:
         self.open = False
 
 
-def fingerprint(route: str, body: bytes) -> str:
-    return hashlib.sha256(route.encode() + b"\n" + body).hexdigest()
+def fingerprint(endpoint: str, body: bytes) -> str:
+    return hashlib.sha256(endpoint.encode() + b"\n" + body).hexdigest()
 
 
 async def begin(ex, ctx: RequestContext, body: bytes) -> bool:
@@ -233,9 +233,9 @@ async def begin(ex, ctx: RequestContext, body: bytes) -> bool:
     if not KEY_OK.fullmatch(raw):
         raise errors.InvalidRequest("Idempotency-Key must be 1 to 255 printable ASCII characters.")
     params = {
-        "account_id": ctx.caller.account_id,
+        "account_id": ctx.principal.account_id,
         "key": raw.decode("ascii"),
-        "fingerprint": fingerprint(ctx.route, body),
+        "fingerprint": fingerprint(ctx.endpoint, body),
         "request_id": ctx.request_id,
         "sweep_locked": settings.DATABASES["default"]["ENGINE"].endswith("postgresql"),
     }
@@ -288,4 +288,4 @@ async def replay(ex, ctx: RequestContext, stored: Stored) -> None:
         ],
     )
     await ex.body(stored.body, more=False)
-    metrics.REQUESTS.labels(ctx.route, str(stored.status), "replayed").inc()
+    metrics.REQUESTS.labels(ctx.endpoint, str(stored.status), "replayed").inc()

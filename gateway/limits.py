@@ -464,7 +464,7 @@ class Limiter:
         return await pipe.execute()
 
     def finish_into(self, pipe, admission: Admission, *, tokens: int) -> None:
-        """Queue the finish of an admission on a Redis pipeline (see gateway/settle.py)."""
+        """Queue the finish of an admission on a Redis pipeline (see gateway/recording.py)."""
         keys = self._keys(admission)
         pipe.zrem(keys[0], admission.request_id)
         pipe.zrem(keys[1], admission.request_id)

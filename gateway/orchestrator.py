@@ -95,12 +95,12 @@ class Orchestrator:
     # ---- one link ----
 
     async def _run_link(self, ctx: RequestContext, link: Link, *, stream: bool):
-        route = link.route
+        offer = link.offer
         if link.locked:
             self._trail(ctx, link, None, "chain_locked")
             raise _LinkFailed(
                 errors.TeamKeysExhausted(
-                    f"Chain locked: no team key for {route.profile.name} "
+                    f"Chain locked: no team key for {offer.profile.name} "
                     "and platform fallback is off."
                 ),
                 upstream=False,
@@ -110,19 +110,19 @@ class Orchestrator:
             self._trail(ctx, link, None, "no_attempt")
             raise _LinkFailed(
                 errors.TeamKeysExhausted(
-                    f"No team key for {route.profile.name} and platform serving is off."
+                    f"No team key for {offer.profile.name} and platform serving is off."
                 ),
                 upstream=False,
             )
         # A probe's lease outlasts every try the link may make, so a slow probe is never
         # joined by a second one; a probe that hangs fails at its last deadline.
-        lease_s = route.profile.timeout_s * TRIES_PER_ATTEMPT * len(link.attempts) + 5
+        lease_s = offer.profile.timeout_s * TRIES_PER_ATTEMPT * len(link.attempts) + 5
         admission = ctx.admission
         if admission is not None and admission.breaker_clean and link is ctx.plan.links[0]:
             admission.breaker_clean = False  # seen at admission: spare this round trip, once
-            ticket = self.breakers.clean_ticket(link.breaker_key, route.name)
+            ticket = self.breakers.clean_ticket(link.breaker_key, offer.name)
         else:
-            ticket = await self.breakers.acquire(link.breaker_key, route.name, lease_s=lease_s)
+            ticket = await self.breakers.acquire(link.breaker_key, offer.name, lease_s=lease_s)
         if ticket is None:
             self._trail(ctx, link, None, "circuit_open")
             raise _LinkFailed(
@@ -142,7 +142,7 @@ class Orchestrator:
                 except _NoUsableKey:
                     last = _LinkError(
                         errors.TeamKeysExhausted(
-                            f"Every team key for {route.profile.name} is benched or failing."
+                            f"Every team key for {offer.profile.name} is benched or failing."
                         ),
                         upstream=False,
                     )
@@ -207,7 +207,7 @@ class Orchestrator:
     async def _run_platform(
         self, ctx: RequestContext, link: Link, attempt: Attempt, *, stream: bool
     ):
-        route = link.route
+        offer = link.offer
         reservation_id = None
         if attempt.needs_escrow:
             try:
@@ -220,7 +220,7 @@ class Orchestrator:
             # gateway dying mid-answer leaves a charge, not a free request (LM-5004 if not).
             await self.escrow.mark_sent(ctx, ctx.plan.budget_estimate_micro)
             ctx.platform_call_marked = True
-        target = self._target(ctx, link, api_key=route.profile.platform_key)
+        target = self._target(ctx, link, api_key=offer.profile.platform_key)
         committed = False
         try:
             for try_no in range(1, TRIES_PER_ATTEMPT + 1):
@@ -249,7 +249,7 @@ class Orchestrator:
 
     def _target(self, ctx: RequestContext, link: Link, *, api_key: str) -> CallTarget:
         return CallTarget(
-            upstream_model=link.route.upstream,
+            upstream_model=link.offer.upstream,
             api_key=api_key,
             max_tokens=link.max_tokens,
             caller_label=ctx.caller_label,
@@ -258,7 +258,7 @@ class Orchestrator:
     async def _call(
         self, ctx: RequestContext, link: Link, attempt: Attempt, target: CallTarget, *, stream: bool
     ):
-        profile = link.route.profile
+        profile = link.offer.profile
         ctx.meter.upstream_sent = True  # the upstream mark: set where the adapter is called
         started = time.monotonic()
         if not stream:
@@ -269,7 +269,7 @@ class Orchestrator:
                 raise ProviderError("upstream timed out", retryable=True, timeout=True) from None
             self._served(ctx, link, attempt, started)
             # The answer names the model that served it (a fallback link, not the first asked).
-            return replace(completion, model=link.route.name)
+            return replace(completion, model=link.offer.name)
         chunks = profile.adapter.stream(ctx.req, target).__aiter__()
         try:
             async with asyncio.timeout(profile.timeout_s):
@@ -287,18 +287,18 @@ class Orchestrator:
         return _follow(first, chunks, profile.idle_timeout_s)
 
     def _served(self, ctx: RequestContext, link: Link, attempt: Attempt, started: float) -> None:
-        route = link.route
-        metrics.UPSTREAM_LATENCY.labels(route.profile.name).observe(time.monotonic() - started)
-        ctx.served_provider = route.profile.name
-        ctx.served_model = route.name
+        offer = link.offer
+        metrics.UPSTREAM_LATENCY.labels(offer.profile.name).observe(time.monotonic() - started)
+        ctx.served_provider = offer.profile.name
+        ctx.served_model = offer.name
         ctx.served_by = attempt.served_by
-        ctx.input_micro_per_mtok = route.input_micro_per_mtok
-        ctx.output_micro_per_mtok = route.output_micro_per_mtok
+        ctx.input_micro_per_mtok = offer.input_micro_per_mtok
+        ctx.output_micro_per_mtok = offer.output_micro_per_mtok
         ctx.trail.append(
             TrailEntry(
                 order=len(ctx.trail) + 1,
-                provider=route.profile.name,
-                model=route.name,
+                provider=offer.profile.name,
+                model=offer.name,
                 served_by=attempt.served_by,
                 source=attempt.source,
                 outcome="ok",
@@ -321,15 +321,15 @@ class Orchestrator:
         if exc is not None and exc.timeout:
             outcome = "timeout"
         if started is not None:  # a failed call's wait counts too (a timeout: the deadline)
-            metrics.UPSTREAM_LATENCY.labels(link.route.profile.name).observe(
+            metrics.UPSTREAM_LATENCY.labels(link.offer.profile.name).observe(
                 time.monotonic() - started
             )
         entry = TrailEntry(
             order=len(ctx.trail) + 1,
-            provider=link.route.profile.name,
-            model=link.route.name,
+            provider=link.offer.profile.name,
+            model=link.offer.name,
             served_by=attempt.served_by if attempt else "",
-            source=attempt.source if attempt else f"{link.route.profile.name}:{link.route.name}",
+            source=attempt.source if attempt else f"{link.offer.profile.name}:{link.offer.name}",
             outcome=outcome,
             upstream_status=exc.status if exc is not None else None,
             latency_ms=int((time.monotonic() - started) * 1000) if started else 0,

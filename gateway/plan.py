@@ -1,7 +1,7 @@
 """The attempt plan, built once per request before any call.
 
-Links follow the caller's chain (the model, then its route list or one fallback model, in
-the caller's order); a canonical model served by several providers with no pin fans out
+Links follow the client's chain (the model, then its route list or one fallback model, in
+the client's order); a canonical model served by several providers with no pin fans out
 ranked by per-token cost. Each link has a team attempt when the group has a usable pool of
 an eligible kind for its provider, then a platform attempt only when platform serving is on
 for the deployment, the profile allows it, and any pool's fallback flag is on.
@@ -20,8 +20,8 @@ from django.conf import settings
 from byok.pools import Pool
 from core.errors import Forbidden, InvalidRequest
 from core.money import prompt_tokens_bound, token_cost_micro, with_margin_micro
-from gateway.auth import Caller
-from gateway.catalog import Catalog, ModelRoute
+from gateway.auth import Principal
+from gateway.catalog import Catalog, ModelOffer
 from gateway.types import ChatRequest
 
 TEAM = "team"
@@ -42,7 +42,7 @@ class Link:
     """One (provider, model) position of the chain with its attempts in order."""
 
     order: int
-    route: ModelRoute
+    offer: ModelOffer
     max_tokens: int
     attempts: tuple[Attempt, ...]
     breaker_key: str
@@ -53,9 +53,9 @@ class Link:
     def as_json(self) -> dict:
         return {
             "order": self.order,
-            "provider": self.route.profile.name,
-            "model": self.route.name,
-            "upstream_model": self.route.upstream,
+            "provider": self.offer.profile.name,
+            "model": self.offer.name,
+            "upstream_model": self.offer.upstream,
             "max_tokens": self.max_tokens,  # the output cap the hold assumes and the vendor gets
             "breaker": self.breaker_key,
             "locked": self.locked,
@@ -84,8 +84,8 @@ class Plan:
         }
 
 
-def _price_rank(route: ModelRoute) -> tuple[int, str]:
-    return (route.input_micro_per_mtok + route.output_micro_per_mtok, route.profile.name)
+def _price_rank(offer: ModelOffer) -> tuple[int, str]:
+    return (offer.input_micro_per_mtok + offer.output_micro_per_mtok, offer.profile.name)
 
 
 def prompt_bound(req: ChatRequest) -> int:
@@ -95,18 +95,18 @@ def prompt_bound(req: ChatRequest) -> int:
     return prompt_tokens_bound(prompt_bytes=prompt_bytes, messages=len(req.messages))
 
 
-def worst_case_cost_micro(req: ChatRequest, route: ModelRoute, *, max_tokens: int) -> int:
+def worst_case_cost_micro(req: ChatRequest, offer: ModelOffer, *, max_tokens: int) -> int:
     return token_cost_micro(
         tokens_in=prompt_bound(req),
         tokens_out=max_tokens,
-        input_micro_per_mtok=route.input_micro_per_mtok,
-        output_micro_per_mtok=route.output_micro_per_mtok,
+        input_micro_per_mtok=offer.input_micro_per_mtok,
+        output_micro_per_mtok=offer.output_micro_per_mtok,
     )
 
 
 def build_plan(
     req: ChatRequest,
-    caller: Caller,
+    principal: Principal,
     catalog: Catalog,
     pool_for: Callable[[int, str], Pool | None],
 ) -> Plan:
@@ -114,39 +114,39 @@ def build_plan(
     ptb_enabled = settings.GATEWAY_PTB_ENABLED
     byok_enabled = settings.GATEWAY_BYOK_ENABLED
     margin_pct = settings.TOLLGATE["ESCROW_MARGIN_PCT"]
-    prepaid = caller.billing_mode == "prepaid"
+    prepaid = principal.billing_mode == "prepaid"
 
-    routes: list[ModelRoute] = []
-    for model in req.route_models:
+    offers: list[ModelOffer] = []
+    for model in req.chain:
         resolved = catalog.resolve(model)
         if not resolved:
             raise InvalidRequest(f"Unknown model {model!r}.")
-        if not caller.may_use(model) and not caller.may_use(resolved[0].name):
+        if not principal.may_use(model) and not principal.may_use(resolved[0].name):
             raise Forbidden(f"This key may not use model {model!r}.")
-        routes.extend(sorted(resolved, key=_price_rank) if len(resolved) > 1 else resolved)
+        offers.extend(sorted(resolved, key=_price_rank) if len(resolved) > 1 else resolved)
 
     links: list[Link] = []
     budget_estimate = 0
     chain_locked = False
-    for order, route in enumerate(routes, start=1):
-        profile = route.profile
-        max_tokens = min(req.max_tokens or route.max_output_tokens, route.max_output_tokens)
-        if req.max_tokens is not None and req.max_tokens > route.max_output_tokens:
+    for order, offer in enumerate(offers, start=1):
+        profile = offer.profile
+        max_tokens = min(req.max_tokens or offer.max_output_tokens, offer.max_output_tokens)
+        if req.max_tokens is not None and req.max_tokens > offer.max_output_tokens:
             raise InvalidRequest(
-                f"'max_tokens' {req.max_tokens} is over {route.name}'s cap of "
-                f"{route.max_output_tokens}."
+                f"'max_tokens' {req.max_tokens} is over {offer.name}'s cap of "
+                f"{offer.max_output_tokens}."
             )
         worst_micro = with_margin_micro(
-            worst_case_cost_micro(req, route, max_tokens=max_tokens), margin_pct=margin_pct
+            worst_case_cost_micro(req, offer, max_tokens=max_tokens), margin_pct=margin_pct
         )
         pool = (
-            pool_for(caller.group_id, profile.name)
+            pool_for(principal.group_id, profile.name)
             if byok_enabled and profile.team_key_eligible
             else None
         )
         platform_ok = ptb_enabled and profile.allows_platform and profile.platform_key is not None
         attempts: list[Attempt] = []
-        stem = f"{profile.name}:{route.name}"
+        stem = f"{profile.name}:{offer.name}"
         if pool is not None:
             attempts.append(Attempt(TEAM, f"{stem}:team", False, 0, pool))
             if pool.fallback and platform_ok:
@@ -161,11 +161,11 @@ def build_plan(
         links.append(
             Link(
                 order=order,
-                route=route,
+                offer=offer,
                 max_tokens=max_tokens,
                 attempts=tuple(attempts),
                 breaker_key=(
-                    f"{profile.name}#group:{caller.group_id}" if team_scoped else profile.name
+                    f"{profile.name}#group:{principal.group_id}" if team_scoped else profile.name
                 ),
                 team_scoped=team_scoped,
                 locked=chain_locked and pool is None,

@@ -16,7 +16,7 @@ from byok.routing import KeyRotation
 from core import bus
 from core.db import off_loop
 from core.shared_state import SharedState
-from gateway.auth import CallerCache
+from gateway.auth import PrincipalCache
 from gateway.breakers import BreakerBoard
 from gateway.catalog import EMPTY, Catalog, load_catalog
 from gateway.limits import Limiter
@@ -32,7 +32,7 @@ class Runtime:
         self._starting: asyncio.Lock | None = None
         self.catalog: Catalog = EMPTY
         self.pools = PoolRegistry()
-        self.callers = CallerCache()
+        self.principals = PrincipalCache()
         self._tasks: list[asyncio.Task] = []
 
     async def start(self) -> None:
@@ -117,8 +117,8 @@ class Runtime:
             await self._safe_reload()
 
     def _subscribe(self) -> None:
-        bus.subscribe(bus.Topic.API_KEY, self.callers.evict_key)
-        bus.subscribe(bus.Topic.GROUP, self.callers.evict_group)
+        bus.subscribe(bus.Topic.API_KEY, self.principals.evict_key)
+        bus.subscribe(bus.Topic.GROUP, self.principals.evict_group)
         bus.subscribe(bus.Topic.PROFILES, lambda _: self._reload_soon())
         bus.subscribe(bus.Topic.POOL, self._on_pool_change)
 

@@ -23,7 +23,7 @@ class ChatRequest:
     stream: bool = False
     include_usage: bool = False  # the OpenAI client asked for a streamed usage chunk
     caller_id: str | None = None  # raw end-user id: never logged, forwarded or stored
-    route_models: tuple[str, ...] = ()  # the caller's chain: model, then its route list
+    chain: tuple[str, ...] = ()  # the client's chain: model, then its route list
 
     def prompt_text_words(self) -> int:
         """Count whitespace-separated words in the prompt (the token estimate's base)."""

@@ -3,7 +3,7 @@
 A client chooses its model name (and more, over time); that text lands in the usage row. A
 row the database refuses (over a column's length, or with a NUL byte, which PostgreSQL text
 cannot hold) would sit in the journal failing every batch it is part of, so every row is
-cleaned before it is journaled (gateway/settle.py) and again before it is stored (the writer).
+cleaned before it is journaled (gateway/recording.py) and again before it is stored (the writer).
 """
 
 from __future__ import annotations

@@ -235,7 +235,7 @@ class UsageWriter:
         self._group_ready = False
 
     def journal_into(self, pipe, row: dict) -> None:
-        """Queue a row's journal entry on a Redis pipeline (see gateway/settle.py)."""
+        """Queue a row's journal entry on a Redis pipeline (see gateway/recording.py)."""
         pipe.xadd(JOURNAL, {"row": orjson.dumps(row)})
 
     def keep(self, row: dict) -> None:

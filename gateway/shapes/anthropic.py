@@ -75,7 +75,7 @@ def parse_request(body: dict, *, fallback_header: str | None = None) -> ChatRequ
     chain = model_chain(body.get("model"), body.get("fallback_model") or fallback_header)
     return ChatRequest(
         model=chain[0],
-        route_models=chain,
+        chain=chain,
         messages=tuple(messages),
         system=system_text or None,
         max_tokens=max_tokens,

@@ -55,7 +55,7 @@ def refuse_unknown(body: dict, allowed: frozenset[str], *, where: str = "") -> N
 
 
 def model_chain(model: Any, fallback: Any) -> tuple[str, ...]:
-    """Return the caller's chain: `"a,b"` in order, then the fallback model(s).
+    """Return the client's chain: `"a,b"` in order, then the fallback model(s).
 
     The whole chain holds at most TOLLGATE_MAX_ROUTE distinct models: each link may cost
     two vendor calls and its own hold, so a long list is refused before any vendor sees it.

@@ -84,7 +84,7 @@ def parse_request(body: dict, *, fallback_header: str | None = None) -> ChatRequ
     )
     return ChatRequest(
         model=chain[0],
-        route_models=chain,
+        chain=chain,
         messages=tuple(messages),
         system="\n\n".join(system_parts) or None,
         max_tokens=max_tokens,

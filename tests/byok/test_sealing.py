@@ -9,10 +9,10 @@ import pytest
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management import call_command
 
-from byok import sealing
 from byok.models import KeyPool, TeamKey
 from byok.pools import load_pools
 from byok.services import team_key_add
+from core import sealing
 from providers.models import ProviderProfile
 from tests.conftest import make_tenant
 

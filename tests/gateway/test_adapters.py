@@ -22,7 +22,7 @@ from gateway.types import ChatRequest, Chunk, Completion, Message, Usage
 KEY = "sk-adapter-test-0042"
 REQ = ChatRequest(
     model="client-model",
-    route_models=("client-model",),
+    chain=("client-model",),
     system="Be brief.",
     messages=(Message("user", "say hello now"),),
     max_tokens=3,

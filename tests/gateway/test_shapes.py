@@ -57,7 +57,7 @@ def test_openai_body_becomes_a_request_with_system_prompt_and_sampling():
 
     assert req == ChatRequest(
         model="gpt-4o-mini",
-        route_models=("gpt-4o-mini", "claude-3-5-haiku"),
+        chain=("gpt-4o-mini", "claude-3-5-haiku"),
         messages=(
             Message("user", "hi"),
             Message("assistant", "hello"),
@@ -95,7 +95,7 @@ def test_anthropic_body_becomes_the_same_request():
 
     assert req == ChatRequest(
         model="claude-3-5-haiku",
-        route_models=("claude-3-5-haiku", "gpt-4o-mini"),
+        chain=("claude-3-5-haiku", "gpt-4o-mini"),
         messages=(Message("user", "hi"), Message("assistant", "hello")),
         system="Be brief.",
         max_tokens=7,
@@ -112,7 +112,7 @@ def test_fallback_header_follows_the_body_chain_without_repeats(settings):
     req = openai_shape.parse_request(
         {"model": "a, b", "messages": [{"role": "user", "content": "x"}]}, fallback_header="b,c"
     )
-    assert req.route_models == ("a", "b", "c")
+    assert req.chain == ("a", "b", "c")
 
 
 @pytest.mark.parametrize(
@@ -180,7 +180,7 @@ def test_anthropic_body_is_refused_naming_what_is_wrong(body, message):
 
 FULL = ChatRequest(
     model="m",
-    route_models=("m",),
+    chain=("m",),
     system="Be brief.",
     messages=(
         Message("user", "hi"),
@@ -222,7 +222,7 @@ def test_openai_vendor_is_sent_the_system_prompt_first_and_asked_for_streamed_us
 
 
 def test_openai_vendor_body_leaves_out_what_the_client_did_not_set_but_the_output_cap():
-    req = ChatRequest(model="m", route_models=("m",), messages=(Message("user", "hi"),))
+    req = ChatRequest(model="m", chain=("m",), messages=(Message("user", "hi"),))
     sent = openai_shape.vendor_body(req, upstream_model="x", caller_label=None, max_tokens=4096)
     assert orjson.loads(sent) == {
         "model": "x",
@@ -243,7 +243,7 @@ def test_openai_vendor_body_leaves_out_what_the_client_did_not_set_but_the_outpu
     ],
 )
 def test_openai_reasoning_models_are_capped_with_max_completion_tokens(upstream, field):
-    req = ChatRequest(model="m", route_models=("m",), messages=(Message("user", "hi"),))
+    req = ChatRequest(model="m", chain=("m",), messages=(Message("user", "hi"),))
     sent = orjson.loads(
         openai_shape.vendor_body(req, upstream_model=upstream, caller_label=None, max_tokens=77)
     )

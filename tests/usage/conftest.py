@@ -61,7 +61,7 @@ def journal_row(
     created_at: datetime | None = None,
     **fields,
 ) -> dict:
-    """A usage row as a gateway journals it (see gateway.settle.usage_row)."""
+    """A usage row as a gateway journals it (see gateway.recording.usage_row)."""
     row = {
         "request_id": request_id or f"req-{uuid.uuid4().hex}",
         "created_at": (created_at or datetime.now(UTC)).isoformat(),

@@ -1,4 +1,4 @@
-"""The settle step: what one finished request used, priced once and recorded.
+"""Recording usage: what one finished request used, priced once and journaled.
 
 Platform-served: token cost from the price table -> provider_cost (added to settled and
 spent). Team-served: cost 0, logged as byok tokens. Bandwidth: request + response body bytes
@@ -28,7 +28,7 @@ log = logging.getLogger(__name__)
 
 def usage_row(ctx: RequestContext, *, bytes_out: int) -> dict:
     """Price the request and return its usage log row (JSON-ready, attempts included)."""
-    caller = ctx.caller
+    principal = ctx.principal
     usage = ctx.usage
     platform = ctx.served_by == PLATFORM
     ctx.provider_cost_micro = (
@@ -43,8 +43,10 @@ def usage_row(ctx: RequestContext, *, bytes_out: int) -> dict:
     )
     total_bytes = ctx.meter.bytes_in + bytes_out
     ctx.bandwidth_charge_micro = (
-        bandwidth_charge_micro(total_bytes=total_bytes, micro_per_gb=caller.bandwidth_micro_per_gb)
-        if caller is not None and ctx.meter.upstream_sent and ctx.error_code not in REFUSAL_CODES
+        bandwidth_charge_micro(
+            total_bytes=total_bytes, micro_per_gb=principal.bandwidth_micro_per_gb
+        )
+        if principal is not None and ctx.meter.upstream_sent and ctx.error_code not in REFUSAL_CODES
         else 0
     )
     team = ctx.served_by == TEAM
@@ -52,11 +54,11 @@ def usage_row(ctx: RequestContext, *, bytes_out: int) -> dict:
         "request_id": ctx.request_id,
         "client_request_id": ctx.client_request_id,
         "created_at": datetime.now(UTC).isoformat(),
-        "account_id": caller.account_id if caller else None,
-        "group_id": caller.group_id if caller else None,
-        "api_key_id": caller.api_key_id if caller else None,
+        "account_id": principal.account_id if principal else None,
+        "group_id": principal.group_id if principal else None,
+        "api_key_id": principal.api_key_id if principal else None,
         "caller_label": ctx.caller_label or "",
-        "route": ctx.route,
+        "route": ctx.endpoint,
         "model_requested": ctx.req.model if ctx.req else "",
         "model_served": ctx.served_model,
         "provider": ctx.served_provider,
@@ -84,12 +86,12 @@ async def record_and_release(runtime, ctx: RequestContext, row: dict) -> None:
     """Journal the usage row and free the request's limits: one Redis round trip.
 
     Runs before the client sees the end of its answer, so a completed answer always has its
-    row, and the caller's next request is judged with these tokens counted.
+    row, and the principal's next request is judged with these tokens counted.
     """
     metrics.count_usage(row)
     admission, ctx.admission = ctx.admission, None
     tokens = ctx.usage.total_tokens
-    journal = ctx.caller is not None
+    journal = ctx.principal is not None
     shared_admission = admission is not None and admission.in_shared
     if runtime.shared.available and (journal or shared_admission):
 
