@@ -52,39 +52,36 @@ class Escrow:
             return await self._pg.run(program, wait_s=wait_s)
         return await off_loop(run_sync)(program)
 
-    async def hold_budget(self, ctx, amount_micro: int, caller: ledger.CallerBudget | None) -> None:
+    async def hold_budget(self, hold: ledger.Hold) -> None:
         """Take the budget hold on group, key and end caller, or refuse with LM-4001."""
-        principal = ctx.principal
-        hold = ledger.Hold(
-            request_id=ctx.request_id,
-            group_id=principal.group_id,
-            api_key_id=principal.api_key_id,
-            key_budgeted=principal.key_budget_max_micro is not None,
-            amount_micro=amount_micro,
-            caller=caller,
-        )
         try:
             await self.run(ledger.take_hold(hold, now=timezone.now(), ttl_s=self.ttl_s))
         except ledger.Refused as refused:
             raise errors.BudgetExhausted(f"Budget exhausted ({refused}).") from None
         except DB_ERRORS:
             raise errors.DependencyDown() from None
-        ctx.spend_hold_micro = amount_micro
-        ctx.spend_hold_taken = True
 
-    async def reserve(self, ctx, amount_micro: int) -> int:
+    async def reserve(
+        self,
+        *,
+        account_id: int,
+        request_id: str,
+        group_id: int,
+        api_key_id: int | None,
+        attempt_no: int,
+        amount_micro: int,
+    ) -> int:
         """Hold a platform attempt's worst-case cost on the wallet, or raise LM-4002."""
         now = timezone.now()
-        attempt_no = len(ctx.trail) + 1
         try:
             if self._pg is not None:
                 row = await self._pg.one_statement(
                     ledger.RESERVE_ONE_STATEMENT,
                     {
-                        "account": ctx.principal.account_id,
-                        "request": ctx.request_id,
-                        "group": ctx.principal.group_id,
-                        "key": ctx.principal.api_key_id,
+                        "account": account_id,
+                        "request": request_id,
+                        "group": group_id,
+                        "key": api_key_id,
                         "attempt": attempt_no,
                         "amount": amount_micro,
                         "now": now,
@@ -96,10 +93,10 @@ class Escrow:
                 return row[0]
             return await self.run(
                 ledger.reserve(
-                    account_id=ctx.principal.account_id,
-                    request_id=ctx.request_id,
-                    group_id=ctx.principal.group_id,
-                    api_key_id=ctx.principal.api_key_id,
+                    account_id=account_id,
+                    request_id=request_id,
+                    group_id=group_id,
+                    api_key_id=api_key_id,
                     attempt_no=attempt_no,
                     amount_micro=amount_micro,
                     now=now,
@@ -111,12 +108,15 @@ class Escrow:
         except DB_ERRORS:
             raise errors.DependencyDown() from None
 
-    async def mark_sent(self, ctx, amount_micro: int) -> None:
-        """Record that a platform call is about to be sent, before it is.
+    async def mark_sent(
+        self, *, request_id: str, group_id: int, amount_micro: int, hold_taken: bool
+    ) -> bool:
+        """Record that a platform call is about to be sent, before it is; return whether the
+        request now has a hold (marked).
 
-        The request's hold is marked; a request without a budget takes a hold of its worst
-        case now, marked (one statement on PostgreSQL). If the gateway dies before the usage
-        row is stored, the reaper charges it instead of releasing it at 0.
+        The request's hold is marked; a request without one (`hold_taken` false) takes a hold
+        of its worst case now, marked (one statement on PostgreSQL). If the gateway dies
+        before the usage row is stored, the reaper charges it instead of releasing it at 0.
 
         With the database unreachable the call is still made: its budget and wallet checks
         (if any) already passed, and its charge rides on the usage journal, which outlives
@@ -125,17 +125,17 @@ class Escrow:
         """
         if time.monotonic() < self._marks_off_until:  # the database just failed: fail fast
             metrics.UNMARKED_CALLS.inc()
-            return
+            return hold_taken
         now = timezone.now()
         try:
-            if ctx.spend_hold_taken:
-                await self.run(ledger.mark_hold_sent(ctx.request_id), wait_s=MARK_WAIT_S)
+            if hold_taken:
+                await self.run(ledger.mark_hold_sent(request_id), wait_s=MARK_WAIT_S)
             elif self._pg is not None:
                 await self._pg.one_statement(
                     ledger.SENT_HOLD_ONE_STATEMENT,
                     {
-                        "request": ctx.request_id,
-                        "group": ctx.principal.group_id,
+                        "request": request_id,
+                        "group": group_id,
                         "amount": amount_micro,
                         "now": now,
                         "expires": now + timedelta(seconds=self.ttl_s),
@@ -144,8 +144,8 @@ class Escrow:
                 )
             else:
                 hold = ledger.Hold(
-                    request_id=ctx.request_id,
-                    group_id=ctx.principal.group_id,
+                    request_id=request_id,
+                    group_id=group_id,
                     api_key_id=None,
                     key_budgeted=False,
                     amount_micro=amount_micro,
@@ -157,8 +157,8 @@ class Escrow:
             if time.monotonic() - self._unmarked_warned_at > 60:  # one line a minute, not a flood
                 self._unmarked_warned_at = time.monotonic()
                 log.warning("database unreachable: platform calls are served without crash marks")
-            return
-        ctx.spend_hold_taken = True
+            return hold_taken
+        return True
 
     async def cancel(self, reservation_id: int) -> None:
         try:

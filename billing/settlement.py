@@ -1,9 +1,9 @@
 """Settle finished requests in batches, in the transaction that stores their usage rows.
 
-A usage row says everything a request owes: its platform cost, its bandwidth charge, the
-reservation its served attempt held. Gateways journal the row before the client sees the
-end of its answer; the writer that stores a batch of rows applies their money in the same
-transaction (billing.ledger.settle: the batched form of the ledger's own steps), so a
+A usage record (core.usage_record) says everything a request owes: its platform cost, its
+bandwidth charge, the reservation its served attempt held. Gateways journal the record before
+the client sees the end of its answer; the writer that stores a batch applies its money in the
+same transaction (billing.ledger.settle: the batched form of the ledger's own steps), so a
 stored row and its settlement never exist one without the other:
 
 - each served reservation committed at measured cost (capped at the hold, the excess
@@ -25,32 +25,23 @@ from datetime import datetime
 
 from billing import ledger
 from billing.sqlexec import run_here
-
-SERVED = "ok"
-
-
-def served_reservation(row: dict) -> int | None:
-    """Return the reservation of the attempt that served the answer, if it held one."""
-    for attempt in row.get("attempts") or ():
-        if attempt.get("outcome") == SERVED and attempt.get("reservation_id"):
-            return attempt["reservation_id"]
-    return None
+from core.usage_record import UsageRecord
 
 
-def settle_rows(rows: list[dict], *, now: datetime) -> None:
-    """Apply the money of freshly stored usage rows (call inside their transaction)."""
+def settle_rows(records: list[UsageRecord], *, now: datetime) -> None:
+    """Apply the money of freshly stored usage records (call inside their transaction)."""
     run_here(
         ledger.settle(
             [
                 ledger.Settle(
-                    request_id=row["request_id"],
-                    group_id=row["group_id"],
-                    api_key_id=row["api_key_id"],
-                    cost_micro=row["provider_cost_micro"],
-                    bandwidth_micro=row["bandwidth_charge_micro"],
-                    reservation_id=served_reservation(row),
+                    request_id=record.request_id,
+                    group_id=record.group_id,
+                    api_key_id=record.api_key_id,
+                    cost_micro=record.provider_cost_micro,
+                    bandwidth_micro=record.bandwidth_charge_micro,
+                    reservation_id=record.reservation_id,
                 )
-                for row in rows
+                for record in records
             ],
             now=now,
         )

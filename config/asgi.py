@@ -1,6 +1,6 @@
 """ASGI entry point: the gateway's lean app for the proxy hot path, Django for the rest.
 
-`/v1/...`, `/internal/...`, `/healthz`, `/readyz` and `/metrics` go to gateway.app without
+`/v1/...`, `/internal/...`, `/healthz`, `/readyz` and `/metrics` go to gateway.asgi without
 touching Django's request machinery; everything else (admin, tenant API) goes to Django.
 """
 
@@ -16,7 +16,7 @@ django.setup()
 
 from django.core.asgi import get_asgi_application  # noqa: E402
 
-from gateway.app import gateway_app, serves  # noqa: E402
+from gateway.asgi import gateway_app, serves  # noqa: E402
 from gateway.runtime import runtime  # noqa: E402
 from gateway.startup import prepare  # noqa: E402
 

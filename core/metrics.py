@@ -23,6 +23,7 @@ import os
 import re
 import shutil
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from django.conf import settings
 from prometheus_client import (
@@ -34,6 +35,9 @@ from prometheus_client import (
     multiprocess,
     values,
 )
+
+if TYPE_CHECKING:
+    from core.usage_record import UsageRecord
 
 FLEET_DIR_NAME = re.compile(r"^(\d+)-(\d*)$")
 LIVE_GAUGE_FILE = re.compile(r"^gauge_live\w+?_(\d+)\.db$")
@@ -172,13 +176,13 @@ BYTES_OUT = Counter(
 _usage_series: dict[tuple[str, str, str], tuple] = {}
 
 
-def count_usage(row: dict) -> None:
+def count_usage(record: UsageRecord) -> None:
     """Add one finished request's tokens, cost and bytes to its (model, group, served_by)."""
-    group = row["group_id"]
+    group = record.group_id
     key = (
-        row["model_served"] or "none",
+        record.model_served or "none",
         "none" if group is None else str(group),
-        row["served_by"] or "none",
+        record.served_by or "none",
     )
     series = _usage_series.get(key)
     if series is None:  # once per label set: .labels() costs more than .inc()
@@ -187,11 +191,11 @@ def count_usage(row: dict) -> None:
             for counter in (TOKENS_IN, TOKENS_OUT, PROVIDER_COST, BYTES_IN, BYTES_OUT)
         )
     amounts = (
-        row["tokens_in"] + row["byok_tokens_in"],
-        row["tokens_out"] + row["byok_tokens_out"],
-        row["provider_cost_micro"],
-        row["bytes_in"],
-        row["bytes_out"],
+        record.tokens_in + record.byok_tokens_in,
+        record.tokens_out + record.byok_tokens_out,
+        record.provider_cost_micro,
+        record.bytes_in,
+        record.bytes_out,
     )
     for child, amount in zip(series, amounts, strict=True):
         if amount:

@@ -20,6 +20,7 @@ A key-guessing flood costs next to no database lookups:
 from __future__ import annotations
 
 import asyncio
+import hmac
 import math
 import time
 from dataclasses import dataclass
@@ -115,6 +116,27 @@ def _load_key(key_hash: str) -> Principal | None:
 def _load_group(group_id: int) -> Principal | None:
     group = Group.objects.select_related("account").filter(pk=group_id).first()
     return _principal_for_group(group) if group else None
+
+
+def bearer(headers: dict[bytes, bytes]) -> str | None:
+    """Return the credential from `Authorization: Bearer` or `x-api-key`."""
+    auth = headers.get(b"authorization")
+    if auth is not None:
+        scheme, _, value = auth.decode("latin-1").partition(" ")
+        if scheme.lower() == "bearer" and value.strip():
+            return value.strip()
+    api_key = headers.get(b"x-api-key")
+    return api_key.decode("latin-1").strip() if api_key else None
+
+
+def internal_authorized(headers: dict[bytes, bytes]) -> bool:
+    token = settings.GATEWAY_INTERNAL_TOKEN
+    given = bearer(headers)
+    return (
+        bool(token)
+        and given is not None
+        and hmac.compare_digest(given.encode("latin-1"), token.encode())
+    )
 
 
 class FailedLookups:

@@ -1,28 +1,15 @@
-"""What one request carries through the pipeline, and the trail it leaves."""
+"""What one request carries through the pipeline (gateway/pipeline.py), and what it leaves."""
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
 
+from core.usage_record import AttemptRecord
 from gateway.auth import Principal
+from gateway.limits import Admission
 from gateway.plan import Plan
-from gateway.types import ChatRequest, Usage
-
-
-@dataclass(slots=True)
-class TrailEntry:
-    order: int
-    provider: str
-    model: str
-    served_by: str
-    source: str
-    outcome: (
-        str  # ok | upstream_error | timeout | circuit_open | chain_locked | keys_exhausted | ...
-    )
-    upstream_status: int | None = None
-    latency_ms: int = 0
-    reservation_id: int | None = None
+from gateway.types import ChatRequest, StreamResult, Usage
 
 
 @dataclass(slots=True)
@@ -32,6 +19,18 @@ class Meter:
     bytes_in: int = 0
     bytes_out: int = 0
     upstream_sent: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Served:
+    """The attempt that answered: who served it, at what prices, on which reservation."""
+
+    provider: str
+    model: str
+    served_by: str  # plan.TEAM or plan.PLATFORM
+    input_micro_per_mtok: int
+    output_micro_per_mtok: int
+    reservation_id: int | None  # the wallet reservation settlement commits
 
 
 @dataclass(slots=True)
@@ -45,27 +44,18 @@ class RequestContext:
     caller_label: str | None = None
     req: ChatRequest | None = None
     plan: Plan | None = None
-    trail: list[TrailEntry] = field(default_factory=list)
-    # Filled when an attempt serves the answer:
-    served_provider: str = ""
-    served_model: str = ""
-    served_by: str = ""
-    input_micro_per_mtok: int = 0
-    output_micro_per_mtok: int = 0
+    admission: Admission | None = None  # until the finish releases it
+    trail: list[AttemptRecord] = field(default_factory=list)
+    served: Served | None = None
     usage: Usage = field(default_factory=Usage)
+    stream: StreamResult | None = None  # a streamed answer as far as it got
     ttft_ms: int | None = None
+    # The budget hold: taken (a row exists) and marked as covering a sent platform call.
+    hold_taken: bool = False
+    call_marked: bool = False
+    # How the request ended (set once, by the pipeline's finish).
     status: int = 200
     error_code: str = ""
-    streamed: bool = False
-    # Money holds taken for this request (billing fills these in).
-    spend_hold_micro: int = 0
-    spend_hold_taken: bool = False
-    platform_call_marked: bool = False  # the hold records a platform call as sent
-    reservation_id: int | None = None
-    reservation_micro: int = 0
-    admission: object = None  # gateway.limits.Admission once admitted
-    provider_cost_micro: int = 0
-    bandwidth_charge_micro: int = 0
 
     @property
     def caller_budgeted(self) -> bool:

@@ -163,7 +163,7 @@ class Claim:
         self.headers = [(k, v) for k, v in headers if k in REPLAYED_HEADERS]
 
     async def on_body(self, data: bytes, *, more: bool) -> None:
-        """Keep a part of the answer; with the last one, settle the key before it goes out.
+        """Keep a part of the answer; with the last one, conclude the key before it goes out.
 
         Stored before the client sees the end, so its next request finds the answer.
         """
@@ -248,7 +248,7 @@ async def begin(ex, ctx: RequestContext, body: bytes) -> bool:
             ex.idem = Claim(found, ctx)
             return False
         if outcome == "found":
-            await settle_duplicate(ex, ctx, params["fingerprint"], found)
+            await answer_duplicate(ex, ctx, params["fingerprint"], found)
             return True
     # Released and claimed again under us three times: as good as in progress.
     raise errors.IdempotencyConflict(
@@ -256,7 +256,7 @@ async def begin(ex, ctx: RequestContext, body: bytes) -> bool:
     )
 
 
-async def settle_duplicate(ex, ctx: RequestContext, given_fingerprint: str, row: tuple) -> None:
+async def answer_duplicate(ex, ctx: RequestContext, given_fingerprint: str, row: tuple) -> None:
     fp, state, request_id, status, headers, body = row
     if fp != given_fingerprint:
         raise errors.IdempotencyConflict()

@@ -25,7 +25,9 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from django.conf import settings
 
@@ -41,7 +43,7 @@ SYNC_SLOTS_PER_CALL = 500
 ADMIT = """
 local now, window_ttl, rid, lease = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3], tonumber(ARGV[4])
 local inflight_max, conc_max, n = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
-local estimate = tonumber(ARGV[9 + 2 * n])
+local estimate = tonumber(ARGV[8 + 2 * n])
 for i = 1, n do
   local rpm, tpm = tonumber(ARGV[7 + 2 * i - 1]), tonumber(ARGV[7 + 2 * i])
   if rpm > 0 and tonumber(redis.call('GET', KEYS[2 + 2 * i - 1]) or '0') >= rpm then
@@ -59,14 +61,7 @@ if conc_max > 0 then
   redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
   if redis.call('ZCARD', KEYS[2]) >= conc_max then return {3, 1} end
 end
--- Peek at the first link's breaker too (one round trip for all of a request's checks):
--- closed with no failure counted means its call needs no breaker round trip of its own.
-local clean = 0
-if tonumber(ARGV[8 + 2 * n]) == 1 then
-  local st = redis.call('HMGET', KEYS[#KEYS], 'state', 'failures')
-  if (tonumber(st[1]) or 0) == 0 and (tonumber(st[2]) or 0) == 0 then clean = 1 end
-end
-local out = {0, clean}
+local out = {0, 0}  -- admitted; the second slot names a refusing scope otherwise
 for i = 1, n do
   local used = redis.call('INCR', KEYS[2 + 2 * i - 1])
   if used == 1 then redis.call('EXPIRE', KEYS[2 + 2 * i - 1], window_ttl) end
@@ -121,6 +116,10 @@ async def _zrem_both(client, keys: list[str], request_id: str):
     return await pipe.execute()
 
 
+# Queues one more command on the admission's Redis pipeline (one round trip for both).
+Along = Callable[[Any], object]
+
+
 @dataclass(frozen=True, slots=True)
 class Scope:
     name: str  # "key:12", "group:3", "caller:3:<label>"
@@ -138,7 +137,7 @@ class Admission:
     tokens_estimate: int = 0  # reserved at admission, trued up by the finish
     requests_used: list[int] = field(default_factory=list)
     tokens_used: list[int] = field(default_factory=list)
-    breaker_clean: bool = False  # the first link's breaker was closed with no failure counted
+    along_result: object = None  # what the caller's `along` command returned (Redis judged)
 
     def headers(self, tokens_consumed: int | None = None) -> list[tuple[bytes, bytes]]:
         """Return x-ratelimit-* and token headers of the tightest scope (key, group, caller)."""
@@ -226,13 +225,15 @@ class Limiter:
         scopes: tuple[Scope, ...],
         concurrency: int | None,
         lease_s: float,
-        breaker_key: str | None = None,
         tokens_estimate: int = 0,
+        along: Along | None = None,
     ) -> Admission:
         """Admit a request or raise LM-3001 / LM-3002 / LM-3003 (with Retry-After).
 
         `tokens_estimate` (prompt bound + max output tokens) is reserved in every scope's
-        token count until the finish trues it up.
+        token count until the finish trues it up. `along` queues another module's command
+        on the same Redis round trip (the breakers' peek); its result is the admission's
+        `along_result`, None when Redis did not judge.
         """
         now = time.time()
         window = int(now // WINDOW_S)
@@ -245,7 +246,7 @@ class Limiter:
                 if window == self._resync_window or self._syncing is not None:
                     await self._resync(window)
                 result = await self._admit_shared_within_shares(
-                    admission, concurrency or 0, now, lease_s, breaker_key
+                    admission, concurrency or 0, now, lease_s, along
                 )
             except SharedStateDown:
                 result = None
@@ -337,7 +338,7 @@ class Limiter:
         concurrency: int,
         now: float,
         lease_s: float,
-        breaker_key: str | None,
+        along: Along | None,
     ) -> list[int]:
         """Let Redis judge, within this process's shares if it judged this window alone."""
         held = admission.window == self._shares_window
@@ -346,7 +347,7 @@ class Limiter:
             if refused is not None:
                 return refused
         try:
-            result = await self._admit_shared(admission, concurrency, now, lease_s, breaker_key)
+            result = await self._admit_shared(admission, concurrency, now, lease_s, along)
         except SharedStateDown:
             if held:
                 self._give_back_shares(admission)
@@ -354,7 +355,6 @@ class Limiter:
         if held and result[0] != OK:
             self._give_back_shares(admission)
         admission.in_shared = True
-        admission.breaker_clean = result[0] == OK and result[1] == 1
         return result
 
     async def _admit_shared(
@@ -363,7 +363,7 @@ class Limiter:
         concurrency: int,
         now: float,
         lease_s: float,
-        breaker_key: str | None,
+        along: Along | None,
     ) -> list[int]:
         if self._script is None:
             self._script = self._shared.client.register_script(ADMIT)
@@ -378,10 +378,19 @@ class Limiter:
         ]
         for scope in admission.scopes:
             args += [scope.rpm, scope.tpm]
-        args.append(1 if breaker_key else 0)
         args.append(admission.tokens_estimate)
-        keys = self._keys(admission) + ([breaker_key] if breaker_key else [])
-        return await self._shared.call(lambda r: self._script(keys=keys, args=args, client=r))
+        keys = self._keys(admission)
+        if along is None:
+            return await self._shared.call(lambda r: self._script(keys=keys, args=args, client=r))
+
+        async def with_along(client):
+            pipe = client.pipeline(transaction=False)
+            await self._script(keys=keys, args=args, client=pipe)
+            along(pipe)
+            return await pipe.execute()
+
+        result, admission.along_result = await self._shared.call(with_along)
+        return result
 
     def _saw(self, admission: Admission) -> None:
         """Remember the fleet counts of limited scopes, for when Redis misses this window."""

@@ -18,17 +18,21 @@ Rules, once, here:
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
 
 from core import errors, metrics
+from core.usage_record import AttemptRecord
 from gateway.adapters.base import CallTarget, ProviderError
-from gateway.context import RequestContext, TrailEntry
+from gateway.breakers import Ticket
+from gateway.context import RequestContext, Served
 from gateway.plan import PLATFORM, TEAM, Attempt, Link
-from gateway.types import Chunk, Completion, StreamResult, Usage
+from gateway.types import Chunk, Completion
 
+log = logging.getLogger(__name__)
 TEAM_BENCH_429_MIN_S = 30.0
 TEAM_BENCH_AUTH_S = 600.0
 TRIES_PER_ATTEMPT = 2
@@ -45,9 +49,12 @@ class _LinkError:
     defers: bool = False  # a chain-lock or open-circuit refusal: an upstream error beats it
 
 
-def _gateway_error(exc: ProviderError) -> errors.GatewayError:
+def upstream_error(exc: ProviderError, *, mid_stream: bool = False) -> errors.GatewayError:
+    """Say in our language what a vendor failure means: the one place this is decided."""
     if exc.timeout:
         return errors.UpstreamTimeout()
+    if mid_stream:  # after the first chunk there is no status to speak of, only a cut
+        return errors.UpstreamFailed("The upstream stream broke.")
     if exc.status == 429:
         # Waiting helps: say so in our language, with the vendor's wait (or a second).
         retry_after_s = math.ceil(exc.retry_after_s) if exc.retry_after_s else 1
@@ -76,25 +83,36 @@ class Orchestrator:
 
     # ---- public entry points ----
 
-    async def complete(self, ctx: RequestContext) -> Completion:
-        return await self._run_chain(ctx, stream=False)
+    async def complete(self, ctx: RequestContext, *, first_ticket: Ticket | None) -> Completion:
+        return await self._run_chain(ctx, stream=False, first_ticket=first_ticket)
 
-    async def open_stream(self, ctx: RequestContext) -> AsyncIterator[Chunk]:
-        """Return a stream whose first chunk already arrived: from here on, no fallback."""
-        return await self._run_chain(ctx, stream=True)
+    async def open_stream(
+        self, ctx: RequestContext, *, first_ticket: Ticket | None
+    ) -> AsyncIterator[Chunk]:
+        """Return a stream whose first chunk already arrived: from here on, no fallback.
 
-    async def _run_chain(self, ctx: RequestContext, *, stream: bool):
+        Failures while it runs arrive as GatewayError (upstream_error, mid_stream=True).
+        """
+        return await self._run_chain(ctx, stream=True, first_ticket=first_ticket)
+
+    async def _run_chain(self, ctx: RequestContext, *, stream: bool, first_ticket: Ticket | None):
+        """Run the links in order; `first_ticket` is the first link's breaker admission, when
+        the breakers granted it along with the request's admission (no round trip of its own).
+        """
         failures: list[_LinkError] = []
         for link in ctx.plan.links:
+            ticket, first_ticket = first_ticket, None
             try:
-                return await self._run_link(ctx, link, stream=stream)
+                return await self._run_link(ctx, link, stream=stream, ticket=ticket)
             except _LinkFailed as failed:
                 failures.append(failed.link_error)
         raise self._pick_error(failures)
 
     # ---- one link ----
 
-    async def _run_link(self, ctx: RequestContext, link: Link, *, stream: bool):
+    async def _run_link(
+        self, ctx: RequestContext, link: Link, *, stream: bool, ticket: Ticket | None
+    ):
         offer = link.offer
         if link.locked:
             self._trail(ctx, link, None, "chain_locked")
@@ -117,11 +135,7 @@ class Orchestrator:
         # A probe's lease outlasts every try the link may make, so a slow probe is never
         # joined by a second one; a probe that hangs fails at its last deadline.
         lease_s = offer.profile.timeout_s * TRIES_PER_ATTEMPT * len(link.attempts) + 5
-        admission = ctx.admission
-        if admission is not None and admission.breaker_clean and link is ctx.plan.links[0]:
-            admission.breaker_clean = False  # seen at admission: spare this round trip, once
-            ticket = self.breakers.clean_ticket(link.breaker_key, offer.name)
-        else:
+        if ticket is None:
             ticket = await self.breakers.acquire(link.breaker_key, offer.name, lease_s=lease_s)
         if ticket is None:
             self._trail(ctx, link, None, "circuit_open")
@@ -192,7 +206,7 @@ class Orchestrator:
                     index += 1
                     continue
                 last = _AttemptFailed(
-                    _gateway_error(exc),
+                    upstream_error(exc),
                     judges_provider=_judges_provider(exc, served_by=TEAM),
                 )
                 tries += 1
@@ -208,37 +222,48 @@ class Orchestrator:
         self, ctx: RequestContext, link: Link, attempt: Attempt, *, stream: bool
     ):
         offer = link.offer
+        principal = ctx.principal
         reservation_id = None
         if attempt.needs_escrow:
             try:
-                reservation_id = await self.escrow.reserve(ctx, attempt.escrow_budget_micro)
+                reservation_id = await self.escrow.reserve(
+                    account_id=principal.account_id,
+                    request_id=ctx.request_id,
+                    group_id=principal.group_id,
+                    api_key_id=principal.api_key_id,
+                    attempt_no=len(ctx.trail) + 1,
+                    amount_micro=attempt.escrow_budget_micro,
+                )
             except errors.WalletInsufficient as exc:
                 self._trail(ctx, link, attempt, "wallet_insufficient")
                 raise _AttemptFailed(exc, judges_provider=False) from None
-        if reservation_id is None and not ctx.platform_call_marked:
+        if reservation_id is None and not ctx.call_marked:
             # A reservation records its call itself; otherwise the hold must say it, so a
-            # gateway dying mid-answer leaves a charge, not a free request (LM-5004 if not).
-            await self.escrow.mark_sent(ctx, ctx.plan.budget_estimate_micro)
-            ctx.platform_call_marked = True
+            # gateway dying mid-answer leaves a charge, not a free request.
+            ctx.hold_taken = await self.escrow.mark_sent(
+                request_id=ctx.request_id,
+                group_id=principal.group_id,
+                amount_micro=ctx.plan.budget_estimate_micro,
+                hold_taken=ctx.hold_taken,
+            )
+            ctx.call_marked = True
         target = self._target(ctx, link, api_key=offer.profile.platform_key)
         committed = False
         try:
             for try_no in range(1, TRIES_PER_ATTEMPT + 1):
                 started = time.monotonic()
                 try:
-                    result = await self._call(ctx, link, attempt, target, stream=stream)
+                    result = await self._call(
+                        ctx, link, attempt, target, stream=stream, reservation_id=reservation_id
+                    )
                 except ProviderError as exc:
-                    entry = self._trail(ctx, link, attempt, "upstream_error", exc, started)
-                    entry.reservation_id = reservation_id
+                    self._trail(ctx, link, attempt, "upstream_error", exc, started, reservation_id)
                     if exc.retryable and try_no < TRIES_PER_ATTEMPT:
                         continue
                     raise _AttemptFailed(
-                        _gateway_error(exc),
+                        upstream_error(exc),
                         judges_provider=_judges_provider(exc, served_by=PLATFORM),
                     ) from None
-                ctx.trail[-1].reservation_id = reservation_id
-                ctx.reservation_id = reservation_id
-                ctx.reservation_micro = attempt.escrow_budget_micro if reservation_id else 0
                 committed = True
                 return result
         finally:
@@ -256,7 +281,14 @@ class Orchestrator:
         )
 
     async def _call(
-        self, ctx: RequestContext, link: Link, attempt: Attempt, target: CallTarget, *, stream: bool
+        self,
+        ctx: RequestContext,
+        link: Link,
+        attempt: Attempt,
+        target: CallTarget,
+        *,
+        stream: bool,
+        reservation_id: int | None = None,
     ):
         profile = link.offer.profile
         ctx.meter.upstream_sent = True  # the upstream mark: set where the adapter is called
@@ -267,7 +299,7 @@ class Orchestrator:
                     completion = await profile.adapter.complete(ctx.req, target)
             except TimeoutError:
                 raise ProviderError("upstream timed out", retryable=True, timeout=True) from None
-            self._served(ctx, link, attempt, started)
+            self._served(ctx, link, attempt, started, reservation_id)
             # The answer names the model that served it (a fallback link, not the first asked).
             return replace(completion, model=link.offer.name)
         chunks = profile.adapter.stream(ctx.req, target).__aiter__()
@@ -283,59 +315,61 @@ class Orchestrator:
             await chunks.aclose()
             raise
         ctx.ttft_ms = ctx.elapsed_ms()
-        self._served(ctx, link, attempt, started)
+        self._served(ctx, link, attempt, started, reservation_id)
         return _follow(first, chunks, profile.idle_timeout_s)
 
-    def _served(self, ctx: RequestContext, link: Link, attempt: Attempt, started: float) -> None:
+    def _served(
+        self,
+        ctx: RequestContext,
+        link: Link,
+        attempt: Attempt,
+        started: float,
+        reservation_id: int | None,
+    ) -> None:
         offer = link.offer
-        metrics.UPSTREAM_LATENCY.labels(offer.profile.name).observe(time.monotonic() - started)
-        ctx.served_provider = offer.profile.name
-        ctx.served_model = offer.name
-        ctx.served_by = attempt.served_by
-        ctx.input_micro_per_mtok = offer.input_micro_per_mtok
-        ctx.output_micro_per_mtok = offer.output_micro_per_mtok
-        ctx.trail.append(
-            TrailEntry(
-                order=len(ctx.trail) + 1,
-                provider=offer.profile.name,
-                model=offer.name,
-                served_by=attempt.served_by,
-                source=attempt.source,
-                outcome="ok",
-                upstream_status=200,
-                latency_ms=int((time.monotonic() - started) * 1000),
-            )
+        ctx.served = Served(
+            provider=offer.profile.name,
+            model=offer.name,
+            served_by=attempt.served_by,
+            input_micro_per_mtok=offer.input_micro_per_mtok,
+            output_micro_per_mtok=offer.output_micro_per_mtok,
+            reservation_id=reservation_id,
         )
+        self._trail(ctx, link, attempt, "ok", None, started, reservation_id)
 
     # ---- bookkeeping ----
 
     def _trail(
         self,
-        ctx,
+        ctx: RequestContext,
         link: Link,
         attempt: Attempt | None,
         outcome: str,
         exc: ProviderError | None = None,
         started: float | None = None,
-    ) -> TrailEntry:
+        reservation_id: int | None = None,
+    ) -> None:
+        profile_name = link.offer.profile.name
         if exc is not None and exc.timeout:
             outcome = "timeout"
+        latency_ms = 0
         if started is not None:  # a failed call's wait counts too (a timeout: the deadline)
-            metrics.UPSTREAM_LATENCY.labels(link.offer.profile.name).observe(
-                time.monotonic() - started
+            waited_s = time.monotonic() - started
+            metrics.UPSTREAM_LATENCY.labels(profile_name).observe(waited_s)
+            latency_ms = int(waited_s * 1000)
+        ctx.trail.append(
+            AttemptRecord(
+                order=len(ctx.trail) + 1,
+                provider=profile_name,
+                model=link.offer.name,
+                served_by=attempt.served_by if attempt else "",
+                source=attempt.source if attempt else f"{profile_name}:{link.offer.name}",
+                outcome=outcome,
+                upstream_status=200 if outcome == "ok" else (exc.status if exc else None),
+                latency_ms=latency_ms,
+                reservation_id=reservation_id,
             )
-        entry = TrailEntry(
-            order=len(ctx.trail) + 1,
-            provider=link.offer.profile.name,
-            model=link.offer.name,
-            served_by=attempt.served_by if attempt else "",
-            source=attempt.source if attempt else f"{link.offer.profile.name}:{link.offer.name}",
-            outcome=outcome,
-            upstream_status=exc.status if exc is not None else None,
-            latency_ms=int((time.monotonic() - started) * 1000) if started else 0,
         )
-        ctx.trail.append(entry)
-        return entry
 
     @staticmethod
     def _pick_error(failures: list[_LinkError]) -> errors.GatewayError:
@@ -372,7 +406,10 @@ class _LinkFailed(Exception):
 
 
 async def _follow(first: Chunk, rest: AsyncIterator[Chunk], idle_s: float) -> AsyncIterator[Chunk]:
-    """Yield the first chunk, then the rest, each within the idle timeout."""
+    """Yield the first chunk, then the rest, each within the idle timeout.
+
+    A failure from here on is never retried; it arrives as our GatewayError.
+    """
     try:
         yield first
         while True:
@@ -382,22 +419,12 @@ async def _follow(first: Chunk, rest: AsyncIterator[Chunk], idle_s: float) -> As
             except StopAsyncIteration:
                 return
             except TimeoutError:
-                raise ProviderError(
-                    "upstream stream went idle", retryable=False, timeout=True
-                ) from None
+                raise errors.UpstreamTimeout() from None
+            except ProviderError as exc:
+                raise upstream_error(exc, mid_stream=True) from None
+            except Exception as exc:  # an adapter that broke on a malformed event
+                log.error("upstream stream broke (%s)", type(exc).__name__)  # no vendor text
+                raise errors.UpstreamFailed("The upstream stream broke.") from None
             yield chunk
     finally:
         await rest.aclose()
-
-
-def fold_stream_chunk(result: StreamResult, chunk: Chunk) -> None:
-    """Remember what a chunk says about the end of the answer."""
-    if chunk.text:
-        result.text_chunks += 1
-    if chunk.finish_reason:
-        result.finish_reason = chunk.finish_reason
-    if chunk.usage is not None:
-        result.usage = Usage(
-            input_tokens=chunk.usage.input_tokens or result.usage.input_tokens,
-            output_tokens=chunk.usage.output_tokens or result.usage.output_tokens,
-        )

@@ -50,6 +50,11 @@ class Link:
     locked: bool = False  # refused by the chain lock: LM-3021 without an upstream call
     pool_exhausted_refusal: bool = False  # a fallback-off team link: LM-3021 when keys run out
 
+    @property
+    def calls_upstream(self) -> bool:
+        """Say whether running this link may call a vendor (and so asks its breaker)."""
+        return bool(self.attempts) and not self.locked
+
     def as_json(self) -> dict:
         return {
             "order": self.order,

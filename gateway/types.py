@@ -67,6 +67,24 @@ class StreamResult:
     usage: Usage = field(default_factory=Usage)
     prompt_tokens_estimate: int = 0
 
+    finished: bool = False  # the vendor ended the stream (rather than a cut or a client)
+
+    def fold(self, chunk: Chunk) -> None:
+        """Remember what a chunk says about the end of the answer."""
+        if chunk.text:
+            self.text_chunks += 1
+        if chunk.finish_reason:
+            self.finish_reason = chunk.finish_reason
+        if chunk.usage is not None:
+            self.usage = Usage(
+                input_tokens=chunk.usage.input_tokens or self.usage.input_tokens,
+                output_tokens=chunk.usage.output_tokens or self.usage.output_tokens,
+            )
+
+    def billed_usage(self) -> Usage:
+        """Return what the vendor bills: its usage, or for a cut stream an estimate."""
+        return self.usage if self.finished else self.usage_or_estimate()
+
     def usage_or_estimate(self) -> Usage:
         """Return the vendor's usage, or, for a stream cut before it arrived, an estimate:
         the prompt's bound and one token per text chunk received (what the vendor bills)."""

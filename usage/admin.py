@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from django.contrib import admin, messages
 
-from usage.models import TRAIL_FIELDS, UsageAttempt, UsageDeadLetter, UsageEvent, UsageLog
+from core.usage_record import ATTEMPT_FIELDS, LOG_FIELDS
+from usage.models import UsageAttempt, UsageDeadLetter, UsageEvent, UsageLog
 from usage.services import usage_events_redeliver
 
 
@@ -27,7 +28,7 @@ class UsageAttemptInline(ReadOnly, admin.TabularInline):
     model = UsageAttempt
     extra = 0
     can_delete = False
-    fields = TRAIL_FIELDS
+    fields = ATTEMPT_FIELDS
     readonly_fields = fields
 
 
@@ -54,9 +55,10 @@ class UsageLogAdmin(ReadOnly, admin.ModelAdmin):
         "bandwidth_charge_micro",
         "latency_ms",
     ]
-    list_filter = ["served_by", "status", "streamed", "route"]
+    list_filter = ["served_by", "status", "streamed", "endpoint"]
     search_fields = ["request_id", "caller_label", "model_requested", "model_served"]
     date_hierarchy = "created_at"
+    fields = [*LOG_FIELDS, "stored_at"]  # the usage record, as stored
     inlines = [UsageAttemptInline]
 
 

@@ -12,7 +12,11 @@ class ServedBy(models.TextChoices):
 
 
 class UsageLog(models.Model):
-    """One request: who, what was asked and served, what it used. Never its prompt or answer."""
+    """One request: who, what was asked and served, what it used. Never its prompt or answer.
+
+    The columns are core.usage_record.UsageRecord's fields (plus stored_at): the record is
+    the one definition of a usage row.
+    """
 
     # Minted by the gateway: it alone keys the request's books (holds, reservations,
     # settlement, slots). The client's X-Request-Id is only a label, scoped to its account.
@@ -27,7 +31,8 @@ class UsageLog(models.Model):
     group_id = models.BigIntegerField(null=True, db_index=True)
     api_key_id = models.BigIntegerField(null=True, db_index=True)
     caller_label = models.CharField(max_length=64, blank=True, db_index=True)
-    route = models.CharField(max_length=32)
+    # "chat", "messages", "internal.complete", ...: named `route` in the table and the API.
+    endpoint = models.CharField(max_length=32, db_column="route")
     model_requested = models.CharField(max_length=200, blank=True)
     model_served = models.CharField(max_length=200, blank=True)
     provider = models.CharField(max_length=64, blank=True)
@@ -46,6 +51,8 @@ class UsageLog(models.Model):
     latency_ms = models.PositiveIntegerField(default=0)
     ttft_ms = models.PositiveIntegerField(null=True, blank=True)
     streamed = models.BooleanField(default=False)
+    # The wallet reservation the served attempt held; settlement committed it.
+    reservation_id = models.BigIntegerField(null=True, blank=True)
 
     class Meta:
         indexes = [
@@ -57,22 +64,9 @@ class UsageLog(models.Model):
         return self.request_id
 
 
-# One attempt of the trail, as the gateway records it, the admin shows it and the API
-# returns it.
-TRAIL_FIELDS = (
-    "order",
-    "provider",
-    "model",
-    "served_by",
-    "source",
-    "outcome",
-    "upstream_status",
-    "latency_ms",
-    "reservation_id",
-)
-
-
 class UsageAttempt(models.Model):
+    """One try of a request's attempt trail (core.usage_record.AttemptRecord, stored)."""
+
     log = models.ForeignKey(UsageLog, on_delete=models.CASCADE, related_name="attempts")
     order = models.PositiveSmallIntegerField()
     provider = models.CharField(max_length=64)

@@ -9,10 +9,12 @@ cleaned before it is journaled (gateway/recording.py) and again before it is sto
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from functools import cache
 
 from django.db import models
 
+from core.usage_record import UsageRecord
 from usage.models import UsageAttempt, UsageLog
 
 # C0 and C1 control characters (NUL included) and lone surrogates: never in a stored name,
@@ -36,28 +38,28 @@ def clean_text(value: str, max_length: int) -> str:
     return value[:max_length]
 
 
-def _clean(values: dict, limits: dict[str, int]) -> dict:
-    return {
-        name: clean_text(value, limits[name])
-        if name in limits and isinstance(value, str)
-        else value
-        for name, value in values.items()
-    }
+def _cleaned(value, limits: dict[str, int]):
+    """Return a frozen record with its text cut to its columns (itself when nothing changes)."""
+    changes = {}
+    for name, max_length in limits.items():
+        text = getattr(value, name, None)
+        if isinstance(text, str):
+            clean = clean_text(text, max_length)
+            if clean != text:
+                changes[name] = clean
+    return replace(value, **changes) if changes else value
 
 
-def clean_row(row: dict) -> dict:
-    """Return a usage row whose text fits its columns: in the row and in each attempt.
+def clean_record(record: UsageRecord) -> UsageRecord:
+    """Return a usage record whose text fits its columns: in the record and in each attempt.
 
     Lengths come from the UsageLog / UsageAttempt fields, so a migration that changes one
-    changes what is kept. Numbers and anything not a dict are left alone: those are the
-    gateway's own, and a row still wrong goes to the dead-letter table when it is stored.
+    changes what is kept. Numbers are the gateway's own; a record still wrong goes to the
+    dead-letter table when it is stored.
     """
-    cleaned = _clean(row, _max_lengths(UsageLog))
-    attempts = cleaned.get("attempts")
-    if isinstance(attempts, list):
-        limits = _max_lengths(UsageAttempt)
-        cleaned["attempts"] = [
-            _clean(attempt, limits) if isinstance(attempt, dict) else attempt
-            for attempt in attempts
-        ]
+    attempt_limits = _max_lengths(UsageAttempt)
+    attempts = tuple(_cleaned(attempt, attempt_limits) for attempt in record.attempts)
+    cleaned = _cleaned(record, _max_lengths(UsageLog))
+    if any(a is not b for a, b in zip(attempts, record.attempts, strict=True)):
+        cleaned = replace(cleaned, attempts=attempts)
     return cleaned

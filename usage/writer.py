@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass
-from datetime import datetime
 
 import orjson
 import redis
@@ -36,8 +35,9 @@ from core import bus
 from core.db import off_loop
 from core.metrics import USAGE_DEAD_LETTERS
 from core.shared_state import SharedState, SharedStateDown
+from core.usage_record import ATTEMPT_FIELDS, UsageRecord
 from usage.models import UsageAttempt, UsageDeadLetter, UsageLog
-from usage.rows import clean_row, clean_text
+from usage.rows import clean_record, clean_text
 
 log = logging.getLogger(__name__)
 
@@ -62,13 +62,13 @@ def claim_idle_ms() -> int:
     return settings.TOLLGATE["USAGE_CLAIM_IDLE_MS"]
 
 
-def store_rows(rows: list[dict]) -> int:
-    """Insert usage rows with their attempts, skipping request ids already stored."""
-    if not rows:
+def store_rows(records: list[UsageRecord]) -> int:
+    """Insert usage records with their attempts, skipping request ids already stored."""
+    if not records:
         return 0
     for tries_left in range(STORE_TRIES - 1, -1, -1):
         try:
-            return _store_rows(rows)
+            return _store_rows(records)
         except IntegrityError:
             # Another writer stored some of these ids meanwhile (a claimed entry whose first
             # reader was only slow): look again, the second pass skips them.
@@ -77,46 +77,37 @@ def store_rows(rows: list[dict]) -> int:
     return 0
 
 
-def _store_rows(rows: list[dict]) -> int:
-    rows = [clean_row(row) for row in rows]  # a guard: rows journaled before cleaning existed
-    by_id = {row["request_id"]: row for row in rows}
+def _store_rows(records: list[UsageRecord]) -> int:
+    records = [clean_record(r) for r in records]  # a guard: rows journaled before cleaning
+    by_id = {record.request_id: record for record in records}
     with transaction.atomic():
         stored_at = timezone.now()
         known = set(
             UsageLog.objects.filter(request_id__in=list(by_id)).values_list("request_id", flat=True)
         )
-        fresh = [row for rid, row in by_id.items() if rid not in known]
+        fresh = [record for rid, record in by_id.items() if rid not in known]
         logs = UsageLog.objects.bulk_create(
-            [
-                UsageLog(stored_at=stored_at, **{k: v for k, v in row.items() if k != "attempts"})
-                for row in fresh
-            ]
+            [UsageLog(stored_at=stored_at, **record.log_columns()) for record in fresh]
         )
         if logs and logs[0].pk is None:  # a backend that returns no ids
             ids = dict(
-                UsageLog.objects.filter(
-                    request_id__in=[r["request_id"] for r in fresh]
-                ).values_list("request_id", "pk")
+                UsageLog.objects.filter(request_id__in=[r.request_id for r in fresh]).values_list(
+                    "request_id", "pk"
+                )
             )
             for usage_log in logs:
                 usage_log.pk = ids[usage_log.request_id]
         UsageAttempt.objects.bulk_create(
             [
-                UsageAttempt(log_id=usage_log.pk, **attempt)
-                for usage_log, row in zip(logs, fresh, strict=True)
-                for attempt in row["attempts"]
+                UsageAttempt(
+                    log_id=usage_log.pk, **{name: getattr(a, name) for name in ATTEMPT_FIELDS}
+                )
+                for usage_log, record in zip(logs, fresh, strict=True)
+                for a in record.attempts
             ]
         )
         settle_rows(fresh, now=stored_at)  # a stored row and its money: one transaction
     return len(fresh)
-
-
-def decode_row(raw: bytes) -> dict:
-    row = orjson.loads(raw)
-    if not isinstance(row, dict):
-        raise ValueError("the journal entry is not a JSON object")
-    row["created_at"] = datetime.fromisoformat(row["created_at"])
-    return row
 
 
 @dataclass(frozen=True)
@@ -129,14 +120,14 @@ class Refused:
     tries: int
 
 
-def refused(entry: dict | bytes | None, exc: Exception, *, tries: int) -> Refused:
-    """Describe a refused row (or undecodable entry) in text the database always takes."""
-    if isinstance(entry, dict):
+def refused(entry: UsageRecord | bytes | None, exc: Exception, *, tries: int) -> Refused:
+    """Describe a refused record (or undecodable entry) in text the database always takes."""
+    if isinstance(entry, UsageRecord):
         try:
-            raw = orjson.dumps(entry).decode()
+            raw = entry.to_json().decode()
         except TypeError:  # not JSON-able (a lone surrogate, say): keep Python's picture
             raw = repr(entry)
-        request_id = entry.get("request_id")
+        request_id = entry.request_id
     else:
         raw = (entry or b"").decode("utf-8", "backslashreplace")
         try:
@@ -157,17 +148,19 @@ def store_journaled(entries: list[bytes | None]) -> int:
     Returns the rows stored. Raises, dead-lettering nothing, when the database fails for
     reasons of its own: the caller keeps every entry for the next flush.
     """
-    rows: list[dict] = []
+    records: list[UsageRecord] = []
     bad: list[Refused] = []
     for entry in entries:
         try:
-            rows.append(decode_row(entry))
+            records.append(UsageRecord.from_json(entry))
         except ROW_ERRORS as exc:  # orjson.JSONDecodeError is a ValueError
             bad.append(refused(entry, exc, tries=1))
-    return store_or_dead_letter(rows, refused_already=bad)
+    return store_or_dead_letter(records, refused_already=bad)
 
 
-def store_or_dead_letter(rows: list[dict], *, refused_already: list[Refused] | None = None) -> int:
+def store_or_dead_letter(
+    rows: list[UsageRecord], *, refused_already: list[Refused] | None = None
+) -> int:
     """Store rows in one batch, else one at a time; dead-letter each that keeps failing.
 
     Returns the rows stored (those already stored are skipped). Raises when the database
@@ -189,7 +182,7 @@ def store_or_dead_letter(rows: list[dict], *, refused_already: list[Refused] | N
     return stored
 
 
-def _store_alone(row: dict) -> tuple[int, Exception | None]:
+def _store_alone(row: UsageRecord) -> tuple[int, Exception | None]:
     error = None
     for _ in range(DEAD_AFTER_TRIES):
         try:
@@ -231,16 +224,16 @@ def dead_letter(bad: list[Refused]) -> None:
 class UsageWriter:
     def __init__(self, shared: SharedState) -> None:
         self._shared = shared
-        self._buffer: list[dict] = []
+        self._buffer: list[UsageRecord] = []
         self._group_ready = False
 
-    def journal_into(self, pipe, row: dict) -> None:
-        """Queue a row's journal entry on a Redis pipeline (see gateway/recording.py)."""
-        pipe.xadd(JOURNAL, {"row": orjson.dumps(row)})
+    def journal_into(self, pipe, record: UsageRecord) -> None:
+        """Queue a record's journal entry on a Redis pipeline (see gateway/recording.py)."""
+        pipe.xadd(JOURNAL, {"row": record.to_json()})
 
-    def keep(self, row: dict) -> None:
-        """Buffer a row in memory (no Redis): flushed by this process's flusher."""
-        self._buffer.append(row)
+    def keep(self, record: UsageRecord) -> None:
+        """Buffer a record in memory (no Redis): flushed by this process's flusher."""
+        self._buffer.append(record)
 
     async def run(self) -> None:
         while True:

@@ -253,3 +253,7 @@ class StreamRenderer:
             "error",
             {"type": "error", "error": {"type": "api_error", "message": message, "code": code}},
         )
+
+
+def stream_renderer(req: ChatRequest, *, request_id: str, model: str) -> StreamRenderer:
+    return StreamRenderer(request_id=request_id, model=model)

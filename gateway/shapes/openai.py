@@ -244,3 +244,7 @@ class StreamRenderer:
     def error(self, exc: Exception) -> bytes:
         body = exc.body() if hasattr(exc, "body") else b'{"error":{"message":"stream failed"}}'
         return b"data: " + body + b"\n\n"
+
+
+def stream_renderer(req: ChatRequest, *, request_id: str, model: str) -> StreamRenderer:
+    return StreamRenderer(request_id=request_id, model=model, include_usage=req.include_usage)

@@ -37,6 +37,7 @@ from billing.reconcile import LoggedCharge, reconcile_window
 from billing.services import wallet_credit
 from billing.settlement import settle_rows
 from billing.sqlexec import run_sync
+from core.usage_record import UsageRecord
 from tests.conftest import make_tenant, requires_postgres
 
 pytestmark = [requires_postgres, pytest.mark.timeout(120)]
@@ -252,16 +253,37 @@ def plan_cancel(w: World):
     )
 
 
-def usage_row(w: World, request: Request) -> dict:
+def usage_row(w: World, request: Request) -> UsageRecord:
     served = w.rng.choice([None, *request.reservations]) if request.reservations else None
-    return {
-        "request_id": request.request_id,
-        "group_id": request.owner.group_id,
-        "api_key_id": request.api_key_id,
-        "provider_cost_micro": w.rng.choice([0, w.rng.randrange(1, 5_000)]),
-        "bandwidth_charge_micro": w.rng.choice([0, w.rng.randrange(1, 300)]),
-        "attempts": [{"outcome": "ok", "reservation_id": served}],
-    }
+    return UsageRecord(
+        request_id=request.request_id,
+        client_request_id="",
+        created_at=w.now,
+        account_id=None,
+        group_id=request.owner.group_id,
+        api_key_id=request.api_key_id,
+        caller_label="",
+        endpoint="chat",
+        model_requested="m",
+        model_served="m",
+        provider="p",
+        served_by="platform",
+        tokens_in=0,
+        tokens_out=0,
+        byok_tokens_in=0,
+        byok_tokens_out=0,
+        provider_cost_micro=w.rng.choice([0, w.rng.randrange(1, 5_000)]),
+        bytes_in=0,
+        bytes_out=0,
+        bandwidth_charge_micro=w.rng.choice([0, w.rng.randrange(1, 300)]),
+        upstream_sent=True,
+        status=200,
+        error_code="",
+        latency_ms=0,
+        ttft_ms=None,
+        streamed=False,
+        reservation_id=served,
+    )
 
 
 def plan_settle(w: World):
@@ -275,7 +297,7 @@ def plan_settle(w: World):
         with transaction.atomic():  # as the usage writer does, with the rows it stores
             settle_rows(rows, now=now)
 
-    return f"settle {[r['request_id'] for r in rows]}", run, None
+    return f"settle {[r.request_id for r in rows]}", run, None
 
 
 def plan_reap(w: World):
@@ -539,21 +561,21 @@ def books_of(w: World) -> dict:
     return books
 
 
-def settle_one_step_at_a_time(row: dict, *, now) -> None:
+def settle_one_step_at_a_time(row: UsageRecord, *, now) -> None:
     """Settle one usage row through the single steps, each its own transaction."""
-    reservation_id = row["attempts"][0]["reservation_id"]
+    reservation_id = row.reservation_id
     if reservation_id is not None:
-        run_sync(ledger.commit_reservations({reservation_id: row["provider_cost_micro"]}, now=now))
-    held = run_sync(ledger.release_holds([row["request_id"]]))
-    if row["provider_cost_micro"] or row["bandwidth_charge_micro"]:
-        hold = held.get(row["request_id"])
+        run_sync(ledger.commit_reservations({reservation_id: row.provider_cost_micro}, now=now))
+    held = run_sync(ledger.release_holds([row.request_id]))
+    if row.provider_cost_micro or row.bandwidth_charge_micro:
+        hold = held.get(row.request_id)
         charge = ledger.Charge(
-            row["request_id"],
-            row["group_id"],
-            row["api_key_id"],
+            row.request_id,
+            row.group_id,
+            row.api_key_id,
             hold.caller_spend_id if hold else None,
-            row["provider_cost_micro"],
-            row["bandwidth_charge_micro"],
+            row.provider_cost_micro,
+            row.bandwidth_charge_micro,
         )
         run_sync(ledger.charge([charge], source="settle", now=now))
 

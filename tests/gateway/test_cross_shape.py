@@ -64,7 +64,7 @@ def test_anthropic_sdk_streams_through_the_messages_route(stack):
     [call] = stack.stub.vendor_calls()
     assert (call["stream"], call["max_tokens"]) == (True, 5)
     [row] = usage_rows(group_id=tenant.group_id, expect=1)
-    assert (row.route, row.streamed, row.tokens_in, row.tokens_out) == ("messages", True, 8, 5)
+    assert (row.endpoint, row.streamed, row.tokens_in, row.tokens_out) == ("messages", True, 8, 5)
 
 
 def test_anthropic_sdk_served_by_an_openai_vendor(stack):

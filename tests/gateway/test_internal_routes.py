@@ -63,7 +63,7 @@ def test_internal_complete_answers_json_and_logs_the_given_request_id(stack):
         20,
     )
     [row] = usage_rows(["job-41.summary"], expect=1)
-    assert (row.route, row.group_id, row.api_key_id, row.tokens_in, row.tokens_out) == (
+    assert (row.endpoint, row.group_id, row.api_key_id, row.tokens_in, row.tokens_out) == (
         "internal.complete",
         tenant.group_id,
         None,
@@ -91,7 +91,7 @@ def test_internal_stream_sends_token_events_then_done(stack):
     [call] = stack.stub.vendor_calls()
     assert call["stream"] is True
     [row] = usage_rows(["job-42"], expect=1)
-    assert (row.route, row.streamed, row.tokens_out) == ("internal.stream", True, 8)
+    assert (row.endpoint, row.streamed, row.tokens_out) == ("internal.stream", True, 8)
 
 
 def test_internal_stream_falls_back_before_the_first_token_and_never_after(stack):

@@ -110,6 +110,7 @@ def test_settlement_of_a_row_costing_more_than_its_hold_debits_the_hold_and_reco
         account_id=tenant.account_id,
         api_key_id=tenant.api_key_id,
         request_id="over-hold",
+        reservation_id=reservation_id,
         tokens_in=10,
         tokens_out=90,
         provider_cost_micro=55,

@@ -61,15 +61,16 @@ def journal_row(
     created_at: datetime | None = None,
     **fields,
 ) -> dict:
-    """A usage row as a gateway journals it (see gateway.recording.usage_row)."""
+    """A usage record's journal form, as a gateway journals it (gateway.recording.usage_record)."""
     row = {
         "request_id": request_id or f"req-{uuid.uuid4().hex}",
+        "client_request_id": "",
         "created_at": (created_at or datetime.now(UTC)).isoformat(),
         "account_id": account_id,
         "group_id": group_id,
         "api_key_id": api_key_id,
         "caller_label": "",
-        "route": "chat",
+        "endpoint": "chat",
         "model_requested": "gpt-4o-mini",
         "model_served": "gpt-4o-mini",
         "provider": "stub-openai",
@@ -88,6 +89,7 @@ def journal_row(
         "latency_ms": 12,
         "ttft_ms": None,
         "streamed": False,
+        "reservation_id": None,
         "attempts": [],
     }
     row.update(fields)
@@ -96,9 +98,10 @@ def journal_row(
 
 def store(*rows: dict) -> None:
     """Store journaled rows the way every flusher does (JSON round trip included)."""
-    from usage.writer import decode_row, store_rows
+    from core.usage_record import UsageRecord
+    from usage.writer import store_rows
 
-    store_rows([decode_row(orjson.dumps(row)) for row in rows])
+    store_rows([UsageRecord.from_json(orjson.dumps(row)) for row in rows])
 
 
 def after_windows(*, windows: int = 1) -> datetime:

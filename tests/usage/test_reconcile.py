@@ -51,12 +51,11 @@ def store_unsettled(*rows: dict) -> None:
     Drift comes from such rows (an older release's writer during a rolling deploy, an
     import, a bug): the log says a request was charged, the counters never saw it.
     """
+    from core.usage_record import UsageRecord
     from usage.models import UsageLog
 
     for row in rows:
-        fields = {k: v for k, v in row.items() if k != "attempts"}
-        fields["created_at"] = datetime.fromisoformat(fields["created_at"])
-        UsageLog.objects.create(**fields)
+        UsageLog.objects.create(**UsageRecord.from_dict(row).log_columns())
 
 
 def test_requests_served_through_a_gateway_reconcile_to_zero_drift(stack):
@@ -153,6 +152,7 @@ def test_a_row_the_counters_never_saw_is_charged_once_and_a_rerun_changes_nothin
 
 def test_settling_a_row_after_reconciliation_charged_it_charges_nothing(transactional_db):
     from billing.settlement import settle_rows
+    from core.usage_record import UsageRecord
     from usage.services import bandwidth_reconcile
 
     tenant = make_tenant(invoiced=True)
@@ -162,7 +162,7 @@ def test_settling_a_row_after_reconciliation_charged_it_charges_nothing(transact
     bandwidth_reconcile()
     assert spent(tenant) == (940, 940)
 
-    settle_rows([row], now=datetime.now(UTC))
+    settle_rows([UsageRecord.from_dict(row)], now=datetime.now(UTC))
 
     assert spent(tenant) == (940, 940)
 

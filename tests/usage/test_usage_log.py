@@ -40,7 +40,7 @@ def test_non_streamed_request_logs_every_field_and_charges_what_it_logs(stack):
             "group_id",
             "api_key_id",
             "caller_label",
-            "route",
+            "endpoint",
             "model_requested",
             "model_served",
             "provider",
@@ -64,7 +64,7 @@ def test_non_streamed_request_logs_every_field_and_charges_what_it_logs(stack):
         "group_id": tenant.group_id,
         "api_key_id": tenant.api_key_id,
         "caller_label": "",
-        "route": "chat",
+        "endpoint": "chat",
         "model_requested": "gpt-4o-mini",
         "model_served": "gpt-4o-mini",
         "provider": "stub-openai",
@@ -157,7 +157,7 @@ def test_streamed_anthropic_request_logs_stream_ttft_and_its_tokens(stack):
     assert response.status_code == 200 and b"message_stop" in received
     [row] = usage_rows([response.headers["x-request-id"]], expect=1)
     assert (
-        row.route,
+        row.endpoint,
         row.model_requested,
         row.model_served,
         row.provider,

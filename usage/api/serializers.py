@@ -4,7 +4,8 @@ from datetime import UTC, date, datetime, time
 
 from rest_framework import serializers
 
-from usage.models import TRAIL_FIELDS, UsageAttempt, UsageLog
+from core.usage_record import ATTEMPT_FIELDS, TENANT_FIELDS
+from usage.models import UsageAttempt, UsageLog
 
 
 class MomentField(serializers.DateTimeField):
@@ -34,36 +35,15 @@ class UsageQueryIn(serializers.Serializer):
         return attrs
 
 
-LOG_FIELDS = [
-    "request_id",
-    "client_request_id",
-    "created_at",
-    "account_id",
-    "group_id",
-    "api_key_id",
-    "caller_label",
-    "route",
-    "model_requested",
-    "model_served",
-    "provider",
-    "served_by",
-    "tokens_in",
-    "tokens_out",
-    "byok_tokens_in",
-    "byok_tokens_out",
-    "provider_cost_micro",
-    "bytes_in",
-    "bytes_out",
-    "bandwidth_charge_micro",
-    "status",
-    "error_code",
-    "latency_ms",
-    "ttft_ms",
-    "streamed",
-]
+# A tenant's view of a usage record (core.usage_record.TENANT_FIELDS), by API name: the
+# endpoint keeps the name `route` it always had in the API and the CSV export.
+API_NAMES = {"endpoint": "route"}
+LOG_FIELDS = [API_NAMES.get(name, name) for name in TENANT_FIELDS]
 
 
 class UsageLogOut(serializers.ModelSerializer):
+    route = serializers.CharField(source="endpoint", read_only=True)
+
     class Meta:
         model = UsageLog
         fields = LOG_FIELDS
@@ -72,7 +52,7 @@ class UsageLogOut(serializers.ModelSerializer):
 class UsageAttemptOut(serializers.ModelSerializer):
     class Meta:
         model = UsageAttempt
-        fields = TRAIL_FIELDS
+        fields = ATTEMPT_FIELDS
 
 
 class UsageLogDetailOut(UsageLogOut):

@@ -18,6 +18,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from accounts.selectors import api_keys_of_user, groups_of_user
+from core.usage_record import TENANT_FIELDS
 from usage import selectors
 from usage.api import serializers as s
 from usage.models import UsageLog
@@ -90,7 +91,7 @@ class UsageExportView(APIView):
 
         def lines():
             yield writer.writerow(s.LOG_FIELDS)
-            for row in logs.values_list(*s.LOG_FIELDS).iterator(chunk_size=2000):
+            for row in logs.values_list(*TENANT_FIELDS).iterator(chunk_size=2000):
                 yield writer.writerow([_cell(value) for value in row])
 
         response = StreamingHttpResponse(lines(), content_type="text/csv; charset=utf-8")

@@ -1,0 +1,240 @@
+"""The proxy's ASGI plumbing: the metered exchange, the route table, and the small routes.
+
+`config/asgi.py` mounts `gateway_app` in front of Django's ASGI application, which keeps
+serving the admin and the tenant API. The chat routes hand their exchange to the request
+pipeline (gateway/pipeline.py); the rest (models, health, metrics, reload) answer here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import logging
+import re
+import uuid
+from collections.abc import Awaitable, Callable
+
+import orjson
+from django.conf import settings
+from prometheus_client import CONTENT_TYPE_LATEST
+
+from core import errors, metrics
+from gateway import pipeline
+from gateway.auth import bearer, internal_authorized
+from gateway.context import Meter
+from gateway.health import readiness
+from gateway.runtime import runtime
+
+log = logging.getLogger(__name__)
+
+Scope = dict
+Receive = Callable[[], Awaitable[dict]]
+Send = Callable[[dict], Awaitable[None]]
+
+JSON = (b"content-type", b"application/json")
+REQUEST_ID_OK = re.compile(r"^[A-Za-z0-9._:-]{1,64}$")
+
+
+class Exchange:
+    """One HTTP exchange: metered receive/send, the request's headers, and replies."""
+
+    __slots__ = (
+        "scope",
+        "_receive",
+        "_send",
+        "meter",
+        "headers",
+        "started",
+        "request_id",
+        "client_request_id",
+        "caller_header",
+        "disconnected",
+        "_watcher",
+        "idem",
+    )
+
+    def __init__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        self.scope = scope
+        self._receive = receive
+        self._send = send
+        self.meter = Meter()
+        self.headers = dict(scope["headers"])
+        self.started = False
+        self.disconnected = False
+        self._watcher: asyncio.Task | None = None
+        self.idem = None  # an idempotency.Claim: keeps the answer of a keyed request
+        # The minted id alone keys the request's books; the client's id is only a label.
+        self.request_id = uuid.uuid4().hex
+        given = self.headers.get(b"x-request-id", b"").decode("latin-1")
+        self.client_request_id = given if REQUEST_ID_OK.match(given) else ""
+        self.caller_header: bytes | None = None
+
+    async def read_body(self) -> bytes:
+        """Read the body, counting its bytes, refusing past the size cap (LM-2013).
+
+        A client leaving meanwhile cancels the request (asyncio.CancelledError), like a
+        client leaving later does.
+        """
+        cap = settings.TOLLGATE["MAX_BODY_BYTES"]
+        declared = self.headers.get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > cap:
+            raise errors.BodyTooLarge(f"Request body is over the {cap}-byte cap.")
+        parts = []
+        size = 0
+        while True:
+            message = await self._receive()
+            if message["type"] == "http.disconnect":
+                self.disconnected = True
+                raise asyncio.CancelledError()
+            body = message.get("body", b"")
+            size += len(body)
+            self.meter.bytes_in += len(body)
+            if size > cap:
+                raise errors.BodyTooLarge(f"Request body is over the {cap}-byte cap.")
+            parts.append(body)
+            if not message.get("more_body"):
+                return b"".join(parts)
+
+    def watch_disconnect(self, on_disconnect: Callable[[], None]) -> None:
+        """Notice a client leaving (after the body was read) without polling."""
+
+        async def watch() -> None:
+            while True:
+                message = await self._receive()
+                if message["type"] == "http.disconnect":
+                    self.disconnected = True
+                    on_disconnect()
+                    return
+
+        self._watcher = asyncio.create_task(watch())
+
+    def stop_watching(self) -> None:
+        if self._watcher is not None:
+            self._watcher.cancel()
+
+    async def start(self, status: int, headers: list[tuple[bytes, bytes]]) -> None:
+        self.started = True
+        if self.idem is not None:
+            self.idem.on_start(status, headers)
+        await self._send(
+            {
+                "type": "http.response.start",
+                "status": status,
+                "headers": [
+                    *headers,
+                    (b"x-request-id", (self.client_request_id or self.request_id).encode()),
+                    (b"x-tollgate-request-id", self.request_id.encode()),
+                    *(
+                        [(b"x-tollgate-caller-label", self.caller_header)]
+                        if self.caller_header
+                        else []
+                    ),
+                ],
+            }
+        )
+
+    async def body(self, data: bytes, *, more: bool) -> None:
+        if self.idem is not None:  # even for a client gone: a non-streamed answer is kept
+            await self.idem.on_body(data, more=more)
+        if self.disconnected:
+            return
+        self.meter.bytes_out += len(data)
+        await self._send({"type": "http.response.body", "body": data, "more_body": more})
+
+    async def reply(
+        self, status: int, data: bytes, headers: list[tuple[bytes, bytes]] = ()
+    ) -> None:
+        await self.start(status, [JSON, *headers])
+        await self.body(data, more=False)
+
+    async def refuse(self, exc: errors.GatewayError) -> None:
+        await self.reply(exc.status, exc.body(), exc.headers())
+
+
+# ---------------------------------------------------------------- the small routes
+
+
+async def list_models(ex: Exchange) -> None:
+    try:
+        principal = await runtime.principals.for_secret(
+            bearer(ex.headers), client=ex.scope.get("client")
+        )
+    except errors.GatewayError as exc:
+        await ex.refuse(exc)
+        return
+    names = [name for name in runtime.catalog.model_names() if principal.may_use(name)]
+    data = [{"id": name, "object": "model", "created": 0, "owned_by": "tollgate"} for name in names]
+    await ex.reply(200, orjson.dumps({"object": "list", "data": data}))
+
+
+async def reload_config(ex: Exchange) -> None:
+    """Reload provider config and pools and drop cached principals now (operators, tests)."""
+    if not internal_authorized(ex.headers):
+        await ex.refuse(errors.Unauthorized("Missing or wrong internal token."))
+        return
+    runtime.principals.clear()
+    await runtime.reload()
+    await ex.reply(200, orjson.dumps({"reloaded": True, "models": runtime.catalog.model_names()}))
+
+
+async def healthz(ex: Exchange) -> None:
+    await ex.reply(200, b'{"status":"ok"}')
+
+
+async def readyz(ex: Exchange) -> None:
+    checks = await readiness(runtime)
+    ok = all(checks.values())
+    await ex.reply(200 if ok else 503, orjson.dumps({"ready": ok, "checks": checks}))
+
+
+async def metrics_endpoint(ex: Exchange) -> None:
+    """Serve every worker's metrics, behind TOLLGATE_METRICS_TOKEN when it is set."""
+    token = settings.TOLLGATE["METRICS_TOKEN"]
+    given = bearer(ex.headers) if token else None
+    # Bytes: compare_digest refuses non-ASCII str, and a header may carry any latin-1.
+    if token and (given is None or not hmac.compare_digest(given.encode(), token.encode())):
+        await ex.refuse(errors.Unauthorized("Missing or wrong metrics token."))
+        return
+    body = await asyncio.to_thread(metrics.exposition)  # merging workers' files reads disk
+    await ex.start(200, [(b"content-type", CONTENT_TYPE_LATEST.encode())])
+    await ex.body(body, more=False)
+
+
+ROUTES: dict[tuple[str, str], Callable[[Exchange], Awaitable[None]]] = {
+    ("POST", "/v1/chat/completions"): lambda ex: pipeline.serve(ex, pipeline.CHAT),
+    ("POST", "/v1/messages"): lambda ex: pipeline.serve(ex, pipeline.MESSAGES),
+    ("GET", "/v1/models"): list_models,
+    ("POST", "/internal/complete"): lambda ex: pipeline.serve(ex, pipeline.INTERNAL_COMPLETE),
+    ("POST", "/internal/stream"): lambda ex: pipeline.serve(ex, pipeline.INTERNAL_STREAM),
+    ("POST", "/internal/decide"): pipeline.decide,
+    ("POST", "/internal/reload"): reload_config,
+    ("GET", "/healthz"): healthz,
+    ("GET", "/readyz"): readyz,
+    ("GET", "/metrics"): metrics_endpoint,
+}
+GATEWAY_PREFIXES = ("/v1/", "/internal/")
+GATEWAY_PATHS = frozenset(path for _, path in ROUTES)
+
+
+def serves(path: str) -> bool:
+    return path in GATEWAY_PATHS or path.startswith(GATEWAY_PREFIXES)
+
+
+async def gateway_app(scope: Scope, receive: Receive, send: Send) -> None:
+    await runtime.start()
+    ex = Exchange(scope, receive, send)
+    handler = ROUTES.get((scope["method"], scope["path"].rstrip("/") or "/"))
+    if handler is None:
+        await ex.refuse(errors.InvalidRequest(f"No route {scope['method']} {scope['path']}."))
+        return
+    try:
+        await handler(ex)
+    except errors.GatewayError as exc:
+        if not ex.started:
+            await ex.refuse(exc)
+    except Exception:
+        log.exception("unhandled error on %s (request %s)", scope["path"], ex.request_id)
+        if not ex.started:
+            await ex.refuse(errors.GatewayError("Internal error."))
+    finally:
+        ex.stop_watching()

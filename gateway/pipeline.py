@@ -1,0 +1,391 @@
+"""The request pipeline: one chat request from its first byte to its usage record.
+
+`serve` runs the stages below, in this order, each a function further down:
+
+1. `accept`   who calls (a virtual key; or the internal token and a group) -> Principal;
+              the body under its size cap, parsed by the endpoint's shape -> ChatRequest;
+              the end user's id turned into a caller label. An Idempotency-Key then claims
+              its key, or replays the stored answer and ends the request.
+2. `plan`     the attempt plan, built once; it calls nothing -> Plan.
+3. `admit`    rate limits and caps in one Redis round trip, which also reads the first
+              link's breaker -> Admission, and maybe that link's breaker Ticket.
+4. `hold`     the budget hold on group, key and end caller (LM-4001).
+5. `execute`  the orchestrator runs the plan; the answer goes out as it comes -> Ending.
+6. `finish`   in one `finally`: the usage record journaled and the admission released (one
+              Redis round trip), then the last bytes. Refusals, vendor failures and a client
+              leaving all end here, as an Ending; a client leaving is noticed in one place.
+
+The plan comes before the limits (DESIGN lists them the other way round): the admission
+reserves the plan's token estimate and the hold its worst case. Building it calls nothing,
+so every refusal still comes before any vendor is paid.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+from dataclasses import dataclass
+from types import ModuleType
+from typing import TYPE_CHECKING
+
+import orjson
+from django.conf import settings
+
+from billing.ledger import CallerBudget, Hold
+from core import errors, metrics
+from gateway import idempotency
+from gateway.auth import bearer, internal_authorized
+from gateway.breakers import Ticket
+from gateway.context import RequestContext
+from gateway.limits import Scope
+from gateway.plan import Plan, build_plan, prompt_bound
+from gateway.recording import record_and_release, usage_record
+from gateway.runtime import runtime
+from gateway.shapes import anthropic as anthropic_shape
+from gateway.shapes import internal as internal_shape
+from gateway.shapes import openai as openai_shape
+from gateway.types import ChatRequest, StreamResult
+from usage.pseudonym import caller_label, window_id
+
+if TYPE_CHECKING:  # the plumbing hands its exchange in; nothing here builds one
+    from gateway.asgi import Exchange
+
+JSON = (b"content-type", b"application/json")
+SSE = (b"content-type", b"text/event-stream")
+NO_CACHE = (b"cache-control", b"no-cache")
+REQUEST_ID_OK = re.compile(r"^[A-Za-z0-9._:-]{1,64}$")
+FALLBACK_HEADER = b"x-tollgate-fallback"
+CALLER_HEADER = b"x-tollgate-caller"
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    """A route into the pipeline: its name in the books, its shape, who may call it."""
+
+    name: str  # as usage records and metrics name it
+    shape: ModuleType  # parse_request, render_completion, stream_renderer
+    internal: bool = False  # trusted services: the internal token, a group, their own ids
+    stream: bool | None = None  # set by an internal route; None: the client's body says
+
+
+CHAT = Endpoint("chat", openai_shape)
+MESSAGES = Endpoint("messages", anthropic_shape)
+INTERNAL_COMPLETE = Endpoint("internal.complete", internal_shape, internal=True, stream=False)
+INTERNAL_STREAM = Endpoint("internal.stream", internal_shape, internal=True, stream=True)
+INTERNAL_DECIDE = Endpoint("internal.decide", internal_shape, internal=True)
+
+
+@dataclass(frozen=True, slots=True)
+class Accepted:
+    request: ChatRequest
+    body: bytes  # the raw body, for an Idempotency-Key's fingerprint
+
+
+@dataclass(frozen=True, slots=True)
+class Ending:
+    """How a request ends: status and code for its books, and its last bytes, if any."""
+
+    status: int = 200
+    error_code: str = ""
+    final: bytes | None = None  # the last body bytes; None: only end the body
+    headers: tuple[tuple[bytes, bytes], ...] = ()  # when no response has started yet
+
+
+CLIENT_CLOSED = Ending(499, "client_closed")
+CRASHED = Ending(500, "internal")  # a bug: recorded, then the ASGI app answers 500
+
+
+async def serve(ex: Exchange, endpoint: Endpoint) -> None:
+    """Serve one chat request: the stages in order, then `finish`, exactly once."""
+    ctx = RequestContext(
+        request_id=ex.request_id,
+        client_request_id=ex.client_request_id,
+        endpoint=endpoint.name,
+        meter=ex.meter,
+    )
+    ending = CRASHED
+    replayed = False
+    try:
+        accepted = await accept(ex, endpoint, ctx)
+        # Keyed requests only: no database work for the others.
+        if idempotency.HEADER in ex.headers and not endpoint.internal:
+            replayed = await idempotency.begin(ex, ctx, accepted.body)
+            if replayed:
+                return  # the stored answer went out: no slot, no hold, no record
+        plan = plan_request(ctx, accepted.request)
+        first_ticket = await admit(ctx, plan)
+        # A client leaving cancels a stream at once; a non-streamed call runs to its answer
+        # (its usage is what the vendor bills), but nothing more is sent to the client.
+        ex.watch_disconnect(asyncio.current_task().cancel if ctx.req.stream else _ignore)
+        await hold(ctx, plan)
+        ending = await execute(ex, ctx, endpoint, first_ticket)
+    except errors.GatewayError as exc:
+        ending = refusal(ex, exc)
+    except asyncio.CancelledError:
+        if not ex.disconnected:
+            raise
+        asyncio.current_task().uncancel()  # our own watcher's cancel: finish the books
+        ending = CLIENT_CLOSED
+    finally:
+        if not replayed:
+            await finish(ex, ctx, ending)
+        if ex.idem is not None:
+            await ex.idem.release()  # no answer went out (client gone, a crash): free the key
+
+
+async def decide(ex: Exchange) -> None:
+    """Serve /internal/decide: the plan a request would run. It calls and records nothing."""
+    ctx = RequestContext(request_id=ex.request_id, endpoint=INTERNAL_DECIDE.name, meter=ex.meter)
+    try:
+        accepted = await accept(ex, INTERNAL_DECIDE, ctx)
+        plan = plan_request(ctx, accepted.request)
+    except errors.GatewayError as exc:
+        await ex.refuse(exc)
+        return
+    await ex.reply(200, orjson.dumps({"request_id": ctx.client_request_id, **plan.as_json()}))
+
+
+# ---------------------------------------------------------------- 1. accept
+
+
+async def accept(ex: Exchange, endpoint: Endpoint, ctx: RequestContext) -> Accepted:
+    """Authenticate, read and validate the request; the raw end-user id stops here."""
+    if endpoint.internal:
+        if not internal_authorized(ex.headers):
+            raise errors.Unauthorized("Missing or wrong internal token.")
+        body = await ex.read_body()
+        data = parse_json(body)
+        request_id = data.get("request_id")
+        if not isinstance(request_id, str) or not REQUEST_ID_OK.match(request_id):
+            raise errors.InvalidRequest("'request_id' is required (1-64 of [A-Za-z0-9._:-]).")
+        ex.client_request_id = ctx.client_request_id = request_id  # a label, like X-Request-Id
+        ctx.principal = await runtime.principals.for_group(data.get("group"))
+        ctx.req = internal_shape.parse_request(data, stream=endpoint.stream)
+        return Accepted(ctx.req, body)
+    ctx.principal = await runtime.principals.for_secret(
+        bearer(ex.headers), client=ex.scope.get("client")
+    )
+    body = await ex.read_body()
+    data = parse_json(body)
+    fallback = ex.headers.get(FALLBACK_HEADER)
+    ctx.req = endpoint.shape.parse_request(
+        data, fallback_header=fallback.decode() if fallback else None
+    )
+    label_caller(ex, ctx, ctx.req)
+    return Accepted(ctx.req, body)
+
+
+def parse_json(body: bytes) -> dict:
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        raise errors.InvalidRequest("Body is not valid JSON.") from None
+    if not isinstance(data, dict):
+        raise errors.InvalidRequest("Body must be a JSON object.")
+    return data
+
+
+def label_caller(ex: Exchange, ctx: RequestContext, req: ChatRequest) -> None:
+    """Pseudonymise the end user (header first, then the body's field)."""
+    header = ex.headers.get(CALLER_HEADER)
+    raw = header.decode("latin-1") if header else req.caller_id
+    ctx.caller_label = caller_label(raw)
+    if raw:  # never dropped silently: the client is told the label, or that there is none
+        ex.caller_header = ctx.caller_label.encode() if ctx.caller_label else b"dropped"
+
+
+# ---------------------------------------------------------------- 2. plan
+
+
+def plan_request(ctx: RequestContext, req: ChatRequest) -> Plan:
+    """Build the attempt plan (LM-2001 / LM-1003 for unknown or forbidden models)."""
+    ctx.plan = build_plan(req, ctx.principal, runtime.catalog, runtime.pools.get)
+    return ctx.plan
+
+
+# ---------------------------------------------------------------- 3. admit
+
+
+async def admit(ctx: RequestContext, plan: Plan) -> Ticket | None:
+    """Admit the request against its limits and caps (LM-3001 / LM-3002 / LM-3003).
+
+    The same Redis round trip reads the first link's breaker; when it is closed and clean
+    the breakers grant that link's ticket now, and its call needs no round trip of its own.
+    """
+    principal = ctx.principal
+    first = plan.links[0] if plan.links and plan.links[0].calls_upstream else None
+    ctx.admission = await runtime.limiter.admit(
+        request_id=ctx.request_id,
+        group_id=principal.group_id,
+        scopes=limit_scopes(ctx),
+        concurrency=principal.group_concurrency,
+        lease_s=max((link.offer.profile.timeout_s for link in plan.links), default=60) + 30,
+        # Reserved in the token counts until the finish trues it up: a burst cannot pass TPM.
+        tokens_estimate=prompt_bound(ctx.req)
+        + max((link.max_tokens for link in plan.links), default=0),
+        along=(
+            (lambda pipe: runtime.breakers.peek_into(pipe, first.breaker_key, first.offer.name))
+            if first is not None
+            else None
+        ),
+    )
+    metrics.IN_FLIGHT.inc()
+    if first is None:
+        return None
+    return runtime.breakers.ticket_from_peek(
+        first.breaker_key, first.offer.name, ctx.admission.along_result
+    )
+
+
+def limit_scopes(ctx: RequestContext) -> tuple[Scope, ...]:
+    """Return the rate scopes of a request: its key, its group, and its end caller."""
+    principal = ctx.principal
+    scopes = []
+    if principal.api_key_id is not None:
+        scopes.append(
+            Scope(f"key:{principal.api_key_id}", principal.key_rpm or 0, principal.key_tpm or 0)
+        )
+    scopes.append(
+        Scope(f"group:{principal.group_id}", principal.group_rpm or 0, principal.group_tpm or 0)
+    )
+    if ctx.caller_label and (principal.caller_rpm or principal.caller_tpm):
+        scopes.append(
+            Scope(
+                f"caller:{principal.group_id}:{ctx.caller_label}",
+                principal.caller_rpm or 0,
+                principal.caller_tpm or 0,
+            )
+        )
+    return tuple(scopes)
+
+
+# ---------------------------------------------------------------- 4. hold
+
+
+async def hold(ctx: RequestContext, plan: Plan) -> None:
+    """Hold the plan's worst case on the budgets that bound this request (LM-4001)."""
+    principal = ctx.principal
+    if not (principal.has_budget or ctx.caller_budgeted):
+        return
+    caller = (
+        CallerBudget(
+            group_id=principal.group_id,
+            label=ctx.caller_label,
+            period=window_id(),
+            budget_max_micro=principal.caller_budget_max_micro,
+        )
+        if ctx.caller_budgeted
+        else None
+    )
+    await runtime.escrow.hold_budget(
+        Hold(
+            request_id=ctx.request_id,
+            group_id=principal.group_id,
+            api_key_id=principal.api_key_id,
+            key_budgeted=principal.key_budget_max_micro is not None,
+            amount_micro=plan.budget_estimate_micro,
+            caller=caller,
+        )
+    )
+    ctx.hold_taken = True
+
+
+# ---------------------------------------------------------------- 5. execute
+
+
+async def execute(
+    ex: Exchange, ctx: RequestContext, endpoint: Endpoint, first_ticket: Ticket | None
+) -> Ending:
+    """Run the plan and send the answer as it comes; vendor failures arrive as GatewayError."""
+    if ctx.req.stream:
+        return await stream(ex, ctx, endpoint, first_ticket)
+    try:
+        async with asyncio.timeout(deadline_left_s(ctx)):
+            completion = await runtime.orchestrator.complete(ctx, first_ticket=first_ticket)
+    except TimeoutError:
+        raise errors.UpstreamTimeout("The request passed its deadline.") from None
+    ctx.usage = completion.usage
+    return Ending(
+        final=endpoint.shape.render_completion(completion, request_id=answer_id(ctx, endpoint)),
+        headers=(JSON, *ctx.admission.headers(completion.usage.total_tokens)),
+    )
+
+
+async def stream(
+    ex: Exchange, ctx: RequestContext, endpoint: Endpoint, first_ticket: Ticket | None
+) -> Ending:
+    """Stream the answer; once its first chunk is out, a failure is told in-band, not retried."""
+    try:
+        async with asyncio.timeout(deadline_left_s(ctx)):
+            chunks = await runtime.orchestrator.open_stream(ctx, first_ticket=first_ticket)
+    except TimeoutError:
+        raise errors.UpstreamTimeout("The request passed its deadline.") from None
+    renderer = endpoint.shape.stream_renderer(
+        ctx.req, request_id=answer_id(ctx, endpoint), model=ctx.served.model
+    )
+    result = ctx.stream = StreamResult(prompt_tokens_estimate=prompt_bound(ctx.req))
+    await ex.start(200, [SSE, NO_CACHE, *ctx.admission.headers()])
+    await ex.body(renderer.start(), more=True)
+    try:
+        async with asyncio.timeout(deadline_left_s(ctx)):
+            async for chunk in chunks:
+                result.fold(chunk)
+                data = renderer.chunk(chunk)
+                if data:
+                    await ex.body(data, more=True)
+    except TimeoutError:
+        broke = errors.UpstreamTimeout("The stream passed the request deadline.")
+        return Ending(broke.status, broke.code, final=renderer.error(broke))
+    except errors.GatewayError as broke:
+        return Ending(broke.status, broke.code, final=renderer.error(broke))
+    result.finished = True
+    return Ending(final=renderer.finish(result.finish_reason or "stop", result.usage))
+
+
+def answer_id(ctx: RequestContext, endpoint: Endpoint) -> str:
+    """Return the id an answer names: trusted internal callers get back their own."""
+    return ctx.client_request_id if endpoint.internal else ctx.request_id
+
+
+def deadline_left_s(ctx: RequestContext) -> float:
+    """Return what is left of the request's overall deadline (reservations outlive it)."""
+    return ctx.started + settings.TOLLGATE["REQUEST_DEADLINE_S"] - time.monotonic()
+
+
+def refusal(ex: Exchange, exc: errors.GatewayError) -> Ending:
+    """End with our error body, or, when the answer already started, just end it."""
+    if ex.started:
+        return Ending(exc.status, exc.code)
+    return Ending(exc.status, exc.code, final=exc.body(), headers=(JSON, *exc.headers()))
+
+
+def _ignore() -> None:
+    return None
+
+
+# ---------------------------------------------------------------- 6. finish
+
+
+async def finish(ex: Exchange, ctx: RequestContext, ending: Ending) -> None:
+    """Record the request and release what it holds (before the client sees its end), then
+    send its last bytes. The one place a request's books are closed."""
+    ex.stop_watching()
+    ctx.status, ctx.error_code = ending.status, ending.error_code
+    if ctx.stream is not None:
+        ctx.usage = ctx.stream.billed_usage()
+    if ctx.admission is not None:
+        metrics.IN_FLIGHT.dec()
+    final = ending.final
+    predicted_out = len(final) if final is not None and not ex.disconnected else 0
+    record = usage_record(ctx, bytes_out=ex.meter.bytes_out + predicted_out)
+    await record_and_release(ctx, record)
+    try:
+        if final is not None:
+            if not ex.started:
+                await ex.start(ending.status, list(ending.headers) or [JSON])
+            await ex.body(final, more=False)
+        elif ex.started:
+            await ex.body(b"", more=False)
+    finally:
+        metrics.REQUESTS.labels(ctx.endpoint, str(ctx.status), ctx.error_code or "ok").inc()
