@@ -1,18 +1,56 @@
-"""An in-process vendor for first runs and CI: deterministic answers, no network."""
+"""An in-process vendor for first runs, CI and the fast tests: deterministic answers, no network.
+
+Like the stub vendor's control routes, it can be told what its next calls do
+(`FakeProvider.script`): a 429 with Retry-After, a 401 / 403 / 500, a hang, a failure before
+the first token or after N tokens, slow tokens. It records every call it receives.
+"""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 
-from gateway.adapters.base import CallTarget
+from gateway.adapters.base import CallTarget, ProviderError, error_for_status
 from gateway.types import ChatRequest, Chunk, Completion, Usage
 
 WORDS = ("Hello", "from", "the", "fake", "model", "reply", "ok")
+STATUS_FAULTS = {"401": 401, "403": 403, "429": 429, "500": 500}
+
+
+@dataclass(frozen=True, slots=True)
+class Fault:
+    """What one scripted call does instead of answering at once."""
+
+    kind: str  # "401" | "403" | "429" | "500" | "hang" | "fail_before_first_token"
+    # | "fail_after_tokens" | "slow"
+    retry_after_s: float | None = None  # with "429"
+    after_tokens: int = 0  # with "fail_after_tokens"
+    delay_ms: int = 0  # with "slow": before each token
+    key: str | None = None  # only for calls carrying this API key
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    api_key: str
+    model: str  # the upstream model asked for
+    stream: bool
 
 
 class FakeProvider:
     def __init__(self, **_: object) -> None:
-        pass
+        self.calls: list[Call] = []
+        self._faults: list[Fault] = []
+
+    def script(self, *faults: Fault) -> None:
+        """Queue faults for the next matching calls, in order."""
+        self._faults.extend(faults)
+
+    def _take_fault(self, target: CallTarget) -> Fault | None:
+        for index, fault in enumerate(self._faults):
+            if fault.key is None or fault.key == target.api_key:
+                return self._faults.pop(index)
+        return None
 
     def _answer(self, req: ChatRequest, target: CallTarget) -> tuple[list[str], str, Usage]:
         limit = min(target.max_tokens, len(WORDS))
@@ -21,12 +59,34 @@ class FakeProvider:
         usage = Usage(input_tokens=max(1, req.prompt_text_words()), output_tokens=len(words))
         return words, finish, usage
 
+    async def _before_answer(self, fault: Fault | None) -> None:
+        if fault is None:
+            return
+        if fault.kind in STATUS_FAULTS:
+            retry_after = {"retry-after": str(fault.retry_after_s)} if fault.retry_after_s else {}
+            raise error_for_status(STATUS_FAULTS[fault.kind], retry_after)
+        if fault.kind == "hang":
+            await asyncio.Event().wait()  # until the caller's deadline cancels it
+        if fault.kind == "fail_before_first_token":
+            raise ProviderError("the fake vendor failed before its first token", retryable=True)
+
     async def complete(self, req: ChatRequest, target: CallTarget) -> Completion:
+        self.calls.append(Call(target.api_key, target.upstream_model, stream=False))
+        fault = self._take_fault(target)
+        await self._before_answer(fault)
         words, finish, usage = self._answer(req, target)
         return Completion(text="".join(words), finish_reason=finish, usage=usage, model=req.model)
 
     async def stream(self, req: ChatRequest, target: CallTarget) -> AsyncIterator[Chunk]:
+        self.calls.append(Call(target.api_key, target.upstream_model, stream=True))
+        fault = self._take_fault(target)
+        await self._before_answer(fault)
         words, finish, usage = self._answer(req, target)
-        for word in words:
+        kind = fault.kind if fault is not None else ""
+        for sent, word in enumerate(words):
+            if kind == "fail_after_tokens" and sent == fault.after_tokens:
+                raise ProviderError("the fake vendor's stream broke", retryable=False)
+            if kind == "slow":
+                await asyncio.sleep(fault.delay_ms / 1000)
             yield Chunk(text=word)
         yield Chunk(finish_reason=finish, usage=usage)
