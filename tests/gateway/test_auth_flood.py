@@ -17,15 +17,11 @@ from collections import Counter
 import httpx
 import pytest
 
-from tests.conftest import (
-    ROOT,
-    child_env,
-    fresh_rate_window,
-    metric,
-    own_stack,
-    requires_redis,
-    wait_until,
-)
+from tests.support.metrics import metric
+from tests.support.processes import ROOT, child_env
+from tests.support.services import requires_redis
+from tests.support.stacks import own_stack
+from tests.support.waits import fresh_rate_window, wait_until
 
 BODY = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}]}
 

@@ -2,7 +2,7 @@
 
 Concurrency tests hold slots with slow stub answers (8 tokens x 150 ms = 1.2 s) while many
 requests arrive at once (asyncio + httpx). Rate tests stay inside one fixed one-minute
-window (tests.conftest.fresh_rate_window).
+window (tests.support.waits.fresh_rate_window).
 """
 
 from __future__ import annotations
@@ -13,7 +13,10 @@ import httpx
 import pytest
 from django.conf import settings
 
-from tests.conftest import HAS_REDIS, fresh_rate_window, own_stack, requires_redis, stub_profiles
+from tests.support.profiles import stub_profiles
+from tests.support.services import HAS_REDIS, requires_redis
+from tests.support.stacks import own_stack
+from tests.support.waits import fresh_rate_window
 
 PROMPT = [{"role": "user", "content": "one two three"}]  # 3 prompt tokens; answers are 8
 SLOW = {"kind": "slow", "delay_ms": 150, "times": 50}

@@ -12,7 +12,9 @@ import httpx
 import openai
 import pytest
 
-from tests.conftest import PLATFORM_KEY, own_stack, stub_profiles, usage_rows
+from tests.support.profiles import PLATFORM_KEY, stub_profiles
+from tests.support.stacks import own_stack
+from tests.support.usage import usage_rows
 
 SYSTEM = "You are terse."  # 3 words
 QUESTION = "What is the gateway for"  # 5 words

@@ -21,14 +21,11 @@ import httpx
 import redis
 from django.conf import settings
 
-from tests.conftest import (
-    fresh_rate_window,
-    metric,
-    own_stack,
-    requires_redis,
-    seconds_left_in_minute,
-    stub_profiles,
-)
+from tests.support.metrics import metric
+from tests.support.profiles import stub_profiles
+from tests.support.services import requires_redis
+from tests.support.stacks import own_stack
+from tests.support.waits import fresh_rate_window, seconds_left_in_minute
 
 PROMPT = [{"role": "user", "content": "one two three"}]
 RPM = 120

@@ -10,8 +10,11 @@ from accounts.models import Group
 from billing import ledger
 from billing.models import Reservation, Wallet
 from billing.sqlexec import run_sync
-from tests.conftest import INTERNAL_TOKEN, make_tenant, own_stack, stub_profiles, usage_rows
-from tests.usage.conftest import journal_row, store
+from tests.support.processes import INTERNAL_TOKEN
+from tests.support.profiles import stub_profiles
+from tests.support.stacks import own_stack
+from tests.support.tenants import make_tenant
+from tests.support.usage import journal_row, store, usage_rows
 
 HELLO = [{"role": "user", "content": "hello there"}]
 

@@ -13,15 +13,12 @@ import time
 import httpx
 import redis
 
-from tests.conftest import (
-    fast_profiles,
-    fresh_rate_window,
-    metric,
-    own_stack,
-    requires_redis,
-    usage_rows,
-    wait_until,
-)
+from tests.support.metrics import metric
+from tests.support.profiles import fast_profiles
+from tests.support.services import requires_redis
+from tests.support.stacks import own_stack
+from tests.support.usage import usage_rows
+from tests.support.waits import fresh_rate_window, wait_until
 
 PROMPT = [{"role": "user", "content": "still there"}]
 DOWN_LINE = "Redis unavailable (ConnectionError): limits and breakers fall back to this process"

@@ -8,8 +8,9 @@ import uuid
 import pytest
 from django.core.management import CommandError, call_command
 
-from tests.conftest import fresh_rate_window, own_stack, usage_rows
-from tests.usage.conftest import chat, database_dump
+from tests.support.stacks import own_stack
+from tests.support.usage import chat, database_dump, usage_rows
+from tests.support.waits import fresh_rate_window
 
 CALLER_KEY = "caller-key-for-tests-5b1e0c"
 PROMPT = [{"role": "user", "content": "hello there"}]
