@@ -2,7 +2,7 @@
 
 The stub counts prompt tokens as the words of every text it receives (the system prompt
 included), so usage proves what reached the vendor; max_tokens is in its call log. How
-temperature, top_p and stop are translated is in tests/gateway/test_shapes.py.
+temperature, top_p and stop are translated is in tests/unit/gateway/test_shapes.py.
 """
 
 from __future__ import annotations

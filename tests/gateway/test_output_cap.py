@@ -67,7 +67,7 @@ def test_every_adapter_tells_the_vendor_the_cap_the_hold_assumed(
     assert caps == [4096, 120, 300, 50, 4096]
     assert [(c["model"], c["max_tokens"]) for c in stack.stub.vendor_calls()] == [
         ("gpt-4o-mini", 4096),
-        ("o3-mini", 120),  # sent as max_completion_tokens (tests/gateway/test_shapes.py)
+        ("o3-mini", 120),  # sent as max_completion_tokens (tests/unit/gateway/test_shapes.py)
         ("o3-mini", 300),
         ("claude-3-5-haiku-latest", 50),
         ("openai/gpt-4o-mini", 4096),
