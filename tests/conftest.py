@@ -9,8 +9,9 @@ import pytest
 
 from tests.support.processes import Gateway, RedisServer, free_port, start_gateway, start_stub
 from tests.support.profiles import install_profiles
+from tests.support.rates import RateWindow
 from tests.support.services import HAS_REDIS, IS_POSTGRES, clear_shared_state
-from tests.support.stacks import Stack
+from tests.support.stacks import Stack, own_stack
 
 
 def _retry_flush_on_deadlock() -> None:
@@ -91,6 +92,18 @@ def stack(transactional_db, shared_gateway, stub) -> Stack:
     install_profiles(stub.url)
     shared_gateway.reload()
     return Stack(gateway=shared_gateway, stub=stub)
+
+
+@pytest.fixture
+def rate_window() -> RateWindow:
+    """A rate window that starts now: start the test's fleet with its `env` to own it."""
+    return RateWindow.fresh()
+
+
+@pytest.fixture
+def fresh_window_stack(transactional_db, spawn_gateway, stub, rate_window) -> Stack:
+    """A gateway of the test's own, in its first rate window (`rate_window`) as it starts."""
+    return own_stack(spawn_gateway(**rate_window.env), stub)
 
 
 @pytest.fixture

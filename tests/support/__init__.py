@@ -10,6 +10,7 @@
 
 Modules: `services` (which services are configured, shared Redis state), `processes` (the
 stub, gateways, a private redis-server), `tenants`, `profiles`, `stacks` (a gateway with
-profiles installed), `usage` (usage rows, journal rows), `metrics`, `sse`, `waits`.
+profiles installed), `rates` (a fresh rate window for a fleet), `usage` (usage rows,
+journal rows), `metrics`, `sse`, `waits`.
 tests/conftest.py holds the pytest hooks and fixtures built on them.
 """
