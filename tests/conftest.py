@@ -14,8 +14,23 @@ from tests.support.services import HAS_REDIS, IS_POSTGRES, clear_shared_state
 from tests.support.stacks import Stack, own_stack
 
 
+def pytest_configure(config):
+    _retry_flush_on_deadlock()
+
+
 def _retry_flush_on_deadlock() -> None:
-    """Let a test's final flush retry: gateway processes may still be writing when it runs."""
+    """Let the flush that ends a `transactional_db` test retry when PostgreSQL deadlocks.
+
+    Why a patch of Django's TransactionTestCase, the one in the suite: the gateways of
+    session- and module-scoped fixtures (shared_gateway, module_gateways) outlive the test,
+    and keep storing its usage rows (the journal flush, every TOLLGATE_USAGE_FLUSH_MS, with
+    its settlement) while the flush TRUNCATEs every table; PostgreSQL may then pick the
+    TRUNCATE as the deadlock's victim, and the test errors in teardown. Waiting for those
+    gateways to go quiet first narrows that window but cannot close it (a flush can start
+    right after the wait), and pytest-django builds its test case from
+    django.test.TransactionTestCase itself, so neither a fixture nor a subclass can retry
+    the flush. Only a flush that failed on a database error (a deadlock) is retried.
+    """
     from django.core.management.base import CommandError
     from django.db import OperationalError
     from django.test import TransactionTestCase
@@ -32,9 +47,6 @@ def _retry_flush_on_deadlock() -> None:
                 time.sleep(0.2)
 
     TransactionTestCase._fixture_teardown = teardown
-
-
-_retry_flush_on_deadlock()
 
 
 def pytest_sessionstart(session):
