@@ -23,3 +23,14 @@ def clear_shared_state() -> None:
         if keys:
             client.delete(*keys)
     client.close()
+
+
+def delete_redis_keys(pattern: str) -> None:
+    """Delete the keys matching `pattern` from the configured Redis."""
+    import redis
+
+    client = redis.Redis.from_url(settings.REDIS_URL)
+    keys = list(client.scan_iter(pattern, count=1000))
+    if keys:
+        client.delete(*keys)
+    client.close()
