@@ -39,6 +39,7 @@ SCHEME: dict[str, tuple[type, object]] = {
     "TOLLGATE_MAX_ROUTE": (int, 2),
     "TOLLGATE_AUTH_CACHE_TTL_S": (int, 300),
     "TOLLGATE_AUTH_FAIL_PER_MIN": (int, 60),
+    "TOLLGATE_RATE_EPOCH_S": (int, 0),
     "TOLLGATE_CONFIG_RELOAD_S": (int, 30),
     "TOLLGATE_REPLICAS": (int, 1),
     "TOLLGATE_INFLIGHT_MAX": (int, 1000),
@@ -151,6 +152,9 @@ TOLLGATE = {
     "MAX_ROUTE": env("TOLLGATE_MAX_ROUTE"),
     "AUTH_CACHE_TTL_S": env("TOLLGATE_AUTH_CACHE_TTL_S"),
     "AUTH_FAIL_PER_MIN": env("TOLLGATE_AUTH_FAIL_PER_MIN"),
+    # The one-minute rate windows start at this Unix time plus whole minutes (0: on the
+    # minute); every replica of a fleet must share it, as Redis keys carry the window number.
+    "RATE_EPOCH_S": env("TOLLGATE_RATE_EPOCH_S"),
     "CONFIG_RELOAD_S": env("TOLLGATE_CONFIG_RELOAD_S"),
     "REPLICAS": max(1, env("TOLLGATE_REPLICAS")),
     "INFLIGHT_MAX": env("TOLLGATE_INFLIGHT_MAX"),
@@ -193,6 +197,8 @@ if TOLLGATE["AUTH_FAIL_PER_MIN"] < 0:
     raise ImproperlyConfigured(
         "Malformed setting TOLLGATE_AUTH_FAIL_PER_MIN: use >= 0 (0 turns the limit off)."
     )
+if TOLLGATE["RATE_EPOCH_S"] < 0:
+    raise ImproperlyConfigured("Malformed setting TOLLGATE_RATE_EPOCH_S: use >= 0 (Unix seconds).")
 if TOLLGATE["MAX_ROUTE"] < 1:
     raise ImproperlyConfigured("Malformed setting TOLLGATE_MAX_ROUTE: use >= 1.")
 if TOLLGATE["METRICS_TOKEN"] and len(TOLLGATE["METRICS_TOKEN"]) < 32:

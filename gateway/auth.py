@@ -23,6 +23,7 @@ import asyncio
 import hmac
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from django.conf import settings
@@ -142,13 +143,17 @@ def internal_authorized(headers: dict[bytes, bytes]) -> bool:
 class FailedLookups:
     """Count key lookups that found nothing, per client address, in one-minute windows."""
 
-    def __init__(self, per_min: int) -> None:
+    def __init__(
+        self, per_min: int, *, clock: Callable[[], float] = time.time, epoch_s: int = 0
+    ) -> None:
         self.per_min = per_min  # 0: no limit
+        self._clock = clock
+        self._epoch_s = epoch_s  # windows are counted from this Unix time (0: on the minute)
         self._window = -1
         self._counts: dict[str, int] = {}
 
     def _slot(self, address: str) -> str:
-        window = int(time.time() // FAIL_WINDOW_S)
+        window = int((self._clock() - self._epoch_s) // FAIL_WINDOW_S)
         if window != self._window:
             self._window = window
             self._counts.clear()
@@ -160,7 +165,7 @@ class FailedLookups:
         """Return how long `address` must wait before it may cost a lookup, or None."""
         if not self.per_min or self._counts.get(self._slot(address), 0) < self.per_min:
             return None
-        return math.ceil(FAIL_WINDOW_S - time.time() % FAIL_WINDOW_S)
+        return math.ceil(FAIL_WINDOW_S - (self._clock() - self._epoch_s) % FAIL_WINDOW_S)
 
     def failed(self, address: str) -> None:
         slot = self._slot(address)
@@ -173,7 +178,9 @@ class PrincipalCache:
         self._groups: dict[int, tuple[Principal, float]] = {}
         self._unknown: dict[str, float] = {}  # key hash -> when the database did not know it
         self._pending: dict[str, asyncio.Future] = {}
-        self._failures = FailedLookups(settings.TOLLGATE["AUTH_FAIL_PER_MIN"])
+        self._failures = FailedLookups(
+            settings.TOLLGATE["AUTH_FAIL_PER_MIN"], epoch_s=settings.TOLLGATE["RATE_EPOCH_S"]
+        )
         self._ttl_s = float(settings.TOLLGATE["AUTH_CACHE_TTL_S"])
 
     async def for_secret(

@@ -12,6 +12,7 @@ and a crashed replica's probe lapses. A result that says nothing about the provi
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from django.conf import settings
@@ -97,8 +98,9 @@ class _LocalBreaker:
 
 
 class BreakerBoard:
-    def __init__(self, shared: SharedState) -> None:
+    def __init__(self, shared: SharedState, *, clock: Callable[[], float] = time.time) -> None:
         self._shared = shared
+        self._clock = clock  # wall time: shared by replicas through Redis
         self.threshold = settings.TOLLGATE["BREAKER_FAILURES"]
         self.cooldown_s = settings.TOLLGATE["BREAKER_COOLDOWN_S"]
         self._local: dict[str, _LocalBreaker] = {}
@@ -152,7 +154,7 @@ class BreakerBoard:
             metrics.CIRCUIT_STATE.labels(ticket.scope, ticket.model).set(state)
 
     async def _run(self, op: str, ticket: Ticket, lease_s: float) -> tuple[int, int, int]:
-        now = time.time()
+        now = self._clock()
         if self._shared.available:
             try:
                 if self._script is None:

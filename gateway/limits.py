@@ -138,11 +138,13 @@ class Admission:
     requests_used: list[int] = field(default_factory=list)
     tokens_used: list[int] = field(default_factory=list)
     along_result: object = None  # what the caller's `along` command returned (Redis judged)
+    resets_at: int = 0  # when the window ends (Unix seconds)
+    clock: Callable[[], float] = time.time
 
     def headers(self, tokens_consumed: int | None = None) -> list[tuple[bytes, bytes]]:
         """Return x-ratelimit-* and token headers of the tightest scope (key, group, caller)."""
         out: list[tuple[bytes, bytes]] = []
-        reset = str(max(1, (self.window + 1) * WINDOW_S - int(time.time()))).encode() + b"s"
+        reset = str(max(1, self.resets_at - int(self.clock()))).encode() + b"s"
         requests = self._tightest([s.rpm for s in self.scopes], self.requests_used)
         if requests is not None:
             limit, used = requests
@@ -202,8 +204,11 @@ class Tally:
 
 
 class Limiter:
-    def __init__(self, shared: SharedState) -> None:
+    def __init__(self, shared: SharedState, *, clock: Callable[[], float] = time.time) -> None:
         self._shared = shared
+        self._clock = clock
+        # Windows are counted from this Unix time (0: on the minute); a fleet shares it.
+        self._epoch_s = settings.TOLLGATE["RATE_EPOCH_S"]
         self.inflight_max = settings.TOLLGATE["INFLIGHT_MAX"]
         self._replicas = settings.TOLLGATE["REPLICAS"]
         self._script = None
@@ -235,11 +240,21 @@ class Limiter:
         on the same Redis round trip (the breakers' peek); its result is the admission's
         `along_result`, None when Redis did not judge.
         """
-        now = time.time()
-        window = int(now // WINDOW_S)
+        now = self._clock()
+        window = int((now - self._epoch_s) // WINDOW_S)
         if window != self._window:
             self._new_window(window)
-        admission = Admission(request_id, group_id, scopes, window, False, tokens_estimate)
+        resets_at = self._epoch_s + (window + 1) * WINDOW_S
+        admission = Admission(
+            request_id,
+            group_id,
+            scopes,
+            window,
+            False,
+            tokens_estimate,
+            resets_at=resets_at,
+            clock=self._clock,
+        )
         result = None
         if self._shared.available:
             try:
@@ -262,7 +277,7 @@ class Limiter:
             return admission
         if admission.in_shared and code != CAP:
             self._saw_refusal(admission, code, scopes[result[1] - 1])
-        retry_after = max(1, (window + 1) * WINDOW_S - int(now))
+        retry_after = max(1, resets_at - int(now))
         if code == RPM:
             raise errors.RequestRateLimited(
                 f"Request rate over limit for {scopes[result[1] - 1].name.split(':')[0]}.",

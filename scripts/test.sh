@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `make test`: the whole suite. Uses PostgreSQL / Redis when DATABASE_URL / REDIS_URL point
+# `make test`: the whole suite, the fast layer (tests/unit) first. Uses PostgreSQL / Redis when DATABASE_URL / REDIS_URL point
 # at them; otherwise the embedded defaults, and pytest names each test it skipped and why.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,4 +14,11 @@ fi
 [ -n "${REDIS_URL:-}" ] || echo "REDIS_URL unset: Redis-only tests are skipped."
 # Dependencies run one way (pyproject.toml [tool.importlinter]): a new cycle fails here.
 "$(dirname "$(command -v "$PY")")/lint-imports" --no-cache | tail -n 6
-exec $PY -m pytest -rs -q "$@"
+# With arguments: one pytest run of exactly those (`scripts/test.sh tests/gateway -k rpm`).
+[ "$#" -eq 0 ] || exec $PY -m pytest -rs -q "$@"
+# First the fast layer (in-process, no servers; under 30 s), stopping at its first failure,
+# then everything else.
+echo "--- tests/unit: the fast layer ---"
+$PY -m pytest -rs -q -x tests/unit
+echo "--- the rest of the suite ---"
+exec $PY -m pytest -rs -q --ignore=tests/unit

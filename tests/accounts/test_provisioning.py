@@ -11,7 +11,7 @@ from django.core.management import call_command
 from accounts.models import Account, ApiKey, Group, TenantToken
 from accounts.secrets import hash_secret
 from billing.models import LedgerEntry, Wallet
-from tests.conftest import ROOT
+from tests.support.processes import ROOT
 
 pytestmark = pytest.mark.django_db
 

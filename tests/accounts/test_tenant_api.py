@@ -7,7 +7,7 @@ from rest_framework.test import APIClient
 
 from accounts.models import ApiKey, Membership
 from accounts.secrets import hash_secret
-from tests.conftest import make_tenant
+from tests.support.tenants import make_tenant
 
 pytestmark = pytest.mark.django_db
 

@@ -9,7 +9,8 @@ import pytest
 
 from accounts.models import ApiKey, Group
 from core.money import bandwidth_charge_micro
-from tests.conftest import usage_rows, wait_until
+from tests.support.usage import usage_rows
+from tests.support.waits import wait_until
 
 PER_BYTE = 1_000_000_000  # 1 micro-USD per byte: the charge equals the bytes
 

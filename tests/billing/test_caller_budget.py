@@ -8,7 +8,10 @@ import pytest
 from accounts.models import Group
 from billing.models import CallerSpend, SpendHold
 from tests.billing.test_money_e2e import COST, HELLO, worst_case
-from tests.conftest import Stack, clear_shared_state, install_profiles, wait_until
+from tests.support.profiles import install_profiles
+from tests.support.services import clear_shared_state
+from tests.support.stacks import Stack
+from tests.support.waits import wait_until
 
 
 @pytest.fixture

@@ -10,7 +10,10 @@ import pytest
 from accounts.models import ApiKey, Group
 from billing.models import LedgerEntry, Reservation, SpendHold, Wallet
 from tests.billing.test_money_e2e import HELLO, worst_case
-from tests.conftest import INTERNAL_TOKEN, Stack, requires_postgres, requires_redis, wait_until
+from tests.support.processes import INTERNAL_TOKEN
+from tests.support.services import requires_postgres, requires_redis
+from tests.support.stacks import Stack
+from tests.support.waits import wait_until
 
 REQUESTS = 200
 ALLOWED = 10

@@ -24,15 +24,11 @@ from django.utils import timezone
 from accounts.models import Group
 from billing.models import LedgerEntry, Reservation, SettledRequest, SpendHold, Wallet
 from billing.reaper import expire_stale_holds
-from tests.conftest import (
-    INTERNAL_TOKEN,
-    Stack,
-    clear_shared_state,
-    install_profiles,
-    requires_postgres,
-    requires_redis,
-    wait_until,
-)
+from tests.support.processes import INTERNAL_TOKEN
+from tests.support.profiles import install_profiles
+from tests.support.services import clear_shared_state, requires_postgres, requires_redis
+from tests.support.stacks import Stack
+from tests.support.waits import wait_until
 from usage.models import UsageLog
 from usage.writer import drain_journal_sync
 
@@ -212,7 +208,7 @@ def test_a_hold_whose_call_never_left_is_released_at_zero(transactional_db):
     """The other half of the rule, on the ledger itself: unsent holds cost nothing."""
     from billing import ledger
     from billing.sqlexec import run_sync
-    from tests.conftest import make_tenant
+    from tests.support.tenants import make_tenant
 
     tenant = make_tenant(wallet_micro=WALLET, budget_micro=WALLET)
     now = timezone.now()

@@ -10,7 +10,9 @@ from accounts.models import Account, ApiKey, Group
 from accounts.services import account_billing_update
 from billing.models import LedgerEntry, Reservation, SpendHold, Wallet
 from tests.byok.helpers import team_keys
-from tests.conftest import INTERNAL_TOKEN, usage_rows, wait_until
+from tests.support.processes import INTERNAL_TOKEN
+from tests.support.usage import usage_rows
+from tests.support.waits import wait_until
 
 HELLO = [{"role": "user", "content": "hello there"}]  # 2 words: the stub bills 2 tokens in
 COST = 6  # 2 x 0.15 + 8 x 0.60 = 5.1 micro-USD, rounded up

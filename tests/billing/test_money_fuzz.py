@@ -38,7 +38,8 @@ from billing.services import wallet_credit
 from billing.settlement import settle_rows
 from billing.sqlexec import run_sync
 from core.usage_record import UsageRecord
-from tests.conftest import make_tenant, requires_postgres
+from tests.support.services import requires_postgres
+from tests.support.tenants import make_tenant
 
 pytestmark = [requires_postgres, pytest.mark.timeout(120)]
 

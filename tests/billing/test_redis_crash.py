@@ -19,7 +19,8 @@ from django.utils import timezone
 from accounts.models import Group
 from billing.models import Reservation, SettledRequest, SpendHold, Wallet
 from billing.reaper import expire_stale_holds
-from tests.conftest import own_stack, requires_postgres, requires_redis
+from tests.support.services import requires_postgres, requires_redis
+from tests.support.stacks import own_stack
 from usage.models import UsageLog
 
 pytestmark = [requires_postgres, requires_redis, pytest.mark.timeout(120)]

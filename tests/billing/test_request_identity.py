@@ -13,7 +13,7 @@ import httpx
 
 from accounts.models import Group
 from billing.models import Reservation, SettledRequest, Wallet
-from tests.conftest import settled, usage_rows
+from tests.support.usage import settled, usage_rows
 
 HELLO = [{"role": "user", "content": "hello there"}]  # 2 prompt tokens; answers are 8
 COST = 6  # 2 x 0.15 + 8 x 0.60 = 5.1 micro-USD, rounded up

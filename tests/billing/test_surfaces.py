@@ -11,7 +11,7 @@ from rest_framework.test import APIClient
 from billing import ledger
 from billing.models import LedgerEntry, Reservation, Wallet
 from billing.sqlexec import run_sync
-from tests.conftest import make_tenant
+from tests.support.tenants import make_tenant
 
 pytestmark = pytest.mark.django_db
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import httpx
 
-from tests.conftest import Stack, Tenant
+from tests.support.stacks import Stack
+from tests.support.tenants import Tenant
 
 
 class Byok:

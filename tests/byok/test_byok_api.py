@@ -6,7 +6,7 @@ import httpx
 
 from byok.models import KeyPool, TeamKey
 from tests.byok.helpers import Byok
-from tests.conftest import install_profiles
+from tests.support.profiles import install_profiles
 
 
 def test_add_list_and_fallback_never_return_the_key(stack):

@@ -10,7 +10,9 @@ import pytest
 from django.db import connection
 
 from tests.byok.helpers import Byok, team_keys
-from tests.conftest import PLATFORM_KEY, ROOT, child_database_url, child_env, requires_redis
+from tests.support.processes import ROOT, child_database_url, child_env
+from tests.support.profiles import PLATFORM_KEY
+from tests.support.services import requires_redis
 
 HELLO = [{"role": "user", "content": "hello there"}]
 
@@ -35,7 +37,9 @@ def test_delete_evicts_the_key_from_every_replica_before_it_returns(stack, spawn
 def test_disabling_byok_serves_everyone_on_platform_keys_and_says_so(
     transactional_db, spawn_gateway, stub
 ):
-    from tests.conftest import Stack, clear_shared_state, install_profiles
+    from tests.support.profiles import install_profiles
+    from tests.support.services import clear_shared_state
+    from tests.support.stacks import Stack
 
     stub.clear()
     clear_shared_state()

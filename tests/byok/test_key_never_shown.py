@@ -13,7 +13,8 @@ from django.test import Client
 
 from byok.models import KeyPool, TeamKey
 from tests.byok.helpers import Byok, team_keys
-from tests.conftest import HAS_REDIS, IS_POSTGRES, usage_rows
+from tests.support.services import HAS_REDIS, IS_POSTGRES
+from tests.support.usage import usage_rows
 
 CANARY = "sk-canary-7Qx9LmZ2pV4"
 
@@ -32,7 +33,7 @@ def test_a_canary_team_key_appears_nowhere(stack):
     for fault in scripted:
         stack.stub.faults(fault)
         stack.gateway.reload()  # un-bench the key between rounds
-        from tests.conftest import clear_shared_state
+        from tests.support.services import clear_shared_state
 
         clear_shared_state()
         for stream in (False, True):

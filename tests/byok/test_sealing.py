@@ -14,7 +14,7 @@ from byok.pools import load_pools
 from byok.services import team_key_add
 from core import sealing
 from providers.models import ProviderProfile
-from tests.conftest import make_tenant
+from tests.support.tenants import make_tenant
 
 
 def new_key(version: str) -> str:

@@ -7,7 +7,9 @@ import openai
 import pytest
 
 from tests.byok.helpers import team_keys
-from tests.conftest import PLATFORM_KEY, Stack, clear_shared_state, install_profiles
+from tests.support.profiles import PLATFORM_KEY, install_profiles
+from tests.support.services import clear_shared_state
+from tests.support.stacks import Stack
 
 HELLO = [{"role": "user", "content": "hello there"}]
 

@@ -10,14 +10,12 @@ from accounts.models import Group
 from billing.models import Reservation, Wallet
 from byok.models import TeamKey
 from tests.byok.helpers import Byok, team_keys
-from tests.conftest import (
-    INTERNAL_TOKEN,
-    PLATFORM_KEY,
-    own_stack,
-    requires_redis,
-    usage_rows,
-    wait_until,
-)
+from tests.support.processes import INTERNAL_TOKEN
+from tests.support.profiles import PLATFORM_KEY
+from tests.support.services import requires_redis
+from tests.support.stacks import own_stack
+from tests.support.usage import usage_rows
+from tests.support.waits import wait_until
 
 HELLO = [{"role": "user", "content": "hello there"}]
 
@@ -221,7 +219,7 @@ def test_decide_shows_the_two_phase_plan(transactional_db, spawn_gateway, stub):
 
 
 def test_cost_ranked_fan_out_for_a_canonical_model(stack):
-    from tests.conftest import install_profiles, stub_profiles
+    from tests.support.profiles import install_profiles, stub_profiles
 
     spec = stub_profiles(stack.stub.url)
     cheap = {

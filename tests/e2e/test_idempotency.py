@@ -23,7 +23,10 @@ from accounts.models import Group
 from billing.models import Wallet
 from gateway.idempotency import fingerprint
 from gateway.models import IdempotencyRecord
-from tests.conftest import own_stack, settled, sse_events, usage_rows, wait_until
+from tests.support.sse import sse_events
+from tests.support.stacks import own_stack
+from tests.support.usage import settled, usage_rows
+from tests.support.waits import wait_until
 
 HELLO = [{"role": "user", "content": "hello there"}]  # 2 prompt tokens; answers are 8
 ANSWER = "Hello from the stub model gpt-4o-mini reply ok"

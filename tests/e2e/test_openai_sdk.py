@@ -6,7 +6,8 @@ import httpx
 import openai
 import pytest
 
-from tests.conftest import PLATFORM_KEY, usage_rows
+from tests.support.profiles import PLATFORM_KEY
+from tests.support.usage import usage_rows
 
 ANSWER = "Hello from the stub model gpt-4o-mini reply ok"
 PROMPT = [

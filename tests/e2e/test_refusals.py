@@ -8,7 +8,9 @@ import httpx
 import pytest
 from django.utils import timezone
 
-from tests.conftest import requires_redis, usage_rows, wait_until
+from tests.support.services import requires_redis
+from tests.support.usage import usage_rows
+from tests.support.waits import wait_until
 
 BODY = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}]}
 

@@ -17,15 +17,11 @@ from collections import Counter
 import httpx
 import pytest
 
-from tests.conftest import (
-    ROOT,
-    child_env,
-    fresh_rate_window,
-    metric,
-    own_stack,
-    requires_redis,
-    wait_until,
-)
+from tests.support.metrics import metric
+from tests.support.processes import ROOT, child_env
+from tests.support.services import requires_redis
+from tests.support.stacks import own_stack
+from tests.support.waits import wait_until
 
 BODY = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}]}
 
@@ -49,18 +45,20 @@ def guess() -> str:
 
 
 @pytest.fixture
-def flood_stack(transactional_db, spawn_gateway, stub):
-    # The default limit (60 failed lookups per address per minute): nothing set.
-    return own_stack(spawn_gateway(), stub)
+def flood_stack(transactional_db, spawn_gateway, stub, rate_window):
+    # The default limit (60 failed lookups per address per minute): nothing set. The minute
+    # windows start with the gateway, so a test's whole flood falls in its first one.
+    return own_stack(spawn_gateway(**rate_window.env), stub)
 
 
-def test_a_key_guessing_flood_costs_one_lookup_per_key_and_at_most_the_limit(flood_stack):
+def test_a_key_guessing_flood_costs_one_lookup_per_key_and_at_most_the_limit(
+    flood_stack, rate_window
+):
     stack = flood_stack
     warm, cold = stack.tenant(invoiced=True), stack.tenant(invoiced=True)
     here, elsewhere = client_from("127.0.0.1"), client_from("127.0.0.2")
     assert ask(here, stack, warm.api_key).status_code == 200  # now in the gateway's memory
     assert (lookups(stack, "found"), lookups(stack, "unknown")) == (1, 0)
-    fresh_rate_window(min_left_s=30)  # the whole flood falls in one minute window
 
     # 200 requests with one unknown key: one lookup, then memory.
     same = guess()
@@ -88,6 +86,7 @@ def test_a_key_guessing_flood_costs_one_lookup_per_key_and_at_most_the_limit(flo
     assert ask(elsewhere, stack, cold.api_key).status_code == 200
     assert (lookups(stack, "found"), lookups(stack, "unknown")) == (2, 60)
     assert len(stack.stub.vendor_calls()) == 3  # the three answers; no refusal reached it
+    assert rate_window.number() == 0, "the flood left its minute window"
 
 
 def test_concurrent_requests_with_one_unknown_key_share_one_lookup(flood_stack):

@@ -13,14 +13,11 @@ import httpx
 import pytest
 from django.conf import settings
 
-from tests.conftest import (
-    HAS_REDIS,
-    fast_profiles,
-    metric,
-    own_stack,
-    requires_redis,
-    wait_until,
-)
+from tests.support.metrics import metric
+from tests.support.profiles import fast_profiles
+from tests.support.services import HAS_REDIS, requires_redis
+from tests.support.stacks import own_stack
+from tests.support.waits import wait_until
 
 MODEL = "gpt-4o-mini"
 BREAKER = "tollgate:cb:stub-openai|gpt-4o-mini"

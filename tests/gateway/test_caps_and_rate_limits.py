@@ -1,19 +1,25 @@
 """Caps and rate limits, refused before any upstream call: LM-3001, LM-3002, LM-3003.
 
 Concurrency tests hold slots with slow stub answers (8 tokens x 150 ms = 1.2 s) while many
-requests arrive at once (asyncio + httpx). Rate tests stay inside one fixed one-minute
-window (tests.conftest.fresh_rate_window).
+requests arrive at once (asyncio + httpx). Rate tests run on gateways of their own, started
+in a fresh one-minute rate window (tests.support.rates.RateWindow), so all their requests fall
+in one window.
 """
 
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 
 import httpx
 import pytest
 from django.conf import settings
 
-from tests.conftest import HAS_REDIS, fresh_rate_window, own_stack, requires_redis, stub_profiles
+from tests.support.processes import ROOT, child_env
+from tests.support.profiles import stub_profiles
+from tests.support.services import HAS_REDIS, requires_redis
+from tests.support.stacks import own_stack
 
 PROMPT = [{"role": "user", "content": "one two three"}]  # 3 prompt tokens; answers are 8
 SLOW = {"kind": "slow", "delay_ms": 150, "times": 50}
@@ -123,12 +129,22 @@ def test_fleet_inflight_cap_holds_across_two_replicas_under_concurrent_load(
     assert [code(ask(gw.url, tenant.api_key)) for gw in (a, b)] == [(200, None)] * 2
 
 
+@pytest.fixture
+def fresh_fleet(transactional_db, spawn_gateway, stub, rate_window):
+    """Two replicas like `capped_fleet`, started in a fresh rate window they share."""
+    if not HAS_REDIS:
+        pytest.skip("needs Redis: set REDIS_URL")
+    fleet = [spawn_gateway(TOLLGATE_INFLIGHT_MAX="3", **rate_window.env) for _ in range(2)]
+    stack = own_stack(fleet[0], stub, stub_profiles(stub.url))
+    fleet[1].reload()
+    return stack, fleet
+
+
 @requires_redis
-def test_key_rpm_is_counted_once_across_two_replicas(fleet_stack, capped_fleet):
-    a, b = capped_fleet
+def test_key_rpm_is_counted_once_across_two_replicas(fresh_fleet):
+    fleet_stack, (a, b) = fresh_fleet
     tenant = fleet_stack.tenant()
     limit_key(tenant, rpm_limit=3)
-    fresh_rate_window()
 
     served = [ask(gw.url, tenant.api_key) for gw in (a, b, a)]
     refused = ask(b.url, tenant.api_key)
@@ -184,11 +200,11 @@ def test_without_redis_each_process_keeps_its_share_of_the_inflight_cap(
 # ---------------------------------------------------------------- rates
 
 
-def test_group_rpm_counts_every_key_of_the_group(stack):
+def test_group_rpm_counts_every_key_of_the_group(fresh_window_stack):
+    stack = fresh_window_stack
     tenant = stack.tenant()
     other_key = second_key(tenant)
     limit_group(tenant, rpm_limit=2)
-    fresh_rate_window()
 
     first, second = ask(stack.url, tenant.api_key), ask(stack.url, other_key)
     refused = ask(stack.url, tenant.api_key)
@@ -202,10 +218,10 @@ def test_group_rpm_counts_every_key_of_the_group(stack):
     assert len(stack.stub.vendor_calls()) == 2
 
 
-def test_key_tpm_counts_real_usage_in_openai_and_anthropic_shapes(stack):
+def test_key_tpm_counts_real_usage_in_openai_and_anthropic_shapes(fresh_window_stack):
+    stack = fresh_window_stack
     tenant = stack.tenant()
     limit_key(tenant, tpm_limit=40)
-    fresh_rate_window()
 
     # Each answer uses 3 prompt + 8 completion = 11 tokens, as the vendor reports them.
     plain = ask(stack.url, tenant.api_key)
@@ -239,11 +255,11 @@ def test_key_tpm_counts_real_usage_in_openai_and_anthropic_shapes(stack):
     assert len(stack.stub.vendor_calls()) == 4
 
 
-def test_group_tpm_is_shared_by_the_groups_keys(stack):
+def test_group_tpm_is_shared_by_the_groups_keys(fresh_window_stack):
+    stack = fresh_window_stack
     tenant = stack.tenant()
     other_key = second_key(tenant)
     limit_group(tenant, tpm_limit=20)
-    fresh_rate_window()
 
     first = ask(stack.url, tenant.api_key)
     second = messages(stack.url, other_key)
@@ -256,3 +272,16 @@ def test_group_tpm_is_shared_by_the_groups_keys(stack):
     assert code(refused) == (429, "LM-3002")
     assert refused.json()["error"]["message"] == "Token rate over limit for group."
     assert len(stack.stub.vendor_calls()) == 2
+
+
+def test_a_negative_rate_epoch_stops_the_process_at_start(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "manage.py", "check"],
+        cwd=ROOT,
+        env=child_env(TOLLGATE_RATE_EPOCH_S="-60", TOLLGATE_VAR_DIR=str(tmp_path)),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode != 0
+    assert "Malformed setting TOLLGATE_RATE_EPOCH_S" in result.stderr

@@ -2,7 +2,7 @@
 
 The stub counts prompt tokens as the words of every text it receives (the system prompt
 included), so usage proves what reached the vendor; max_tokens is in its call log. How
-temperature, top_p and stop are translated is in tests/gateway/test_shapes.py.
+temperature, top_p and stop are translated is in tests/unit/gateway/test_shapes.py.
 """
 
 from __future__ import annotations
@@ -12,7 +12,9 @@ import httpx
 import openai
 import pytest
 
-from tests.conftest import PLATFORM_KEY, own_stack, stub_profiles, usage_rows
+from tests.support.profiles import PLATFORM_KEY, stub_profiles
+from tests.support.stacks import own_stack
+from tests.support.usage import usage_rows
 
 SYSTEM = "You are terse."  # 3 words
 QUESTION = "What is the gateway for"  # 5 words

@@ -17,15 +17,11 @@ import pytest
 from django.conf import settings
 from django.db import connection
 
-from tests.conftest import (
-    PLATFORM_KEY,
-    ROOT,
-    child_env,
-    metric,
-    requires_postgres,
-    stub_profiles,
-    wait_until,
-)
+from tests.support.metrics import metric
+from tests.support.processes import ROOT, child_env
+from tests.support.profiles import PLATFORM_KEY, stub_profiles
+from tests.support.services import requires_postgres
+from tests.support.waits import wait_until
 
 PROVISION = """
 import json, sys

@@ -10,7 +10,10 @@ import httpx
 import orjson
 import pytest
 
-from tests.conftest import fast_profiles, own_stack, sse_events, usage_rows
+from tests.support.profiles import fast_profiles
+from tests.support.sse import sse_events
+from tests.support.stacks import own_stack
+from tests.support.usage import usage_rows
 
 PROMPT = [{"role": "user", "content": "pick a model"}]
 

@@ -16,7 +16,10 @@ import httpx
 import orjson
 import pytest
 
-from tests.conftest import PLATFORM_KEY, fast_profiles, own_stack, sse_events, usage_rows
+from tests.support.profiles import PLATFORM_KEY, fast_profiles
+from tests.support.sse import sse_events
+from tests.support.stacks import own_stack
+from tests.support.usage import usage_rows
 
 PRIMARY = "gpt-4o-mini"
 FALLBACK = "claude-3-5-haiku"

@@ -11,7 +11,10 @@ import httpx
 import orjson
 import pytest
 
-from tests.conftest import INTERNAL_TOKEN, PLATFORM_KEY, sse_events, usage_rows
+from tests.support.processes import INTERNAL_TOKEN
+from tests.support.profiles import PLATFORM_KEY
+from tests.support.sse import sse_events
+from tests.support.usage import usage_rows
 
 AUTH = {"Authorization": f"Bearer {INTERNAL_TOKEN}"}
 MESSAGES = [

@@ -2,7 +2,8 @@
 
 Rate tests: two gateway replicas (TOLLGATE_REPLICAS=2) share a redis-server of the test's own
 (tests.conftest.own_redis), which the test kills (SIGKILL, restarted empty) or pauses
-(SIGSTOP) mid-window while requests keep coming, alternating between the replicas. In one
+(SIGSTOP) mid-window while requests keep coming, alternating between the replicas. The
+replicas start in a fresh rate window they share (tests.support.rates.RateWindow). In one
 fixed one-minute window the fleet admits at most the limit plus one request per replica: on
 fallback each process keeps its share of what it last saw was left, and a Redis that answers
 again is brought up to what the processes counted meanwhile.
@@ -15,20 +16,15 @@ plus 8 = 37 tokens, reserved at admission and trued up to 11 when it finishes.
 from __future__ import annotations
 
 import asyncio
-import time
 
 import httpx
 import redis
 from django.conf import settings
 
-from tests.conftest import (
-    fresh_rate_window,
-    metric,
-    own_stack,
-    requires_redis,
-    seconds_left_in_minute,
-    stub_profiles,
-)
+from tests.support.metrics import metric
+from tests.support.profiles import stub_profiles
+from tests.support.services import requires_redis
+from tests.support.stacks import own_stack
 
 PROMPT = [{"role": "user", "content": "one two three"}]
 RPM = 120
@@ -63,15 +59,18 @@ def send(client: httpx.Client, urls: list[str], key: str, n: int) -> list[tuple[
     ]
 
 
-def two_replicas(spawn_gateway, stub, redis_url: str, **env: str):
-    gateways = [spawn_gateway(REDIS_URL=redis_url, TOLLGATE_REPLICAS="2", **env) for _ in range(2)]
+def two_replicas(spawn_gateway, stub, redis_url: str, rate_window, **env: str):
+    gateways = [
+        spawn_gateway(REDIS_URL=redis_url, TOLLGATE_REPLICAS="2", **rate_window.env, **env)
+        for _ in range(2)
+    ]
     stack = own_stack(gateways[0], stub, stub_profiles(stub.url))
     gateways[1].reload()
     return stack, gateways
 
 
-def rpm_key(tenant) -> str:
-    return f"tollgate:rl:rpm:key:{tenant.api_key_id}:{int(time.time() // 60)}"
+def rpm_key(tenant, rate_window) -> str:
+    return f"tollgate:rl:rpm:key:{tenant.api_key_id}:{rate_window.number()}"
 
 
 def degraded(gateway) -> bool:
@@ -79,15 +78,14 @@ def degraded(gateway) -> bool:
 
 
 def outage_window(
-    stack, gateways, *, interrupt, recover, then=None
+    stack, gateways, rate_window, *, interrupt, recover, then=None
 ) -> list[tuple[int, str | None]]:
     """Send requests before, during and after a Redis outage, all in one rate window; then
     call `then(client, tenant)` (still in that window) and add what it returns."""
     tenant = stack.tenant()
     limit_key(tenant, rpm_limit=RPM)
     urls = [gw.url for gw in gateways]
-    fresh_rate_window(40)
-    window = int(time.time() // 60)
+    window = rate_window.number()
     with httpx.Client(timeout=20) as client:
         before = send(client, urls, tenant.api_key, RPM // 2)
         interrupt()
@@ -96,12 +94,12 @@ def outage_window(
         recover()
         after = send(client, urls, tenant.api_key, 20)
         while any(degraded(gw) for gw in gateways):  # until both share Redis again
-            assert seconds_left_in_minute() > 3, "the gateways did not use Redis again"
+            assert rate_window.seconds_left() > 3, "the gateways did not use Redis again"
             after += send(client, urls, tenant.api_key, 10)
         after += send(client, urls, tenant.api_key, 40)
         if then is not None:
             after += then(client, tenant)
-    assert int(time.time() // 60) == window, "the test left its rate window"
+    assert rate_window.number() == window, "the test left its rate window"
     assert before == [(200, None)] * (RPM // 2)
     assert set(during + after) <= {(200, None), (429, "LM-3001")}
     return before + during + after
@@ -109,21 +107,22 @@ def outage_window(
 
 @requires_redis
 def test_fleet_rpm_holds_when_redis_is_killed_and_restarted_empty_mid_window(
-    transactional_db, own_redis, spawn_gateway, stub
+    transactional_db, own_redis, spawn_gateway, stub, rate_window
 ):
-    stack, gateways = two_replicas(spawn_gateway, stub, own_redis.url)
+    stack, gateways = two_replicas(spawn_gateway, stub, own_redis.url, rate_window)
     counted = []
 
     def ask_a_new_replica(client, tenant):
         # A replica that never saw the outage is judged by Redis alone: it came back empty,
         # and the others brought it up to what they had counted.
-        counted.append(int(redis.Redis(port=own_redis.port).get(rpm_key(tenant))))
-        newcomer = spawn_gateway(REDIS_URL=own_redis.url, TOLLGATE_REPLICAS="2")
+        counted.append(int(redis.Redis(port=own_redis.port).get(rpm_key(tenant, rate_window))))
+        newcomer = spawn_gateway(REDIS_URL=own_redis.url, TOLLGATE_REPLICAS="2", **rate_window.env)
         return send(client, [newcomer.url], tenant.api_key, 5)
 
     answers = outage_window(
         stack,
         gateways,
+        rate_window,
         interrupt=own_redis.stop,
         recover=own_redis.start,
         then=ask_a_new_replica,
@@ -138,20 +137,25 @@ def test_fleet_rpm_holds_when_redis_is_killed_and_restarted_empty_mid_window(
 
 @requires_redis
 def test_fleet_rpm_holds_when_redis_hangs_mid_window(
-    transactional_db, own_redis, spawn_gateway, stub
+    transactional_db, own_redis, spawn_gateway, stub, rate_window
 ):
     stack, gateways = two_replicas(
-        spawn_gateway, stub, own_redis.url, TOLLGATE_REDIS_TIMEOUT_MS="200"
+        spawn_gateway, stub, own_redis.url, rate_window, TOLLGATE_REDIS_TIMEOUT_MS="200"
     )
 
     counted = []
 
     def read_counter(client, tenant):
-        counted.append(int(redis.Redis(port=own_redis.port).get(rpm_key(tenant))))
+        counted.append(int(redis.Redis(port=own_redis.port).get(rpm_key(tenant, rate_window))))
         return []
 
     answers = outage_window(
-        stack, gateways, interrupt=own_redis.pause, recover=own_redis.resume, then=read_counter
+        stack,
+        gateways,
+        rate_window,
+        interrupt=own_redis.pause,
+        recover=own_redis.resume,
+        then=read_counter,
     )
 
     admitted = answers.count((200, None))
@@ -181,12 +185,12 @@ def consumed(responses: list[httpx.Response]) -> int:
 
 
 @requires_redis
-def test_a_concurrent_burst_cannot_overshoot_the_key_tpm(stack):
+def test_a_concurrent_burst_cannot_overshoot_the_key_tpm(fresh_window_stack, rate_window):
+    stack = fresh_window_stack
     tenant = stack.tenant()
     limit_key(tenant, tpm_limit=100)
     stack.stub.faults(SLOW)
-    fresh_rate_window()
-    window = int(time.time() // 60)
+    window = rate_window.number()
 
     responses = asyncio.run(burst(stack.url, tenant.api_key, 30))
 
@@ -201,14 +205,13 @@ def test_a_concurrent_burst_cannot_overshoot_the_key_tpm(stack):
 
 
 def test_without_redis_a_concurrent_burst_cannot_overshoot_the_process_share_of_tpm(
-    transactional_db, spawn_gateway, stub
+    transactional_db, spawn_gateway, stub, rate_window
 ):
-    gateway = spawn_gateway(REDIS_URL="", TOLLGATE_REPLICAS="2")
+    gateway = spawn_gateway(REDIS_URL="", TOLLGATE_REPLICAS="2", **rate_window.env)
     stack = own_stack(gateway, stub, stub_profiles(stub.url))
     tenant = stack.tenant()
     limit_key(tenant, tpm_limit=100)
     stub.faults(SLOW)
-    fresh_rate_window()
 
     responses = asyncio.run(burst(stack.url, tenant.api_key, 30))
 

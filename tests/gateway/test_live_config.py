@@ -11,14 +11,10 @@ import httpx
 import pytest
 from django.test import Client
 
-from tests.conftest import (
-    HAS_REDIS,
-    PLATFORM_KEY,
-    own_stack,
-    requires_redis,
-    stub_profiles,
-    wait_until,
-)
+from tests.support.profiles import PLATFORM_KEY, stub_profiles
+from tests.support.services import HAS_REDIS, requires_redis
+from tests.support.stacks import own_stack
+from tests.support.waits import wait_until
 
 LIVE_KEY = "sk-live-profile-key-5150"
 

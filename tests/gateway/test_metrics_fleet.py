@@ -17,14 +17,11 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.conftest import (
-    Gateway,
-    install_profiles,
-    make_tenant,
-    start_gateway,
-    usage_rows,
-    wait_until,
-)
+from tests.support.processes import Gateway, start_gateway
+from tests.support.profiles import install_profiles
+from tests.support.tenants import make_tenant
+from tests.support.usage import usage_rows
+from tests.support.waits import wait_until
 
 METRICS_TOKEN = "metrics-token-for-tests-0123456789abcdef"
 PROMPT = "count these five words"  # the stub: 4 prompt tokens, 8 answer tokens

@@ -12,17 +12,12 @@ import threading
 import httpx
 import pytest
 
-from tests.conftest import (
-    HAS_REDIS,
-    INTERNAL_TOKEN,
-    PLATFORM_KEY,
-    fast_profiles,
-    metric,
-    metric_samples,
-    own_stack,
-    stub_profiles,
-    wait_until,
-)
+from tests.support.metrics import metric, metric_samples
+from tests.support.processes import INTERNAL_TOKEN
+from tests.support.profiles import PLATFORM_KEY, fast_profiles, stub_profiles
+from tests.support.services import HAS_REDIS
+from tests.support.stacks import own_stack
+from tests.support.waits import wait_until
 
 PROMPT = [{"role": "user", "content": "measure me"}]
 

@@ -10,8 +10,11 @@ from accounts.models import Group
 from billing import ledger
 from billing.models import Reservation, Wallet
 from billing.sqlexec import run_sync
-from tests.conftest import INTERNAL_TOKEN, make_tenant, own_stack, stub_profiles, usage_rows
-from tests.usage.conftest import journal_row, store
+from tests.support.processes import INTERNAL_TOKEN
+from tests.support.profiles import stub_profiles
+from tests.support.stacks import own_stack
+from tests.support.tenants import make_tenant
+from tests.support.usage import journal_row, store, usage_rows
 
 HELLO = [{"role": "user", "content": "hello there"}]
 
@@ -64,7 +67,7 @@ def test_every_adapter_tells_the_vendor_the_cap_the_hold_assumed(
     assert caps == [4096, 120, 300, 50, 4096]
     assert [(c["model"], c["max_tokens"]) for c in stack.stub.vendor_calls()] == [
         ("gpt-4o-mini", 4096),
-        ("o3-mini", 120),  # sent as max_completion_tokens (tests/gateway/test_shapes.py)
+        ("o3-mini", 120),  # sent as max_completion_tokens (tests/unit/gateway/test_shapes.py)
         ("o3-mini", 300),
         ("claude-3-5-haiku-latest", 50),
         ("openai/gpt-4o-mini", 4096),

@@ -82,7 +82,7 @@ def test_malformed_profiles_are_refused_naming_what_is_wrong(raw, named):
 
 
 def test_a_gateway_applies_the_setting_at_start(transactional_db, spawn_gateway, stub):
-    from tests.conftest import PLATFORM_KEY
+    from tests.support.profiles import PLATFORM_KEY
 
     spec = [
         {
@@ -99,7 +99,7 @@ def test_a_gateway_applies_the_setting_at_start(transactional_db, spawn_gateway,
 
     import httpx
 
-    from tests.conftest import make_tenant
+    from tests.support.tenants import make_tenant
 
     tenant = make_tenant()
     gateway.reload()

@@ -13,15 +13,12 @@ import time
 import httpx
 import redis
 
-from tests.conftest import (
-    fast_profiles,
-    fresh_rate_window,
-    metric,
-    own_stack,
-    requires_redis,
-    usage_rows,
-    wait_until,
-)
+from tests.support.metrics import metric
+from tests.support.profiles import fast_profiles
+from tests.support.services import requires_redis
+from tests.support.stacks import own_stack
+from tests.support.usage import usage_rows
+from tests.support.waits import wait_until
 
 PROMPT = [{"role": "user", "content": "still there"}]
 DOWN_LINE = "Redis unavailable (ConnectionError): limits and breakers fall back to this process"
@@ -62,10 +59,13 @@ def degraded(stack) -> float:
 
 @requires_redis
 def test_redis_outage_keeps_serving_with_per_process_state_and_recovers(
-    transactional_db, own_redis, module_gateways, stub
+    transactional_db, own_redis, module_gateways, stub, rate_window
 ):
     gateway = module_gateways(
-        REDIS_URL=own_redis.url, TOLLGATE_REPLICAS="2", TOLLGATE_BREAKER_FAILURES="2"
+        REDIS_URL=own_redis.url,
+        TOLLGATE_REPLICAS="2",
+        TOLLGATE_BREAKER_FAILURES="2",
+        **rate_window.env,
     )
     stack = own_stack(gateway, stub, fast_profiles(stub.url))
     tenant = stack.tenant()
@@ -82,7 +82,6 @@ def test_redis_outage_keeps_serving_with_per_process_state_and_recovers(
     assert readiness(stack) == (503, {"database": True, "redis": False})
     # Per-process limits: a key of 4 requests a minute over 2 replicas gets 2 here.
     _, limited = new_key(tenant, rpm_limit=4)
-    fresh_rate_window(5)
     assert [code(ask(stack, limited)) for _ in range(3)] == [
         (200, None),
         (200, None),
@@ -108,12 +107,11 @@ def test_redis_outage_keeps_serving_with_per_process_state_and_recovers(
     assert readiness(stack) == (200, {"database": True, "redis": True})
     # Limits are shared again: counted in Redis, at the fleet-wide limit.
     key_id, shared_key = new_key(tenant, rpm_limit=4)
-    fresh_rate_window(5)
     served = ask(stack, shared_key)
     assert code(served) == (200, None)
     assert served.headers["x-ratelimit-remaining-requests"] == "3"
     client = redis.Redis(port=own_redis.port, decode_responses=True)
-    window = int(time.time() // 60)
+    window = rate_window.number()
     assert client.get(f"tollgate:rl:rpm:key:{key_id}:{window}") == "1"
     # Breakers are shared again: a failed link is counted in Redis, a success resets it.
     stub.clear()
@@ -124,6 +122,7 @@ def test_redis_outage_keeps_serving_with_per_process_state_and_recovers(
     assert client.hget("tollgate:cb:stub-openai|gpt-4o", "failures") == "0"
     client.close()
     assert gateway.log().count(DOWN_LINE) == 1
+    assert rate_window.number() == window == 0, "the test left its rate window"
 
 
 @requires_redis

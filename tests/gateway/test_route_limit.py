@@ -11,7 +11,9 @@ import anthropic
 import openai
 import pytest
 
-from tests.conftest import ROOT, child_env, own_stack, usage_rows
+from tests.support.processes import ROOT, child_env
+from tests.support.stacks import own_stack
+from tests.support.usage import usage_rows
 
 HELLO = [{"role": "user", "content": "hello there"}]
 

@@ -9,7 +9,8 @@ import openai
 import pytest
 
 from tests.byok.helpers import team_keys
-from tests.conftest import own_stack, usage_rows
+from tests.support.stacks import own_stack
+from tests.support.usage import usage_rows
 
 HELLO = [{"role": "user", "content": "hello there"}]
 

@@ -1,120 +1,12 @@
-"""Helpers for the usage tests: raw requests with exact byte counts, dumps, journal rows."""
+"""Fixtures of the usage tests (their helpers are tests/support/usage.py)."""
 
 from __future__ import annotations
 
-import io
-import uuid
-from datetime import UTC, datetime, timedelta
-
-import httpx
-import orjson
 import pytest
-from django.core.management import call_command
-
-from tests.conftest import Tenant
-
-GB_RATE_ONE_MICRO_PER_BYTE = 1_000_000_000  # 10^9 micro-USD per GB: the charge is the bytes
-
-
-def chat(
-    url: str,
-    tenant: Tenant,
-    body: dict,
-    *,
-    headers: dict | None = None,
-    path: str = "/v1/chat/completions",
-) -> tuple[httpx.Response, bytes]:
-    """POST a body we serialised ourselves (so its byte count is known); return both."""
-    content = orjson.dumps(body)
-    response = httpx.post(
-        f"{url}{path}",
-        content=content,
-        timeout=30,
-        headers={
-            "Authorization": f"Bearer {tenant.api_key}",
-            "Content-Type": "application/json",
-            **(headers or {}),
-        },
-    )
-    return response, content
-
-
-def set_bandwidth_rate(tenant: Tenant, micro_per_gb: int = GB_RATE_ONE_MICRO_PER_BYTE) -> None:
-    from accounts.models import Group
-
-    Group.objects.filter(pk=tenant.group_id).update(bandwidth_micro_usd_per_gb=micro_per_gb)
-
-
-def database_dump() -> str:
-    """Every row of every table Tollgate keeps, as JSON text (a database dump)."""
-    out = io.StringIO()
-    call_command("dumpdata", stdout=out)
-    return out.getvalue()
-
-
-def journal_row(
-    *,
-    group_id: int,
-    account_id: int,
-    api_key_id: int | None = None,
-    request_id: str | None = None,
-    created_at: datetime | None = None,
-    **fields,
-) -> dict:
-    """A usage record's journal form, as a gateway journals it (gateway.recording.usage_record)."""
-    row = {
-        "request_id": request_id or f"req-{uuid.uuid4().hex}",
-        "client_request_id": "",
-        "created_at": (created_at or datetime.now(UTC)).isoformat(),
-        "account_id": account_id,
-        "group_id": group_id,
-        "api_key_id": api_key_id,
-        "caller_label": "",
-        "endpoint": "chat",
-        "model_requested": "gpt-4o-mini",
-        "model_served": "gpt-4o-mini",
-        "provider": "stub-openai",
-        "served_by": "platform",
-        "tokens_in": 0,
-        "tokens_out": 0,
-        "byok_tokens_in": 0,
-        "byok_tokens_out": 0,
-        "provider_cost_micro": 0,
-        "bytes_in": 0,
-        "bytes_out": 0,
-        "bandwidth_charge_micro": 0,
-        "upstream_sent": True,
-        "status": 200,
-        "error_code": "",
-        "latency_ms": 12,
-        "ttft_ms": None,
-        "streamed": False,
-        "reservation_id": None,
-        "attempts": [],
-    }
-    row.update(fields)
-    return row
-
-
-def store(*rows: dict) -> None:
-    """Store journaled rows the way every flusher does (JSON round trip included)."""
-    from core.usage_record import UsageRecord
-    from usage.writer import store_rows
-
-    store_rows([UsageRecord.from_json(orjson.dumps(row)) for row in rows])
-
-
-def after_windows(*, windows: int = 1) -> datetime:
-    """A `now` by which every row stored so far sits in a closed window (grace included)."""
-    from django.conf import settings
-
-    window_s = settings.TOLLGATE["USAGE_WINDOW_S"]
-    grace_s = settings.TOLLGATE["USAGE_GRACE_S"]
-    return datetime.now(UTC) + timedelta(seconds=windows * window_s + grace_s + 1)
 
 
 @pytest.fixture
 def tenant_pair(transactional_db):
-    from tests.conftest import make_tenant
+    from tests.support.tenants import make_tenant
 
     return make_tenant(), make_tenant()

@@ -8,8 +8,8 @@ import uuid
 import pytest
 from django.core.management import CommandError, call_command
 
-from tests.conftest import fresh_rate_window, own_stack, usage_rows
-from tests.usage.conftest import chat, database_dump
+from tests.support.stacks import own_stack
+from tests.support.usage import chat, database_dump, usage_rows
 
 CALLER_KEY = "caller-key-for-tests-5b1e0c"
 PROMPT = [{"role": "user", "content": "hello there"}]
@@ -31,6 +31,12 @@ def keyed_gateway(gateway_factory):
 @pytest.fixture
 def keyed(transactional_db, keyed_gateway, stub):
     return own_stack(keyed_gateway, stub)
+
+
+@pytest.fixture
+def keyed_fresh_window(transactional_db, spawn_gateway, stub, rate_window):
+    """A keyed gateway of the test's own, in its first rate window: for limit tests."""
+    return own_stack(spawn_gateway(TOLLGATE_CALLER_KEY=CALLER_KEY, **rate_window.env), stub)
 
 
 def test_label_is_stored_and_forwarded_in_each_vendors_field_never_the_raw_id(keyed):
@@ -91,13 +97,13 @@ def test_label_is_stable_for_one_user_and_differs_between_users(keyed):
     assert label("alice") != label("bob")
 
 
-def test_one_callers_rate_limit_leaves_another_callers_untouched(keyed):
+def test_one_callers_rate_limit_leaves_another_callers_untouched(keyed_fresh_window):
     from accounts.models import Group
 
+    keyed = keyed_fresh_window
     tenant = keyed.tenant()
     Group.objects.filter(pk=tenant.group_id).update(caller_rpm_limit=2)
     keyed.gateway.reload()
-    fresh_rate_window()
 
     def ask(user: str) -> int:
         response, _ = chat(
@@ -116,8 +122,8 @@ def test_one_callers_rate_limit_leaves_another_callers_untouched(keyed):
 
 
 @pytest.fixture
-def unkeyed(transactional_db, spawn_gateway, stub):
-    return own_stack(spawn_gateway(TOLLGATE_CALLER_KEY="off"), stub)
+def unkeyed(transactional_db, spawn_gateway, stub, rate_window):
+    return own_stack(spawn_gateway(TOLLGATE_CALLER_KEY="off", **rate_window.env), stub)
 
 
 def test_without_a_caller_key_nothing_is_forwarded_spend_stays_in_the_group_and_one_warning(
@@ -129,7 +135,6 @@ def test_without_a_caller_key_nothing_is_forwarded_spend_stays_in_the_group_and_
     tenant = stack.tenant()
     Group.objects.filter(pk=tenant.group_id).update(caller_rpm_limit=1)
     stack.gateway.reload()
-    fresh_rate_window()
 
     replies = [
         chat(stack.url, tenant, {"model": "gpt-4o-mini", "messages": PROMPT, "user": user})[0]
@@ -169,13 +174,15 @@ def test_rotating_the_caller_key_prints_a_fresh_key_and_how_to_deploy_it(capsys)
     assert "restart" in first and "nothing has changed yet" in first
 
 
-def test_one_callers_token_spend_leaves_another_callers_token_limit_untouched(keyed):
+def test_one_callers_token_spend_leaves_another_callers_token_limit_untouched(
+    keyed_fresh_window,
+):
     from accounts.models import Group
 
+    keyed = keyed_fresh_window
     tenant = keyed.tenant()
     Group.objects.filter(pk=tenant.group_id).update(caller_tpm_limit=15)
     keyed.gateway.reload()
-    fresh_rate_window()
 
     def ask(user: str) -> tuple[int, str | None]:
         response, _ = chat(

@@ -10,15 +10,11 @@ import sys
 import pytest
 from django.conf import settings
 
-from tests.conftest import (
-    ROOT,
-    child_env,
-    requires_redis,
-    usage_rows,
-    wait_until,
-)
-from tests.conftest import child_database_url as database_url
-from tests.usage.conftest import chat
+from tests.support.processes import ROOT, child_env
+from tests.support.processes import child_database_url as database_url
+from tests.support.services import requires_redis
+from tests.support.usage import chat, usage_rows
+from tests.support.waits import wait_until
 
 pytestmark = requires_redis
 

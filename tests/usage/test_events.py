@@ -16,8 +16,9 @@ from django.db import connection
 from django.test import override_settings
 from jsonschema import ValidationError
 
-from tests.conftest import make_tenant, requires_postgres
-from tests.usage.conftest import after_windows, journal_row, store
+from tests.support.services import requires_postgres
+from tests.support.tenants import make_tenant
+from tests.support.usage import after_windows, journal_row, store
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -12,8 +12,10 @@ import orjson
 import redis
 from django.conf import settings
 
-from tests.conftest import own_stack, requires_redis, usage_rows, wait_until
-from tests.usage.conftest import journal_row
+from tests.support.services import requires_redis
+from tests.support.stacks import own_stack
+from tests.support.usage import journal_row, usage_rows
+from tests.support.waits import wait_until
 
 pytestmark = requires_redis
 
@@ -67,7 +69,7 @@ def test_sigkilled_gateway_loses_no_row_of_a_completed_burst(
 
 
 def test_drain_stores_rows_a_dead_replica_read_but_never_stored(transactional_db):
-    from tests.conftest import make_tenant
+    from tests.support.tenants import make_tenant
     from usage.models import UsageLog
     from usage.writer import GROUP, JOURNAL, drain_journal_sync
 

@@ -14,8 +14,12 @@ import orjson
 import redis
 from django.db import connection
 
-from tests.conftest import free_port, metric, own_stack, requires_redis, usage_rows, wait_until
-from tests.usage.conftest import chat, journal_row, set_bandwidth_rate
+from tests.support.metrics import metric
+from tests.support.processes import free_port
+from tests.support.services import requires_redis
+from tests.support.stacks import own_stack
+from tests.support.usage import chat, journal_row, set_bandwidth_rate, usage_rows
+from tests.support.waits import wait_until
 
 pytestmark = requires_redis
 
@@ -220,7 +224,7 @@ def _assert_dead_letters(tag: str, *, tries: int) -> None:
 def test_a_gateway_dead_letters_unstorable_rows_and_stores_their_batch(
     transactional_db, spawn_gateway, own_redis
 ):
-    from tests.conftest import make_tenant
+    from tests.support.tenants import make_tenant
     from usage.models import UsageDeadLetter
 
     gateway = spawn_gateway(REDIS_URL=own_redis.url, TOLLGATE_USAGE_FLUSH_MS="200")
@@ -247,7 +251,7 @@ def test_the_drain_keeps_rows_while_the_database_is_down_then_dead_letters_only_
     from django.db import OperationalError
 
     from core.metrics import REGISTRY
-    from tests.conftest import make_tenant
+    from tests.support.tenants import make_tenant
     from usage.models import UsageDeadLetter, UsageLog
     from usage.writer import drain_journal_sync
 

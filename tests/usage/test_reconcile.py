@@ -10,8 +10,11 @@ from datetime import UTC, datetime, timedelta
 from django.conf import settings
 from django.db.models import F
 
-from tests.conftest import make_tenant, own_stack, requires_redis, usage_rows, wait_until
-from tests.usage.conftest import chat, journal_row, set_bandwidth_rate
+from tests.support.services import requires_redis
+from tests.support.stacks import own_stack
+from tests.support.tenants import make_tenant
+from tests.support.usage import chat, journal_row, set_bandwidth_rate, usage_rows
+from tests.support.waits import wait_until
 
 HOUR = timedelta(hours=1)
 PROMPT = [{"role": "user", "content": "one two three"}]

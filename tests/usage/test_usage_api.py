@@ -10,8 +10,8 @@ from datetime import UTC, datetime
 import pytest
 from rest_framework.test import APIClient
 
-from tests.conftest import make_tenant
-from tests.usage.conftest import after_windows, journal_row, store
+from tests.support.tenants import make_tenant
+from tests.support.usage import after_windows, journal_row, store
 
 pytestmark = pytest.mark.django_db
 

@@ -8,8 +8,8 @@ import uuid
 import httpx
 import orjson
 
-from tests.conftest import usage_rows, wait_until
-from tests.usage.conftest import chat, database_dump, set_bandwidth_rate
+from tests.support.usage import chat, database_dump, set_bandwidth_rate, usage_rows
+from tests.support.waits import wait_until
 
 PROMPT = [{"role": "user", "content": "Count these five words"}]
 PROMPT_WORDS = 4

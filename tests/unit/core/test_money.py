@@ -4,6 +4,7 @@ from core.money import (
     bandwidth_charge_micro,
     ceil_div,
     gateway_rate_micro_per_gb,
+    prompt_tokens_bound,
     token_cost_micro,
     with_margin_micro,
 )
@@ -52,3 +53,27 @@ def test_gateway_rate_is_floor_of_price_over_markup():
 def test_margin_rounds_up():
     assert with_margin_micro(10, margin_pct=120) == 12
     assert with_margin_micro(11, margin_pct=120) == 14
+
+
+def test_ceil_div_is_exact_on_amounts_past_float_precision():
+    assert ceil_div(10**18 + 1, 10**6) == 10**12 + 1
+    assert ceil_div(10**18, 10**6) == 10**12
+
+
+def test_token_cost_of_a_large_call_is_exact_to_the_micro_usd():
+    # 123,456,789 x 2.5 + 98,765,432 x 10 = 1,296,296,292.5 micro-USD -> 1,296,296,293.
+    assert (
+        token_cost_micro(
+            tokens_in=123_456_789,
+            tokens_out=98_765_432,
+            input_micro_per_mtok=2_500_000,
+            output_micro_per_mtok=10_000_000,
+        )
+        == 1_296_296_293
+    )
+
+
+def test_prompt_bound_counts_every_byte_plus_eight_per_message_and_eight():
+    assert prompt_tokens_bound(prompt_bytes=0, messages=0) == 8
+    assert prompt_tokens_bound(prompt_bytes=11, messages=1) == 27
+    assert prompt_tokens_bound(prompt_bytes=13, messages=2) == 37

@@ -1,0 +1,91 @@
+"""Provider profiles pointing at the stub, with their platform key."""
+
+from __future__ import annotations
+
+from contextlib import nullcontext
+
+from tests.support.services import HAS_REDIS
+
+PLATFORM_KEY = "sk-platform-test-key-9f8e"
+
+
+def stub_profiles(stub_url: str) -> list[dict]:
+    return [
+        {
+            "name": "stub-openai",
+            "kind": "openai",
+            "base_url": f"{stub_url}/v1",
+            "timeout_s": 5,
+            "stream_idle_timeout_s": 2,
+            "models": [
+                {
+                    "name": "gpt-4o-mini",
+                    "input_micro_per_mtok": 150_000,
+                    "output_micro_per_mtok": 600_000,
+                },
+                {
+                    "name": "gpt-4o",
+                    "input_micro_per_mtok": 2_500_000,
+                    "output_micro_per_mtok": 10_000_000,
+                },
+            ],
+        },
+        {
+            "name": "stub-anthropic",
+            "kind": "anthropic",
+            "base_url": stub_url,
+            "timeout_s": 5,
+            "stream_idle_timeout_s": 2,
+            "models": [
+                {
+                    "name": "claude-3-5-haiku",
+                    "upstream": "claude-3-5-haiku-latest",
+                    "input_micro_per_mtok": 800_000,
+                    "output_micro_per_mtok": 4_000_000,
+                }
+            ],
+        },
+        {
+            "name": "stub-router",
+            "kind": "openrouter",
+            "base_url": f"{stub_url}/api/v1",
+            "timeout_s": 5,
+            "stream_idle_timeout_s": 2,
+            "models": [
+                {
+                    "name": "router-mini",
+                    "upstream": "openai/gpt-4o-mini",
+                    "input_micro_per_mtok": 200_000,
+                    "output_micro_per_mtok": 800_000,
+                }
+            ],
+        },
+    ]
+
+
+def fast_profiles(stub_url: str, *, timeout_s: int = 1, idle_s: int = 1) -> list[dict]:
+    """The stub profiles with short deadlines, for hang / slow / timeout tests."""
+    spec = stub_profiles(stub_url)
+    for profile in spec:
+        profile["timeout_s"] = timeout_s
+        profile["stream_idle_timeout_s"] = idle_s
+    return spec
+
+
+def install_profiles(stub_url: str, spec: list[dict] | None = None) -> None:
+    """Install stub profiles with their platform key; announce once the keys are saved.
+
+    One transaction, so the bus message (sent on commit) never makes a replica reload a
+    profile whose key is not stored yet. (Without Redis there is no bus to race, and SQLite
+    is better off with short transactions.)
+    """
+    from django.db import transaction
+
+    from providers.models import ProviderProfile
+    from providers.services import profile_set_platform_key, profiles_bootstrap
+
+    with transaction.atomic() if HAS_REDIS else nullcontext():
+        for profile in profiles_bootstrap(spec=spec or stub_profiles(stub_url)):
+            profile_set_platform_key(profile=profile, api_key=PLATFORM_KEY)
+            profile.save()
+    assert ProviderProfile.objects.count() >= 1

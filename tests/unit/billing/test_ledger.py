@@ -1,0 +1,259 @@
+"""The money steps of billing/ledger.py, each run through billing.sqlexec.run_sync against
+the test database in this process: what each one moves, to the micro-USD, and what it
+refuses (rolling back everything it did)."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from accounts.models import ApiKey, Group
+from billing import ledger
+from billing.models import CallerSpend, LedgerEntry, Reservation, SettledRequest, SpendHold, Wallet
+from billing.sqlexec import run_sync
+from tests.support.tenants import make_tenant
+
+pytestmark = pytest.mark.django_db
+
+NOW = timezone.now()
+
+
+def rid() -> str:
+    return f"req-{uuid.uuid4().hex}"
+
+
+def group(tenant) -> tuple[int, int, int]:
+    """Return the group's (spent, reserved, settled) micro-USD."""
+    g = Group.objects.get(pk=tenant.group_id)
+    return g.spent_micro, g.reserved_micro, g.settled_micro
+
+
+def key(tenant) -> tuple[int, int]:
+    """Return the key's (spent, reserved) micro-USD."""
+    k = ApiKey.objects.get(pk=tenant.api_key_id)
+    return k.spent_micro, k.reserved_micro
+
+
+def wallet(tenant) -> tuple[int, int]:
+    """Return the wallet's (balance, reserved) micro-USD."""
+    w = Wallet.objects.get(account_id=tenant.account_id)
+    return w.balance_micro, w.reserved_micro
+
+
+def hold(tenant, amount: int, *, request_id=None, key_budgeted=False, caller=None, **kw):
+    request_id = request_id or rid()
+    step = ledger.Hold(request_id, tenant.group_id, tenant.api_key_id, key_budgeted, amount, caller)
+    run_sync(ledger.take_hold(step, now=NOW, ttl_s=60, **kw))
+    return request_id
+
+
+def reserve(tenant, amount: int, *, request_id=None) -> int:
+    return run_sync(
+        ledger.reserve(
+            account_id=tenant.account_id,
+            request_id=request_id or rid(),
+            group_id=tenant.group_id,
+            api_key_id=tenant.api_key_id,
+            attempt_no=1,
+            amount_micro=amount,
+            now=NOW,
+            ttl_s=60,
+        )
+    )
+
+
+# ---------------------------------------------------------------- budget holds
+
+
+def test_a_hold_reserves_its_amount_on_the_group_and_a_budgeted_key():
+    tenant = make_tenant(budget_micro=1_000)
+    ApiKey.objects.filter(pk=tenant.api_key_id).update(budget_max_micro=500)
+
+    request_id = hold(tenant, 300, key_budgeted=True)
+
+    assert (group(tenant), key(tenant)) == ((0, 300, 0), (0, 300))
+    row = SpendHold.objects.get(request_id=request_id)
+    assert (row.amount_micro, row.status, row.call_sent, row.api_key_id) == (
+        300,
+        "held",
+        False,
+        tenant.api_key_id,
+    )
+    assert row.expires_at - row.created_at == timedelta(seconds=60)
+
+
+def test_a_hold_may_fill_the_budget_exactly_then_zero_credit_refuses_even_a_zero_hold():
+    tenant = make_tenant(budget_micro=1_000)
+    hold(tenant, 1_000)
+
+    with pytest.raises(ledger.Refused, match="group budget"):
+        hold(tenant, 0)
+
+    assert group(tenant) == (0, 1_000, 0)
+    assert SpendHold.objects.filter(group_id=tenant.group_id).count() == 1
+
+
+def test_a_hold_past_the_budget_is_refused_and_moves_nothing():
+    tenant = make_tenant(budget_micro=1_000)
+    Group.objects.filter(pk=tenant.group_id).update(spent_micro=600)
+
+    with pytest.raises(ledger.Refused, match="group budget"):
+        hold(tenant, 401)
+
+    assert group(tenant) == (600, 0, 0)
+    assert not SpendHold.objects.filter(group_id=tenant.group_id).exists()
+
+
+def test_a_key_budget_refusal_rolls_back_the_groups_part_of_the_hold():
+    tenant = make_tenant()  # the group has no budget
+    ApiKey.objects.filter(pk=tenant.api_key_id).update(budget_max_micro=100)
+
+    with pytest.raises(ledger.Refused, match="key budget"):
+        hold(tenant, 101, key_budgeted=True)
+
+    assert (group(tenant), key(tenant)) == ((0, 0, 0), (0, 0))
+
+
+def test_a_caller_hold_opens_the_callers_spend_row_and_refuses_past_its_budget():
+    tenant = make_tenant(budget_micro=10_000)
+    caller = ledger.CallerBudget(tenant.group_id, "c_label", "2026-12", 500)
+    hold(tenant, 400, caller=caller)
+
+    with pytest.raises(ledger.Refused, match="caller budget"):
+        hold(tenant, 101, caller=caller)
+
+    spend = CallerSpend.objects.get(group_id=tenant.group_id, caller_label="c_label")
+    assert (spend.period, spend.spent_micro, spend.reserved_micro) == ("2026-12", 0, 400)
+    assert group(tenant) == (0, 400, 0)
+
+
+# ---------------------------------------------------------------- wallet reservations
+
+
+def test_a_reservation_holds_the_wallet_and_refuses_what_the_balance_cannot_cover():
+    tenant = make_tenant(wallet_micro=1_000)
+    first = reserve(tenant, 600)
+
+    with pytest.raises(ledger.Refused, match="wallet"):
+        reserve(tenant, 401)
+    reserve(tenant, 400)  # exactly what is left
+
+    assert wallet(tenant) == (1_000, 1_000)
+    row = Reservation.objects.get(pk=first)
+    assert (row.amount_micro, row.status, row.call_sent) == (600, "pending", True)
+
+
+def test_a_commit_debits_the_cost_capped_at_the_hold_records_the_excess_and_happens_once():
+    tenant = make_tenant(wallet_micro=1_000)
+    under, over = reserve(tenant, 300), reserve(tenant, 200)
+
+    committed = run_sync(ledger.commit_reservations({under: 250, over: 260}, now=NOW))
+    again = run_sync(ledger.commit_reservations({under: 250, over: 260}, now=NOW))
+
+    assert (sorted(committed), again) == (sorted([under, over]), [])
+    assert wallet(tenant) == (550, 0)  # 1000 - 250 - 200: the 60 over the hold is not debited
+    rows = {r.pk: (r.status, r.committed_micro, r.excess_micro) for r in Reservation.objects.all()}
+    assert (rows[under], rows[over]) == (("committed", 250, 0), ("committed", 200, 60))
+    entries = LedgerEntry.objects.filter(kind="commit").order_by("id")
+    assert [(e.amount_micro, e.balance_after_micro) for e in entries] == [(-250, 750), (-200, 550)]
+
+
+def test_a_cancelled_reservation_is_released_at_zero_once():
+    tenant = make_tenant(wallet_micro=1_000)
+    reservation = reserve(tenant, 300)
+
+    first = run_sync(ledger.cancel_reservation(reservation, now=NOW))
+    second = run_sync(ledger.cancel_reservation(reservation, now=NOW))
+
+    assert (first, second) == (True, False)
+    assert wallet(tenant) == (1_000, 0)
+    assert Reservation.objects.get(pk=reservation).status == "cancelled"
+
+
+def test_a_wallet_correction_below_what_it_holds_is_refused():
+    tenant = make_tenant(wallet_micro=1_000)
+    wallet_id = Wallet.objects.get(account_id=tenant.account_id).pk
+    reserve(tenant, 800)
+
+    def correct(amount: int) -> int:
+        return run_sync(
+            ledger.credit_wallet(
+                wallet_id, amount_micro=amount, kind="adjustment", reason="fix", now=NOW
+            )
+        )
+
+    with pytest.raises(ledger.Refused):
+        correct(-201)
+    entry = LedgerEntry.objects.get(pk=correct(-200))
+
+    assert wallet(tenant) == (800, 800)
+    assert (entry.kind, entry.amount_micro, entry.balance_after_micro) == ("adjustment", -200, 800)
+
+
+# ---------------------------------------------------------------- charges
+
+
+def test_a_request_is_charged_once_whoever_charges_it_first():
+    tenant = make_tenant()
+    request_id = rid()
+    owed = ledger.Charge(request_id, tenant.group_id, tenant.api_key_id, None, 100, 7)
+
+    first = run_sync(ledger.charge([owed, owed], source="settle", now=NOW))
+    second = run_sync(ledger.charge([owed], source="reaper", now=NOW))
+
+    assert (first, second) == ({request_id}, set())
+    assert (group(tenant), key(tenant)) == ((107, 0, 100), (107, 0))  # bandwidth is not settled
+    marker = SettledRequest.objects.get(request_id=request_id)
+    assert (marker.source, marker.provider_cost_micro, marker.bandwidth_micro) == ("settle", 100, 7)
+
+
+def test_a_bandwidth_correction_moves_group_and_key_by_the_difference():
+    tenant = make_tenant()
+    request_id = rid()
+    owed = ledger.Charge(request_id, tenant.group_id, tenant.api_key_id, None, 100, 7)
+    run_sync(ledger.charge([owed], source="settle", now=NOW))
+
+    moved = [run_sync(ledger.charge_bandwidth(request_id, bandwidth_micro=b)) for b in (10, 10, 4)]
+
+    assert moved == [3, 0, -6]
+    assert (group(tenant), key(tenant)) == ((104, 0, 100), (104, 0))
+
+
+def test_settle_commits_the_reservation_releases_the_hold_and_charges_cost_and_bandwidth():
+    tenant = make_tenant(wallet_micro=1_000, budget_micro=10_000)
+    ApiKey.objects.filter(pk=tenant.api_key_id).update(budget_max_micro=5_000)
+    request_id = hold(tenant, 500, key_budgeted=True)
+    reservation = reserve(tenant, 300, request_id=request_id)
+
+    run_sync(
+        ledger.settle(
+            [ledger.Settle(request_id, tenant.group_id, tenant.api_key_id, 120, 5, reservation)],
+            now=NOW,
+        )
+    )
+
+    assert wallet(tenant) == (880, 0)
+    assert (group(tenant), key(tenant)) == ((125, 0, 120), (125, 0))
+    assert SpendHold.objects.get(request_id=request_id).status == "settled"
+    assert Reservation.objects.get(pk=reservation).committed_micro == 120
+
+
+def test_reaping_charges_a_sent_hold_at_its_amount_and_releases_an_unsent_one_at_zero():
+    tenant = make_tenant(budget_micro=10_000)
+    sent = hold(tenant, 300)
+    run_sync(ledger.mark_hold_sent(sent))
+    unsent = hold(tenant, 200)
+
+    reaped = [run_sync(ledger.reap_hold(r, now=NOW)) for r in (sent, unsent, sent)]
+
+    assert reaped == [True, True, False]  # each hold is resolved once
+    assert group(tenant) == (300, 0, 300)
+    assert {h.request_id: h.status for h in SpendHold.objects.all()} == {
+        sent: "charged",
+        unsent: "expired",
+    }
+    assert SettledRequest.objects.get(request_id=sent).source == "reaper"
+    assert not SettledRequest.objects.filter(request_id=unsent).exists()
