@@ -10,15 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import secrets
-import subprocess
-import sys
 from collections import Counter
 
 import httpx
 import pytest
 
 from tests.support.metrics import metric
-from tests.support.processes import ROOT, child_env
+from tests.support.processes import manage_check
 from tests.support.services import requires_redis
 from tests.support.stacks import own_stack
 from tests.support.waits import wait_until
@@ -146,13 +144,6 @@ def test_the_limit_can_be_turned_off(transactional_db, spawn_gateway, stub):
 
 
 def test_a_negative_limit_stops_the_process_at_start(tmp_path):
-    result = subprocess.run(
-        [sys.executable, "manage.py", "check"],
-        cwd=ROOT,
-        env=child_env(TOLLGATE_AUTH_FAIL_PER_MIN="-1", TOLLGATE_VAR_DIR=str(tmp_path)),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    result = manage_check(tmp_path, TOLLGATE_AUTH_FAIL_PER_MIN="-1")
     assert result.returncode != 0
     assert "Malformed setting TOLLGATE_AUTH_FAIL_PER_MIN" in result.stderr

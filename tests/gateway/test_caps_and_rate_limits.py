@@ -9,14 +9,12 @@ in one window.
 from __future__ import annotations
 
 import asyncio
-import subprocess
-import sys
 
 import httpx
 import pytest
 from django.conf import settings
 
-from tests.support.processes import ROOT, child_env
+from tests.support.processes import manage_check
 from tests.support.profiles import stub_profiles
 from tests.support.services import HAS_REDIS, requires_redis
 from tests.support.stacks import own_stack
@@ -275,13 +273,6 @@ def test_group_tpm_is_shared_by_the_groups_keys(fresh_window_stack):
 
 
 def test_a_negative_rate_epoch_stops_the_process_at_start(tmp_path):
-    result = subprocess.run(
-        [sys.executable, "manage.py", "check"],
-        cwd=ROOT,
-        env=child_env(TOLLGATE_RATE_EPOCH_S="-60", TOLLGATE_VAR_DIR=str(tmp_path)),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    result = manage_check(tmp_path, TOLLGATE_RATE_EPOCH_S="-60")
     assert result.returncode != 0
     assert "Malformed setting TOLLGATE_RATE_EPOCH_S" in result.stderr

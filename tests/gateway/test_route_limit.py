@@ -4,14 +4,11 @@ vendor call, billed nothing."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import anthropic
 import openai
 import pytest
 
-from tests.support.processes import ROOT, child_env
+from tests.support.processes import manage_check
 from tests.support.stacks import own_stack
 from tests.support.usage import usage_rows
 
@@ -131,13 +128,6 @@ def test_the_limit_is_a_setting(transactional_db, spawn_gateway, stub):
 
 @pytest.mark.parametrize("value", ["0", "-1", "two"])
 def test_a_malformed_limit_stops_the_process_at_start(value, tmp_path):
-    result = subprocess.run(
-        [sys.executable, "manage.py", "check"],
-        cwd=ROOT,
-        env=child_env(TOLLGATE_MAX_ROUTE=value, TOLLGATE_VAR_DIR=str(tmp_path)),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    result = manage_check(tmp_path, TOLLGATE_MAX_ROUTE=value)
     assert result.returncode != 0
     assert "Malformed setting TOLLGATE_MAX_ROUTE" in result.stderr

@@ -229,3 +229,15 @@ class RedisServer:
 
     def resume(self) -> None:
         self.proc.send_signal(signal.SIGCONT)
+
+
+def manage_check(tmp_dir: Path, **env: str) -> subprocess.CompletedProcess:
+    """Run `manage.py check` with `env` set (settings are judged at start), in `tmp_dir`."""
+    return subprocess.run(
+        [sys.executable, "manage.py", "check"],
+        cwd=ROOT,
+        env=child_env(TOLLGATE_VAR_DIR=str(tmp_dir), **env),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
