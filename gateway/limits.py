@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.conf import settings
+from redis.exceptions import NoScriptError
 
 from core import errors
 from core.shared_state import SharedState, SharedStateDown
@@ -399,13 +400,22 @@ class Limiter:
             return await self._shared.call(lambda r: self._script(keys=keys, args=args, client=r))
 
         async def with_along(client):
-            pipe = client.pipeline(transaction=False)
-            await self._script(keys=keys, args=args, client=pipe)
-            along(pipe)
-            return await pipe.execute()
+            try:
+                return await self._admit_along(client, keys, args, along)
+            except NoScriptError:  # its first use, or Redis restarted: load it, once
+                await client.script_load(ADMIT)
+                return await self._admit_along(client, keys, args, along)
 
         result, admission.along_result = await self._shared.call(with_along)
         return result
+
+    async def _admit_along(self, client, keys: list[str], args: list, along: Along):
+        # EVALSHA by hand: a pipeline holding a Script object asks SCRIPT EXISTS first, one
+        # more round trip on every request.
+        pipe = client.pipeline(transaction=False)
+        pipe.evalsha(self._script.sha, len(keys), *keys, *args)
+        along(pipe)
+        return await pipe.execute()
 
     def _saw(self, admission: Admission) -> None:
         """Remember the fleet counts of limited scopes, for when Redis misses this window."""

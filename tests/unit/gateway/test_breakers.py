@@ -169,3 +169,30 @@ def test_with_redis_down_a_replica_judges_its_breakers_alone(redis_only, clock, 
             return alone, state(await board.acquire(tag, MODEL))
 
     assert asyncio.run(scenario()) == ("clean", "refused")
+
+
+def test_a_peek_at_a_closed_clean_breaker_grants_a_clean_ticket_and_nothing_else_does(
+    redis_only, clock, tag
+):
+    async def scenario():
+        async with shared_state() as shared:
+            board = BreakerBoard(shared, clock=clock)
+
+            async def peek(scope):
+                pipe = shared.client.pipeline(transaction=False)
+                board.peek_into(pipe, scope, MODEL)
+                [peeked] = await pipe.execute()
+                return board.ticket_from_peek(scope, MODEL, peeked)
+
+            never_used = await peek(tag)
+            await fail(board, f"{tag}-failing", 1)
+            counted = await peek(f"{tag}-failing")
+            await fail(board, f"{tag}-open", 3)
+            opened = await peek(f"{tag}-open")
+            unread = board.ticket_from_peek(tag, MODEL, None)  # Redis did not answer
+            return never_used, counted, opened, unread
+
+    never_used, counted, opened, unread = asyncio.run(scenario())
+
+    assert (never_used.clean, never_used.probe) == (True, False)
+    assert (counted, opened, unread) == (None, None, None)

@@ -305,3 +305,70 @@ def test_a_redis_that_lost_the_window_is_brought_up_to_what_the_replica_saw(
     assert (alone.in_shared, alone.requests_used) == (False, [5])
     assert (back.in_shared, back.requests_used) == (True, [6])
     assert redis_get(key) == "6"
+
+
+# ---------------------------------------------------------------- a command along the admission
+
+
+def test_an_along_command_rides_the_admission_round_trip_and_survives_a_script_flush(
+    redis_only, tollgate, clock, tag
+):
+    tollgate(REPLICAS=1, INFLIGHT_MAX=0)
+    scopes = (Scope(f"key:{tag}", rpm=5, tpm=0),)
+    redis_key = f"tollgate:cb:{tag}|m"
+    client = redis.Redis.from_url(settings.REDIS_URL)
+    try:
+        client.hset(redis_key, mapping={"state": 0, "failures": 2})
+    finally:
+        client.close()
+
+    async def scenario():
+        async with shared_state() as shared:
+            limiter = Limiter(shared, clock=clock)
+            first = await limiter.admit(
+                request_id="along-1",
+                group_id=1,
+                scopes=scopes,
+                concurrency=None,
+                lease_s=30.0,
+                along=lambda pipe: pipe.hmget(redis_key, "state", "failures"),
+            )
+            await shared.client.script_flush()  # as a Redis restart forgets its scripts
+            second = await limiter.admit(
+                request_id="along-2",
+                group_id=1,
+                scopes=scopes,
+                concurrency=None,
+                lease_s=30.0,
+                along=lambda pipe: pipe.hmget(redis_key, "state", "failures"),
+            )
+            return first, second
+
+    try:
+        first, second = asyncio.run(scenario())
+    finally:
+        redis_delete(redis_key)
+
+    assert (first.requests_used, first.along_result) == ([1], [b"0", b"2"])
+    assert (second.requests_used, second.along_result) == ([2], [b"0", b"2"])
+
+
+def test_without_redis_an_along_command_is_not_run(tollgate, settings, clock, tag):
+    tollgate(REPLICAS=1, INFLIGHT_MAX=0)
+    settings.REDIS_URL = ""
+    ran = []
+
+    async def scenario():
+        async with shared_state() as shared:
+            return await Limiter(shared, clock=clock).admit(
+                request_id="along-local",
+                group_id=1,
+                scopes=(Scope(f"key:{tag}", rpm=5, tpm=0),),
+                concurrency=None,
+                lease_s=30.0,
+                along=ran.append,
+            )
+
+    admission = asyncio.run(scenario())
+
+    assert (admission.in_shared, admission.along_result, ran) == (False, None, [])
