@@ -27,6 +27,17 @@ log = logging.getLogger(__name__)
 
 
 class Runtime:
+    """The process's parts, built once by `start` (these are set from then on)."""
+
+    session: aiohttp.ClientSession  # the one pooled upstream client
+    shared: SharedState
+    breakers: BreakerBoard
+    keys: KeyRotation
+    limiter: Limiter
+    escrow: Escrow
+    orchestrator: Orchestrator
+    usage: UsageWriter
+
     def __init__(self) -> None:
         self.started = False
         self._starting: asyncio.Lock | None = None
