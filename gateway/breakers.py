@@ -107,13 +107,13 @@ class BreakerBoard:
         self._script = None
         self._counter = 0
 
-    def peek_into(self, pipe, scope: str, model: str) -> None:
-        """Queue a read of one breaker on another module's Redis pipeline (the admission's),
-        so the common call, on a closed and clean breaker, costs no round trip of its own."""
-        pipe.hmget(f"{PREFIX}{scope}|{model}", "state", "failures")
+    def peek(self, scope: str, model: str) -> tuple[str, tuple[str, ...]]:
+        """Name what to read of one breaker in another module's Redis round trip (the
+        admission's), so a call on a closed, clean breaker costs no round trip of its own."""
+        return f"{PREFIX}{scope}|{model}", ("state", "failures")
 
     def ticket_from_peek(self, scope: str, model: str, peeked: list | None) -> Ticket | None:
-        """Admit a call on what `peek_into` read: closed with no failure counted. Anything
+        """Admit a call on what `peek` read: closed with no failure counted. Anything
         else (or no read: Redis did not answer) returns None: `acquire` decides then."""
         if peeked is None or any(int(value or 0) for value in peeked):
             return None

@@ -27,10 +27,8 @@ import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 from django.conf import settings
-from redis.exceptions import NoScriptError
 
 from core import errors
 from core.shared_state import SharedState, SharedStateDown
@@ -78,6 +76,13 @@ for i = 1, n do
 end
 if inflight_max > 0 then redis.call('ZADD', KEYS[1], lease, rid) end
 if conc_max > 0 then redis.call('ZADD', KEYS[2], lease, rid) end
+-- A hash the caller asked to read in the same round trip (the breakers' peek, which only
+-- they interpret): its fields follow the counts (false where unset).
+local m = tonumber(ARGV[9 + 2 * n])
+if m > 0 then
+  local got = redis.call('HMGET', KEYS[#KEYS], unpack(ARGV, 10 + 2 * n, 9 + 2 * n + m))
+  for i = 1, m do out[#out + 1] = got[i] end
+end
 return out
 """
 
@@ -117,8 +122,8 @@ async def _zrem_both(client, keys: list[str], request_id: str):
     return await pipe.execute()
 
 
-# Queues one more command on the admission's Redis pipeline (one round trip for both).
-Along = Callable[[Any], object]
+# A hash to read in the admission's script: its key and fields (one round trip for both).
+Peek = tuple[str, tuple[str, ...]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,7 +143,7 @@ class Admission:
     tokens_estimate: int = 0  # reserved at admission, trued up by the finish
     requests_used: list[int] = field(default_factory=list)
     tokens_used: list[int] = field(default_factory=list)
-    along_result: object = None  # what the caller's `along` command returned (Redis judged)
+    peeked: list | None = None  # the fields of the caller's `peek` (None: Redis did not judge)
     resets_at: int = 0  # when the window ends (Unix seconds)
     clock: Callable[[], float] = time.time
 
@@ -232,14 +237,14 @@ class Limiter:
         concurrency: int | None,
         lease_s: float,
         tokens_estimate: int = 0,
-        along: Along | None = None,
+        peek: Peek | None = None,
     ) -> Admission:
         """Admit a request or raise LM-3001 / LM-3002 / LM-3003 (with Retry-After).
 
         `tokens_estimate` (prompt bound + max output tokens) is reserved in every scope's
-        token count until the finish trues it up. `along` queues another module's command
-        on the same Redis round trip (the breakers' peek); its result is the admission's
-        `along_result`, None when Redis did not judge.
+        token count until the finish trues it up. `peek` names a hash whose fields the same
+        round trip reads for another module (the breakers): they are the admission's
+        `peeked`, None when Redis did not judge.
         """
         now = self._clock()
         window = int((now - self._epoch_s) // WINDOW_S)
@@ -262,7 +267,7 @@ class Limiter:
                 if window == self._resync_window or self._syncing is not None:
                     await self._resync(window)
                 result = await self._admit_shared_within_shares(
-                    admission, concurrency or 0, now, lease_s, along
+                    admission, concurrency or 0, now, lease_s, peek
                 )
             except SharedStateDown:
                 result = None
@@ -270,9 +275,12 @@ class Limiter:
             result = self._admit_local(admission, concurrency or 0)
         code = result[0]
         if code == OK:
-            values = result[2:]
+            counts = 2 + 2 * len(scopes)
+            values = result[2:counts]
             admission.requests_used = [int(v) for v in values[0::2]]
             admission.tokens_used = [int(v) for v in values[1::2]]
+            if peek is not None and admission.in_shared:
+                admission.peeked = result[counts:]
             if admission.in_shared:
                 self._saw(admission)
             return admission
@@ -354,7 +362,7 @@ class Limiter:
         concurrency: int,
         now: float,
         lease_s: float,
-        along: Along | None,
+        peek: Peek | None,
     ) -> list[int]:
         """Let Redis judge, within this process's shares if it judged this window alone."""
         held = admission.window == self._shares_window
@@ -363,7 +371,7 @@ class Limiter:
             if refused is not None:
                 return refused
         try:
-            result = await self._admit_shared(admission, concurrency, now, lease_s, along)
+            result = await self._admit_shared(admission, concurrency, now, lease_s, peek)
         except SharedStateDown:
             if held:
                 self._give_back_shares(admission)
@@ -379,7 +387,7 @@ class Limiter:
         concurrency: int,
         now: float,
         lease_s: float,
-        along: Along | None,
+        peek: Peek | None,
     ) -> list[int]:
         if self._script is None:
             self._script = self._shared.client.register_script(ADMIT)
@@ -396,26 +404,12 @@ class Limiter:
             args += [scope.rpm, scope.tpm]
         args.append(admission.tokens_estimate)
         keys = self._keys(admission)
-        if along is None:
-            return await self._shared.call(lambda r: self._script(keys=keys, args=args, client=r))
-
-        async def with_along(client):
-            try:
-                return await self._admit_along(client, keys, args, along)
-            except NoScriptError:  # its first use, or Redis restarted: load it, once
-                await client.script_load(ADMIT)
-                return await self._admit_along(client, keys, args, along)
-
-        result, admission.along_result = await self._shared.call(with_along)
-        return result
-
-    async def _admit_along(self, client, keys: list[str], args: list, along: Along):
-        # EVALSHA by hand: a pipeline holding a Script object asks SCRIPT EXISTS first, one
-        # more round trip on every request.
-        pipe = client.pipeline(transaction=False)
-        pipe.evalsha(self._script.sha, len(keys), *keys, *args)
-        along(pipe)
-        return await pipe.execute()
+        if peek is None:
+            args.append(0)
+        else:
+            keys.append(peek[0])
+            args += [len(peek[1]), *peek[1]]
+        return await self._shared.call(lambda r: self._script(keys=keys, args=args, client=r))
 
     def _saw(self, admission: Admission) -> None:
         """Remember the fleet counts of limited scopes, for when Redis misses this window."""

@@ -224,17 +224,13 @@ async def admit(ctx: RequestContext, plan: Plan) -> Ticket | None:
         # Reserved in the token counts until the finish trues it up: a burst cannot pass TPM.
         tokens_estimate=prompt_bound(ctx.req)
         + max((link.max_tokens for link in plan.links), default=0),
-        along=(
-            (lambda pipe: runtime.breakers.peek_into(pipe, first.breaker_key, first.offer.name))
-            if first is not None
-            else None
-        ),
+        peek=runtime.breakers.peek(first.breaker_key, first.offer.name) if first else None,
     )
     metrics.IN_FLIGHT.inc()
     if first is None:
         return None
     return runtime.breakers.ticket_from_peek(
-        first.breaker_key, first.offer.name, ctx.admission.along_result
+        first.breaker_key, first.offer.name, ctx.admission.peeked
     )
 
 

@@ -307,68 +307,63 @@ def test_a_redis_that_lost_the_window_is_brought_up_to_what_the_replica_saw(
     assert redis_get(key) == "6"
 
 
-# ---------------------------------------------------------------- a command along the admission
+# ---------------------------------------------------------------- a hash read for the breakers
 
 
-def test_an_along_command_rides_the_admission_round_trip_and_survives_a_script_flush(
+def test_a_peeked_hash_is_read_in_the_admission_script_and_survives_a_script_flush(
     redis_only, tollgate, clock, tag
 ):
     tollgate(REPLICAS=1, INFLIGHT_MAX=0)
     scopes = (Scope(f"key:{tag}", rpm=5, tpm=0),)
-    redis_key = f"tollgate:cb:{tag}|m"
+    peek = (f"tollgate:cb:{tag}|m", ("state", "failures", "never-set"))
     client = redis.Redis.from_url(settings.REDIS_URL)
     try:
-        client.hset(redis_key, mapping={"state": 0, "failures": 2})
+        client.hset(peek[0], mapping={"state": 0, "failures": 2})
     finally:
         client.close()
 
     async def scenario():
         async with shared_state() as shared:
             limiter = Limiter(shared, clock=clock)
-            first = await limiter.admit(
-                request_id="along-1",
-                group_id=1,
-                scopes=scopes,
-                concurrency=None,
-                lease_s=30.0,
-                along=lambda pipe: pipe.hmget(redis_key, "state", "failures"),
-            )
+
+            async def admit_peeking(request_id):
+                return await limiter.admit(
+                    request_id=request_id,
+                    group_id=1,
+                    scopes=scopes,
+                    concurrency=None,
+                    lease_s=30.0,
+                    peek=peek,
+                )
+
+            first = await admit_peeking("peek-1")
             await shared.client.script_flush()  # as a Redis restart forgets its scripts
-            second = await limiter.admit(
-                request_id="along-2",
-                group_id=1,
-                scopes=scopes,
-                concurrency=None,
-                lease_s=30.0,
-                along=lambda pipe: pipe.hmget(redis_key, "state", "failures"),
-            )
-            return first, second
+            return first, await admit_peeking("peek-2")
 
     try:
         first, second = asyncio.run(scenario())
     finally:
-        redis_delete(redis_key)
+        redis_delete(peek[0])
 
-    assert (first.requests_used, first.along_result) == ([1], [b"0", b"2"])
-    assert (second.requests_used, second.along_result) == ([2], [b"0", b"2"])
+    assert (first.requests_used, first.peeked) == ([1], [b"0", b"2", None])
+    assert (second.requests_used, second.peeked) == ([2], [b"0", b"2", None])
 
 
-def test_without_redis_an_along_command_is_not_run(tollgate, settings, clock, tag):
+def test_without_redis_nothing_is_peeked(tollgate, settings, clock, tag):
     tollgate(REPLICAS=1, INFLIGHT_MAX=0)
     settings.REDIS_URL = ""
-    ran = []
 
     async def scenario():
         async with shared_state() as shared:
             return await Limiter(shared, clock=clock).admit(
-                request_id="along-local",
+                request_id="peek-local",
                 group_id=1,
                 scopes=(Scope(f"key:{tag}", rpm=5, tpm=0),),
                 concurrency=None,
                 lease_s=30.0,
-                along=ran.append,
+                peek=(f"tollgate:cb:{tag}|m", ("state", "failures")),
             )
 
     admission = asyncio.run(scenario())
 
-    assert (admission.in_shared, admission.along_result, ran) == (False, None, [])
+    assert (admission.in_shared, admission.requests_used, admission.peeked) == (False, [1], None)
