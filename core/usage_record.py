@@ -76,14 +76,18 @@ class UsageRecord:
         data = orjson.loads(raw)
         if not isinstance(data, dict):
             raise ValueError("the journal entry is not a JSON object")
-        return cls.from_dict(data)
+        return cls._from_owned(data)
 
     @classmethod
     def from_dict(cls, data: dict) -> UsageRecord:
-        data = dict(data)
+        return cls._from_owned(dict(data))
+
+    @classmethod
+    def _from_owned(cls, data: dict) -> UsageRecord:
+        """Build a record from a dict this call may change."""
+        attempts = tuple(AttemptRecord(**attempt) for attempt in data.pop("attempts", ()))
         if "route" in data:  # journaled by a release before the endpoint was named so
             data["endpoint"] = data.pop("route")
-        attempts = tuple(AttemptRecord(**attempt) for attempt in data.pop("attempts", ()))
         if "reservation_id" not in data:  # the same: the served attempt named it
             data["reservation_id"] = next(
                 (a.reservation_id for a in attempts if a.outcome == "ok" and a.reservation_id),
