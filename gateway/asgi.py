@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import hmac
 import logging
-import re
 import uuid
 from collections.abc import Awaitable, Callable
 
@@ -23,6 +22,7 @@ from gateway import pipeline
 from gateway.auth import bearer, internal_authorized
 from gateway.context import Meter
 from gateway.health import readiness
+from gateway.pipeline import JSON, REQUEST_ID_OK
 from gateway.runtime import runtime
 
 log = logging.getLogger(__name__)
@@ -30,9 +30,6 @@ log = logging.getLogger(__name__)
 Scope = dict
 Receive = Callable[[], Awaitable[dict]]
 Send = Callable[[dict], Awaitable[None]]
-
-JSON = (b"content-type", b"application/json")
-REQUEST_ID_OK = re.compile(r"^[A-Za-z0-9._:-]{1,64}$")
 
 
 class Exchange:

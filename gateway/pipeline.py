@@ -54,6 +54,7 @@ if TYPE_CHECKING:  # the plumbing hands its exchange in; nothing here builds one
 JSON = (b"content-type", b"application/json")
 SSE = (b"content-type", b"text/event-stream")
 NO_CACHE = (b"cache-control", b"no-cache")
+# A client's request id (X-Request-Id, or an internal caller's request_id): a label only.
 REQUEST_ID_OK = re.compile(r"^[A-Za-z0-9._:-]{1,64}$")
 FALLBACK_HEADER = b"x-tollgate-fallback"
 CALLER_HEADER = b"x-tollgate-caller"
