@@ -3,38 +3,52 @@
 ``python bench/run.py --fairness`` (see run.py's docstring) runs this instead of the
 throughput scenarios.  Two tenants (``create_tenant``), each a group with its own virtual
 key and a real request-per-minute limit: the *victim* (``--fair-victim-rpm``, comfortable)
-and the *flooder* (``--fair-flood-rpm`` = L).  One gateway worker, as in the other scenarios.
+and the *flooder* (``--fair-flood-rpm`` = L).  One gateway worker, as in the other scenarios;
+both groups have a (far) budget, so the victim's requests take the whole path, hold included.
 
-Each round is two phases of ``--fair-phase-s`` seconds (whole minutes), back to back and
-starting on a minute boundary, so each phase covers whole rate windows (the limiter counts
-fixed one-minute windows from Unix time 0):
+Each round is two (or three) phases of ``--fair-phase-s`` seconds (whole minutes), back to
+back and starting on a minute boundary, so each phase covers whole rate windows (the limiter
+counts fixed one-minute windows from Unix time 0):
 
 * ``solo``: the victim alone, open loop: ``--fair-victim-rps`` non-streamed requests per
   second at fixed send times (a request is sent on time however many are outstanding).
+* ``control`` (``--fair-control`` only): the same, while the flooder's process sends GET
+  /healthz at the flood's rate (HTTP work in the gateway, no auth, limits or usage row).
 * ``flood``: the same victim load while the flooder sends ``--fair-flood-factor`` x L per
   minute, also open loop, from its own process (so its answers do not delay the victim's
   event loop).  Within each window the first L flooder requests are admitted (answered by
   the stub); every later one must be refused 429 ``LM-3001`` in our error format
   (``{"error": {"message", "type": "rate_limit_error", "code": "LM-3001"}}``) with a
   ``Retry-After``.  Refusals are expected and counted, not failures.
+  ``--fair-flood-concurrency N`` also gives the flooder group a concurrency_limit (its
+  LM-3003 refusals are then expected too).
 
 Checks: every victim request succeeds (status 200, 8 completion tokens); every flooder
 answer is either such a 200 or such a refusal; the flooder's admitted count is exactly L per
-window it flooded; the gateway logs no ERROR line.  Verdict: victim p99 under flood / solo
-p99 <= ``--fair-max-ratio`` (1.20): PASS, else FAIL.
+window it flooded (at most L with a concurrency limit); the gateway logs no ERROR line
+(WARNING lines, e.g. a Redis call over its timeout, are printed).  Verdict: victim p99
+under flood / solo p99 <= ``--fair-max-ratio`` (1.20): PASS, else FAIL (all rounds pooled;
+each round's ratio is shown too).
 
-Figures: victim p50/p99/max (client side, from sending to the end of the body), also split
-into the flood's *admitted burst* (the window's start, until the flooder's first refusal)
-and the rest; the client's send lag (how late the open-loop sender was); the flooder's
-sent/admitted/refused counts and refusal latency; gateway CPU (ms and % of one core, from
-/proc, threads included: the usage writer's inserts of the refusals' rows too); the Redis
-server's CPU (INFO, the whole server: other users of it count too). CPU per refused
-request = (flood-phase gateway CPU - solo-phase gateway CPU - the admitted flooder requests
-at the solo cost per request) / refused; the solo cost per request excludes the gateway's
-idle CPU, measured for a few seconds before the first round.
+Figures (victim latency is client side, from sending to the end of the body):
 
-The Redis database given is cleared of ``tollgate:*`` keys first: a fresh database reuses
-group ids, so a previous run's rate windows would otherwise count against this one's groups.
+* the victim's p50/p99/max per phase, and its send lag (how late the open-loop sender was);
+  in a flood phase also split into the *burst* (from the window's start until the
+  flooder's last admitted request was answered) and the *rest* (the flooder only refused),
+  with the gateway main thread's CPU in each (sampled every 0.25 s);
+* the flooder's sent / admitted / refused counts, when it was first refused, latencies;
+* CPU (% of one core, over the phase): the gateway (/proc, all threads) and its main thread
+  (the event loop; the others run the database work, e.g. the usage writer storing every
+  request's row, refusals' included), the Redis server (INFO: the whole server, shared),
+  this database's PostgreSQL backends (when local), the host (all cores, everyone's);
+* per request: the gateway's CPU per victim request alone, and per refusal = (flood-phase
+  CPU - idle - victim and admitted requests at that cost) / refusals, for the whole process
+  and its main thread; the idle CPU is measured for a few seconds before the first round.
+
+``--json`` also writes every request's send time and latency (victim and flooder) and the
+gateway CPU samples, per phase.  The Redis database given is cleared of ``tollgate:*`` keys
+first: a fresh database reuses group ids, so a previous run's rate windows would otherwise
+count against this one's groups.
 """
 
 from __future__ import annotations
@@ -74,6 +88,7 @@ WARMUP_REQUESTS = 50
 FLOOD_WARMUP_REQUESTS = 10
 SETTLE_S = 1.0
 MIN_IDLE_S = 3.0
+CPU_SAMPLE_S = 0.25
 # The flooder sends from a window's start + 0.05 s to its end - 0.25 s: none lands in the next.
 FLOOD_MARGIN_S = (0.05, 0.25)
 FLOOD_POOL = 256  # the flooder's connection pool
@@ -120,6 +135,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--fair-rounds", type=int, default=1, help="solo+flood rounds in one run (default 1)"
     )
     g.add_argument(
+        "--fair-flood-concurrency",
+        type=int,
+        default=None,
+        help="the flooder group's concurrency_limit (default none; LM-3003 refusals then)",
+    )
+    g.add_argument(
         "--fair-control",
         action="store_true",
         help="add a control phase per round: the flooder's rate, as GET /healthz",
@@ -141,6 +162,8 @@ def check_arguments(p: argparse.ArgumentParser, args: argparse.Namespace) -> Non
         p.error("--fair-victim-rps, --fair-flood-factor and --fair-rounds must be positive")
     if min(args.fair_victim_rpm, args.fair_flood_rpm) < 1:
         p.error("--fair-victim-rpm and --fair-flood-rpm must be positive")
+    if args.fair_flood_concurrency is not None and args.fair_flood_concurrency < 1:
+        p.error("--fair-flood-concurrency must be positive")
     if args.fair_victim_rps * 60 >= args.fair_victim_rpm:
         p.error("the victim must stay under its own limit: --fair-victim-rps * 60 < rpm")
 
@@ -169,8 +192,12 @@ def answer_problem() -> Any:
     return bench.openai_check(bench.DEFAULT_WORDS, False)
 
 
-def refusal_problem(status: int, headers: Any, body: bytes) -> str | None:
-    """None when this is our LM-3001 rate-limit refusal, else what is wrong with it."""
+REFUSALS = {"LM-3001": "refused", "LM-3003": "capped"}  # rate limit; concurrency cap
+
+
+def refusal_kind(status: int, headers: Any, body: bytes) -> str:
+    """ "refused" for our LM-3001 rate-limit refusal ("capped": LM-3003, the group's
+    concurrency cap), in our error format with a Retry-After; else what is wrong with it."""
     if status != 429:
         return f"HTTP {status}"
     try:
@@ -178,14 +205,14 @@ def refusal_problem(status: int, headers: Any, body: bytes) -> str | None:
         code, etype, message = err["code"], err["type"], err["message"]
     except (orjson.JSONDecodeError, KeyError, TypeError):
         return "429 not in our error format"
-    if code != "LM-3001":
+    if code not in REFUSALS:
         return f"429 {code}"
     if etype != "rate_limit_error" or not isinstance(message, str) or not message:
-        return "429 LM-3001 with a wrong type or message"
+        return f"429 {code} with a wrong type or message"
     retry = headers.get("retry-after", "")
     if not retry.isdigit() or not 1 <= int(retry) <= WINDOW_S:
-        return f"429 LM-3001 with Retry-After {retry!r}"
-    return None
+        return f"429 {code} with Retry-After {retry!r}"
+    return REFUSALS[code]
 
 
 @dataclass
@@ -228,7 +255,7 @@ async def paced(
             elapsed, outcome = None, "timeout"
         except aiohttp.ClientError as exc:
             elapsed, outcome = None, type(exc).__name__
-        if outcome not in ("ok", "refused"):
+        if outcome not in ("ok", "refused", "capped"):
             elapsed = None
         samples.append(Sample(due_pc + offset, t0 + offset, elapsed, outcome))
 
@@ -259,7 +286,7 @@ def classify_health(status: int, headers: Any, body: bytes) -> str:
 def classify_flood(status: int, headers: Any, body: bytes) -> str:
     if status == 200:
         return answer_problem()(body) or "ok"
-    return refusal_problem(status, headers, body) or "refused"
+    return refusal_kind(status, headers, body)
 
 
 def quantile_ms(values: list[float], q: float) -> float | None:
@@ -276,10 +303,12 @@ class FloodPhase:
     end: float
     sent: int = 0
     admitted: int = 0
-    refused: int = 0
+    refused: int = 0  # LM-3001
+    capped: int = 0  # LM-3003: only with --fair-flood-concurrency
     other: dict[str, int] = field(default_factory=dict)
     admitted_by_window: dict[str, int] = field(default_factory=dict)
     first_refusal: float | None = None  # wall time the first refused request was sent
+    last_admitted_done: float | None = None  # wall time the last admitted one was answered
     admitted_p50_ms: float | None = None
     admitted_p99_ms: float | None = None
     refused_p50_ms: float | None = None
@@ -308,7 +337,7 @@ async def flood(plan: dict[str, Any]) -> dict[str, Any]:
             end=now + FLOOD_WARMUP_REQUESTS / 20.0,
             classify=classify_flood,
         )
-        warm_bad = Counter(s.outcome for s in warm if s.outcome not in ("ok", "refused"))
+        warm_bad = Counter(s.outcome for s in warm if s.outcome not in ("ok", "refused", "capped"))
         for start, end, kind in plan["phases"]:
             delay = start - time.time()
             if delay > 0:
@@ -328,7 +357,10 @@ async def flood(plan: dict[str, Any]) -> dict[str, Any]:
             phase = FloodPhase(kind, start, end, client_cpu_ms=bench.own_cpu_ms() - cpu0)
             phase.sent = len(samples)
             phase.series = [
-                (*series_point(s, start), {"ok": "a", "refused": "r"}.get(s.outcome, "x"))
+                (
+                    *series_point(s, start),
+                    {"ok": "a", "refused": "r", "capped": "c"}.get(s.outcome, "x"),
+                )
                 for s in samples
             ]
             by_window: Counter[str] = Counter()
@@ -336,8 +368,12 @@ async def flood(plan: dict[str, Any]) -> dict[str, Any]:
             for s in samples:
                 if s.outcome == "ok":
                     phase.admitted += 1
+                    done = s.sent + s.latency
+                    phase.last_admitted_done = max(phase.last_admitted_done or done, done)
                     by_window[str(int(s.sent // WINDOW_S))] += 1
                     admitted_lat.append(s.latency)
+                elif s.outcome == "capped":
+                    phase.capped += 1
                 elif s.outcome == "refused":
                     phase.refused += 1
                     refused_lat.append(s.latency)
@@ -473,7 +509,8 @@ def create_tenants(args: argparse.Namespace, env: dict[str, str]) -> Tenants:
             f"n = Group.objects.filter(pk={int(v['group_id'])}).update("
             f"rpm_limit={args.fair_victim_rpm}, budget_max_micro={BUDGET_MICRO}); "
             f"m = Group.objects.filter(pk={int(f['group_id'])}).update("
-            f"rpm_limit={args.fair_flood_rpm}, budget_max_micro={BUDGET_MICRO}); "
+            f"rpm_limit={args.fair_flood_rpm}, budget_max_micro={BUDGET_MICRO}, "
+            f"concurrency_limit={args.fair_flood_concurrency}); "
             "assert n == m == 1, (n, m)",
         ],
         env,
@@ -520,6 +557,9 @@ class Phase:
     latencies: list[float] = field(default_factory=list, repr=False)
     # (seconds from the phase's start to the send, latency ms or None): in the JSON only
     series: list[tuple[float, float | None]] = field(default_factory=list, repr=False)
+    cpu_series: list[tuple[float, float, float]] = field(default_factory=list, repr=False)
+    burst_loop_cpu_pct: float | None = None  # the gateway's main thread during the burst
+    rest_loop_cpu_pct: float | None = None
 
     @property
     def seconds(self) -> float:
@@ -548,11 +588,13 @@ def series_point(s: Sample, start: float) -> tuple[float, float | None]:
 
 
 def split_burst(phase: Phase, samples: list[Sample]) -> None:
-    """Victim figures while the flooder was being admitted, and after its first refusal."""
-    first = (phase.flood or {}).get("first_refusal")
+    """Victim figures while the flooder's admitted requests were in the gateway, and after."""
+    first = (phase.flood or {}).get("last_admitted_done")
     if first is None:
         return
     phase.burst_s = first - phase.start
+    phase.burst_loop_cpu_pct = cpu_pct_between(phase, 0.0, phase.burst_s)
+    phase.rest_loop_cpu_pct = cpu_pct_between(phase, phase.burst_s, phase.seconds)
     burst = [s.latency for s in samples if s.outcome == "ok" and s.sent < first]
     rest = [s.latency for s in samples if s.outcome == "ok" and s.sent >= first]
     phase.burst_n, phase.rest_n = len(burst), len(rest)
@@ -601,16 +643,20 @@ async def drive(
             c0, r0, me0 = bench.cpu_ms(gw.pid), redis_cpu_ms(args.redis_url), bench.own_cpu_ms()
             pg0 = postgres_cpu_ms(args.database_url)
             h0, l0 = host_ticks(), loop_thread_cpu_ms(gw.pid)
-            samples = await paced(
-                session,
-                url,
-                headers,
-                body,
-                rate=args.fair_victim_rps,
-                start=start,
-                end=end,
-                classify=classify_victim,
-            )
+            sampler = asyncio.get_running_loop().create_task(sample_cpu(gw.pid, phase))
+            try:
+                samples = await paced(
+                    session,
+                    url,
+                    headers,
+                    body,
+                    rate=args.fair_victim_rps,
+                    start=start,
+                    end=end,
+                    classify=classify_victim,
+                )
+            finally:
+                sampler.cancel()
             # The phase's last requests are answered within milliseconds of its end.
             c1, r1, me1 = bench.cpu_ms(gw.pid), redis_cpu_ms(args.redis_url), bench.own_cpu_ms()
             pg1 = postgres_cpu_ms(args.database_url)
@@ -641,6 +687,26 @@ async def drive(
                 print(f"  the gateway exited ({gw.popen.poll()})", flush=True)
                 break
     return phases, idle_rate, warm_bad
+
+
+async def sample_cpu(pid: int, phase: Phase) -> None:
+    """Every CPU_SAMPLE_S: (seconds into the phase, gateway CPU ms, its main thread's)."""
+    while True:
+        phase.cpu_series.append(
+            (round(time.time() - phase.start, 3), bench.cpu_ms(pid), loop_thread_cpu_ms(pid))
+        )
+        await asyncio.sleep(CPU_SAMPLE_S)
+
+
+def cpu_pct_between(phase: Phase, t0: float, t1: float, loop: bool = True) -> float | None:
+    """The gateway's CPU (% of a core; its main thread's by default) from t0 to t1 s in."""
+    series = phase.cpu_series
+    a = min(series, key=lambda x: abs(x[0] - t0), default=None)
+    b = min(series, key=lambda x: abs(x[0] - t1), default=None)
+    if a is None or b is None or b[0] <= a[0]:
+        return None
+    i = 2 if loop else 1
+    return 100 * (b[i] - a[i]) / 1000 / (b[0] - a[0])
 
 
 def plan_phases(args: argparse.Namespace, earliest: float) -> None:
@@ -698,11 +764,18 @@ def analyse(
                 problems.append(f"round {p.round}: flooder answers neither 200 nor LM-3001 "
                                 f"refusals: {f['other']}")  # fmt: skip
             windows = round(p.seconds / WINDOW_S)
-            wrong = {w: n for w, n in f["admitted_by_window"].items() if n != limit}
-            if f["admitted"] != limit * windows or wrong:
+            if args.fair_flood_concurrency is None:
+                # Sent at 10 x L in whole windows: exactly L each (L = the group's rpm_limit)
+                wrong = {w: n for w, n in f["admitted_by_window"].items() if n != limit}
+                if f["admitted"] != limit * windows or wrong or f["capped"]:
+                    problems.append(
+                        f"round {p.round}: flooder admitted {f['admitted']} (by window "
+                        f"{f['admitted_by_window']}; {f['capped']} LM-3003), expected "
+                        f"{limit} per window"
+                    )
+            elif f["admitted"] > limit * windows:  # the cap refuses some the limit would admit
                 problems.append(
-                    f"round {p.round}: flooder admitted {f['admitted']} "
-                    f"(by window {f['admitted_by_window']}), expected {limit} per window"
+                    f"round {p.round}: flooder admitted {f['admitted']}, over {limit} per window"
                 )
     by_round: dict[int, dict[str, Phase]] = {}
     for p in phases:
@@ -737,7 +810,7 @@ def round_figures(
     idle_rate: dict[str, float],
 ) -> dict[str, Any]:
     f = fl.flood or {}
-    admitted, refused = f.get("admitted", 0), f.get("refused", 0)
+    admitted, refused = f.get("admitted", 0), f.get("refused", 0) + f.get("capped", 0)
 
     def costs(solo_ms: float, flood_ms: float, idle_ms_per_s: float, phase: Phase = fl):
         """(ms per served request in the solo phase, ms per refusal), idle excluded
@@ -746,7 +819,7 @@ def round_figures(
             return None, None
         per_ok = (solo_ms - idle_ms_per_s * solo.seconds) / solo.victim_sent
         f = phase.flood or {}
-        extra = f.get("refused", 0) if phase is fl else f.get("sent", 0)
+        extra = refused if phase is fl else f.get("sent", 0)
         if not extra:
             return per_ok, None
         served = phase.victim_sent + (admitted if phase is fl else 0)
@@ -805,11 +878,16 @@ def report(args: argparse.Namespace, phases: list[Phase], rounds, pooled) -> str
     head = (
         f"victim: {args.fair_victim_rps:g} req/s open loop (rpm_limit {args.fair_victim_rpm}); "
         f"flooder: rpm_limit L={args.fair_flood_rpm}, sending {args.fair_flood_factor:g} x L "
-        f"= {flood_rate:g} req/s open loop; phases of {args.fair_phase_s} s"
+        f"= {flood_rate:g} req/s open loop"
+        + (
+            f", concurrency_limit {args.fair_flood_concurrency}"
+            if args.fair_flood_concurrency
+            else ""
+        )
+        + f"; phases of {args.fair_phase_s} s"
     )
-    rows = []
+    rows, frows = [], []
     for p in phases:
-        f = p.flood or {}
         rows.append(
             [
                 f"{p.round} {p.kind}",
@@ -818,27 +896,51 @@ def report(args: argparse.Namespace, phases: list[Phase], rounds, pooled) -> str
                 bench.fmt(p.p99_ms),
                 bench.fmt(p.max_ms),
                 bench.fmt(p.lag_p99_ms),
-                "-" if p.burst_s is None else f"{p.burst_s:.1f}s/{bench.fmt(p.burst_p99_ms)}",
+                bench.fmt(p.burst_s, 1),
+                bench.fmt(p.burst_p99_ms),
+                bench.fmt(p.burst_loop_cpu_pct, 0),
                 bench.fmt(p.rest_p99_ms),
-                str(f.get("sent", "-")),
-                str(f.get("admitted", "-")),
-                str(f.get("refused", "-")),
-                bench.fmt(f.get("refused_p50_ms")),
-                bench.fmt(f.get("refused_p99_ms")),
-                f"{100 * p.gateway_cpu_ms / 1000 / p.seconds:.1f}",
-                f"{100 * p.gateway_loop_cpu_ms / 1000 / p.seconds:.1f}",
+                bench.fmt(p.rest_loop_cpu_pct, 0),
+                pct(p.gateway_cpu_ms, p.seconds),
+                pct(p.gateway_loop_cpu_ms, p.seconds),
                 pct(p.redis_cpu_ms, p.seconds),
                 pct(p.postgres_cpu_ms, p.seconds),
                 bench.fmt(p.host_busy_pct, 0),
-                bench.fmt(f.get("lag_p99_ms")),
             ]
         )
+        f = p.flood
+        if f is not None:
+            first = f.get("first_refusal")
+            frows.append(
+                [
+                    f"{p.round} {p.kind}",
+                    str(f["sent"]),
+                    str(f["admitted"]),
+                    str(f["refused"]),
+                    str(f["capped"]),
+                    str(sum(f["other"].values())),
+                    "-" if first is None else f"{first - p.start:.2f}",
+                    bench.fmt(f["admitted_p50_ms"]),
+                    bench.fmt(f["admitted_p99_ms"]),
+                    bench.fmt(f["refused_p50_ms"]),
+                    bench.fmt(f["refused_p99_ms"]),
+                    bench.fmt(f["lag_p99_ms"]),
+                    pct(f["client_cpu_ms"], p.seconds),
+                ]
+            )
     table = bench.render_table(
         rows,
         [
-            "phase", "victim ok", "p50 ms", "p99 ms", "max ms", "lag99 ms",
-            "burst/p99", "rest p99", "fl sent", "fl 200", "fl 429", "429 p50", "429 p99",
-            "gw cpu %", "gw loop %", "redis %", "pg %", "host %", "fl lag99",
+            "victim", "ok", "p50 ms", "p99 ms", "max ms", "lag99 ms", "burst s", "burst p99",
+            "b loop %", "rest p99", "r loop %", "gw cpu %", "gw loop %", "redis %", "pg %",
+            "host %",
+        ],
+    )  # fmt: skip
+    ftable = bench.render_table(
+        frows,
+        [
+            "flooder", "sent", "200", "3001", "3003", "other", "1st 429 s", "200 p50", "200 p99",
+            "429 p50", "429 p99", "lag99 ms", "client %",
         ],
     )  # fmt: skip
     rrows = [
@@ -874,8 +976,11 @@ def report(args: argparse.Namespace, phases: list[Phase], rounds, pooled) -> str
         f"rounds pooled), bound {args.fair_max_ratio:.2f}: {pooled['verdict'] or '-'}"
     )
     notes = (
-        "burst/p99: how long the flooder was admitted at the start of the window, and the "
-        "victim's p99 meanwhile; rest p99: the victim's p99 after the flooder's first refusal.\n"
+        "burst s / burst p99 / b loop %: how long the flooder's admitted requests took at the "
+        "window's start (until the last was answered), the victim's p99 and the gateway's main "
+        "thread CPU meanwhile; rest p99 / r loop %: the same afterwards, the flooder only "
+        "refused.  The flooder table: its answers (200 admitted, 429 LM-3001 refused), when it "
+        "was first refused, latencies, send lag, its client's CPU.\n"
         "control (--fair-control): the flooder's rate as GET /healthz (no auth, limits or "
         "usage row): ctl p99 and ratio are the victim's then, gw ms/healthz the CPU per GET.\n"
         "gw ms/served: gateway CPU per victim request in the solo phase, idle excluded; "
@@ -886,7 +991,7 @@ def report(args: argparse.Namespace, phases: list[Phase], rounds, pooled) -> str
         "host %: all cores busy, everyone's "
         "processes (the host is shared: a busy host makes p99 noisy)."
     )
-    return "\n\n".join([head, table, rtable, verdict, notes])
+    return "\n\n".join([head, table, ftable, rtable, verdict, notes])
 
 
 # --------------------------------------------------------------------------- main
