@@ -87,6 +87,7 @@ WALLET_MICRO = 10**10
 WARMUP_REQUESTS = 50
 FLOOD_WARMUP_REQUESTS = 10
 SETTLE_S = 1.0
+NEAR_FLUSH_S = 0.2  # "near a flush": a request started this soon after a usage batch began
 MIN_IDLE_S = 3.0
 CPU_SAMPLE_S = 0.25
 # The flooder sends from a window's start + 0.05 s to its end - 0.25 s: none lands in the next.
@@ -558,6 +559,7 @@ class Phase:
     # (seconds from the phase's start to the send, latency ms or None): in the JSON only
     series: list[tuple[float, float | None]] = field(default_factory=list, repr=False)
     cpu_series: list[tuple[float, float, float]] = field(default_factory=list, repr=False)
+    usage: dict[str, Any] | None = None  # see usage_figures
     burst_loop_cpu_pct: float | None = None  # the gateway's main thread during the burst
     rest_loop_cpu_pct: float | None = None
 
@@ -736,6 +738,73 @@ def wait_flooder(flooder: bench.Proc, deadline: float) -> dict[str, Any]:
     return json.loads(out[-1])
 
 
+# --------------------------------------------------------------------------- usage rows
+
+
+def usage_figures(database_url: str, phases: list[Phase], tenants: Tenants) -> None:
+    """The gateway's own view, from the usage rows: each request's latency_ms (from the start
+    of its pipeline to its record), split by whether it started within NEAR_FLUSH_S after the
+    usage writer began storing a batch (rows of one batch share their stored_at)."""
+    import bisect
+
+    import psycopg
+
+    lo, hi = min(p.start for p in phases) - 5, max(p.end for p in phases) + 5
+    with psycopg.connect(database_url, connect_timeout=5) as conn:
+        flushes = sorted(
+            row[0].timestamp()
+            for row in conn.execute(
+                "SELECT DISTINCT stored_at FROM usage_usagelog"
+                " WHERE stored_at BETWEEN to_timestamp(%s) AND to_timestamp(%s)",
+                (lo, hi + 5),
+            )
+        )
+        rows = conn.execute(
+            "SELECT group_id, status, extract(epoch FROM created_at), latency_ms"
+            " FROM usage_usagelog WHERE created_at BETWEEN to_timestamp(%s) AND to_timestamp(%s)"
+            " AND group_id IN (%s, %s)",
+            (lo, hi, tenants.victim_group, tenants.flooder_group),
+        ).fetchall()
+
+    def near_flush(start: float) -> bool:
+        i = bisect.bisect_right(flushes, start) - 1
+        return i >= 0 and start - flushes[i] < NEAR_FLUSH_S
+
+    for p in phases:
+        # In a flood phase only the rest counts for near/far: the burst is another story.
+        calm = p.start + (p.burst_s or 0.0)
+        victim: dict[str, list[float]] = {"all": [], "near": [], "far": []}
+        refused: dict[str, list[float]] = {"near": [], "far": []}
+        for group, status, created, latency in rows:
+            start = float(created) - latency / 1000
+            if not p.start <= start < p.end:
+                continue
+            where = "near" if near_flush(start) else "far"
+            if group == tenants.victim_group and status == 200:
+                victim["all"].append(latency)
+                if start >= calm:
+                    victim[where].append(latency)
+            elif group == tenants.flooder_group and status == 429 and start >= calm:
+                refused[where].append(latency)
+        p.usage = {
+            "flushes": sum(1 for t in flushes if p.start <= t < p.end),
+            "victim_rows": len(victim["all"]),
+            "victim_p50_ms": bench.percentile(victim["all"], 0.5),
+            "victim_p99_ms": bench.percentile(victim["all"], 0.99),
+            "victim_near_flush_n": len(victim["near"]),
+            "victim_near_flush_p99_ms": bench.percentile(victim["near"], 0.99),
+            "victim_far_p99_ms": bench.percentile(victim["far"], 0.99),
+            "refused_near_flush_mean_ms": mean(refused["near"]),
+            "refused_near_flush_p99_ms": bench.percentile(refused["near"], 0.99),
+            "refused_far_mean_ms": mean(refused["far"]),
+            "refused_far_p99_ms": bench.percentile(refused["far"], 0.99),
+        }
+
+
+def mean(values: list[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
 # --------------------------------------------------------------------------- verdict, report
 
 
@@ -852,6 +921,11 @@ def round_figures(
         "flood_p99_ms": fl.p99_ms,
         "p99_ratio": ratio,
         "verdict": None if ratio is None else ("PASS" if ratio <= args.fair_max_ratio else "FAIL"),
+        "burst_p99_ms": fl.burst_p99_ms,
+        "rest_p99_ms": fl.rest_p99_ms,
+        "rest_p99_ratio": (
+            fl.rest_p99_ms / solo.p99_ms if solo.p99_ms and fl.rest_p99_ms is not None else None
+        ),
         "flood_sent": f.get("sent"),
         "flood_admitted": admitted,
         "flood_refused": refused,
@@ -943,6 +1017,45 @@ def report(args: argparse.Namespace, phases: list[Phase], rounds, pooled) -> str
             "429 p50", "429 p99", "lag99 ms", "client %",
         ],
     )  # fmt: skip
+    urows = [
+        [
+            f"{p.round} {p.kind}",
+            str(u["victim_rows"]),
+            bench.fmt(u["victim_p50_ms"], 0),
+            bench.fmt(u["victim_p99_ms"], 0),
+            str(u["flushes"]),
+            str(u["victim_near_flush_n"]),
+            bench.fmt(u["victim_near_flush_p99_ms"], 0),
+            bench.fmt(u["victim_far_p99_ms"], 0),
+            bench.fmt(u["refused_near_flush_mean_ms"]),
+            bench.fmt(u["refused_near_flush_p99_ms"], 0),
+            bench.fmt(u["refused_far_mean_ms"]),
+            bench.fmt(u["refused_far_p99_ms"], 0),
+        ]
+        for p in phases
+        if (u := p.usage) is not None
+    ]
+    utable = (
+        bench.render_table(
+            urows,
+            [
+                "gateway side",
+                "rows",
+                "p50 ms",
+                "p99 ms",
+                "flushes",
+                "near n",
+                "near p99",
+                "far p99",
+                "429 near avg",
+                "429 near p99",
+                "429 far avg",
+                "429 far p99",
+            ],
+        )  # fmt: skip
+        if urows
+        else "(no usage rows read: an external PostgreSQL database is needed)"
+    )
     rrows = [
         [
             str(r["round"]),
@@ -952,6 +1065,9 @@ def report(args: argparse.Namespace, phases: list[Phase], rounds, pooled) -> str
             bench.fmt(r["flood_p99_ms"]),
             bench.fmt(r["p99_ratio"], 3),
             r["verdict"] or "-",
+            bench.fmt(r["burst_p99_ms"]),
+            bench.fmt(r["rest_p99_ms"]),
+            bench.fmt(r["rest_p99_ratio"], 3),
             bench.fmt(r["gateway_cpu_ms_per_served_req"], 3),
             bench.fmt(r["gateway_cpu_ms_per_refused_req"], 3),
             bench.fmt(r["gateway_loop_cpu_ms_per_refused_req"], 3),
@@ -966,6 +1082,7 @@ def report(args: argparse.Namespace, phases: list[Phase], rounds, pooled) -> str
         rrows,
         [
             "round", "solo p50", "solo p99", "flood p50", "flood p99", "p99 ratio", "verdict",
+            "burst p99", "rest p99", "rest ratio",
             "gw ms/served", "gw ms/refused", "loop", "threads", "ctl p99", "ctl ratio",
             "gw ms/healthz",
         ],
@@ -981,6 +1098,12 @@ def report(args: argparse.Namespace, phases: list[Phase], rounds, pooled) -> str
         "thread CPU meanwhile; rest p99 / r loop %: the same afterwards, the flooder only "
         "refused.  The flooder table: its answers (200 admitted, 429 LM-3001 refused), when it "
         "was first refused, latencies, send lag, its client's CPU.\n"
+        "gateway side: the usage rows' latency_ms (the gateway's own clock, pipeline start to "
+        "record, integer ms) of the victim's requests and the flooder's refusals, split by "
+        f"whether they started within {NEAR_FLUSH_S * 1000:.0f} ms after the usage writer began "
+        "storing a batch (near) or not (far); in a flood phase near/far count only after its "
+        "burst.\n"
+        "rest ratio: the victim's p99 once the flooder is only refused / solo p99.\n"
         "control (--fair-control): the flooder's rate as GET /healthz (no auth, limits or "
         "usage row): ctl p99 and ratio are the victim's then, gw ms/healthz the CPU per GET.\n"
         "gw ms/served: gateway CPU per victim request in the solo phase, idle excluded; "
@@ -991,7 +1114,7 @@ def report(args: argparse.Namespace, phases: list[Phase], rounds, pooled) -> str
         "host %: all cores busy, everyone's "
         "processes (the host is shared: a busy host makes p99 noisy)."
     )
-    return "\n\n".join([head, table, ftable, rtable, verdict, notes])
+    return "\n\n".join([head, table, ftable, utable, rtable, verdict, notes])
 
 
 # --------------------------------------------------------------------------- main
@@ -1054,6 +1177,12 @@ def main(args: argparse.Namespace) -> int:
             if p.kind == "flood":
                 split_burst(p, samples)
         phases = [p for p, _ in measured]
+        if args.database_url and phases:
+            time.sleep(2.0)  # the usage writer stores the last rows (every 0.5 s by default)
+            try:
+                usage_figures(args.database_url, phases, tenants)
+            except Exception as exc:  # a diagnostic only: never lose the run's figures to it
+                print(f"no figures from the usage rows: {exc!r}", file=sys.stderr)
         rounds, pooled, problems = analyse(args, phases, idle_rate)
         if warm_bad or tallies["warmup_failures"]:
             problems.append(f"warm-up failures: {warm_bad} {tallies['warmup_failures']}")
