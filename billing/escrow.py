@@ -53,9 +53,27 @@ class Escrow:
         return await off_loop(run_sync)(program)
 
     async def hold_budget(self, hold: ledger.Hold) -> None:
-        """Take the budget hold on group, key and end caller, or refuse with LM-4001."""
+        """Take the budget hold on group, key and end caller, or refuse with LM-4001.
+
+        On PostgreSQL a hold only the group's budget bounds is one statement (one round trip).
+        """
+        now = timezone.now()
         try:
-            await self.run(ledger.take_hold(hold, now=timezone.now(), ttl_s=self.ttl_s))
+            if self._pg is not None and not hold.key_budgeted and hold.caller is None:
+                row = await self._pg.one_statement(
+                    ledger.HOLD_ONE_STATEMENT,
+                    {
+                        "request": hold.request_id,
+                        "group": hold.group_id,
+                        "amount": hold.amount_micro,
+                        "now": now,
+                        "expires": now + timedelta(seconds=self.ttl_s),
+                    },
+                )
+                if row is None:
+                    raise ledger.Refused("group budget")
+            else:
+                await self.run(ledger.take_hold(hold, now=now, ttl_s=self.ttl_s))
         except ledger.Refused as refused:
             raise errors.BudgetExhausted(f"Budget exhausted ({refused}).") from None
         except DB_ERRORS:

@@ -227,6 +227,18 @@ def mark_hold_sent(request_id: str) -> Program:
     return row is not None
 
 
+# `take_hold` of a hold only the group's budget bounds (no key budget, no caller budget), in
+# one statement (PostgreSQL's data-modifying CTE): no row back is the refusal, and a refused
+# group update inserts nothing, so the two commit together or not at all.
+HOLD_ONE_STATEMENT = (
+    "WITH grp AS (UPDATE accounts_group SET reserved_micro = reserved_micro + %(amount)s"
+    f" WHERE id = %(group)s AND {ROOM.replace('%s', '%(amount)s')} RETURNING id)"
+    " INSERT INTO billing_spendhold (request_id, group_id, api_key_id, caller_spend_id,"
+    " amount_micro, status, call_sent, created_at, expires_at)"
+    " SELECT %(request)s, id, NULL, NULL, %(amount)s, 'held', FALSE, %(now)s, %(expires)s"
+    " FROM grp RETURNING id"
+)
+
 # `take_hold(call_sent=True)` of a group without a budget, in one statement (PostgreSQL's
 # data-modifying CTE): the request path takes this crash marker right before a platform call.
 SENT_HOLD_ONE_STATEMENT = (
