@@ -227,9 +227,9 @@ class UsageWriter:
         self._buffer: list[UsageRecord] = []
         self._group_ready = False
 
-    def journal_into(self, pipe, record: UsageRecord) -> None:
-        """Queue a record's journal entry on a Redis pipeline (see gateway/recording.py)."""
-        pipe.xadd(JOURNAL, {"row": record.to_json()})
+    def journal_command(self, record: UsageRecord) -> tuple:
+        """The Redis command that journals a record (sent with others: gateway/recording.py)."""
+        return ("XADD", JOURNAL, "*", "row", record.to_json())
 
     def keep(self, record: UsageRecord) -> None:
         """Buffer a record in memory (no Redis): flushed by this process's flusher."""
