@@ -1,7 +1,7 @@
 """The request path's async face of money: budget holds and wallet escrow.
 
 Each step is one short transaction of a billing/ledger.py program: on PostgreSQL run by
-async psycopg on the event loop, elsewhere (embedded SQLite) in the database thread. A
+asyncpg on the event loop, elsewhere (embedded SQLite) in the database thread. A
 database failure while taking a hold or a reservation becomes LM-5004 (refuse rather than
 serve unbilled); only the crash mark of an already-covered call is skipped and counted
 instead (see `mark_sent`). Settlement is not here: it rides on the usage row
@@ -17,15 +17,13 @@ from datetime import timedelta
 from django.conf import settings
 from django.db import DatabaseError
 from django.utils import timezone
-from psycopg import Error as PsycopgError
-
 from billing import ledger
-from billing.sqlexec import AsyncPgDriver, postgres_conninfo, run_sync
+from billing.sqlexec import ASYNC_DB_ERRORS, AsyncPgDriver, postgres_params, run_sync
 from core import errors, metrics
 from core.db import off_loop
 
 log = logging.getLogger(__name__)
-DB_ERRORS = (DatabaseError, PsycopgError, OSError, TimeoutError)
+DB_ERRORS = (DatabaseError, *ASYNC_DB_ERRORS)
 # A crash mark is worth a short wait, not an outage's: after a failure, skip marks a while.
 MARK_WAIT_S = 1.0
 MARKS_OFF_S = 5.0
@@ -36,8 +34,8 @@ class Escrow:
         self.ttl_s = settings.TOLLGATE["RESERVATION_TTL_S"]
         self._unmarked_warned_at = -3600.0
         self._marks_off_until = 0.0
-        conninfo = postgres_conninfo()
-        self._pg = AsyncPgDriver(conninfo) if conninfo else None
+        params = postgres_params()
+        self._pg = AsyncPgDriver(params) if params else None
 
     async def open(self) -> None:
         if self._pg is not None:
