@@ -17,6 +17,7 @@ from datetime import timedelta
 from django.conf import settings
 from django.db import DatabaseError
 from django.utils import timezone
+
 from billing import ledger
 from billing.sqlexec import ASYNC_DB_ERRORS, AsyncPgDriver, postgres_params, run_sync
 from core import errors, metrics

@@ -46,6 +46,8 @@ from collections.abc import Generator, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from core.db import values_placeholders
+
 Program = Generator[tuple, object, object]
 ALL = "all"  # third element of a yielded statement: receive every row, not the first
 
@@ -58,11 +60,6 @@ ROOM = (
     "(budget_max_micro IS NULL OR (budget_max_micro > spent_micro + reserved_micro"
     " AND budget_max_micro >= spent_micro + reserved_micro + %s))"
 )
-
-
-def _values(count: int, width: int) -> str:
-    one = "(" + ", ".join(["%s"] * width) + ")"
-    return ", ".join([one] * count)
 
 
 # ---------------------------------------------------------------- counters
@@ -363,7 +360,7 @@ def commit_reservations(
         return []
     pairs = sorted(costs.items())
     rows = yield (
-        f"WITH served (id, cost) AS (VALUES {_values(len(pairs), 2)})"
+        f"WITH served (id, cost) AS (VALUES {values_placeholders(len(pairs), 2)})"
         " UPDATE billing_reservation SET status = 'committed',"
         " committed_micro = CASE WHEN served.cost < amount_micro THEN served.cost"
         " ELSE amount_micro END,"
@@ -405,7 +402,7 @@ def commit_reservations(
         yield (
             "INSERT INTO billing_ledgerentry (wallet_id, kind, amount_micro,"
             " balance_after_micro, reservation_id, reason, created_at)"
-            f" VALUES {_values(len(entries[wallet_id]), 7)} RETURNING id",
+            f" VALUES {values_placeholders(len(entries[wallet_id]), 7)} RETURNING id",
             tuple(params),
             ALL,
         )
@@ -469,7 +466,7 @@ def charge(
         ]
     rows = yield (
         "INSERT INTO billing_settledrequest (request_id, group_id, api_key_id, bandwidth_micro,"
-        f" provider_cost_micro, source, created_at) VALUES {_values(len(charges), 7)}"
+        f" provider_cost_micro, source, created_at) VALUES {values_placeholders(len(charges), 7)}"
         " ON CONFLICT (request_id) DO NOTHING RETURNING request_id",
         tuple(params),
         ALL,
