@@ -96,6 +96,12 @@ def _bound(sql: str, params) -> tuple[str, tuple]:
     return converted, tuple(params[name] for name in names)
 
 
+async def _keep_session(conn: asyncpg.Connection) -> None:
+    """Skip asyncpg's reset of a connection going back to the pool (a round trip per
+    statement): these statements leave no session state (no SET, LISTEN or advisory lock),
+    and a transaction is always closed by its own block."""
+
+
 class AsyncPgDriver:
     def __init__(self, params: dict, *, max_size: int = 4) -> None:
         self._params = params
@@ -106,7 +112,7 @@ class AsyncPgDriver:
         # No connection at start: a database down at boot is an outage to refuse through
         # (LM-5004), not a reason not to start; the pool connects on first use.
         self._pool = asyncpg.create_pool(
-            **self._params, min_size=0, max_size=self._max_size, timeout=10
+            **self._params, min_size=0, max_size=self._max_size, timeout=10, reset=_keep_session
         )
         await self._pool
 
