@@ -25,19 +25,20 @@ from dataclasses import dataclass
 import orjson
 import redis
 from django.conf import settings
-from django.db import DataError, IntegrityError, connection, transaction
-from django.db.models import F, IntegerField
+from django.db import DataError, IntegrityError, transaction
+from django.db.models import F
 from django.utils import timezone
 from redis.exceptions import ResponseError
 
 from billing.settlement import settle_rows
 from core import bus
-from core.db import off_loop, values_placeholders
+from core.db import off_loop
 from core.metrics import USAGE_DEAD_LETTERS
 from core.shared_state import SharedState, SharedStateDown
-from core.usage_record import ATTEMPT_FIELDS, LOG_FIELDS, UsageRecord
-from usage.models import UsageAttempt, UsageDeadLetter, UsageLog
+from core.usage_record import UsageRecord
+from usage.models import UsageDeadLetter
 from usage.rows import clean_record, clean_text
+from usage.storage import insert_new
 
 log = logging.getLogger(__name__)
 
@@ -72,64 +73,12 @@ def store_rows(records: list[UsageRecord]) -> int:
 def _store_rows(records: list[UsageRecord]) -> int:
     records = [clean_record(r) for r in records]  # a guard: rows journaled before cleaning
     by_id = {record.request_id: record for record in records}
-    with transaction.atomic(), connection.cursor() as cursor:
+    with transaction.atomic():
         stored_at = timezone.now()
-        # Rows go in as one statement, not through the ORM's per-field machinery (this runs
-        # in the gateway, for every request). A request id stored already (a replay, or
-        # another writer's claim) is skipped by the insert itself, even a concurrent one.
-        cursor.execute(
-            f"INSERT INTO {UsageLog._meta.db_table} ({', '.join(_LOG_COLUMNS)})"
-            f" VALUES {values_placeholders(len(by_id), len(_LOG_COLUMNS))}"
-            " ON CONFLICT (request_id) DO NOTHING RETURNING id, request_id",
-            [value for record in by_id.values() for value in _log_values(record, stored_at)],
-        )
-        ids = {request_id: pk for pk, request_id in cursor.fetchall()}
+        ids = insert_new(list(by_id.values()), stored_at=stored_at)
         fresh = [record for rid, record in by_id.items() if rid in ids]
-        attempts = [
-            (ids[record.request_id], *(getattr(a, name) for name in ATTEMPT_FIELDS))
-            for record in fresh
-            for a in record.attempts
-        ]
-        if attempts:
-            cursor.execute(
-                f"INSERT INTO {UsageAttempt._meta.db_table} ({', '.join(_ATTEMPT_COLUMNS)})"
-                f" VALUES {values_placeholders(len(attempts), len(_ATTEMPT_COLUMNS))}",
-                [value for row in attempts for value in row],
-            )
         settle_rows(fresh, now=stored_at)  # a stored row and its money: one transaction
     return len(fresh)
-
-
-def _column(model, name: str) -> str:
-    return connection.ops.quote_name(model._meta.get_field(name).column)
-
-
-_LOG_COLUMNS = tuple(_column(UsageLog, name) for name in ("stored_at", *LOG_FIELDS))
-_ATTEMPT_COLUMNS = tuple(_column(UsageAttempt, name) for name in ("log", *ATTEMPT_FIELDS))
-
-
-def _log_values(record: UsageRecord, stored_at) -> list:
-    values = [stored_at, *(getattr(record, name) for name in LOG_FIELDS)]
-    adapt = connection.ops.adapt_datetimefield_value  # e.g. SQLite's text form, as the ORM's
-    values[0] = adapt(values[0])
-    values[_CREATED_AT] = adapt(values[_CREATED_AT])
-    for index in _INTEGERS:  # a journal entry is outside data: say which field is wrong
-        value = values[index]
-        if value is not None and type(value) is not int:
-            try:
-                values[index] = int(value)
-            except (TypeError, ValueError):
-                name = LOG_FIELDS[index - 1]
-                raise ValueError(f"Field '{name}' expected a number but got {value!r}.") from None
-    return values
-
-
-_CREATED_AT = 1 + LOG_FIELDS.index("created_at")
-_INTEGERS = tuple(
-    1 + i
-    for i, name in enumerate(LOG_FIELDS)
-    if isinstance(UsageLog._meta.get_field(name), IntegerField)
-)
 
 
 @dataclass(frozen=True)
