@@ -6,7 +6,7 @@ else
 PY := .venv/bin/python
 endif
 
-.PHONY: run stop test bench lint install
+.PHONY: run stop test bench bench-peer lint install
 
 install: var/.installed
 
@@ -26,6 +26,10 @@ test: install
 
 bench: install
 	@$(PY) bench/run.py
+
+# The same loads also through LiteLLM's proxy (installed into var/peer-venv on first use).
+bench-peer: install
+	@$(PY) bench/run.py --peer litellm $(ARGS)
 
 lint: install
 	@$(PY) -m ruff check .
