@@ -83,7 +83,14 @@ class _Wire(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         self._reader.feed(data)
         waiting = self._waiting
-        while (reply := self._reader.gets()) is not False:
+        while True:
+            try:
+                reply = self._reader.gets()
+            except hiredis.ProtocolError:  # not Redis speaking: fail the waiting calls
+                self._transport.close()
+                return
+            if reply is False:
+                return
             future, count, replies = waiting[0]
             replies.append(reply)
             if len(replies) == count:
@@ -156,6 +163,8 @@ class SharedState:
         Within the timeout, or SharedStateDown. A command's error reply is raised (as
         redis-py's ResponseError), but a script Redis does not know is sent again with its text.
         """
+        if not commands:
+            return []
         try:
             async with asyncio.timeout(self.timeout_s):
                 wire = self._wire
