@@ -166,20 +166,20 @@ class SharedState:
         if not commands:
             return []
         try:
-            async with asyncio.timeout(self.timeout_s):
-                wire = self._wire
-                if wire is None or wire.closed or wire.loop is not asyncio.get_running_loop():
+            wire = self._wire
+            if wire is None or wire.closed or wire.loop is not asyncio.get_running_loop():
+                async with asyncio.timeout(self.timeout_s):
                     wire = await self._connected()
-                replies = await wire.send(commands)
-                unknown = [
-                    i
-                    for i, reply in enumerate(replies)
-                    if isinstance(reply, ResponseError) and str(reply).startswith("NOSCRIPT")
-                ]
-                if unknown:  # a Redis that restarted (or never saw the script): teach it
-                    again = await wire.send([commands[i].as_eval() for i in unknown])
-                    for i, reply in zip(unknown, again, strict=True):
-                        replies[i] = reply
+            replies = await self._within_timeout(wire, commands)
+            unknown = [
+                i
+                for i, reply in enumerate(replies)
+                if isinstance(reply, ResponseError) and str(reply).startswith("NOSCRIPT")
+            ]
+            if unknown:  # a Redis that restarted (or never saw the script): teach it
+                again = await self._within_timeout(wire, [commands[i].as_eval() for i in unknown])
+                for i, reply in zip(unknown, again, strict=True):
+                    replies[i] = reply
         except FAILURES as exc:
             self._failed(exc)
         for reply in replies:
@@ -187,6 +187,16 @@ class SharedState:
                 raise reply
         self._succeeded()
         return replies
+
+    async def _within_timeout(self, wire: _Wire, commands) -> list:
+        # One timer on the replies' future: what asyncio.timeout does, without its context
+        # manager and task bookkeeping (twice per request).
+        replies = wire.send(commands)
+        timer = wire.loop.call_later(self.timeout_s, _expire, replies)
+        try:
+            return await replies
+        finally:
+            timer.cancel()
 
     async def _connected(self) -> _Wire:
         """The pipelined connection, (re)opened by one task however many callers wait."""
@@ -285,6 +295,11 @@ class SharedState:
             self._wire.close()
         if self.client is not None:
             await self.client.aclose()
+
+
+def _expire(replies: asyncio.Future) -> None:
+    if not replies.done():
+        replies.set_exception(TimeoutError("Redis did not answer in time"))
 
 
 class SharedStateDown(Exception):
