@@ -46,6 +46,9 @@ from collections.abc import Generator, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+import orjson
+from django.db import connection
+
 from core.db import values_placeholders
 
 Program = Generator[tuple, object, object]
@@ -60,6 +63,20 @@ ROOM = (
     "(budget_max_micro IS NULL OR (budget_max_micro > spent_micro + reserved_micro"
     " AND budget_max_micro >= spent_micro + reserved_micro + %s))"
 )
+
+
+def batch_rows(types: tuple[str, ...], rows: list[tuple]) -> tuple[str, tuple]:
+    """A batch's rows as a statement's row source, with its parameters: `VALUES (..), (..)`;
+    on PostgreSQL one JSON parameter instead, so the statement's text (which the driver
+    parses on every call) does not grow with the batch. `types`: each column's SQL type."""
+    if connection.vendor == "postgresql":
+        columns = ", ".join(f"(e->>{i})::{t}" for i, t in enumerate(types))
+        return (
+            f"SELECT {columns} FROM json_array_elements(%s::json) AS e",
+            (orjson.dumps(rows).decode(),),
+        )
+    params = tuple(value for row in rows for value in row)
+    return f"VALUES {values_placeholders(len(rows), len(types))}", params
 
 
 # ---------------------------------------------------------------- counters
@@ -268,11 +285,12 @@ def release_holds(
     if not ids:
         return {}
     status = _REAPED_STATUS if reaped else "'settled'"
+    requests, params = batch_rows(("text",), [(request_id,) for request_id in ids])
     rows = yield (
         f"UPDATE billing_spendhold SET status = {status} WHERE status = 'held'"
-        f" AND request_id IN ({', '.join(['%s'] * len(ids))})"
+        f" AND request_id IN ({requests})"
         " RETURNING request_id, amount_micro, group_id, api_key_id, caller_spend_id, status",
-        tuple(ids),
+        params,
         ALL,
     )
     own = moves is None
@@ -346,6 +364,10 @@ RESERVE_ONE_STATEMENT = (
 )
 
 
+# wallet, kind, amount, balance after, reservation, reason (created_at is the statement's own)
+_LEDGER_ENTRY_TYPES = ("bigint", "text", "bigint", "bigint", "bigint", "text")
+
+
 def commit_reservations(
     costs: dict[int, int], *, now: datetime, unmeasured: bool = False
 ) -> Program:
@@ -358,9 +380,9 @@ def commit_reservations(
     """
     if not costs:
         return []
-    pairs = sorted(costs.items())
+    served, params = batch_rows(("bigint", "bigint"), sorted(costs.items()))
     rows = yield (
-        f"WITH served (id, cost) AS (VALUES {values_placeholders(len(pairs), 2)})"
+        f"WITH served (id, cost) AS ({served})"
         " UPDATE billing_reservation SET status = 'committed',"
         " committed_micro = CASE WHEN served.cost < amount_micro THEN served.cost"
         " ELSE amount_micro END,"
@@ -369,7 +391,7 @@ def commit_reservations(
         " FROM served WHERE billing_reservation.id = served.id"
         " AND billing_reservation.status = 'pending'"
         " RETURNING billing_reservation.id, wallet_id, amount_micro, committed_micro, request_id",
-        (*(value for pair in pairs for value in pair), unmeasured, now),
+        (*params, unmeasured, now),
         ALL,
     )
     wallets: dict[int, list[int]] = defaultdict(lambda: [0, 0])  # released, debited
@@ -387,23 +409,20 @@ def commit_reservations(
             (released, debited, now, wallet_id),
         )
         balance = row[0] + debited  # walk this wallet's commits in order
-        params: list = []
+        commits = []
         for reservation_id, committed, request_id in entries[wallet_id]:
             balance -= committed
-            params += [
-                wallet_id,
-                "commit",
-                -committed,
-                balance,
-                reservation_id,
-                f"{label} {request_id}",
-                now,
-            ]
+            commits.append(
+                (wallet_id, "commit", -committed, balance, reservation_id, f"{label} {request_id}")
+            )
+        source, params = batch_rows(
+            ("bigint", "text", "bigint", "bigint", "bigint", "text"), commits
+        )
         yield (
             "INSERT INTO billing_ledgerentry (wallet_id, kind, amount_micro,"
             " balance_after_micro, reservation_id, reason, created_at)"
-            f" VALUES {values_placeholders(len(entries[wallet_id]), 7)} RETURNING id",
-            tuple(params),
+            f" SELECT *, %s FROM ({source}) AS commits RETURNING id",
+            (now, *params),
             ALL,
         )
     return [row[0] for row in rows]
@@ -453,22 +472,18 @@ def charge(
     """
     if not charges:
         return set()
-    params: list = []
-    for c in charges:
-        params += [
-            c.request_id,
-            c.group_id,
-            c.api_key_id,
-            c.bandwidth_micro,
-            c.cost_micro,
-            source,
-            now,
-        ]
+    owed, params = batch_rows(
+        ("text", "bigint", "bigint", "bigint", "bigint"),
+        [
+            (c.request_id, c.group_id, c.api_key_id, c.bandwidth_micro, c.cost_micro)
+            for c in charges
+        ],
+    )
     rows = yield (
         "INSERT INTO billing_settledrequest (request_id, group_id, api_key_id, bandwidth_micro,"
-        f" provider_cost_micro, source, created_at) VALUES {values_placeholders(len(charges), 7)}"
-        " ON CONFLICT (request_id) DO NOTHING RETURNING request_id",
-        tuple(params),
+        f" provider_cost_micro, source, created_at) SELECT *, %s, %s FROM ({owed}) AS owed"
+        " WHERE true ON CONFLICT (request_id) DO NOTHING RETURNING request_id",
+        (source, now, *params),
         ALL,
     )
     marked = {row[0] for row in rows}
