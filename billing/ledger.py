@@ -253,6 +253,24 @@ HOLD_ONE_STATEMENT = (
     " FROM grp RETURNING id"
 )
 
+# HOLD_ONE_STATEMENT for many holds on one group at once (arrays of request ids and amounts):
+# all are taken, or none (then each is taken on its own, for its own verdict). The room check
+# is the one the holds would pass one by one, the largest last.
+HOLD_MANY_STATEMENT = (
+    "WITH req AS (SELECT * FROM unnest(%(requests)s::text[], %(amounts)s::bigint[])"
+    " AS r(request_id, amount)),"
+    " tot AS (SELECT sum(amount) AS total, max(amount) AS largest FROM req),"
+    " grp AS (UPDATE accounts_group g SET reserved_micro = g.reserved_micro + tot.total FROM tot"
+    " WHERE g.id = %(group)s AND (g.budget_max_micro IS NULL OR (g.budget_max_micro"
+    " > g.spent_micro + g.reserved_micro + tot.total - tot.largest AND g.budget_max_micro"
+    " >= g.spent_micro + g.reserved_micro + tot.total)) RETURNING g.id)"
+    " INSERT INTO billing_spendhold (request_id, group_id, api_key_id, caller_spend_id,"
+    " amount_micro, status, call_sent, created_at, expires_at)"
+    " SELECT req.request_id, grp.id, NULL, NULL, req.amount, 'held', FALSE, %(now)s,"
+    " %(expires)s FROM req, grp RETURNING request_id"
+)
+
+
 # `take_hold(call_sent=True)` of a group without a budget, in one statement (PostgreSQL's
 # data-modifying CTE): the request path takes this crash marker right before a platform call.
 SENT_HOLD_ONE_STATEMENT = (
@@ -361,6 +379,25 @@ RESERVE_ONE_STATEMENT = (
     " expires_at)"
     " SELECT id, %(request)s, %(group)s, %(key)s, %(attempt)s, %(amount)s, 0, 0, 'pending',"
     " TRUE, FALSE, %(now)s, %(expires)s FROM wallet RETURNING id"
+)
+
+
+# RESERVE_ONE_STATEMENT for many reservations on one wallet at once: all or none (then each
+# on its own). Returns (id, request_id, attempt_no) per reservation.
+RESERVE_MANY_STATEMENT = (
+    "WITH req AS (SELECT * FROM unnest(%(requests)s::text[], %(groups)s::bigint[],"
+    " %(keys)s::bigint[], %(attempts)s::int[], %(amounts)s::bigint[])"
+    " AS r(request_id, group_id, api_key_id, attempt_no, amount)),"
+    " tot AS (SELECT sum(amount) AS total FROM req),"
+    " wallet AS (UPDATE billing_wallet w SET reserved_micro = w.reserved_micro + tot.total,"
+    " updated_at = %(now)s FROM tot WHERE w.account_id = %(account)s"
+    " AND w.balance_micro >= w.reserved_micro + tot.total RETURNING w.id)"
+    " INSERT INTO billing_reservation (wallet_id, request_id, group_id, api_key_id, attempt_no,"
+    " amount_micro, committed_micro, excess_micro, status, call_sent, unmeasured, created_at,"
+    " expires_at)"
+    " SELECT wallet.id, req.request_id, req.group_id, req.api_key_id, req.attempt_no,"
+    " req.amount, 0, 0, 'pending', TRUE, FALSE, %(now)s, %(expires)s FROM req, wallet"
+    " RETURNING id, request_id, attempt_no"
 )
 
 

@@ -145,3 +145,10 @@ class AsyncPgDriver:
         async with self._pool.acquire(timeout=wait_s) as conn:
             row = await conn.fetchrow(converted, *args)
         return None if row is None else tuple(row)
+
+    async def all_rows(self, sql: str, params: dict, *, wait_s: float | None = None) -> list:
+        """Run one self-contained statement; return all its rows."""
+        converted, args = _bound(sql, params)
+        async with self._pool.acquire(timeout=wait_s) as conn:
+            rows = await conn.fetch(converted, *args)
+        return [tuple(row) for row in rows]
