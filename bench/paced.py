@@ -10,6 +10,10 @@ that client, learned from the warm-up) through ``POST /_stub/faults``: the gatew
 forward client headers, so pacing cannot ride on the request. A run checks afterwards, in
 ``GET /_stub/calls``, that the stub paced exactly N calls.
 
+``--paced-ramp-ms R`` sends the N requests evenly over R ms instead of all at once (with R
+under a stream's length every stream is still open at once, but the gateway opens them at
+N/R per ms rather than in one burst: what holding N streams costs, apart from the burst).
+
 Each run first sends ``min(N, 20)`` unpaced warm-up streams (not measured), waits for the
 serving process to go quiet, then measures:
 
@@ -87,6 +91,7 @@ class PacedResult:
     shape: str
     n: int
     pace_ms: float
+    ramp_ms: float = 0.0
     ok: int = 0
     failed: int = 0
     paced_calls: int = 0
@@ -151,7 +156,11 @@ class Streams:
             self.examples.append(f"{kind}: {detail}"[:600])
 
 
-async def one_stream(session: aiohttp.ClientSession, prep: Any, streams: Streams) -> None:
+async def one_stream(
+    session: aiohttp.ClientSession, prep: Any, streams: Streams, delay_s: float = 0.0
+) -> None:
+    if delay_s:
+        await asyncio.sleep(delay_s)
     t0 = time.perf_counter()
     got_first = False
     ttft: float | None = None
@@ -220,10 +229,16 @@ async def wait_quiet(pid: int, bench: ModuleType) -> None:
 
 
 async def run_one(
-    bench: ModuleType, servers: Any, shape: str, target: str, n: int, pace_ms: float
+    bench: ModuleType,
+    servers: Any,
+    shape: str,
+    target: str,
+    n: int,
+    pace_ms: float,
+    ramp_ms: float = 0.0,
 ) -> PacedResult:
     name = f"{target}-{shape}-paced"
-    result = PacedResult(name, target, shape, n, pace_ms)
+    result = PacedResult(name, target, shape, n, pace_ms, ramp_ms)
     sc = bench.Scenario(name, target, shape, True)
     prep = bench.prepare(sc, servers, bench.DEFAULT_WORDS)
     serving = servers.gateway if target == "gw" else servers.stub
@@ -287,7 +302,8 @@ async def run_one(
                 await asyncio.sleep(SAMPLE_S)
 
         sampling = asyncio.create_task(sampler())
-        await asyncio.gather(*(one_stream(session, prep, streams) for _ in range(n)))
+        step_s = ramp_ms / 1000 / n
+        await asyncio.gather(*(one_stream(session, prep, streams, i * step_s) for i in range(n)))
         result.elapsed_s = time.perf_counter() - t0
         cpu1 = bench.cpu_ms(serving.pid)
         gw1, stub1, me1 = (
@@ -351,7 +367,9 @@ async def run_paced(args: argparse.Namespace, servers: Any, bench: ModuleType) -
         for shape in args.paced_shapes:
             for target in ("stub", "gw"):
                 print(f"running {target}-{shape}-paced, {n} streams ...", flush=True)
-                r = await run_one(bench, servers, shape, target, n, args.pace_ms)
+                r = await run_one(
+                    bench, servers, shape, target, n, args.pace_ms, args.paced_ramp_ms
+                )
                 results.append(r)
                 print(
                     f"  {r.ok}/{n} ok, ttfb p50 {bench.fmt(r.ttfb_p50_ms, 1)} ms"
@@ -397,7 +415,10 @@ def report(results: list[PacedResult], bench: ModuleType) -> str:
         ]  # fmt: skip
         for r in results
     ]
-    parts = [render(bench, rows, headers)]
+    first = results[0]
+    sent = f"over {first.ramp_ms:.0f} ms" if first.ramp_ms else "all at once"
+    title = f"paced streams: {CHUNKS} tokens {first.pace_ms:.0f} ms apart, requests sent {sent}"
+    parts = [title + "\n" + render(bench, rows, headers)]
     by_key = {(r.target, r.shape, r.n): r for r in results}
     comp = []
     for r in results:
@@ -484,6 +505,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--pace-ms", type=float, default=500.0,
         help="paced streams: the stub's delay before each of the 8 tokens (default 500)",
+    )  # fmt: skip
+    p.add_argument(
+        "--paced-ramp-ms", type=float, default=0.0,
+        help="paced streams: send the N requests evenly over this many ms (default 0: at once)",
     )  # fmt: skip
     p.add_argument(
         "--paced-shapes", type=parse_shapes, default=["openai", "anthropic"],
