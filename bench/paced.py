@@ -28,10 +28,13 @@ serving process to go quiet, then measures:
   was taken (N when every stream was open at once).
 * ``RSS/str KB``: the serving process's VmRSS (``/proc/<pid>/status``) at that moment minus
   its VmRSS just before the run, divided by ``open``. The stub's for ``stub-*`` runs, the
-  gateway's for ``gw-*`` runs.
+  gateway's for ``gw-*`` runs. Marked ``*`` when that process had already held as many
+  streams in an earlier run: it then reuses the memory they freed and the figure reads low
+  (after fewer streams, somewhat low); give one count and one shape to measure it.
 * ``cpu% open``: the serving process's CPU (user+system, as one core's %) from the first
   request sent until every stream had its first bytes: near 100 there means the single
-  event loop was busy the whole time, i.e. opening N streams is CPU-bound, not queued;
+  event loop was busy the whole time, i.e. opening N streams is CPU-bound, not queued (it
+  counts 10 ms clock ticks: rough when the streams open in under ~100 ms);
   ``cpu% all`` / ``cpu s``: over the whole run. ``client cpu%``: this process's.
 * ``fail``: requests that failed (status, body check, timeout, connection) plus calls the
   stub did not pace; ``ERR``/``WARN``: ERROR/CRITICAL and WARNING lines the gateway logged.
@@ -108,6 +111,7 @@ class PacedResult:
     rss_open_kb: int | None = None
     rss_peak_kb: int | None = None
     rss_per_stream_kb: float | None = None
+    rss_reused: bool = False  # the process had held as many streams before: reads low
     cpu_open_pct: float | None = None
     cpu_all_pct: float | None = None
     cpu_ms: float | None = None
@@ -363,6 +367,7 @@ async def run_one(
 async def run_paced(args: argparse.Namespace, servers: Any, bench: ModuleType) -> list[PacedResult]:
     """Every count of --paced-streams, every shape: the stub directly, then the gateway."""
     results = []
+    held = {"stub": 0, "gw": 0}  # the most streams each process has held so far
     for n in args.paced_streams:
         for shape in args.paced_shapes:
             for target in ("stub", "gw"):
@@ -370,6 +375,8 @@ async def run_paced(args: argparse.Namespace, servers: Any, bench: ModuleType) -
                 r = await run_one(
                     bench, servers, shape, target, n, args.pace_ms, args.paced_ramp_ms
                 )
+                r.rss_reused = held[target] >= r.open_at_sample > 0
+                held[target] = max(held[target], r.open_at_sample)
                 results.append(r)
                 print(
                     f"  {r.ok}/{n} ok, ttfb p50 {bench.fmt(r.ttfb_p50_ms, 1)} ms"
@@ -405,7 +412,7 @@ def report(results: list[PacedResult], bench: ModuleType) -> str:
             fmt(r.ttft_max_ms, 1),
             fmt(r.elapsed_s, 2),
             str(r.open_at_sample),
-            fmt(r.rss_per_stream_kb, 1),
+            fmt(r.rss_per_stream_kb, 1) + ("*" if r.rss_reused else ""),
             fmt(r.cpu_open_pct, 0),
             fmt(r.cpu_all_pct, 0),
             fmt((r.cpu_ms or 0) / 1000, 2),
@@ -436,7 +443,7 @@ def report(results: list[PacedResult], bench: ModuleType) -> str:
                 diff(r.ttft_p99_ms, base.ttft_p99_ms),
                 diff(r.ttfb_p50_ms, base.ttfb_p50_ms),
                 diff(r.ttfb_p99_ms, base.ttfb_p99_ms),
-                fmt(r.rss_per_stream_kb, 1),
+                fmt(r.rss_per_stream_kb, 1) + ("*" if r.rss_reused else ""),
             ]
         )
     if comp:
@@ -453,6 +460,11 @@ def report(results: list[PacedResult], bench: ModuleType) -> str:
                     "gw RSS/str KB",
                 ],
             )
+        )
+    if any(r.rss_reused for r in results):
+        parts.append(
+            "* the process had held as many streams before: it reuses the memory they freed, "
+            "so this RSS/str reads low (one count and one shape per run measures it)."
         )
     parts.append(
         "Paced goal (reference): gateway TTFB within 50 ms of the stub's, flat in N; <= 50 KB RSS "
