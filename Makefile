@@ -24,7 +24,7 @@ stop:
 test: install
 	@PY=$(PY) scripts/test.sh
 
-# PACED_STREAMS: how many concurrent paced streams the paced-streams scenario opens.
+# PACED_STREAMS: how many concurrent paced streams the paced-streams scenario opens (0: none).
 PACED_STREAMS ?= 1000
 
 bench: install

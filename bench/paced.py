@@ -495,10 +495,14 @@ def print_failures(results: list[PacedResult]) -> None:
 
 
 def parse_counts(text: str) -> list[int]:
-    counts = [int(x) for x in text.split(",") if x.strip()]
-    if any(c < 1 for c in counts):
-        raise argparse.ArgumentTypeError("stream counts must be positive")
-    return counts
+    """N[,N...]; 0 (or nothing) runs no paced streams (`make bench PACED_STREAMS=0`)."""
+    try:
+        counts = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError("stream counts: comma-separated integers") from None
+    if any(c < 0 for c in counts):
+        raise argparse.ArgumentTypeError("stream counts must not be negative")
+    return [c for c in counts if c]
 
 
 def parse_shapes(text: str) -> list[str]:
