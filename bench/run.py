@@ -6,6 +6,7 @@ Run (from the repository root, with the venv active)::
     python bench/run.py --n 500 --c 1 --only gw-openai,stub-openai
     python bench/run.py --database-url postgres://... --redis-url redis://... --json out.json
     python bench/run.py --peer litellm        # also LiteLLM's proxy (`make bench-peer`)
+    python bench/run.py --only paced --paced-streams 100,300,1000 --database-url ... --redis-url ...
 
 What it does
 ------------
@@ -45,6 +46,19 @@ The numbers
   concurrency); ``gw cpu/req`` against the design budget (<= 1 ms per non-streamed request,
   <= 1.5 ms per streamed request).
 
+Paced streams
+-------------
+``--paced-streams N[,N...]`` adds, after the scenarios above (``--only paced``: instead of
+them), the paced-streams scenario (bench/paced.py): for each N and each shape of
+``--paced-shapes`` (default ``openai,anthropic``), N concurrent streams sent at once straight
+to the stub, then N through the gateway, every one paced by the stub (its ``slow`` fault:
+``--pace-ms``, default 500, before each of the 8 tokens, set through ``POST /_stub/faults``).
+It reports TTFB and time to the first token (p50/p99/max), total time, failures, RSS per open
+stream (VmRSS with every stream open minus VmRSS before, over the open streams), and the
+serving process's CPU while the streams open and over the whole run; and, per N, what the
+gateway adds to the stub's figures. bench/paced.py's docstring defines each column.
+``make bench`` runs it with ``PACED_STREAMS`` (default 1000) streams.
+
 Answers are the stub's default 8 words everywhere: the gateway does not forward client
 headers to the vendor, so ``x-stub-words`` cannot change the answer length of ``gw-*``
 requests.  ``--words N`` (N != 8) sends ``x-stub-words: N`` on every request and expects N
@@ -56,9 +70,10 @@ lines the gateway wrote to stderr during a scenario's measured phase (e.g. a set
 that could not be written): the client got its answer, but the measured path did not
 complete, so such a scenario is flagged ``[GW ERRORS]``.
 
-Exit code: 0 when every request of every scenario succeeded and the gateway logged no
-error, 1 otherwise (including a scenario aborted by its time limit or by a server process
-dying), 2 when setup failed, 130 when interrupted.
+Exit code: 0 when every request of every scenario (paced ones included) succeeded and the
+gateway logged no error, 1 otherwise (including a scenario aborted by its time limit or by a
+server process dying), 2 when setup failed (also: too low an RLIMIT_NOFILE for the paced
+streams), 130 when interrupted.
 """
 
 from __future__ import annotations
@@ -89,6 +104,7 @@ from typing import Any
 
 import aiohttp
 import orjson
+import paced  # bench/paced.py: the paced-streams scenario (the script's directory is on the path)
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_WORDS = 8  # the stub's default answer length, the only one the gateway ever gets
@@ -909,6 +925,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="the peer's ASGI server (default granian)",
     )  # fmt: skip
     p.add_argument("--peer-workers", type=int, default=2, help="peer worker processes (default 2)")
+    paced.add_arguments(p)
     args = p.parse_args(argv)
     if args.n < 1 or args.c < 1 or args.words < 1 or args.peer_workers < 1:
         p.error("--n, --c, --words and --peer-workers must be positive")
@@ -918,9 +935,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         known = [x for s in SCENARIOS for x in ([s, twin[s.name]] if s.name in twin else [s])]
     if args.only:
         names = [x.strip() for x in args.only.split(",") if x.strip()]
+        if "paced" in names:  # not a throughput scenario: --only paced runs the paced ones only
+            if not args.paced_streams:
+                p.error("--only paced needs --paced-streams N")
+            names.remove("paced")
         unknown = [x for x in names if x not in BY_NAME]
         if unknown:
-            p.error(f"unknown scenario(s) {unknown}; known: {', '.join(BY_NAME)}")
+            p.error(f"unknown scenario(s) {unknown}; known: {', '.join(BY_NAME)}, paced")
         if not args.peer and any(BY_NAME[x].target == "peer" for x in names):
             p.error("peer-* scenarios need --peer")
         args.scenarios = [s for s in known if s.name in names]
@@ -975,6 +996,9 @@ def start_peer(args: argparse.Namespace, servers: Servers, tmp: Path, procs: lis
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.paced_streams and (problem := paced.check_nofile(args)):
+        print(f"setup failed: {problem}", file=sys.stderr)
+        return 2
 
     def on_term(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt
@@ -983,6 +1007,7 @@ def main(argv: list[str] | None = None) -> int:
     tmp = Path(tempfile.mkdtemp(prefix="tollgate-bench-"))
     procs: list[Proc] = []
     results: list[Result] = []
+    paced_results: list[paced.PacedResult] = []
     status = 0
     try:
         try:
@@ -1010,11 +1035,23 @@ def main(argv: list[str] | None = None) -> int:
                 flush=True,
             )
         results = run_loop(lambda: run_all(args, servers, peer))
+        if args.paced_streams and servers.gateway.alive() and servers.stub.alive():
+            paced_results = run_loop(lambda: paced.run_paced(args, servers, sys.modules[__name__]))
         comps = comparisons(results)
         print()
-        print(report(results, comps))
-        print_failures(results)
-        if any(r.bad for r in results) or len(results) < len(args.scenarios):
+        if results:
+            print(report(results, comps))
+            print_failures(results)
+        if paced_results:
+            print("\n" + paced.report(paced_results, sys.modules[__name__]))
+            paced.print_failures(paced_results)
+        paced_want = len(args.paced_streams) * len(args.paced_shapes) * 2
+        if (
+            any(r.bad for r in results)
+            or len(results) < len(args.scenarios)
+            or any(r.bad for r in paced_results)
+            or len(paced_results) < paced_want
+        ):
             status = 1
             for proc in reversed(procs):  # the peer's (if any), the gateway's, the stub's
                 text = proc.stderr_tail(40)
@@ -1033,6 +1070,8 @@ def main(argv: list[str] | None = None) -> int:
                     "redis": bool(args.redis_url),
                     "scenarios": [s.name for s in args.scenarios],
                     "peer": getattr(args, "peer_info", None),
+                    "paced_streams": args.paced_streams,
+                    "pace_ms": args.pace_ms,
                 },
                 "host": {
                     "cpus": os.cpu_count(),
@@ -1042,6 +1081,7 @@ def main(argv: list[str] | None = None) -> int:
                 "budget_ms": {"non_stream": BUDGET_MS[False], "stream": BUDGET_MS[True]},
                 "results": [asdict(r) for r in results],
                 "comparisons": comps,
+                "paced": paced.as_json(paced_results),
                 "ok": status == 0,
             }
             Path(args.json).write_text(json.dumps(doc, indent=2) + "\n")
