@@ -70,6 +70,23 @@ lines the gateway wrote to stderr during a scenario's measured phase (e.g. a set
 that could not be written): the client got its answer, but the measured path did not
 complete, so such a scenario is flagged ``[GW ERRORS]``.
 
+Tenant fairness (``--fairness``, bench/fairness.py)
+-------------------------------------------------
+Runs instead of the scenarios above: two tenants with real rpm limits, a victim sending
+``--fair-victim-rps`` non-streamed requests per second open loop (fixed send times), first
+alone, then while the flooder sends ``--fair-flood-factor`` (10) x its limit L
+(``--fair-flood-rpm``) from its own process; phases of whole rate windows (``--fair-phase-s``,
+60), ``--fair-rounds`` solo+flood pairs.  It reports the victim's p50/p99 alone and under
+flood, their p99 ratio against ``--fair-max-ratio`` (1.20: PASS/FAIL), the flooder's
+admitted/refused counts (refusals must be LM-3001 in our error format, admissions exactly L
+per window), gateway CPU and the CPU per refused request.  Example::
+
+    python bench/run.py --fairness --fair-rounds 2 --database-url postgres://... \
+        --redis-url redis://... --json fair.json
+
+It deletes the ``tollgate:*`` keys of the Redis database it is given first.  Exit code: 0
+on PASS with every check passed, 1 otherwise, 2 when setup failed.
+
 Exit code: 0 when every request of every scenario (paced ones included) succeeded and the
 gateway logged no error, 1 otherwise (including a scenario aborted by its time limit or by a
 server process dying), 2 when setup failed (also: too low an RLIMIT_NOFILE for the paced
@@ -103,6 +120,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import fairness
 import orjson
 import paced  # bench/paced.py: the paced-streams scenario (the script's directory is on the path)
 
@@ -926,7 +944,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )  # fmt: skip
     p.add_argument("--peer-workers", type=int, default=2, help="peer worker processes (default 2)")
     paced.add_arguments(p)
+    fairness.add_arguments(p)
     args = p.parse_args(argv)
+    fairness.check_arguments(p, args)
     if args.n < 1 or args.c < 1 or args.words < 1 or args.peer_workers < 1:
         p.error("--n, --c, --words and --peer-workers must be positive")
     known = list(SCENARIOS)
@@ -996,6 +1016,8 @@ def start_peer(args: argparse.Namespace, servers: Servers, tmp: Path, procs: lis
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.fairness:
+        return fairness.main(args)
     if args.paced_streams and (problem := paced.check_nofile(args)):
         print(f"setup failed: {problem}", file=sys.stderr)
         return 2
