@@ -39,7 +39,8 @@ class Coalescer:
     LIMIT = 500
 
     def __init__(self, run_batch, *, orphaned=None) -> None:
-        self._run_batch = run_batch  # async (key, items) -> one result per item, in order
+        # async (key, items) -> one result per item, in order (an exception: that item failed)
+        self._run_batch = run_batch
         self._orphaned = orphaned  # called with a result whose waiter left after it was sent
         self._queues: dict = {}
         self._draining: set[asyncio.Task] = set()  # strong references to the running drains
@@ -72,9 +73,13 @@ class Coalescer:
                             future.set_exception(exc)
                     continue
                 for (_, future), result in zip(batch, results, strict=True):
+                    failed = isinstance(result, BaseException)
                     if not future.done():
-                        future.set_result(result)
-                    elif self._orphaned is not None and result is not None:
+                        if failed:
+                            future.set_exception(result)
+                        else:
+                            future.set_result(result)
+                    elif self._orphaned is not None and result is not None and not failed:
                         self._orphaned(result)
         except BaseException as exc:  # cancelled (shutdown): no waiter is left hanging
             for _, future in batch + queue:
@@ -83,6 +88,20 @@ class Coalescer:
             raise
         finally:
             del self._queues[key]
+
+
+async def _one_by_one(items: list, statement, result) -> list:
+    """Each item's own statement, for its own verdict. Once the database fails, that item
+    and the rest get the failure, and the ones before keep what they took (each waiter
+    learns exactly what happened to its own)."""
+    results: list = []
+    for item in items:
+        try:
+            row = await statement(item)
+        except DB_ERRORS as exc:
+            return results + [exc] * (len(items) - len(results))
+        results.append(result(row))
+    return results
 
 
 class Escrow:
@@ -115,9 +134,9 @@ class Escrow:
             )
             if rows:
                 return [True] * len(holds)
-        results = []
-        for h in holds:  # one by one, each its own verdict
-            row = await self._pg.one_statement(
+        return await _one_by_one(
+            holds,
+            lambda h: self._pg.one_statement(
                 ledger.HOLD_ONE_STATEMENT,
                 {
                     "amount": h.amount_micro,
@@ -126,9 +145,9 @@ class Escrow:
                     "now": now,
                     "expires": expires,
                 },
-            )
-            results.append(row is not None)
-        return results
+            ),
+            lambda row: row is not None,
+        )
 
     async def _reserve_batch(self, account_id: int, items: list) -> list:
         now = timezone.now()
@@ -150,14 +169,14 @@ class Escrow:
             if rows:
                 ids = {(r[1], r[2]): r[0] for r in rows}
                 return [ids[(i["request"], i["attempt"])] for i in items]
-        results = []
-        for i in items:
-            row = await self._pg.one_statement(
+        return await _one_by_one(
+            items,
+            lambda i: self._pg.one_statement(
                 ledger.RESERVE_ONE_STATEMENT,
                 {**i, "account": account_id, "now": now, "expires": expires},
-            )
-            results.append(row[0] if row is not None else None)
-        return results
+            ),
+            lambda row: row[0] if row is not None else None,
+        )
 
     async def open(self) -> None:
         if self._pg is not None:

@@ -50,3 +50,18 @@ def test_a_waiter_gone_before_its_batch_is_dropped_and_after_it_its_result_is_or
     assert asyncio.run(scenario()) == 30
     assert batches == [[1], [3]]
     assert orphans == [10]
+
+
+def test_an_item_that_failed_raises_for_its_waiter_only():
+    async def run_batch(key, items):
+        await asyncio.sleep(0)
+        return [ValueError("down") if item == 2 else item * 10 for item in items]
+
+    async def scenario():
+        coalescer = Coalescer(run_batch)
+        outcomes = await asyncio.gather(
+            *(coalescer.submit("g", n) for n in (1, 2, 3)), return_exceptions=True
+        )
+        return [o if isinstance(o, int) else type(o).__name__ for o in outcomes]
+
+    assert asyncio.run(scenario()) == [10, "ValueError", 30]
