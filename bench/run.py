@@ -71,18 +71,22 @@ that could not be written): the client got its answer, but the measured path did
 complete, so such a scenario is flagged ``[GW ERRORS]``.
 
 Tenant fairness (``--fairness``, bench/fairness.py)
--------------------------------------------------
+--------------------------------------------------
 Runs instead of the scenarios above: two tenants with real rpm limits, a victim sending
-``--fair-victim-rps`` non-streamed requests per second open loop (fixed send times), first
-alone, then while the flooder sends ``--fair-flood-factor`` (10) x its limit L
-(``--fair-flood-rpm``) from its own process; phases of whole rate windows (``--fair-phase-s``,
-60), ``--fair-rounds`` solo+flood pairs.  It reports the victim's p50/p99 alone and under
-flood, their p99 ratio against ``--fair-max-ratio`` (1.20: PASS/FAIL), the flooder's
-admitted/refused counts (refusals must be LM-3001 in our error format, admissions exactly L
-per window), gateway CPU and the CPU per refused request.  Example::
+``--fair-victim-rps`` (20) non-streamed requests per second open loop (fixed send times),
+first alone, then while the flooder sends ``--fair-flood-factor`` (10) x its limit L
+(``--fair-flood-rpm``, 1200) from its own process; phases of whole rate windows
+(``--fair-phase-s``, 60), ``--fair-rounds`` rounds; ``--fair-control`` adds a phase where
+the flooder sends GET /healthz at the same rate, ``--fair-flood-concurrency`` gives it a
+concurrency_limit.  It reports the victim's p50/p99 alone and under flood (also split into
+the flooder's admitted burst at the window's start and the rest), their p99 ratio against
+``--fair-max-ratio`` (1.20: PASS/FAIL), the flooder's admitted/refused counts (refusals
+must be LM-3001 in our error format, admissions exactly L per window), gateway CPU (and
+its event loop's), Redis and PostgreSQL CPU, the CPU per refused request, and the
+gateway's own latencies from the usage rows.  Example::
 
-    python bench/run.py --fairness --fair-rounds 2 --database-url postgres://... \
-        --redis-url redis://... --json fair.json
+    python bench/run.py --fairness --fair-rounds 2 --fair-control \
+        --database-url postgres://... --redis-url redis://... --json fair.json
 
 It deletes the ``tollgate:*`` keys of the Redis database it is given first.  Exit code: 0
 on PASS with every check passed, 1 otherwise, 2 when setup failed.
