@@ -6,7 +6,7 @@ else
 PY := .venv/bin/python
 endif
 
-.PHONY: run stop test bench lint install
+.PHONY: run stop test bench bench-peer lint install
 
 install: var/.installed
 
@@ -24,8 +24,15 @@ stop:
 test: install
 	@PY=$(PY) scripts/test.sh
 
+# PACED_STREAMS: how many concurrent paced streams the paced-streams scenario opens (0: none).
+PACED_STREAMS ?= 1000
+
 bench: install
-	@$(PY) bench/run.py
+	@$(PY) bench/run.py --paced-streams $(PACED_STREAMS) $(ARGS)
+
+# The same loads also through LiteLLM's proxy (installed into var/peer-venv on first use).
+bench-peer: install
+	@$(PY) bench/run.py --peer litellm $(ARGS)
 
 lint: install
 	@$(PY) -m ruff check .

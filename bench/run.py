@@ -5,6 +5,8 @@ Run (from the repository root, with the venv active)::
     python bench/run.py                       # --n 2000 --c 32, embedded (SQLite, no Redis)
     python bench/run.py --n 500 --c 1 --only gw-openai,stub-openai
     python bench/run.py --database-url postgres://... --redis-url redis://... --json out.json
+    python bench/run.py --peer litellm        # also LiteLLM's proxy (`make bench-peer`)
+    python bench/run.py --only paced --paced-streams 100,300,1000 --database-url ... --redis-url ...
 
 What it does
 ------------
@@ -22,6 +24,11 @@ What it does
    ``event: message_stop``) and report the expected usage in their last usage event.
 3. Stops both processes (SIGTERM, SIGKILL after 5 s) and deletes the temp dir, always.
 
+``--peer litellm`` (``--peer-server granian|uvicorn``, ``--peer-workers N``; default granian x
+2) also installs LiteLLM's proxy into ``var/peer-venv`` on first use, starts it on the same
+stub and runs every ``gw-X`` load against it as ``peer-X``, right after ``gw-X``, measured the
+same way (bench/peer.py says what it does and does not do per request).
+
 The numbers
 -----------
 * ``req/s``: measured requests / wall time of the measured phase (warm-up excluded).
@@ -38,6 +45,19 @@ The numbers
   ``+p50`` / ``+p99`` = gw latency - stub latency (the gateway's added latency at that
   concurrency); ``gw cpu/req`` against the design budget (<= 1 ms per non-streamed request,
   <= 1.5 ms per streamed request).
+
+Paced streams
+-------------
+``--paced-streams N[,N...]`` adds, after the scenarios above (``--only paced``: instead of
+them), the paced-streams scenario (bench/paced.py): for each N and each shape of
+``--paced-shapes`` (default ``openai,anthropic``), N concurrent streams sent at once straight
+to the stub, then N through the gateway, every one paced by the stub (its ``slow`` fault:
+``--pace-ms``, default 500, before each of the 8 tokens, set through ``POST /_stub/faults``).
+It reports TTFB and time to the first token (p50/p99/max), total time, failures, RSS per open
+stream (VmRSS with every stream open minus VmRSS before, over the open streams), and the
+serving process's CPU while the streams open and over the whole run; and, per N, what the
+gateway adds to the stub's figures. bench/paced.py's docstring defines each column.
+``make bench`` runs it with ``PACED_STREAMS`` (default 1000) streams.
 
 Answers are the stub's default 8 words everywhere: the gateway does not forward client
 headers to the vendor, so ``x-stub-words`` cannot change the answer length of ``gw-*``
@@ -71,9 +91,10 @@ gateway's own latencies from the usage rows.  Example::
 It deletes the ``tollgate:*`` keys of the Redis database it is given first.  Exit code: 0
 on PASS with every check passed, 1 otherwise, 2 when setup failed.
 
-Exit code: 0 when every request of every scenario succeeded and the gateway logged no
-error, 1 otherwise (including a scenario aborted by its time limit or by a server process
-dying), 2 when setup failed, 130 when interrupted.
+Exit code: 0 when every request of every scenario (paced ones included) succeeded and the
+gateway logged no error, 1 otherwise (including a scenario aborted by its time limit or by a
+server process dying), 2 when setup failed (also: too low an RLIMIT_NOFILE for the paced
+streams), 130 when interrupted.
 """
 
 from __future__ import annotations
@@ -105,6 +126,7 @@ from typing import Any
 import aiohttp
 import fairness
 import orjson
+import paced  # bench/paced.py: the paced-streams scenario (the script's directory is on the path)
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_WORDS = 8  # the stub's default answer length, the only one the gateway ever gets
@@ -132,14 +154,14 @@ ALLOWED_PREFIXED = (
 @dataclass(frozen=True)
 class Scenario:
     name: str
-    target: str  # "stub" or "gw"
+    target: str  # "stub", "gw" or "peer" (--peer: another proxy, bench/peer.py)
     shape: str  # "openai" or "anthropic"
     stream: bool
     serial: bool = False
 
     @property
     def baseline(self) -> str | None:
-        return "stub-" + self.name[3:] if self.target == "gw" else None
+        return None if self.target == "stub" else "stub-" + self.name.split("-", 1)[1]
 
 
 SCENARIOS: tuple[Scenario, ...] = (
@@ -154,7 +176,13 @@ SCENARIOS: tuple[Scenario, ...] = (
     Scenario("stub-openai-serial", "stub", "openai", False, serial=True),
     Scenario("gw-openai-serial", "gw", "openai", False, serial=True),
 )
-BY_NAME = {s.name: s for s in SCENARIOS}
+# --peer: each gw-X has a twin peer-X, the same requests sent to another proxy on the same stub.
+PEER_SCENARIOS: tuple[Scenario, ...] = tuple(
+    Scenario("peer-" + s.name[3:], "peer", s.shape, s.stream, s.serial)
+    for s in SCENARIOS
+    if s.target == "gw"
+)
+BY_NAME = {s.name: s for s in SCENARIOS + PEER_SCENARIOS}
 
 
 @dataclass
@@ -253,9 +281,16 @@ def tail(path: Path, lines: int = 30) -> str:
 
 
 class Proc:
-    """A child process with its stdout/stderr in files under the temp dir."""
+    """A child process with its stdout/stderr in files under the temp dir (or both in stderr's)."""
 
-    def __init__(self, name: str, argv: list[str], env: dict[str, str], logdir: Path) -> None:
+    def __init__(
+        self,
+        name: str,
+        argv: list[str],
+        env: dict[str, str],
+        logdir: Path,
+        merge_stdout: bool = False,
+    ) -> None:
         self.name = name
         self.out_path = logdir / f"{name}.stdout"
         self.err_path = logdir / f"{name}.stderr"
@@ -266,7 +301,7 @@ class Proc:
             cwd=ROOT,
             env=env,
             stdin=subprocess.DEVNULL,
-            stdout=self._out,
+            stdout=self._err if merge_stdout else self._out,
             stderr=self._err,
             preexec_fn=_die_with_parent,  # noqa: PLW1509 - no threads started yet
         )
@@ -302,6 +337,10 @@ class Proc:
                 return fh.read().decode("utf-8", "replace")
         except OSError:
             return ""
+
+    def is_error_line(self, line: str) -> bool:
+        """An ERROR/CRITICAL line of this process's stderr (Tollgate's log format)."""
+        return " ERROR " in line or " CRITICAL " in line
 
     def stderr_tail(self, lines: int = 30) -> str:
         self._err.flush()
@@ -529,8 +568,8 @@ def anthropic_check(expect: int, stream: bool) -> Callable[[bytes], str | None]:
 
 def prepare(sc: Scenario, servers: Servers, words: int) -> Prepared:
     expect = words if sc.target == "stub" else DEFAULT_WORDS
-    key = servers.api_key if sc.target == "gw" else "sk-bench-direct"
-    base = servers.gw_url if sc.target == "gw" else servers.stub_url
+    key = "sk-bench-direct" if sc.target == "stub" else servers.api_key
+    base = servers.stub_url if sc.target == "stub" else servers.gw_url
     headers = {"content-type": "application/json"}
     if words != DEFAULT_WORDS:
         headers["x-stub-words"] = str(words)
@@ -707,7 +746,7 @@ async def run_scenario(sc: Scenario, servers: Servers, args: argparse.Namespace)
     error_lines = [
         line
         for line in servers.gateway.stderr_since(log_offset).splitlines()
-        if " ERROR " in line or " CRITICAL " in line
+        if servers.gateway.is_error_line(line)
     ]
     result.gateway_error_logs = len(error_lines)
     result.gateway_error_examples = list(
@@ -731,9 +770,9 @@ async def run_scenario(sc: Scenario, servers: Servers, args: argparse.Namespace)
         result.stub_cpu_ms_per_req = (stub1 - stub0) / done
         result.client_cpu_ms_per_req = (me1 - me0) / done
         result.serving_cpu_ms_per_req = (
-            result.gateway_cpu_ms_per_req if sc.target == "gw" else result.stub_cpu_ms_per_req
+            result.stub_cpu_ms_per_req if sc.target == "stub" else result.gateway_cpu_ms_per_req
         )
-        if sc.target == "gw" and gw1 <= gw0 and done >= 200:
+        if sc.target != "stub" and gw1 <= gw0 and done >= 200:
             print(
                 f"  WARNING: gateway pid {servers.gateway.pid} used no CPU during {sc.name}:"
                 " the measured process is not the one doing the work",
@@ -766,7 +805,7 @@ def comparisons(results: list[Result]) -> list[dict[str, Any]]:
     for r in results:
         base_name = BY_NAME[r.name].baseline
         base = by_name.get(base_name) if base_name else None
-        if r.target != "gw":
+        if r.target == "stub":
             continue
         budget = BUDGET_MS[r.stream]
         cpu = r.gateway_cpu_ms_per_req
@@ -801,7 +840,7 @@ def report(results: list[Result], comps: list[dict[str, Any]]) -> str:
     rows = []
     for r in results:
         stub_col = fmt(r.stub_cpu_ms_per_req, 3)
-        if r.target == "gw" and r.stub_cpu_ms_per_req is not None:
+        if r.target != "stub" and r.stub_cpu_ms_per_req is not None:
             stub_col += " (excl)"
         rows.append(
             [
@@ -817,7 +856,7 @@ def report(results: list[Result], comps: list[dict[str, Any]]) -> str:
                 fmt(r.serving_cpu_ms_per_req, 3),
                 stub_col,
                 fmt(r.client_cpu_ms_per_req, 3),
-                str(r.gateway_error_logs) if r.target == "gw" else "-",
+                str(r.gateway_error_logs) if r.target != "stub" else "-",
             ]
         )
     parts = [render_table(rows, headers)]
@@ -898,40 +937,64 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--scenario-timeout", type=float, default=900.0,
         help="stop sending a scenario's requests after this many seconds (default 900)",
     )  # fmt: skip
+    p.add_argument(
+        "--peer", choices=("litellm",), default=None,
+        help="also send every gw-* load to this other proxy on the same stub (peer-* rows; "
+        "installed into var/peer-venv on first use: bench/peer.py, `make bench-peer`)",
+    )  # fmt: skip
+    p.add_argument(
+        "--peer-server", choices=("granian", "uvicorn"), default="granian",
+        help="the peer's ASGI server (default granian)",
+    )  # fmt: skip
+    p.add_argument("--peer-workers", type=int, default=2, help="peer worker processes (default 2)")
+    paced.add_arguments(p)
     fairness.add_arguments(p)
     args = p.parse_args(argv)
     fairness.check_arguments(p, args)
-    if args.n < 1 or args.c < 1 or args.words < 1:
-        p.error("--n, --c and --words must be positive")
+    if args.n < 1 or args.c < 1 or args.words < 1 or args.peer_workers < 1:
+        p.error("--n, --c, --words and --peer-workers must be positive")
+    known = list(SCENARIOS)
+    if args.peer:  # each peer-X runs right after its gw-X
+        twin = {"gw-" + t.name[5:]: t for t in PEER_SCENARIOS}
+        known = [x for s in SCENARIOS for x in ([s, twin[s.name]] if s.name in twin else [s])]
     if args.only:
         names = [x.strip() for x in args.only.split(",") if x.strip()]
+        if "paced" in names:  # not a throughput scenario: --only paced runs the paced ones only
+            if not args.paced_streams:
+                p.error("--only paced needs --paced-streams N")
+            names.remove("paced")
         unknown = [x for x in names if x not in BY_NAME]
         if unknown:
-            p.error(f"unknown scenario(s) {unknown}; known: {', '.join(BY_NAME)}")
-        args.scenarios = [s for s in SCENARIOS if s.name in names]
+            p.error(f"unknown scenario(s) {unknown}; known: {', '.join(BY_NAME)}, paced")
+        if not args.peer and any(BY_NAME[x].target == "peer" for x in names):
+            p.error("peer-* scenarios need --peer")
+        args.scenarios = [s for s in known if s.name in names]
     else:
-        args.scenarios = list(SCENARIOS)
+        args.scenarios = known
     return args
 
 
-async def run_all(args: argparse.Namespace, servers: Servers) -> list[Result]:
+async def run_all(
+    args: argparse.Namespace, servers: Servers, peer: Servers | None = None
+) -> list[Result]:
     results = []
     for sc in args.scenarios:
         print(f"running {sc.name} ...", flush=True)
-        result = await run_scenario(sc, servers, args)
+        target = peer if sc.target == "peer" and peer else servers
+        result = await run_scenario(sc, target, args)
         results.append(result)
         print(
             f"  {result.ok}/{result.n} ok, {result.rps:.1f} req/s, p50 {fmt(result.p50_ms)} ms,"
             f" cpu/req {fmt(result.serving_cpu_ms_per_req, 3)} ms"
             + (
                 f", {result.gateway_error_logs} gateway ERROR log lines"
-                if result.target == "gw"
+                if result.target != "stub"
                 else ""
             )
             + result.flag,
             flush=True,
         )
-        if result.aborted and not (servers.gateway.alive() and servers.stub.alive()):
+        if result.aborted and not (target.gateway.alive() and target.stub.alive()):
             print("  a server process died: skipping the remaining scenarios", flush=True)
             break
     return results
@@ -947,10 +1010,21 @@ def run_loop(coro_factory: Callable[[], Any]) -> Any:
         return asyncio.run(coro_factory())
 
 
+def start_peer(args: argparse.Namespace, servers: Servers, tmp: Path, procs: list[Proc]) -> Servers:
+    """--peer: bench/peer.py installs and starts the other proxy; its Servers serve peer-*."""
+    sys.modules.setdefault("run", sys.modules[__name__])  # peer.py's `import run` is this module
+    import peer
+
+    return peer.start(args, servers, tmp, procs)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.fairness:
         return fairness.main(args)
+    if args.paced_streams and (problem := paced.check_nofile(args)):
+        print(f"setup failed: {problem}", file=sys.stderr)
+        return 2
 
     def on_term(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt
@@ -959,10 +1033,13 @@ def main(argv: list[str] | None = None) -> int:
     tmp = Path(tempfile.mkdtemp(prefix="tollgate-bench-"))
     procs: list[Proc] = []
     results: list[Result] = []
+    paced_results: list[paced.PacedResult] = []
     status = 0
     try:
         try:
             servers = setup(args, tmp, procs)
+            wants_peer = any(s.target == "peer" for s in args.scenarios)
+            peer = start_peer(args, servers, tmp, procs) if wants_peer else None
         except (RuntimeError, subprocess.TimeoutExpired, OSError) as exc:
             print(f"setup failed: {exc}", file=sys.stderr)
             for proc in procs:
@@ -983,14 +1060,26 @@ def main(argv: list[str] | None = None) -> int:
                 f"forwarded) while stub-* answers are {args.words}: unequal comparison",
                 flush=True,
             )
-        results = run_loop(lambda: run_all(args, servers))
+        results = run_loop(lambda: run_all(args, servers, peer))
+        if args.paced_streams and servers.gateway.alive() and servers.stub.alive():
+            paced_results = run_loop(lambda: paced.run_paced(args, servers, sys.modules[__name__]))
         comps = comparisons(results)
         print()
-        print(report(results, comps))
-        print_failures(results)
-        if any(r.bad for r in results) or len(results) < len(args.scenarios):
+        if results:
+            print(report(results, comps))
+            print_failures(results)
+        if paced_results:
+            print("\n" + paced.report(paced_results, sys.modules[__name__]))
+            paced.print_failures(paced_results)
+        paced_want = len(args.paced_streams) * len(args.paced_shapes) * 2
+        if (
+            any(r.bad for r in results)
+            or len(results) < len(args.scenarios)
+            or any(r.bad for r in paced_results)
+            or len(paced_results) < paced_want
+        ):
             status = 1
-            for proc in (servers.gateway, servers.stub):
+            for proc in reversed(procs):  # the peer's (if any), the gateway's, the stub's
                 text = proc.stderr_tail(40)
                 print(f"\n--- {proc.name} stderr tail ---\n{text or '(empty)'}")
         else:
@@ -1006,6 +1095,9 @@ def main(argv: list[str] | None = None) -> int:
                     "database": "external" if args.database_url else "embedded-sqlite",
                     "redis": bool(args.redis_url),
                     "scenarios": [s.name for s in args.scenarios],
+                    "peer": getattr(args, "peer_info", None),
+                    "paced_streams": args.paced_streams,
+                    "pace_ms": args.pace_ms,
                 },
                 "host": {
                     "cpus": os.cpu_count(),
@@ -1015,6 +1107,7 @@ def main(argv: list[str] | None = None) -> int:
                 "budget_ms": {"non_stream": BUDGET_MS[False], "stream": BUDGET_MS[True]},
                 "results": [asdict(r) for r in results],
                 "comparisons": comps,
+                "paced": paced.as_json(paced_results),
                 "ok": status == 0,
             }
             Path(args.json).write_text(json.dumps(doc, indent=2) + "\n")

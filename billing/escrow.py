@@ -1,7 +1,7 @@
 """The request path's async face of money: budget holds and wallet escrow.
 
 Each step is one short transaction of a billing/ledger.py program: on PostgreSQL run by
-async psycopg on the event loop, elsewhere (embedded SQLite) in the database thread. A
+asyncpg on the event loop, elsewhere (embedded SQLite) in the database thread. A
 database failure while taking a hold or a reservation becomes LM-5004 (refuse rather than
 serve unbilled); only the crash mark of an already-covered call is skipped and counted
 instead (see `mark_sent`). Settlement is not here: it rides on the usage row
@@ -10,6 +10,7 @@ instead (see `mark_sent`). Settlement is not here: it rides on the usage row
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from datetime import timedelta
@@ -17,18 +18,90 @@ from datetime import timedelta
 from django.conf import settings
 from django.db import DatabaseError
 from django.utils import timezone
-from psycopg import Error as PsycopgError
 
 from billing import ledger
-from billing.sqlexec import AsyncPgDriver, postgres_conninfo, run_sync
+from billing.sqlexec import ASYNC_DB_ERRORS, AsyncPgDriver, postgres_params, run_sync
 from core import errors, metrics
 from core.db import off_loop
 
 log = logging.getLogger(__name__)
-DB_ERRORS = (DatabaseError, PsycopgError, OSError, TimeoutError)
+DB_ERRORS = (DatabaseError, *ASYNC_DB_ERRORS)
 # A crash mark is worth a short wait, not an outage's: after a failure, skip marks a while.
 MARK_WAIT_S = 1.0
 MARKS_OFF_S = 5.0
+
+
+class Coalescer:
+    """One statement in flight per hot row (a group's budget, an account's wallet); what
+    queues meanwhile goes in the next one. Concurrent requests of one tenant then wait
+    behind one statement per batch, not one each: a burst of N costs a few statements."""
+
+    LIMIT = 500
+
+    def __init__(self, run_batch, *, orphaned=None) -> None:
+        # async (key, items) -> one result per item, in order (an exception: that item failed)
+        self._run_batch = run_batch
+        self._orphaned = orphaned  # called with a result whose waiter left after it was sent
+        self._queues: dict = {}
+        self._draining: set[asyncio.Task] = set()  # strong references to the running drains
+
+    async def submit(self, key, item):
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        queue = self._queues.get(key)
+        if queue is None:
+            self._queues[key] = queue = []
+            task = loop.create_task(self._drain(key, queue))
+            self._draining.add(task)
+            task.add_done_callback(self._draining.discard)
+        queue.append((item, future))
+        return await future
+
+    async def _drain(self, key, queue) -> None:
+        batch: list = []
+        try:
+            while queue:
+                batch = [(item, f) for item, f in queue[: self.LIMIT] if not f.done()]
+                del queue[: self.LIMIT]  # a waiter cancelled before its batch left is dropped
+                if not batch:
+                    continue
+                try:
+                    results = await self._run_batch(key, [item for item, _ in batch])
+                except Exception as exc:  # every waiter of the batch learns it
+                    for _, future in batch:
+                        if not future.done():
+                            future.set_exception(exc)
+                    continue
+                for (_, future), result in zip(batch, results, strict=True):
+                    failed = isinstance(result, BaseException)
+                    if not future.done():
+                        if failed:
+                            future.set_exception(result)
+                        else:
+                            future.set_result(result)
+                    elif self._orphaned is not None and result is not None and not failed:
+                        self._orphaned(result)
+        except BaseException as exc:  # cancelled (shutdown): no waiter is left hanging
+            for _, future in batch + queue:
+                if not future.done():
+                    future.set_exception(exc)
+            raise
+        finally:
+            del self._queues[key]
+
+
+async def _one_by_one(items: list, statement, result) -> list:
+    """Each item's own statement, for its own verdict. Once the database fails, that item
+    and the rest get the failure, and the ones before keep what they took (each waiter
+    learns exactly what happened to its own)."""
+    results: list = []
+    for item in items:
+        try:
+            row = await statement(item)
+        except DB_ERRORS as exc:
+            return results + [exc] * (len(items) - len(results))
+        results.append(result(row))
+    return results
 
 
 class Escrow:
@@ -36,8 +109,74 @@ class Escrow:
         self.ttl_s = settings.TOLLGATE["RESERVATION_TTL_S"]
         self._unmarked_warned_at = -3600.0
         self._marks_off_until = 0.0
-        conninfo = postgres_conninfo()
-        self._pg = AsyncPgDriver(conninfo) if conninfo else None
+        params = postgres_params()
+        self._pg = AsyncPgDriver(params) if params else None
+        # A hold whose request left meanwhile is released with the request's usage row; a
+        # reservation it never saw would stay pending, marked sent, and be charged by the
+        # reaper: it is cancelled instead (its call was never made).
+        self._holds = Coalescer(self._hold_batch)
+        self._reservations = Coalescer(self._reserve_batch, orphaned=self._cancel_later)
+        self._cancelling: set[asyncio.Task] = set()
+
+    async def _hold_batch(self, group_id: int, holds: list) -> list:
+        now = timezone.now()
+        expires = now + timedelta(seconds=self.ttl_s)
+        if len(holds) > 1:
+            rows = await self._pg.all_rows(
+                ledger.HOLD_MANY_STATEMENT,
+                {
+                    "requests": [h.request_id for h in holds],
+                    "amounts": [h.amount_micro for h in holds],
+                    "group": group_id,
+                    "now": now,
+                    "expires": expires,
+                },
+            )
+            if rows:
+                return [True] * len(holds)
+        return await _one_by_one(
+            holds,
+            lambda h: self._pg.one_statement(
+                ledger.HOLD_ONE_STATEMENT,
+                {
+                    "amount": h.amount_micro,
+                    "group": h.group_id,
+                    "request": h.request_id,
+                    "now": now,
+                    "expires": expires,
+                },
+            ),
+            lambda row: row is not None,
+        )
+
+    async def _reserve_batch(self, account_id: int, items: list) -> list:
+        now = timezone.now()
+        expires = now + timedelta(seconds=self.ttl_s)
+        if len(items) > 1:
+            rows = await self._pg.all_rows(
+                ledger.RESERVE_MANY_STATEMENT,
+                {
+                    "requests": [i["request"] for i in items],
+                    "groups": [i["group"] for i in items],
+                    "keys": [i["key"] for i in items],
+                    "attempts": [i["attempt"] for i in items],
+                    "amounts": [i["amount"] for i in items],
+                    "account": account_id,
+                    "now": now,
+                    "expires": expires,
+                },
+            )
+            if rows:
+                ids = {(r[1], r[2]): r[0] for r in rows}
+                return [ids[(i["request"], i["attempt"])] for i in items]
+        return await _one_by_one(
+            items,
+            lambda i: self._pg.one_statement(
+                ledger.RESERVE_ONE_STATEMENT,
+                {**i, "account": account_id, "now": now, "expires": expires},
+            ),
+            lambda row: row[0] if row is not None else None,
+        )
 
     async def open(self) -> None:
         if self._pg is not None:
@@ -53,9 +192,17 @@ class Escrow:
         return await off_loop(run_sync)(program)
 
     async def hold_budget(self, hold: ledger.Hold) -> None:
-        """Take the budget hold on group, key and end caller, or refuse with LM-4001."""
+        """Take the budget hold on group, key and end caller, or refuse with LM-4001.
+
+        On PostgreSQL a hold only the group's budget bounds is one statement (one round trip).
+        """
+        now = timezone.now()
         try:
-            await self.run(ledger.take_hold(hold, now=timezone.now(), ttl_s=self.ttl_s))
+            if self._pg is not None and not hold.key_budgeted and hold.caller is None:
+                if not await self._holds.submit(hold.group_id, hold):
+                    raise ledger.Refused("group budget")
+            else:
+                await self.run(ledger.take_hold(hold, now=now, ttl_s=self.ttl_s))
         except ledger.Refused as refused:
             raise errors.BudgetExhausted(f"Budget exhausted ({refused}).") from None
         except DB_ERRORS:
@@ -75,22 +222,19 @@ class Escrow:
         now = timezone.now()
         try:
             if self._pg is not None:
-                row = await self._pg.one_statement(
-                    ledger.RESERVE_ONE_STATEMENT,
+                reservation_id = await self._reservations.submit(
+                    account_id,
                     {
-                        "account": account_id,
                         "request": request_id,
                         "group": group_id,
                         "key": api_key_id,
                         "attempt": attempt_no,
                         "amount": amount_micro,
-                        "now": now,
-                        "expires": now + timedelta(seconds=self.ttl_s),
                     },
                 )
-                if row is None:
+                if reservation_id is None:
                     raise ledger.Refused("wallet")
-                return row[0]
+                return reservation_id
             return await self.run(
                 ledger.reserve(
                     account_id=account_id,
@@ -159,6 +303,11 @@ class Escrow:
                 log.warning("database unreachable: platform calls are served without crash marks")
             return hold_taken
         return True
+
+    def _cancel_later(self, reservation_id: int) -> None:
+        task = asyncio.get_running_loop().create_task(self.cancel(reservation_id))
+        self._cancelling.add(task)
+        task.add_done_callback(self._cancelling.discard)
 
     async def cancel(self, reservation_id: int) -> None:
         try:

@@ -46,6 +46,11 @@ from collections.abc import Generator, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+import orjson
+from django.db import connection
+
+from core.db import values_placeholders
+
 Program = Generator[tuple, object, object]
 ALL = "all"  # third element of a yielded statement: receive every row, not the first
 
@@ -60,9 +65,18 @@ ROOM = (
 )
 
 
-def _values(count: int, width: int) -> str:
-    one = "(" + ", ".join(["%s"] * width) + ")"
-    return ", ".join([one] * count)
+def batch_rows(types: tuple[str, ...], rows: list[tuple]) -> tuple[str, tuple]:
+    """A batch's rows as a statement's row source, with its parameters: `VALUES (..), (..)`;
+    on PostgreSQL one JSON parameter instead, so the statement's text (which the driver
+    parses on every call) does not grow with the batch. `types`: each column's SQL type."""
+    if connection.vendor == "postgresql":
+        columns = ", ".join(f"(e->>{i})::{t}" for i, t in enumerate(types))
+        return (
+            f"SELECT {columns} FROM json_array_elements(%s::json) AS e",
+            (orjson.dumps(rows).decode(),),
+        )
+    params = tuple(value for row in rows for value in row)
+    return f"VALUES {values_placeholders(len(rows), len(types))}", params
 
 
 # ---------------------------------------------------------------- counters
@@ -227,6 +241,36 @@ def mark_hold_sent(request_id: str) -> Program:
     return row is not None
 
 
+# `take_hold` of a hold only the group's budget bounds (no key budget, no caller budget), in
+# one statement (PostgreSQL's data-modifying CTE): no row back is the refusal, and a refused
+# group update inserts nothing, so the two commit together or not at all.
+HOLD_ONE_STATEMENT = (
+    "WITH grp AS (UPDATE accounts_group SET reserved_micro = reserved_micro + %(amount)s"
+    f" WHERE id = %(group)s AND {ROOM.replace('%s', '%(amount)s')} RETURNING id)"
+    " INSERT INTO billing_spendhold (request_id, group_id, api_key_id, caller_spend_id,"
+    " amount_micro, status, call_sent, created_at, expires_at)"
+    " SELECT %(request)s, id, NULL, NULL, %(amount)s, 'held', FALSE, %(now)s, %(expires)s"
+    " FROM grp RETURNING id"
+)
+
+# HOLD_ONE_STATEMENT for many holds on one group at once (arrays of request ids and amounts):
+# all are taken, or none (then each is taken on its own, for its own verdict). The room check
+# is the one the holds would pass one by one, the largest last.
+HOLD_MANY_STATEMENT = (
+    "WITH req AS (SELECT * FROM unnest(%(requests)s::text[], %(amounts)s::bigint[])"
+    " AS r(request_id, amount)),"
+    " tot AS (SELECT sum(amount) AS total, max(amount) AS largest FROM req),"
+    " grp AS (UPDATE accounts_group g SET reserved_micro = g.reserved_micro + tot.total FROM tot"
+    " WHERE g.id = %(group)s AND (g.budget_max_micro IS NULL OR (g.budget_max_micro"
+    " > g.spent_micro + g.reserved_micro + tot.total - tot.largest AND g.budget_max_micro"
+    " >= g.spent_micro + g.reserved_micro + tot.total)) RETURNING g.id)"
+    " INSERT INTO billing_spendhold (request_id, group_id, api_key_id, caller_spend_id,"
+    " amount_micro, status, call_sent, created_at, expires_at)"
+    " SELECT req.request_id, grp.id, NULL, NULL, req.amount, 'held', FALSE, %(now)s,"
+    " %(expires)s FROM req, grp RETURNING request_id"
+)
+
+
 # `take_hold(call_sent=True)` of a group without a budget, in one statement (PostgreSQL's
 # data-modifying CTE): the request path takes this crash marker right before a platform call.
 SENT_HOLD_ONE_STATEMENT = (
@@ -259,11 +303,12 @@ def release_holds(
     if not ids:
         return {}
     status = _REAPED_STATUS if reaped else "'settled'"
+    requests, params = batch_rows(("text",), [(request_id,) for request_id in ids])
     rows = yield (
         f"UPDATE billing_spendhold SET status = {status} WHERE status = 'held'"
-        f" AND request_id IN ({', '.join(['%s'] * len(ids))})"
+        f" AND request_id IN ({requests})"
         " RETURNING request_id, amount_micro, group_id, api_key_id, caller_spend_id, status",
-        tuple(ids),
+        params,
         ALL,
     )
     own = moves is None
@@ -337,6 +382,29 @@ RESERVE_ONE_STATEMENT = (
 )
 
 
+# RESERVE_ONE_STATEMENT for many reservations on one wallet at once: all or none (then each
+# on its own). Returns (id, request_id, attempt_no) per reservation.
+RESERVE_MANY_STATEMENT = (
+    "WITH req AS (SELECT * FROM unnest(%(requests)s::text[], %(groups)s::bigint[],"
+    " %(keys)s::bigint[], %(attempts)s::int[], %(amounts)s::bigint[])"
+    " AS r(request_id, group_id, api_key_id, attempt_no, amount)),"
+    " tot AS (SELECT sum(amount) AS total FROM req),"
+    " wallet AS (UPDATE billing_wallet w SET reserved_micro = w.reserved_micro + tot.total,"
+    " updated_at = %(now)s FROM tot WHERE w.account_id = %(account)s"
+    " AND w.balance_micro >= w.reserved_micro + tot.total RETURNING w.id)"
+    " INSERT INTO billing_reservation (wallet_id, request_id, group_id, api_key_id, attempt_no,"
+    " amount_micro, committed_micro, excess_micro, status, call_sent, unmeasured, created_at,"
+    " expires_at)"
+    " SELECT wallet.id, req.request_id, req.group_id, req.api_key_id, req.attempt_no,"
+    " req.amount, 0, 0, 'pending', TRUE, FALSE, %(now)s, %(expires)s FROM req, wallet"
+    " RETURNING id, request_id, attempt_no"
+)
+
+
+# wallet, kind, amount, balance after, reservation, reason (created_at is the statement's own)
+_LEDGER_ENTRY_TYPES = ("bigint", "text", "bigint", "bigint", "bigint", "text")
+
+
 def commit_reservations(
     costs: dict[int, int], *, now: datetime, unmeasured: bool = False
 ) -> Program:
@@ -349,9 +417,9 @@ def commit_reservations(
     """
     if not costs:
         return []
-    pairs = sorted(costs.items())
+    served, params = batch_rows(("bigint", "bigint"), sorted(costs.items()))
     rows = yield (
-        f"WITH served (id, cost) AS (VALUES {_values(len(pairs), 2)})"
+        f"WITH served (id, cost) AS ({served})"
         " UPDATE billing_reservation SET status = 'committed',"
         " committed_micro = CASE WHEN served.cost < amount_micro THEN served.cost"
         " ELSE amount_micro END,"
@@ -360,7 +428,7 @@ def commit_reservations(
         " FROM served WHERE billing_reservation.id = served.id"
         " AND billing_reservation.status = 'pending'"
         " RETURNING billing_reservation.id, wallet_id, amount_micro, committed_micro, request_id",
-        (*(value for pair in pairs for value in pair), unmeasured, now),
+        (*params, unmeasured, now),
         ALL,
     )
     wallets: dict[int, list[int]] = defaultdict(lambda: [0, 0])  # released, debited
@@ -378,23 +446,20 @@ def commit_reservations(
             (released, debited, now, wallet_id),
         )
         balance = row[0] + debited  # walk this wallet's commits in order
-        params: list = []
+        commits = []
         for reservation_id, committed, request_id in entries[wallet_id]:
             balance -= committed
-            params += [
-                wallet_id,
-                "commit",
-                -committed,
-                balance,
-                reservation_id,
-                f"{label} {request_id}",
-                now,
-            ]
+            commits.append(
+                (wallet_id, "commit", -committed, balance, reservation_id, f"{label} {request_id}")
+            )
+        source, params = batch_rows(
+            ("bigint", "text", "bigint", "bigint", "bigint", "text"), commits
+        )
         yield (
             "INSERT INTO billing_ledgerentry (wallet_id, kind, amount_micro,"
             " balance_after_micro, reservation_id, reason, created_at)"
-            f" VALUES {_values(len(entries[wallet_id]), 7)} RETURNING id",
-            tuple(params),
+            f" SELECT *, %s FROM ({source}) AS commits RETURNING id",
+            (now, *params),
             ALL,
         )
     return [row[0] for row in rows]
@@ -444,22 +509,18 @@ def charge(
     """
     if not charges:
         return set()
-    params: list = []
-    for c in charges:
-        params += [
-            c.request_id,
-            c.group_id,
-            c.api_key_id,
-            c.bandwidth_micro,
-            c.cost_micro,
-            source,
-            now,
-        ]
+    owed, params = batch_rows(
+        ("text", "bigint", "bigint", "bigint", "bigint"),
+        [
+            (c.request_id, c.group_id, c.api_key_id, c.bandwidth_micro, c.cost_micro)
+            for c in charges
+        ],
+    )
     rows = yield (
         "INSERT INTO billing_settledrequest (request_id, group_id, api_key_id, bandwidth_micro,"
-        f" provider_cost_micro, source, created_at) VALUES {_values(len(charges), 7)}"
-        " ON CONFLICT (request_id) DO NOTHING RETURNING request_id",
-        tuple(params),
+        f" provider_cost_micro, source, created_at) SELECT *, %s, %s FROM ({owed}) AS owed"
+        " WHERE true ON CONFLICT (request_id) DO NOTHING RETURNING request_id",
+        (source, now, *params),
         ALL,
     )
     marked = {row[0] for row in rows}

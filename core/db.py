@@ -1,4 +1,4 @@
-"""Run synchronous ORM work from the event loop, in the right thread.
+"""Run synchronous ORM work from the event loop, in the right thread; write rows in batches.
 
 PostgreSQL takes concurrent writers, so ORM calls run in a thread pool. SQLite (embedded
 runs) locks the whole file per writer: its calls share one thread, so a process never
@@ -37,3 +37,9 @@ def off_loop(fn: Callable[P, R]) -> Callable[P, Awaitable[R]]:
             raise
 
     return sync_to_async(guarded, thread_sensitive=_serial())
+
+
+def values_placeholders(count: int, width: int) -> str:
+    """`(%s, ..), (%s, ..)`: `count` rows of `width` parameters, for a multi-row statement."""
+    one = "(" + ", ".join(["%s"] * width) + ")"
+    return ", ".join([one] * count)

@@ -18,14 +18,14 @@ from dataclasses import dataclass
 from django.conf import settings
 
 from core import bus, metrics
-from core.shared_state import SharedState, SharedStateDown
+from core.shared_state import Script, SharedState, SharedStateDown
 
 CLOSED, HALF_OPEN, OPEN = 0, 1, 2
 PREFIX = "tollgate:cb:"
 
 # KEYS[1] breaker hash. ARGV: op, now, threshold, cooldown, lease, token.
 # Returns {admitted (0/1), kind (1 probe, 2 closed with failures counted, 0 clean), state}.
-LUA = """
+LUA = Script("""
 local key, op = KEYS[1], ARGV[1]
 local now, threshold, cooldown, lease = tonumber(ARGV[2]), tonumber(ARGV[3]),
   tonumber(ARGV[4]), tonumber(ARGV[5])
@@ -72,7 +72,7 @@ elseif op == 'release' then
   return {1, 0, state}
 end
 return {0, 0, state}
-"""
+""")
 
 
 @dataclass(slots=True)
@@ -104,7 +104,6 @@ class BreakerBoard:
         self.threshold = settings.TOLLGATE["BREAKER_FAILURES"]
         self.cooldown_s = settings.TOLLGATE["BREAKER_COOLDOWN_S"]
         self._local: dict[str, _LocalBreaker] = {}
-        self._script = None
         self._counter = 0
 
     def peek(self, scope: str, model: str) -> tuple[str, tuple[str, ...]]:
@@ -157,13 +156,10 @@ class BreakerBoard:
         now = self._clock()
         if self._shared.available:
             try:
-                if self._script is None:
-                    self._script = self._shared.client.register_script(LUA)
-                result = await self._shared.call(
-                    lambda r: self._script(
-                        keys=[PREFIX + ticket.key],
-                        args=[op, now, self.threshold, self.cooldown_s, lease_s, ticket.token],
-                        client=r,
+                [result] = await self._shared.run(
+                    LUA.command(
+                        [PREFIX + ticket.key],
+                        [op, now, self.threshold, self.cooldown_s, lease_s, ticket.token],
                     )
                 )
                 return int(result[0]), int(result[1]), int(result[2])

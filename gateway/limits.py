@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from django.conf import settings
 
 from core import errors
-from core.shared_state import SharedState, SharedStateDown
+from core.shared_state import Script, SharedState, SharedStateDown
 
 PREFIX = "tollgate:rl:"
 WINDOW_S = 60
@@ -39,7 +39,7 @@ OK, RPM, TPM, CAP = 0, 1, 2, 3
 RETRY_RELEASE_S = 1.0
 SYNC_SLOTS_PER_CALL = 500
 
-ADMIT = """
+ADMIT = Script("""
 local now, window_ttl, rid, lease = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3], tonumber(ARGV[4])
 local inflight_max, conc_max, n = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
 local estimate = tonumber(ARGV[8 + 2 * n])
@@ -84,12 +84,12 @@ if m > 0 then
   for i = 1, m do out[#out + 1] = got[i] end
 end
 return out
-"""
+""")
 
 # Per slot: its rpm and tpm keys; ARGV: the window TTL, then per slot the requests this
 # process last saw, those it admitted alone since, the tokens it last saw, those it counted
 # alone since. Returns the counters after, two per slot.
-SYNC = """
+SYNC = Script("""
 local ttl, out = tonumber(ARGV[1]), {}
 for i = 1, #KEYS / 2 do
   local rkey, tkey = KEYS[2 * i - 1], KEYS[2 * i]
@@ -112,14 +112,7 @@ for i = 1, #KEYS / 2 do
   out[#out + 1] = tokens
 end
 return out
-"""
-
-
-async def _zrem_both(client, keys: list[str], request_id: str):
-    pipe = client.pipeline(transaction=False)
-    pipe.zrem(keys[0], request_id)
-    pipe.zrem(keys[1], request_id)
-    return await pipe.execute()
+""")
 
 
 # A hash to read in the admission's script: its key and fields (one round trip for both).
@@ -217,8 +210,6 @@ class Limiter:
         self._epoch_s = settings.TOLLGATE["RATE_EPOCH_S"]
         self.inflight_max = settings.TOLLGATE["INFLIGHT_MAX"]
         self._replicas = settings.TOLLGATE["REPLICAS"]
-        self._script = None
-        self._sync_script = None
         self._tallies: dict[tuple[str, int], Tally] = {}
         self._window = 0  # the newest window admitted; older tallies are dropped
         self._resync_window = -1  # a window judged without Redis: push before using Redis
@@ -304,7 +295,7 @@ class Limiter:
         """Release the slots and true up the reserved estimate to the answer's real tokens."""
         if admission.in_shared:
             try:
-                await self._shared.call(lambda r: self._finish_pipeline(r, admission, tokens))
+                await self._shared.run(*self.finish_commands(admission, tokens=tokens))
                 return
             except SharedStateDown:
                 self.release_later(admission)
@@ -321,7 +312,10 @@ class Limiter:
             await asyncio.sleep(RETRY_RELEASE_S)
             keys = self._keys(admission)
             try:
-                await self._shared.call(lambda r: _zrem_both(r, keys, admission.request_id))
+                await self._shared.run(
+                    ("ZREM", keys[0], admission.request_id),
+                    ("ZREM", keys[1], admission.request_id),
+                )
             except SharedStateDown:
                 pass  # the lease is the last safety net
 
@@ -389,8 +383,6 @@ class Limiter:
         lease_s: float,
         peek: Peek | None,
     ) -> list[int]:
-        if self._script is None:
-            self._script = self._shared.client.register_script(ADMIT)
         args: list = [
             now,
             WINDOW_S * 2,
@@ -409,7 +401,7 @@ class Limiter:
         else:
             keys.append(peek[0])
             args += [len(peek[1]), *peek[1]]
-        return await self._shared.call(lambda r: self._script(keys=keys, args=args, client=r))
+        return (await self._shared.run(ADMIT.command(keys, args)))[0]
 
     def _saw(self, admission: Admission) -> None:
         """Remember the fleet counts of limited scopes, for when Redis misses this window."""
@@ -453,8 +445,6 @@ class Limiter:
             task.exception()  # retrieved: each admission that waited had it raised
 
     async def _push_tallies(self, window: int) -> None:
-        if self._sync_script is None:
-            self._sync_script = self._shared.client.register_script(SYNC)
         self._resync_window = -1  # counted alone from now on: pushed by the next resync
         slots = [(name, t) for (name, w), t in self._tallies.items() if w == window]
         for start in range(0, len(slots), SYNC_SLOTS_PER_CALL):
@@ -469,11 +459,7 @@ class Limiter:
                 taken.append((tally.alone_requests, tally.alone_tokens))
                 tally.alone_requests = tally.alone_tokens = 0
             try:
-                counts = await self._shared.call(
-                    lambda r, keys=keys, args=args: self._sync_script(
-                        keys=keys, args=args, client=r
-                    )
-                )
+                [counts] = await self._shared.run(SYNC.command(keys, args))
             except SharedStateDown:
                 # Not pushed (or not known to be): keep them for the next try. Pushed twice
                 # at worst, which only counts too much.
@@ -486,23 +472,21 @@ class Limiter:
                 tally.seen_requests = max(tally.seen_requests, int(used))
                 tally.seen_tokens = int(tokens)
 
-    async def _finish_pipeline(self, client, admission: Admission, tokens: int):
-        pipe = client.pipeline(transaction=False)
-        self.finish_into(pipe, admission, tokens=tokens)
-        return await pipe.execute()
-
-    def finish_into(self, pipe, admission: Admission, *, tokens: int) -> None:
-        """Queue the finish of an admission on a Redis pipeline (see gateway/recording.py)."""
+    def finish_commands(self, admission: Admission, *, tokens: int) -> list[tuple]:
+        """The Redis commands that finish an admission (sent with others: gateway/recording.py)."""
         keys = self._keys(admission)
-        pipe.zrem(keys[0], admission.request_id)
-        pipe.zrem(keys[1], admission.request_id)
+        commands: list[tuple] = [
+            ("ZREM", keys[0], admission.request_id),
+            ("ZREM", keys[1], admission.request_id),
+        ]
         true_up = tokens - admission.tokens_estimate  # negative when the estimate was high
         if true_up:
             for tpm_key in keys[3::2]:
-                pipe.incrby(tpm_key, true_up)
-                pipe.expire(tpm_key, WINDOW_S * 2)
+                commands.append(("INCRBY", tpm_key, true_up))
+                commands.append(("EXPIRE", tpm_key, WINDOW_S * 2))
             if admission.window == self._shares_window:
                 self._true_up_shares(admission, true_up)
+        return commands
 
     # ---- per-process fallback ----
 

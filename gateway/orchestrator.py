@@ -88,8 +88,10 @@ class Orchestrator:
 
     async def open_stream(
         self, ctx: RequestContext, *, first_ticket: Ticket | None
-    ) -> AsyncIterator[Chunk]:
+    ) -> AsyncIterator[list[Chunk]]:
         """Return a stream whose first chunk already arrived: from here on, no fallback.
+
+        It yields the chunks in lists, those that arrived together (one write for them).
 
         Failures while it runs arrive as GatewayError (upstream_error, mid_stream=True).
         """
@@ -405,8 +407,10 @@ class _LinkFailed(Exception):
         return cls(link_error.error, upstream=link_error.upstream)
 
 
-async def _follow(first: Chunk, rest: AsyncIterator[Chunk], idle_s: float) -> AsyncIterator[Chunk]:
-    """Yield the first chunk, then the rest, each within the idle timeout.
+async def _follow(
+    first: list[Chunk], rest: AsyncIterator[list[Chunk]], idle_s: float
+) -> AsyncIterator[list[Chunk]]:
+    """Yield the first chunks, then the rest, each arrival within the idle timeout.
 
     A failure from here on is never retried; it arrives as our GatewayError.
     """
@@ -415,7 +419,7 @@ async def _follow(first: Chunk, rest: AsyncIterator[Chunk], idle_s: float) -> As
         while True:
             try:
                 async with asyncio.timeout(idle_s):
-                    chunk = await anext(rest)
+                    chunks = await anext(rest)
             except StopAsyncIteration:
                 return
             except TimeoutError:
@@ -425,6 +429,6 @@ async def _follow(first: Chunk, rest: AsyncIterator[Chunk], idle_s: float) -> As
             except Exception as exc:  # an adapter that broke on a malformed event
                 log.error("upstream stream broke (%s)", type(exc).__name__)  # no vendor text
                 raise errors.UpstreamFailed("The upstream stream broke.") from None
-            yield chunk
+            yield chunks
     finally:
         await rest.aclose()

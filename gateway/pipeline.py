@@ -323,12 +323,17 @@ async def stream(
     )
     result = ctx.stream = StreamResult(prompt_tokens_estimate=prompt_bound(ctx.req))
     await ex.start(200, [SSE, NO_CACHE, *ctx.admission.headers()])
-    await ex.body(renderer.start(), more=True)
+    opening = renderer.start()
     try:
         async with asyncio.timeout(deadline_left_s(ctx)):
-            async for chunk in chunks:
-                result.fold(chunk)
-                data = renderer.chunk(chunk)
+            async for arrived in chunks:
+                # What arrived together leaves together: one write, not one per chunk.
+                out = [opening] if opening else []
+                opening = b""
+                for chunk in arrived:
+                    result.fold(chunk)
+                    out.append(renderer.chunk(chunk))
+                data = b"".join(out)
                 if data:
                     await ex.body(data, more=True)
     except TimeoutError:

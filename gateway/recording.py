@@ -96,17 +96,11 @@ async def record_and_release(ctx: RequestContext, record: UsageRecord) -> None:
     journal = ctx.principal is not None
     shared_admission = admission is not None and admission.in_shared
     if runtime.shared.available and (journal or shared_admission):
-
-        def commands(client):
-            pipe = client.pipeline(transaction=False)
-            if journal:
-                runtime.usage.journal_into(pipe, record)
-            if shared_admission:
-                runtime.limiter.finish_into(pipe, admission, tokens=tokens)
-            return pipe.execute()
-
+        commands = [runtime.usage.journal_command(record)] if journal else []
+        if shared_admission:
+            commands += runtime.limiter.finish_commands(admission, tokens=tokens)
         try:
-            await runtime.shared.call(commands)
+            await runtime.shared.run(*commands)
             journal = False
             admission = None if shared_admission else admission
         except SharedStateDown:

@@ -35,16 +35,16 @@ from core import bus
 from core.db import off_loop
 from core.metrics import USAGE_DEAD_LETTERS
 from core.shared_state import SharedState, SharedStateDown
-from core.usage_record import ATTEMPT_FIELDS, UsageRecord
-from usage.models import UsageAttempt, UsageDeadLetter, UsageLog
+from core.usage_record import UsageRecord
+from usage.models import UsageDeadLetter
 from usage.rows import clean_record, clean_text
+from usage.storage import insert_new
 
 log = logging.getLogger(__name__)
 
 JOURNAL = "tollgate:usage:journal"
 GROUP = "writers"
 BATCH = 500
-STORE_TRIES = 3
 DEAD_AFTER_TRIES = 3
 # What a row's content makes the database (or the model layer before it) refuse. Anything
 # else, above all OperationalError / InterfaceError (the database is down) and
@@ -64,17 +64,10 @@ def claim_idle_ms() -> int:
 
 def store_rows(records: list[UsageRecord]) -> int:
     """Insert usage records with their attempts, skipping request ids already stored."""
-    if not records:
-        return 0
-    for tries_left in range(STORE_TRIES - 1, -1, -1):
-        try:
-            return _store_rows(records)
-        except IntegrityError:
-            # Another writer stored some of these ids meanwhile (a claimed entry whose first
-            # reader was only slow): look again, the second pass skips them.
-            if not tries_left:
-                raise
-    return 0
+    stored = 0
+    for start in range(0, len(records), BATCH):
+        stored += _store_rows(records[start : start + BATCH])
+    return stored
 
 
 def _store_rows(records: list[UsageRecord]) -> int:
@@ -82,30 +75,8 @@ def _store_rows(records: list[UsageRecord]) -> int:
     by_id = {record.request_id: record for record in records}
     with transaction.atomic():
         stored_at = timezone.now()
-        known = set(
-            UsageLog.objects.filter(request_id__in=list(by_id)).values_list("request_id", flat=True)
-        )
-        fresh = [record for rid, record in by_id.items() if rid not in known]
-        logs = UsageLog.objects.bulk_create(
-            [UsageLog(stored_at=stored_at, **record.log_columns()) for record in fresh]
-        )
-        if logs and logs[0].pk is None:  # a backend that returns no ids
-            ids = dict(
-                UsageLog.objects.filter(request_id__in=[r.request_id for r in fresh]).values_list(
-                    "request_id", "pk"
-                )
-            )
-            for usage_log in logs:
-                usage_log.pk = ids[usage_log.request_id]
-        UsageAttempt.objects.bulk_create(
-            [
-                UsageAttempt(
-                    log_id=usage_log.pk, **{name: getattr(a, name) for name in ATTEMPT_FIELDS}
-                )
-                for usage_log, record in zip(logs, fresh, strict=True)
-                for a in record.attempts
-            ]
-        )
+        ids = insert_new(list(by_id.values()), stored_at=stored_at)
+        fresh = [record for rid, record in by_id.items() if rid in ids]
         settle_rows(fresh, now=stored_at)  # a stored row and its money: one transaction
     return len(fresh)
 
@@ -227,9 +198,9 @@ class UsageWriter:
         self._buffer: list[UsageRecord] = []
         self._group_ready = False
 
-    def journal_into(self, pipe, record: UsageRecord) -> None:
-        """Queue a record's journal entry on a Redis pipeline (see gateway/recording.py)."""
-        pipe.xadd(JOURNAL, {"row": record.to_json()})
+    def journal_command(self, record: UsageRecord) -> tuple:
+        """The Redis command that journals a record (sent with others: gateway/recording.py)."""
+        return ("XADD", JOURNAL, "*", "row", record.to_json())
 
     def keep(self, record: UsageRecord) -> None:
         """Buffer a record in memory (no Redis): flushed by this process's flusher."""

@@ -49,7 +49,9 @@ class CallTarget:
 class Provider(Protocol):
     async def complete(self, req: ChatRequest, target: CallTarget) -> Completion: ...
 
-    def stream(self, req: ChatRequest, target: CallTarget) -> AsyncIterator[Chunk]: ...
+    def stream(self, req: ChatRequest, target: CallTarget) -> AsyncIterator[list[Chunk]]:
+        """The answer's chunks, in lists: those that arrived together (never an empty list)."""
+        ...
 
 
 def error_for_status(status: int, headers) -> ProviderError:
@@ -79,37 +81,58 @@ def connection_error(exc: BaseException) -> ProviderError:
 TRANSPORT_ERRORS = (aiohttp.ClientError, ConnectionError, OSError)
 
 
-async def sse_events(response: aiohttp.ClientResponse) -> AsyncIterator[tuple[str, bytes]]:
-    """Yield (event name, data) pairs of an SSE body; raise ProviderError if it breaks."""
-    event = ""
-    async for raw_line in _lines(response.content):
-        line = raw_line.rstrip(b"\r\n")
-        if not line:
-            event = ""
-            continue
-        if line.startswith(b"data:"):
-            yield event, line[5:].lstrip()
-        elif line.startswith(b"event:"):
-            event = line[6:].strip().decode()
+async def sse_events(response: aiohttp.ClientResponse) -> AsyncIterator[list[tuple[str, bytes]]]:
+    """Yield the (event name, data) pairs of an SSE body, together as each read brought them;
+    raise ProviderError if it breaks.
 
-
-async def _lines(content: aiohttp.StreamReader) -> AsyncIterator[bytes]:
-    """Yield the body's lines; when the connection breaks, first the complete lines received.
-
-    aiohttp raises a broken connection before handing out what it had already buffered, so
-    without this the last tokens the vendor did send would be lost (and how many depended on
-    timing).
+    Events that arrived together go on together (one write to the client, not one per
+    event). When the connection breaks, the complete lines already received come first:
+    aiohttp raises a broken connection before handing out what it had buffered, so without
+    this the last tokens the vendor did send would be lost (and how many, by timing).
     """
-    try:
-        async for raw_line in content:
-            yield raw_line
-    except TRANSPORT_ERRORS as exc:
-        buffer = getattr(content, "_buffer", None)
-        if buffer:
-            data = b"".join(buffer)[getattr(content, "_buffer_offset", 0) :]
-            for line in data.split(b"\n")[:-1]:  # an unterminated last line is incomplete
-                yield line + b"\n"
-        raise connection_error(exc) from None
+    content = response.content
+    parser = _SseParser()
+    while True:
+        try:
+            data = await content.readany()
+        except TRANSPORT_ERRORS as exc:
+            buffer = getattr(content, "_buffer", None)
+            if buffer:
+                rest = b"".join(buffer)[getattr(content, "_buffer_offset", 0) :]
+                events = parser.feed(rest)  # an unterminated last line stays incomplete
+                if events:
+                    yield events
+            raise connection_error(exc) from None
+        if not data:
+            events = parser.feed(b"\n")  # at the end, a last line without its newline counts
+            if events:
+                yield events
+            return
+        events = parser.feed(data)
+        if events:
+            yield events
+
+
+class _SseParser:
+    """SSE lines to (event, data) pairs, across reads that split lines anywhere."""
+
+    def __init__(self) -> None:
+        self._partial = b""
+        self._event = ""
+
+    def feed(self, data: bytes) -> list[tuple[str, bytes]]:
+        lines = (self._partial + data).split(b"\n")
+        self._partial = lines.pop()
+        events = []
+        for raw_line in lines:
+            line = raw_line.rstrip(b"\r")
+            if not line:
+                self._event = ""
+            elif line.startswith(b"data:"):
+                events.append((self._event, line[5:].lstrip()))
+            elif line.startswith(b"event:"):
+                self._event = line[6:].strip().decode()
+        return events
 
 
 class StreamDecoder(Protocol):
@@ -164,7 +187,7 @@ class HttpProvider:
             raise ProviderError("upstream sent malformed JSON", retryable=True) from None
         return self.completion(data, req)
 
-    async def stream(self, req: ChatRequest, target: CallTarget) -> AsyncIterator[Chunk]:
+    async def stream(self, req: ChatRequest, target: CallTarget) -> AsyncIterator[list[Chunk]]:
         try:
             response = await self._post(req, target)
         except (*TRANSPORT_ERRORS, TimeoutError) as exc:
@@ -173,15 +196,23 @@ class HttpProvider:
             if response.status != 200:
                 raise error_for_status(response.status, response.headers)
             decoder = self.decoder()
-            async for event, data in sse_events(response):
-                try:
-                    chunk = decoder.feed(event, data)
-                except orjson.JSONDecodeError:
-                    raise ProviderError("upstream sent malformed JSON", retryable=True) from None
+            async for events in sse_events(response):
+                chunks = []
+                for event, data in events:
+                    try:
+                        chunk = decoder.feed(event, data)
+                    except orjson.JSONDecodeError:
+                        raise ProviderError(
+                            "upstream sent malformed JSON", retryable=True
+                        ) from None
+                    if decoder.done:
+                        break
+                    if chunk is not None:
+                        chunks.append(chunk)
+                if chunks:
+                    yield chunks
                 if decoder.done:
                     break
-                if chunk is not None:
-                    yield chunk
             if not decoder.done:
                 raise ProviderError("upstream stream ended early", retryable=True)
         finally:

@@ -77,7 +77,7 @@ class FakeProvider:
         words, finish, usage = self._answer(req, target)
         return Completion(text="".join(words), finish_reason=finish, usage=usage, model=req.model)
 
-    async def stream(self, req: ChatRequest, target: CallTarget) -> AsyncIterator[Chunk]:
+    async def stream(self, req: ChatRequest, target: CallTarget) -> AsyncIterator[list[Chunk]]:
         self.calls.append(Call(target.api_key, target.upstream_model, stream=True))
         fault = self._take_fault(target)
         await self._before_answer(fault)
@@ -88,5 +88,5 @@ class FakeProvider:
                 raise ProviderError("the fake vendor's stream broke", retryable=False)
             if kind == "slow":
                 await asyncio.sleep(fault.delay_ms / 1000)
-            yield Chunk(text=word)
-        yield Chunk(finish_reason=finish, usage=usage)
+            yield [Chunk(text=word)]
+        yield [Chunk(finish_reason=finish, usage=usage)]

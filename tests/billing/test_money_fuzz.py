@@ -138,8 +138,27 @@ def plan_hold(w: World):
     ttl_s = w.rng.randrange(5, 60)
     now = w.now
     one_statement = not owner.group_budgeted and sent and w.rng.random() < 0.5
+    # The request path's hold when only the group's budget bounds it.
+    group_only = not owner.key_budgeted[key_id] and caller is None and w.rng.random() < 0.5
 
     def run():
+        if group_only and not one_statement:
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    ledger.HOLD_ONE_STATEMENT,
+                    {
+                        "request": request.request_id,
+                        "group": owner.group_id,
+                        "amount": amount,
+                        "now": now,
+                        "expires": now + timedelta(seconds=ttl_s),
+                    },
+                )
+                if cursor.fetchone() is None:
+                    raise ledger.Refused("group budget")
+            if sent:
+                run_sync(ledger.mark_hold_sent(request.request_id))
+            return "held"
         if one_statement:  # the request path's crash marker of a group without a budget
             with connection.cursor() as cursor:
                 cursor.execute(

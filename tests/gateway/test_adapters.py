@@ -52,15 +52,16 @@ async def complete(adapter, target):
 
 
 async def stream(adapter, target):
-    return [chunk async for chunk in adapter.stream(replace(REQ, stream=True), target)]
+    req = replace(REQ, stream=True)
+    return [chunk async for arrived in adapter.stream(req, target) for chunk in arrived]
 
 
 async def stream_until_error(adapter, target):
     received = []
     req = replace(REQ, stream=True, max_tokens=100)
     try:
-        async for chunk in adapter.stream(req, target):
-            received.append(chunk)
+        async for arrived in adapter.stream(req, target):
+            received.extend(arrived)
     except ProviderError as exc:
         return received, exc
     return received, None
@@ -140,7 +141,7 @@ def test_fake_adapter_answers_in_process():
         adapter = FakeProvider()
         target = CallTarget(upstream_model="fake", api_key="", max_tokens=2)
         answer = await adapter.complete(REQ, target)
-        chunks = [c async for c in adapter.stream(REQ, target)]
+        chunks = [c async for arrived in adapter.stream(REQ, target) for c in arrived]
         return answer, chunks
 
     answer, chunks = asyncio.run(both())

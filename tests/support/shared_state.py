@@ -5,8 +5,6 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-import redis.asyncio as aioredis
-
 from core.shared_state import SharedState
 from tests.support.processes import free_port
 
@@ -21,14 +19,14 @@ async def shared_state() -> AsyncIterator[SharedState]:
         await shared.close()
 
 
-def cut(shared: SharedState) -> aioredis.Redis:
+def cut(shared: SharedState) -> str:
     """Point `shared` at a port where nothing listens (every call refused); return the live
-    client, for `restore`. Redis itself is untouched: other processes keep using it."""
-    live = shared.client
-    shared.client = aioredis.Redis(host="127.0.0.1", port=free_port(), socket_connect_timeout=0.5)
+    Redis URL, for `restore`. Redis itself is untouched: other processes keep using it."""
+    live = shared.url
+    shared.use(f"redis://127.0.0.1:{free_port()}/0")
     return live
 
 
-def restore(shared: SharedState, live: aioredis.Redis) -> None:
+def restore(shared: SharedState, live: str) -> None:
     """Point `shared` at the live Redis again (as if it answered again)."""
-    shared.client = live
+    shared.use(live)

@@ -271,8 +271,8 @@ def test_a_stream_that_breaks_after_its_first_chunks_is_never_retried_or_fallen_
         chunks = await orchestrator.open_stream(ctx, first_ticket=None)
         texts = []
         with pytest.raises(errors.UpstreamFailed) as broke:
-            async for chunk in chunks:
-                texts.append(chunk.text)
+            async for arrived in chunks:
+                texts.extend(chunk.text for chunk in arrived)
         return texts, broke.value
 
     texts, broke = world.run(read)
