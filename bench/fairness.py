@@ -59,7 +59,6 @@ import functools
 import json
 import math
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -1233,12 +1232,7 @@ def main(args: argparse.Namespace) -> int:
         print(f"failed: {exc}", file=sys.stderr)
         status = 1
     finally:
-        for proc in reversed(procs):
-            proc.stop()
-        if args.keep:
-            print(f"kept {tmp}", file=sys.stderr)
-        else:
-            shutil.rmtree(tmp, ignore_errors=True)
+        bench.stop_all(procs, tmp, keep=args.keep)
     return status
 
 

@@ -1018,6 +1018,16 @@ def start_peer(args: argparse.Namespace, servers: Servers, tmp: Path, procs: lis
     return peer.start(args, servers, tmp, procs)
 
 
+def stop_all(procs: list[Proc], tmp: Path, *, keep: bool) -> None:
+    """Stop the servers, last started first, and delete the temp dir unless it is kept."""
+    for proc in reversed(procs):
+        proc.stop()
+    if keep:
+        print(f"kept {tmp}", file=sys.stderr)
+    else:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.fairness:
@@ -1116,12 +1126,7 @@ def main(argv: list[str] | None = None) -> int:
         print("interrupted", file=sys.stderr)
         status = 130
     finally:
-        for proc in reversed(procs):
-            proc.stop()
-        if args.keep:
-            print(f"kept {tmp}", file=sys.stderr)
-        else:
-            shutil.rmtree(tmp, ignore_errors=True)
+        stop_all(procs, tmp, keep=args.keep)
     return status
 
 

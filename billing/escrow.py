@@ -194,15 +194,15 @@ class Escrow:
     async def hold_budget(self, hold: ledger.Hold) -> None:
         """Take the budget hold on group, key and end caller, or refuse with LM-4001.
 
-        On PostgreSQL a hold only the group's budget bounds is one statement (one round trip).
+        On PostgreSQL a hold only the group's budget bounds is one statement, shared with the
+        group's other holds queued meanwhile (the Coalescer).
         """
-        now = timezone.now()
         try:
             if self._pg is not None and not hold.key_budgeted and hold.caller is None:
                 if not await self._holds.submit(hold.group_id, hold):
                     raise ledger.Refused("group budget")
             else:
-                await self.run(ledger.take_hold(hold, now=now, ttl_s=self.ttl_s))
+                await self.run(ledger.take_hold(hold, now=timezone.now(), ttl_s=self.ttl_s))
         except ledger.Refused as refused:
             raise errors.BudgetExhausted(f"Budget exhausted ({refused}).") from None
         except DB_ERRORS:

@@ -1,4 +1,4 @@
-"""Run synchronous ORM work from the event loop, in the right thread; write rows in batches.
+"""Run synchronous ORM work from the event loop, in the right thread; multi-row placeholders.
 
 PostgreSQL takes concurrent writers, so ORM calls run in a thread pool. SQLite (embedded
 runs) locks the whole file per writer: its calls share one thread, so a process never

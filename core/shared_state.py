@@ -168,8 +168,7 @@ class SharedState:
         try:
             wire = self._wire
             if wire is None or wire.closed or wire.loop is not asyncio.get_running_loop():
-                async with asyncio.timeout(self.timeout_s):
-                    wire = await self._connected()
+                wire = await self._connected()
             replies = await self._within_timeout(wire, commands)
             unknown = [
                 i
@@ -209,33 +208,35 @@ class SharedState:
                 self._connecting = None
 
     async def _connect(self) -> _Wire:
+        """Connect, authenticate and select the database, all within the one timeout."""
         url = urlsplit(self.url)
         loop = asyncio.get_running_loop()
         wire = _Wire(loop)
-        async with asyncio.timeout(self.timeout_s):
-            if url.scheme == "unix":
-                await loop.create_unix_connection(lambda: wire, url.path)
-            else:
-                await loop.create_connection(
-                    lambda: wire,
-                    url.hostname or "localhost",
-                    url.port or 6379,
-                    ssl=True if url.scheme == "rediss" else None,
-                )
         hello: list[tuple] = []
         if url.password:
-            user = unquote(url.username) if url.username else None
-            hello.append(
-                ("AUTH", user, unquote(url.password)) if user else ("AUTH", unquote(url.password))
-            )
+            user = [unquote(url.username)] if url.username else []
+            hello.append(("AUTH", *user, unquote(url.password)))
         db = url.path.strip("/") if url.scheme != "unix" else ""
         if db and db != "0":
             hello.append(("SELECT", int(db)))
-        if hello:
-            for reply in await wire.send(hello):
-                if isinstance(reply, ResponseError):
-                    wire.close()
-                    raise ConnectionError(f"Redis refused the connection setup: {reply}")
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                if url.scheme == "unix":
+                    await loop.create_unix_connection(lambda: wire, url.path)
+                else:
+                    await loop.create_connection(
+                        lambda: wire,
+                        url.hostname or "localhost",
+                        url.port or 6379,
+                        ssl=True if url.scheme == "rediss" else None,
+                    )
+                replies = await wire.send(hello) if hello else []
+            refused = [reply for reply in replies if isinstance(reply, ResponseError)]
+            if refused:
+                raise ConnectionError(f"Redis refused the connection setup: {refused[0]}")
+        except BaseException:
+            wire.close()  # a half-open connection is nobody's
+            raise
         self._wire = wire
         return wire
 
