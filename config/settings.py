@@ -37,6 +37,7 @@ SCHEME: dict[str, tuple[type, object]] = {
     "TOLLGATE_BEAT_SCHEDULE": (str, ""),
     "TOLLGATE_MAX_BODY_BYTES": (int, 1_048_576),
     "TOLLGATE_MAX_ROUTE": (int, 2),
+    "TOLLGATE_IMAGE_TOKENS_BOUND": (int, 1_600),
     "TOLLGATE_AUTH_CACHE_TTL_S": (int, 300),
     "TOLLGATE_AUTH_FAIL_PER_MIN": (int, 60),
     "TOLLGATE_RATE_EPOCH_S": (int, 0),
@@ -150,6 +151,9 @@ PROVIDER_PROFILES_JSON = env("PROVIDER_PROFILES_JSON")
 TOLLGATE = {
     "MAX_BODY_BYTES": env("TOLLGATE_MAX_BODY_BYTES"),
     "MAX_ROUTE": env("TOLLGATE_MAX_ROUTE"),
+    # What a hold assumes one image or document costs beyond its bytes (vendors price an
+    # image by its pixels, which Tollgate does not decode).
+    "IMAGE_TOKENS_BOUND": env("TOLLGATE_IMAGE_TOKENS_BOUND"),
     "AUTH_CACHE_TTL_S": env("TOLLGATE_AUTH_CACHE_TTL_S"),
     "AUTH_FAIL_PER_MIN": env("TOLLGATE_AUTH_FAIL_PER_MIN"),
     # The one-minute rate windows start at this Unix time plus whole minutes (0: on the

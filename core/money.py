@@ -12,11 +12,27 @@ def ceil_div(numerator: int, denominator: int) -> int:
 
 
 def token_cost_micro(
-    *, tokens_in: int, tokens_out: int, input_micro_per_mtok: int, output_micro_per_mtok: int
+    *,
+    tokens_in: int,
+    tokens_out: int,
+    input_micro_per_mtok: int,
+    output_micro_per_mtok: int,
+    cache_read_tokens: int = 0,
+    cached_input_micro_per_mtok: int = 0,
+    cache_write_tokens: int = 0,
+    cache_write_micro_per_mtok: int = 0,
 ) -> int:
-    """Return the provider cost of a call in micro-USD (one rounding, up)."""
+    """Return the provider cost of a call in micro-USD (one rounding, up).
+
+    `tokens_in` counts every prompt token; those read from or written to the vendor's
+    prompt cache are priced at their own rates, the rest at the input price.
+    """
+    plain_in = tokens_in - cache_read_tokens - cache_write_tokens
     return ceil_div(
-        tokens_in * input_micro_per_mtok + tokens_out * output_micro_per_mtok,
+        plain_in * input_micro_per_mtok
+        + cache_read_tokens * cached_input_micro_per_mtok
+        + cache_write_tokens * cache_write_micro_per_mtok
+        + tokens_out * output_micro_per_mtok,
         MICRO_PER_TOKEN_DIVISOR,
     )
 

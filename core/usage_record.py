@@ -61,6 +61,11 @@ class UsageRecord:
     ttft_ms: int | None
     streamed: bool
     reservation_id: int | None  # the served attempt's wallet reservation: settlement commits it
+    # Of the tokens above (platform or team), those the vendor read from or wrote to its
+    # prompt cache, and the output it spent reasoning: each priced at its own rate.
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    reasoning_tokens: int = 0
     attempts: tuple[AttemptRecord, ...] = ()
 
     def log_columns(self) -> dict:

@@ -24,8 +24,11 @@ from gateway.context import Meter
 from gateway.health import readiness
 from gateway.pipeline import JSON, REQUEST_ID_OK
 from gateway.runtime import runtime
+from gateway.shapes import anthropic as anthropic_shape
 
 log = logging.getLogger(__name__)
+# Routes of the Anthropic API: their refusals take its error shape (its SDK reads that).
+ANTHROPIC_PATHS = ("/v1/messages",)
 
 Scope = dict
 Receive = Callable[[], Awaitable[dict]]
@@ -144,8 +147,14 @@ class Exchange:
         await self.start(status, [JSON, *headers])
         await self.body(data, more=False)
 
+    def error_body(self, exc: errors.GatewayError) -> bytes:
+        """Return a refusal in the error shape of the API asked: Anthropic's on its routes."""
+        if self.scope["path"].startswith(ANTHROPIC_PATHS):
+            return anthropic_shape.error_body(exc)
+        return exc.body()
+
     async def refuse(self, exc: errors.GatewayError) -> None:
-        await self.reply(exc.status, exc.body(), exc.headers())
+        await self.reply(exc.status, self.error_body(exc), exc.headers())
 
 
 # ---------------------------------------------------------------- the small routes

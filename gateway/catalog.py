@@ -30,6 +30,7 @@ class Profile:
     timeout_s: float
     idle_timeout_s: float
     adapter: Provider = field(repr=False, compare=False)
+    passthrough: bool = False  # TEMP until the catalog branch lands
 
     @property
     def team_key_eligible(self) -> bool:
@@ -46,6 +47,8 @@ class ModelOffer:
     input_micro_per_mtok: int
     output_micro_per_mtok: int
     max_output_tokens: int
+    cached_input_micro_per_mtok: int = 0  # TEMP until the catalog branch lands
+    cache_write_micro_per_mtok: int = 0
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from core.usage_record import AttemptRecord
 from gateway.auth import Principal
+from gateway.catalog import ModelOffer
 from gateway.limits import Admission
 from gateway.plan import Plan
 from gateway.types import ChatRequest, StreamResult, Usage
@@ -28,8 +29,7 @@ class Served:
     provider: str
     model: str
     served_by: str  # plan.TEAM or plan.PLATFORM
-    input_micro_per_mtok: int
-    output_micro_per_mtok: int
+    offer: ModelOffer  # its prices
     reservation_id: int | None  # the wallet reservation settlement commits
 
 

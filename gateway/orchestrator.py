@@ -279,6 +279,7 @@ class Orchestrator:
             upstream_model=link.offer.upstream,
             api_key=api_key,
             max_tokens=link.max_tokens,
+            payload=link.payload,
             caller_label=ctx.caller_label,
         )
 
@@ -333,8 +334,7 @@ class Orchestrator:
             provider=offer.profile.name,
             model=offer.name,
             served_by=attempt.served_by,
-            input_micro_per_mtok=offer.input_micro_per_mtok,
-            output_micro_per_mtok=offer.output_micro_per_mtok,
+            offer=offer,
             reservation_id=reservation_id,
         )
         self._trail(ctx, link, attempt, "ok", None, started, reservation_id)

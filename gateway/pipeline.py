@@ -39,7 +39,7 @@ from gateway.auth import bearer, internal_authorized
 from gateway.breakers import Ticket
 from gateway.context import RequestContext
 from gateway.limits import Scope
-from gateway.plan import Plan, build_plan, prompt_bound
+from gateway.plan import Plan, build_plan, output_bound, prompt_bound
 from gateway.recording import record_and_release, usage_record
 from gateway.runtime import runtime
 from gateway.shapes import anthropic as anthropic_shape
@@ -224,7 +224,7 @@ async def admit(ctx: RequestContext, plan: Plan) -> Ticket | None:
         lease_s=max((link.offer.profile.timeout_s for link in plan.links), default=60) + 30,
         # Reserved in the token counts until the finish trues it up: a burst cannot pass TPM.
         tokens_estimate=prompt_bound(ctx.req)
-        + max((link.max_tokens for link in plan.links), default=0),
+        + max((output_bound(ctx.req, link.max_tokens) for link in plan.links), default=0),
         peek=runtime.breakers.peek(first.breaker_key, first.offer.name) if first else None,
     )
     metrics.IN_FLIGHT.inc()
@@ -323,13 +323,11 @@ async def stream(
     )
     result = ctx.stream = StreamResult(prompt_tokens_estimate=prompt_bound(ctx.req))
     await ex.start(200, [SSE, NO_CACHE, *ctx.admission.headers()])
-    opening = renderer.start()
     try:
         async with asyncio.timeout(deadline_left_s(ctx)):
             async for arrived in chunks:
                 # What arrived together leaves together: one write, not one per chunk.
-                out = [opening] if opening else []
-                opening = b""
+                out = []
                 for chunk in arrived:
                     result.fold(chunk)
                     out.append(renderer.chunk(chunk))
@@ -359,7 +357,7 @@ def refusal(ex: Exchange, exc: errors.GatewayError) -> Ending:
     """End with our error body, or, when the answer already started, just end it."""
     if ex.started:
         return Ending(exc.status, exc.code)
-    return Ending(exc.status, exc.code, final=exc.body(), headers=(JSON, *exc.headers()))
+    return Ending(exc.status, exc.code, final=ex.error_body(exc), headers=(JSON, *exc.headers()))
 
 
 def _ignore() -> None:

@@ -21,8 +21,9 @@ from byok.pools import Pool
 from core.errors import Forbidden, InvalidRequest
 from core.money import prompt_tokens_bound, token_cost_micro, with_margin_micro
 from gateway.auth import Principal
-from gateway.catalog import Catalog, ModelOffer
-from gateway.types import ChatRequest
+from gateway.catalog import Catalog, ModelOffer, Profile
+from gateway.shapes import translate
+from gateway.types import ANTHROPIC, ChatRequest
 
 TEAM = "team"
 PLATFORM = "platform"
@@ -45,6 +46,7 @@ class Link:
     offer: ModelOffer
     max_tokens: int
     attempts: tuple[Attempt, ...]
+    payload: dict  # the body in this vendor's shape (vendor_payload)
     breaker_key: str
     team_scoped: bool
     locked: bool = False  # refused by the chain lock: LM-3021 without an upstream call
@@ -94,19 +96,50 @@ def _price_rank(offer: ModelOffer) -> tuple[int, str]:
 
 
 def prompt_bound(req: ChatRequest) -> int:
-    """Return an upper bound on the request's prompt tokens."""
-    prompt_bytes = len(req.system.encode()) if req.system else 0
-    prompt_bytes += sum(len(m.content.encode()) for m in req.messages)
-    return prompt_tokens_bound(prompt_bytes=prompt_bytes, messages=len(req.messages))
+    """Return an upper bound on the request's prompt tokens (images: a fixed bound each)."""
+    return (
+        prompt_tokens_bound(prompt_bytes=req.prompt_bytes, messages=req.prompt_parts)
+        + req.media * settings.TOLLGATE["IMAGE_TOKENS_BOUND"]
+    )
+
+
+def output_bound(req: ChatRequest, link_max_tokens: int) -> int:
+    """Return an upper bound on the output tokens: the cap, for each answer asked for."""
+    return link_max_tokens * req.n
 
 
 def worst_case_cost_micro(req: ChatRequest, offer: ModelOffer, *, max_tokens: int) -> int:
+    # Every prompt token may be a cache write, the dearest kind where a vendor has one.
     return token_cost_micro(
         tokens_in=prompt_bound(req),
-        tokens_out=max_tokens,
-        input_micro_per_mtok=offer.input_micro_per_mtok,
+        tokens_out=output_bound(req, max_tokens),
+        input_micro_per_mtok=max(offer.input_micro_per_mtok, offer.cache_write_micro_per_mtok),
         output_micro_per_mtok=offer.output_micro_per_mtok,
     )
+
+
+def vendor_payload(req: ChatRequest, profile: Profile) -> dict:
+    """Return the request's body as this profile's vendor is sent it, owned fields aside.
+
+    Same shape: the client's body itself; a field Tollgate does not know goes only to a
+    profile that passes unknown fields through. Across shapes: translated, and what has
+    no faithful translation is refused (LM-2001) before any vendor is called.
+    """
+    vendor_shape = profile.adapter.shape
+    if vendor_shape == req.shape:
+        if req.unknown and not profile.passthrough:
+            raise InvalidRequest(
+                f"'{req.unknown[0]}' is not a field Tollgate knows, and profile "
+                f"{profile.name} does not pass unknown fields through."
+            )
+        return req.body
+    if req.unknown:
+        raise InvalidRequest(
+            f"'{req.unknown[0]}' cannot be translated for {profile.kind} vendors."
+        )
+    if vendor_shape == ANTHROPIC:
+        return translate.openai_request_to_anthropic(req.body, vendor_kind=profile.kind)
+    return translate.anthropic_request_to_openai(req.body, vendor_kind=profile.kind)
 
 
 def build_plan(
@@ -169,6 +202,7 @@ def build_plan(
                 offer=offer,
                 max_tokens=max_tokens,
                 attempts=tuple(attempts),
+                payload=vendor_payload(req, profile),
                 breaker_key=(
                     f"{profile.name}#group:{principal.group_id}" if team_scoped else profile.name
                 ),

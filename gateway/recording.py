@@ -34,8 +34,12 @@ def usage_record(ctx: RequestContext, *, bytes_out: int) -> UsageRecord:
         token_cost_micro(
             tokens_in=usage.input_tokens,
             tokens_out=usage.output_tokens,
-            input_micro_per_mtok=served.input_micro_per_mtok,
-            output_micro_per_mtok=served.output_micro_per_mtok,
+            input_micro_per_mtok=served.offer.input_micro_per_mtok,
+            output_micro_per_mtok=served.offer.output_micro_per_mtok,
+            cache_read_tokens=usage.cache_read_tokens,
+            cached_input_micro_per_mtok=served.offer.cached_input_micro_per_mtok,
+            cache_write_tokens=usage.cache_write_tokens,
+            cache_write_micro_per_mtok=served.offer.cache_write_micro_per_mtok,
         )
         if platform
         else 0
@@ -68,6 +72,9 @@ def usage_record(ctx: RequestContext, *, bytes_out: int) -> UsageRecord:
         tokens_out=usage.output_tokens if platform else 0,
         byok_tokens_in=usage.input_tokens if team else 0,
         byok_tokens_out=usage.output_tokens if team else 0,
+        cache_read_tokens=usage.cache_read_tokens,
+        cache_write_tokens=usage.cache_write_tokens,
+        reasoning_tokens=usage.reasoning_tokens,
         provider_cost_micro=provider_cost_micro,
         bytes_in=ctx.meter.bytes_in,
         bytes_out=bytes_out,

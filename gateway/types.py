@@ -1,59 +1,99 @@
-"""Tollgate's own request / response / chunk values, shared by every shape and adapter."""
+"""Tollgate's own request / response / chunk values, shared by every shape and adapter.
+
+A request keeps the client's body in the client's shape (`ChatRequest.body`): on a
+same-shape route it goes to the vendor as it came, but for the fields Tollgate owns; across
+shapes it is translated (gateway/shapes/translate.py). Answers and stream events likewise
+keep the vendor's own JSON (`Completion.data`, `Chunk.event`) beside what Tollgate reads
+from them (text, finish reason, usage).
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
-
-@dataclass(frozen=True, slots=True)
-class Message:
-    role: str  # "user" or "assistant"; the system prompt lives on ChatRequest
-    content: str
+OPENAI = "openai"
+ANTHROPIC = "anthropic"
 
 
 @dataclass(frozen=True, slots=True)
 class ChatRequest:
     model: str
-    messages: tuple[Message, ...]
-    system: str | None = None
+    shape: str  # OPENAI or ANTHROPIC: the shape `body` is in
+    body: dict[str, Any]  # the client's body; owned fields are set again for each vendor
+    chain: tuple[str, ...] = ()  # the client's chain: model, then its route list
     max_tokens: int | None = None
-    temperature: float | None = None
-    top_p: float | None = None
-    stop: tuple[str, ...] = ()
+    n: int = 1  # answers asked for: the hold covers each
     stream: bool = False
     include_usage: bool = False  # the OpenAI client asked for a streamed usage chunk
     caller_id: str | None = None  # raw end-user id: never logged, forwarded or stored
-    chain: tuple[str, ...] = ()  # the client's chain: model, then its route list
+    prompt_bytes: int = 0  # bytes of every text the prompt carries (tools included)
+    prompt_parts: int = 1  # messages and other prompt pieces, each costing a few tokens
+    media: int = 0  # images and documents: each bounded by a fixed token count
+    unknown: tuple[str, ...] = ()  # top-level fields neither owned nor known (passthrough)
 
-    def prompt_text_words(self) -> int:
-        """Count whitespace-separated words in the prompt (the token estimate's base)."""
-        words = len(self.system.split()) if self.system else 0
-        return words + sum(len(m.content.split()) for m in self.messages)
+    def prompt_words(self) -> int:
+        """Count whitespace-separated words in the prompt's texts (the fake's token count)."""
+        return sum(len(text.split()) for text in texts_of(self.body))
+
+
+def texts_of(body: dict[str, Any]) -> list[str]:
+    """Return the text of a body's system prompt and messages (either shape)."""
+    texts: list[str] = []
+    system = body.get("system")
+    for content in [system, *(m.get("content") for m in body.get("messages") or ())]:
+        if isinstance(content, str):
+            texts.append(content)
+        elif isinstance(content, list):
+            texts.extend(p["text"] for p in content if isinstance(p, dict) and "text" in p)
+    return texts
 
 
 @dataclass(frozen=True, slots=True)
 class Usage:
-    input_tokens: int = 0
-    output_tokens: int = 0
+    """What the vendor says the call used. Prompt and output totals include their parts."""
+
+    input_tokens: int = 0  # every prompt token: cache reads and writes included
+    output_tokens: int = 0  # every output token: reasoning included
+    cache_read_tokens: int = 0  # of input_tokens, read from the vendor's prompt cache
+    cache_write_tokens: int = 0  # of input_tokens, written to it
+    reasoning_tokens: int = 0  # of output_tokens, spent thinking
 
     @property
     def total_tokens(self) -> int:
         return self.input_tokens + self.output_tokens
 
+    def merged(self, later: Usage) -> Usage:
+        """Return this usage with what a later report says (a field it leaves 0 stays)."""
+        return Usage(
+            input_tokens=later.input_tokens or self.input_tokens,
+            output_tokens=later.output_tokens or self.output_tokens,
+            cache_read_tokens=later.cache_read_tokens or self.cache_read_tokens,
+            cache_write_tokens=later.cache_write_tokens or self.cache_write_tokens,
+            reasoning_tokens=later.reasoning_tokens or self.reasoning_tokens,
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class Completion:
-    text: str
-    finish_reason: str  # "stop" | "length"
+    """A vendor's whole answer: its JSON in its shape, and what Tollgate reads from it."""
+
+    shape: str  # the shape `data` is in
+    data: dict[str, Any]
+    text: str  # the answer's text (the internal routes' whole answer)
+    finish_reason: str  # "stop" | "length" | "tool_calls"
     usage: Usage
     model: str
 
 
 @dataclass(frozen=True, slots=True)
 class Chunk:
-    """One piece of a streamed answer: text, or the end (finish reason), or the usage."""
+    """One event of a streamed answer: the vendor's JSON in its shape, and what it says."""
 
-    text: str = ""
+    shape: str = OPENAI
+    event: dict[str, Any] | None = None  # None: nothing to pass on (only what it says)
+    text: str = ""  # answer text it adds
+    generated: bool = False  # it carries generated output (text, tool arguments, thinking)
     finish_reason: str | None = None
     usage: Usage | None = None
 
@@ -62,7 +102,7 @@ class Chunk:
 class StreamResult:
     """What a finished stream told us, filled in as chunks pass."""
 
-    text_chunks: int = 0
+    generated_chunks: int = 0
     finish_reason: str | None = None
     usage: Usage = field(default_factory=Usage)
     prompt_tokens_estimate: int = 0
@@ -71,15 +111,12 @@ class StreamResult:
 
     def fold(self, chunk: Chunk) -> None:
         """Remember what a chunk says about the end of the answer."""
-        if chunk.text:
-            self.text_chunks += 1
+        if chunk.generated:
+            self.generated_chunks += 1
         if chunk.finish_reason:
             self.finish_reason = chunk.finish_reason
         if chunk.usage is not None:
-            self.usage = Usage(
-                input_tokens=chunk.usage.input_tokens or self.usage.input_tokens,
-                output_tokens=chunk.usage.output_tokens or self.usage.output_tokens,
-            )
+            self.usage = self.usage.merged(chunk.usage)
 
     def billed_usage(self) -> Usage:
         """Return what the vendor bills: its usage, or for a cut stream an estimate."""
@@ -87,9 +124,12 @@ class StreamResult:
 
     def usage_or_estimate(self) -> Usage:
         """Return the vendor's usage, or, for a stream cut before it arrived, an estimate:
-        the prompt's bound and one token per text chunk received (what the vendor bills)."""
+        the prompt's bound and one token per generated chunk received (what the vendor
+        bills)."""
         if self.usage.output_tokens or self.usage.input_tokens:
             return self.usage
-        if not self.text_chunks:
+        if not self.generated_chunks:
             return self.usage
-        return Usage(input_tokens=self.prompt_tokens_estimate, output_tokens=self.text_chunks)
+        return Usage(
+            input_tokens=self.prompt_tokens_estimate, output_tokens=self.generated_chunks
+        )

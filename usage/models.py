@@ -41,6 +41,11 @@ class UsageLog(models.Model):
     tokens_out = models.BigIntegerField(default=0)
     byok_tokens_in = models.BigIntegerField(default=0)
     byok_tokens_out = models.BigIntegerField(default=0)
+    # Of those tokens (platform or team): read from / written to the vendor's prompt cache,
+    # and the output spent reasoning. Each kind is priced at its own rate.
+    cache_read_tokens = models.BigIntegerField(default=0)
+    cache_write_tokens = models.BigIntegerField(default=0)
+    reasoning_tokens = models.BigIntegerField(default=0)
     provider_cost_micro = models.BigIntegerField(default=0)
     bytes_in = models.BigIntegerField(default=0)
     bytes_out = models.BigIntegerField(default=0)

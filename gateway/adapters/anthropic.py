@@ -6,13 +6,12 @@ import orjson
 
 from gateway.adapters.base import CallTarget, HttpProvider, ProviderError
 from gateway.shapes import anthropic as shape
-from gateway.types import ChatRequest, Chunk, Completion
+from gateway.types import ANTHROPIC, ChatRequest, Chunk, Completion
 
 
 class AnthropicStream:
     def __init__(self) -> None:
         self.done = False
-        self._state = shape.VendorStreamState()
 
     def feed(self, event: str, data: bytes) -> Chunk | None:
         if event == "message_stop":
@@ -21,10 +20,14 @@ class AnthropicStream:
         if event == "error":
             # Mid-stream vendor error (e.g. overloaded): retryable if nothing was sent yet.
             raise ProviderError("upstream stream error event", retryable=True, status=529)
-        return self._state.chunk_from_event(event, orjson.loads(data))
+        if event == "ping":
+            return None  # a keep-alive: ours are the bytes we send
+        return shape.chunk_from_event(event, orjson.loads(data))
 
 
 class AnthropicProvider(HttpProvider):
+    shape = ANTHROPIC
+
     def url_for(self, base_url: str) -> str:
         return base_url + ("/messages" if base_url.endswith("/v1") else "/v1/messages")
 
@@ -37,10 +40,11 @@ class AnthropicProvider(HttpProvider):
 
     def body(self, req: ChatRequest, target: CallTarget) -> bytes:
         return shape.vendor_body(
-            req,
+            target.payload,
             upstream_model=target.upstream_model,
             max_tokens=target.max_tokens,
             caller_label=target.caller_label,
+            stream=req.stream,
         )
 
     def completion(self, data: dict, req: ChatRequest) -> Completion:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import aiohttp
@@ -38,15 +38,18 @@ class ProviderError(Exception):
 
 @dataclass(frozen=True, slots=True)
 class CallTarget:
-    """Where and as whom one upstream call goes."""
+    """Where, as whom and with what one upstream call goes."""
 
     upstream_model: str
     api_key: str
     max_tokens: int
+    payload: dict = field(repr=False)  # the body in the vendor's shape, owned fields unset
     caller_label: str | None = None
 
 
 class Provider(Protocol):
+    shape: str  # the client shape this vendor speaks (gateway.types.OPENAI / ANTHROPIC)
+
     async def complete(self, req: ChatRequest, target: CallTarget) -> Completion: ...
 
     def stream(self, req: ChatRequest, target: CallTarget) -> AsyncIterator[list[Chunk]]:

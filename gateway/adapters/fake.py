@@ -8,11 +8,13 @@ the first token or after N tokens, slow tokens. It records every call it receive
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 from gateway.adapters.base import CallTarget, ProviderError, error_for_status
-from gateway.types import ChatRequest, Chunk, Completion, Usage
+from gateway.shapes import openai as openai_shape
+from gateway.types import OPENAI, ChatRequest, Chunk, Completion, Usage
 
 WORDS = ("Hello", "from", "the", "fake", "model", "reply", "ok")
 STATUS_FAULTS = {"401": 401, "403": 403, "429": 429, "500": 500}
@@ -38,6 +40,11 @@ class Call:
 
 
 class FakeProvider:
+    """Speaks the OpenAI shape (an Anthropic client's body reaches it translated) and
+    answers text only: fixed words, whatever tools or formats the body asks for."""
+
+    shape = OPENAI
+
     def __init__(self, **_: object) -> None:
         self.calls: list[Call] = []
         self._faults: list[Fault] = []
@@ -56,7 +63,7 @@ class FakeProvider:
         limit = min(target.max_tokens, len(WORDS))
         words = [w if i == 0 else " " + w for i, w in enumerate(WORDS[:limit])]
         finish = "length" if limit < len(WORDS) else "stop"
-        usage = Usage(input_tokens=max(1, req.prompt_text_words()), output_tokens=len(words))
+        usage = Usage(input_tokens=max(1, req.prompt_words()), output_tokens=len(words))
         return words, finish, usage
 
     async def _before_answer(self, fault: Fault | None) -> None:
@@ -75,7 +82,25 @@ class FakeProvider:
         fault = self._take_fault(target)
         await self._before_answer(fault)
         words, finish, usage = self._answer(req, target)
-        return Completion(text="".join(words), finish_reason=finish, usage=usage, model=req.model)
+        text = "".join(words)
+        data = {
+            "id": "chatcmpl-fake",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": target.upstream_model,
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": text},
+                    "finish_reason": finish,
+                    "logprobs": None,
+                }
+            ],
+            "usage": openai_shape.usage_json(usage),
+        }
+        return Completion(
+            shape=OPENAI, data=data, text=text, finish_reason=finish, usage=usage, model=req.model
+        )
 
     async def stream(self, req: ChatRequest, target: CallTarget) -> AsyncIterator[list[Chunk]]:
         self.calls.append(Call(target.api_key, target.upstream_model, stream=True))
@@ -83,10 +108,29 @@ class FakeProvider:
         await self._before_answer(fault)
         words, finish, usage = self._answer(req, target)
         kind = fault.kind if fault is not None else ""
+        yield [_chunk({"role": "assistant", "content": ""})]
         for sent, word in enumerate(words):
             if kind == "fail_after_tokens" and sent == fault.after_tokens:
                 raise ProviderError("the fake vendor's stream broke", retryable=False)
             if kind == "slow":
                 await asyncio.sleep(fault.delay_ms / 1000)
-            yield [Chunk(text=word)]
-        yield [Chunk(finish_reason=finish, usage=usage)]
+            yield [_chunk({"content": word}, text=word)]
+        done = _chunk({}, finish=finish)
+        usage_event = {
+            "object": "chat.completion.chunk",
+            "choices": [],
+            "usage": openai_shape.usage_json(usage),
+        }
+        yield [done, Chunk(shape=OPENAI, event=usage_event, usage=usage)]
+
+
+def _chunk(delta: dict, *, text: str = "", finish: str | None = None) -> Chunk:
+    """Return one streamed chunk of the fake's answer, in the OpenAI shape."""
+    event = {
+        "object": "chat.completion.chunk",
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}],
+        "usage": None,
+    }
+    return Chunk(
+        shape=OPENAI, event=event, text=text, generated=bool(text), finish_reason=finish
+    )

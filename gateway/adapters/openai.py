@@ -6,7 +6,7 @@ import orjson
 
 from gateway.adapters.base import CallTarget, HttpProvider
 from gateway.shapes import openai as shape
-from gateway.types import ChatRequest, Chunk, Completion
+from gateway.types import OPENAI, ChatRequest, Chunk, Completion
 
 
 class OpenAIStream:
@@ -21,6 +21,8 @@ class OpenAIStream:
 
 
 class OpenAIProvider(HttpProvider):
+    shape = OPENAI
+
     def url_for(self, base_url: str) -> str:
         return base_url + "/chat/completions"
 
@@ -29,10 +31,11 @@ class OpenAIProvider(HttpProvider):
 
     def body(self, req: ChatRequest, target: CallTarget) -> bytes:
         return shape.vendor_body(
-            req,
+            target.payload,
             upstream_model=target.upstream_model,
             caller_label=target.caller_label,
             max_tokens=target.max_tokens,
+            stream=req.stream,
         )
 
     def completion(self, data: dict, req: ChatRequest) -> Completion:

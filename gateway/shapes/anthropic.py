@@ -1,4 +1,9 @@
-"""The Anthropic messages shape, both ways: client bodies in, vendor bodies out."""
+"""The Anthropic messages shape, both ways: client bodies in, vendor bodies out.
+
+As for the OpenAI shape: the client's body is checked for what Tollgate reads and kept
+whole; to an Anthropic vendor it goes as it came but for the fields Tollgate owns.
+Refusals on these routes come back in Anthropic's error shape, carrying our code.
+"""
 
 from __future__ import annotations
 
@@ -6,123 +11,164 @@ from typing import Any
 
 import orjson
 
-from core.errors import InvalidRequest
+from core.errors import GatewayError, InvalidRequest
+from gateway.shapes import translate
 from gateway.shapes.common import (
+    PromptMeasure,
+    checked_bool,
+    checked_messages,
     model_chain,
     optional_max_tokens,
-    optional_number,
     refuse_unknown,
-    text_of,
+    unknown_fields,
 )
-from gateway.types import ChatRequest, Chunk, Completion, Message, Usage
+from gateway.types import ANTHROPIC, ChatRequest, Chunk, Completion, Usage
 
-FIELDS = frozenset(
+# Set by Tollgate on every vendor call (metadata carries only the end user: the label).
+OWNED = frozenset({"model", "max_tokens", "metadata", "stream", "fallback_model"})
+KNOWN = OWNED | frozenset(
     {
-        "model",
         "messages",
         "system",
-        "max_tokens",
-        "metadata",
         "stop_sequences",
-        "stream",
         "temperature",
         "top_p",
-        "fallback_model",
+        "top_k",
+        "tools",
+        "tool_choice",
+        "thinking",
+        "service_tier",
+        "container",
+        "mcp_servers",
+        "context_management",
+        "cache_control",
+        "output_config",
+        "output_format",
+        "inference_geo",
+        "speed",
     }
 )
-MESSAGE_FIELDS = frozenset({"role", "content"})
+ROLES = frozenset({"user", "assistant"})
 METADATA_FIELDS = frozenset({"user_id"})
 STOP_FROM_VENDOR = {
     "end_turn": "stop",
     "stop_sequence": "stop",
-    "max_tokens": "length",
+    "pause_turn": "stop",
     "refusal": "stop",
+    "max_tokens": "length",
+    "tool_use": "tool_calls",
 }
-STOP_TO_CLIENT = {"stop": "end_turn", "length": "max_tokens"}
 API_VERSION = "2023-06-01"
+# Anthropic's error types by our HTTP status: what its SDK expects to read.
+ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    402: "billing_error",
+    403: "permission_error",
+    404: "not_found_error",
+    409: "invalid_request_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    503: "overloaded_error",
+}
 
 
 def parse_request(body: dict, *, fallback_header: str | None = None) -> ChatRequest:
-    """Turn a client's messages body into a ChatRequest, refusing what we can't do."""
-    refuse_unknown(body, FIELDS)
-    raw_messages = body.get("messages")
-    if not isinstance(raw_messages, list) or not raw_messages:
-        raise InvalidRequest("'messages' must be a non-empty list.")
-    messages = []
-    for index, raw in enumerate(raw_messages):
-        where = f"messages[{index}]"
-        if not isinstance(raw, dict) or raw.get("role") not in ("user", "assistant"):
-            raise InvalidRequest(f"{where}: role must be 'user' or 'assistant'.")
-        refuse_unknown(raw, MESSAGE_FIELDS, where=f"{where}: ")
-        messages.append(Message(role=raw["role"], content=text_of(raw.get("content"), where=where)))
-    system = body.get("system")
-    system_text = text_of(system, where="system") if system is not None else None
+    """Check a client's messages body and keep it whole as a ChatRequest."""
+    messages = checked_messages(body, roles=ROLES)
     max_tokens = optional_max_tokens(body.get("max_tokens"), "max_tokens")
     if max_tokens is None:
         raise InvalidRequest("'max_tokens' is required.")
-    stop = body.get("stop_sequences") or []
-    if not isinstance(stop, list) or not all(isinstance(s, str) for s in stop):
+    _check_thinking(body.get("thinking"), max_tokens)
+    stop = body.get("stop_sequences")
+    if stop is not None and (
+        not isinstance(stop, list) or not all(isinstance(s, str) for s in stop)
+    ):
         raise InvalidRequest("'stop_sequences' must be a list of strings.")
-    stream = body.get("stream", False)
-    if not isinstance(stream, bool):
-        raise InvalidRequest("'stream' must be a boolean.")
     metadata = body.get("metadata") or {}
-    if isinstance(metadata, dict):
-        refuse_unknown(metadata, METADATA_FIELDS, where="metadata: ")
-    user_id = metadata.get("user_id") if isinstance(metadata, dict) else None
+    if not isinstance(metadata, dict):
+        raise InvalidRequest("'metadata' must be an object.")
+    refuse_unknown(metadata, METADATA_FIELDS, where="metadata: ")
+    user_id = metadata.get("user_id")
     if user_id is not None and not isinstance(user_id, str):
         raise InvalidRequest("'metadata.user_id' must be a string.")
+    measure = PromptMeasure()
+    measure.add(body.get("system"))
+    measure.add(messages)
+    tools = body.get("tools")
+    measure.add(tools, keys=True)
     chain = model_chain(body.get("model"), body.get("fallback_model") or fallback_header)
     return ChatRequest(
         model=chain[0],
+        shape=ANTHROPIC,
+        body=body,
         chain=chain,
-        messages=tuple(messages),
-        system=system_text or None,
         max_tokens=max_tokens,
-        temperature=optional_number(body, "temperature", low=0, high=1),
-        top_p=optional_number(body, "top_p", low=0, high=1),
-        stop=tuple(stop),
-        stream=stream,
+        stream=checked_bool(body, "stream"),
         caller_id=user_id or None,
+        prompt_bytes=measure.bytes,
+        prompt_parts=len(messages) + (len(tools) if isinstance(tools, list) else 0),
+        media=measure.media,
+        unknown=unknown_fields(body, KNOWN),
     )
+
+
+def _check_thinking(thinking: Any, max_tokens: int) -> None:
+    """Thinking spends from max_tokens, so the hold on max_tokens covers its budget."""
+    if not isinstance(thinking, dict) or thinking.get("type") != "enabled":
+        return
+    budget = thinking.get("budget_tokens")
+    if isinstance(budget, bool) or not isinstance(budget, int) or budget < 1:
+        raise InvalidRequest("'thinking.budget_tokens' must be a positive integer.")
+    if budget >= max_tokens:
+        raise InvalidRequest("'max_tokens' must be greater than 'thinking.budget_tokens'.")
 
 
 # ---- vendor side ----
 
 
 def vendor_body(
-    req: ChatRequest, *, upstream_model: str, max_tokens: int, caller_label: str | None
+    payload: dict,
+    *,
+    upstream_model: str,
+    max_tokens: int,
+    caller_label: str | None,
+    stream: bool,
 ) -> bytes:
-    # Anthropic wants alternating turns: merge neighbours of the same role.
-    merged: list[dict[str, Any]] = []
-    for m in req.messages:
-        if merged and merged[-1]["role"] == m.role:
-            merged[-1]["content"] += "\n\n" + m.content
-        else:
-            merged.append({"role": m.role, "content": m.content})
-    body: dict[str, Any] = {"model": upstream_model, "max_tokens": max_tokens, "messages": merged}
-    if req.system:
-        body["system"] = req.system
-    if req.temperature is not None:
-        body["temperature"] = min(req.temperature, 1.0)
-    if req.top_p is not None:
-        body["top_p"] = req.top_p
-    if req.stop:
-        body["stop_sequences"] = list(req.stop)
+    """Build the vendor's body: the payload as it is, and what Tollgate owns set again."""
+    body = {name: value for name, value in payload.items() if name not in OWNED}
+    body["model"] = upstream_model
+    body["max_tokens"] = max_tokens
     if caller_label:
         body["metadata"] = {"user_id": caller_label}
-    if req.stream:
+    if stream:
         body["stream"] = True
     return orjson.dumps(body)
 
 
 def usage_from(raw: Any) -> Usage | None:
+    """Read Anthropic's usage: its input_tokens leave out cache reads and writes; ours count
+    every prompt token."""
     if not isinstance(raw, dict):
         return None
+    cache_read = int(raw.get("cache_read_input_tokens") or 0)
+    cache_write = int(raw.get("cache_creation_input_tokens") or 0)
     return Usage(
-        input_tokens=int(raw.get("input_tokens") or 0),
+        input_tokens=int(raw.get("input_tokens") or 0) + cache_read + cache_write,
         output_tokens=int(raw.get("output_tokens") or 0),
+        cache_read_tokens=cache_read,
+        cache_write_tokens=cache_write,
     )
+
+
+def usage_json(usage: Usage) -> dict:
+    """Render our usage as Anthropic reports it."""
+    return {
+        "input_tokens": usage.input_tokens - usage.cache_read_tokens - usage.cache_write_tokens,
+        "output_tokens": usage.output_tokens,
+        "cache_creation_input_tokens": usage.cache_write_tokens,
+        "cache_read_input_tokens": usage.cache_read_tokens,
+    }
 
 
 def completion_from_vendor(data: dict, *, model: str) -> Completion:
@@ -130,6 +176,8 @@ def completion_from_vendor(data: dict, *, model: str) -> Completion:
         block.get("text", "") for block in data.get("content") or [] if block.get("type") == "text"
     )
     return Completion(
+        shape=ANTHROPIC,
+        data=data,
         text=text,
         finish_reason=STOP_FROM_VENDOR.get(data.get("stop_reason"), "stop"),
         usage=usage_from(data.get("usage")) or Usage(),
@@ -137,122 +185,95 @@ def completion_from_vendor(data: dict, *, model: str) -> Completion:
     )
 
 
-class VendorStreamState:
-    """Fold Anthropic stream events into our chunks (usage arrives in two parts)."""
+GENERATED_DELTAS = frozenset({"text_delta", "input_json_delta", "thinking_delta"})
 
-    def __init__(self) -> None:
-        self.input_tokens = 0
 
-    def chunk_from_event(self, event: str, data: dict) -> Chunk | None:
-        if event == "content_block_delta":
-            delta = data.get("delta") or {}
-            if delta.get("type") == "text_delta" and delta.get("text"):
-                return Chunk(text=delta["text"])
-            return None
-        if event == "message_start":
-            usage = usage_from((data.get("message") or {}).get("usage"))
-            self.input_tokens = usage.input_tokens if usage else 0
-            return None
-        if event == "message_delta":
-            stop = (data.get("delta") or {}).get("stop_reason")
-            output = int((data.get("usage") or {}).get("output_tokens") or 0)
-            input_tokens = int((data.get("usage") or {}).get("input_tokens") or 0)
-            return Chunk(
-                finish_reason=STOP_FROM_VENDOR.get(stop, "stop"),
-                usage=Usage(input_tokens=input_tokens or self.input_tokens, output_tokens=output),
-            )
-        return None
+def chunk_from_event(event: str, data: dict) -> Chunk | None:
+    """Read one Anthropic stream event (message_stop, ping and error are the adapter's)."""
+    if event == "content_block_delta":
+        delta = data.get("delta") or {}
+        kind = delta.get("type")
+        return Chunk(
+            shape=ANTHROPIC,
+            event=data,
+            text=delta.get("text") or "" if kind == "text_delta" else "",
+            generated=kind in GENERATED_DELTAS,
+        )
+    if event == "message_start":
+        usage = usage_from((data.get("message") or {}).get("usage"))
+        return Chunk(shape=ANTHROPIC, event=data, usage=usage)
+    if event == "message_delta":
+        stop = (data.get("delta") or {}).get("stop_reason")
+        return Chunk(
+            shape=ANTHROPIC,
+            event=data,
+            finish_reason=STOP_FROM_VENDOR.get(stop, "stop"),
+            usage=usage_from(data.get("usage")),
+        )
+    return Chunk(shape=ANTHROPIC, event=data)
 
 
 # ---- client side ----
 
 
 def render_completion(c: Completion, *, request_id: str) -> bytes:
-    return orjson.dumps(
-        {
-            "id": f"msg_{request_id}",
-            "type": "message",
-            "role": "assistant",
-            "model": c.model,
-            "content": [{"type": "text", "text": c.text}],
-            "stop_reason": STOP_TO_CLIENT.get(c.finish_reason, "end_turn"),
-            "stop_sequence": None,
-            "usage": {"input_tokens": c.usage.input_tokens, "output_tokens": c.usage.output_tokens},
-        }
-    )
+    data = c.data if c.shape == ANTHROPIC else translate.openai_completion_to_anthropic(c.data)
+    return orjson.dumps({**data, "id": f"msg_{request_id}", "model": c.model})
 
 
-def _event(name: str, data: dict) -> bytes:
-    return b"event: " + name.encode() + b"\ndata: " + orjson.dumps(data) + b"\n\n"
+def error_json(exc: GatewayError) -> dict:
+    """Return our refusal in Anthropic's error shape, our code kept beside its type."""
+    return {
+        "type": "error",
+        "error": {
+            "type": ERROR_TYPES.get(exc.status, "api_error"),
+            "message": exc.message,
+            "code": exc.code,
+        },
+    }
+
+
+def error_body(exc: GatewayError) -> bytes:
+    return orjson.dumps(error_json(exc))
+
+
+def _event(data: dict) -> bytes:
+    return b"event: " + data["type"].encode() + b"\ndata: " + orjson.dumps(data) + b"\n\n"
 
 
 class StreamRenderer:
-    """Render our chunks as Anthropic SSE events for one client stream."""
+    """Render a stream's events as Anthropic SSE for one client stream: the vendor's own
+    events with the message id and model mapped, or an OpenAI vendor's chunks translated."""
 
-    def __init__(self, *, request_id: str, model: str, input_tokens_estimate: int = 0) -> None:
-        self._request_id = request_id
-        self._model = model
-        self._input_estimate = input_tokens_estimate
-
-    def start(self) -> bytes:
-        message = {
-            "id": f"msg_{self._request_id}",
-            "type": "message",
-            "role": "assistant",
-            "model": self._model,
-            "content": [],
-            "stop_reason": None,
-            "stop_sequence": None,
-            "usage": {"input_tokens": self._input_estimate, "output_tokens": 0},
-        }
-        return _event("message_start", {"type": "message_start", "message": message}) + _event(
-            "content_block_start",
-            {
-                "type": "content_block_start",
-                "index": 0,
-                "content_block": {"type": "text", "text": ""},
-            },
-        )
+    def __init__(self, *, request_id: str, model: str) -> None:
+        self._ids = {"id": f"msg_{request_id}", "model": model}
+        self._translator: translate.OpenAIStreamToAnthropic | None = None
 
     def chunk(self, chunk: Chunk) -> bytes:
-        if not chunk.text:
+        if chunk.event is None:
             return b""
-        return _event(
-            "content_block_delta",
-            {
-                "type": "content_block_delta",
-                "index": 0,
-                "delta": {"type": "text_delta", "text": chunk.text},
-            },
-        )
+        if chunk.shape == ANTHROPIC:
+            events = (chunk.event,)
+        else:
+            if self._translator is None:
+                self._translator = translate.OpenAIStreamToAnthropic()
+            events = self._translator.feed(chunk.event)
+        return b"".join(_event(self._named(event)) for event in events)
+
+    def _named(self, event: dict) -> dict:
+        if event.get("type") != "message_start":
+            return event
+        return {**event, "message": {**event.get("message", {}), **self._ids}}
 
     def finish(self, finish_reason: str, usage: Usage) -> bytes:
-        return (
-            _event("content_block_stop", {"type": "content_block_stop", "index": 0})
-            + _event(
-                "message_delta",
-                {
-                    "type": "message_delta",
-                    "delta": {
-                        "stop_reason": STOP_TO_CLIENT.get(finish_reason, "end_turn"),
-                        "stop_sequence": None,
-                    },
-                    "usage": {
-                        "input_tokens": usage.input_tokens,
-                        "output_tokens": usage.output_tokens,
-                    },
-                },
-            )
-            + _event("message_stop", {"type": "message_stop"})
-        )
+        if self._translator is None:  # the vendor's own end, bar its last event
+            return _event({"type": "message_stop"})
+        return b"".join(_event(self._named(event)) for event in self._translator.finish())
 
     def error(self, exc: Exception) -> bytes:
-        code = getattr(exc, "code", "LM-5001")
-        message = getattr(exc, "message", "stream failed")
-        return _event(
-            "error",
-            {"type": "error", "error": {"type": "api_error", "message": message, "code": code}},
-        )
+        if isinstance(exc, GatewayError):
+            return _event(error_json(exc))
+        return _event({"type": "error", "error": {"type": "api_error", "message": "failed"}})
 
 
 def stream_renderer(req: ChatRequest, *, request_id: str, model: str) -> StreamRenderer:

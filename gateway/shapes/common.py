@@ -9,6 +9,12 @@ from django.conf import settings
 from core.errors import InvalidRequest
 
 TEXT_PART_FIELDS = frozenset({"type", "text"})
+# Content parts whose cost is not their bytes: an image is a fixed-ish number of tokens
+# whatever its encoding; a document is bounded by its decoded bytes.
+IMAGE_PARTS = frozenset({"image_url", "image", "input_image"})
+DOCUMENT_PARTS = frozenset({"document", "file"})
+# A message's structure, not its text: covered by the per-message allowance.
+STRUCTURE_KEYS = frozenset({"role", "type", "cache_control"})
 
 
 def text_of(content: Any, *, where: str) -> str:
@@ -52,6 +58,92 @@ def refuse_unknown(body: dict, allowed: frozenset[str], *, where: str = "") -> N
     for name, value in body.items():
         if name not in allowed and value not in (None, [], {}):
             raise InvalidRequest(f"{where}'{name}' is not supported by Tollgate.")
+
+
+def unknown_fields(body: dict, known: frozenset[str]) -> tuple[str, ...]:
+    """Return the top-level fields neither owned nor known (forwarded only on passthrough)."""
+    return tuple(name for name in body if name not in known)
+
+
+def checked_messages(body: dict, *, roles: frozenset[str]) -> list[dict]:
+    """Return the body's messages: a non-empty list of objects with a known role."""
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise InvalidRequest("'messages' must be a non-empty list.")
+    for index, message in enumerate(messages):
+        if not isinstance(message, dict):
+            raise InvalidRequest(f"messages[{index}] must be an object.")
+        if message.get("role") not in roles:
+            raise InvalidRequest(
+                f"messages[{index}]: unknown role {message.get('role')!r} "
+                f"(one of {', '.join(sorted(roles))})."
+            )
+    return messages
+
+
+def checked_bool(body: dict, name: str) -> bool:
+    value = body.get(name, False)
+    if value is None:
+        return False
+    if not isinstance(value, bool):
+        raise InvalidRequest(f"'{name}' must be a boolean.")
+    return value
+
+
+def checked_string(value: Any, name: str) -> str | None:
+    if value is not None and not isinstance(value, str):
+        raise InvalidRequest(f"'{name}' must be a string.")
+    return value or None
+
+
+class PromptMeasure:
+    """Bytes of every text a prompt carries, and its images and documents.
+
+    A BPE token covers at least one byte, so text bytes bound text tokens; an image counts
+    a fixed bound instead of its bytes (its URL is short, its base64 long, its tokens
+    neither); a document counts its decoded bytes. Messages count their texts (a role or a
+    part's type is the per-message allowance of prompt_tokens_bound); schemas (tools, a
+    response format) count their keys too, as the vendor reads them as text.
+    """
+
+    __slots__ = ("bytes", "media")
+
+    def __init__(self) -> None:
+        self.bytes = 0
+        self.media = 0
+
+    def add(self, value: Any, *, keys: bool = False) -> None:
+        if isinstance(value, str):
+            self.bytes += len(value.encode())
+        elif isinstance(value, dict):
+            kind = value.get("type")
+            if kind in IMAGE_PARTS:
+                self.media += 1
+                return
+            if kind in DOCUMENT_PARTS:
+                self.media += 1
+                self.bytes += _decoded_bytes(value)
+                return
+            for key, item in value.items():
+                if keys:
+                    self.bytes += len(key)
+                elif key in STRUCTURE_KEYS:
+                    continue
+                self.add(item, keys=keys)
+        elif isinstance(value, list):
+            for item in value:
+                self.add(item, keys=keys)
+        elif value is not None and not isinstance(value, bool):
+            self.bytes += 8  # a number: a token or two
+
+
+def _decoded_bytes(part: dict) -> int:
+    """Return the decoded size of a document part's data (base64: 3 bytes per 4)."""
+    source = part.get("source") or part.get("file") or {}
+    if not isinstance(source, dict):
+        return 0
+    data = source.get("data") or source.get("file_data") or ""
+    return len(data) * 3 // 4 if isinstance(data, str) else 0
 
 
 def model_chain(model: Any, fallback: Any) -> tuple[str, ...]:

@@ -16,7 +16,8 @@ ENVELOPE_FIELDS = ("group", "request_id")
 
 def parse_request(data: dict, *, stream: bool | None) -> ChatRequest:
     """Parse the body without its envelope; `stream`, unless None, is the route's choice."""
-    req = openai_shape.parse_request({k: v for k, v in data.items() if k not in ENVELOPE_FIELDS})
+    body = {k: v for k, v in data.items() if k not in ENVELOPE_FIELDS}
+    req = openai_shape.parse_text_request(body)
     return req if stream is None else replace(req, stream=stream)
 
 
@@ -39,9 +40,6 @@ def render_completion(c: Completion, *, request_id: str) -> bytes:
 class StreamRenderer:
     def __init__(self, *, request_id: str, model: str) -> None:
         self._request_id, self._model = request_id, model
-
-    def start(self) -> bytes:
-        return b""
 
     def chunk(self, chunk: Chunk) -> bytes:
         if not chunk.text:

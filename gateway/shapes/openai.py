@@ -1,4 +1,10 @@
-"""The OpenAI chat-completions shape, both ways: client bodies in, vendor bodies out."""
+"""The OpenAI chat-completions shape, both ways: client bodies in, vendor bodies out.
+
+A client body is checked for what Tollgate itself reads (model, messages, output cap,
+n, stream, end user) and kept whole: to an OpenAI-shaped vendor it goes as it came, with
+only the fields Tollgate owns set again (`vendor_body`); answers come back with only the
+id and the model name mapped.
+"""
 
 from __future__ import annotations
 
@@ -9,16 +15,74 @@ from typing import Any
 import orjson
 
 from core.errors import InvalidRequest
+from gateway.shapes import translate
 from gateway.shapes.common import (
+    PromptMeasure,
+    checked_bool,
+    checked_messages,
+    checked_string,
     model_chain,
     optional_max_tokens,
-    optional_number,
     refuse_unknown,
     text_of,
+    unknown_fields,
 )
-from gateway.types import ChatRequest, Chunk, Completion, Message, Usage
+from gateway.types import OPENAI, ChatRequest, Chunk, Completion, Usage
 
-FIELDS = frozenset(
+# Set by Tollgate on every vendor call: the model mapped, the cap the hold assumed, the
+# caller label instead of the end user's id, usage on streams.
+OWNED = frozenset(
+    {
+        "model",
+        "max_tokens",
+        "max_completion_tokens",
+        "user",
+        "safety_identifier",
+        "stream",
+        "stream_options",
+        "fallback_model",
+    }
+)
+# Every other documented request field: forwarded unchanged to OpenAI-shaped vendors.
+KNOWN = OWNED | frozenset(
+    {
+        "messages",
+        "audio",
+        "frequency_penalty",
+        "function_call",
+        "functions",
+        "logit_bias",
+        "logprobs",
+        "metadata",
+        "modalities",
+        "moderation",
+        "n",
+        "parallel_tool_calls",
+        "prediction",
+        "presence_penalty",
+        "prompt_cache_key",
+        "prompt_cache_options",
+        "prompt_cache_retention",
+        "reasoning_effort",
+        "response_format",
+        "seed",
+        "service_tier",
+        "stop",
+        "store",
+        "temperature",
+        "tool_choice",
+        "tools",
+        "top_logprobs",
+        "top_p",
+        "verbosity",
+        "web_search_options",
+    }
+)
+ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
+MAX_CHOICES = 128  # OpenAI's own limit on n
+
+# The internal routes answer text only: their bodies carry plain text turns and these.
+TEXT_FIELDS = frozenset(
     {
         "model",
         "messages",
@@ -30,125 +94,140 @@ FIELDS = frozenset(
         "stream",
         "stream_options",
         "user",
-        "n",
         "fallback_model",
     }
 )
-MESSAGE_FIELDS = frozenset({"role", "content"})
+TEXT_ROLES = frozenset({"system", "developer", "user", "assistant"})
 
 
 def parse_request(body: dict, *, fallback_header: str | None = None) -> ChatRequest:
-    """Turn a client's chat-completions body into a ChatRequest, refusing what we can't do."""
-    refuse_unknown(body, FIELDS)
-    if body.get("n") not in (None, 1):
-        raise InvalidRequest("'n' other than 1 is not supported.")
-    raw_messages = body.get("messages")
-    if not isinstance(raw_messages, list) or not raw_messages:
-        raise InvalidRequest("'messages' must be a non-empty list.")
-    system_parts: list[str] = []
-    messages: list[Message] = []
-    for index, raw in enumerate(raw_messages):
-        if not isinstance(raw, dict):
-            raise InvalidRequest(f"messages[{index}] must be an object.")
-        role = raw.get("role")
-        where = f"messages[{index}]"
-        if raw.get("tool_calls") or role in ("tool", "function"):
-            raise InvalidRequest(f"{where}: tool calls are not supported by Tollgate.")
-        refuse_unknown(raw, MESSAGE_FIELDS, where=f"{where}: ")
-        content = text_of(raw.get("content"), where=where)
-        if role in ("system", "developer"):
-            system_parts.append(content)
-        elif role in ("user", "assistant"):
-            messages.append(Message(role=role, content=content))
-        else:
-            raise InvalidRequest(f"{where}: unknown role {role!r}.")
-    if not messages:
-        raise InvalidRequest("'messages' needs at least one user message.")
-    stop = body.get("stop")
-    if isinstance(stop, str):
-        stop = [stop]
-    if stop is not None and (
-        not isinstance(stop, list) or not all(isinstance(s, str) for s in stop)
-    ):
-        raise InvalidRequest("'stop' must be a string or a list of strings.")
-    stream = body.get("stream", False)
-    if not isinstance(stream, bool):
-        raise InvalidRequest("'stream' must be a boolean.")
-    options = body.get("stream_options") or {}
-    user = body.get("user")
-    if user is not None and not isinstance(user, str):
-        raise InvalidRequest("'user' must be a string.")
-    chain = model_chain(body.get("model"), body.get("fallback_model") or fallback_header)
-    max_tokens = optional_max_tokens(
-        body.get("max_completion_tokens", body.get("max_tokens")), "max_tokens"
+    """Check a client's chat-completions body and keep it whole as a ChatRequest."""
+    messages = checked_messages(body, roles=ROLES)
+    n = body.get("n")
+    if n is None:
+        n = 1
+    elif isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_CHOICES:
+        raise InvalidRequest(f"'n' must be an integer from 1 to {MAX_CHOICES}.")
+    stream = checked_bool(body, "stream")
+    options = body.get("stream_options")
+    if options is not None and not isinstance(options, dict):
+        raise InvalidRequest("'stream_options' must be an object.")
+    caller = checked_string(body.get("user"), "user") or checked_string(
+        body.get("safety_identifier"), "safety_identifier"
     )
+    cap_name = "max_completion_tokens" if "max_completion_tokens" in body else "max_tokens"
+    measure = PromptMeasure()
+    measure.add(messages)
+    tools = body.get("tools")
+    measure.add(tools, keys=True)
+    measure.add(body.get("response_format"), keys=True)  # a JSON schema is prompt too
+    chain = model_chain(body.get("model"), body.get("fallback_model") or fallback_header)
     return ChatRequest(
         model=chain[0],
+        shape=OPENAI,
+        body=body,
         chain=chain,
-        messages=tuple(messages),
-        system="\n\n".join(system_parts) or None,
-        max_tokens=max_tokens,
-        temperature=optional_number(body, "temperature", low=0, high=2),
-        top_p=optional_number(body, "top_p", low=0, high=1),
-        stop=tuple(stop or ()),
+        max_tokens=optional_max_tokens(body.get(cap_name), cap_name),
+        n=n,
         stream=stream,
-        include_usage=bool(isinstance(options, dict) and options.get("include_usage")),
-        caller_id=user or None,
+        include_usage=bool(options and options.get("include_usage")),
+        caller_id=caller,
+        prompt_bytes=measure.bytes,
+        prompt_parts=len(messages) + (len(tools) if isinstance(tools, list) else 0),
+        media=measure.media,
+        unknown=unknown_fields(body, KNOWN),
     )
 
 
-# ---- vendor side: what an OpenAI-compatible upstream is sent and answers ----
+def parse_text_request(body: dict) -> ChatRequest:
+    """Parse a body of plain text turns only (the internal routes answer text)."""
+    refuse_unknown(body, TEXT_FIELDS)
+    for index, message in enumerate(checked_messages(body, roles=TEXT_ROLES)):
+        refuse_unknown(message, frozenset({"role", "content"}), where=f"messages[{index}]: ")
+        text_of(message.get("content"), where=f"messages[{index}]")
+    return parse_request(body)
+
+
+# ---- vendor side: what an OpenAI-shaped upstream is sent and answers ----
 
 
 # OpenAI's reasoning models refuse `max_tokens`; they take `max_completion_tokens`.
 REASONING_MODEL = re.compile(r"^(o\d|gpt-5)")
 
 
-def output_cap_field(upstream_model: str) -> str:
-    """Return the field that caps an OpenAI model's output tokens."""
-    return "max_completion_tokens" if REASONING_MODEL.match(upstream_model) else "max_tokens"
+def output_cap_field(upstream_model: str, payload: dict | None = None) -> str:
+    """Return the field that caps an OpenAI model's output: the client's, unless the model
+    refuses it."""
+    if REASONING_MODEL.match(upstream_model):
+        return "max_completion_tokens"
+    if payload and "max_completion_tokens" in payload:
+        return "max_completion_tokens"
+    return "max_tokens"
 
 
 def vendor_body(
-    req: ChatRequest, *, upstream_model: str, caller_label: str | None, max_tokens: int
+    payload: dict,
+    *,
+    upstream_model: str,
+    caller_label: str | None,
+    max_tokens: int,
+    stream: bool,
 ) -> bytes:
-    """Build the vendor's body; it always carries the output cap the request's hold assumed."""
-    messages: list[dict[str, Any]] = []
-    if req.system:
-        messages.append({"role": "system", "content": req.system})
-    messages.extend({"role": m.role, "content": m.content} for m in req.messages)
-    body: dict[str, Any] = {"model": upstream_model, "messages": messages}
-    body[output_cap_field(upstream_model)] = max_tokens
-    if req.temperature is not None:
-        body["temperature"] = req.temperature
-    if req.top_p is not None:
-        body["top_p"] = req.top_p
-    if req.stop:
-        body["stop"] = list(req.stop)
+    """Build the vendor's body: the payload as it is, and what Tollgate owns set again.
+
+    The output cap is always the one the request's hold assumed, the end user is the
+    caller label (or absent), and a stream always reports its usage.
+    """
+    body = {name: value for name, value in payload.items() if name not in OWNED}
+    body["model"] = upstream_model
+    body[output_cap_field(upstream_model, payload)] = max_tokens
     if caller_label:
         body["user"] = caller_label
-    if req.stream:
+    if stream:
         body["stream"] = True
-        body["stream_options"] = {"include_usage": True}
+        body["stream_options"] = {**(payload.get("stream_options") or {}), "include_usage": True}
     return orjson.dumps(body)
 
 
-FINISH_FROM_VENDOR = {"stop": "stop", "length": "length", "content_filter": "stop"}
+FINISH_FROM_VENDOR = {
+    "stop": "stop",
+    "length": "length",
+    "tool_calls": "tool_calls",
+    "function_call": "tool_calls",
+    "content_filter": "stop",
+}
 
 
 def usage_from(raw: Any) -> Usage | None:
     if not isinstance(raw, dict):
         return None
+    prompt_details = raw.get("prompt_tokens_details") or {}
+    output_details = raw.get("completion_tokens_details") or {}
     return Usage(
         input_tokens=int(raw.get("prompt_tokens") or 0),
         output_tokens=int(raw.get("completion_tokens") or 0),
+        cache_read_tokens=int(prompt_details.get("cached_tokens") or 0),
+        reasoning_tokens=int(output_details.get("reasoning_tokens") or 0),
     )
+
+
+def usage_json(usage: Usage) -> dict:
+    """Render our usage as OpenAI reports it."""
+    return {
+        "prompt_tokens": usage.input_tokens,
+        "completion_tokens": usage.output_tokens,
+        "total_tokens": usage.total_tokens,
+        "prompt_tokens_details": {"cached_tokens": usage.cache_read_tokens},
+        "completion_tokens_details": {"reasoning_tokens": usage.reasoning_tokens},
+    }
 
 
 def completion_from_vendor(data: dict, *, model: str) -> Completion:
     choice = (data.get("choices") or [{}])[0]
     message = choice.get("message") or {}
     return Completion(
+        shape=OPENAI,
+        data=data,
         text=message.get("content") or "",
         finish_reason=FINISH_FROM_VENDOR.get(choice.get("finish_reason"), "stop"),
         usage=usage_from(data.get("usage")) or Usage(),
@@ -156,51 +235,39 @@ def completion_from_vendor(data: dict, *, model: str) -> Completion:
     )
 
 
-def chunk_from_vendor(data: dict) -> Chunk | None:
-    usage = usage_from(data.get("usage"))
-    choices = data.get("choices") or []
-    if choices:
-        choice = choices[0]
-        text = (choice.get("delta") or {}).get("content") or ""
-        finish = choice.get("finish_reason")
-        if text or finish or usage:
-            return Chunk(
-                text=text,
-                finish_reason=FINISH_FROM_VENDOR.get(finish, "stop") if finish else None,
-                usage=usage,
-            )
-        return None
-    return Chunk(usage=usage) if usage else None
+def chunk_from_vendor(data: dict) -> Chunk:
+    text = ""
+    generated = False
+    finish = None
+    for choice in data.get("choices") or ():
+        delta = choice.get("delta") or {}
+        if choice.get("index", 0) == 0:
+            text = delta.get("content") or ""
+        if delta.get("content") or delta.get("tool_calls") or delta.get("refusal"):
+            generated = True
+        if choice.get("finish_reason"):
+            finish = FINISH_FROM_VENDOR.get(choice["finish_reason"], "stop")
+    return Chunk(
+        shape=OPENAI,
+        event=data,
+        text=text,
+        generated=generated,
+        finish_reason=finish,
+        usage=usage_from(data.get("usage")),
+    )
 
 
 # ---- client side: what a Tollgate client in the OpenAI shape receives ----
 
 
 def render_completion(c: Completion, *, request_id: str) -> bytes:
-    return orjson.dumps(
-        {
-            "id": f"chatcmpl-{request_id}",
-            "object": "chat.completion",
-            "created": int(time.time()),
-            "model": c.model,
-            "choices": [
-                {
-                    "index": 0,
-                    "message": {"role": "assistant", "content": c.text},
-                    "finish_reason": c.finish_reason,
-                }
-            ],
-            "usage": {
-                "prompt_tokens": c.usage.input_tokens,
-                "completion_tokens": c.usage.output_tokens,
-                "total_tokens": c.usage.total_tokens,
-            },
-        }
-    )
+    data = c.data if c.shape == OPENAI else translate.anthropic_message_to_openai(c.data)
+    return orjson.dumps({**data, "id": f"chatcmpl-{request_id}", "model": c.model})
 
 
 class StreamRenderer:
-    """Render our chunks as OpenAI SSE for one client stream."""
+    """Render a stream's events as OpenAI SSE for one client stream: the vendor's own
+    chunks with id and model mapped, or an Anthropic vendor's events translated."""
 
     def __init__(self, *, request_id: str, model: str, include_usage: bool) -> None:
         self._head = {
@@ -209,37 +276,32 @@ class StreamRenderer:
             "created": int(time.time()),
             "model": model,
         }
+        self._ids = {"id": self._head["id"], "model": model}  # over the vendor's own
         self._include_usage = include_usage
-        self._extra = {"usage": None} if include_usage else {}
-
-    def _event(self, choices: list, **extra: Any) -> bytes:
-        return b"data: " + orjson.dumps({**self._head, "choices": choices, **extra}) + b"\n\n"
-
-    def start(self) -> bytes:
-        delta = {"role": "assistant", "content": ""}
-        choice = {"index": 0, "delta": delta, "finish_reason": None}
-        return self._event([choice], **self._extra)
+        self._translator: translate.AnthropicStreamToOpenAI | None = None
 
     def chunk(self, chunk: Chunk) -> bytes:
-        if not chunk.text:
+        if chunk.event is None:
             return b""
-        choice = {"index": 0, "delta": {"content": chunk.text}, "finish_reason": None}
-        return self._event([choice], **self._extra)
+        if chunk.shape == OPENAI:
+            events = (chunk.event,)
+        else:
+            if self._translator is None:
+                self._translator = translate.AnthropicStreamToOpenAI(
+                    include_usage=self._include_usage
+                )
+            events = self._translator.feed(chunk.event)
+        out = []
+        for event in events:
+            if not self._include_usage and "usage" in event:
+                if not event.get("choices"):
+                    continue  # the usage chunk Tollgate asked for, not the client
+                event = {name: value for name, value in event.items() if name != "usage"}
+            out.append(b"data: " + orjson.dumps({**self._head, **event, **self._ids}) + b"\n\n")
+        return b"".join(out)
 
     def finish(self, finish_reason: str, usage: Usage) -> bytes:
-        out = self._event(
-            [{"index": 0, "delta": {}, "finish_reason": finish_reason}], **self._extra
-        )
-        if self._include_usage:
-            out += self._event(
-                [],
-                usage={
-                    "prompt_tokens": usage.input_tokens,
-                    "completion_tokens": usage.output_tokens,
-                    "total_tokens": usage.total_tokens,
-                },
-            )
-        return out + b"data: [DONE]\n\n"
+        return b"data: [DONE]\n\n"
 
     def error(self, exc: Exception) -> bytes:
         body = exc.body() if hasattr(exc, "body") else b'{"error":{"message":"stream failed"}}'

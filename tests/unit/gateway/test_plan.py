@@ -19,7 +19,8 @@ from gateway.adapters.fake import FakeProvider
 from gateway.auth import Principal
 from gateway.catalog import Catalog, ModelOffer, Profile
 from gateway.plan import PLATFORM, TEAM, build_plan
-from gateway.types import ChatRequest, Message
+from gateway.shapes import openai as openai_shape
+from gateway.types import ChatRequest
 
 GROUP = 7
 
@@ -68,11 +69,12 @@ def catalog(offers=OFFERS) -> Catalog:
 
 
 def request(*chain: str, max_tokens: int | None = 100) -> ChatRequest:
-    return ChatRequest(
-        model=chain[0],
-        chain=chain,
-        messages=(Message("user", "hello there"),),
-        max_tokens=max_tokens,
+    return openai_shape.parse_request(
+        {
+            "model": ",".join(chain),
+            "messages": [{"role": "user", "content": "hello there"}],
+            "max_tokens": max_tokens,
+        }
     )
 
 
