@@ -9,7 +9,7 @@ import pytest
 from core.errors import BudgetExhausted, InvalidRequest, RequestRateLimited
 from gateway.shapes import anthropic as anthropic_shape
 from gateway.shapes import openai as openai_shape
-from gateway.types import ANTHROPIC, OPENAI, Chunk, Completion, Usage
+from gateway.types import ANTHROPIC, OPENAI, Completion, Usage
 
 HI = [{"role": "user", "content": "hi"}]
 
