@@ -134,9 +134,7 @@ def vendor_payload(req: ChatRequest, profile: Profile) -> dict:
             )
         return req.body
     if req.unknown:
-        raise InvalidRequest(
-            f"'{req.unknown[0]}' cannot be translated for {profile.kind} vendors."
-        )
+        raise InvalidRequest(f"'{req.unknown[0]}' cannot be translated for {profile.kind} vendors.")
     if vendor_shape == ANTHROPIC:
         return translate.openai_request_to_anthropic(req.body, vendor_kind=profile.kind)
     return translate.anthropic_request_to_openai(req.body, vendor_kind=profile.kind)

@@ -130,6 +130,4 @@ class StreamResult:
             return self.usage
         if not self.generated_chunks:
             return self.usage
-        return Usage(
-            input_tokens=self.prompt_tokens_estimate, output_tokens=self.generated_chunks
-        )
+        return Usage(input_tokens=self.prompt_tokens_estimate, output_tokens=self.generated_chunks)

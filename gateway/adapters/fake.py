@@ -131,6 +131,4 @@ def _chunk(delta: dict, *, text: str = "", finish: str | None = None) -> Chunk:
         "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}],
         "usage": None,
     }
-    return Chunk(
-        shape=OPENAI, event=event, text=text, generated=bool(text), finish_reason=finish
-    )
+    return Chunk(shape=OPENAI, event=event, text=text, generated=bool(text), finish_reason=finish)
