@@ -110,9 +110,10 @@ def test_virtual_key_cannot_call_the_tenant_api(stack):
             "max_tokens",
         ),
         (
-            b'{"model": "gpt-4o-mini", "tools": [{"type": "function"}], '
+            b'{"model": "gpt-4o-mini", "vendor_knob": 1, '
             b'"messages": [{"role": "user", "content": "x"}]}',
-            "'tools' is not supported",
+            "'vendor_knob' is not a field Tollgate knows, and profile stub-openai does not "
+            "pass unknown fields through.",
         ),
     ],
 )

@@ -2,7 +2,8 @@
 
 The stub counts prompt tokens as the words of every text it receives (the system prompt
 included), so usage proves what reached the vendor; max_tokens is in its call log. How
-temperature, top_p and stop are translated is in tests/unit/gateway/test_shapes.py.
+every field is translated is in tests/unit/gateway/test_translate.py; tools, images, JSON
+mode and caching end to end in tests/e2e/test_fidelity.py.
 """
 
 from __future__ import annotations
@@ -123,7 +124,7 @@ def test_openai_sdk_served_by_an_anthropic_vendor(stack):
 
     completion = client.chat.completions.create(
         model="claude-3-5-haiku",
-        temperature=1.5,
+        temperature=0.5,
         stop="never",
         messages=[{"role": "system", "content": SYSTEM}, {"role": "user", "content": QUESTION}],
     )
@@ -236,117 +237,64 @@ def test_x_api_key_and_bearer_identify_the_same_caller_on_both_routes(stack):
 
 
 @pytest.mark.parametrize(
-    ("body", "unsupported"),
+    ("body", "untranslatable"),
     [
-        (
-            {"tools": [{"name": "lookup", "input_schema": {"type": "object"}}]},
-            "'tools' is not supported by Tollgate.",
-        ),
-        ({"tool_choice": {"type": "auto"}}, "'tool_choice' is not supported by Tollgate."),
-        (
-            {
-                "messages": [
-                    {"role": "user", "content": QUESTION},
-                    {
-                        "role": "assistant",
-                        "content": [
-                            {"type": "tool_use", "id": "t1", "name": "lookup", "input": {}}
-                        ],
-                    },
-                    {
-                        "role": "user",
-                        "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "42"}],
-                    },
-                ]
-            },
-            "messages[1]: content part type 'tool_use' is not supported.",
-        ),
-        ({"top_k": 5}, "'top_k' is not supported by Tollgate."),
+        ({"top_k": 5}, "'top_k'"),
+        ({"thinking": {"type": "enabled", "budget_tokens": 64}}, "'thinking'"),
+        ({"unknown_knob": 1}, "'unknown_knob'"),
     ],
-    ids=["tools", "tool_choice", "tool_use-content", "top_k"],
+    ids=["top_k", "thinking", "unknown"],
 )
-def test_anthropic_shape_refuses_tool_calls_naming_what_is_unsupported(stack, body, unsupported):
+def test_an_anthropic_field_an_openai_vendor_cannot_honour_is_refused_naming_it(
+    stack, body, untranslatable
+):
     tenant = stack.tenant()
-    request = {
-        "model": "claude-3-5-haiku",
-        "max_tokens": 10,
-        "messages": [{"role": "user", "content": QUESTION}],
-        **body,
-    }
 
     with pytest.raises(anthropic.BadRequestError) as refused:
         stack.anthropic(tenant).messages.create(
-            model=request.pop("model"),
-            max_tokens=request.pop("max_tokens"),
-            messages=request.pop("messages"),
-            extra_body=request,
+            model="gpt-4o-mini",
+            max_tokens=100,
+            messages=[{"role": "user", "content": QUESTION}],
+            extra_body=body,
         )
 
     assert refused.value.status_code == 400
-    assert refused.value.body["error"] == {
-        "message": unsupported,
-        "type": "invalid_request_error",
-        "code": "LM-2001",
-    }
+    assert refused.value.body["type"] == "error"  # Anthropic's error shape, our code in it
+    error = refused.value.body["error"]
+    assert (error["type"], error["code"]) == ("invalid_request_error", "LM-2001")
+    assert untranslatable in error["message"] and "openai vendors" in error["message"]
     assert stack.stub.vendor_calls() == []
 
 
 @pytest.mark.parametrize(
-    ("body", "unsupported"),
+    ("body", "untranslatable"),
     [
-        (
-            {"tools": [{"type": "function", "function": {"name": "lookup", "parameters": {}}}]},
-            "'tools' is not supported by Tollgate.",
-        ),
-        (
-            {"functions": [{"name": "lookup", "parameters": {}}]},
-            "'functions' is not supported by Tollgate.",
-        ),
-        (
-            {
-                "messages": [
-                    {"role": "user", "content": QUESTION},
-                    {
-                        "role": "assistant",
-                        "content": None,
-                        "tool_calls": [
-                            {
-                                "id": "c1",
-                                "type": "function",
-                                "function": {"name": "lookup", "arguments": "{}"},
-                            }
-                        ],
-                    },
-                    {"role": "tool", "tool_call_id": "c1", "content": "42"},
-                ]
-            },
-            "messages[1]: tool calls are not supported by Tollgate.",
-        ),
-        (
-            {"response_format": {"type": "json_object"}},
-            "'response_format' is not supported by Tollgate.",
-        ),
-        ({"n": 2}, "'n' other than 1 is not supported."),
+        ({"logprobs": True}, "'logprobs'"),
+        ({"n": 2}, "'n'"),
+        ({"response_format": {"type": "json_object"}}, "'response_format'"),
+        ({"seed": 7}, "'seed'"),
     ],
-    ids=["tools", "functions", "tool_calls-message", "response_format", "n"],
+    ids=["logprobs", "n", "response_format", "seed"],
 )
-def test_openai_shape_refuses_tool_calls_naming_what_is_unsupported(stack, body, unsupported):
+def test_an_openai_field_an_anthropic_vendor_cannot_honour_is_refused_naming_it(
+    stack, body, untranslatable
+):
     tenant = stack.tenant()
-    request = {
-        "model": "claude-3-5-haiku",
-        "messages": [{"role": "user", "content": QUESTION}],
-        **body,
-    }
 
     with pytest.raises(openai.BadRequestError) as refused:
-        stack.openai(tenant).chat.completions.create(**request)
+        stack.openai(tenant).chat.completions.create(
+            model="claude-3-5-haiku",
+            messages=[{"role": "user", "content": QUESTION}],
+            **body,
+        )
 
     assert refused.value.status_code == 400
-    assert refused.value.body == {
-        "message": unsupported,
-        "type": "invalid_request_error",
-        "code": "LM-2001",
-    }
+    assert (refused.value.body["type"], refused.value.body["code"]) == (
+        "invalid_request_error",
+        "LM-2001",
+    )
+    message = refused.value.body["message"]
+    assert untranslatable in message and "anthropic vendors" in message
     assert stack.stub.vendor_calls() == []
 
 
