@@ -1,0 +1,502 @@
+"""Translate between the OpenAI chat-completions shape and the Anthropic messages shape.
+
+A client speaks one shape and a vendor one; when they differ, these pure functions turn the
+client's request body into the vendor's, and the vendor's answer (whole, or streamed event by
+event) back into the client's. They know nothing of models, keys or limits.
+
+Rules:
+
+- Nothing is silently dropped. A field, value or content part with no faithful counterpart
+  raises `InvalidRequest("'<path>' [<kind>] cannot be translated for <vendor_kind> vendors.")`:
+  <path> as the client wrote it (`messages[2].content[0].type`), <kind> the offending value
+  where it is a type or an enumerated value (`input_audio`, `high`) or a short reason
+  (`above 1`). A neutral value (None, False, an empty list or dict, a field's own default
+  such as `n: 1` or `service_tier: "auto"`) asks for nothing and is omitted.
+- The one documented exception: Anthropic `cache_control` (top level, on any block, on a
+  tool) is dropped on the way to OpenAI-shaped vendors. Those cache prompt prefixes on their
+  own; the hint changes cost, never the answer.
+- Owned fields (model, output cap, streaming switches, end-user id, fallback model) are
+  dropped from the request and never translated: the adapter sets them afterwards. The raw
+  end-user id (`user`, `safety_identifier`, `metadata.user_id`) never reaches a translated
+  body.
+- A response comes from a vendor asked with a translated request, so what cannot arrive (a
+  thinking block, a server tool's block, a tool input that is not a JSON object) raises
+  ValueError: the vendor broke the contract, not the client.
+
+What a round trip normalises (and nothing else):
+
+- OpenAI system and developer messages, wherever they stand, become one Anthropic `system`:
+  one string (joined with a blank line) when all are strings, else one text block per string
+  or part. Back in the OpenAI shape that is one leading system message.
+- Neighbouring messages of the same role merge (Anthropic wants alternating roles), so a
+  user string after tool results becomes a text block, and a text part back in OpenAI.
+- Tool-call arguments are re-serialised compactly (`{"a":1}`); OpenAI `arguments: ""` is `{}`.
+  Assistant `content: ""` beside tool calls comes back as None.
+- An OpenAI file part's `filename` is the Anthropic document's `title` and back; a document
+  without a title is `document.pdf`.
+- OpenAI `finish_reason: "stop"` is `end_turn` even when a stop sequence matched: the
+  chat-completions shape does not say which.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from core.errors import InvalidRequest
+
+# ---------------------------------------------------------------- refusals and neutral values
+
+
+def untranslatable(path: str, vendor_kind: str, kind: str | None = None) -> InvalidRequest:
+    """Build the refusal of the client's field at `path`, optionally naming its value's kind."""
+    shown = f"'{path}' {kind}" if kind else f"'{path}'"
+    return InvalidRequest(f"{shown} cannot be translated for {vendor_kind} vendors.")
+
+
+def _malformed(path: str, expected: str) -> InvalidRequest:
+    return InvalidRequest(f"'{path}' must be {expected}.")
+
+
+def _is_neutral(value: Any) -> bool:
+    """Tell whether a value asks for nothing: None, False, an empty list, an all-neutral dict."""
+    if value is None or value is False:
+        return True
+    if isinstance(value, list):
+        return not value
+    if isinstance(value, dict):
+        return all(_is_neutral(item) for item in value.values())
+    return False
+
+
+def _is_default(value: Any, defaults: tuple[Any, ...]) -> bool:
+    # Compared with the type too: `True == 1` and `0 == False` must not pass for each other.
+    return any(type(value) is type(default) and value == default for default in defaults)
+
+
+def _child(path: str, key: str) -> str:
+    return f"{path}.{key}" if path else key
+
+
+def _refusal_of(path: str, value: Any, vendor: str) -> InvalidRequest:
+    # A typed object is named by its type: `'thinking.type' enabled`.
+    if isinstance(value, dict) and isinstance(value.get("type"), str):
+        return untranslatable(f"{path}.type", vendor, value["type"])
+    return untranslatable(path, vendor)
+
+
+def _refuse_rest(
+    obj: Mapping[str, Any],
+    *,
+    handled: frozenset[str],
+    path: str,
+    vendor: str,
+    defaults: Mapping[str, tuple[Any, ...]] | None = None,
+) -> None:
+    """Refuse every field of `obj` the translation does not handle, unless it is neutral."""
+    defaults = defaults or {}
+    for key, value in obj.items():
+        if key in handled or _is_neutral(value) or _is_default(value, defaults.get(key, ())):
+            continue
+        raise _refusal_of(_child(path, key), value, vendor)
+
+
+def _as_dict(value: Any, path: str) -> dict:
+    if not isinstance(value, dict):
+        raise _malformed(path, "an object")
+    return value
+
+
+def _as_list(value: Any, path: str) -> list:
+    if not isinstance(value, list):
+        raise _malformed(path, "a list")
+    return value
+
+
+def _as_text(value: Any, path: str) -> str:
+    if not isinstance(value, str):
+        raise _malformed(path, "a string")
+    return value
+
+
+def _data_url(url: str) -> tuple[str, str] | None:
+    """Split `data:<media>[;...];base64,<data>` into (media, data); None for anything else."""
+    if not url.startswith("data:"):
+        return None
+    header, comma, data = url[len("data:") :].partition(",")
+    params = header.split(";")
+    if not comma or params[-1] != "base64":
+        return None
+    return params[0], data
+
+
+def _compact_json(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+FieldTranslator = Callable[[Any, str], dict]
+
+
+def _renamed(name: str) -> FieldTranslator:
+    """Translate a field whose value both shapes share, under `name`."""
+    return lambda value, _vendor: {name: value}
+
+
+# ---------------------------------------------------------------- requests: OpenAI -> Anthropic
+
+OPENAI_OWNED = frozenset(
+    {
+        "model",
+        "max_tokens",
+        "max_completion_tokens",
+        "user",
+        "safety_identifier",
+        "stream",
+        "stream_options",
+        "fallback_model",
+    }
+)
+
+# OpenAI's own defaults: sent explicitly they ask for nothing an Anthropic vendor lacks.
+OPENAI_DEFAULTS: dict[str, tuple[Any, ...]] = {
+    "n": (1,),
+    "presence_penalty": (0, 0.0),
+    "frequency_penalty": (0, 0.0),
+    "top_logprobs": (0,),
+    "response_format": ({"type": "text"},),
+    "service_tier": ("auto",),
+    "modalities": (["text"],),
+    "prompt_cache_options": (
+        {"mode": "implicit"},
+        {"ttl": "30m"},
+        {"mode": "implicit", "ttl": "30m"},
+    ),
+}
+
+ANTHROPIC_IMAGE_TYPES = frozenset({"image/jpeg", "image/png", "image/gif", "image/webp"})
+PDF = "application/pdf"
+PDF_BASE64_START = "JVBER"  # "%PDF" in base64: a file_data without a data-URL header
+TEXT_PART = frozenset({"type", "text"})
+
+OPENAI_TOOL_CHOICES = {"auto": "auto", "none": "none", "required": "any"}
+
+
+def openai_request_to_anthropic(body: dict, *, vendor_kind: str) -> dict:
+    """Return the Anthropic messages body for an OpenAI chat-completions body, owned fields left
+    out; raise InvalidRequest for what has no faithful translation."""
+    body = _as_dict(body, "body")
+    _refuse_rest(
+        body,
+        handled=OPENAI_OWNED
+        | OPENAI_FIELDS.keys()
+        | {"messages", "tool_choice", "parallel_tool_calls"},
+        path="",
+        vendor=vendor_kind,
+        defaults=OPENAI_DEFAULTS,
+    )
+    out = _anthropic_messages(_as_list(body.get("messages"), "messages"), vendor_kind)
+    for key, translate in OPENAI_FIELDS.items():
+        if body.get(key) is not None:
+            out.update(translate(body[key], vendor_kind))
+    out.update(_anthropic_tool_choice(body, vendor_kind))
+    return out
+
+
+def _anthropic_messages(messages: list, vendor: str) -> dict:
+    system: list[str | list[dict]] = []
+    turns: list[dict] = []
+    for index, raw in enumerate(messages):
+        path = f"messages[{index}]"
+        message = _as_dict(raw, path)
+        role = message.get("role")
+        if role in ("system", "developer"):
+            _refuse_rest(message, handled=frozenset({"role", "content"}), path=path, vendor=vendor)
+            system.append(
+                _anthropic_text_content(message.get("content"), f"{path}.content", vendor)
+            )
+            continue
+        translate = OPENAI_TURNS.get(role)
+        if translate is None:
+            raise untranslatable(f"{path}.role", vendor, str(role))
+        _append_turn(turns, translate(message, path, vendor))
+    out: dict[str, Any] = {"messages": turns}
+    if system:
+        out["system"] = _anthropic_system(system)
+    return out
+
+
+def _anthropic_system(contents: list[str | list[dict]]) -> str | list[dict]:
+    """Join all system and developer contents: one string if all are strings, else text blocks."""
+    if all(isinstance(content, str) for content in contents):
+        return "\n\n".join(content for content in contents if content)
+    return [block for content in contents for block in _as_blocks(content)]
+
+
+def _as_blocks(content: str | list[dict]) -> list[dict]:
+    # Anthropic refuses empty text blocks; an empty string says nothing anyway.
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}] if content else []
+    return content
+
+
+def _append_turn(turns: list[dict], turn: dict) -> None:
+    """Append a turn, merged into the last one when both have the same role: Anthropic wants
+    user and assistant to alternate."""
+    if turns and turns[-1]["role"] == turn["role"]:
+        turns[-1]["content"] = _as_blocks(turns[-1]["content"]) + _as_blocks(turn["content"])
+    else:
+        turns.append(turn)
+
+
+def _anthropic_text_content(content: Any, path: str, vendor: str) -> str | list[dict]:
+    """Translate a content that may only hold text: a string, or text parts."""
+    if isinstance(content, str):
+        return content
+    return [
+        _anthropic_text_block(part, f"{path}[{index}]", vendor)
+        for index, part in enumerate(_as_list(content, path))
+    ]
+
+
+def _anthropic_text_block(part: Any, path: str, vendor: str) -> dict:
+    part = _as_dict(part, path)
+    if part.get("type") != "text":
+        raise untranslatable(f"{path}.type", vendor, str(part.get("type")))
+    _refuse_rest(part, handled=TEXT_PART, path=path, vendor=vendor)
+    return {"type": "text", "text": _as_text(part.get("text"), f"{path}.text")}
+
+
+def _user_turn(message: dict, path: str, vendor: str) -> dict:
+    _refuse_rest(message, handled=frozenset({"role", "content"}), path=path, vendor=vendor)
+    content = message.get("content")
+    if isinstance(content, str):
+        return {"role": "user", "content": content}
+    parts = _as_list(content, f"{path}.content")
+    blocks = [
+        _anthropic_user_block(part, f"{path}.content[{index}]", vendor)
+        for index, part in enumerate(parts)
+    ]
+    return {"role": "user", "content": blocks}
+
+
+def _anthropic_user_block(part: Any, path: str, vendor: str) -> dict:
+    part = _as_dict(part, path)
+    translate = OPENAI_PARTS.get(part.get("type"))
+    if translate is None:
+        raise untranslatable(f"{path}.type", vendor, str(part.get("type")))
+    return translate(part, path, vendor)
+
+
+def _anthropic_image_block(part: dict, path: str, vendor: str) -> dict:
+    _refuse_rest(part, handled=frozenset({"type", "image_url"}), path=path, vendor=vendor)
+    image = _as_dict(part.get("image_url"), f"{path}.image_url")
+    detail = image.get("detail")
+    if detail not in (None, "auto"):
+        raise untranslatable(f"{path}.image_url.detail", vendor, str(detail))
+    _refuse_rest(
+        image, handled=frozenset({"url", "detail"}), path=f"{path}.image_url", vendor=vendor
+    )
+    url_path = f"{path}.image_url.url"
+    url = _as_text(image.get("url"), url_path)
+    return {"type": "image", "source": _anthropic_image_source(url, url_path, vendor)}
+
+
+def _anthropic_image_source(url: str, path: str, vendor: str) -> dict:
+    if url.startswith(("https://", "http://")):
+        return {"type": "url", "url": url}
+    data_url = _data_url(url)
+    if data_url is None:
+        raise untranslatable(path, vendor)
+    media_type, data = data_url
+    if media_type not in ANTHROPIC_IMAGE_TYPES:
+        raise untranslatable(path, vendor, media_type)
+    return {"type": "base64", "media_type": media_type, "data": data}
+
+
+def _anthropic_document_block(part: dict, path: str, vendor: str) -> dict:
+    _refuse_rest(part, handled=frozenset({"type", "file"}), path=path, vendor=vendor)
+    file_path = f"{path}.file"
+    file = _as_dict(part.get("file"), file_path)
+    # An uploaded file lives at OpenAI: an Anthropic vendor cannot read it.
+    _refuse_rest(file, handled=frozenset({"file_data", "filename"}), path=file_path, vendor=vendor)
+    data_path = f"{file_path}.file_data"
+    file_data = _as_text(file.get("file_data"), data_path)
+    media_type, data = _data_url(file_data) or (None, file_data)
+    if media_type is None and data.startswith(PDF_BASE64_START):
+        media_type = PDF
+    if media_type != PDF:
+        raise untranslatable(data_path, vendor, media_type)
+    block: dict[str, Any] = {
+        "type": "document",
+        "source": {"type": "base64", "media_type": PDF, "data": data},
+    }
+    if file.get("filename"):
+        block["title"] = _as_text(file["filename"], f"{file_path}.filename")
+    return block
+
+
+def _assistant_turn(message: dict, path: str, vendor: str) -> dict:
+    # `name`, `refusal`, `audio` and the deprecated `function_call` are refused unless neutral.
+    _refuse_rest(
+        message, handled=frozenset({"role", "content", "tool_calls"}), path=path, vendor=vendor
+    )
+    content = message.get("content")
+    calls = _as_list(message.get("tool_calls") or [], f"{path}.tool_calls")
+    if isinstance(content, str) and not calls:
+        return {"role": "assistant", "content": content}
+    blocks = _assistant_text_blocks(content, f"{path}.content", vendor)
+    blocks += [
+        _anthropic_tool_use(call, f"{path}.tool_calls[{index}]", vendor)
+        for index, call in enumerate(calls)
+    ]
+    return {"role": "assistant", "content": blocks}
+
+
+def _assistant_text_blocks(content: Any, path: str, vendor: str) -> list[dict]:
+    if content is None:
+        return []
+    if isinstance(content, str):
+        return _as_blocks(content)
+    blocks = [
+        _anthropic_text_block(part, f"{path}[{index}]", vendor)
+        for index, part in enumerate(_as_list(content, path))
+    ]
+    return [block for block in blocks if block["text"]]
+
+
+def _anthropic_tool_use(call: Any, path: str, vendor: str) -> dict:
+    call = _as_dict(call, path)
+    if call.get("type") != "function":
+        raise untranslatable(f"{path}.type", vendor, str(call.get("type")))
+    _refuse_rest(call, handled=frozenset({"id", "type", "function"}), path=path, vendor=vendor)
+    function_path = f"{path}.function"
+    function = _as_dict(call.get("function"), function_path)
+    _refuse_rest(
+        function, handled=frozenset({"name", "arguments"}), path=function_path, vendor=vendor
+    )
+    return {
+        "type": "tool_use",
+        "id": _as_text(call.get("id"), f"{path}.id"),
+        "name": _as_text(function.get("name"), f"{function_path}.name"),
+        "input": _arguments_object(function.get("arguments"), f"{function_path}.arguments", vendor),
+    }
+
+
+def _arguments_object(arguments: Any, path: str, vendor: str) -> dict:
+    # Anthropic holds a tool's input as an object; an OpenAI string that is not one has no
+    # counterpart. An empty string is a call without arguments.
+    if arguments == "":
+        return {}
+    try:
+        value = json.loads(_as_text(arguments, path))
+    except ValueError:
+        value = None
+    if not isinstance(value, dict):
+        raise untranslatable(path, vendor, "not a JSON object")
+    return value
+
+
+def _tool_turn(message: dict, path: str, vendor: str) -> dict:
+    _refuse_rest(
+        message, handled=frozenset({"role", "content", "tool_call_id"}), path=path, vendor=vendor
+    )
+    result = {
+        "type": "tool_result",
+        "tool_use_id": _as_text(message.get("tool_call_id"), f"{path}.tool_call_id"),
+        "content": _anthropic_text_content(message.get("content"), f"{path}.content", vendor),
+    }
+    # A user turn: Anthropic carries tool results in the user's turn, merged with its neighbours.
+    return {"role": "user", "content": [result]}
+
+
+def _anthropic_tools(tools: Any, vendor: str) -> dict:
+    translated = [
+        _anthropic_tool(tool, f"tools[{index}]", vendor)
+        for index, tool in enumerate(_as_list(tools, "tools"))
+    ]
+    return {"tools": translated} if translated else {}
+
+
+def _anthropic_tool(tool: Any, path: str, vendor: str) -> dict:
+    tool = _as_dict(tool, path)
+    if tool.get("type") != "function":
+        raise untranslatable(f"{path}.type", vendor, str(tool.get("type")))
+    _refuse_rest(tool, handled=frozenset({"type", "function"}), path=path, vendor=vendor)
+    function_path = f"{path}.function"
+    function = _as_dict(tool.get("function"), function_path)
+    _refuse_rest(
+        function,
+        handled=frozenset({"name", "description", "parameters", "strict"}),
+        path=function_path,
+        vendor=vendor,
+    )
+    out: dict[str, Any] = {
+        "name": _as_text(function.get("name"), f"{function_path}.name"),
+        "input_schema": function.get("parameters") or {"type": "object", "properties": {}},
+    }
+    if function.get("description") is not None:
+        out["description"] = function["description"]
+    # Both shapes guarantee schema-valid tool inputs when asked; false is the default in both.
+    if function.get("strict") is True:
+        out["strict"] = True
+    return out
+
+
+def _anthropic_tool_choice(body: dict, vendor: str) -> dict:
+    choice = body.get("tool_choice")
+    translated = None if choice is None else _anthropic_tool_choice_of(choice, vendor)
+    parallel = body.get("parallel_tool_calls")
+    if parallel not in (None, True, False):
+        raise _malformed("parallel_tool_calls", "a boolean")
+    # Sequential calls only mean something when tools may be called at all.
+    may_call = (translated or {}).get("type") != "none" and bool(translated or body.get("tools"))
+    if parallel is False and may_call:
+        translated = {**(translated or {"type": "auto"}), "disable_parallel_tool_use": True}
+    return {"tool_choice": translated} if translated else {}
+
+
+def _anthropic_tool_choice_of(choice: Any, vendor: str) -> dict:
+    if isinstance(choice, str):
+        if choice not in OPENAI_TOOL_CHOICES:
+            raise untranslatable("tool_choice", vendor, choice)
+        return {"type": OPENAI_TOOL_CHOICES[choice]}
+    choice = _as_dict(choice, "tool_choice")
+    if choice.get("type") != "function":
+        raise untranslatable("tool_choice.type", vendor, str(choice.get("type")))
+    _refuse_rest(choice, handled=frozenset({"type", "function"}), path="tool_choice", vendor=vendor)
+    function = _as_dict(choice.get("function"), "tool_choice.function")
+    _refuse_rest(function, handled=frozenset({"name"}), path="tool_choice.function", vendor=vendor)
+    return {"type": "tool", "name": _as_text(function.get("name"), "tool_choice.function.name")}
+
+
+def _anthropic_stop(stop: Any, vendor: str) -> dict:
+    sequences = [stop] if isinstance(stop, str) else _as_list(stop, "stop")
+    return {"stop_sequences": sequences} if sequences else {}
+
+
+def _anthropic_temperature(temperature: Any, vendor: str) -> dict:
+    # OpenAI samples at 0..2, Anthropic at 0..1: above 1 means nothing there.
+    if isinstance(temperature, int | float) and temperature > 1:
+        raise untranslatable("temperature", vendor, "above 1")
+    return {"temperature": temperature}
+
+
+OPENAI_TURNS: dict[str, Callable[[dict, str, str], dict]] = {
+    "user": _user_turn,
+    "assistant": _assistant_turn,
+    "tool": _tool_turn,
+}
+
+OPENAI_PARTS: dict[str, Callable[[dict, str, str], dict]] = {
+    "text": _anthropic_text_block,
+    "image_url": _anthropic_image_block,
+    "file": _anthropic_document_block,
+}
+
+OPENAI_FIELDS: dict[str, FieldTranslator] = {
+    "stop": _anthropic_stop,
+    "temperature": _anthropic_temperature,
+    "top_p": _renamed("top_p"),
+    "tools": _anthropic_tools,
+}

@@ -1,0 +1,763 @@
+"""Translation between the OpenAI and Anthropic shapes: requests both ways, whole responses,
+streams, usage. Every output is also checked against the official SDKs' own types (unknown
+keys refused) and the streams against the SDKs' own accumulators."""
+
+from __future__ import annotations
+
+import collections.abc as cabc
+import json
+import types
+import typing
+from typing import Any, Literal, NotRequired, Required, Union, get_args, get_origin
+
+import pytest
+from anthropic.types import Message, RawMessageStreamEvent
+from anthropic.types.message_create_params import MessageCreateParamsNonStreaming
+from openai.types.chat import ChatCompletion, ChatCompletionChunk
+from openai.types.chat.completion_create_params import CompletionCreateParamsNonStreaming
+from pydantic import TypeAdapter
+from typing_extensions import get_type_hints, is_typeddict
+
+from core.errors import InvalidRequest
+from gateway.shapes.translate import (
+    openai_request_to_anthropic,
+)
+
+# ---------------------------------------------------------------- SDK shapes, strictly
+
+
+def sdk_errors(value: Any, hint: Any, path: str = "$") -> list[str]:
+    """Return where `value` does not fit the SDK type `hint`; unknown keys count as misfits
+    (the SDKs' own validation ignores them, which would hide a misspelt field)."""
+    origin = get_origin(hint)
+    if hint is Any or hint is object:
+        return []
+    if origin in (Required, NotRequired, typing.Annotated):
+        return sdk_errors(value, get_args(hint)[0], path)
+    if origin in (Union, types.UnionType):
+        options = [sdk_errors(value, option, path) for option in get_args(hint)]
+        if any(not errors for errors in options):
+            return []
+        # The option that got furthest into the value explains the misfit best.
+        return min(
+            options, key=lambda errors: (-max(len(e.split(":")[0]) for e in errors), len(errors))
+        )
+    if origin is Literal:
+        return [] if value in get_args(hint) else [f"{path}: {value!r} is not {get_args(hint)}"]
+    if hint is type(None):
+        return [] if value is None else [f"{path}: expected None"]
+    if is_typeddict(hint):
+        hints = get_type_hints(hint, include_extras=True)
+        required = [
+            key
+            for key, item in hints.items()
+            if get_origin(item) is Required
+            or (hint.__total__ and get_origin(item) is not NotRequired)
+        ]
+        return _object_errors(value, hint.__name__, hints, required, path)
+    if isinstance(hint, type) and hasattr(hint, "model_fields"):
+        fields = hint.model_fields
+        hints = {key: field.annotation for key, field in fields.items()}
+        required = [key for key, field in fields.items() if field.is_required()]
+        return _object_errors(value, hint.__name__, hints, required, path)
+    if origin in (dict, cabc.Mapping):
+        if not isinstance(value, dict):
+            return [f"{path}: expected an object"]
+        return [
+            e for k, v in value.items() for e in sdk_errors(v, get_args(hint)[1], f"{path}.{k}")
+        ]
+    if (
+        origin in (list, cabc.Iterable, cabc.Sequence)
+        or getattr(origin, "__name__", "") == "SequenceNotStr"
+    ):
+        if not isinstance(value, list):
+            return [f"{path}: expected a list"]
+        (item,) = get_args(hint)
+        return [e for i, v in enumerate(value) for e in sdk_errors(v, item, f"{path}[{i}]")]
+    if hint is float:
+        number = isinstance(value, int | float) and not isinstance(value, bool)
+        return [] if number else [f"{path}: expected a number"]
+    if isinstance(hint, type):
+        return [] if isinstance(value, hint) else [f"{path}: expected {hint.__name__}"]
+    return [f"{path}: cannot check {hint!r}"]
+
+
+def _object_errors(value: Any, name: str, hints: dict, required: list, path: str) -> list[str]:
+    if not isinstance(value, dict):
+        return [f"{path}: expected {name}"]
+    errors = [f"{path}.{key}: unknown to {name}" for key in value if key not in hints]
+    errors += [f"{path}.{key}: missing from {name}" for key in required if key not in value]
+    for key, item in value.items():
+        if key in hints:
+            errors += sdk_errors(item, hints[key], f"{path}.{key}")
+    return errors
+
+
+# The Anthropic SDK no longer types the sampling fields; the API takes them, and Tollgate
+# sends them as its own tests do (`extra_body={"temperature": ...}`).
+ANTHROPIC_UNTYPED = ("temperature", "top_p")
+
+
+def assert_anthropic_request(body: dict) -> None:
+    typed = {key: value for key, value in body.items() if key not in ANTHROPIC_UNTYPED}
+    full = {**typed, "model": "claude-x", "max_tokens": 100}
+    assert sdk_errors(full, MessageCreateParamsNonStreaming) == []
+
+
+def assert_openai_request(body: dict) -> None:
+    assert sdk_errors({**body, "model": "gpt-x"}, CompletionCreateParamsNonStreaming) == []
+
+
+def assert_anthropic_message(message: dict) -> None:
+    Message.model_validate(message)
+    assert sdk_errors(message, Message) == []
+
+
+def assert_chat_completion(completion: dict) -> None:
+    ChatCompletion.model_validate(completion)
+    assert sdk_errors(completion, ChatCompletion) == []
+
+
+def assert_openai_chunks(chunks: list[dict]) -> None:
+    for chunk in chunks:
+        full = {**chunk, "id": "x", "model": "m", "created": 0}
+        ChatCompletionChunk.model_validate(full)
+        assert sdk_errors(full, ChatCompletionChunk) == []
+
+
+ANTHROPIC_EVENT = TypeAdapter(RawMessageStreamEvent)
+
+
+def assert_anthropic_events(events: list[dict]) -> None:
+    for event in events:
+        ANTHROPIC_EVENT.validate_python(event)
+        assert _event_errors(event) == []
+
+
+def _event_errors(event: dict) -> list[str]:
+    options = get_args(get_args(RawMessageStreamEvent)[0])
+    return min((sdk_errors(event, option) for option in options), key=len)
+
+
+def test_the_sdk_shape_check_catches_unknown_keys_and_wrong_literals():
+    start, _delta, stop, *_ = get_args(get_args(RawMessageStreamEvent)[0])
+    block = {"type": "text", "txt": "x"}
+
+    assert sdk_errors(
+        {"role": "user", "content": "x", "nmae": "a"}, MessageCreateParamsNonStreaming
+    )
+    assert sdk_errors(
+        {"messages": [{"role": "user", "content": [block]}]}, CompletionCreateParamsNonStreaming
+    )
+    assert sdk_errors({"type": "message_stop", "index": 0}, stop)
+    assert sdk_errors({"type": "message_start", "message": {}}, start)
+
+
+def refusal(call, *args, **kwargs) -> str:
+    with pytest.raises(InvalidRequest) as caught:
+        call(*args, **kwargs)
+    return caught.value.message
+
+
+# ---------------------------------------------------------------- requests: OpenAI -> Anthropic
+
+
+def to_anthropic(vendor_kind: str = "anthropic", **body) -> dict:
+    body.setdefault("messages", [{"role": "user", "content": "Hi"}])
+    out = openai_request_to_anthropic({"model": "gpt-x", **body}, vendor_kind=vendor_kind)
+    assert_anthropic_request(out)
+    return out
+
+
+WEATHER_SCHEMA = {
+    "type": "object",
+    "properties": {"city": {"type": "string"}},
+    "required": ["city"],
+}
+
+
+def test_openai_conversation_becomes_anthropic_with_system_hoisted_and_sampling_kept():
+    out = to_anthropic(
+        messages=[
+            {"role": "system", "content": "Be brief."},
+            {"role": "developer", "content": "Answer in French."},
+            {"role": "user", "content": "Hi"},
+            {"role": "assistant", "content": "Bonjour"},
+            {"role": "user", "content": [{"type": "text", "text": "How are you?"}]},
+        ],
+        temperature=0.5,
+        top_p=0.9,
+        stop="END",
+    )
+
+    assert out == {
+        "system": "Be brief.\n\nAnswer in French.",
+        "messages": [
+            {"role": "user", "content": "Hi"},
+            {"role": "assistant", "content": "Bonjour"},
+            {"role": "user", "content": [{"type": "text", "text": "How are you?"}]},
+        ],
+        "temperature": 0.5,
+        "top_p": 0.9,
+        "stop_sequences": ["END"],
+    }
+
+
+def test_openai_owned_fields_are_dropped_and_the_end_user_id_never_appears():
+    out = to_anthropic(
+        model="gpt-x",
+        max_tokens=10,
+        max_completion_tokens=20,
+        user="end-user-7",
+        safety_identifier="end-user-7",
+        stream=True,
+        stream_options={"include_usage": True},
+        fallback_model="gpt-y",
+    )
+
+    assert out == {"messages": [{"role": "user", "content": "Hi"}]}
+    assert "end-user-7" not in json.dumps(out)
+
+
+def test_system_messages_with_text_parts_become_a_list_of_text_blocks():
+    out = to_anthropic(
+        messages=[
+            {"role": "system", "content": "Be brief."},
+            {"role": "developer", "content": [{"type": "text", "text": "No lists."}]},
+            {"role": "user", "content": "Hi"},
+        ]
+    )
+
+    assert out["system"] == [
+        {"type": "text", "text": "Be brief."},
+        {"type": "text", "text": "No lists."},
+    ]
+
+
+def test_a_system_message_mid_conversation_is_hoisted_and_its_user_neighbours_merge():
+    out = to_anthropic(
+        messages=[
+            {"role": "user", "content": "Hi"},
+            {"role": "system", "content": "Be formal."},
+            {"role": "user", "content": "Who are you?"},
+        ]
+    )
+
+    assert out == {
+        "system": "Be formal.",
+        "messages": [
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": "Hi"},
+                    {"type": "text", "text": "Who are you?"},
+                ],
+            }
+        ],
+    }
+
+
+def test_images_become_base64_and_url_sources():
+    out = to_anthropic(
+        messages=[
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": "Compare:"},
+                    {
+                        "type": "image_url",
+                        "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="},
+                    },
+                    {
+                        "type": "image_url",
+                        "image_url": {"url": "https://example.com/cat.jpg", "detail": "auto"},
+                    },
+                ],
+            }
+        ]
+    )
+
+    assert out["messages"][0]["content"] == [
+        {"type": "text", "text": "Compare:"},
+        {
+            "type": "image",
+            "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="},
+        },
+        {"type": "image", "source": {"type": "url", "url": "https://example.com/cat.jpg"}},
+    ]
+
+
+@pytest.mark.parametrize("detail", ["low", "high", "original"])
+def test_an_image_detail_other_than_auto_is_refused(detail):
+    image = {"type": "image_url", "image_url": {"url": "https://x/a.png", "detail": detail}}
+
+    message = refusal(to_anthropic, messages=[{"role": "user", "content": [image]}])
+
+    assert message == (
+        f"'messages[0].content[0].image_url.detail' {detail}"
+        " cannot be translated for anthropic vendors."
+    )
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("data:image/tiff;base64,AAAA", "'messages[0].content[0].image_url.url' image/tiff"),
+        ("data:image/png,rawbytes", "'messages[0].content[0].image_url.url'"),
+        ("ftp://example.com/a.png", "'messages[0].content[0].image_url.url'"),
+    ],
+)
+def test_an_image_anthropic_cannot_take_is_refused(url, shown):
+    image = {"type": "image_url", "image_url": {"url": url}}
+
+    message = refusal(to_anthropic, messages=[{"role": "user", "content": [image]}])
+
+    assert message == f"{shown} cannot be translated for anthropic vendors."
+
+
+def test_pdf_file_parts_become_documents_and_the_filename_their_title():
+    out = to_anthropic(
+        messages=[
+            {
+                "role": "user",
+                "content": [
+                    {
+                        "type": "file",
+                        "file": {
+                            "filename": "report.pdf",
+                            "file_data": "data:application/pdf;base64,JVBERi0xLjQK",
+                        },
+                    },
+                    {"type": "file", "file": {"file_data": "JVBERi0xLjcK"}},
+                    {"type": "text", "text": "Summarise both."},
+                ],
+            }
+        ]
+    )
+
+    assert out["messages"][0]["content"] == [
+        {
+            "type": "document",
+            "source": {"type": "base64", "media_type": "application/pdf", "data": "JVBERi0xLjQK"},
+            "title": "report.pdf",
+        },
+        {
+            "type": "document",
+            "source": {"type": "base64", "media_type": "application/pdf", "data": "JVBERi0xLjcK"},
+        },
+        {"type": "text", "text": "Summarise both."},
+    ]
+
+
+@pytest.mark.parametrize(
+    ("file", "shown"),
+    [
+        ({"file_id": "file-abc"}, "'messages[0].content[0].file.file_id'"),
+        (
+            {"file_data": "data:text/plain;base64,aGk=", "filename": "a.txt"},
+            "'messages[0].content[0].file.file_data' text/plain",
+        ),
+        ({"file_data": "aGVsbG8="}, "'messages[0].content[0].file.file_data'"),
+    ],
+)
+def test_uploaded_and_non_pdf_files_are_refused(file, shown):
+    part = {"type": "file", "file": file}
+
+    message = refusal(to_anthropic, messages=[{"role": "user", "content": [part]}])
+
+    assert message == f"{shown} cannot be translated for anthropic vendors."
+
+
+def test_input_audio_is_refused_by_its_type():
+    audio = {"type": "input_audio", "input_audio": {"data": "AAAA", "format": "wav"}}
+    messages = [
+        {"role": "user", "content": "Listen"},
+        {"role": "assistant", "content": "OK"},
+        {"role": "user", "content": [{"type": "text", "text": "here:"}, audio]},
+    ]
+
+    message = refusal(to_anthropic, messages=messages)
+
+    assert message == (
+        "'messages[2].content[1].type' input_audio cannot be translated for anthropic vendors."
+    )
+
+
+OPENAI_TOOL_LOOP = [
+    {"role": "system", "content": "You check the weather."},
+    {"role": "user", "content": "Weather in Paris and Rome?"},
+    {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [
+            {
+                "id": "call_1",
+                "type": "function",
+                "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
+            },
+            {
+                "id": "call_2",
+                "type": "function",
+                "function": {"name": "get_weather", "arguments": '{"city":"Rome"}'},
+            },
+        ],
+    },
+    {"role": "tool", "tool_call_id": "call_1", "content": "18C, cloudy"},
+    {"role": "tool", "tool_call_id": "call_2", "content": [{"type": "text", "text": "24C, sunny"}]},
+    {"role": "user", "content": "Which is warmer?"},
+    {"role": "assistant", "content": "Rome is warmer."},
+    {"role": "user", "content": "Thanks"},
+]
+OPENAI_WEATHER_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Current weather of a city",
+        "parameters": WEATHER_SCHEMA,
+    },
+}
+
+
+def test_an_openai_tool_loop_becomes_anthropic_tool_use_and_results_in_one_user_turn():
+    out = to_anthropic(
+        messages=OPENAI_TOOL_LOOP,
+        tools=[
+            {
+                **OPENAI_WEATHER_TOOL,
+                "function": {**OPENAI_WEATHER_TOOL["function"], "strict": False},
+            }
+        ],
+        tool_choice="auto",
+        parallel_tool_calls=True,
+    )
+
+    assert out == {
+        "system": "You check the weather.",
+        "messages": [
+            {"role": "user", "content": "Weather in Paris and Rome?"},
+            {
+                "role": "assistant",
+                "content": [
+                    {
+                        "type": "tool_use",
+                        "id": "call_1",
+                        "name": "get_weather",
+                        "input": {"city": "Paris"},
+                    },
+                    {
+                        "type": "tool_use",
+                        "id": "call_2",
+                        "name": "get_weather",
+                        "input": {"city": "Rome"},
+                    },
+                ],
+            },
+            {
+                "role": "user",
+                "content": [
+                    {"type": "tool_result", "tool_use_id": "call_1", "content": "18C, cloudy"},
+                    {
+                        "type": "tool_result",
+                        "tool_use_id": "call_2",
+                        "content": [{"type": "text", "text": "24C, sunny"}],
+                    },
+                    {"type": "text", "text": "Which is warmer?"},
+                ],
+            },
+            {"role": "assistant", "content": "Rome is warmer."},
+            {"role": "user", "content": "Thanks"},
+        ],
+        "tools": [
+            {
+                "name": "get_weather",
+                "description": "Current weather of a city",
+                "input_schema": WEATHER_SCHEMA,
+            }
+        ],
+        "tool_choice": {"type": "auto"},
+    }
+
+
+def test_assistant_text_comes_before_its_tool_use_blocks():
+    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    messages = [
+        {"role": "user", "content": "Go"},
+        {
+            "role": "assistant",
+            "content": [{"type": "text", "text": "Calling."}],
+            "tool_calls": [call],
+        },
+    ]
+
+    out = to_anthropic(messages=messages)
+
+    assert out["messages"][1] == {
+        "role": "assistant",
+        "content": [
+            {"type": "text", "text": "Calling."},
+            {"type": "tool_use", "id": "c1", "name": "f", "input": {}},
+        ],
+    }
+
+
+def test_a_tool_without_parameters_gets_an_empty_object_schema_and_strict_passes():
+    out = to_anthropic(tools=[{"type": "function", "function": {"name": "now", "strict": True}}])
+
+    assert out["tools"] == [
+        {"name": "now", "input_schema": {"type": "object", "properties": {}}, "strict": True}
+    ]
+
+
+@pytest.mark.parametrize(
+    ("choice", "expected"),
+    [
+        ("auto", {"type": "auto"}),
+        ("none", {"type": "none"}),
+        ("required", {"type": "any"}),
+        (
+            {"type": "function", "function": {"name": "get_weather"}},
+            {"type": "tool", "name": "get_weather"},
+        ),
+    ],
+)
+def test_tool_choice_becomes_anthropic(choice, expected):
+    out = to_anthropic(tools=[OPENAI_WEATHER_TOOL], tool_choice=choice)
+
+    assert out["tool_choice"] == expected
+
+
+@pytest.mark.parametrize(
+    ("choice", "expected"),
+    [
+        (None, {"type": "auto", "disable_parallel_tool_use": True}),
+        ("required", {"type": "any", "disable_parallel_tool_use": True}),
+        (
+            {"type": "function", "function": {"name": "get_weather"}},
+            {"type": "tool", "name": "get_weather", "disable_parallel_tool_use": True},
+        ),
+        ("none", {"type": "none"}),
+    ],
+)
+def test_parallel_tool_calls_false_disables_parallel_use_on_the_tool_choice(choice, expected):
+    body = {"tools": [OPENAI_WEATHER_TOOL], "parallel_tool_calls": False}
+    if choice is not None:
+        body["tool_choice"] = choice
+
+    assert to_anthropic(**body)["tool_choice"] == expected
+
+
+def test_parallel_tool_calls_false_without_tools_means_nothing():
+    assert "tool_choice" not in to_anthropic(parallel_tool_calls=False)
+
+
+@pytest.mark.parametrize(
+    ("tools", "choice", "shown"),
+    [
+        ([{"type": "custom", "custom": {"name": "grammar"}}], None, "'tools[0].type' custom"),
+        (
+            [OPENAI_WEATHER_TOOL],
+            {"type": "custom", "custom": {"name": "x"}},
+            "'tool_choice.type' custom",
+        ),
+        (
+            [OPENAI_WEATHER_TOOL],
+            {"type": "allowed_tools", "allowed_tools": {"mode": "auto", "tools": []}},
+            "'tool_choice.type' allowed_tools",
+        ),
+    ],
+)
+def test_non_function_tools_and_choices_are_refused(tools, choice, shown):
+    body = {"tools": tools} if choice is None else {"tools": tools, "tool_choice": choice}
+
+    assert refusal(to_anthropic, **body) == f"{shown} cannot be translated for anthropic vendors."
+
+
+@pytest.mark.parametrize("arguments", ['["Paris"]', "3", "not json", '{"city": '])
+def test_tool_call_arguments_that_are_not_a_json_object_are_refused(arguments):
+    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": arguments}}
+    messages = [{"role": "user", "content": "Go"}, {"role": "assistant", "tool_calls": [call]}]
+
+    message = refusal(to_anthropic, messages=messages)
+
+    assert message == (
+        "'messages[1].tool_calls[0].function.arguments' not a JSON object"
+        " cannot be translated for anthropic vendors."
+    )
+
+
+def test_empty_tool_call_arguments_are_an_empty_input():
+    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": ""}}
+    messages = [{"role": "user", "content": "Go"}, {"role": "assistant", "tool_calls": [call]}]
+
+    out = to_anthropic(messages=messages)
+
+    assert out["messages"][1]["content"] == [
+        {"type": "tool_use", "id": "c1", "name": "f", "input": {}}
+    ]
+
+
+@pytest.mark.parametrize(
+    ("message", "shown"),
+    [
+        ({"role": "function", "name": "f", "content": "x"}, "'messages[1].role' function"),
+        ({"role": "user", "content": "x", "name": "alice"}, "'messages[1].name'"),
+        ({"role": "system", "content": "x", "name": "rules"}, "'messages[1].name'"),
+        (
+            {
+                "role": "assistant",
+                "content": None,
+                "function_call": {"name": "f", "arguments": "{}"},
+            },
+            "'messages[1].function_call'",
+        ),
+        ({"role": "assistant", "content": None, "refusal": "I can't."}, "'messages[1].refusal'"),
+        ({"role": "assistant", "content": None, "audio": {"id": "audio_1"}}, "'messages[1].audio'"),
+        (
+            {"role": "assistant", "content": [{"type": "refusal", "refusal": "No."}]},
+            "'messages[1].content[0].type' refusal",
+        ),
+        (
+            {
+                "role": "assistant",
+                "tool_calls": [
+                    {"id": "c", "type": "custom", "custom": {"name": "g", "input": "x"}}
+                ],
+            },
+            "'messages[1].tool_calls[0].type' custom",
+        ),
+        (
+            {"role": "tool", "tool_call_id": "c", "content": [{"type": "image_url"}]},
+            "'messages[1].content[0].type' image_url",
+        ),
+    ],
+)
+def test_untranslatable_message_fields_are_refused_by_path(message, shown):
+    messages = [{"role": "user", "content": "Hi"}, message]
+
+    error = refusal(to_anthropic, messages=messages)
+
+    assert error.startswith(shown)
+    assert error.endswith(" cannot be translated for anthropic vendors.")
+
+
+def test_a_prompt_cache_breakpoint_is_refused_with_its_full_path():
+    part = {
+        "type": "text",
+        "text": "x",
+        "prompt_cache_breakpoint": {"mode": "explicit", "ttl": "30m"},
+    }
+
+    message = refusal(to_anthropic, messages=[{"role": "user", "content": [part]}])
+
+    assert message == (
+        "'messages[0].content[0].prompt_cache_breakpoint'"
+        " cannot be translated for anthropic vendors."
+    )
+
+
+def test_temperature_up_to_one_passes_and_above_one_is_refused():
+    assert to_anthropic(temperature=1)["temperature"] == 1
+
+    assert refusal(to_anthropic, temperature=1.2) == (
+        "'temperature' above 1 cannot be translated for anthropic vendors."
+    )
+
+
+def test_a_stop_list_becomes_stop_sequences():
+    assert to_anthropic(stop=["a", "b"])["stop_sequences"] == ["a", "b"]
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "shown"),
+    [
+        ("n", 2, "'n'"),
+        ("logprobs", True, "'logprobs'"),
+        ("top_logprobs", 3, "'top_logprobs'"),
+        ("logit_bias", {"50256": -100}, "'logit_bias'"),
+        ("seed", 0, "'seed'"),  # 0 is a seed like any other
+        ("presence_penalty", 0.5, "'presence_penalty'"),
+        ("frequency_penalty", -1, "'frequency_penalty'"),
+        ("response_format", {"type": "json_object"}, "'response_format.type' json_object"),
+        (
+            "response_format",
+            {"type": "json_schema", "json_schema": {"name": "x", "schema": {}}},
+            "'response_format.type' json_schema",
+        ),
+        ("reasoning_effort", "low", "'reasoning_effort'"),
+        ("metadata", {"team": "search"}, "'metadata'"),
+        ("store", True, "'store'"),
+        ("service_tier", "flex", "'service_tier'"),
+        ("modalities", ["text", "audio"], "'modalities'"),
+        ("audio", {"voice": "alloy", "format": "mp3"}, "'audio'"),
+        ("prediction", {"type": "content", "content": "x"}, "'prediction.type' content"),
+        ("web_search_options", {"search_context_size": "low"}, "'web_search_options'"),
+        ("verbosity", "low", "'verbosity'"),
+        ("prompt_cache_key", "k1", "'prompt_cache_key'"),
+        ("prompt_cache_retention", "24h", "'prompt_cache_retention'"),
+        ("prompt_cache_options", {"mode": "explicit"}, "'prompt_cache_options'"),
+        ("moderation", {"model": "omni-moderation-latest"}, "'moderation'"),
+        ("functions", [{"name": "f"}], "'functions'"),
+        ("function_call", "auto", "'function_call'"),
+        ("a_field_from_the_future", 1, "'a_field_from_the_future'"),
+    ],
+)
+def test_untranslatable_openai_fields_are_refused_naming_field_and_vendor(field, value, shown):
+    message = refusal(to_anthropic, vendor_kind="bedrock-claude", **{field: value})
+
+    assert message == f"{shown} cannot be translated for bedrock-claude vendors."
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("n", 1),
+        ("logprobs", False),
+        ("top_logprobs", 0),
+        ("logit_bias", {}),
+        ("seed", None),
+        ("presence_penalty", 0),
+        ("frequency_penalty", 0.0),
+        ("response_format", {"type": "text"}),
+        ("reasoning_effort", None),
+        ("metadata", {}),
+        ("store", False),
+        ("service_tier", "auto"),
+        ("modalities", ["text"]),
+        ("audio", None),
+        ("prediction", None),
+        ("web_search_options", {}),
+        ("verbosity", None),
+        ("prompt_cache_key", None),
+        ("prompt_cache_options", {"mode": "implicit", "ttl": "30m"}),
+        ("moderation", None),
+        ("functions", []),
+        ("function_call", None),
+        ("parallel_tool_calls", True),
+        ("tools", []),
+        ("stop", []),
+        ("tool_choice", None),
+        ("a_field_from_the_future", None),
+    ],
+)
+def test_neutral_openai_values_are_accepted_and_omitted(field, value):
+    assert to_anthropic(**{field: value}) == {"messages": [{"role": "user", "content": "Hi"}]}
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ({"messages": "Hi"}, "'messages' must be a list."),
+        ({"messages": ["Hi"]}, "'messages[0]' must be an object."),
+        ({"messages": [{"role": "user", "content": 3}]}, "'messages[0].content' must be a list."),
+        (
+            {"messages": [{"role": "user", "content": [{"type": "text", "text": None}]}]},
+            "'messages[0].content[0].text' must be a string.",
+        ),
+        (
+            {"messages": [], "parallel_tool_calls": "no"},
+            "'parallel_tool_calls' must be a boolean.",
+        ),
+    ],
+)
+def test_malformed_openai_bodies_are_invalid_requests(body, message):
+    assert refusal(openai_request_to_anthropic, body, vendor_kind="anthropic") == message
