@@ -20,6 +20,7 @@ from typing_extensions import get_type_hints, is_typeddict
 
 from core.errors import InvalidRequest
 from gateway.shapes.translate import (
+    anthropic_request_to_openai,
     openai_request_to_anthropic,
 )
 
@@ -761,3 +762,689 @@ def test_neutral_openai_values_are_accepted_and_omitted(field, value):
 )
 def test_malformed_openai_bodies_are_invalid_requests(body, message):
     assert refusal(openai_request_to_anthropic, body, vendor_kind="anthropic") == message
+
+
+# ---------------------------------------------------------------- requests: Anthropic -> OpenAI
+
+
+def to_openai(vendor_kind: str = "openai", **body) -> dict:
+    body.setdefault("messages", [{"role": "user", "content": "Hi"}])
+    out = anthropic_request_to_openai(
+        {"model": "claude-x", "max_tokens": 100, **body}, vendor_kind=vendor_kind
+    )
+    assert_openai_request(out)
+    return out
+
+
+def test_anthropic_conversation_becomes_openai_with_a_leading_system_message():
+    out = to_openai(
+        system="Be brief.",
+        messages=[
+            {"role": "user", "content": "Hi"},
+            {"role": "assistant", "content": [{"type": "text", "text": "Hello"}]},
+            {"role": "user", "content": [{"type": "text", "text": "How are you?"}]},
+        ],
+        temperature=0.3,
+        top_p=0.8,
+        stop_sequences=["END", "STOP"],
+    )
+
+    assert out == {
+        "messages": [
+            {"role": "system", "content": "Be brief."},
+            {"role": "user", "content": "Hi"},
+            {"role": "assistant", "content": "Hello"},
+            {"role": "user", "content": [{"type": "text", "text": "How are you?"}]},
+        ],
+        "temperature": 0.3,
+        "top_p": 0.8,
+        "stop": ["END", "STOP"],
+    }
+
+
+def test_anthropic_owned_fields_are_dropped_and_the_end_user_id_never_appears():
+    out = to_openai(
+        model="claude-x",
+        max_tokens=50,
+        metadata={"user_id": "end-user-7"},
+        stream=True,
+        fallback_model="claude-y",
+    )
+
+    assert out == {"messages": [{"role": "user", "content": "Hi"}]}
+    assert "end-user-7" not in json.dumps(out)
+
+
+def test_metadata_other_than_user_id_is_refused():
+    message = refusal(to_openai, metadata={"user_id": "u", "team": "search"})
+
+    assert message == "'metadata.team' cannot be translated for openai vendors."
+
+
+def test_system_text_blocks_become_text_parts_and_cache_control_is_dropped_everywhere():
+    cache = {"type": "ephemeral"}
+    out = to_openai(
+        system=[
+            {"type": "text", "text": "Be brief."},
+            {"type": "text", "text": "Long shared context.", "cache_control": cache},
+        ],
+        messages=[
+            {"role": "user", "content": [{"type": "text", "text": "Hi", "cache_control": cache}]}
+        ],
+        tools=[{"name": "now", "input_schema": {"type": "object"}, "cache_control": cache}],
+        cache_control=cache,
+    )
+
+    assert out == {
+        "messages": [
+            {
+                "role": "system",
+                "content": [
+                    {"type": "text", "text": "Be brief."},
+                    {"type": "text", "text": "Long shared context."},
+                ],
+            },
+            {"role": "user", "content": [{"type": "text", "text": "Hi"}]},
+        ],
+        "tools": [
+            {"type": "function", "function": {"name": "now", "parameters": {"type": "object"}}}
+        ],
+    }
+
+
+def test_a_system_message_among_the_messages_stays_where_it_is():
+    out = to_openai(
+        messages=[
+            {"role": "user", "content": "Hi"},
+            {"role": "system", "content": [{"type": "text", "text": "Be formal now."}]},
+            {"role": "user", "content": "Who are you?"},
+        ]
+    )
+
+    assert out["messages"] == [
+        {"role": "user", "content": "Hi"},
+        {"role": "system", "content": [{"type": "text", "text": "Be formal now."}]},
+        {"role": "user", "content": "Who are you?"},
+    ]
+
+
+def test_anthropic_images_become_image_url_parts_in_both_encodings():
+    out = to_openai(
+        messages=[
+            {
+                "role": "user",
+                "content": [
+                    {
+                        "type": "image",
+                        "source": {
+                            "type": "base64",
+                            "media_type": "image/jpeg",
+                            "data": "/9j/4AAQ",
+                        },
+                    },
+                    {
+                        "type": "image",
+                        "source": {"type": "url", "url": "https://example.com/cat.png"},
+                    },
+                    {"type": "text", "text": "Same cat?"},
+                ],
+            }
+        ]
+    )
+
+    assert out["messages"][0]["content"] == [
+        {"type": "image_url", "image_url": {"url": "data:image/jpeg;base64,/9j/4AAQ"}},
+        {"type": "image_url", "image_url": {"url": "https://example.com/cat.png"}},
+        {"type": "text", "text": "Same cat?"},
+    ]
+
+
+def test_a_pdf_document_becomes_a_file_part_named_by_its_title():
+    pdf = {"type": "base64", "media_type": "application/pdf", "data": "JVBERi0xLjQK"}
+    out = to_openai(
+        messages=[
+            {
+                "role": "user",
+                "content": [
+                    {
+                        "type": "document",
+                        "source": pdf,
+                        "title": "report.pdf",
+                        "citations": {"enabled": False},
+                    },
+                    {"type": "document", "source": pdf},
+                ],
+            }
+        ]
+    )
+
+    assert out["messages"][0]["content"] == [
+        {
+            "type": "file",
+            "file": {
+                "filename": "report.pdf",
+                "file_data": "data:application/pdf;base64,JVBERi0xLjQK",
+            },
+        },
+        {
+            "type": "file",
+            "file": {
+                "filename": "document.pdf",
+                "file_data": "data:application/pdf;base64,JVBERi0xLjQK",
+            },
+        },
+    ]
+
+
+PDF_SOURCE = {"type": "base64", "media_type": "application/pdf", "data": "JVBERi0xLjQK"}
+
+
+@pytest.mark.parametrize(
+    ("block", "shown"),
+    [
+        (
+            {
+                "type": "document",
+                "source": {"type": "text", "media_type": "text/plain", "data": "hi"},
+            },
+            "'messages[0].content[0].source.type' text",
+        ),
+        (
+            {"type": "document", "source": {"type": "url", "url": "https://x/a.pdf"}},
+            "'messages[0].content[0].source.type' url",
+        ),
+        (
+            {"type": "document", "source": {"type": "content", "content": "hi"}},
+            "'messages[0].content[0].source.type' content",
+        ),
+        (
+            {"type": "document", "source": {"type": "file", "file_id": "file_1"}},
+            "'messages[0].content[0].source.type' file",
+        ),
+        (
+            {"type": "document", "source": PDF_SOURCE, "context": "Q3 figures"},
+            "'messages[0].content[0].context'",
+        ),
+        (
+            {"type": "document", "source": PDF_SOURCE, "citations": {"enabled": True}},
+            "'messages[0].content[0].citations'",
+        ),
+        (
+            {"type": "image", "source": {"type": "file", "file_id": "file_1"}},
+            "'messages[0].content[0].source.type' file",
+        ),
+        (
+            {
+                "type": "image",
+                "source": {"type": "url", "url": "https://x"},
+                "transformations": {"oversized_image": "error"},
+            },
+            "'messages[0].content[0].transformations'",
+        ),
+        (
+            {"type": "search_result", "source": "s", "title": "t", "content": []},
+            "'messages[0].content[0].type' search_result",
+        ),
+        (
+            {"type": "text", "text": "x", "citations": [{"type": "char_location"}]},
+            "'messages[0].content[0].citations'",
+        ),
+    ],
+)
+def test_user_blocks_openai_cannot_take_are_refused_by_path(block, shown):
+    message = refusal(to_openai, messages=[{"role": "user", "content": [block]}])
+
+    assert message == f"{shown} cannot be translated for openai vendors."
+
+
+ANTHROPIC_WEATHER_TOOL = {
+    "name": "get_weather",
+    "description": "Current weather of a city",
+    "input_schema": WEATHER_SCHEMA,
+}
+ANTHROPIC_TOOL_LOOP = [
+    {"role": "user", "content": "Weather in Paris and Rome?"},
+    {
+        "role": "assistant",
+        "content": [
+            {"type": "text", "text": "Let me check."},
+            {
+                "type": "tool_use",
+                "id": "toolu_1",
+                "name": "get_weather",
+                "input": {"city": "Paris"},
+            },
+            {"type": "tool_use", "id": "toolu_2", "name": "get_weather", "input": {"city": "Rome"}},
+        ],
+    },
+    {
+        "role": "user",
+        "content": [
+            {"type": "tool_result", "tool_use_id": "toolu_1", "content": "18C, cloudy"},
+            {
+                "type": "tool_result",
+                "tool_use_id": "toolu_2",
+                "content": [{"type": "text", "text": "24C, sunny"}],
+            },
+            {"type": "text", "text": "Which is warmer?"},
+        ],
+    },
+    {"role": "assistant", "content": "Rome is warmer."},
+]
+
+
+def test_an_anthropic_tool_loop_becomes_openai_tool_calls_and_tool_messages():
+    out = to_openai(
+        system="You check the weather.",
+        messages=ANTHROPIC_TOOL_LOOP,
+        tools=[ANTHROPIC_WEATHER_TOOL],
+        tool_choice={"type": "auto"},
+    )
+
+    assert out == {
+        "messages": [
+            {"role": "system", "content": "You check the weather."},
+            {"role": "user", "content": "Weather in Paris and Rome?"},
+            {
+                "role": "assistant",
+                "content": "Let me check.",
+                "tool_calls": [
+                    {
+                        "id": "toolu_1",
+                        "type": "function",
+                        "function": {"name": "get_weather", "arguments": '{"city":"Paris"}'},
+                    },
+                    {
+                        "id": "toolu_2",
+                        "type": "function",
+                        "function": {"name": "get_weather", "arguments": '{"city":"Rome"}'},
+                    },
+                ],
+            },
+            {"role": "tool", "tool_call_id": "toolu_1", "content": "18C, cloudy"},
+            {
+                "role": "tool",
+                "tool_call_id": "toolu_2",
+                "content": [{"type": "text", "text": "24C, sunny"}],
+            },
+            {"role": "user", "content": [{"type": "text", "text": "Which is warmer?"}]},
+            {"role": "assistant", "content": "Rome is warmer."},
+        ],
+        "tools": [
+            {
+                "type": "function",
+                "function": {
+                    "name": "get_weather",
+                    "parameters": WEATHER_SCHEMA,
+                    "description": "Current weather of a city",
+                },
+            }
+        ],
+        "tool_choice": "auto",
+    }
+
+
+def test_tool_results_come_first_even_when_text_precedes_them():
+    out = to_openai(
+        messages=[
+            {"role": "user", "content": "Go"},
+            {
+                "role": "assistant",
+                "content": [{"type": "tool_use", "id": "t1", "name": "f", "input": {}}],
+            },
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": "Here:"},
+                    {"type": "tool_result", "tool_use_id": "t1"},
+                ],
+            },
+        ]
+    )
+
+    assert out["messages"][1:] == [
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"id": "t1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+            ],
+        },
+        {"role": "tool", "tool_call_id": "t1", "content": ""},
+        {"role": "user", "content": [{"type": "text", "text": "Here:"}]},
+    ]
+
+
+def test_tool_input_with_unicode_is_kept_readable_in_arguments():
+    blocks = [{"type": "tool_use", "id": "t1", "name": "f", "input": {"city": "Zürich"}}]
+
+    out = to_openai(
+        messages=[{"role": "user", "content": "Go"}, {"role": "assistant", "content": blocks}]
+    )
+
+    assert out["messages"][1]["tool_calls"][0]["function"]["arguments"] == '{"city":"Zürich"}'
+
+
+@pytest.mark.parametrize(
+    ("message", "shown"),
+    [
+        (
+            {
+                "role": "user",
+                "content": [
+                    {
+                        "type": "tool_result",
+                        "tool_use_id": "t1",
+                        "is_error": True,
+                        "content": "boom",
+                    }
+                ],
+            },
+            "'messages[1].content[0].is_error'",
+        ),
+        (
+            {
+                "role": "user",
+                "content": [
+                    {
+                        "type": "tool_result",
+                        "tool_use_id": "t1",
+                        "content": [
+                            {"type": "image", "source": {"type": "url", "url": "https://x"}}
+                        ],
+                    }
+                ],
+            },
+            "'messages[1].content[0].content[0].type' image",
+        ),
+        (
+            {
+                "role": "assistant",
+                "content": [{"type": "thinking", "thinking": "hm", "signature": "s"}],
+            },
+            "'messages[1].content[0].type' thinking",
+        ),
+        (
+            {"role": "assistant", "content": [{"type": "redacted_thinking", "data": "xx"}]},
+            "'messages[1].content[0].type' redacted_thinking",
+        ),
+        (
+            {
+                "role": "assistant",
+                "content": [
+                    {"type": "server_tool_use", "id": "s", "name": "web_search", "input": {}}
+                ],
+            },
+            "'messages[1].content[0].type' server_tool_use",
+        ),
+        (
+            {
+                "role": "assistant",
+                "content": [
+                    {
+                        "type": "tool_use",
+                        "id": "t",
+                        "name": "f",
+                        "input": {},
+                        "caller": {"type": "code_execution_20250825", "tool_id": "x"},
+                    }
+                ],
+            },
+            "'messages[1].content[0].caller.type' code_execution_20250825",
+        ),
+    ],
+)
+def test_anthropic_blocks_openai_cannot_take_are_refused_by_path(message, shown):
+    messages = [{"role": "user", "content": "Hi"}, message]
+
+    assert (
+        refusal(to_openai, messages=messages) == f"{shown} cannot be translated for openai vendors."
+    )
+
+
+def test_neutral_block_fields_are_accepted():
+    blocks = [
+        {"type": "tool_use", "id": "t1", "name": "f", "input": {}, "caller": {"type": "direct"}},
+    ]
+    results = [{"type": "tool_result", "tool_use_id": "t1", "content": "ok", "is_error": False}]
+    out = to_openai(
+        messages=[
+            {"role": "user", "content": "Go"},
+            {"role": "assistant", "content": blocks},
+            {"role": "user", "content": results},
+        ]
+    )
+
+    assert out["messages"][2] == {"role": "tool", "tool_call_id": "t1", "content": "ok"}
+
+
+@pytest.mark.parametrize(
+    ("tool", "shown"),
+    [
+        (
+            {"type": "web_search_20250305", "name": "web_search"},
+            "'tools[0].type' web_search_20250305",
+        ),
+        ({"type": "bash_20250124", "name": "bash"}, "'tools[0].type' bash_20250124"),
+        (
+            {**ANTHROPIC_WEATHER_TOOL, "input_examples": [{"city": "Oslo"}]},
+            "'tools[0].input_examples'",
+        ),
+        ({**ANTHROPIC_WEATHER_TOOL, "defer_loading": True}, "'tools[0].defer_loading'"),
+    ],
+)
+def test_server_tools_and_tool_extras_are_refused(tool, shown):
+    assert refusal(to_openai, tools=[tool]) == f"{shown} cannot be translated for openai vendors."
+
+
+def test_a_custom_typed_strict_tool_becomes_a_strict_function():
+    out = to_openai(tools=[{**ANTHROPIC_WEATHER_TOOL, "type": "custom", "strict": True}])
+
+    assert out["tools"] == [
+        {
+            "type": "function",
+            "function": {
+                "name": "get_weather",
+                "parameters": WEATHER_SCHEMA,
+                "description": "Current weather of a city",
+                "strict": True,
+            },
+        }
+    ]
+
+
+@pytest.mark.parametrize(
+    ("choice", "expected"),
+    [
+        ({"type": "auto"}, {"tool_choice": "auto"}),
+        ({"type": "any"}, {"tool_choice": "required"}),
+        ({"type": "none"}, {"tool_choice": "none"}),
+        (
+            {"type": "tool", "name": "get_weather"},
+            {"tool_choice": {"type": "function", "function": {"name": "get_weather"}}},
+        ),
+        (
+            {"type": "auto", "disable_parallel_tool_use": True},
+            {"tool_choice": "auto", "parallel_tool_calls": False},
+        ),
+        ({"type": "any", "disable_parallel_tool_use": False}, {"tool_choice": "required"}),
+    ],
+)
+def test_tool_choice_becomes_openai(choice, expected):
+    out = to_openai(tools=[ANTHROPIC_WEATHER_TOOL], tool_choice=choice)
+
+    assert {
+        key: out[key] for key in ("tool_choice", "parallel_tool_calls") if key in out
+    } == expected
+
+
+def test_disable_parallel_tool_use_without_tools_means_nothing():
+    out = to_openai(tool_choice={"type": "auto", "disable_parallel_tool_use": True})
+
+    assert "parallel_tool_calls" not in out
+
+
+def test_more_than_four_stop_sequences_are_refused():
+    assert to_openai(stop_sequences=["1", "2", "3", "4"])["stop"] == ["1", "2", "3", "4"]
+
+    assert refusal(to_openai, stop_sequences=["1", "2", "3", "4", "5"]) == (
+        "'stop_sequences' with more than 4 entries cannot be translated for openai vendors."
+    )
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "shown"),
+    [
+        ("top_k", 5, "'top_k'"),
+        ("thinking", {"type": "enabled", "budget_tokens": 2048}, "'thinking.type' enabled"),
+        ("thinking", {"type": "adaptive"}, "'thinking.type' adaptive"),
+        ("service_tier", "standard_only", "'service_tier'"),
+        ("container", "container_1", "'container'"),
+        (
+            "mcp_servers",
+            [{"type": "url", "url": "https://mcp.example", "name": "x"}],
+            "'mcp_servers'",
+        ),
+        (
+            "context_management",
+            {"edits": [{"type": "clear_tool_uses_20250919"}]},
+            "'context_management'",
+        ),
+        ("output_config", {"effort": "low"}, "'output_config'"),
+        ("output_config", {"format": {"type": "json_schema", "schema": {}}}, "'output_config'"),
+        ("inference_geo", "us", "'inference_geo'"),
+        ("speed", "fast", "'speed'"),
+        ("diagnostics", {"previous_message_id": "msg_1"}, "'diagnostics'"),
+        ("user_profile_id", "up_1", "'user_profile_id'"),
+        ("a_field_from_the_future", 1, "'a_field_from_the_future'"),
+    ],
+)
+def test_untranslatable_anthropic_fields_are_refused_naming_field_and_vendor(field, value, shown):
+    message = refusal(to_openai, vendor_kind="openrouter", **{field: value})
+
+    assert message == f"{shown} cannot be translated for openrouter vendors."
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("top_k", None),
+        ("thinking", {"type": "disabled"}),
+        ("service_tier", "auto"),
+        ("speed", "standard"),
+        ("container", None),
+        ("mcp_servers", []),
+        ("context_management", None),
+        ("output_config", {}),
+        ("stop_sequences", []),
+        ("tools", []),
+        ("system", ""),
+        ("system", []),
+        ("cache_control", {"type": "ephemeral", "ttl": "1h"}),  # dropped: see the module
+        ("metadata", {"user_id": None}),
+    ],
+)
+def test_neutral_anthropic_values_are_accepted_and_omitted(field, value):
+    assert to_openai(**{field: value}) == {"messages": [{"role": "user", "content": "Hi"}]}
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ({"messages": None}, "'messages' must be a list."),
+        ({"metadata": "u1"}, "'metadata' must be an object."),
+        (
+            {
+                "messages": [
+                    {
+                        "role": "assistant",
+                        "content": [{"type": "tool_use", "id": "t", "name": "f", "input": "x"}],
+                    }
+                ]
+            },
+            "'messages[0].content[0].input' must be an object.",
+        ),
+    ],
+)
+def test_malformed_anthropic_bodies_are_invalid_requests(body, message):
+    assert refusal(anthropic_request_to_openai, body, vendor_kind="openai") == message
+
+
+# ---------------------------------------------------------------- requests: round trips
+
+
+def test_an_openai_tool_conversation_survives_a_round_trip_through_anthropic():
+    original = {
+        "messages": [
+            {"role": "system", "content": "You check the weather."},
+            {"role": "user", "content": "Weather in Paris and Rome?"},
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": "call_1",
+                        "type": "function",
+                        "function": {"name": "get_weather", "arguments": '{"city":"Paris"}'},
+                    },
+                    {
+                        "id": "call_2",
+                        "type": "function",
+                        "function": {"name": "get_weather", "arguments": '{"city":"Rome"}'},
+                    },
+                ],
+            },
+            {"role": "tool", "tool_call_id": "call_1", "content": "18C, cloudy"},
+            {
+                "role": "tool",
+                "tool_call_id": "call_2",
+                "content": [{"type": "text", "text": "24C, sunny"}],
+            },
+            {"role": "user", "content": [{"type": "text", "text": "Which is warmer?"}]},
+            {"role": "assistant", "content": "Rome is warmer."},
+        ],
+        "tools": [OPENAI_WEATHER_TOOL],
+        "tool_choice": {"type": "function", "function": {"name": "get_weather"}},
+        "parallel_tool_calls": False,
+        "temperature": 0.2,
+        "stop": ["END"],
+    }
+
+    anthropic = openai_request_to_anthropic({"model": "gpt-x", **original}, vendor_kind="anthropic")
+    back = anthropic_request_to_openai(
+        {"model": "c", "max_tokens": 9, **anthropic}, vendor_kind="openai"
+    )
+
+    assert back == original
+
+
+def test_a_user_string_merged_with_tool_results_comes_back_as_a_text_part():
+    anthropic = openai_request_to_anthropic(
+        {"model": "gpt-x", "messages": OPENAI_TOOL_LOOP[1:6]}, vendor_kind="anthropic"
+    )
+    back = anthropic_request_to_openai(
+        {"model": "c", "max_tokens": 9, **anthropic}, vendor_kind="openai"
+    )
+
+    assert back["messages"][-1] == {
+        "role": "user",
+        "content": [{"type": "text", "text": "Which is warmer?"}],
+    }
+
+
+def test_an_anthropic_tool_conversation_survives_a_round_trip_through_openai():
+    original = {
+        "system": "You check the weather.",
+        "messages": ANTHROPIC_TOOL_LOOP,
+        "tools": [ANTHROPIC_WEATHER_TOOL],
+        "tool_choice": {"type": "any", "disable_parallel_tool_use": True},
+        "stop_sequences": ["END"],
+        "top_p": 0.5,
+    }
+
+    openai = anthropic_request_to_openai(
+        {"model": "c", "max_tokens": 9, **original}, vendor_kind="openai"
+    )
+    back = openai_request_to_anthropic({"model": "gpt-x", **openai}, vendor_kind="anthropic")
+
+    assert back == original
