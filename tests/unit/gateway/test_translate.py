@@ -20,8 +20,12 @@ from typing_extensions import get_type_hints, is_typeddict
 
 from core.errors import InvalidRequest
 from gateway.shapes.translate import (
+    anthropic_message_to_openai,
     anthropic_request_to_openai,
+    anthropic_usage_from_openai,
+    openai_completion_to_anthropic,
     openai_request_to_anthropic,
+    openai_usage_from_anthropic,
 )
 
 # ---------------------------------------------------------------- SDK shapes, strictly
@@ -1448,3 +1452,314 @@ def test_an_anthropic_tool_conversation_survives_a_round_trip_through_openai():
     back = openai_request_to_anthropic({"model": "gpt-x", **openai}, vendor_kind="anthropic")
 
     assert back == original
+
+
+# ---------------------------------------------------------------- usage
+
+
+def test_openai_usage_counts_cached_and_cache_written_tokens_in_the_prompt():
+    usage = {
+        "input_tokens": 100,
+        "output_tokens": 50,
+        "cache_read_input_tokens": 1000,
+        "cache_creation_input_tokens": 200,
+    }
+
+    assert openai_usage_from_anthropic(usage) == {
+        "prompt_tokens": 1300,
+        "completion_tokens": 50,
+        "total_tokens": 1350,
+        "prompt_tokens_details": {"cached_tokens": 1000, "cache_write_tokens": 200},
+        "completion_tokens_details": {"reasoning_tokens": 0},
+    }
+
+
+def test_openai_usage_treats_missing_anthropic_counts_as_zero():
+    assert openai_usage_from_anthropic({"output_tokens": 3, "cache_read_input_tokens": None}) == {
+        "prompt_tokens": 0,
+        "completion_tokens": 3,
+        "total_tokens": 3,
+        "prompt_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
+        "completion_tokens_details": {"reasoning_tokens": 0},
+    }
+
+
+def test_anthropic_usage_takes_cached_tokens_out_of_the_input():
+    usage = {
+        "prompt_tokens": 1300,
+        "completion_tokens": 50,
+        "total_tokens": 1350,
+        "prompt_tokens_details": {"cached_tokens": 1000, "audio_tokens": 0},
+    }
+
+    assert anthropic_usage_from_openai(usage) == {
+        "input_tokens": 300,
+        "output_tokens": 50,
+        "cache_creation_input_tokens": 0,
+        "cache_read_input_tokens": 1000,
+    }
+
+
+def test_anthropic_usage_without_details_has_no_cached_tokens():
+    assert anthropic_usage_from_openai({"prompt_tokens": 7, "completion_tokens": 2}) == {
+        "input_tokens": 7,
+        "output_tokens": 2,
+        "cache_creation_input_tokens": 0,
+        "cache_read_input_tokens": 0,
+    }
+
+
+def test_usage_survives_a_round_trip_both_ways():
+    anthropic = {
+        "input_tokens": 10,
+        "output_tokens": 5,
+        "cache_creation_input_tokens": 20,
+        "cache_read_input_tokens": 30,
+    }
+
+    assert anthropic_usage_from_openai(openai_usage_from_anthropic(anthropic)) == anthropic
+
+
+# ---------------------------------------------------------------- whole responses
+
+
+def anthropic_message(content: list[dict], stop_reason: str = "end_turn", **usage) -> dict:
+    return {
+        "id": "msg_01",
+        "type": "message",
+        "role": "assistant",
+        "model": "claude-x",
+        "content": content,
+        "stop_reason": stop_reason,
+        "stop_sequence": None,
+        "usage": {"input_tokens": 20, "output_tokens": 8, **usage},
+    }
+
+
+def test_an_anthropic_message_with_tool_use_becomes_a_chat_completion():
+    message = anthropic_message(
+        [
+            {"type": "text", "text": "Let me "},
+            {"type": "text", "text": "check."},
+            {
+                "type": "tool_use",
+                "id": "toolu_1",
+                "name": "get_weather",
+                "input": {"city": "Paris"},
+            },
+        ],
+        stop_reason="tool_use",
+        cache_read_input_tokens=100,
+        cache_creation_input_tokens=0,
+    )
+
+    out = anthropic_message_to_openai(message)
+
+    assert_chat_completion(out)
+    assert isinstance(out.pop("created"), int)
+    assert out == {
+        "id": "msg_01",
+        "object": "chat.completion",
+        "model": "claude-x",
+        "choices": [
+            {
+                "index": 0,
+                "message": {
+                    "role": "assistant",
+                    "content": "Let me check.",
+                    "refusal": None,
+                    "tool_calls": [
+                        {
+                            "id": "toolu_1",
+                            "type": "function",
+                            "function": {"name": "get_weather", "arguments": '{"city":"Paris"}'},
+                        }
+                    ],
+                },
+                "finish_reason": "tool_calls",
+                "logprobs": None,
+            }
+        ],
+        "usage": {
+            "prompt_tokens": 120,
+            "completion_tokens": 8,
+            "total_tokens": 128,
+            "prompt_tokens_details": {"cached_tokens": 100, "cache_write_tokens": 0},
+            "completion_tokens_details": {"reasoning_tokens": 0},
+        },
+    }
+
+
+def test_message_content_is_none_beside_tool_calls_and_empty_otherwise():
+    tool_only = anthropic_message(
+        [{"type": "tool_use", "id": "t", "name": "f", "input": {}}], "tool_use"
+    )
+
+    assert anthropic_message_to_openai(tool_only)["choices"][0]["message"]["content"] is None
+    assert anthropic_message_to_openai(anthropic_message([]))["choices"][0]["message"] == {
+        "role": "assistant",
+        "content": "",
+        "refusal": None,
+    }
+
+
+@pytest.mark.parametrize(
+    ("stop_reason", "finish_reason"),
+    [
+        ("end_turn", "stop"),
+        ("stop_sequence", "stop"),
+        ("pause_turn", "stop"),
+        ("max_tokens", "length"),
+        ("model_context_window_exceeded", "length"),
+        ("tool_use", "tool_calls"),
+        ("refusal", "content_filter"),
+        ("a_reason_from_the_future", "stop"),
+    ],
+)
+def test_stop_reasons_become_finish_reasons(stop_reason, finish_reason):
+    out = anthropic_message_to_openai(
+        anthropic_message([{"type": "text", "text": "x"}], stop_reason)
+    )
+
+    assert out["choices"][0]["finish_reason"] == finish_reason
+
+
+@pytest.mark.parametrize(
+    "block",
+    [
+        {"type": "thinking", "thinking": "hm", "signature": "s"},
+        {"type": "server_tool_use", "id": "s", "name": "web_search", "input": {}},
+    ],
+)
+def test_a_block_the_request_refused_cannot_arrive(block):
+    with pytest.raises(ValueError):
+        anthropic_message_to_openai(anthropic_message([block]))
+
+
+def openai_completion(
+    message: dict, finish_reason: str = "stop", usage: dict | None = None
+) -> dict:
+    return {
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "created": 1700000000,
+        "model": "gpt-x",
+        "choices": [
+            {"index": 0, "message": message, "finish_reason": finish_reason, "logprobs": None}
+        ],
+        "usage": usage or {"prompt_tokens": 12, "completion_tokens": 4, "total_tokens": 16},
+    }
+
+
+def test_an_openai_completion_with_tool_calls_becomes_an_anthropic_message():
+    completion = openai_completion(
+        {
+            "role": "assistant",
+            "content": "Checking both.",
+            "refusal": None,
+            "tool_calls": [
+                {
+                    "id": "call_1",
+                    "type": "function",
+                    "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
+                },
+                {"id": "call_2", "type": "function", "function": {"name": "now", "arguments": ""}},
+            ],
+        },
+        "tool_calls",
+        {
+            "prompt_tokens": 1200,
+            "completion_tokens": 30,
+            "total_tokens": 1230,
+            "prompt_tokens_details": {"cached_tokens": 1024},
+        },
+    )
+
+    out = openai_completion_to_anthropic(completion)
+
+    assert_anthropic_message(out)
+    assert out == {
+        "id": "chatcmpl-1",
+        "type": "message",
+        "role": "assistant",
+        "model": "gpt-x",
+        "content": [
+            {"type": "text", "text": "Checking both."},
+            {"type": "tool_use", "id": "call_1", "name": "get_weather", "input": {"city": "Paris"}},
+            {"type": "tool_use", "id": "call_2", "name": "now", "input": {}},
+        ],
+        "stop_reason": "tool_use",
+        "stop_sequence": None,
+        "usage": {
+            "input_tokens": 176,
+            "output_tokens": 30,
+            "cache_creation_input_tokens": 0,
+            "cache_read_input_tokens": 1024,
+        },
+    }
+
+
+@pytest.mark.parametrize("content", [None, ""])
+def test_an_empty_openai_content_gives_no_text_block(content):
+    out = openai_completion_to_anthropic(
+        openai_completion({"role": "assistant", "content": content})
+    )
+
+    assert out["content"] == []
+
+
+@pytest.mark.parametrize(
+    ("finish_reason", "stop_reason"),
+    [
+        ("stop", "end_turn"),
+        ("length", "max_tokens"),
+        ("tool_calls", "tool_use"),
+        ("content_filter", "refusal"),
+        (None, "end_turn"),
+    ],
+)
+def test_finish_reasons_become_stop_reasons(finish_reason, stop_reason):
+    completion = openai_completion({"role": "assistant", "content": "x"}, finish_reason)
+
+    assert openai_completion_to_anthropic(completion)["stop_reason"] == stop_reason
+
+
+def test_an_openai_refusal_is_text_with_a_refusal_stop():
+    completion = openai_completion(
+        {"role": "assistant", "content": None, "refusal": "I can't help."}
+    )
+
+    out = openai_completion_to_anthropic(completion)
+
+    assert (out["content"], out["stop_reason"]) == (
+        [{"type": "text", "text": "I can't help."}],
+        "refusal",
+    )
+
+
+@pytest.mark.parametrize("arguments", ['["a"]', "oops"])
+def test_openai_tool_arguments_that_are_not_an_object_cannot_become_a_tool_input(arguments):
+    call = {"id": "c", "type": "function", "function": {"name": "f", "arguments": arguments}}
+    completion = openai_completion({"role": "assistant", "content": None, "tool_calls": [call]})
+
+    with pytest.raises(ValueError):
+        openai_completion_to_anthropic(completion)
+
+
+def test_a_response_survives_a_round_trip_through_the_other_shape():
+    message = anthropic_message(
+        [
+            {"type": "text", "text": "Checking."},
+            {
+                "type": "tool_use",
+                "id": "toolu_1",
+                "name": "get_weather",
+                "input": {"city": "Paris"},
+            },
+        ],
+        "tool_use",
+        cache_creation_input_tokens=5,
+        cache_read_input_tokens=7,
+    )
+
+    assert openai_completion_to_anthropic(anthropic_message_to_openai(message)) == message
