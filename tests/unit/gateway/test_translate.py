@@ -11,8 +11,10 @@ import typing
 from typing import Any, Literal, NotRequired, Required, Union, get_args, get_origin
 
 import pytest
+from anthropic.lib.streaming._messages import accumulate_event
 from anthropic.types import Message, RawMessageStreamEvent
 from anthropic.types.message_create_params import MessageCreateParamsNonStreaming
+from openai.lib.streaming.chat import ChatCompletionStreamState
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 from openai.types.chat.completion_create_params import CompletionCreateParamsNonStreaming
 from pydantic import TypeAdapter
@@ -20,6 +22,8 @@ from typing_extensions import get_type_hints, is_typeddict
 
 from core.errors import InvalidRequest
 from gateway.shapes.translate import (
+    AnthropicStreamToOpenAI,
+    OpenAIStreamToAnthropic,
     anthropic_message_to_openai,
     anthropic_request_to_openai,
     anthropic_usage_from_openai,
@@ -1763,3 +1767,540 @@ def test_a_response_survives_a_round_trip_through_the_other_shape():
     )
 
     assert openai_completion_to_anthropic(anthropic_message_to_openai(message)) == message
+
+
+# ---------------------------------------------------------------- streams: Anthropic -> OpenAI
+
+
+def anthropic_start(**usage) -> dict:
+    return {
+        "type": "message_start",
+        "message": {
+            "id": "msg_01",
+            "type": "message",
+            "role": "assistant",
+            "model": "claude-x",
+            "content": [],
+            "stop_reason": None,
+            "stop_sequence": None,
+            "usage": {"input_tokens": 25, "output_tokens": 1, **usage},
+        },
+    }
+
+
+ANTHROPIC_TEXT_STREAM = [
+    anthropic_start(cache_creation_input_tokens=0, cache_read_input_tokens=10),
+    {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+    {"type": "ping"},
+    {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Hello"}},
+    {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": " world"}},
+    {"type": "content_block_stop", "index": 0},
+    {
+        "type": "message_delta",
+        "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+        "usage": {"output_tokens": 12},
+    },
+    {"type": "message_stop"},
+]
+
+
+def feed_all(translator: AnthropicStreamToOpenAI, events: list[dict]) -> list[dict]:
+    return [chunk for event in events for chunk in translator.feed(event)]
+
+
+def chunk(delta: dict, finish_reason: str | None = None, **extra) -> dict:
+    return {
+        "object": "chat.completion.chunk",
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason, "logprobs": None}],
+        **extra,
+    }
+
+
+def test_an_anthropic_text_stream_becomes_chunks_with_usage_last():
+    chunks = feed_all(AnthropicStreamToOpenAI(include_usage=True), ANTHROPIC_TEXT_STREAM)
+
+    assert_openai_chunks(chunks)
+    assert chunks == [
+        chunk({"role": "assistant", "content": ""}, usage=None),
+        chunk({"content": "Hello"}, usage=None),
+        chunk({"content": " world"}, usage=None),
+        chunk({}, "stop", usage=None),
+        {
+            "object": "chat.completion.chunk",
+            "choices": [],
+            "usage": {
+                "prompt_tokens": 35,
+                "completion_tokens": 12,
+                "total_tokens": 47,
+                "prompt_tokens_details": {"cached_tokens": 10, "cache_write_tokens": 0},
+                "completion_tokens_details": {"reasoning_tokens": 0},
+            },
+        },
+    ]
+
+
+def test_without_include_usage_chunks_carry_no_usage_at_all():
+    chunks = feed_all(AnthropicStreamToOpenAI(include_usage=False), ANTHROPIC_TEXT_STREAM)
+
+    assert_openai_chunks(chunks)
+    assert chunks == [
+        chunk({"role": "assistant", "content": ""}),
+        chunk({"content": "Hello"}),
+        chunk({"content": " world"}),
+        chunk({}, "stop"),
+    ]
+
+
+def tool_start(index: int, tool_id: str) -> dict:
+    block = {"type": "tool_use", "id": tool_id, "name": "get_weather", "input": {}}
+    return {"type": "content_block_start", "index": index, "content_block": block}
+
+
+def json_delta(index: int, partial: str) -> dict:
+    return {
+        "type": "content_block_delta",
+        "index": index,
+        "delta": {"type": "input_json_delta", "partial_json": partial},
+    }
+
+
+ANTHROPIC_TOOL_STREAM = [
+    anthropic_start(),
+    {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+    {
+        "type": "content_block_delta",
+        "index": 0,
+        "delta": {"type": "text_delta", "text": "Checking."},
+    },
+    {"type": "content_block_stop", "index": 0},
+    tool_start(1, "toolu_1"),
+    json_delta(1, ""),
+    json_delta(1, '{"city": '),
+    json_delta(1, '"Paris"}'),
+    {"type": "content_block_stop", "index": 1},
+    tool_start(2, "toolu_2"),
+    json_delta(2, '{"ci'),
+    json_delta(2, 'ty":"Rome"}'),
+    {"type": "content_block_stop", "index": 2},
+    {
+        "type": "message_delta",
+        "delta": {"stop_reason": "tool_use", "stop_sequence": None},
+        "usage": {"output_tokens": 40},
+    },
+    {"type": "message_stop"},
+]
+
+
+def tool_fragment(index: int, arguments: str) -> dict:
+    return {"tool_calls": [{"index": index, "function": {"arguments": arguments}}]}
+
+
+def test_an_anthropic_two_tool_stream_numbers_tool_calls_from_zero():
+    chunks = feed_all(AnthropicStreamToOpenAI(include_usage=False), ANTHROPIC_TOOL_STREAM)
+
+    assert_openai_chunks(chunks)
+    call = {"type": "function", "function": {"name": "get_weather", "arguments": ""}}
+    assert chunks == [
+        chunk({"role": "assistant", "content": ""}),
+        chunk({"content": "Checking."}),
+        chunk({"tool_calls": [{"index": 0, "id": "toolu_1", **call}]}),
+        chunk(tool_fragment(0, '{"city": ')),
+        chunk(tool_fragment(0, '"Paris"}')),
+        chunk({"tool_calls": [{"index": 1, "id": "toolu_2", **call}]}),
+        chunk(tool_fragment(1, '{"ci')),
+        chunk(tool_fragment(1, 'ty":"Rome"}')),
+        chunk({}, "tool_calls"),
+    ]
+
+
+def test_the_openai_sdk_accumulates_the_translated_tool_stream():
+    state = ChatCompletionStreamState()
+    for item in feed_all(AnthropicStreamToOpenAI(include_usage=True), ANTHROPIC_TOOL_STREAM):
+        state.handle_chunk(
+            ChatCompletionChunk.model_validate({**item, "id": "x", "model": "m", "created": 0})
+        )
+
+    final = state.get_final_completion()
+
+    choice = final.choices[0]
+    assert choice.finish_reason == "tool_calls"
+    assert choice.message.content == "Checking."
+    assert [
+        (c.id, c.function.name, json.loads(c.function.arguments)) for c in choice.message.tool_calls
+    ] == [
+        ("toolu_1", "get_weather", {"city": "Paris"}),
+        ("toolu_2", "get_weather", {"city": "Rome"}),
+    ]
+    assert (final.usage.prompt_tokens, final.usage.completion_tokens) == (25, 40)
+
+
+def test_stream_usage_merges_start_and_delta_with_later_values_winning():
+    translator = AnthropicStreamToOpenAI(include_usage=True)
+    translator.feed(anthropic_start(cache_read_input_tokens=5))
+    chunks = translator.feed(
+        {
+            "type": "message_delta",
+            "delta": {"stop_reason": "max_tokens", "stop_sequence": None},
+            "usage": {"output_tokens": 30, "input_tokens": 27, "cache_read_input_tokens": None},
+        }
+    )
+
+    assert chunks[0]["choices"][0]["finish_reason"] == "length"
+    assert chunks[1]["usage"] == {
+        "prompt_tokens": 32,
+        "completion_tokens": 30,
+        "total_tokens": 62,
+        "prompt_tokens_details": {"cached_tokens": 5, "cache_write_tokens": 0},
+        "completion_tokens_details": {"reasoning_tokens": 0},
+    }
+
+
+def test_a_json_delta_for_a_block_that_is_no_tool_cannot_be_streamed_on():
+    translator = AnthropicStreamToOpenAI(include_usage=False)
+    translator.feed(anthropic_start())
+    translator.feed(
+        {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}
+    )
+
+    with pytest.raises(ValueError):
+        translator.feed(json_delta(0, "{}"))
+
+
+def test_a_text_block_with_citations_cannot_arrive():
+    block = {
+        "type": "text",
+        "text": "x",
+        "citations": [{"type": "char_location", "cited_text": "x"}],
+    }
+
+    with pytest.raises(ValueError):
+        anthropic_message_to_openai(anthropic_message([block]))
+
+
+@pytest.mark.parametrize(
+    "event_type", ["ping", "content_block_stop", "message_stop", "an_event_from_the_future"]
+)
+def test_events_without_a_chunk_give_none(event_type):
+    assert AnthropicStreamToOpenAI(include_usage=True).feed({"type": event_type, "index": 0}) == []
+
+
+@pytest.mark.parametrize(
+    "event",
+    [
+        {
+            "type": "content_block_start",
+            "index": 0,
+            "content_block": {"type": "thinking", "thinking": "", "signature": ""},
+        },
+        {
+            "type": "content_block_start",
+            "index": 0,
+            "content_block": {"type": "redacted_thinking", "data": "x"},
+        },
+        {
+            "type": "content_block_delta",
+            "index": 0,
+            "delta": {"type": "thinking_delta", "thinking": "hm"},
+        },
+        {
+            "type": "content_block_delta",
+            "index": 0,
+            "delta": {"type": "signature_delta", "signature": "s"},
+        },
+        {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}},
+    ],
+)
+def test_thinking_and_error_events_cannot_be_streamed_on(event):
+    translator = AnthropicStreamToOpenAI(include_usage=False)
+    translator.feed(anthropic_start())
+
+    with pytest.raises(ValueError):
+        translator.feed(event)
+
+
+# ---------------------------------------------------------------- streams: OpenAI -> Anthropic
+
+
+def openai_chunk(delta: dict | None = None, finish_reason: str | None = None, **extra) -> dict:
+    choices = (
+        []
+        if delta is None
+        else [{"index": 0, "delta": delta, "finish_reason": finish_reason, "logprobs": None}]
+    )
+    return {
+        "id": "chatcmpl-1",
+        "object": "chat.completion.chunk",
+        "created": 1700000000,
+        "model": "gpt-x",
+        "choices": choices,
+        "usage": None,
+        **extra,
+    }
+
+
+def translate_openai_stream(chunks: list[dict]) -> list[dict]:
+    translator = OpenAIStreamToAnthropic()
+    events = [event for item in chunks for event in translator.feed(item)] + translator.finish()
+    assert_anthropic_events(events)
+    return events
+
+
+def accumulated(events: list[dict]) -> dict:
+    snapshot = None
+    buffers: dict[int, bytes] = {}
+    for event in events:
+        snapshot = accumulate_event(event=event, current_snapshot=snapshot, json_bufs=buffers)
+    return snapshot.to_dict(exclude_none=True)
+
+
+def message_start(model: str = "gpt-x", message_id: str = "chatcmpl-1") -> dict:
+    return {
+        "type": "message_start",
+        "message": {
+            "id": message_id,
+            "type": "message",
+            "role": "assistant",
+            "model": model,
+            "content": [],
+            "stop_reason": None,
+            "stop_sequence": None,
+            "usage": {
+                "input_tokens": 0,
+                "output_tokens": 0,
+                "cache_creation_input_tokens": 0,
+                "cache_read_input_tokens": 0,
+            },
+        },
+    }
+
+
+def text_delta(index: int, text: str) -> dict:
+    return {
+        "type": "content_block_delta",
+        "index": index,
+        "delta": {"type": "text_delta", "text": text},
+    }
+
+
+OPENAI_USAGE = {
+    "prompt_tokens": 30,
+    "completion_tokens": 5,
+    "total_tokens": 35,
+    "prompt_tokens_details": {"cached_tokens": 20},
+}
+
+
+def test_an_openai_text_stream_becomes_anthropic_events():
+    events = translate_openai_stream(
+        [
+            openai_chunk({"role": "assistant", "content": ""}),
+            openai_chunk({"content": "Hello"}),
+            openai_chunk({"content": " world"}),
+            openai_chunk({}, "stop"),
+            openai_chunk(usage=OPENAI_USAGE),
+        ]
+    )
+
+    assert events == [
+        message_start(),
+        {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+        text_delta(0, "Hello"),
+        text_delta(0, " world"),
+        {"type": "content_block_stop", "index": 0},
+        {
+            "type": "message_delta",
+            "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+            "usage": {
+                "input_tokens": 10,
+                "output_tokens": 5,
+                "cache_creation_input_tokens": 0,
+                "cache_read_input_tokens": 20,
+            },
+        },
+        {"type": "message_stop"},
+    ]
+
+
+def openai_tool_call(index: int, call_id: str | None = None, arguments: str = "", **extra) -> dict:
+    call: dict[str, Any] = {"index": index, "function": {"arguments": arguments}}
+    if call_id:
+        call.update(id=call_id, type="function")
+        call["function"]["name"] = "get_weather"
+    return {"tool_calls": [{**call, **extra}]}
+
+
+OPENAI_TOOL_STREAM = [
+    openai_chunk({"role": "assistant", "content": "Checking."}),
+    openai_chunk(openai_tool_call(0, "call_1")),
+    openai_chunk(openai_tool_call(0, arguments='{"ci')),
+    openai_chunk(openai_tool_call(0, arguments='ty": "Paris"}')),
+    openai_chunk(openai_tool_call(1, "call_2")),
+    openai_chunk(openai_tool_call(1, arguments='{"city": ')),
+    openai_chunk(openai_tool_call(1, arguments='"Rome"}')),
+    openai_chunk({}, "tool_calls"),
+    openai_chunk(usage={"prompt_tokens": 50, "completion_tokens": 20, "total_tokens": 70}),
+]
+
+
+def test_an_openai_two_tool_stream_becomes_one_block_per_call():
+    events = translate_openai_stream(OPENAI_TOOL_STREAM)
+
+    def tool_block(index: int, call_id: str) -> dict:
+        block = {"type": "tool_use", "id": call_id, "name": "get_weather", "input": {}}
+        return {"type": "content_block_start", "index": index, "content_block": block}
+
+    assert events == [
+        message_start(),
+        {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+        text_delta(0, "Checking."),
+        {"type": "content_block_stop", "index": 0},
+        tool_block(1, "call_1"),
+        json_delta(1, '{"ci'),
+        json_delta(1, 'ty": "Paris"}'),
+        {"type": "content_block_stop", "index": 1},
+        tool_block(2, "call_2"),
+        json_delta(2, '{"city": '),
+        json_delta(2, '"Rome"}'),
+        {"type": "content_block_stop", "index": 2},
+        {
+            "type": "message_delta",
+            "delta": {"stop_reason": "tool_use", "stop_sequence": None},
+            "usage": {
+                "input_tokens": 50,
+                "output_tokens": 20,
+                "cache_creation_input_tokens": 0,
+                "cache_read_input_tokens": 0,
+            },
+        },
+        {"type": "message_stop"},
+    ]
+
+
+def test_the_anthropic_sdk_accumulates_the_translated_tool_stream():
+    message = accumulated(translate_openai_stream(OPENAI_TOOL_STREAM))
+
+    assert message == {
+        "id": "chatcmpl-1",
+        "type": "message",
+        "role": "assistant",
+        "model": "gpt-x",
+        "content": [
+            {"type": "text", "text": "Checking."},
+            {"type": "tool_use", "id": "call_1", "name": "get_weather", "input": {"city": "Paris"}},
+            {"type": "tool_use", "id": "call_2", "name": "get_weather", "input": {"city": "Rome"}},
+        ],
+        "stop_reason": "tool_use",
+        "usage": {
+            "input_tokens": 50,
+            "output_tokens": 20,
+            "cache_creation_input_tokens": 0,
+            "cache_read_input_tokens": 0,
+        },
+    }
+
+
+def test_a_vendor_repeating_the_call_id_on_every_fragment_still_gives_one_block():
+    events = translate_openai_stream(
+        [
+            openai_chunk(openai_tool_call(0, "call_1", '{"city":')),
+            openai_chunk(openai_tool_call(0, "call_1", '"Oslo"}')),
+            openai_chunk({}, "tool_calls"),
+        ]
+    )
+
+    assert [event["type"] for event in events] == [
+        "message_start",
+        "content_block_start",
+        "content_block_delta",
+        "content_block_delta",
+        "content_block_stop",
+        "message_delta",
+        "message_stop",
+    ]
+    assert accumulated(events)["content"] == [
+        {"type": "tool_use", "id": "call_1", "name": "get_weather", "input": {"city": "Oslo"}}
+    ]
+
+
+def test_text_after_a_tool_call_opens_a_new_text_block():
+    events = translate_openai_stream(
+        [openai_chunk(openai_tool_call(0, "call_1", "{}")), openai_chunk({"content": "Done."})]
+    )
+
+    assert accumulated(events)["content"] == [
+        {"type": "tool_use", "id": "call_1", "name": "get_weather", "input": {}},
+        {"type": "text", "text": "Done."},
+    ]
+
+
+@pytest.mark.parametrize(
+    ("finish_reason", "stop_reason"),
+    [
+        ("stop", "end_turn"),
+        ("length", "max_tokens"),
+        ("tool_calls", "tool_use"),
+        ("content_filter", "refusal"),
+    ],
+)
+def test_the_finish_reason_becomes_the_stop_reason_at_the_end(finish_reason, stop_reason):
+    events = translate_openai_stream(
+        [openai_chunk({"content": "x"}), openai_chunk({}, finish_reason)]
+    )
+
+    assert events[-2]["delta"]["stop_reason"] == stop_reason
+
+
+def test_a_streamed_refusal_is_text_with_a_refusal_stop():
+    message = accumulated(
+        translate_openai_stream([openai_chunk({"refusal": "I can't."}), openai_chunk({}, "stop")])
+    )
+
+    assert (message["content"], message["stop_reason"]) == (
+        [{"type": "text", "text": "I can't."}],
+        "refusal",
+    )
+
+
+def test_finish_without_any_chunk_still_gives_a_whole_message():
+    translator = OpenAIStreamToAnthropic()
+
+    events = translator.finish()
+
+    assert_anthropic_events(events)
+    assert events == [
+        message_start(model="", message_id=""),
+        {
+            "type": "message_delta",
+            "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+            "usage": {
+                "input_tokens": 0,
+                "output_tokens": 0,
+                "cache_creation_input_tokens": 0,
+                "cache_read_input_tokens": 0,
+            },
+        },
+        {"type": "message_stop"},
+    ]
+
+
+def test_empty_deltas_give_only_the_message_start():
+    translator = OpenAIStreamToAnthropic()
+
+    assert translator.feed(openai_chunk({"role": "assistant", "content": ""})) == [message_start()]
+    assert translator.feed(openai_chunk({})) == []
+
+
+@pytest.mark.parametrize(
+    "late",
+    [
+        openai_chunk(openai_tool_call(0, arguments="}")),  # call 0's fragment after call 1 began
+        openai_chunk(openai_tool_call(2)),  # a call without an id
+    ],
+)
+def test_tool_fragments_out_of_order_cannot_be_streamed_on(late):
+    translator = OpenAIStreamToAnthropic()
+    translator.feed(openai_chunk(openai_tool_call(0, "call_1", "{")))
+    translator.feed(openai_chunk(openai_tool_call(1, "call_2", "{}")))
+
+    with pytest.raises(ValueError):
+        translator.feed(late)
