@@ -11,7 +11,7 @@ import typing
 from typing import Any, Literal, NotRequired, Required, Union, get_args, get_origin
 
 import pytest
-from anthropic.lib.streaming._messages import accumulate_event
+from anthropic.lib.streaming._messages import accumulate_event  # MessageStream's; unexported
 from anthropic.types import Message, RawMessageStreamEvent
 from anthropic.types.message_create_params import MessageCreateParamsNonStreaming
 from openai.lib.streaming.chat import ChatCompletionStreamState
