@@ -240,7 +240,7 @@ def test_x_api_key_and_bearer_identify_the_same_caller_on_both_routes(stack):
     ("body", "untranslatable"),
     [
         ({"top_k": 5}, "'top_k'"),
-        ({"thinking": {"type": "enabled", "budget_tokens": 64}}, "'thinking'"),
+        ({"thinking": {"type": "enabled", "budget_tokens": 64}}, "'thinking.type' enabled"),
         ({"unknown_knob": 1}, "'unknown_knob'"),
     ],
     ids=["top_k", "thinking", "unknown"],
@@ -271,7 +271,7 @@ def test_an_anthropic_field_an_openai_vendor_cannot_honour_is_refused_naming_it(
     [
         ({"logprobs": True}, "'logprobs'"),
         ({"n": 2}, "'n'"),
-        ({"response_format": {"type": "json_object"}}, "'response_format'"),
+        ({"response_format": {"type": "json_object"}}, "'response_format"),
         ({"seed": 7}, "'seed'"),
     ],
     ids=["logprobs", "n", "response_format", "seed"],
