@@ -114,14 +114,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import hashlib
 import itertools
 import os
+import re
 import signal
 import sys
 import threading
 import time
-from collections.abc import Iterable
-from typing import Any, Self
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field, replace
+from typing import Any, NamedTuple, Self
 
 import orjson
 from aiohttp import web
@@ -152,17 +155,50 @@ _BASE_WORDS = ("Hello", "from", "the", "stub", "model", None, "reply", "ok")
 _SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
 _ids = itertools.count(1)
 
+# Token accounting (see the module docstring).
+IMAGE_TOKENS = 85
+DOCUMENT_TOKENS = 100
+TOOL_DEFINITION_TOKENS = 10
+TOOL_CALL_TOKENS = 5
+REASONING_TOKENS = 16
+JSON_PIECE_CHARS = 8
+OPENAI_CACHE_MIN_TOKENS = 64
+REASONING_MODELS = re.compile(r"^(o\d|gpt-5)")
+THINKING_WORDS = ("Stub", "thinking", "about", "it.")
+THINKING_SIGNATURE = "stub-signature"
+LOGPROB = -0.5
+TOP_LOGPROB = -1.5
+MAX_TOKENS_UNSUPPORTED = (
+    "Unsupported parameter: 'max_tokens' is not supported with this model. "
+    "Use 'max_completion_tokens' instead."
+)
+THINKING_BUDGET_TOO_LARGE = "max_tokens must be greater than thinking.budget_tokens"
+_FIXED_PART_TOKENS = {
+    "openai": {"image_url": IMAGE_TOKENS, "file": DOCUMENT_TOKENS},
+    "anthropic": {"image": IMAGE_TOKENS, "document": DOCUMENT_TOKENS},
+}
+
 
 class StubState:
-    """Hold one app's calls log and fault queue."""
+    """Hold one app's calls log, fault queue and prompt caches."""
 
     def __init__(self, accept_keys: frozenset[str] | None) -> None:
         self.accept_keys = accept_keys
         self.calls: list[dict[str, Any]] = []
         self.faults: list[dict[str, Any]] = []
+        # (model, digest of a message prefix) seen by earlier OpenAI calls
+        self.openai_prefixes: set[tuple[str, bytes]] = set()
+        # (model, digest of a cache_control prefix) written by earlier Anthropic calls
+        self.anthropic_prefixes: set[tuple[str, bytes]] = set()
 
-    def record(self, **fields: Any) -> dict[str, Any]:
-        call = {"seq": len(self.calls) + 1, **fields, "fault": None, "status": None}
+    def record(self, body: Any = None, **fields: Any) -> dict[str, Any]:
+        call = {
+            "seq": len(self.calls) + 1,
+            **fields,
+            "fault": None,
+            "status": None,
+            "body": body,
+        }
         self.calls.append(call)
         return call
 
@@ -182,6 +218,8 @@ class StubState:
     def clear(self) -> None:
         self.calls.clear()
         self.faults.clear()
+        self.openai_prefixes.clear()
+        self.anthropic_prefixes.clear()
 
 
 STATE = web.AppKey("stub_state", StubState)
@@ -230,9 +268,18 @@ _ERROR_TYPES = {
 
 
 def vendor_error(
-    shape: str, status: int, message: str, headers: dict[str, str] | None = None
+    shape: str,
+    status: int,
+    message: str,
+    headers: dict[str, str] | None = None,
+    *,
+    param: str | None = None,
+    code: str | None = None,
 ) -> web.Response:
-    """Build an error response in the vendor's own body shape."""
+    """Build an error response in the vendor's own body shape.
+
+    ``param`` / ``code`` override the OpenAI fields (default null / the status's code).
+    """
     oa_type, oa_code, an_type = _ERROR_TYPES[status]
     if shape == "anthropic":
         body: dict[str, Any] = {
@@ -244,8 +291,8 @@ def vendor_error(
             "error": {
                 "message": message,
                 "type": oa_type,
-                "param": None,
-                "code": oa_code,
+                "param": param,
+                "code": code if code is not None else oa_code,
             }
         }
     return _json(status, body, headers)
@@ -267,34 +314,16 @@ def _extract_key(request: web.Request, shape: str) -> tuple[str | None, str | No
     return (value or None), raw
 
 
-def _text_words(content: Any) -> int:
-    if isinstance(content, str):
-        return len(content.split())
-    n = 0
-    if isinstance(content, list):
-        for part in content:
-            if isinstance(part, dict) and part.get("type") == "text":
-                text = part.get("text")
-                if isinstance(text, str):
-                    n += len(text.split())
-    return n
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
-def count_prompt_tokens(body: dict[str, Any], shape: str) -> int:
-    """Count the words over every text the request carries (minimum 1)."""
-    n = _text_words(body.get("system")) if shape == "anthropic" else 0
-    messages = body.get("messages")
-    if isinstance(messages, list):
-        for message in messages:
-            if isinstance(message, dict):
-                n += _text_words(message.get("content"))
-    return max(n, 1)
+def _as_list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
 
 
-def answer_tokens(model: str, n_words: int) -> list[str]:
-    """Return the first ``n_words`` streamed tokens ("Hello", " from", ...)."""
-    words = [model if w is None else w for w in _BASE_WORDS]
-    return [(words[i % 8] if i == 0 else " " + words[i % 8]) for i in range(n_words)]
+def _canonical(obj: Any) -> bytes:
+    return orjson.dumps(obj, option=orjson.OPT_SORT_KEYS)
 
 
 def _max_tokens(body: dict[str, Any], shape: str) -> Any:
@@ -308,6 +337,707 @@ def _user(body: dict[str, Any], shape: str) -> Any:
         meta = body.get("metadata")
         return meta.get("user_id") if isinstance(meta, dict) else None
     return body.get("user")
+
+
+def _include_usage(body: dict[str, Any]) -> bool:
+    options = body.get("stream_options")
+    return isinstance(options, dict) and options.get("include_usage") is True
+
+
+# --------------------------------------------------------------------------- prompt tokens
+
+
+def _words(text: Any) -> int:
+    return len(text.split()) if isinstance(text, str) else 0
+
+
+def _part_tokens(part: Any, shape: str) -> int:
+    """Tokens of one content part / block: text words, a fixed count for media, else 0."""
+    if not isinstance(part, dict):
+        return 0
+    kind = part.get("type")
+    if kind == "text":
+        return _words(part.get("text"))
+    if shape == "anthropic" and kind == "tool_result":
+        return _content_tokens(part.get("content"), shape)
+    return _FIXED_PART_TOKENS[shape].get(kind, 0)
+
+
+def _content_tokens(content: Any, shape: str) -> int:
+    """Tokens of a content value: a string (its words) or a list of parts."""
+    if isinstance(content, str):
+        return _words(content)
+    return sum(_part_tokens(part, shape) for part in _as_list(content))
+
+
+def _message_tokens(message: Any, shape: str) -> int:
+    return _content_tokens(message.get("content"), shape) if isinstance(message, dict) else 0
+
+
+class _Unit(NamedTuple):
+    """One piece of an Anthropic prompt, in cache-prefix order (tools, system, messages)."""
+
+    item: Any  # what identifies it in a cache key (cache_control removed)
+    tokens: int
+    marked: bool  # carries cache_control
+
+
+def _without_cache_control(block: Any) -> Any:
+    if not isinstance(block, dict):
+        return block
+    return {k: v for k, v in block.items() if k != "cache_control"}
+
+
+def _marked(block: Any) -> bool:
+    return isinstance(block, dict) and block.get("cache_control") is not None
+
+
+def _anthropic_units(body: dict[str, Any]) -> list[_Unit]:
+    units = [
+        _Unit({"tool": _without_cache_control(t)}, TOOL_DEFINITION_TOKENS, _marked(t))
+        for t in _as_list(body.get("tools"))
+    ]
+    system = body.get("system")
+    if isinstance(system, str):
+        units.append(_Unit({"system": system}, _words(system), False))
+    for block in _as_list(system):
+        units.append(
+            _Unit(
+                {"system": _without_cache_control(block)},
+                _part_tokens(block, "anthropic"),
+                _marked(block),
+            )
+        )
+    for i, message in enumerate(_as_list(body.get("messages"))):
+        if not isinstance(message, dict):
+            continue
+        role, content = message.get("role"), message.get("content")
+        if not isinstance(content, list):
+            units.append(
+                _Unit({"message": i, "role": role, "content": content}, _words(content), False)
+            )
+            continue
+        for block in content:
+            item = {"message": i, "role": role, "block": _without_cache_control(block)}
+            units.append(_Unit(item, _part_tokens(block, "anthropic"), _marked(block)))
+    return units
+
+
+def count_prompt_tokens(body: dict[str, Any], shape: str) -> int:
+    """Count the request's prompt tokens (cached ones included; minimum 1).
+
+    Words over every text (message contents, Anthropic ``system``, tool
+    results), plus fixed counts for images, documents and tool definitions.
+    """
+    if shape == "anthropic":
+        return max(sum(unit.tokens for unit in _anthropic_units(body)), 1)
+    messages = sum(_message_tokens(m, shape) for m in _as_list(body.get("messages")))
+    tools = TOOL_DEFINITION_TOKENS * len(_as_list(body.get("tools")))
+    return max(messages + tools, 1)
+
+
+@dataclass(frozen=True)
+class PromptUsage:
+    """A call's prompt tokens: ``total`` includes every cached token."""
+
+    total: int
+    cached: int = 0  # OpenAI prompt_tokens_details.cached_tokens
+    cache_creation: int = 0  # Anthropic cache_creation_input_tokens
+    cache_read: int = 0  # Anthropic cache_read_input_tokens
+
+
+def _openai_prompt(state: StubState, model: str, body: dict[str, Any]) -> PromptUsage:
+    """Automatic caching: the longest earlier-seen proper message prefix of >= 64 tokens."""
+    messages = _as_list(body.get("messages"))
+    cached = running = 0
+    digest = b""
+    keys = []
+    for k, message in enumerate(messages, 1):
+        running += _message_tokens(message, "openai")
+        digest = hashlib.sha256(digest + _canonical(message)).digest()
+        key = (model, digest)
+        if (
+            k < len(messages)
+            and running >= OPENAI_CACHE_MIN_TOKENS
+            and key in state.openai_prefixes
+        ):
+            cached = running
+        keys.append(key)
+    state.openai_prefixes.update(keys)
+    return PromptUsage(count_prompt_tokens(body, "openai"), cached=cached)
+
+
+def _anthropic_prompt(state: StubState, model: str, body: dict[str, Any]) -> PromptUsage:
+    """Explicit caching: the prefix up to the last block carrying ``cache_control``."""
+    units = _anthropic_units(body)
+    total = max(sum(unit.tokens for unit in units), 1)
+    marks = [i for i, unit in enumerate(units) if unit.marked]
+    if not marks:
+        return PromptUsage(total)
+    prefix = units[: marks[-1] + 1]
+    tokens = sum(unit.tokens for unit in prefix)
+    key = (model, hashlib.sha256(_canonical([unit.item for unit in prefix])).digest())
+    if key in state.anthropic_prefixes:
+        return PromptUsage(total, cache_read=tokens)
+    state.anthropic_prefixes.add(key)
+    return PromptUsage(total, cache_creation=tokens)
+
+
+# --------------------------------------------------------------------------- schemas, tools
+
+
+_SCHEMA_MAX_DEPTH = 32
+
+
+def _resolve_ref(root: Any, ref: str) -> Any:
+    """Resolve a local JSON pointer (``#/$defs/Name``) against the root schema."""
+    if not ref.startswith("#"):
+        return None
+    node = root
+    for raw in ref[1:].split("/")[1:]:
+        name = raw.replace("~1", "/").replace("~0", "~")
+        if not isinstance(node, dict) or name not in node:
+            return None
+        node = node[name]
+    return node
+
+
+def _object_example(schema: dict[str, Any], root: Any, depth: int) -> dict[str, Any]:
+    properties = schema.get("properties")
+    properties = properties if isinstance(properties, dict) else {}
+    return {
+        name: example_from_schema(properties.get(name), root, depth + 1)
+        for name in _as_list(schema.get("required"))
+        if isinstance(name, str)
+    }
+
+
+_EXAMPLES: dict[str, Callable[[dict[str, Any], Any, int], Any]] = {
+    "string": lambda s, r, d: "stub",
+    "integer": lambda s, r, d: 1,
+    "number": lambda s, r, d: 1.5,
+    "boolean": lambda s, r, d: True,
+    "array": lambda s, r, d: [],
+    "object": _object_example,
+}
+
+
+def _schema_type(schema: dict[str, Any]) -> Any:
+    kind = schema.get("type")
+    if isinstance(kind, list):  # ["string", "null"]: the first non-null type
+        kind = next((k for k in kind if k != "null"), None)
+    if kind is None and ("properties" in schema or "required" in schema):
+        kind = "object"
+    return kind
+
+
+def example_from_schema(schema: Any, root: Any = None, depth: int = 0) -> Any:
+    """Build the deterministic value a JSON schema asks for (see the module docstring)."""
+    root = schema if root is None else root
+    if not isinstance(schema, dict) or depth > _SCHEMA_MAX_DEPTH:
+        return None
+    ref = schema.get("$ref")
+    if isinstance(ref, str):
+        return example_from_schema(_resolve_ref(root, ref), root, depth + 1)
+    enum = schema.get("enum")
+    if isinstance(enum, list) and enum:
+        return enum[0]
+    if "const" in schema:
+        return schema["const"]
+    build = _EXAMPLES.get(_schema_type(schema))
+    return build(schema, root, depth) if build is not None else None
+
+
+def tool_arguments(schema: Any) -> dict[str, Any]:
+    """Arguments for a tool call (or a json_schema answer): an object, ``{}`` at least."""
+    value = example_from_schema(schema)
+    return value if isinstance(value, dict) else {}
+
+
+def _tool_specs(body: dict[str, Any], shape: str) -> list[tuple[str, Any]]:
+    """(name, parameter schema) of every callable tool, in request order."""
+    specs = []
+    for tool in _as_list(body.get("tools")):
+        if not isinstance(tool, dict):
+            continue
+        if shape == "anthropic":
+            if isinstance(tool.get("name"), str):
+                specs.append((tool["name"], tool.get("input_schema")))
+            continue
+        function = tool.get("function")
+        if (
+            tool.get("type", "function") == "function"
+            and isinstance(function, dict)
+            and isinstance(function.get("name"), str)
+        ):
+            specs.append((function["name"], function.get("parameters")))
+    return specs
+
+
+def _tool_choice(body: dict[str, Any], shape: str) -> tuple[bool, str | None, bool]:
+    """Return (tools may be called, forced tool name or None, parallel calls allowed)."""
+    choice = body.get("tool_choice")
+    if shape == "openai":
+        forced = None
+        if isinstance(choice, dict) and choice.get("type") == "function":
+            function = choice.get("function")
+            forced = function.get("name") if isinstance(function, dict) else None
+        parallel = body.get("parallel_tool_calls") is not False
+        return choice != "none", forced if isinstance(forced, str) else None, parallel
+    choice = choice if isinstance(choice, dict) else {}
+    kind = choice.get("type")
+    forced = choice.get("name") if kind == "tool" else None
+    parallel = choice.get("disable_parallel_tool_use") is not True
+    return kind != "none", forced if isinstance(forced, str) else None, parallel
+
+
+def _last_is_tool_result(body: dict[str, Any], shape: str) -> bool:
+    messages = _as_list(body.get("messages"))
+    last = messages[-1] if messages else None
+    if not isinstance(last, dict):
+        return False
+    if shape == "openai":
+        return last.get("role") == "tool"
+    return last.get("role") == "user" and any(
+        isinstance(block, dict) and block.get("type") == "tool_result"
+        for block in _as_list(last.get("content"))
+    )
+
+
+def choose_tools(body: dict[str, Any], shape: str) -> list[tuple[str, Any]] | str:
+    """The tools the answer calls ([] = answer text), or why tool_choice is invalid."""
+    specs = _tool_specs(body, shape)
+    if not specs:
+        return []
+    allowed, forced, parallel = _tool_choice(body, shape)
+    if not allowed:
+        return []
+    if forced is not None:
+        chosen = [spec for spec in specs if spec[0] == forced][:1]
+        if not chosen:
+            return f"tool_choice names a tool that is not in tools: {forced!r}."
+    elif parallel and len(specs) >= 2:
+        chosen = specs[:2]
+    else:
+        chosen = specs[:1]
+    return [] if _last_is_tool_result(body, shape) else chosen
+
+
+# --------------------------------------------------------------------------- answers
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    id: str
+    name: str
+    input: dict[str, Any]
+    arguments: str  # ``input`` as compact JSON
+
+
+@dataclass
+class Answer:
+    """One choice's answer, independent of the vendor shape."""
+
+    pieces: list[str] = field(default_factory=list)  # streamed content pieces
+    calls: list[ToolCall] = field(default_factory=list)
+    finish: str = "stop"  # stop | length | stop_sequence | tool_calls
+    stop_sequence: str | None = None
+    thinking: bool = False  # Anthropic: a thinking block comes first
+    reasoning_tokens: int = 0  # OpenAI: hidden reasoning tokens
+
+    @property
+    def output_tokens(self) -> int:
+        visible = TOOL_CALL_TOKENS * len(self.calls) if self.calls else len(self.pieces)
+        thinking = len(THINKING_WORDS) if self.thinking else 0
+        return visible + thinking + self.reasoning_tokens
+
+
+def _spaced(words: Iterable[str]) -> list[str]:
+    return [word if i == 0 else " " + word for i, word in enumerate(words)]
+
+
+def answer_tokens(model: str, n_words: int) -> list[str]:
+    """Return the first ``n_words`` streamed tokens ("Hello", " from", ...)."""
+    words = [model if w is None else w for w in _BASE_WORDS]
+    return _spaced(words[i % 8] for i in range(n_words))
+
+
+def _stop_strings(body: dict[str, Any], shape: str) -> frozenset[str]:
+    raw = body.get("stop" if shape == "openai" else "stop_sequences")
+    if isinstance(raw, str):
+        return frozenset({raw})
+    return frozenset(s for s in _as_list(raw) if isinstance(s, str))
+
+
+def _text_answer(tokens: list[str], max_tokens: Any, stops: frozenset[str]) -> Answer:
+    """Cut at the first word equal to a stop string, then at max tokens."""
+    answer = Answer(tokens)
+    for i, token in enumerate(tokens):
+        if token.strip() in stops:
+            answer = Answer(tokens[:i], finish="stop_sequence", stop_sequence=token.strip())
+            break
+    if _is_int(max_tokens) and max_tokens < len(answer.pieces):
+        return Answer(answer.pieces[: max(max_tokens, 0)], finish="length")
+    return answer
+
+
+def _json_text(body: dict[str, Any], tokens: list[str]) -> str | None:
+    """The JSON-mode answer (OpenAI ``response_format``), or None for a text answer."""
+    fmt = body.get("response_format")
+    kind = fmt.get("type") if isinstance(fmt, dict) else None
+    if kind == "json_object":
+        return orjson.dumps({"answer": "".join(tokens)}).decode()
+    if kind == "json_schema":
+        spec = fmt.get("json_schema")
+        schema = spec.get("schema") if isinstance(spec, dict) else None
+        return orjson.dumps(tool_arguments(schema)).decode()
+    return None
+
+
+def _thinking_budget(body: dict[str, Any]) -> int | None:
+    """Anthropic extended thinking: budget_tokens when enabled (0 if not an int), else None."""
+    thinking = body.get("thinking")
+    if not isinstance(thinking, dict) or thinking.get("type") != "enabled":
+        return None
+    budget = thinking.get("budget_tokens")
+    return budget if _is_int(budget) else 0
+
+
+def _reasoning_model(model: str) -> bool:
+    return REASONING_MODELS.match(model) is not None
+
+
+def build_answer(
+    body: dict[str, Any],
+    shape: str,
+    model: str,
+    n_words: int,
+    seq: int,
+    tools: list[tuple[str, Any]],
+) -> Answer:
+    """Decide what the call answers: tool calls, a JSON text or the usual words."""
+    if shape == "openai":
+        reasoning = _reasoning_model(model) or body.get("reasoning_effort") is not None
+        extra: dict[str, Any] = {"reasoning_tokens": REASONING_TOKENS if reasoning else 0}
+    else:
+        extra = {"thinking": _thinking_budget(body) is not None}
+    if tools:
+        prefix = "call_stub" if shape == "openai" else "toolu_stub"
+        calls = []
+        for i, (name, schema) in enumerate(tools):
+            args = tool_arguments(schema)
+            calls.append(ToolCall(f"{prefix}_{seq}_{i}", name, args, orjson.dumps(args).decode()))
+        return Answer(calls=calls, finish="tool_calls", **extra)
+    tokens = answer_tokens(model, n_words)
+    json_text = _json_text(body, tokens) if shape == "openai" else None
+    if json_text is not None:
+        size = JSON_PIECE_CHARS
+        return Answer([json_text[i : i + size] for i in range(0, len(json_text), size)], **extra)
+    answer = _text_answer(tokens, _max_tokens(body, shape), _stop_strings(body, shape))
+    return replace(answer, **extra)
+
+
+def _halves(text: str) -> list[str]:
+    cut = len(text) // 2
+    return [text[:cut], text[cut:]]
+
+
+def _piece_count(answer: Answer, shape: str, n: int) -> int:
+    """How many streamed pieces the answer has (what ``slow`` / ``fail_after_tokens`` count)."""
+    if shape == "openai":
+        return n * (3 * len(answer.calls) if answer.calls else len(answer.pieces))
+    thinking = len(THINKING_WORDS) + 1 if answer.thinking else 0
+    return thinking + (2 * len(answer.calls) if answer.calls else len(answer.pieces))
+
+
+# --------------------------------------------------------------------------- OpenAI rendering
+
+
+_OPENAI_FINISH = {
+    "stop": "stop",
+    "length": "length",
+    "stop_sequence": "stop",
+    "tool_calls": "tool_calls",
+}
+
+
+@dataclass(frozen=True)
+class OpenAIOptions:
+    n: int = 1
+    logprobs: bool | None = None  # None: the request has no ``logprobs`` field
+    top_logprobs: int = 0
+    include_usage: bool = False
+
+    @classmethod
+    def from_body(cls, body: dict[str, Any]) -> OpenAIOptions:
+        n, top = body.get("n"), body.get("top_logprobs")
+        return cls(
+            n=n if _is_int(n) and n >= 1 else 1,
+            logprobs=(body.get("logprobs") is True) if "logprobs" in body else None,
+            top_logprobs=top if _is_int(top) and top >= 0 else 0,
+            include_usage=_include_usage(body),
+        )
+
+
+def _openai_usage(prompt: PromptUsage, answer: Answer, n: int) -> dict[str, Any]:
+    completion = n * answer.output_tokens
+    return {
+        "prompt_tokens": prompt.total,
+        "completion_tokens": completion,
+        "total_tokens": prompt.total + completion,
+        "prompt_tokens_details": {"cached_tokens": prompt.cached},
+        "completion_tokens_details": {"reasoning_tokens": n * answer.reasoning_tokens},
+    }
+
+
+def _token_logprob(token: str, top: int) -> dict[str, Any]:
+    utf8 = list(token.encode())
+    alternative = {"token": token, "logprob": TOP_LOGPROB, "bytes": utf8}
+    return {"token": token, "logprob": LOGPROB, "bytes": utf8, "top_logprobs": [alternative] * top}
+
+
+def _openai_tool_calls(answer: Answer) -> list[dict[str, Any]]:
+    return [
+        {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+        for c in answer.calls
+    ]
+
+
+def openai_completion(
+    seq: int, model: str, answer: Answer, prompt: PromptUsage, options: OpenAIOptions
+) -> dict[str, Any]:
+    """The non-streamed ``chat.completion`` object."""
+    if answer.calls:
+        message = {"role": "assistant", "content": None, "tool_calls": _openai_tool_calls(answer)}
+    else:
+        message = {"role": "assistant", "content": "".join(answer.pieces)}
+    choice: dict[str, Any] = {"message": message}
+    if options.logprobs is not None:
+        content = [_token_logprob(p, options.top_logprobs) for p in answer.pieces]
+        choice["logprobs"] = {"content": content, "refusal": None} if options.logprobs else None
+    choice["finish_reason"] = _OPENAI_FINISH[answer.finish]
+    return {
+        "id": f"chatcmpl-stub-{seq}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [{"index": i, **choice} for i in range(options.n)],
+        "usage": _openai_usage(prompt, answer, options.n),
+    }
+
+
+def _data_line(obj: Any) -> bytes:
+    return b"data: " + orjson.dumps(obj) + b"\n\n"
+
+
+Frames = tuple[list[tuple[bytes, bool]], list[bytes]]
+"""A stream: (body frames, each flagged when it is a piece; tail frames that end it)."""
+
+
+def _openai_deltas(answer: Answer, options: OpenAIOptions) -> list[tuple[dict[str, Any], Any]]:
+    """(delta, logprobs) of each streamed piece of one choice."""
+    out: list[tuple[dict[str, Any], Any]] = []
+    for i, call in enumerate(answer.calls):
+        function = {"name": call.name, "arguments": ""}
+        header = {"index": i, "id": call.id, "type": "function", "function": function}
+        out.append(({"tool_calls": [header]}, None))
+        out.extend(
+            ({"tool_calls": [{"index": i, "function": {"arguments": half}}]}, None)
+            for half in _halves(call.arguments)
+        )
+    for piece in answer.pieces:
+        lp = None
+        if options.logprobs:
+            lp = {"content": [_token_logprob(piece, options.top_logprobs)], "refusal": None}
+        out.append(({"content": piece}, lp))
+    return out
+
+
+def openai_stream_frames(
+    seq: int, model: str, answer: Answer, prompt: PromptUsage, options: OpenAIOptions
+) -> Frames:
+    """The ``chat.completion.chunk`` stream of the answer."""
+    head = {
+        "id": f"chatcmpl-stub-{seq}",
+        "object": "chat.completion.chunk",
+        "created": int(time.time()),
+        "model": model,
+    }
+
+    def chunk(
+        index: int, delta: dict[str, Any], finish: str | None = None, lp: Any = None
+    ) -> bytes:
+        choice: dict[str, Any] = {"index": index, "delta": delta}
+        if options.logprobs is not None:
+            choice["logprobs"] = lp
+        choice["finish_reason"] = finish
+        data: dict[str, Any] = {**head, "choices": [choice]}
+        if options.include_usage:
+            data["usage"] = None
+        return _data_line(data)
+
+    deltas = _openai_deltas(answer, options)
+    body: list[tuple[bytes, bool]] = []
+    for index in range(options.n):
+        role = {"role": "assistant", "content": None if answer.calls else ""}
+        body.append((chunk(index, role), False))
+        body.extend((chunk(index, delta, lp=lp), True) for delta, lp in deltas)
+    finish = _OPENAI_FINISH[answer.finish]
+    tail = [chunk(index, {}, finish) for index in range(options.n)]
+    if options.include_usage:
+        usage = _openai_usage(prompt, answer, options.n)
+        tail.append(_data_line({**head, "choices": [], "usage": usage}))
+    tail.append(b"data: [DONE]\n\n")
+    return body, tail
+
+
+# --------------------------------------------------------------------------- Anthropic rendering
+
+
+_ANTHROPIC_STOP = {
+    "stop": "end_turn",
+    "length": "max_tokens",
+    "stop_sequence": "stop_sequence",
+    "tool_calls": "tool_use",
+}
+
+
+def _anthropic_usage(prompt: PromptUsage, output_tokens: int) -> dict[str, Any]:
+    return {
+        "input_tokens": prompt.total - prompt.cache_creation - prompt.cache_read,
+        "cache_creation_input_tokens": prompt.cache_creation,
+        "cache_read_input_tokens": prompt.cache_read,
+        "output_tokens": output_tokens,
+    }
+
+
+def _anthropic_blocks(answer: Answer) -> list[dict[str, Any]]:
+    blocks: list[dict[str, Any]] = []
+    if answer.thinking:
+        thinking = " ".join(THINKING_WORDS)
+        blocks.append({"type": "thinking", "thinking": thinking, "signature": THINKING_SIGNATURE})
+    if answer.calls:
+        blocks.extend(
+            {"type": "tool_use", "id": c.id, "name": c.name, "input": c.input} for c in answer.calls
+        )
+    else:
+        blocks.append({"type": "text", "text": "".join(answer.pieces)})
+    return blocks
+
+
+def anthropic_message(seq: int, model: str, answer: Answer, prompt: PromptUsage) -> dict[str, Any]:
+    """The non-streamed ``message`` object."""
+    return {
+        "id": f"msg_stub_{seq}",
+        "type": "message",
+        "role": "assistant",
+        "model": model,
+        "content": _anthropic_blocks(answer),
+        "stop_reason": _ANTHROPIC_STOP[answer.finish],
+        "stop_sequence": answer.stop_sequence,
+        "usage": _anthropic_usage(prompt, answer.output_tokens),
+    }
+
+
+def _anthropic_stream_blocks(answer: Answer) -> list[tuple[dict[str, Any], list[dict[str, Any]]]]:
+    """(content_block_start's block, its deltas) for every block of the answer."""
+    blocks = []
+    if answer.thinking:
+        deltas = [{"type": "thinking_delta", "thinking": t} for t in _spaced(THINKING_WORDS)]
+        deltas.append({"type": "signature_delta", "signature": THINKING_SIGNATURE})
+        blocks.append(({"type": "thinking", "thinking": "", "signature": ""}, deltas))
+    for call in answer.calls:
+        start = {"type": "tool_use", "id": call.id, "name": call.name, "input": {}}
+        halves = _halves(call.arguments)
+        blocks.append((start, [{"type": "input_json_delta", "partial_json": h} for h in halves]))
+    if not answer.calls:
+        deltas = [{"type": "text_delta", "text": t} for t in answer.pieces]
+        blocks.append(({"type": "text", "text": ""}, deltas))
+    return blocks
+
+
+def _sse(name: str, data: dict[str, Any]) -> bytes:
+    return b"event: " + name.encode() + b"\ndata: " + orjson.dumps(data) + b"\n\n"
+
+
+def _event(name: str, **fields: Any) -> bytes:
+    return _sse(name, {"type": name, **fields})
+
+
+def anthropic_stream_frames(seq: int, model: str, answer: Answer, prompt: PromptUsage) -> Frames:
+    """The messages event stream of the answer."""
+    message = {
+        "id": f"msg_stub_{seq}",
+        "type": "message",
+        "role": "assistant",
+        "model": model,
+        "content": [],
+        "stop_reason": None,
+        "stop_sequence": None,
+        "usage": _anthropic_usage(prompt, 1),
+    }
+    body: list[tuple[bytes, bool]] = [(_event("message_start", message=message), False)]
+    blocks = _anthropic_stream_blocks(answer)
+    for index, (start, deltas) in enumerate(blocks):
+        body.append((_event("content_block_start", index=index, content_block=start), False))
+        if index == 0:
+            body.append((_event("ping"), False))
+        body.extend((_event("content_block_delta", index=index, delta=d), True) for d in deltas)
+        if index < len(blocks) - 1:
+            body.append((_event("content_block_stop", index=index), False))
+    delta = {"stop_reason": _ANTHROPIC_STOP[answer.finish], "stop_sequence": answer.stop_sequence}
+    tail = [
+        _event("content_block_stop", index=len(blocks) - 1),
+        _event("message_delta", delta=delta, usage={"output_tokens": answer.output_tokens}),
+        _event("message_stop"),
+    ]
+    return body, tail
+
+
+async def _write_stream(
+    resp: web.StreamResponse, frames: Frames, delay: float, limit: int | None, drop: bool
+) -> None:
+    """Write the frames: ``delay`` before each piece, at most ``limit`` pieces, no tail on drop."""
+    body, tail = frames
+    sent = 0
+    for data, piece in body:
+        if piece:
+            if sent == limit:
+                return
+            if delay:
+                await asyncio.sleep(delay)
+        await resp.write(data)
+        if piece:
+            sent += 1
+            if sent == limit:
+                return
+    if not drop:
+        await resp.write(b"".join(tail))
+
+
+# --------------------------------------------------------------------------- vendor
+
+
+async def vendor(request: web.Request) -> web.StreamResponse:
+    """Dispatch a vendor call by its path suffix (catch-all route)."""
+    path = request.path
+    tail = path.rstrip("/")
+    handler = _completion
+    if tail.endswith("/chat/completions"):
+        shape = "openai"
+    elif tail.endswith("/messages/count_tokens"):
+        shape, handler = "anthropic", _count_tokens
+    elif tail.endswith("/messages"):
+        shape = "anthropic"
+    elif tail.endswith("/models"):
+        if request.method != "GET":
+            return vendor_error("openai", 405, f"Method {request.method} not allowed.")
+        return await _models(request)
+    else:
+        return vendor_error("openai", 404, f"Unknown path {path}.")
+    if request.method != "POST":
+        return vendor_error(shape, 405, f"Method {request.method} not allowed.")
+    return await handler(request, shape)
 
 
 async def _hang(request: web.Request) -> None:
@@ -360,26 +1090,26 @@ async def _apply_status_fault(
     return None
 
 
-# --------------------------------------------------------------------------- vendor
-
-
-async def vendor(request: web.Request) -> web.StreamResponse:
-    """Dispatch a vendor call by its path suffix (catch-all route)."""
-    path = request.path
-    tail = path.rstrip("/")
-    if tail.endswith("/chat/completions"):
-        shape = "openai"
-    elif tail.endswith("/messages"):
-        shape = "anthropic"
-    elif tail.endswith("/models"):
-        if request.method != "GET":
-            return vendor_error("openai", 405, f"Method {request.method} not allowed.")
-        return await _models(request)
-    else:
-        return vendor_error("openai", 404, f"Unknown path {path}.")
-    if request.method != "POST":
-        return vendor_error(shape, 405, f"Method {request.method} not allowed.")
-    return await _completion(request, shape)
+async def _apply_plain_fault(
+    request: web.Request,
+    call: dict[str, Any],
+    shape: str,
+    key: str | None,
+    raw_key: str | None,
+    model: str | None,
+) -> web.StreamResponse | None:
+    """Faults for a call that answers one small JSON object (models, count_tokens)."""
+    fault = request.app[STATE].take_fault(key, model)
+    if fault is None:
+        return None
+    call["fault"] = fault["kind"]
+    resp = await _apply_status_fault(request, call, shape, fault, key, raw_key)
+    if resp is not None:
+        return resp
+    if fault["kind"] in DROP_KINDS:
+        return _abort(request, web.Response())
+    await asyncio.sleep(fault["delay_ms"] / 1000)
+    return None
 
 
 async def _models(request: web.Request) -> web.StreamResponse:
@@ -399,15 +1129,9 @@ async def _models(request: web.Request) -> web.StreamResponse:
     rejected = _check_key(state, shape, key)
     if rejected is not None:
         return _answer(call, rejected)
-    fault = state.take_fault(key, None)
-    if fault is not None:
-        call["fault"] = fault["kind"]
-        resp = await _apply_status_fault(request, call, shape, fault, key, raw_key)
-        if resp is not None:
-            return resp
-        if fault["kind"] in DROP_KINDS:
-            return _abort(request, web.Response())
-        await asyncio.sleep(fault["delay_ms"] / 1000)
+    resp = await _apply_plain_fault(request, call, shape, key, raw_key, None)
+    if resp is not None:
+        return resp
     return _answer(call, web.Response(body=MODELS_BODY, content_type="application/json"))
 
 
@@ -423,7 +1147,19 @@ def _check_key(state: StubState, shape: str, key: str | None) -> web.Response | 
     return None
 
 
-async def _completion(request: web.Request, shape: str) -> web.StreamResponse:
+@dataclass
+class Incoming:
+    """A recorded, key-checked vendor call with a JSON object body and a model."""
+
+    call: dict[str, Any]
+    body: dict[str, Any]
+    model: str
+    key: str | None
+    raw_key: str | None
+
+
+async def _receive(request: web.Request, shape: str) -> Incoming | web.StreamResponse:
+    """Read, record and check a vendor call; answer it here when it is refused."""
     state = request.app[STATE]
     raw = await request.read()
     try:
@@ -431,19 +1167,9 @@ async def _completion(request: web.Request, shape: str) -> web.StreamResponse:
     except orjson.JSONDecodeError:
         body = None
     key, raw_key = _extract_key(request, shape)
-    if isinstance(body, dict):
-        model = body.get("model")
+    if not isinstance(body, dict):
         call = state.record(
-            path=request.path,
-            shape=shape,
-            model=model,
-            key=key,
-            stream=bool(body.get("stream")),
-            user=_user(body, shape),
-            max_tokens=_max_tokens(body, shape),
-        )
-    else:
-        call = state.record(
+            body=body,
             path=request.path,
             shape=shape,
             model=None,
@@ -453,237 +1179,168 @@ async def _completion(request: web.Request, shape: str) -> web.StreamResponse:
             max_tokens=None,
         )
         return _answer(call, vendor_error(shape, 400, "The request body must be a JSON object."))
+    model = body.get("model")
+    call = state.record(
+        body=body,
+        path=request.path,
+        shape=shape,
+        model=model,
+        key=key,
+        stream=bool(body.get("stream")),
+        user=_user(body, shape),
+        max_tokens=_max_tokens(body, shape),
+    )
     rejected = _check_key(state, shape, key)
     if rejected is not None:
         return _answer(call, rejected)
     if not isinstance(model, str) or not model:
         return _answer(call, vendor_error(shape, 400, "model: a non-empty string is required."))
+    return Incoming(call, body, model, key, raw_key)
 
-    n_words = 8
-    header_words = request.headers.get("x-stub-words")
-    if header_words is not None:
-        try:
-            n_words = max(int(header_words), 0)
-        except ValueError:
-            return _answer(call, vendor_error(shape, 400, "x-stub-words must be an integer."))
-    max_tokens = call["max_tokens"]
-    truncated = (
-        isinstance(max_tokens, int) and not isinstance(max_tokens, bool) and max_tokens < n_words
+
+def _refusal(body: dict[str, Any], shape: str, model: str) -> web.Response | None:
+    """A 400 the vendor gives for parameters this model/config does not take."""
+    if shape == "openai":
+        if _reasoning_model(model) and body.get("max_tokens") is not None:
+            return vendor_error(
+                shape,
+                400,
+                MAX_TOKENS_UNSUPPORTED,
+                param="max_tokens",
+                code="unsupported_parameter",
+            )
+        return None
+    budget, max_tokens = _thinking_budget(body), body.get("max_tokens")
+    if budget is not None and _is_int(max_tokens) and budget >= max_tokens:
+        return vendor_error(shape, 400, THINKING_BUDGET_TOO_LARGE)
+    return None
+
+
+async def _count_tokens(request: web.Request, shape: str) -> web.StreamResponse:
+    incoming = await _receive(request, shape)
+    if not isinstance(incoming, Incoming):
+        return incoming
+    call, body = incoming.call, incoming.body
+    resp = await _apply_plain_fault(
+        request, call, shape, incoming.key, incoming.raw_key, incoming.model
     )
-    if truncated:
-        n_words = max(max_tokens, 0)
-    tokens = answer_tokens(model, n_words)
-    prompt_tokens = count_prompt_tokens(body, shape)
+    if resp is not None:
+        return resp
+    return _answer(call, _json(200, {"input_tokens": count_prompt_tokens(body, shape)}))
+
+
+@dataclass(frozen=True)
+class Reply:
+    """Everything a completion answer is rendered from, in either shape."""
+
+    shape: str
+    seq: int
+    model: str
+    answer: Answer
+    prompt: PromptUsage
+    options: OpenAIOptions
+
+    def message(self) -> dict[str, Any]:
+        if self.shape == "openai":
+            return openai_completion(self.seq, self.model, self.answer, self.prompt, self.options)
+        return anthropic_message(self.seq, self.model, self.answer, self.prompt)
+
+    def frames(self) -> Frames:
+        if self.shape == "openai":
+            return openai_stream_frames(
+                self.seq, self.model, self.answer, self.prompt, self.options
+            )
+        return anthropic_stream_frames(self.seq, self.model, self.answer, self.prompt)
+
+    def pieces(self) -> int:
+        return _piece_count(self.answer, self.shape, self.options.n)
+
+
+def _make_reply(
+    state: StubState, incoming: Incoming, shape: str, n_words: int, tools: list[tuple[str, Any]]
+) -> Reply:
+    """Read/write the prompt caches and decide the answer (after faults: see docstring)."""
+    body, model = incoming.body, incoming.model
+    if shape == "openai":
+        prompt, options = _openai_prompt(state, model, body), OpenAIOptions.from_body(body)
+    else:
+        prompt, options = _anthropic_prompt(state, model, body), OpenAIOptions()
+    seq = next(_ids)
+    answer = build_answer(body, shape, model, n_words, seq, tools)
+    return Reply(shape, seq, model, answer, prompt, options)
+
+
+def _answer_words(request: web.Request) -> int | None:
+    """The answer length: 8, or the ``x-stub-words`` header (None when it is not an int)."""
+    header_words = request.headers.get("x-stub-words")
+    if header_words is None:
+        return 8
+    try:
+        return max(int(header_words), 0)
+    except ValueError:
+        return None
+
+
+async def _completion(request: web.Request, shape: str) -> web.StreamResponse:
+    incoming = await _receive(request, shape)
+    if not isinstance(incoming, Incoming):
+        return incoming
+    state = request.app[STATE]
+    call, body, model, key = incoming.call, incoming.body, incoming.model, incoming.key
+    refusal = _refusal(body, shape, model)
+    if refusal is not None:
+        return _answer(call, refusal)
+    n_words = _answer_words(request)
+    if n_words is None:
+        return _answer(call, vendor_error(shape, 400, "x-stub-words must be an integer."))
+    tools = choose_tools(body, shape)
+    if isinstance(tools, str):
+        return _answer(call, vendor_error(shape, 400, tools))
 
     fault = state.take_fault(key, model)
-    delay = 0.0
     if fault is not None:
         call["fault"] = fault["kind"]
-        resp = await _apply_status_fault(request, call, shape, fault, key, raw_key)
+        resp = await _apply_status_fault(request, call, shape, fault, key, incoming.raw_key)
         if resp is not None:
             return resp
-        if fault["kind"] == "slow":
-            delay = fault["delay_ms"] / 1000
+    reply = _make_reply(state, incoming, shape, n_words, tools)
+    if call["stream"]:
+        return await _send_stream(request, call, reply, fault)
+    return await _send_message(request, call, reply, fault)
 
+
+def _delay(fault: dict[str, Any] | None) -> float:
+    return fault["delay_ms"] / 1000 if fault is not None and fault["kind"] == "slow" else 0.0
+
+
+async def _send_message(
+    request: web.Request, call: dict[str, Any], reply: Reply, fault: dict[str, Any] | None
+) -> web.StreamResponse:
+    if fault is not None and fault["kind"] in DROP_KINDS:
+        return _abort(request, web.Response())
+    delay = _delay(fault)
+    if delay:
+        await asyncio.sleep(delay * reply.pieces())
+    return _answer(call, _json(200, reply.message()))
+
+
+async def _send_stream(
+    request: web.Request, call: dict[str, Any], reply: Reply, fault: dict[str, Any] | None
+) -> web.StreamResponse:
     kind = fault["kind"] if fault is not None else None
-    if not call["stream"]:
-        if kind in DROP_KINDS:
-            return _abort(request, web.Response())
-        if delay:
-            await asyncio.sleep(delay * len(tokens))
-        if shape == "openai":
-            obj = _openai_message(model, tokens, prompt_tokens, truncated)
-        else:
-            obj = _anthropic_message(model, tokens, prompt_tokens, truncated)
-        return _answer(call, _json(200, obj))
-
     drop = kind in DROP_KINDS
-    if fault is not None and kind == "fail_after_tokens":
-        tokens = tokens[: fault["after_tokens"]]
     resp = web.StreamResponse(status=200, headers=_SSE_HEADERS)
     await resp.prepare(request)  # StreamResponse sends the headers right away
     if kind == "fail_before_first_token":
         return _abort(request, resp)
     if not drop:
         call["status"] = 200
-    if shape == "openai":
-        writing = _openai_stream(
-            resp,
-            model,
-            tokens,
-            prompt_tokens,
-            truncated,
-            _include_usage(body),
-            delay,
-            drop,
-        )
-    else:
-        writing = _anthropic_stream(resp, model, tokens, prompt_tokens, truncated, delay, drop)
+    limit = fault["after_tokens"] if fault is not None and kind == "fail_after_tokens" else None
     try:
-        await writing
+        await _write_stream(resp, reply.frames(), _delay(fault), limit, drop)
     except ConnectionError:  # the client went away; aiohttp then finishes quietly
         return resp
     return _abort(request, resp) if drop else resp
-
-
-def _include_usage(body: dict[str, Any]) -> bool:
-    options = body.get("stream_options")
-    return isinstance(options, dict) and options.get("include_usage") is True
-
-
-def _openai_message(
-    model: str, tokens: list[str], prompt_tokens: int, truncated: bool
-) -> dict[str, Any]:
-    completion_tokens = len(tokens)
-    return {
-        "id": f"chatcmpl-stub-{next(_ids)}",
-        "object": "chat.completion",
-        "created": int(time.time()),
-        "model": model,
-        "choices": [
-            {
-                "index": 0,
-                "message": {"role": "assistant", "content": "".join(tokens)},
-                "finish_reason": "length" if truncated else "stop",
-            }
-        ],
-        "usage": {
-            "prompt_tokens": prompt_tokens,
-            "completion_tokens": completion_tokens,
-            "total_tokens": prompt_tokens + completion_tokens,
-        },
-    }
-
-
-def _anthropic_message(
-    model: str, tokens: list[str], prompt_tokens: int, truncated: bool
-) -> dict[str, Any]:
-    return {
-        "id": f"msg_stub_{next(_ids)}",
-        "type": "message",
-        "role": "assistant",
-        "model": model,
-        "content": [{"type": "text", "text": "".join(tokens)}],
-        "stop_reason": "max_tokens" if truncated else "end_turn",
-        "stop_sequence": None,
-        "usage": {"input_tokens": prompt_tokens, "output_tokens": len(tokens)},
-    }
-
-
-async def _openai_stream(
-    resp: web.StreamResponse,
-    model: str,
-    tokens: list[str],
-    prompt_tokens: int,
-    truncated: bool,
-    include_usage: bool,
-    delay: float,
-    drop: bool,
-) -> None:
-    head = {
-        "id": f"chatcmpl-stub-{next(_ids)}",
-        "object": "chat.completion.chunk",
-        "created": int(time.time()),
-        "model": model,
-    }
-
-    def event(delta: dict[str, Any], finish_reason: str | None) -> bytes:
-        chunk: dict[str, Any] = {
-            **head,
-            "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason}],
-        }
-        if include_usage:
-            chunk["usage"] = None
-        return b"data: " + orjson.dumps(chunk) + b"\n\n"
-
-    await resp.write(event({"role": "assistant", "content": ""}, None))
-    for token in tokens:
-        if delay:
-            await asyncio.sleep(delay)
-        await resp.write(event({"content": token}, None))
-    if drop:
-        return
-    await resp.write(event({}, "length" if truncated else "stop"))
-    if include_usage:
-        completion_tokens = len(tokens)
-        usage_chunk = {
-            **head,
-            "choices": [],
-            "usage": {
-                "prompt_tokens": prompt_tokens,
-                "completion_tokens": completion_tokens,
-                "total_tokens": prompt_tokens + completion_tokens,
-            },
-        }
-        await resp.write(b"data: " + orjson.dumps(usage_chunk) + b"\n\n")
-    await resp.write(b"data: [DONE]\n\n")
-
-
-def _sse(name: str, data: dict[str, Any]) -> bytes:
-    return b"event: " + name.encode() + b"\ndata: " + orjson.dumps(data) + b"\n\n"
-
-
-async def _anthropic_stream(
-    resp: web.StreamResponse,
-    model: str,
-    tokens: list[str],
-    prompt_tokens: int,
-    truncated: bool,
-    delay: float,
-    drop: bool,
-) -> None:
-    message = {
-        "id": f"msg_stub_{next(_ids)}",
-        "type": "message",
-        "role": "assistant",
-        "model": model,
-        "content": [],
-        "stop_reason": None,
-        "stop_sequence": None,
-        "usage": {"input_tokens": prompt_tokens, "output_tokens": 1},
-    }
-    await resp.write(
-        _sse("message_start", {"type": "message_start", "message": message})
-        + _sse(
-            "content_block_start",
-            {
-                "type": "content_block_start",
-                "index": 0,
-                "content_block": {"type": "text", "text": ""},
-            },
-        )
-        + _sse("ping", {"type": "ping"})
-    )
-    for token in tokens:
-        if delay:
-            await asyncio.sleep(delay)
-        await resp.write(
-            _sse(
-                "content_block_delta",
-                {
-                    "type": "content_block_delta",
-                    "index": 0,
-                    "delta": {"type": "text_delta", "text": token},
-                },
-            )
-        )
-    if drop:
-        return
-    await resp.write(
-        _sse("content_block_stop", {"type": "content_block_stop", "index": 0})
-        + _sse(
-            "message_delta",
-            {
-                "type": "message_delta",
-                "delta": {
-                    "stop_reason": "max_tokens" if truncated else "end_turn",
-                    "stop_sequence": None,
-                },
-                "usage": {"output_tokens": len(tokens)},
-            },
-        )
-        + _sse("message_stop", {"type": "message_stop"})
-    )
 
 
 # --------------------------------------------------------------------------- control
