@@ -8,12 +8,23 @@ without Django, ``python -m stubvendor.server --host 127.0.0.1 --port 8765``
     with StubServer() as stub:        # background thread, free port
         httpx.post(stub.url + "/v1/chat/completions", ...)
 
+Everything below is deterministic; the official SDKs (openai, anthropic) parse
+every answer, streamed or not, including their parse/stream helpers.
+
 Vendor routes
 -------------
 * ``POST .../chat/completions`` (any prefix): OpenAI chat completions.
   Key: ``Authorization: Bearer <key>``.
 * ``POST .../messages`` (any prefix): Anthropic messages.
   Key: ``x-api-key: <key>`` (``Authorization: Bearer <key>`` also accepted).
+* ``POST .../messages/count_tokens`` (any prefix): Anthropic token counting,
+  ``{"input_tokens": N}`` with N the prompt tokens a messages call with that
+  body would report as ``input_tokens`` + both cache fields (tools, images,
+  documents included).  Recorded, key-checked, JSON-object body and
+  ``model`` required, and subject to faults like messages (status faults and
+  ``hang`` as usual; the drop kinds close the connection without a response;
+  ``slow`` waits ``delay_ms`` once).  No answer tokens; it neither reads nor
+  writes the prompt caches.
 * ``GET .../models`` (any prefix): ``{"object": "list", "data": [{"id":
   "stub-model", "object": "model", "created": 0, "owned_by": "stub"}]}``.
   Key-checked like the others (OpenAI or Anthropic header), recorded in the
@@ -26,51 +37,178 @@ Key check: a missing or empty key answers 401 in the vendor's error shape.  If
 keys are accepted (others: 401, message echoing the key); otherwise any
 non-empty key is accepted.  The key check happens before faults: a rejected
 call does not consume a queued fault.  A body that is not a JSON object, or a
-missing/empty ``model``, answers 400 (the call is still recorded).
+missing/empty ``model``, answers 400 (the call is still recorded).  So do, also
+before faults: a reasoning model's ``max_tokens`` and a too-large thinking
+budget (see Answer), a ``tool_choice`` naming a tool that is not in a given
+``tools``, and a non-integer ``x-stub-words`` header.
 
-Deterministic content
----------------------
-* prompt tokens = number of whitespace-separated words (``str.split()``) over
-  every text in the request: OpenAI ``messages[].content``; Anthropic
-  ``system`` plus ``messages[].content``.  A content/system value is either a
-  string or a list of parts, of which only ``{"type": "text", "text": ...}``
-  parts count.  Minimum 1.
-* answer words: ``Hello from the stub model <model> reply ok`` (8 words, where
+Every other request field (``seed``, ``temperature``, ``presence_penalty``,
+``frequency_penalty``, ``logit_bias``, ``metadata``, ``top_k``,
+``service_tier``, ``user``, ``store``, ...) is accepted, ignored, and visible in
+the recorded body.
+
+Prompt tokens
+-------------
+* Words (``str.split()``) over every text: OpenAI ``messages[].content``
+  (tool results, role ``tool``, included); Anthropic ``system`` plus
+  ``messages[].content``.  A content/system value is a string or a list of
+  parts/blocks: ``text`` parts count their words; an Anthropic
+  ``tool_result`` block counts its ``content`` the same way (string, or text /
+  image / document blocks); other parts (tool_use, thinking, input_audio, ...)
+  count 0.
+* Each OpenAI ``image_url`` part and Anthropic ``image`` block: +85.  Each
+  OpenAI ``file`` part and Anthropic ``document`` block: +100.
+* Each entry of ``tools``: +10.
+* Minimum 1.  This total (P) is what OpenAI reports as ``prompt_tokens``
+  (cached tokens included) and what Anthropic splits into ``input_tokens`` +
+  ``cache_creation_input_tokens`` + ``cache_read_input_tokens``.
+
+Prompt caching
+--------------
+* Anthropic (explicit): a ``cache_control`` key (not null) on an entry of
+  ``tools``, a ``system`` block or a top-level ``messages[].content`` block
+  marks a prefix: everything in the order tools -> system -> messages up to and
+  including the LAST marked block.  Its key is (model, canonical JSON of that
+  prefix with those blocks' ``cache_control`` removed; a message block carries
+  its message's index and role).  First time: ``cache_creation_input_tokens``
+  = the prefix's prompt tokens, and the key is remembered; later:
+  ``cache_read_input_tokens`` = those tokens.  ``input_tokens`` = P minus the
+  prefix's tokens.  No marked block: both fields 0, ``input_tokens`` = P.
+* OpenAI (automatic): for every k >= 1 with k < len(messages), if the first k
+  messages are the same (canonical JSON) as the first k messages of an earlier
+  call to the same model and carry >= 64 prompt tokens (tools not counted),
+  ``prompt_tokens_details.cached_tokens`` = the prompt tokens of the longest
+  such prefix, else 0.  Every call's prefixes (k = 1..len, the whole list
+  included) are remembered.
+* The caches belong to the app (one per stub process); ``DELETE /_stub/calls``
+  clears them.  A call answered by a status fault or ``hang``, or refused with
+  400/401, neither reads nor writes them (a call dropped by ``fail_*`` does).
+
+Answer
+------
+An answer is tool calls, a JSON text or the usual words, in that order of
+precedence.
+
+* Words: ``Hello from the stub model <model> reply ok`` (8 words, where
   ``<model>`` is the request's ``model`` string, counted as one word).  Request
   header ``x-stub-words: N`` makes the answer N words long, repeating those 8
   words cyclically.  Streamed tokens are ``"Hello"``, ``" from"``, ``" the"``,
   ... (every word after the first has one leading space); the answer text is
   their concatenation.
-* max tokens (OpenAI ``max_completion_tokens``, else ``max_tokens``; Anthropic
-  ``max_tokens``): when it is an int smaller than the answer length, only that
-  many words are emitted and the finish reason is ``length`` (OpenAI) /
-  ``max_tokens`` (Anthropic); otherwise ``stop`` / ``end_turn``.
-* completion tokens = number of words emitted.
+* Stop (OpenAI ``stop``: a string or a list; Anthropic ``stop_sequences``):
+  the answer ends before the first word whose stripped text equals a stop
+  string; finish reason ``stop`` / Anthropic ``stop_reason: "stop_sequence"``
+  with ``stop_sequence`` set to that string (otherwise null).
+* Max tokens (OpenAI ``max_completion_tokens``, else ``max_tokens``; Anthropic
+  ``max_tokens``): when it is an int smaller than the number of words left,
+  only that many words are emitted and the finish reason is ``length``
+  (OpenAI) / ``max_tokens`` (Anthropic; ``stop_sequence`` null); otherwise
+  ``stop`` / ``end_turn`` (or the stop sequence).
+* Tool calls: when ``tools`` is given, ``tool_choice`` does not disable them
+  (OpenAI ``"none"``, Anthropic ``{"type": "none"}``), and the last message is
+  not a tool result (OpenAI: role ``tool``; Anthropic: a user message whose
+  content list holds a ``tool_result`` block), the answer calls: the tool
+  ``tool_choice`` names (OpenAI ``{"type": "function", "function": {"name"}}``,
+  Anthropic ``{"type": "tool", "name"}``); else the first TWO tools when
+  parallel calls are allowed (OpenAI ``parallel_tool_calls`` not false,
+  Anthropic ``disable_parallel_tool_use`` not true) and at least two are
+  given; else the first tool.  ``"auto"`` / ``"required"`` / ``"any"`` /
+  absent all call.  Callable tools: OpenAI ``{"type": "function", "function":
+  {"name", "parameters"?}}``; Anthropic any tool with a ``name``
+  (``input_schema``).  Ids: OpenAI ``call_stub_<n>_<i>``, Anthropic
+  ``toolu_stub_<n>_<i>`` (``<n>`` as in the response id, ``i`` the call index
+  from 0).  Max tokens and stop do not apply.  Finish: OpenAI ``tool_calls``
+  (message ``content`` null), Anthropic ``tool_use``.
+* Arguments / input = the value built from the tool's JSON schema: ``$ref``
+  (local, ``#/...``) is resolved; ``enum`` -> its first value; ``const`` -> its
+  value; by ``type`` (a list: its first non-``"null"`` entry; none but
+  ``properties``/``required`` present: ``object``): string -> ``"stub"``,
+  integer -> 1, number -> 1.5, boolean -> true, array -> [], object -> every
+  name in ``required`` (in that order) built from ``properties[name]``;
+  anything else (``anyOf``, no schema, a missing property) -> null.  A
+  result that is not an object becomes ``{}``.  OpenAI ``arguments`` is it
+  serialized compactly (``{"city":"stub","days":1}``).
+* JSON mode (OpenAI ``response_format``): ``{"type": "json_object"}`` ->
+  content ``{"answer":"<the x-stub-words answer text>"}``;
+  ``{"type": "json_schema", "json_schema": {"schema": ...}}`` -> the object
+  built from ``schema`` by the arguments rule; both serialized compactly,
+  never cut by max tokens or stop (finish ``stop``).  ``{"type": "text"}``
+  changes nothing.  Streamed in pieces of 8 characters (the last may be
+  shorter).
+* Anthropic ``thinking: {"type": "enabled", "budget_tokens": B}``: the
+  content starts with ``{"type": "thinking", "thinking": "Stub thinking about
+  it.", "signature": "stub-signature"}``; with an int ``max_tokens`` <= B the
+  call answers 400 ``max_tokens must be greater than
+  thinking.budget_tokens``.
+* OpenAI reasoning: a model matching ``^(o\\d|gpt-5)`` given a non-null
+  ``max_tokens`` answers 400 ``{"error": {"message": "Unsupported parameter:
+  'max_tokens' is not supported with this model. Use 'max_completion_tokens'
+  instead.", "type": "invalid_request_error", "param": "max_tokens", "code":
+  "unsupported_parameter"}}``.  Such a model, or any model given a non-null
+  ``reasoning_effort``, reports 16 reasoning tokens per choice.
+* OpenAI ``n`` (an int >= 1, else 1): n identical choices (index 0..n-1, the
+  same tool call ids).
+* OpenAI ``logprobs: true``: each choice carries ``logprobs: {"content":
+  [<entry per content piece>], "refusal": null}`` (tool calls: ``[]``), an
+  entry being ``{"token", "logprob": -0.5, "bytes": <its UTF-8 bytes>,
+  "top_logprobs": [{"token", "logprob": -1.5, "bytes"} x top_logprobs]}``
+  (same token; ``top_logprobs`` default 0).  ``logprobs`` present but not true:
+  ``"logprobs": null``; absent: no ``logprobs`` key (as before).
+
+Output tokens
+-------------
+Per choice: words emitted; a JSON answer: its number of 8-character pieces; a
+tool-call answer: 5 per call.  Plus 4 when Anthropic thinking is on (the
+thinking block's words), plus 16 reasoning tokens for OpenAI reasoning (on top
+of the emitted words: max tokens caps the words only).  OpenAI
+``completion_tokens`` = n x that, ``completion_tokens_details.reasoning_tokens``
+= n x 16 (or 0).
 
 Responses
 ---------
 * OpenAI: ``{"id": "chatcmpl-stub-<n>", "object": "chat.completion",
-  "created", "model", "choices": [{"index": 0, "message": {"role":
+  "created", "model", "choices": [{"index": i, "message": {"role":
   "assistant", "content": text}, "finish_reason": fr}], "usage":
-  {"prompt_tokens": P, "completion_tokens": C, "total_tokens": P + C}}``.
+  {"prompt_tokens": P, "completion_tokens": C, "total_tokens": P + C,
+  "prompt_tokens_details": {"cached_tokens": K}, "completion_tokens_details":
+  {"reasoning_tokens": R}}}``; a tool-call message is ``{"role": "assistant",
+  "content": null, "tool_calls": [{"id", "type": "function", "function":
+  {"name", "arguments"}}]}``; a choice has ``logprobs`` as above.
   Stream (``"stream": true``): ``data: <chunk>\\n\\n`` lines of
-  ``chat.completion.chunk`` objects: a first chunk with delta
-  ``{"role": "assistant", "content": ""}``, one chunk per token with delta
-  ``{"content": token}``, a chunk with empty delta and ``finish_reason``; with
-  ``stream_options.include_usage`` every chunk so far carries ``"usage": null``
-  and one more chunk follows with ``"choices": []`` and the usage; finally
-  ``data: [DONE]\\n\\n``.
+  ``chat.completion.chunk`` objects.  For each choice in turn: a first chunk
+  with delta ``{"role": "assistant", "content": ""}`` (tool calls: ``"content":
+  null``), then one chunk per piece: delta ``{"content": token}`` for words
+  and JSON pieces; for each tool call i a chunk with delta ``{"tool_calls":
+  [{"index": i, "id", "type": "function", "function": {"name", "arguments":
+  ""}}]}`` and two with ``{"tool_calls": [{"index": i, "function":
+  {"arguments": half}}]}`` (the arguments split at len // 2).  Then one chunk
+  per choice with empty delta and ``finish_reason``.  Each chunk's choice
+  carries its ``index`` (and, when the request has ``logprobs``, ``logprobs``:
+  the piece's entry on content chunks, else null).  With
+  ``stream_options.include_usage`` every chunk so far carries ``"usage":
+  null`` and one more chunk follows with ``"choices": []`` and the usage;
+  finally ``data: [DONE]\\n\\n``.
 * Anthropic: ``{"id": "msg_stub_<n>", "type": "message", "role": "assistant",
-  "model", "content": [{"type": "text", "text": text}], "stop_reason",
-  "stop_sequence": null, "usage": {"input_tokens": P, "output_tokens": C}}``.
-  Stream: ``event: <name>\\ndata: <json>\\n\\n`` for ``message_start`` (usage
-  input P / output 1), ``content_block_start``, ``ping``, one
-  ``content_block_delta`` (``text_delta``) per token, ``content_block_stop``,
-  ``message_delta`` (stop_reason, ``usage.output_tokens`` C),
-  ``message_stop``.
+  "model", "content": [...], "stop_reason", "stop_sequence", "usage":
+  {"input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens",
+  "output_tokens"}}``; content is the thinking block (if on), then either
+  ``{"type": "text", "text": text}`` or one ``{"type": "tool_use", "id",
+  "name", "input"}`` per call.  Stream: ``event: <name>\\ndata: <json>\\n\\n``
+  for ``message_start`` (the usage with output 1), then per content block at
+  index 0, 1, ...: ``content_block_start``, (after the first one only)
+  ``ping``, its ``content_block_delta``s, ``content_block_stop``; then
+  ``message_delta`` (stop_reason, stop_sequence, ``usage: {"output_tokens":
+  C}``), ``message_stop``.  Blocks: thinking starts as ``{"type": "thinking",
+  "thinking": "", "signature": ""}`` with one ``thinking_delta`` per word
+  (``"Stub"``, ``" thinking"``, ...) and one ``signature_delta``; text starts
+  as ``{"type": "text", "text": ""}`` with one ``text_delta`` per token;
+  tool_use starts as ``{"type": "tool_use", "id", "name", "input": {}}`` with
+  two ``input_json_delta``s (``partial_json``: the compact input JSON split
+  at len // 2).
 * ``<n>`` is a process-wide counter (never reset).
-* Errors: OpenAI ``{"error": {"message", "type", "param": null, "code"}}``,
-  Anthropic ``{"type": "error", "error": {"type", "message"}}``.
+* Errors: OpenAI ``{"error": {"message", "type", "param", "code"}}`` (param
+  null unless said above), Anthropic ``{"type": "error", "error": {"type",
+  "message"}}``.
 
 Control routes (a contract other tools rely on)
 -----------------------------------------------
@@ -84,16 +222,20 @@ Control routes (a contract other tools rely on)
   decremented, the fault removed at 0).  An invalid fault answers 400 and
   queues nothing.  ``GET /_stub/faults`` lists the queue.
 * ``GET /_stub/calls`` -> ``{"calls": [{"seq", "path", "shape", "model",
-  "key", "stream", "user", "max_tokens", "fault", "status"}]}`` in arrival
-  order; every vendor call is recorded at arrival (rejected ones too);
-  ``status`` is filled in when answered and stays null if dropped/hung.
-  ``seq`` starts at 1 after each clear.
-* ``DELETE /_stub/calls`` clears the calls AND the queued faults ->
-  ``{"cleared": true}``.
+  "key", "stream", "user", "max_tokens", "fault", "status", "body"}]}`` in
+  arrival order; every vendor call is recorded at arrival (rejected ones too);
+  ``status`` is filled in when answered and stays null if dropped/hung;
+  ``body`` is the parsed JSON request body as received (null if not JSON or
+  none, e.g. ``GET .../models``).  ``seq`` starts at 1 after each clear.
+* ``DELETE /_stub/calls`` clears the calls, the queued faults AND the prompt
+  caches -> ``{"cleared": true}``.
 * ``GET /_stub/health`` -> ``{"ok": true}``.
 
 Faults
 ------
+A streamed "piece" is a content token / JSON piece, a tool call's header or
+argument half (OpenAI), or a ``content_block_delta`` (Anthropic).
+
 * ``429``: status 429, ``Retry-After: <retry_after, default 1>``, vendor error.
 * ``401`` / ``403``: that status, vendor error whose message echoes the key,
   and header ``x-stub-echo-key`` echoing the raw ``Authorization`` /
@@ -103,11 +245,11 @@ Faults
 * ``fail_before_first_token``: stream: 200 headers, then the connection is
   closed mid-body (incomplete chunked body).  Non-stream: connection closed
   without any response.
-* ``fail_after_tokens``: stream: ``after_tokens`` (default 2) content tokens,
-  then the connection is closed (no finish chunk / usage / ``[DONE]`` /
+* ``fail_after_tokens``: stream: ``after_tokens`` (default 2) pieces, then the
+  connection is closed (no finish chunk / usage / ``[DONE]`` /
   ``message_stop``).  Non-stream: like ``fail_before_first_token``.
-* ``slow``: ``delay_ms`` (default 200) before each streamed token; non-stream
-  waits ``delay_ms`` x tokens before answering.
+* ``slow``: ``delay_ms`` (default 200) before each streamed piece; non-stream
+  waits ``delay_ms`` x pieces before answering.
 """
 
 from __future__ import annotations
