@@ -57,7 +57,7 @@ def oa_body(**extra: Any) -> dict[str, Any]:
         ],
     }
     body.update(extra)
-    return body  # 5 prompt words
+    return body  # 5 prompt words + 85 for the image = 90 prompt tokens
 
 
 def an_body(**extra: Any) -> dict[str, Any]:
@@ -73,6 +73,27 @@ def an_body(**extra: Any) -> dict[str, Any]:
     }
     body.update(extra)
     return body  # 3 + 2 + 1 + 1 = 7 prompt words
+
+
+def oa_usage(prompt: int, completion: int, cached: int = 0, reasoning: int = 0) -> dict[str, Any]:
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+        "prompt_tokens_details": {"cached_tokens": cached},
+        "completion_tokens_details": {"reasoning_tokens": reasoning},
+    }
+
+
+def an_usage(
+    input_tokens: int, output_tokens: int, creation: int = 0, read: int = 0
+) -> dict[str, Any]:
+    return {
+        "input_tokens": input_tokens,
+        "cache_creation_input_tokens": creation,
+        "cache_read_input_tokens": read,
+        "output_tokens": output_tokens,
+    }
 
 
 def queue(c: httpx.Client, *faults: dict[str, Any]) -> int:
@@ -140,11 +161,7 @@ def test_openai_answer_has_exact_text_and_usage(client: httpx.Client) -> None:
             "finish_reason": "stop",
         }
     ]
-    assert data["usage"] == {
-        "prompt_tokens": 5,
-        "completion_tokens": 8,
-        "total_tokens": 13,
-    }
+    assert data["usage"] == oa_usage(90, 8)
 
 
 def test_openai_route_accepts_any_prefix_and_counts_at_least_one_prompt_token(
@@ -153,11 +170,7 @@ def test_openai_route_accepts_any_prefix_and_counts_at_least_one_prompt_token(
     body = {"model": "gpt-x", "messages": [{"role": "user", "content": "   "}]}
     r = client.post("/api/v1/chat/completions", json=body, headers=OA_AUTH)
     assert r.status_code == 200
-    assert r.json()["usage"] == {
-        "prompt_tokens": 1,
-        "completion_tokens": 8,
-        "total_tokens": 9,
-    }
+    assert r.json()["usage"] == oa_usage(1, 8)
     assert r.json()["choices"][0]["message"]["content"].endswith("model gpt-x reply ok")
     assert calls(client)[0]["path"] == "/api/v1/chat/completions"
 
@@ -200,11 +213,7 @@ def test_openai_stream_sends_exact_tokens_then_usage_then_done(
     assert chunks[9]["choices"][0] == {"index": 0, "delta": {}, "finish_reason": "stop"}
     assert all("usage" in ch and ch["usage"] is None for ch in chunks[:10])
     assert chunks[10]["choices"] == []
-    assert chunks[10]["usage"] == {
-        "prompt_tokens": 5,
-        "completion_tokens": 8,
-        "total_tokens": 13,
-    }
+    assert chunks[10]["usage"] == oa_usage(90, 8)
 
 
 def test_openai_stream_without_include_usage_has_no_usage_field(
@@ -261,7 +270,7 @@ def test_anthropic_answer_has_exact_text_and_usage(client: httpx.Client) -> None
         "content": [{"type": "text", "text": "Hello from the stub model m1 reply ok"}],
         "stop_reason": "end_turn",
         "stop_sequence": None,
-        "usage": {"input_tokens": 7, "output_tokens": 8},
+        "usage": an_usage(7, 8),
     }
 
 
@@ -272,7 +281,7 @@ def test_anthropic_accepts_bearer_and_truncates_at_max_tokens(
     data = r.json()
     assert data["content"][0]["text"] == "Hello from the stub"
     assert data["stop_reason"] == "max_tokens"
-    assert data["usage"] == {"input_tokens": 7, "output_tokens": 4}
+    assert data["usage"] == an_usage(7, 4)
     assert calls(client)[0]["key"] == "sk-b"
 
 
@@ -290,7 +299,7 @@ def test_anthropic_stream_sends_exact_event_sequence(client: httpx.Client) -> No
     assert all(data["type"] == name for name, data in events)
     msg = events[0][1]["message"]
     assert msg["content"] == [] and msg["model"] == "m1" and msg["role"] == "assistant"
-    assert msg["usage"] == {"input_tokens": 7, "output_tokens": 1}
+    assert msg["usage"] == an_usage(7, 1)
     assert events[1][1] == {
         "type": "content_block_start",
         "index": 0,
@@ -598,6 +607,7 @@ def test_calls_log_records_every_call_in_order(client: httpx.Client) -> None:
             "max_tokens": 50,
             "fault": None,
             "status": 200,
+            "body": oa_body(user="u-1", max_completion_tokens=50, stream=True),
         },
         {
             "seq": 2,
@@ -610,6 +620,7 @@ def test_calls_log_records_every_call_in_order(client: httpx.Client) -> None:
             "max_tokens": 100,
             "fault": "429",
             "status": 429,
+            "body": an_body(metadata={"user_id": "u-2"}, model="m9"),
         },
         {
             "seq": 3,
@@ -622,6 +633,7 @@ def test_calls_log_records_every_call_in_order(client: httpx.Client) -> None:
             "max_tokens": 100,
             "fault": None,
             "status": 401,
+            "body": an_body(),
         },
     ]
 
@@ -722,7 +734,7 @@ def test_module_cli_serves_without_django() -> None:
             assert line.startswith("stub listening on http://127.0.0.1:"), line
             url = line.rsplit(" ", 1)[1]
             r = httpx.post(url + OA, json=oa_body(), headers=OA_AUTH)
-            assert r.json()["usage"]["total_tokens"] == 13
+            assert r.json()["usage"]["total_tokens"] == 98
         finally:
             proc.terminate()
         assert proc.wait(10) == 0
