@@ -18,7 +18,7 @@ from django.conf import settings
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from core import errors, metrics
-from gateway import pipeline
+from gateway import count_tokens, pipeline
 from gateway.auth import bearer, internal_authorized
 from gateway.context import Meter
 from gateway.health import readiness
@@ -219,6 +219,7 @@ async def metrics_endpoint(ex: Exchange) -> None:
 ROUTES: dict[tuple[str, str], Callable[[Exchange], Awaitable[None]]] = {
     ("POST", "/v1/chat/completions"): lambda ex: pipeline.serve(ex, pipeline.CHAT),
     ("POST", "/v1/messages"): lambda ex: pipeline.serve(ex, pipeline.MESSAGES),
+    ("POST", "/v1/messages/count_tokens"): count_tokens.serve,
     ("GET", "/v1/models"): list_models,
     ("POST", "/internal/complete"): lambda ex: pipeline.serve(ex, pipeline.INTERNAL_COMPLETE),
     ("POST", "/internal/stream"): lambda ex: pipeline.serve(ex, pipeline.INTERNAL_STREAM),
