@@ -18,7 +18,7 @@ from django.conf import settings
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from core import errors, metrics
-from gateway import pipeline
+from gateway import count_tokens, pipeline
 from gateway.auth import bearer, internal_authorized
 from gateway.context import Meter
 from gateway.health import readiness
@@ -161,6 +161,11 @@ class Exchange:
 
 
 async def list_models(ex: Exchange) -> None:
+    """List the canonical models and aliases the key may use, sorted by id.
+
+    An alias is listed when the key may use it or its model (as a chat request is allowed),
+    with `alias_of` naming the model.
+    """
     try:
         principal = await runtime.principals.for_secret(
             bearer(ex.headers), client=ex.scope.get("client")
@@ -168,8 +173,22 @@ async def list_models(ex: Exchange) -> None:
     except errors.GatewayError as exc:
         await ex.refuse(exc)
         return
-    names = [name for name in runtime.catalog.model_names() if principal.may_use(name)]
-    data = [{"id": name, "object": "model", "created": 0, "owned_by": "tollgate"} for name in names]
+    catalog = runtime.catalog
+    entries = {
+        name: {"id": name, "object": "model", "created": 0, "owned_by": "tollgate"}
+        for name in catalog.model_names()
+        if principal.may_use(name)
+    }
+    for alias, name in catalog.aliases().items():
+        if principal.may_use(alias) or principal.may_use(name):
+            entries[alias] = {
+                "id": alias,
+                "object": "model",
+                "created": 0,
+                "owned_by": "tollgate",
+                "alias_of": name,
+            }
+    data = [entries[key] for key in sorted(entries)]
     await ex.reply(200, orjson.dumps({"object": "list", "data": data}))
 
 
@@ -209,6 +228,7 @@ async def metrics_endpoint(ex: Exchange) -> None:
 ROUTES: dict[tuple[str, str], Callable[[Exchange], Awaitable[None]]] = {
     ("POST", "/v1/chat/completions"): lambda ex: pipeline.serve(ex, pipeline.CHAT),
     ("POST", "/v1/messages"): lambda ex: pipeline.serve(ex, pipeline.MESSAGES),
+    ("POST", "/v1/messages/count_tokens"): count_tokens.serve,
     ("GET", "/v1/models"): list_models,
     ("POST", "/internal/complete"): lambda ex: pipeline.serve(ex, pipeline.INTERNAL_COMPLETE),
     ("POST", "/internal/stream"): lambda ex: pipeline.serve(ex, pipeline.INTERNAL_STREAM),

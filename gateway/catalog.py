@@ -2,6 +2,15 @@
 
 Built from the database off the request path and swapped whole, so a request always sees
 one consistent snapshot. Reloaded when the bus says profiles changed, and periodically.
+
+Names a client may ask for, resolved in this order:
+1. a canonical model name: every profile's offer of it (a fan-out);
+2. an alias: another name of one canonical model, resolved like that name (the same
+   fan-out). An alias that is also some profile's canonical model name never gets here:
+   the canonical name wins. When profiles give one alias to models of different names, the
+   model of the profile whose name sorts first wins (logged at load);
+3. `"profile/name"`: that profile's model of that name, else its model with that alias.
+Every offer carries its canonical name, so what is served and recorded is named by it.
 """
 
 from __future__ import annotations
@@ -30,7 +39,8 @@ class Profile:
     timeout_s: float
     idle_timeout_s: float
     adapter: Provider = field(repr=False, compare=False)
-    passthrough: bool = False  # TEMP until the catalog branch lands
+    # Same-shape routes forward request fields Tollgate does not know only when this is on.
+    passthrough: bool = False
 
     @property
     def team_key_eligible(self) -> bool:
@@ -47,31 +57,84 @@ class ModelOffer:
     input_micro_per_mtok: int
     output_micro_per_mtok: int
     max_output_tokens: int
-    cached_input_micro_per_mtok: int = 0  # TEMP until the catalog branch lands
-    cache_write_micro_per_mtok: int = 0
+    # Cache reads and writes per Mtok; None when built means the input price (never None after).
+    cached_input_micro_per_mtok: int = None  # type: ignore[assignment]
+    cache_write_micro_per_mtok: int = None  # type: ignore[assignment]
+    aliases: tuple[str, ...] = ()  # other names clients may use for this offer's model
+
+    def __post_init__(self) -> None:
+        if self.cached_input_micro_per_mtok is None:
+            object.__setattr__(self, "cached_input_micro_per_mtok", self.input_micro_per_mtok)
+        if self.cache_write_micro_per_mtok is None:
+            object.__setattr__(self, "cache_write_micro_per_mtok", self.input_micro_per_mtok)
 
 
 @dataclass(frozen=True)
 class Catalog:
     profiles: dict[str, Profile]
     offers_by_model: dict[str, tuple[ModelOffer, ...]]
+    # Derived from the offers' aliases when built (see the module docstring).
+    model_by_alias: dict[str, str] = field(init=False, repr=False, compare=False)
+    _pinned: dict[tuple[str, str], ModelOffer] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "model_by_alias", _alias_index(self.offers_by_model))
+        object.__setattr__(self, "_pinned", _pin_index(self.offers_by_model))
 
     def resolve(self, model: str) -> tuple[ModelOffer, ...]:
-        """Return every offer of `model`; "profile/model" pins one profile."""
-        offers = self.offers_by_model.get(model)
+        """Return every offer of `model` (a canonical name, an alias, or "profile/name")."""
+        offers = self.offers_by_model.get(model) or self.offers_by_model.get(
+            self.model_by_alias.get(model, "")
+        )
         if offers:
             return offers
         profile_name, sep, model_name = model.partition("/")
         if sep:
-            return tuple(
-                r
-                for r in self.offers_by_model.get(model_name, ())
-                if r.profile.name == profile_name
-            )
+            offer = self._pinned.get((profile_name, model_name))
+            return (offer,) if offer is not None else ()
         return ()
 
     def model_names(self) -> list[str]:
+        """Return the canonical model names, sorted."""
         return sorted(self.offers_by_model)
+
+    def aliases(self) -> dict[str, str]:
+        """Return each alias a client may use and the canonical model it names, sorted."""
+        return dict(sorted(self.model_by_alias.items()))
+
+
+def _by_profile(offers_by_model: dict[str, tuple[ModelOffer, ...]]) -> list[ModelOffer]:
+    every = [offer for offers in offers_by_model.values() for offer in offers]
+    return sorted(every, key=lambda o: (o.profile.name, o.name))
+
+
+def _alias_index(offers_by_model: dict[str, tuple[ModelOffer, ...]]) -> dict[str, str]:
+    index: dict[str, str] = {}
+    for offer in _by_profile(offers_by_model):
+        for alias in offer.aliases:
+            if alias in offers_by_model:
+                continue  # a canonical name wins over an alias
+            named = index.setdefault(alias, offer.name)
+            if named != offer.name:
+                log.warning(
+                    "alias %s of %s/%s already names model %s: ignored",
+                    alias,
+                    offer.profile.name,
+                    offer.name,
+                    named,
+                )
+    return index
+
+
+def _pin_index(
+    offers_by_model: dict[str, tuple[ModelOffer, ...]],
+) -> dict[tuple[str, str], ModelOffer]:
+    every = _by_profile(offers_by_model)
+    pins = {(o.profile.name, o.name): o for o in every}
+    for offer in every:
+        for alias in offer.aliases:
+            pins.setdefault((offer.profile.name, alias), offer)  # a name wins over an alias
+    return pins
 
 
 EMPTY = Catalog(profiles={}, offers_by_model={})
@@ -112,6 +175,7 @@ def load_catalog(session: aiohttp.ClientSession) -> Catalog:
             timeout_s=float(row.timeout_s),
             idle_timeout_s=float(row.stream_idle_timeout_s),
             adapter=adapter,
+            passthrough=row.passthrough,
         )
         profiles[row.name] = profile
         for m in row.models.all():
@@ -123,6 +187,9 @@ def load_catalog(session: aiohttp.ClientSession) -> Catalog:
                     input_micro_per_mtok=m.input_micro_per_mtok,
                     output_micro_per_mtok=m.output_micro_per_mtok,
                     max_output_tokens=m.max_output_tokens,
+                    cached_input_micro_per_mtok=m.cached_input_micro_per_mtok,
+                    cache_write_micro_per_mtok=m.cache_write_micro_per_mtok,
+                    aliases=tuple(a for a in m.aliases or () if isinstance(a, str) and a),
                 )
             )
     return Catalog(

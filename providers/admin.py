@@ -6,8 +6,59 @@ from providers import services
 from providers.models import ProviderModel, ProviderProfile
 
 
+class ProviderModelForm(forms.ModelForm):
+    # Aliases are edited as one line, "a, b": an alias never holds a comma.
+    aliases = forms.CharField(
+        required=False,
+        help_text="Other names clients may use for this model, separated by commas.",
+    )
+
+    class Meta:
+        model = ProviderModel
+        fields = [
+            "name",
+            "upstream",
+            "aliases",
+            "input_micro_per_mtok",
+            "output_micro_per_mtok",
+            "cached_input_micro_per_mtok",
+            "cache_write_micro_per_mtok",
+            "max_output_tokens",
+        ]
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.initial["aliases"] = ", ".join(self.instance.aliases or [])
+
+    def clean_aliases(self) -> list[str]:
+        aliases = [part.strip() for part in self.cleaned_data["aliases"].split(",")]
+        aliases = [alias for alias in aliases if alias]
+        for alias in aliases:
+            problem = services.alias_problem(alias)
+            if problem:
+                raise forms.ValidationError(problem)
+        return aliases
+
+
+class ProviderModelFormSet(forms.BaseInlineFormSet):
+    def clean(self):
+        super().clean()
+        models = [
+            (form.cleaned_data["name"], form.cleaned_data.get("aliases") or [])
+            for form in self.forms
+            if form.cleaned_data.get("name") and not form.cleaned_data.get("DELETE")
+        ]
+        clash = services.alias_clash(models)
+        if clash is not None:
+            raise forms.ValidationError(
+                f"Alias {clash!r} is already a model name or alias of this profile."
+            )
+
+
 class ProviderModelInline(admin.TabularInline):
     model = ProviderModel
+    form = ProviderModelForm
+    formset = ProviderModelFormSet
     extra = 0
 
 
@@ -29,13 +80,22 @@ class ProviderProfileForm(forms.ModelForm):
             "enabled",
             "timeout_s",
             "stream_idle_timeout_s",
+            "passthrough",
         ]
 
 
 @admin.register(ProviderProfile)
 class ProviderProfileAdmin(admin.ModelAdmin):
     form = ProviderProfileForm
-    list_display = ["name", "kind", "base_url", "allows_platform", "enabled", "key_last4"]
+    list_display = [
+        "name",
+        "kind",
+        "base_url",
+        "allows_platform",
+        "passthrough",
+        "enabled",
+        "key_last4",
+    ]
     readonly_fields = ["key_last4"]
     inlines = [ProviderModelInline]
 

@@ -45,6 +45,10 @@ class ProviderProfile(models.Model):
     enabled = models.BooleanField(default=True)
     timeout_s = models.PositiveIntegerField(default=60)
     stream_idle_timeout_s = models.PositiveIntegerField(default=30)
+    passthrough = models.BooleanField(
+        default=False,
+        help_text="On same-shape routes, forward request fields Tollgate does not know.",
+    )
     updated_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
@@ -65,6 +69,18 @@ class ProviderModel(models.Model):
     input_micro_per_mtok = models.BigIntegerField(default=0)
     output_micro_per_mtok = models.BigIntegerField(default=0)
     max_output_tokens = models.PositiveIntegerField(default=4096)
+    # Null: the input price. Cache reads and writes are priced per Mtok like the input.
+    cached_input_micro_per_mtok = models.PositiveBigIntegerField(
+        null=True, blank=True, help_text="Cache reads; empty: the input price."
+    )
+    cache_write_micro_per_mtok = models.PositiveBigIntegerField(
+        null=True, blank=True, help_text="Cache writes; empty: the input price."
+    )
+    aliases = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="Other names clients may use for this model (a list of strings).",
+    )
 
     class Meta:
         db_table = "gateway_providermodel"

@@ -23,6 +23,7 @@ PROFILE_FIELDS = {
     "timeout_s",
     "stream_idle_timeout_s",
     "enabled",
+    "passthrough",
     "models",
 }
 MODEL_FIELDS = {
@@ -31,7 +32,12 @@ MODEL_FIELDS = {
     "input_micro_per_mtok",
     "output_micro_per_mtok",
     "max_output_tokens",
+    "cached_input_micro_per_mtok",
+    "cache_write_micro_per_mtok",
+    "aliases",
 }
+# Optional prices: absent or null means the model's input price.
+OPTIONAL_PRICE_FIELDS = ("cached_input_micro_per_mtok", "cache_write_micro_per_mtok")
 
 
 def profile_set_platform_key(*, profile: ProviderProfile, api_key: str) -> None:
@@ -63,9 +69,38 @@ def read_profiles_spec(raw: str) -> list[dict]:
         raise ImproperlyConfigured(f"Malformed setting PROVIDER_PROFILES_JSON: {exc}") from None
     if not isinstance(spec, list):
         raise ImproperlyConfigured("Malformed setting PROVIDER_PROFILES_JSON: expected a list.")
+    check_profiles_spec(spec)
+    return spec
+
+
+def check_profiles_spec(spec: list) -> None:
+    """Refuse a malformed profiles spec (ImproperlyConfigured naming the first problem)."""
     for index, item in enumerate(spec):
         _check_profile(item, index)
-    return spec
+
+
+def alias_problem(alias: object) -> str | None:
+    """Say what makes `alias` unusable as a model alias, or return None."""
+    if not isinstance(alias, str) or not alias.strip():
+        return "an alias must be a non-empty string"
+    if alias != alias.strip():
+        return f"alias {alias!r} has surrounding spaces"
+    if "," in alias:  # "a,b" is a route list: such a name could never be asked for
+        return f"alias {alias!r} has a comma"
+    return None
+
+
+def alias_clash(models: list[tuple[str, list[str]]]) -> str | None:
+    """Return the first alias that is also a model name or another alias of the same
+    profile (a model's own name included), or None."""
+    names = {name for name, _ in models}
+    seen: set[str] = set()
+    for _, aliases in models:
+        for alias in aliases:
+            if alias in names or alias in seen:
+                return alias
+            seen.add(alias)
+    return None
 
 
 def _check_profile(item: object, index: int) -> None:
@@ -79,21 +114,49 @@ def _check_profile(item: object, index: int) -> None:
         )
     if item.get("kind") not in ProviderKind.values:
         raise ImproperlyConfigured(f"Malformed setting {where}: unknown kind {item.get('kind')!r}.")
+    if not isinstance(item.get("passthrough", False), bool):
+        raise ImproperlyConfigured(
+            f"Malformed setting {where}: 'passthrough' must be true or false."
+        )
+    names = []
     for m_index, model in enumerate(item.get("models") or []):
+        m_where = f"{where}.models[{m_index}]"
         if not isinstance(model, dict) or not isinstance(model.get("name"), str):
-            raise ImproperlyConfigured(
-                f"Malformed setting {where}.models[{m_index}]: needs a name."
-            )
+            raise ImproperlyConfigured(f"Malformed setting {m_where}: needs a name.")
         if set(model) - MODEL_FIELDS:
             bad = sorted(set(model) - MODEL_FIELDS)[0]
+            raise ImproperlyConfigured(f"Malformed setting {m_where}: unknown field {bad}.")
+        for price in OPTIONAL_PRICE_FIELDS:
+            value = model.get(price)
+            if value is not None and (
+                not isinstance(value, int) or isinstance(value, bool) or value < 0
+            ):
+                raise ImproperlyConfigured(
+                    f"Malformed setting {m_where}: {price!r} must be a non-negative integer "
+                    "(micro-USD per million tokens) or absent."
+                )
+        aliases = model.get("aliases", [])
+        if not isinstance(aliases, list):
             raise ImproperlyConfigured(
-                f"Malformed setting {where}.models[{m_index}]: unknown field {bad}."
+                f"Malformed setting {m_where}: 'aliases' must be a list of names."
             )
+        for alias in aliases:
+            problem = alias_problem(alias)
+            if problem:
+                raise ImproperlyConfigured(f"Malformed setting {m_where}: {problem}.")
+        names.append((model["name"], aliases))
+    clash = alias_clash(names)
+    if clash is not None:
+        raise ImproperlyConfigured(
+            f"Malformed setting {where}: alias {clash!r} is already a model name or alias "
+            "of this profile."
+        )
 
 
 @transaction.atomic
 def profiles_bootstrap(*, spec: list[dict]) -> list[ProviderProfile]:
     """Create or update profiles and their models from the JSON contract (idempotent)."""
+    check_profiles_spec(spec)
     profiles = []
     for item in spec:
         defaults = {
@@ -104,6 +167,7 @@ def profiles_bootstrap(*, spec: list[dict]) -> list[ProviderProfile]:
             "timeout_s": item.get("timeout_s", 60),
             "stream_idle_timeout_s": item.get("stream_idle_timeout_s", 30),
             "enabled": item.get("enabled", True),
+            "passthrough": item.get("passthrough", False),
             "updated_at": timezone.now(),
         }
         profile, _ = ProviderProfile.objects.update_or_create(name=item["name"], defaults=defaults)
@@ -122,6 +186,9 @@ def profiles_bootstrap(*, spec: list[dict]) -> list[ProviderProfile]:
                     "input_micro_per_mtok": int(model.get("input_micro_per_mtok", 0)),
                     "output_micro_per_mtok": int(model.get("output_micro_per_mtok", 0)),
                     "max_output_tokens": int(model.get("max_output_tokens", 4096)),
+                    "cached_input_micro_per_mtok": model.get("cached_input_micro_per_mtok"),
+                    "cache_write_micro_per_mtok": model.get("cache_write_micro_per_mtok"),
+                    "aliases": list(model.get("aliases") or []),
                 },
             )
         profile.models.exclude(name__in=names).delete()
