@@ -59,22 +59,8 @@ class AnthropicProvider(HttpProvider):
         `body` goes as given (the caller names the upstream model). Failures raise
         ProviderError, mapped as `complete` maps them; the vendor's body is never kept.
         """
-        from gateway.adapters.base import TRANSPORT_ERRORS, connection_error, error_for_status
-
-        try:
-            async with self._session.post(
-                self._url + "/count_tokens", data=orjson.dumps(body), headers=self.headers(api_key)
-            ) as response:
-                if response.status != 200:
-                    raise error_for_status(response.status, response.headers)
-                data = orjson.loads(await response.read())
-        except ProviderError:
-            raise
-        except (*TRANSPORT_ERRORS, TimeoutError) as exc:
-            raise connection_error(exc) from None
-        except orjson.JSONDecodeError:
-            raise ProviderError("upstream sent malformed JSON", retryable=True) from None
-        tokens = data.get("input_tokens") if isinstance(data, dict) else None
+        data = await self.post_json(self._url + "/count_tokens", orjson.dumps(body), api_key)
+        tokens = data.get("input_tokens")
         if not isinstance(tokens, int) or isinstance(tokens, bool) or tokens < 0:
             raise ProviderError("upstream sent no input_tokens", retryable=True)
         return tokens

@@ -177,8 +177,15 @@ class HttpProvider:
         )
 
     async def complete(self, req: ChatRequest, target: CallTarget) -> Completion:
+        data = await self.post_json(self._url, self.body(req, target), target.api_key)
+        return self.completion(data, req)
+
+    async def post_json(self, url: str, body: bytes, api_key: str) -> dict:
+        """POST a JSON body and return the vendor's JSON answer; failures as ProviderError."""
         try:
-            async with self._post(req, target) as response:
+            async with self._session.post(
+                url, data=body, headers=self.headers(api_key)
+            ) as response:
                 if response.status != 200:
                     raise error_for_status(response.status, response.headers)
                 data = orjson.loads(await response.read())
@@ -188,7 +195,9 @@ class HttpProvider:
             raise connection_error(exc) from None
         except orjson.JSONDecodeError:
             raise ProviderError("upstream sent malformed JSON", retryable=True) from None
-        return self.completion(data, req)
+        if not isinstance(data, dict):
+            raise ProviderError("upstream sent malformed JSON", retryable=True)
+        return data
 
     async def stream(self, req: ChatRequest, target: CallTarget) -> AsyncIterator[list[Chunk]]:
         try:
