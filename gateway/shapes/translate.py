@@ -370,7 +370,9 @@ def _anthropic_tool_use(call: Any, path: str, vendor: str) -> dict:
     call = _as_dict(call, path)
     if call.get("type") != "function":
         raise untranslatable(f"{path}.type", vendor, str(call.get("type")))
-    _refuse_rest(call, handled=frozenset({"id", "type", "function"}), path=path, vendor=vendor)
+    # `index` is what the SDKs' stream helpers leave on a call; the list order carries it.
+    handled = frozenset({"id", "type", "function", "index"})
+    _refuse_rest(call, handled=handled, path=path, vendor=vendor)
     function_path = f"{path}.function"
     function = _as_dict(call.get("function"), function_path)
     _refuse_rest(

@@ -179,14 +179,14 @@ def test_every_documented_anthropic_field_reaches_an_anthropic_vendor_unchanged(
         ],
         "tools": [WEATHER_TOOL],
         "tool_choice": {"type": "auto", "disable_parallel_tool_use": True},
-        "top_k": 5,
-        "top_p": 0.9,
         "stop_sequences": ["never"],
         "thinking": {"type": "enabled", "budget_tokens": 128},
         "metadata": {"user_id": "end-user-1"},
     }
 
-    message = fidelity.anthropic(tenant).messages.create(**sent)
+    sampling = {"top_k": 5, "top_p": 0.9}  # documented; this SDK takes them as extra fields
+    message = fidelity.anthropic(tenant).messages.create(**sent, extra_body=sampling)
+    sent.update(sampling)
 
     [received] = bodies(fidelity)
     assert received["model"] == "claude-3-5-haiku-latest"
@@ -230,7 +230,12 @@ def openai_tool_loop(client, model: str, *, stream: bool):
     """Ask, run the tool the model called, send its result, get the final answer."""
     messages = [{"role": "user", "content": QUESTION}]
     if stream:
-        with client.chat.completions.stream(model=model, messages=messages, tools=[WEATHER]) as s:
+        with client.chat.completions.stream(
+            model=model,
+            messages=messages,
+            tools=[WEATHER],
+            stream_options={"include_usage": True},
+        ) as s:
             first = s.get_final_completion()
     else:
         first = client.chat.completions.create(model=model, messages=messages, tools=[WEATHER])
@@ -338,7 +343,7 @@ def test_parallel_tool_calls_come_back_as_two_calls_streamed_and_not(fidelity, m
     }
 
     plain = client.chat.completions.create(**ask)
-    with client.chat.completions.stream(**ask) as s:
+    with client.chat.completions.stream(**ask, stream_options={"include_usage": True}) as s:
         streamed = s.get_final_completion()
 
     for completion in (plain, streamed):

@@ -605,6 +605,22 @@ def test_empty_tool_call_arguments_are_an_empty_input():
     ]
 
 
+def test_a_tool_call_sent_back_as_an_sdk_stream_helper_left_it_keeps_its_place():
+    call = {
+        "index": 0,
+        "id": "c1",
+        "type": "function",
+        "function": {"name": "f", "arguments": "{}"},
+    }
+    messages = [{"role": "user", "content": "Go"}, {"role": "assistant", "tool_calls": [call]}]
+
+    out = to_anthropic(messages=messages)
+
+    assert out["messages"][1]["content"] == [
+        {"type": "tool_use", "id": "c1", "name": "f", "input": {}}
+    ]
+
+
 @pytest.mark.parametrize(
     ("message", "shown"),
     [
