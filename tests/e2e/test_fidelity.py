@@ -515,6 +515,64 @@ def test_an_openai_repeated_prefix_is_billed_at_the_cached_price(fidelity, strea
     assert [r.provider_cost_micro for r in rows] == [18, 12]
 
 
+def test_an_anthropic_client_on_an_openai_vendor_sees_its_cached_prefix_and_pays_for_it(fidelity):
+    tenant = fidelity.tenant()
+    client = fidelity.anthropic(tenant)
+    system = [{"type": "text", "text": LONG_SYSTEM, "cache_control": {"type": "ephemeral"}}]
+
+    answers = [
+        client.messages.create(
+            model="gpt-4o-mini",
+            max_tokens=100,
+            system=system,
+            messages=[{"role": "user", "content": question}],
+        )
+        for question in ("first question here", "second question here")
+    ]
+
+    # OpenAI caches prefixes by itself: the hint is not sent, the cached tokens come back.
+    assert all("cache_control" not in str(body) for body in bodies(fidelity))
+    assert [(a.usage.input_tokens, a.usage.cache_read_input_tokens) for a in answers] == [
+        (83, 0),
+        (3, 80),
+    ]
+    rows = settled(tenant, 2)
+    assert [(r.tokens_in, r.cache_read_tokens, r.provider_cost_micro) for r in rows] == [
+        (83, 0, 18),
+        (83, 80, 12),
+    ]
+
+
+def test_anthropic_thinking_streams_through_with_its_signature(fidelity):
+    tenant = fidelity.tenant()
+
+    with fidelity.anthropic(tenant).messages.stream(
+        model="claude-3-5-haiku",
+        max_tokens=300,
+        thinking={"type": "enabled", "budget_tokens": 128},
+        messages=[{"role": "user", "content": QUESTION}],
+    ) as stream:
+        kinds = [event.type for event in stream]
+        final = stream.get_final_message()
+
+    assert "thinking" in kinds and "signature" in kinds
+    assert [block.type for block in final.content] == ["thinking", "text"]
+    assert (final.content[0].thinking, final.content[0].signature) == (
+        "Stub thinking about it.",
+        "stub-signature",
+    )
+    [received] = bodies(fidelity)
+    assert (received["thinking"], received["max_tokens"]) == (
+        {"type": "enabled", "budget_tokens": 128},
+        300,
+    )
+    [row] = settled(tenant, 1)
+    assert (row.tokens_out, row.provider_cost_micro) == (
+        8 + 4,  # the answer and the thinking's four words
+        cost("claude-3-5-haiku", tokens_in=6, tokens_out=12),
+    )
+
+
 def test_n_answers_are_held_for_and_charged_as_n(fidelity):
     tenant = fidelity.tenant()
 
