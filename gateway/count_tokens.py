@@ -37,6 +37,8 @@ from core import errors
 from gateway.adapters.base import ProviderError
 from gateway.auth import Principal, bearer
 from gateway.catalog import ModelOffer, Profile
+from gateway.pipeline import parse_json
+from gateway.plan import price_rank
 from gateway.runtime import runtime
 
 if TYPE_CHECKING:  # the plumbing hands its exchange in
@@ -73,12 +75,7 @@ async def serve(ex: Exchange) -> None:
 
 
 def _parse(raw: bytes) -> dict:
-    try:
-        body = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        raise errors.InvalidRequest("Body is not valid JSON.") from None
-    if not isinstance(body, dict):
-        raise errors.InvalidRequest("Body must be a JSON object.")
+    body = parse_json(raw)
     if not isinstance(body.get("model"), str) or not body["model"].strip():
         raise errors.InvalidRequest("'model' is required.")
     if not isinstance(body.get("messages"), list):
@@ -94,9 +91,7 @@ def _offer_for(model: str, principal: Principal) -> ModelOffer:
         raise errors.InvalidRequest(f"Unknown model {model!r}.")
     if not principal.may_use(model) and not principal.may_use(offers[0].name):
         raise errors.Forbidden(f"This key may not use model {model!r}.")
-    return min(
-        offers, key=lambda o: (o.input_micro_per_mtok + o.output_micro_per_mtok, o.profile.name)
-    )
+    return min(offers, key=price_rank)
 
 
 async def _vendor_count(body: dict, offer: ModelOffer, principal: Principal) -> int | None:

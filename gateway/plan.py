@@ -91,7 +91,8 @@ class Plan:
         }
 
 
-def _price_rank(offer: ModelOffer) -> tuple[int, str]:
+def price_rank(offer: ModelOffer) -> tuple[int, str]:
+    """Rank a canonical model's offers: cheapest per token first, then by profile name."""
     return (offer.input_micro_per_mtok + offer.output_micro_per_mtok, offer.profile.name)
 
 
@@ -159,7 +160,7 @@ def build_plan(
             raise InvalidRequest(f"Unknown model {model!r}.")
         if not principal.may_use(model) and not principal.may_use(resolved[0].name):
             raise Forbidden(f"This key may not use model {model!r}.")
-        offers.extend(sorted(resolved, key=_price_rank) if len(resolved) > 1 else resolved)
+        offers.extend(sorted(resolved, key=price_rank) if len(resolved) > 1 else resolved)
 
     links: list[Link] = []
     budget_estimate = 0
