@@ -181,7 +181,12 @@ def build_plan(
             if byok_enabled and profile.team_key_eligible
             else None
         )
-        platform_ok = ptb_enabled and profile.allows_platform and profile.platform_key is not None
+        platform_ok = (
+            ptb_enabled
+            and profile.allows_platform
+            and profile.platform_key is not None
+            and not req.surcharged  # the platform pays only for what its prices cover
+        )
         attempts: list[Attempt] = []
         stem = f"{profile.name}:{offer.name}"
         if pool is not None:
@@ -212,4 +217,9 @@ def build_plan(
         )
         if pool is not None and not pool.fallback:
             chain_locked = True
+    if req.surcharged and not any(link.attempts for link in links):
+        raise InvalidRequest(
+            f"'{req.surcharged}' is billed by the vendor beyond tokens: Tollgate serves it "
+            "on team keys only."
+        )
     return Plan(links=tuple(links), budget_estimate_micro=budget_estimate)

@@ -31,6 +31,9 @@ class ChatRequest:
     prompt_parts: int = 1  # messages and other prompt pieces, each costing a few tokens
     media: int = 0  # images and documents: each bounded by a fixed token count
     unknown: tuple[str, ...] = ()  # top-level fields neither owned nor known (passthrough)
+    # A field the vendor bills beyond tokens (a server tool, a dearer tier): no price of
+    # ours covers it, so only team keys serve it.
+    surcharged: str | None = None
 
     def prompt_words(self) -> int:
         """Count whitespace-separated words in the prompt's texts (the fake's token count)."""

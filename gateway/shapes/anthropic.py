@@ -49,6 +49,10 @@ KNOWN = OWNED | frozenset(
     }
 )
 ROLES = frozenset({"user", "assistant"})
+# Server tools the vendor runs and bills per use (searches, fetches, container hours), and
+# request fields that start such work: no token price covers them.
+SURCHARGED_TOOLS = ("web_search", "web_fetch", "code_execution")
+SURCHARGED_FIELDS = ("mcp_servers", "container")
 METADATA_FIELDS = frozenset({"user_id"})
 STOP_FROM_VENDOR = {
     "end_turn": "stop",
@@ -110,7 +114,19 @@ def parse_request(body: dict, *, fallback_header: str | None = None) -> ChatRequ
         prompt_parts=len(messages) + (len(tools) if isinstance(tools, list) else 0),
         media=measure.media,
         unknown=unknown_fields(body, KNOWN),
+        surcharged=surcharged(body),
     )
+
+
+def surcharged(body: dict) -> str | None:
+    """Return the first field the vendor bills beyond tokens (a server tool, MCP servers)."""
+    for name in SURCHARGED_FIELDS:
+        if body.get(name):
+            return name
+    for index, tool in enumerate(body.get("tools") or ()):
+        if isinstance(tool, dict) and str(tool.get("type", "")).startswith(SURCHARGED_TOOLS):
+            return f"tools[{index}].type"
+    return None
 
 
 def _check_thinking(thinking: Any, max_tokens: int) -> None:

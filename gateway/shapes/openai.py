@@ -79,6 +79,8 @@ KNOWN = OWNED | frozenset(
     }
 )
 ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
+# Service tiers billed at the standard prices a profile lists; another tier costs more.
+STANDARD_TIERS = frozenset({None, "auto", "default"})
 MAX_CHOICES = 128  # OpenAI's own limit on n
 
 # The internal routes answer text only: their bodies carry plain text turns and these.
@@ -136,7 +138,17 @@ def parse_request(body: dict, *, fallback_header: str | None = None) -> ChatRequ
         prompt_parts=len(messages) + (len(tools) if isinstance(tools, list) else 0),
         media=measure.media,
         unknown=unknown_fields(body, KNOWN),
+        surcharged=surcharged(body),
     )
+
+
+def surcharged(body: dict) -> str | None:
+    """Return the first field the vendor bills beyond tokens: web search, a dearer tier."""
+    if body.get("web_search_options") is not None:
+        return "web_search_options"
+    if body.get("service_tier") not in STANDARD_TIERS:
+        return "service_tier"
+    return None
 
 
 def parse_text_request(body: dict) -> ChatRequest:

@@ -245,6 +245,37 @@ def test_a_team_pool_with_fallback_on_adds_a_platform_fallback_attempt():
     assert plan.budget_estimate_micro == 507
 
 
+def surcharged_request() -> ChatRequest:
+    """A request the vendor bills beyond its tokens (web search): no price of ours covers it."""
+    return openai_shape.parse_request(
+        {
+            "model": "gpt-4o-mini",
+            "messages": [{"role": "user", "content": "hello there"}],
+            "max_tokens": 100,
+            "web_search_options": {},
+        }
+    )
+
+
+def test_what_the_vendor_bills_beyond_tokens_is_never_served_on_platform_keys():
+    with pytest.raises(InvalidRequest) as refused:
+        build_plan(surcharged_request(), principal(), catalog(), no_pools)
+
+    assert refused.value.message == (
+        "'web_search_options' is billed by the vendor beyond tokens: Tollgate serves it on "
+        "team keys only."
+    )
+
+
+def test_what_the_vendor_bills_beyond_tokens_goes_on_team_keys_without_platform_fallback():
+    plan = build_plan(
+        surcharged_request(), principal(), catalog(), pools(pool("openai-main", fallback=True))
+    )
+
+    assert attempts(plan.links[0]) == [(TEAM, "openai-main:gpt-4o-mini:team", False, 0)]
+    assert plan.budget_estimate_micro == 0
+
+
 def test_an_invoiced_account_takes_no_escrow_but_keeps_the_worst_case_as_its_budget():
     plan = build_plan(
         request("gpt-4o-mini"), principal(billing_mode="invoiced"), catalog(), no_pools

@@ -116,6 +116,35 @@ def test_unknown_fields_are_named_for_the_plan_to_judge():
     assert anthropic_request(beta_thing={"x": 1}).unknown == ("beta_thing",)
 
 
+@pytest.mark.parametrize(
+    ("body", "surcharged"),
+    [
+        ({}, None),
+        ({"service_tier": "auto"}, None),
+        ({"service_tier": "priority"}, "service_tier"),
+        ({"web_search_options": {}}, "web_search_options"),
+    ],
+)
+def test_openai_fields_billed_beyond_tokens_are_named(body, surcharged):
+    assert openai_request(**body).surcharged == surcharged
+
+
+@pytest.mark.parametrize(
+    ("body", "surcharged"),
+    [
+        ({"tools": [{"name": "look", "input_schema": {}}]}, None),
+        ({"tools": [{"type": "bash_20250124", "name": "bash"}]}, None),  # the client runs it
+        (
+            {"tools": [{"name": "x", "input_schema": {}}, {"type": "web_search_20250305"}]},
+            "tools[1].type",
+        ),
+        ({"mcp_servers": [{"type": "url", "url": "https://mcp.example"}]}, "mcp_servers"),
+    ],
+)
+def test_anthropic_fields_billed_beyond_tokens_are_named(body, surcharged):
+    assert anthropic_request(**body).surcharged == surcharged
+
+
 def test_fallback_header_follows_the_body_chain_without_repeats(settings):
     settings.TOLLGATE = {**settings.TOLLGATE, "MAX_ROUTE": 3}  # the default allows two
     req = openai_shape.parse_request(
