@@ -96,6 +96,7 @@ TEXT_FIELDS = frozenset(
         "stream",
         "stream_options",
         "user",
+        "n",
         "fallback_model",
     }
 )
@@ -154,6 +155,8 @@ def surcharged(body: dict) -> str | None:
 def parse_text_request(body: dict) -> ChatRequest:
     """Parse a body of plain text turns only (the internal routes answer text)."""
     refuse_unknown(body, TEXT_FIELDS)
+    if body.get("n") not in (None, 1):
+        raise InvalidRequest("'n' other than 1 is not supported: the answer is one text.")
     for index, message in enumerate(checked_messages(body, roles=TEXT_ROLES)):
         refuse_unknown(message, frozenset({"role", "content"}), where=f"messages[{index}]: ")
         text_of(message.get("content"), where=f"messages[{index}]")
