@@ -306,9 +306,13 @@ class Orchestrator:
             # The answer names the model that served it (a fallback link, not the first asked).
             return replace(completion, model=link.offer.name)
         chunks = profile.adapter.stream(ctx.req, target).__aiter__()
+        first: list[Chunk] = []
         try:
+            # The answer starts with its first generated token (or its end), not with the
+            # role or block openings before it: until then a failure may still be retried.
             async with asyncio.timeout(profile.timeout_s):
-                first = await anext(chunks)
+                while not any(c.generated or c.finish_reason for c in first):
+                    first += await anext(chunks)
         except TimeoutError:
             await chunks.aclose()
             raise ProviderError("upstream timed out", retryable=True, timeout=True) from None

@@ -237,7 +237,12 @@ def test_key_tpm_counts_real_usage_in_openai_and_anthropic_shapes(fresh_window_s
 
     anthropic_json = messages(stack.url, tenant.api_key)
     assert code(anthropic_json) == (200, None)
-    assert anthropic_json.json()["usage"] == {"input_tokens": 3, "output_tokens": 8}
+    assert anthropic_json.json()["usage"] == {
+        "input_tokens": 3,
+        "output_tokens": 8,
+        "cache_creation_input_tokens": 0,
+        "cache_read_input_tokens": 0,
+    }
     assert (
         anthropic_json.headers["x-tokens-consumed"],
         anthropic_json.headers["x-tokens-remaining"],

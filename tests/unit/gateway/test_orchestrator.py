@@ -263,6 +263,22 @@ def test_a_chain_lock_refusal_yields_to_the_earlier_upstream_failure():
     assert [a.outcome for a in ctx.trail] == ["upstream_error", "upstream_error", "chain_locked"]
 
 
+def test_a_stream_that_breaks_after_its_role_chunk_but_before_any_token_falls_back():
+    world = World()
+    world.vendors["a"].script(Fault("fail_after_tokens", after_tokens=0))
+    ctx = world.context("m", "n", stream=True)
+
+    async def read(orchestrator):
+        chunks = await orchestrator.open_stream(ctx, first_ticket=None)
+        return [chunk.text async for arrived in chunks for chunk in arrived if chunk.text]
+
+    texts = world.run(read)
+
+    # The role chunk is an opening, not the answer: nothing was committed before the break.
+    assert "".join(texts) == "Hello from the fake model reply ok"
+    assert outcomes(ctx) == [("a", "platform", "upstream_error"), ("b", "platform", "ok")]
+
+
 def test_a_stream_that_breaks_after_its_first_chunks_is_never_retried_or_fallen_back():
     world = World()
     world.vendors["a"].script(Fault("fail_after_tokens", after_tokens=2))
