@@ -9,7 +9,7 @@ from them (text, finish reason, usage).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 OPENAI = "openai"
@@ -126,11 +126,13 @@ class StreamResult:
         return self.usage if self.finished else self.usage_or_estimate()
 
     def usage_or_estimate(self) -> Usage:
-        """Return the vendor's usage, or, for a stream cut before it arrived, an estimate:
-        the prompt's bound and one token per generated chunk received (what the vendor
-        bills)."""
-        if self.usage.output_tokens or self.usage.input_tokens:
-            return self.usage
+        """Return what a stream cut before its end used, as the vendor bills it: what its
+        usage said so far (Anthropic tells the prompt first), the prompt's bound when it
+        said nothing of it, and at least one token per generated chunk received."""
         if not self.generated_chunks:
             return self.usage
-        return Usage(input_tokens=self.prompt_tokens_estimate, output_tokens=self.generated_chunks)
+        return replace(
+            self.usage,
+            input_tokens=self.usage.input_tokens or self.prompt_tokens_estimate,
+            output_tokens=max(self.usage.output_tokens, self.generated_chunks),
+        )

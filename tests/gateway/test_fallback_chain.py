@@ -288,6 +288,10 @@ def test_anthropic_stream_broken_after_its_first_token_ends_with_an_error_event(
     assert "".join(d["delta"]["text"] for d in deltas) == "Hello from the"
     assert orjson.loads(events[-1][1])["error"]["code"] == "LM-5001"
     assert [c["model"] for c in fstack.stub.vendor_calls()] == ["claude-3-5-haiku-latest"]
+    # Billed as the vendor bills a cut stream: the prompt its message_start told (3 words)
+    # and the three tokens it sent (not the one its message_start counted).
+    [row] = usage_rows([response.headers["x-request-id"]], expect=1)
+    assert (row.tokens_in, row.tokens_out, row.provider_cost_micro) == (3, 3, 15)
 
     # The official SDK surfaces the in-band error as an exception, after the text it got.
     fstack.stub.clear()
