@@ -10,36 +10,17 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import anthropic
 import httpx
 import openai
-import orjson
 import pytest
 
 from stubvendor.server import STATE, StubServer, make_app
 
-OA = "/v1/chat/completions"
-AN = "/v1/messages"
-OA_AUTH = {"Authorization": "Bearer sk-test-1"}
-AN_AUTH = {"x-api-key": "sk-ant-1"}
-WORDS_M1 = ["Hello", " from", " the", " stub", " model", " m1", " reply", " ok"]
-
-
-@pytest.fixture(scope="module")
-def stub() -> Iterator[StubServer]:
-    with StubServer() as server:
-        yield server
-
-
-@pytest.fixture()
-def client(stub: StubServer) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=stub.url, timeout=10) as c:
-        assert c.delete("/_stub/calls").json() == {"cleared": True}
-        yield c
+from ._support import AN, AN_AUTH, OA, OA_AUTH, WORDS_M1, an_usage, oa_usage, sse_data, sse_events
 
 
 def oa_body(**extra: Any) -> dict[str, Any]:
@@ -75,27 +56,6 @@ def an_body(**extra: Any) -> dict[str, Any]:
     return body  # 3 + 2 + 1 + 1 = 7 prompt words
 
 
-def oa_usage(prompt: int, completion: int, cached: int = 0, reasoning: int = 0) -> dict[str, Any]:
-    return {
-        "prompt_tokens": prompt,
-        "completion_tokens": completion,
-        "total_tokens": prompt + completion,
-        "prompt_tokens_details": {"cached_tokens": cached},
-        "completion_tokens_details": {"reasoning_tokens": reasoning},
-    }
-
-
-def an_usage(
-    input_tokens: int, output_tokens: int, creation: int = 0, read: int = 0
-) -> dict[str, Any]:
-    return {
-        "input_tokens": input_tokens,
-        "cache_creation_input_tokens": creation,
-        "cache_read_input_tokens": read,
-        "output_tokens": output_tokens,
-    }
-
-
 def queue(c: httpx.Client, *faults: dict[str, Any]) -> int:
     r = c.post("/_stub/faults", json={"faults": list(faults)})
     assert r.status_code == 200, r.text
@@ -104,26 +64,6 @@ def queue(c: httpx.Client, *faults: dict[str, Any]) -> int:
 
 def calls(c: httpx.Client) -> list[dict[str, Any]]:
     return c.get("/_stub/calls").json()["calls"]
-
-
-def sse_data(text: str) -> list[Any]:
-    out = []
-    for line in text.split("\n"):
-        if line.startswith("data: "):
-            payload = line[6:]
-            out.append(payload if payload == "[DONE]" else orjson.loads(payload))
-    return out
-
-
-def sse_events(text: str) -> list[tuple[str, dict[str, Any]]]:
-    events = []
-    for block in text.split("\n\n"):
-        if not block:
-            continue
-        name_line, data_line = block.split("\n")
-        assert name_line.startswith("event: ") and data_line.startswith("data: ")
-        events.append((name_line[7:], orjson.loads(data_line[6:])))
-    return events
 
 
 def read_until_broken(
