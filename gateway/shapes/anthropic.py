@@ -14,6 +14,7 @@ import orjson
 from core.errors import GatewayError, InvalidRequest
 from gateway.shapes import translate
 from gateway.shapes.common import (
+    ANTHROPIC_OWNED,
     PromptMeasure,
     checked_bool,
     checked_messages,
@@ -24,8 +25,8 @@ from gateway.shapes.common import (
 )
 from gateway.types import ANTHROPIC, ChatRequest, Chunk, Completion, Usage
 
-# Set by Tollgate on every vendor call (metadata carries only the end user: the label).
-OWNED = frozenset({"model", "max_tokens", "metadata", "stream", "fallback_model"})
+# Metadata carries only the end user: Tollgate sets it to the label.
+OWNED = ANTHROPIC_OWNED
 KNOWN = OWNED | frozenset(
     {
         "messages",

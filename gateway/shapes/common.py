@@ -9,6 +9,22 @@ from django.conf import settings
 from core.errors import InvalidRequest
 
 TEXT_PART_FIELDS = frozenset({"type", "text"})
+# Set by Tollgate on every vendor call, in either shape: the model mapped, the output cap
+# the hold assumed, the caller label instead of the end user's id, usage on streams. Never
+# forwarded from the client's body, nor translated.
+OPENAI_OWNED = frozenset(
+    {
+        "model",
+        "max_tokens",
+        "max_completion_tokens",
+        "user",
+        "safety_identifier",
+        "stream",
+        "stream_options",
+        "fallback_model",
+    }
+)
+ANTHROPIC_OWNED = frozenset({"model", "max_tokens", "metadata", "stream", "fallback_model"})
 # Content parts whose cost is not their bytes: an image is a fixed-ish number of tokens
 # whatever its encoding; a document is bounded by its decoded bytes.
 IMAGE_PARTS = frozenset({"image_url", "image", "input_image"})

@@ -17,6 +17,7 @@ import orjson
 from core.errors import InvalidRequest
 from gateway.shapes import translate
 from gateway.shapes.common import (
+    OPENAI_OWNED,
     PromptMeasure,
     checked_bool,
     checked_messages,
@@ -29,20 +30,7 @@ from gateway.shapes.common import (
 )
 from gateway.types import OPENAI, ChatRequest, Chunk, Completion, Usage
 
-# Set by Tollgate on every vendor call: the model mapped, the cap the hold assumed, the
-# caller label instead of the end user's id, usage on streams.
-OWNED = frozenset(
-    {
-        "model",
-        "max_tokens",
-        "max_completion_tokens",
-        "user",
-        "safety_identifier",
-        "stream",
-        "stream_options",
-        "fallback_model",
-    }
-)
+OWNED = OPENAI_OWNED
 # Every other documented request field: forwarded unchanged to OpenAI-shaped vendors.
 KNOWN = OWNED | frozenset(
     {

@@ -46,6 +46,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from core.errors import InvalidRequest
+from gateway.shapes.common import ANTHROPIC_OWNED, OPENAI_OWNED
 
 # ---------------------------------------------------------------- refusals and neutral values
 
@@ -146,19 +147,6 @@ def _renamed(name: str) -> FieldTranslator:
 
 # ---------------------------------------------------------------- requests: OpenAI -> Anthropic
 
-OPENAI_OWNED = frozenset(
-    {
-        "model",
-        "max_tokens",
-        "max_completion_tokens",
-        "user",
-        "safety_identifier",
-        "stream",
-        "stream_options",
-        "fallback_model",
-    }
-)
-
 # OpenAI's own defaults: sent explicitly they ask for nothing an Anthropic vendor lacks.
 OPENAI_DEFAULTS: dict[str, tuple[Any, ...]] = {
     "n": (1,),
@@ -250,22 +238,33 @@ def _append_turn(turns: list[dict], turn: dict) -> None:
         turns.append(turn)
 
 
-def _anthropic_text_content(content: Any, path: str, vendor: str) -> str | list[dict]:
-    """Translate a content that may only hold text: a string, or text parts."""
+def _text_content(
+    content: Any, path: str, vendor: str, *, handled: frozenset[str] = TEXT_PART
+) -> str | list[dict]:
+    """Translate a content that may only hold text: a string stays one; parts or blocks stay
+    text parts / blocks (the two shapes write them alike), so no separator is invented."""
     if isinstance(content, str):
         return content
     return [
-        _anthropic_text_block(part, f"{path}[{index}]", vendor)
+        _text_block(part, f"{path}[{index}]", vendor, handled=handled)
         for index, part in enumerate(_as_list(content, path))
     ]
 
 
-def _anthropic_text_block(part: Any, path: str, vendor: str) -> dict:
+def _text_block(part: Any, path: str, vendor: str, *, handled: frozenset[str] = TEXT_PART) -> dict:
     part = _as_dict(part, path)
     if part.get("type") != "text":
         raise untranslatable(f"{path}.type", vendor, str(part.get("type")))
-    _refuse_rest(part, handled=TEXT_PART, path=path, vendor=vendor)
+    _refuse_rest(part, handled=handled, path=path, vendor=vendor)
     return {"type": "text", "text": _as_text(part.get("text"), f"{path}.text")}
+
+
+def _anthropic_text_content(content: Any, path: str, vendor: str) -> str | list[dict]:
+    return _text_content(content, path, vendor)
+
+
+def _anthropic_text_block(part: Any, path: str, vendor: str) -> dict:
+    return _text_block(part, path, vendor)
 
 
 def _user_turn(message: dict, path: str, vendor: str) -> dict:
@@ -507,8 +506,8 @@ OPENAI_FIELDS: dict[str, FieldTranslator] = {
 
 # ---------------------------------------------------------------- requests: Anthropic -> OpenAI
 
-ANTHROPIC_OWNED = frozenset({"model", "max_tokens", "metadata", "stream", "fallback_model"})
 CACHE_HINT = "cache_control"  # dropped on the way to OpenAI: see the module docstring
+TEXT_BLOCK = TEXT_PART | {CACHE_HINT}  # an Anthropic text block, as OpenAI can take it
 
 # Anthropic's own defaults: sent explicitly they ask for nothing an OpenAI vendor lacks.
 ANTHROPIC_DEFAULTS: dict[str, tuple[Any, ...]] = {
@@ -571,22 +570,11 @@ def _openai_system(system: Any, vendor: str) -> list[dict]:
 
 
 def _openai_text_content(content: Any, path: str, vendor: str) -> str | list[dict]:
-    """Translate a content that may only hold text blocks: a string stays one; blocks become
-    text parts, so no separator is invented between them."""
-    if isinstance(content, str):
-        return content
-    return [
-        _openai_text_part(block, f"{path}[{index}]", vendor)
-        for index, block in enumerate(_as_list(content, path))
-    ]
+    return _text_content(content, path, vendor, handled=TEXT_BLOCK)
 
 
 def _openai_text_part(block: Any, path: str, vendor: str) -> dict:
-    block = _as_dict(block, path)
-    if block.get("type") != "text":
-        raise untranslatable(f"{path}.type", vendor, str(block.get("type")))
-    _refuse_rest(block, handled=TEXT_PART | {CACHE_HINT}, path=path, vendor=vendor)
-    return {"type": "text", "text": _as_text(block.get("text"), f"{path}.text")}
+    return _text_block(block, path, vendor, handled=TEXT_BLOCK)
 
 
 def _openai_messages(raw: Any, path: str, vendor: str) -> list[dict]:
