@@ -26,11 +26,17 @@ class Meter:
 class Served:
     """The attempt that answered: who served it, at what prices, on which reservation."""
 
-    provider: str
-    model: str
+    offer: ModelOffer  # its provider, model and prices
     served_by: str  # plan.TEAM or plan.PLATFORM
-    offer: ModelOffer  # its prices
     reservation_id: int | None  # the wallet reservation settlement commits
+
+    @property
+    def provider(self) -> str:
+        return self.offer.profile.name
+
+    @property
+    def model(self) -> str:
+        return self.offer.name
 
 
 @dataclass(slots=True)

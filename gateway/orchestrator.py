@@ -333,13 +333,8 @@ class Orchestrator:
         started: float,
         reservation_id: int | None,
     ) -> None:
-        offer = link.offer
         ctx.served = Served(
-            provider=offer.profile.name,
-            model=offer.name,
-            served_by=attempt.served_by,
-            offer=offer,
-            reservation_id=reservation_id,
+            offer=link.offer, served_by=attempt.served_by, reservation_id=reservation_id
         )
         self._trail(ctx, link, attempt, "ok", None, started, reservation_id)
 
