@@ -31,14 +31,13 @@ import re
 from typing import TYPE_CHECKING
 
 import orjson
-from django.conf import settings
 
 from core import errors
 from gateway.adapters.base import ProviderError
 from gateway.auth import Principal, bearer
 from gateway.catalog import ModelOffer, Profile
 from gateway.pipeline import parse_json
-from gateway.plan import price_rank
+from gateway.plan import offers_for, platform_serves, team_pool
 from gateway.runtime import runtime
 
 if TYPE_CHECKING:  # the plumbing hands its exchange in
@@ -85,13 +84,7 @@ def _parse(raw: bytes) -> dict:
 
 def _offer_for(model: str, principal: Principal) -> ModelOffer:
     """Return the offer a chat request for `model` would try first (LM-2001 / LM-1003)."""
-    model = model.split(",")[0].strip()
-    offers = runtime.catalog.resolve(model)
-    if not offers:
-        raise errors.InvalidRequest(f"Unknown model {model!r}.")
-    if not principal.may_use(model) and not principal.may_use(offers[0].name):
-        raise errors.Forbidden(f"This key may not use model {model!r}.")
-    return min(offers, key=price_rank)
+    return offers_for(model.split(",")[0].strip(), principal, runtime.catalog)[0]
 
 
 async def _vendor_count(body: dict, offer: ModelOffer, principal: Principal) -> int | None:
@@ -115,20 +108,14 @@ async def _vendor_count(body: dict, offer: ModelOffer, principal: Principal) -> 
 
 async def _usable_key(profile: Profile, group_id: int) -> str | None:
     """Pick the key a chat request's first attempt would use, as the attempt plan does."""
-    pool = (
-        runtime.pools.get(group_id, profile.name)
-        if settings.GATEWAY_BYOK_ENABLED and profile.team_key_eligible
-        else None
-    )
+    pool = team_pool(profile, group_id, runtime.pools.get)
     if pool is not None:
         candidates = await runtime.keys.candidates(pool)
         if candidates:
             return candidates[0].secret
         if not pool.fallback:  # the group's traffic never silently reaches platform keys
             return None
-    if settings.GATEWAY_PTB_ENABLED and profile.allows_platform:
-        return profile.platform_key
-    return None
+    return profile.platform_key if platform_serves(profile) else None
 
 
 # ---------------------------------------------------------------- the estimate

@@ -141,6 +141,36 @@ def vendor_payload(req: ChatRequest, profile: Profile) -> dict:
     return translate.anthropic_request_to_openai(req.body, vendor_kind=profile.kind)
 
 
+def offers_for(model: str, principal: Principal, catalog: Catalog) -> list[ModelOffer]:
+    """Return the offers of one model of a chain, in the order it tries them: a canonical
+    model's cheapest first (LM-2001 unknown, LM-1003 not for this key)."""
+    resolved = catalog.resolve(model)
+    if not resolved:
+        raise InvalidRequest(f"Unknown model {model!r}.")
+    if not principal.may_use(model) and not principal.may_use(resolved[0].name):
+        raise Forbidden(f"This key may not use model {model!r}.")
+    return sorted(resolved, key=price_rank) if len(resolved) > 1 else list(resolved)
+
+
+def team_pool(
+    profile: Profile, group_id: int, pool_for: Callable[[int, str], Pool | None]
+) -> Pool | None:
+    """Return the group's team keys for a profile, when team serving is on and its kind
+    takes plain API keys."""
+    if not (settings.GATEWAY_BYOK_ENABLED and profile.team_key_eligible):
+        return None
+    return pool_for(group_id, profile.name)
+
+
+def platform_serves(profile: Profile) -> bool:
+    """Say whether the platform's own key may serve this profile."""
+    return (
+        settings.GATEWAY_PTB_ENABLED
+        and profile.allows_platform
+        and profile.platform_key is not None
+    )
+
+
 def build_plan(
     req: ChatRequest,
     principal: Principal,
@@ -148,19 +178,9 @@ def build_plan(
     pool_for: Callable[[int, str], Pool | None],
 ) -> Plan:
     """Build the attempt plan; refuse unknown or disallowed models (LM-2001 / LM-1003)."""
-    ptb_enabled = settings.GATEWAY_PTB_ENABLED
-    byok_enabled = settings.GATEWAY_BYOK_ENABLED
     margin_pct = settings.TOLLGATE["ESCROW_MARGIN_PCT"]
     prepaid = principal.billing_mode == "prepaid"
-
-    offers: list[ModelOffer] = []
-    for model in req.chain:
-        resolved = catalog.resolve(model)
-        if not resolved:
-            raise InvalidRequest(f"Unknown model {model!r}.")
-        if not principal.may_use(model) and not principal.may_use(resolved[0].name):
-            raise Forbidden(f"This key may not use model {model!r}.")
-        offers.extend(sorted(resolved, key=price_rank) if len(resolved) > 1 else resolved)
+    offers = [offer for model in req.chain for offer in offers_for(model, principal, catalog)]
 
     links: list[Link] = []
     budget_estimate = 0
@@ -176,17 +196,9 @@ def build_plan(
         worst_micro = with_margin_micro(
             worst_case_cost_micro(req, offer, max_tokens=max_tokens), margin_pct=margin_pct
         )
-        pool = (
-            pool_for(principal.group_id, profile.name)
-            if byok_enabled and profile.team_key_eligible
-            else None
-        )
-        platform_ok = (
-            ptb_enabled
-            and profile.allows_platform
-            and profile.platform_key is not None
-            and not req.surcharged  # the platform pays only for what its prices cover
-        )
+        pool = team_pool(profile, principal.group_id, pool_for)
+        # The platform pays only for what its prices cover.
+        platform_ok = platform_serves(profile) and not req.surcharged
         attempts: list[Attempt] = []
         stem = f"{profile.name}:{offer.name}"
         if pool is not None:
