@@ -20,6 +20,7 @@ from gateway.shapes.common import (
     checked_messages,
     model_chain,
     optional_max_tokens,
+    prompt_parts,
     refuse_unknown,
     unknown_fields,
 )
@@ -112,7 +113,7 @@ def parse_request(body: dict, *, fallback_header: str | None = None) -> ChatRequ
         stream=checked_bool(body, "stream"),
         caller_id=user_id or None,
         prompt_bytes=measure.bytes,
-        prompt_parts=len(messages) + (len(tools) if isinstance(tools, list) else 0),
+        prompt_parts=prompt_parts(messages, tools),
         media=measure.media,
         unknown=unknown_fields(body, KNOWN),
         surcharged=surcharged(body),

@@ -153,6 +153,12 @@ class PromptMeasure:
             self.bytes += 8  # a number: a token or two
 
 
+def prompt_parts(messages: list, tools: Any) -> int:
+    """Count the prompt's pieces that each cost a few tokens beyond their text: its turns
+    and its tool definitions."""
+    return len(messages) + (len(tools) if isinstance(tools, list) else 0)
+
+
 def _decoded_bytes(part: dict) -> int:
     """Return the decoded size of a document part's data (base64: 3 bytes per 4)."""
     source = part.get("source") or part.get("file") or {}
