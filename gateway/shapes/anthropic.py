@@ -288,10 +288,8 @@ class StreamRenderer:
             return _event({"type": "message_stop"})
         return b"".join(_event(self._named(event)) for event in self._translator.finish())
 
-    def error(self, exc: Exception) -> bytes:
-        if isinstance(exc, GatewayError):
-            return _event(error_json(exc))
-        return _event({"type": "error", "error": {"type": "api_error", "message": "failed"}})
+    def error(self, exc: GatewayError) -> bytes:
+        return _event(error_json(exc))
 
 
 def stream_renderer(req: ChatRequest, *, request_id: str, model: str) -> StreamRenderer:

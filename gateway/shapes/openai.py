@@ -14,7 +14,7 @@ from typing import Any
 
 import orjson
 
-from core.errors import InvalidRequest
+from core.errors import GatewayError, InvalidRequest
 from gateway.shapes import translate
 from gateway.shapes.common import (
     OPENAI_OWNED,
@@ -307,9 +307,8 @@ class StreamRenderer:
     def finish(self, finish_reason: str, usage: Usage) -> bytes:
         return b"data: [DONE]\n\n"
 
-    def error(self, exc: Exception) -> bytes:
-        body = exc.body() if hasattr(exc, "body") else b'{"error":{"message":"stream failed"}}'
-        return b"data: " + body + b"\n\n"
+    def error(self, exc: GatewayError) -> bytes:
+        return b"data: " + exc.body() + b"\n\n"
 
 
 def stream_renderer(req: ChatRequest, *, request_id: str, model: str) -> StreamRenderer:
