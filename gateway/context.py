@@ -10,7 +10,7 @@ from gateway.auth import Principal
 from gateway.catalog import ModelOffer
 from gateway.limits import Admission
 from gateway.plan import Plan
-from gateway.types import ChatRequest, StreamResult, Usage
+from gateway.types import ModelRequest, StreamResult, Usage
 
 
 @dataclass(slots=True)
@@ -48,7 +48,7 @@ class RequestContext:
     started: float = field(default_factory=time.monotonic)
     principal: Principal | None = None
     caller_label: str | None = None
-    req: ChatRequest | None = None
+    req: ModelRequest | None = None
     plan: Plan | None = None
     admission: Admission | None = None  # until the finish releases it
     trail: list[AttemptRecord] = field(default_factory=list)

@@ -3,7 +3,7 @@
 `serve` runs the stages below, in this order, each a function further down:
 
 1. `accept`   who calls (a virtual key; or the internal token and a group) -> Principal;
-              the body under its size cap, parsed by the endpoint's shape -> ChatRequest;
+              the body under its size cap, parsed by the endpoint's shape -> ModelRequest;
               the end user's id turned into a caller label. An Idempotency-Key then claims
               its key, or replays the stored answer and ends the request.
 2. `plan`     the attempt plan, built once; it calls nothing -> Plan.
@@ -45,7 +45,7 @@ from gateway.runtime import runtime
 from gateway.shapes import anthropic as anthropic_shape
 from gateway.shapes import internal as internal_shape
 from gateway.shapes import openai as openai_shape
-from gateway.types import ChatRequest, StreamResult
+from gateway.types import ModelRequest, StreamResult
 from usage.pseudonym import caller_label, window_id
 
 if TYPE_CHECKING:  # the plumbing hands its exchange in; nothing here builds one
@@ -79,7 +79,7 @@ INTERNAL_DECIDE = Endpoint("internal.decide", internal_shape, internal=True)
 
 @dataclass(frozen=True, slots=True)
 class Accepted:
-    request: ChatRequest
+    request: ModelRequest
     body: bytes  # the raw body, for an Idempotency-Key's fingerprint
 
 
@@ -187,7 +187,7 @@ def parse_json(body: bytes) -> dict:
     return data
 
 
-def label_caller(ex: Exchange, ctx: RequestContext, req: ChatRequest) -> None:
+def label_caller(ex: Exchange, ctx: RequestContext, req: ModelRequest) -> None:
     """Pseudonymise the end user (header first, then the body's field)."""
     header = ex.headers.get(CALLER_HEADER)
     raw = header.decode("latin-1") if header else req.caller_id
@@ -199,7 +199,7 @@ def label_caller(ex: Exchange, ctx: RequestContext, req: ChatRequest) -> None:
 # ---------------------------------------------------------------- 2. plan
 
 
-def plan_request(ctx: RequestContext, req: ChatRequest) -> Plan:
+def plan_request(ctx: RequestContext, req: ModelRequest) -> Plan:
     """Build the attempt plan (LM-2001 / LM-1003 for unknown or forbidden models)."""
     ctx.plan = build_plan(req, ctx.principal, runtime.catalog, runtime.pools.get)
     return ctx.plan

@@ -23,7 +23,7 @@ from core.money import prompt_tokens_bound, token_cost_micro, with_margin_micro
 from gateway.auth import Principal
 from gateway.catalog import Catalog, ModelOffer, Profile
 from gateway.shapes import translate
-from gateway.types import ANTHROPIC, ChatRequest
+from gateway.types import ANTHROPIC, ModelRequest
 
 TEAM = "team"
 PLATFORM = "platform"
@@ -96,7 +96,7 @@ def price_rank(offer: ModelOffer) -> tuple[int, str]:
     return (offer.input_micro_per_mtok + offer.output_micro_per_mtok, offer.profile.name)
 
 
-def prompt_bound(req: ChatRequest) -> int:
+def prompt_bound(req: ModelRequest) -> int:
     """Return an upper bound on the request's prompt tokens (images: a fixed bound each)."""
     return (
         prompt_tokens_bound(prompt_bytes=req.prompt_bytes, messages=req.prompt_parts)
@@ -104,12 +104,12 @@ def prompt_bound(req: ChatRequest) -> int:
     )
 
 
-def output_bound(req: ChatRequest, link_max_tokens: int) -> int:
+def output_bound(req: ModelRequest, link_max_tokens: int) -> int:
     """Return an upper bound on the output tokens: the cap, for each answer asked for."""
     return link_max_tokens * req.n
 
 
-def worst_case_cost_micro(req: ChatRequest, offer: ModelOffer, *, max_tokens: int) -> int:
+def worst_case_cost_micro(req: ModelRequest, offer: ModelOffer, *, max_tokens: int) -> int:
     # Every prompt token may be a cache write, the dearest kind where a vendor has one.
     return token_cost_micro(
         tokens_in=prompt_bound(req),
@@ -119,7 +119,7 @@ def worst_case_cost_micro(req: ChatRequest, offer: ModelOffer, *, max_tokens: in
     )
 
 
-def vendor_payload(req: ChatRequest, profile: Profile) -> dict:
+def vendor_payload(req: ModelRequest, profile: Profile) -> dict:
     """Return the request's body as this profile's vendor is sent it, owned fields aside.
 
     Same shape: the client's body itself; a field Tollgate does not know goes only to a
@@ -172,7 +172,7 @@ def platform_serves(profile: Profile) -> bool:
 
 
 def build_plan(
-    req: ChatRequest,
+    req: ModelRequest,
     principal: Principal,
     catalog: Catalog,
     pool_for: Callable[[int, str], Pool | None],

@@ -1,6 +1,6 @@
 """Tollgate's own request / response / chunk values, shared by every shape and adapter.
 
-A request keeps the client's body in the client's shape (`ChatRequest.body`): on a
+A request keeps the client's body in the client's shape (`ModelRequest.body`): on a
 same-shape route it goes to the vendor as it came, but for the fields Tollgate owns; across
 shapes it is translated (gateway/shapes/translate.py). Answers and stream events likewise
 keep the vendor's own JSON (`Completion.data`, `Chunk.event`) beside what Tollgate reads
@@ -17,7 +17,7 @@ ANTHROPIC = "anthropic"
 
 
 @dataclass(frozen=True, slots=True)
-class ChatRequest:
+class ModelRequest:
     model: str
     shape: str  # OPENAI or ANTHROPIC: the shape `body` is in
     body: dict[str, Any]  # the client's body; owned fields are set again for each vendor

@@ -6,7 +6,7 @@ import orjson
 
 from gateway.adapters.base import CallTarget, HttpProvider, ProviderError
 from gateway.shapes import anthropic as shape
-from gateway.types import ANTHROPIC, ChatRequest, Chunk, Completion
+from gateway.types import ANTHROPIC, Chunk, Completion, ModelRequest
 
 
 class AnthropicStream:
@@ -38,7 +38,7 @@ class AnthropicProvider(HttpProvider):
             "content-type": "application/json",
         }
 
-    def body(self, req: ChatRequest, target: CallTarget) -> bytes:
+    def body(self, req: ModelRequest, target: CallTarget) -> bytes:
         return shape.vendor_body(
             target.payload,
             upstream_model=target.upstream_model,
@@ -47,7 +47,7 @@ class AnthropicProvider(HttpProvider):
             stream=req.stream,
         )
 
-    def completion(self, data: dict, req: ChatRequest) -> Completion:
+    def completion(self, data: dict, req: ModelRequest) -> Completion:
         return shape.completion_from_vendor(data, model=req.model)
 
     def decoder(self) -> AnthropicStream:

@@ -14,7 +14,7 @@ from typing import Protocol
 import aiohttp
 import orjson
 
-from gateway.types import ChatRequest, Chunk, Completion
+from gateway.types import Chunk, Completion, ModelRequest
 
 
 class ProviderError(Exception):
@@ -50,9 +50,9 @@ class CallTarget:
 class Provider(Protocol):
     shape: str  # the client shape this vendor speaks (gateway.types.OPENAI / ANTHROPIC)
 
-    async def complete(self, req: ChatRequest, target: CallTarget) -> Completion: ...
+    async def complete(self, req: ModelRequest, target: CallTarget) -> Completion: ...
 
-    def stream(self, req: ChatRequest, target: CallTarget) -> AsyncIterator[list[Chunk]]:
+    def stream(self, req: ModelRequest, target: CallTarget) -> AsyncIterator[list[Chunk]]:
         """The answer's chunks, in lists: those that arrived together (never an empty list)."""
         ...
 
@@ -162,21 +162,21 @@ class HttpProvider:
     def headers(self, api_key: str) -> dict[str, str]:
         raise NotImplementedError
 
-    def body(self, req: ChatRequest, target: CallTarget) -> bytes:
+    def body(self, req: ModelRequest, target: CallTarget) -> bytes:
         raise NotImplementedError
 
-    def completion(self, data: dict, req: ChatRequest) -> Completion:
+    def completion(self, data: dict, req: ModelRequest) -> Completion:
         raise NotImplementedError
 
     def decoder(self) -> StreamDecoder:
         raise NotImplementedError
 
-    def _post(self, req: ChatRequest, target: CallTarget):
+    def _post(self, req: ModelRequest, target: CallTarget):
         return self._session.post(
             self._url, data=self.body(req, target), headers=self.headers(target.api_key)
         )
 
-    async def complete(self, req: ChatRequest, target: CallTarget) -> Completion:
+    async def complete(self, req: ModelRequest, target: CallTarget) -> Completion:
         data = await self.post_json(self._url, self.body(req, target), target.api_key)
         return self.completion(data, req)
 
@@ -199,7 +199,7 @@ class HttpProvider:
             raise ProviderError("upstream sent malformed JSON", retryable=True)
         return data
 
-    async def stream(self, req: ChatRequest, target: CallTarget) -> AsyncIterator[list[Chunk]]:
+    async def stream(self, req: ModelRequest, target: CallTarget) -> AsyncIterator[list[Chunk]]:
         try:
             response = await self._post(req, target)
         except (*TRANSPORT_ERRORS, TimeoutError) as exc:

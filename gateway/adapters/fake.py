@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from gateway.adapters.base import CallTarget, ProviderError, error_for_status
 from gateway.shapes import openai as openai_shape
-from gateway.types import OPENAI, ChatRequest, Chunk, Completion, Usage
+from gateway.types import OPENAI, Chunk, Completion, ModelRequest, Usage
 
 WORDS = ("Hello", "from", "the", "fake", "model", "reply", "ok")
 STATUS_FAULTS = {"401": 401, "403": 403, "429": 429, "500": 500}
@@ -59,7 +59,7 @@ class FakeProvider:
                 return self._faults.pop(index)
         return None
 
-    def _answer(self, req: ChatRequest, target: CallTarget) -> tuple[list[str], str, Usage]:
+    def _answer(self, req: ModelRequest, target: CallTarget) -> tuple[list[str], str, Usage]:
         limit = min(target.max_tokens, len(WORDS))
         words = [w if i == 0 else " " + w for i, w in enumerate(WORDS[:limit])]
         finish = "length" if limit < len(WORDS) else "stop"
@@ -77,7 +77,7 @@ class FakeProvider:
         if fault.kind == "fail_before_first_token":
             raise ProviderError("the fake vendor failed before its first token", retryable=True)
 
-    async def complete(self, req: ChatRequest, target: CallTarget) -> Completion:
+    async def complete(self, req: ModelRequest, target: CallTarget) -> Completion:
         self.calls.append(Call(target.api_key, target.upstream_model, stream=False))
         fault = self._take_fault(target)
         await self._before_answer(fault)
@@ -102,7 +102,7 @@ class FakeProvider:
             shape=OPENAI, data=data, text=text, finish_reason=finish, usage=usage, model=req.model
         )
 
-    async def stream(self, req: ChatRequest, target: CallTarget) -> AsyncIterator[list[Chunk]]:
+    async def stream(self, req: ModelRequest, target: CallTarget) -> AsyncIterator[list[Chunk]]:
         self.calls.append(Call(target.api_key, target.upstream_model, stream=True))
         fault = self._take_fault(target)
         await self._before_answer(fault)

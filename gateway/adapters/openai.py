@@ -6,7 +6,7 @@ import orjson
 
 from gateway.adapters.base import CallTarget, HttpProvider
 from gateway.shapes import openai as shape
-from gateway.types import OPENAI, ChatRequest, Chunk, Completion
+from gateway.types import OPENAI, Chunk, Completion, ModelRequest
 
 
 class OpenAIStream:
@@ -29,7 +29,7 @@ class OpenAIProvider(HttpProvider):
     def headers(self, api_key: str) -> dict[str, str]:
         return {"Authorization": f"Bearer {api_key}", "Content-Type": "application/json"}
 
-    def body(self, req: ChatRequest, target: CallTarget) -> bytes:
+    def body(self, req: ModelRequest, target: CallTarget) -> bytes:
         return shape.vendor_body(
             target.payload,
             upstream_model=target.upstream_model,
@@ -38,7 +38,7 @@ class OpenAIProvider(HttpProvider):
             stream=req.stream,
         )
 
-    def completion(self, data: dict, req: ChatRequest) -> Completion:
+    def completion(self, data: dict, req: ModelRequest) -> Completion:
         return shape.completion_from_vendor(data, model=req.model)
 
     def decoder(self) -> OpenAIStream:

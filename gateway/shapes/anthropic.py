@@ -24,7 +24,7 @@ from gateway.shapes.common import (
     refuse_unknown,
     unknown_fields,
 )
-from gateway.types import ANTHROPIC, ChatRequest, Chunk, Completion, Usage
+from gateway.types import ANTHROPIC, Chunk, Completion, ModelRequest, Usage
 
 # Metadata carries only the end user: Tollgate sets it to the label.
 OWNED = ANTHROPIC_OWNED
@@ -79,8 +79,8 @@ ERROR_TYPES = {
 }
 
 
-def parse_request(body: dict, *, fallback_header: str | None = None) -> ChatRequest:
-    """Check a client's messages body and keep it whole as a ChatRequest."""
+def parse_request(body: dict, *, fallback_header: str | None = None) -> ModelRequest:
+    """Check a client's messages body and keep it whole as a ModelRequest."""
     messages = checked_messages(body, roles=ROLES)
     max_tokens = optional_max_tokens(body.get("max_tokens"), "max_tokens")
     if max_tokens is None:
@@ -104,7 +104,7 @@ def parse_request(body: dict, *, fallback_header: str | None = None) -> ChatRequ
     tools = body.get("tools")
     measure.add(tools, keys=True)
     chain = model_chain(body.get("model"), body.get("fallback_model") or fallback_header)
-    return ChatRequest(
+    return ModelRequest(
         model=chain[0],
         shape=ANTHROPIC,
         body=body,
@@ -292,5 +292,5 @@ class StreamRenderer:
         return _event(error_json(exc))
 
 
-def stream_renderer(req: ChatRequest, *, request_id: str, model: str) -> StreamRenderer:
+def stream_renderer(req: ModelRequest, *, request_id: str, model: str) -> StreamRenderer:
     return StreamRenderer(request_id=request_id, model=model)

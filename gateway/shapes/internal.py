@@ -9,12 +9,12 @@ import orjson
 
 from core.errors import GatewayError
 from gateway.shapes import openai as openai_shape
-from gateway.types import ChatRequest, Chunk, Completion, Usage
+from gateway.types import Chunk, Completion, ModelRequest, Usage
 
 ENVELOPE_FIELDS = ("group", "request_id")
 
 
-def parse_request(data: dict, *, stream: bool | None) -> ChatRequest:
+def parse_request(data: dict, *, stream: bool | None) -> ModelRequest:
     """Parse the body without its envelope; `stream`, unless None, is the route's choice."""
     body = {k: v for k, v in data.items() if k not in ENVELOPE_FIELDS}
     req = openai_shape.parse_text_request(body)
@@ -59,5 +59,5 @@ class StreamRenderer:
         return b"event: error\ndata: " + exc.body() + b"\n\n"
 
 
-def stream_renderer(req: ChatRequest, *, request_id: str, model: str) -> StreamRenderer:
+def stream_renderer(req: ModelRequest, *, request_id: str, model: str) -> StreamRenderer:
     return StreamRenderer(request_id=request_id, model=model)

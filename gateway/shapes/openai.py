@@ -29,7 +29,7 @@ from gateway.shapes.common import (
     text_of,
     unknown_fields,
 )
-from gateway.types import OPENAI, ChatRequest, Chunk, Completion, Usage
+from gateway.types import OPENAI, Chunk, Completion, ModelRequest, Usage
 
 OWNED = OPENAI_OWNED
 # Every other documented request field: forwarded unchanged to OpenAI-shaped vendors.
@@ -92,8 +92,8 @@ TEXT_FIELDS = frozenset(
 TEXT_ROLES = frozenset({"system", "developer", "user", "assistant"})
 
 
-def parse_request(body: dict, *, fallback_header: str | None = None) -> ChatRequest:
-    """Check a client's chat-completions body and keep it whole as a ChatRequest."""
+def parse_request(body: dict, *, fallback_header: str | None = None) -> ModelRequest:
+    """Check a client's chat-completions body and keep it whole as a ModelRequest."""
     messages = checked_messages(body, roles=ROLES)
     n = body.get("n")
     if n is None:
@@ -114,7 +114,7 @@ def parse_request(body: dict, *, fallback_header: str | None = None) -> ChatRequ
     measure.add(tools, keys=True)
     measure.add(body.get("response_format"), keys=True)  # a JSON schema is prompt too
     chain = model_chain(body.get("model"), body.get("fallback_model") or fallback_header)
-    return ChatRequest(
+    return ModelRequest(
         model=chain[0],
         shape=OPENAI,
         body=body,
@@ -141,7 +141,7 @@ def surcharged(body: dict) -> str | None:
     return None
 
 
-def parse_text_request(body: dict) -> ChatRequest:
+def parse_text_request(body: dict) -> ModelRequest:
     """Parse a body of plain text turns only (the internal routes answer text)."""
     refuse_unknown(body, TEXT_FIELDS)
     if body.get("n") not in (None, 1):
@@ -311,5 +311,5 @@ class StreamRenderer:
         return b"data: " + exc.body() + b"\n\n"
 
 
-def stream_renderer(req: ChatRequest, *, request_id: str, model: str) -> StreamRenderer:
+def stream_renderer(req: ModelRequest, *, request_id: str, model: str) -> StreamRenderer:
     return StreamRenderer(request_id=request_id, model=model, include_usage=req.include_usage)

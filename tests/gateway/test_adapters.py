@@ -19,7 +19,7 @@ from gateway.adapters.openai import OpenAIProvider
 from gateway.adapters.openrouter import OpenRouterProvider
 from gateway.shapes import anthropic as anthropic_shape
 from gateway.shapes import openai as openai_shape
-from gateway.types import OPENAI, ChatRequest, StreamResult, Usage
+from gateway.types import OPENAI, ModelRequest, StreamResult, Usage
 
 KEY = "sk-adapter-test-0042"
 OPENAI_REQ = openai_shape.parse_request(
@@ -65,7 +65,7 @@ def run(stub, kind: str, call, *, max_tokens: int = 3):
     return asyncio.run(main())
 
 
-def request_for(adapter) -> ChatRequest:
+def request_for(adapter) -> ModelRequest:
     """Return the request in the shape the adapter speaks (the same words either way)."""
     return OPENAI_REQ if adapter.shape == OPENAI else ANTHROPIC_REQ
 

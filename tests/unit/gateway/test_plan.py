@@ -20,7 +20,7 @@ from gateway.auth import Principal
 from gateway.catalog import Catalog, ModelOffer, Profile
 from gateway.plan import PLATFORM, TEAM, build_plan
 from gateway.shapes import openai as openai_shape
-from gateway.types import ChatRequest
+from gateway.types import ModelRequest
 
 GROUP = 7
 
@@ -68,7 +68,7 @@ def catalog(offers=OFFERS) -> Catalog:
     return Catalog(profiles={o.profile.name: o.profile for o in offers}, offers_by_model=by_model)
 
 
-def request(*chain: str, max_tokens: int | None = 100) -> ChatRequest:
+def request(*chain: str, max_tokens: int | None = 100) -> ModelRequest:
     return openai_shape.parse_request(
         {
             "model": ",".join(chain),
@@ -245,7 +245,7 @@ def test_a_team_pool_with_fallback_on_adds_a_platform_fallback_attempt():
     assert plan.budget_estimate_micro == 507
 
 
-def surcharged_request() -> ChatRequest:
+def surcharged_request() -> ModelRequest:
     """A request the vendor bills beyond its tokens (web search): no price of ours covers it."""
     return openai_shape.parse_request(
         {
