@@ -12,8 +12,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-OPENAI = "openai"
-ANTHROPIC = "anthropic"
+# The request shapes (each an API's body): what a client sends and what a vendor serves.
+OPENAI = "openai"  # OpenAI chat completions
+ANTHROPIC = "anthropic"  # Anthropic messages
+RESPONSES = "responses"  # OpenAI's Responses API
+EMBEDDINGS = "embeddings"  # OpenAI's embeddings API
 
 
 @dataclass(frozen=True, slots=True)
