@@ -69,6 +69,11 @@ class InvalidRequest(GatewayError):
     default_message = "Invalid request."
 
 
+class NotFound(GatewayError):
+    code, status, error_type = "LM-2004", 404, "invalid_request_error"
+    default_message = "No such object."
+
+
 class IdempotencyConflict(GatewayError):
     """An Idempotency-Key already used with another body, or its request still running."""
 

@@ -161,7 +161,8 @@ class Exchange:
 
 
 async def list_models(ex: Exchange) -> None:
-    """List the canonical models and aliases the key may use, sorted by id.
+    """List the canonical models and aliases the key may use, sorted by id, each with its
+    `kind` ("chat" or "embedding": which routes it answers).
 
     An alias is listed when the key may use it or its model (as a chat request is allowed),
     with `alias_of` naming the model.
@@ -174,22 +175,38 @@ async def list_models(ex: Exchange) -> None:
         await ex.refuse(exc)
         return
     catalog = runtime.catalog
-    entries = {
-        name: {"id": name, "object": "model", "created": 0, "owned_by": "tollgate"}
-        for name in catalog.model_names()
-        if principal.may_use(name)
-    }
+
+    def entry(name: str, model: str) -> dict:
+        return {
+            "id": name,
+            "object": "model",
+            "created": 0,
+            "owned_by": "tollgate",
+            "kind": catalog.kind_of(model),
+        }
+
+    entries = {name: entry(name, name) for name in catalog.model_names() if principal.may_use(name)}
     for alias, name in catalog.aliases().items():
         if principal.may_use(alias) or principal.may_use(name):
-            entries[alias] = {
-                "id": alias,
-                "object": "model",
-                "created": 0,
-                "owned_by": "tollgate",
-                "alias_of": name,
-            }
+            entries[alias] = {**entry(alias, name), "alias_of": name}
     data = [entries[key] for key in sorted(entries)]
     await ex.reply(200, orjson.dumps({"object": "list", "data": data}))
+
+
+async def stored_response(ex: Exchange) -> None:
+    """Answer `GET` / `DELETE /v1/responses/{id}`: Tollgate keeps no responses (its vendors
+    are always sent `store: false`), so every id is unknown, whoever asks."""
+    try:
+        await runtime.principals.for_secret(bearer(ex.headers), client=ex.scope.get("client"))
+    except errors.GatewayError as exc:
+        await ex.refuse(exc)
+        return
+    response_id = ex.scope["path"].rstrip("/").rsplit("/", 1)[-1]
+    await ex.refuse(
+        errors.NotFound(
+            f"No response {response_id[:64]!r}: Tollgate keeps no responses (store is false)."
+        )
+    )
 
 
 async def reload_config(ex: Exchange) -> None:
@@ -229,6 +246,8 @@ ROUTES: dict[tuple[str, str], Callable[[Exchange], Awaitable[None]]] = {
     ("POST", "/v1/chat/completions"): lambda ex: pipeline.serve(ex, pipeline.CHAT),
     ("POST", "/v1/messages"): lambda ex: pipeline.serve(ex, pipeline.MESSAGES),
     ("POST", "/v1/messages/count_tokens"): count_tokens.serve,
+    ("POST", "/v1/responses"): lambda ex: pipeline.serve(ex, pipeline.RESPONSES),
+    ("POST", "/v1/embeddings"): lambda ex: pipeline.serve(ex, pipeline.EMBEDDINGS),
     ("GET", "/v1/models"): list_models,
     ("POST", "/internal/complete"): lambda ex: pipeline.serve(ex, pipeline.INTERNAL_COMPLETE),
     ("POST", "/internal/stream"): lambda ex: pipeline.serve(ex, pipeline.INTERNAL_STREAM),
@@ -239,6 +258,7 @@ ROUTES: dict[tuple[str, str], Callable[[Exchange], Awaitable[None]]] = {
     ("GET", "/metrics"): metrics_endpoint,
 }
 GATEWAY_PREFIXES = ("/v1/", "/internal/")
+STORED_RESPONSES = "/v1/responses/"  # + an id: what a stored response would be read at
 GATEWAY_PATHS = frozenset(path for _, path in ROUTES)
 
 
@@ -249,7 +269,14 @@ def serves(path: str) -> bool:
 async def gateway_app(scope: Scope, receive: Receive, send: Send) -> None:
     await runtime.start()
     ex = Exchange(scope, receive, send)
-    handler = ROUTES.get((scope["method"], scope["path"].rstrip("/") or "/"))
+    path = scope["path"].rstrip("/") or "/"
+    handler = ROUTES.get((scope["method"], path))
+    if (
+        handler is None
+        and path.startswith(STORED_RESPONSES)
+        and scope["method"] in ("GET", "DELETE")
+    ):
+        handler = stored_response
     if handler is None:
         await ex.refuse(errors.InvalidRequest(f"No route {scope['method']} {scope['path']}."))
         return

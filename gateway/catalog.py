@@ -61,6 +61,7 @@ class ModelOffer:
     cached_input_micro_per_mtok: int = None  # type: ignore[assignment]
     cache_write_micro_per_mtok: int = None  # type: ignore[assignment]
     aliases: tuple[str, ...] = ()  # other names clients may use for this offer's model
+    kind: str = "chat"  # "chat" or "embedding" (providers.models.ModelKind)
 
     def __post_init__(self) -> None:
         if self.cached_input_micro_per_mtok is None:
@@ -97,6 +98,10 @@ class Catalog:
     def model_names(self) -> list[str]:
         """Return the canonical model names, sorted."""
         return sorted(self.offers_by_model)
+
+    def kind_of(self, model: str) -> str:
+        """Return a canonical model's kind (every profile's offer of a name has one kind)."""
+        return self.offers_by_model[model][0].kind
 
     def aliases(self) -> dict[str, str]:
         """Return each alias a client may use and the canonical model it names, sorted."""
@@ -190,6 +195,7 @@ def load_catalog(session: aiohttp.ClientSession) -> Catalog:
                     cached_input_micro_per_mtok=m.cached_input_micro_per_mtok,
                     cache_write_micro_per_mtok=m.cache_write_micro_per_mtok,
                     aliases=tuple(a for a in m.aliases or () if isinstance(a, str) and a),
+                    kind=m.kind,
                 )
             )
     return Catalog(

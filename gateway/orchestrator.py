@@ -280,6 +280,7 @@ class Orchestrator:
             api_key=api_key,
             max_tokens=link.max_tokens,
             payload=link.payload,
+            shape=link.payload_shape,
             caller_label=ctx.caller_label,
         )
 

@@ -43,8 +43,10 @@ from gateway.plan import Plan, build_plan, output_bound, prompt_bound
 from gateway.recording import record_and_release, usage_record
 from gateway.runtime import runtime
 from gateway.shapes import anthropic as anthropic_shape
+from gateway.shapes import embeddings as embeddings_shape
 from gateway.shapes import internal as internal_shape
 from gateway.shapes import openai as openai_shape
+from gateway.shapes import responses as responses_shape
 from gateway.types import ModelRequest, StreamResult
 from usage.pseudonym import caller_label, window_id
 
@@ -72,6 +74,8 @@ class Endpoint:
 
 CHAT = Endpoint("chat", openai_shape)
 MESSAGES = Endpoint("messages", anthropic_shape)
+RESPONSES = Endpoint("responses", responses_shape)
+EMBEDDINGS = Endpoint("embeddings", embeddings_shape)  # its shape never streams
 INTERNAL_COMPLETE = Endpoint("internal.complete", internal_shape, internal=True, stream=False)
 INTERNAL_STREAM = Endpoint("internal.stream", internal_shape, internal=True, stream=True)
 INTERNAL_DECIDE = Endpoint("internal.decide", internal_shape, internal=True)
@@ -304,7 +308,9 @@ async def execute(
         raise errors.UpstreamTimeout("The request passed its deadline.") from None
     ctx.usage = completion.usage
     return Ending(
-        final=endpoint.shape.render_completion(completion, request_id=answer_id(ctx, endpoint)),
+        final=endpoint.shape.render_completion(
+            completion, request_id=answer_id(ctx, endpoint), req=ctx.req
+        ),
         headers=(JSON, *ctx.admission.headers(completion.usage.total_tokens)),
     )
 

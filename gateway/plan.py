@@ -22,11 +22,14 @@ from core.errors import Forbidden, InvalidRequest
 from core.money import prompt_tokens_bound, token_cost_micro, with_margin_micro
 from gateway.auth import Principal
 from gateway.catalog import Catalog, ModelOffer, Profile
-from gateway.shapes import translate
-from gateway.types import ANTHROPIC, ModelRequest
+from gateway.shapes import responses_chat, translate
+from gateway.types import ANTHROPIC, RESPONSES, ModelRequest
 
 TEAM = "team"
 PLATFORM = "platform"
+# Model kinds (providers.models.ModelKind): which requests a model answers.
+CHAT = "chat"
+EMBEDDING = "embedding"
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,7 +49,8 @@ class Link:
     offer: ModelOffer
     max_tokens: int
     attempts: tuple[Attempt, ...]
-    payload: dict  # the body in this vendor's shape (vendor_payload)
+    payload: dict  # the body as this vendor is sent it (vendor_payload)
+    payload_shape: str  # the shape it is in: which of the vendor's APIs it goes to
     breaker_key: str
     team_scoped: bool
     locked: bool = False  # refused by the chain lock: LM-3021 without an upstream call
@@ -119,37 +123,54 @@ def worst_case_cost_micro(req: ModelRequest, offer: ModelOffer, *, max_tokens: i
     )
 
 
-def vendor_payload(req: ModelRequest, profile: Profile) -> dict:
-    """Return the request's body as this profile's vendor is sent it, owned fields aside.
+def vendor_payload(req: ModelRequest, profile: Profile) -> tuple[str, dict]:
+    """Return the request's body as this profile's vendor is sent it, owned fields aside,
+    and the shape it is in.
 
-    Same shape: the client's body itself; a field Tollgate does not know goes only to a
-    profile that passes unknown fields through. Across shapes: translated, and what has
-    no faithful translation is refused (LM-2001) before any vendor is called.
+    A shape the vendor serves natively: the client's body itself; a field Tollgate does not
+    know goes only to a profile that passes unknown fields through. Otherwise translated into
+    the vendor's chat shape (a Responses body through chat completions), and what has no
+    faithful translation is refused (LM-2001) before any vendor is called.
     """
-    vendor_shape = profile.adapter.shape
-    if vendor_shape == req.shape:
+    vendor = profile.adapter
+    if req.shape in vendor.native:
         if req.unknown and not profile.passthrough:
             raise InvalidRequest(
                 f"'{req.unknown[0]}' is not a field Tollgate knows, and profile "
                 f"{profile.name} does not pass unknown fields through."
             )
-        return req.body
+        return req.shape, req.body
     if req.unknown:
         raise InvalidRequest(f"'{req.unknown[0]}' cannot be translated for {profile.kind} vendors.")
-    if vendor_shape == ANTHROPIC:
-        return translate.openai_request_to_anthropic(req.body, vendor_kind=profile.kind)
-    return translate.anthropic_request_to_openai(req.body, vendor_kind=profile.kind)
+    body = req.body
+    if req.shape == RESPONSES:
+        body = responses_chat.responses_request_to_chat(body, vendor_kind=profile.kind)
+        if vendor.shape != ANTHROPIC:
+            return vendor.shape, body
+    elif req.embeds:  # offers_for keeps embedding models to vendors that serve them
+        raise InvalidRequest(f"Profile {profile.name} serves no embeddings.")
+    if vendor.shape == ANTHROPIC:
+        return ANTHROPIC, translate.openai_request_to_anthropic(body, vendor_kind=profile.kind)
+    return vendor.shape, translate.anthropic_request_to_openai(body, vendor_kind=profile.kind)
 
 
-def offers_for(model: str, principal: Principal, catalog: Catalog) -> list[ModelOffer]:
+def offers_for(
+    model: str, principal: Principal, catalog: Catalog, *, kind: str = CHAT
+) -> list[ModelOffer]:
     """Return the offers of one model of a chain, in the order it tries them: a canonical
-    model's cheapest first (LM-2001 unknown, LM-1003 not for this key)."""
+    model's cheapest first (LM-2001 unknown or not of the kind asked, LM-1003 not for this
+    key)."""
     resolved = catalog.resolve(model)
     if not resolved:
         raise InvalidRequest(f"Unknown model {model!r}.")
     if not principal.may_use(model) and not principal.may_use(resolved[0].name):
         raise Forbidden(f"This key may not use model {model!r}.")
-    return sorted(resolved, key=price_rank) if len(resolved) > 1 else list(resolved)
+    offers = [offer for offer in resolved if offer.kind == kind]
+    if not offers:
+        if kind == EMBEDDING:
+            raise InvalidRequest(f"Model {model!r} is not an embedding model.")
+        raise InvalidRequest(f"Model {model!r} is an embedding model: ask POST /v1/embeddings.")
+    return sorted(offers, key=price_rank) if len(offers) > 1 else offers
 
 
 def team_pool(
@@ -180,14 +201,22 @@ def build_plan(
     """Build the attempt plan; refuse unknown or disallowed models (LM-2001 / LM-1003)."""
     margin_pct = settings.TOLLGATE["ESCROW_MARGIN_PCT"]
     prepaid = principal.billing_mode == "prepaid"
-    offers = [offer for model in req.chain for offer in offers_for(model, principal, catalog)]
+    kind = EMBEDDING if req.embeds else CHAT
+    offers = [
+        offer for model in req.chain for offer in offers_for(model, principal, catalog, kind=kind)
+    ]
 
     links: list[Link] = []
     budget_estimate = 0
     chain_locked = False
     for order, offer in enumerate(offers, start=1):
         profile = offer.profile
-        max_tokens = min(req.max_tokens or offer.max_output_tokens, offer.max_output_tokens)
+        # An embedding has no output: its hold is its prompt's bound alone.
+        max_tokens = (
+            0
+            if req.embeds
+            else min(req.max_tokens or offer.max_output_tokens, offer.max_output_tokens)
+        )
         if req.max_tokens is not None and req.max_tokens > offer.max_output_tokens:
             raise InvalidRequest(
                 f"'max_tokens' {req.max_tokens} is over {offer.name}'s cap of "
@@ -212,13 +241,15 @@ def build_plan(
         if any(a.served_by == PLATFORM for a in attempts):
             budget_estimate = max(budget_estimate, worst_micro)
         team_scoped = pool is not None
+        payload_shape, payload = vendor_payload(req, profile)
         links.append(
             Link(
                 order=order,
                 offer=offer,
                 max_tokens=max_tokens,
                 attempts=tuple(attempts),
-                payload=vendor_payload(req, profile),
+                payload=payload,
+                payload_shape=payload_shape,
                 breaker_key=(
                     f"{profile.name}#group:{principal.group_id}" if team_scoped else profile.name
                 ),

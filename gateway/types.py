@@ -22,7 +22,7 @@ EMBEDDINGS = "embeddings"  # OpenAI's embeddings API
 @dataclass(frozen=True, slots=True)
 class ModelRequest:
     model: str
-    shape: str  # OPENAI or ANTHROPIC: the shape `body` is in
+    shape: str  # OPENAI, ANTHROPIC, RESPONSES or EMBEDDINGS: the shape `body` is in
     body: dict[str, Any]  # the client's body; owned fields are set again for each vendor
     chain: tuple[str, ...] = ()  # the client's chain: model, then its route list
     max_tokens: int | None = None
@@ -38,9 +38,10 @@ class ModelRequest:
     # ours covers it, so only team keys serve it.
     surcharged: str | None = None
 
-    def prompt_words(self) -> int:
-        """Count whitespace-separated words in the prompt's texts (the fake's token count)."""
-        return sum(len(text.split()) for text in texts_of(self.body))
+    @property
+    def embeds(self) -> bool:
+        """Say whether this asks for embeddings (an embedding model, no output tokens)."""
+        return self.shape == EMBEDDINGS
 
 
 def texts_of(body: dict[str, Any]) -> list[str]:

@@ -48,6 +48,13 @@ class ProviderModelFormSet(forms.BaseInlineFormSet):
             for form in self.forms
             if form.cleaned_data.get("name") and not form.cleaned_data.get("DELETE")
         ]
+        profile_kind = self.instance.kind
+        for form in self.forms:
+            if not form.cleaned_data.get("name") or form.cleaned_data.get("DELETE"):
+                continue
+            problem = services.model_kind_problem(form.cleaned_data.get("kind"), profile_kind)
+            if problem:
+                raise forms.ValidationError(f"{form.cleaned_data['name']}: {problem}.")
         clash = services.alias_clash(models)
         if clash is not None:
             raise forms.ValidationError(

@@ -32,6 +32,21 @@ TEAM_KEY_ELIGIBLE_KINDS = frozenset(
 )
 
 
+# Kinds whose vendors serve OpenAI's embeddings API: the only ones an embedding model may be on.
+EMBEDDING_KINDS = frozenset(
+    {
+        ProviderKind.OPENAI,
+        ProviderKind.OPENAI_COMPATIBLE,
+        ProviderKind.OPENROUTER,
+    }
+)
+
+
+class ModelKind(models.TextChoices):
+    CHAT = "chat", "Chat (completions, messages, responses)"
+    EMBEDDING = "embedding", "Embedding"
+
+
 class ProviderProfile(models.Model):
     name = models.SlugField(max_length=64, unique=True)
     kind = models.CharField(max_length=24, choices=ProviderKind.choices)
@@ -65,6 +80,13 @@ class ProviderProfile(models.Model):
 class ProviderModel(models.Model):
     profile = models.ForeignKey(ProviderProfile, on_delete=models.CASCADE, related_name="models")
     name = models.CharField(max_length=128, help_text="The model name clients ask for.")
+    kind = models.CharField(
+        max_length=16,
+        choices=ModelKind.choices,
+        default=ModelKind.CHAT,
+        help_text="Chat models answer completions, messages and responses; embedding models "
+        "answer /v1/embeddings (priced per input token; the output price is unused).",
+    )
     upstream = models.CharField(max_length=128, help_text="The model name sent to the vendor.")
     input_micro_per_mtok = models.BigIntegerField(default=0)
     output_micro_per_mtok = models.BigIntegerField(default=0)

@@ -12,7 +12,13 @@ from django.utils import timezone
 
 from core import bus
 from core.sealing import seal
-from providers.models import ProviderKind, ProviderModel, ProviderProfile
+from providers.models import (
+    EMBEDDING_KINDS,
+    ModelKind,
+    ProviderKind,
+    ProviderModel,
+    ProviderProfile,
+)
 
 PROFILE_FIELDS = {
     "name",
@@ -28,6 +34,7 @@ PROFILE_FIELDS = {
 }
 MODEL_FIELDS = {
     "name",
+    "kind",
     "upstream",
     "input_micro_per_mtok",
     "output_micro_per_mtok",
@@ -90,6 +97,15 @@ def alias_problem(alias: object) -> str | None:
     return None
 
 
+def model_kind_problem(model_kind: object, profile_kind: object) -> str | None:
+    """Say what makes a model kind unusable on a profile of this kind, or return None."""
+    if model_kind not in ModelKind.values:
+        return f"'kind' must be one of {sorted(ModelKind.values)}"
+    if model_kind == ModelKind.EMBEDDING and profile_kind not in EMBEDDING_KINDS:
+        return f"a {profile_kind} profile serves no embedding models"
+    return None
+
+
 def alias_clash(models: list[tuple[str, list[str]]]) -> str | None:
     """Return the first alias that is also a model name or another alias of the same
     profile (a model's own name included), or None."""
@@ -126,6 +142,9 @@ def _check_profile(item: object, index: int) -> None:
         if set(model) - MODEL_FIELDS:
             bad = sorted(set(model) - MODEL_FIELDS)[0]
             raise ImproperlyConfigured(f"Malformed setting {m_where}: unknown field {bad}.")
+        problem = model_kind_problem(model.get("kind", ModelKind.CHAT), item.get("kind"))
+        if problem:
+            raise ImproperlyConfigured(f"Malformed setting {m_where}: {problem}.")
         for price in OPTIONAL_PRICE_FIELDS:
             value = model.get(price)
             if value is not None and (
@@ -182,6 +201,7 @@ def profiles_bootstrap(*, spec: list[dict]) -> list[ProviderProfile]:
                 profile=profile,
                 name=model["name"],
                 defaults={
+                    "kind": model.get("kind", ModelKind.CHAT),
                     "upstream": model.get("upstream") or model["name"],
                     "input_micro_per_mtok": int(model.get("input_micro_per_mtok", 0)),
                     "output_micro_per_mtok": int(model.get("output_micro_per_mtok", 0)),

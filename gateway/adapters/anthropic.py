@@ -27,8 +27,9 @@ class AnthropicStream:
 
 class AnthropicProvider(HttpProvider):
     shape = ANTHROPIC
+    native = frozenset({ANTHROPIC})
 
-    def url_for(self, base_url: str) -> str:
+    def url_for(self, base_url: str, shape: str) -> str:
         return base_url + ("/messages" if base_url.endswith("/v1") else "/v1/messages")
 
     def headers(self, api_key: str) -> dict[str, str]:
@@ -47,10 +48,10 @@ class AnthropicProvider(HttpProvider):
             stream=req.stream,
         )
 
-    def completion(self, data: dict, req: ModelRequest) -> Completion:
+    def completion(self, data: dict, req: ModelRequest, target: CallTarget) -> Completion:
         return shape.completion_from_vendor(data, model=req.model)
 
-    def decoder(self) -> AnthropicStream:
+    def decoder(self, target: CallTarget) -> AnthropicStream:
         return AnthropicStream()
 
     async def count_tokens(self, body: dict, api_key: str) -> int:
@@ -59,7 +60,9 @@ class AnthropicProvider(HttpProvider):
         `body` goes as given (the caller names the upstream model). Failures raise
         ProviderError, mapped as `complete` maps them; the vendor's body is never kept.
         """
-        data = await self.post_json(self._url + "/count_tokens", orjson.dumps(body), api_key)
+        data = await self.post_json(
+            self._urls[ANTHROPIC] + "/count_tokens", orjson.dumps(body), api_key
+        )
         tokens = data.get("input_tokens")
         if not isinstance(tokens, int) or isinstance(tokens, bool) or tokens < 0:
             raise ProviderError("upstream sent no input_tokens", retryable=True)

@@ -44,11 +44,13 @@ class CallTarget:
     api_key: str
     max_tokens: int
     payload: dict = field(repr=False)  # the body in the vendor's shape, owned fields unset
+    shape: str = ""  # the shape `payload` is in (which vendor API it goes to); "": its chat
     caller_label: str | None = None
 
 
 class Provider(Protocol):
-    shape: str  # the client shape this vendor speaks (gateway.types.OPENAI / ANTHROPIC)
+    shape: str  # the chat shape this vendor speaks (OPENAI / ANTHROPIC): others translate to it
+    native: frozenset[str]  # the request shapes it serves as they come (its own APIs)
 
     async def complete(self, req: ModelRequest, target: CallTarget) -> Completion: ...
 
@@ -149,15 +151,25 @@ class StreamDecoder(Protocol):
 class HttpProvider:
     """complete / stream, once, for vendors that speak JSON over HTTP and stream SSE.
 
-    A vendor module says only what differs: its URL, headers, body, answer and events.
+    A vendor module says only what differs: its URLs (one per API it serves natively),
+    headers, bodies, answers and events; each is chosen by the target's shape.
     """
 
+    native: frozenset[str] = frozenset()
+
     def __init__(self, *, base_url: str, session: aiohttp.ClientSession) -> None:
-        self._url = self.url_for(base_url.rstrip("/"))
+        base = base_url.rstrip("/")
+        self._urls = {shape: self.url_for(base, shape) for shape in self.native}
         self._session = session
 
-    def url_for(self, base_url: str) -> str:
+    shape: str = ""
+
+    def url_for(self, base_url: str, shape: str) -> str:
         raise NotImplementedError
+
+    def api(self, target: CallTarget) -> str:
+        """Return the shape of the vendor API a call goes to: its chat API unless said."""
+        return target.shape or self.shape
 
     def headers(self, api_key: str) -> dict[str, str]:
         raise NotImplementedError
@@ -165,20 +177,24 @@ class HttpProvider:
     def body(self, req: ModelRequest, target: CallTarget) -> bytes:
         raise NotImplementedError
 
-    def completion(self, data: dict, req: ModelRequest) -> Completion:
+    def completion(self, data: dict, req: ModelRequest, target: CallTarget) -> Completion:
         raise NotImplementedError
 
-    def decoder(self) -> StreamDecoder:
+    def decoder(self, target: CallTarget) -> StreamDecoder:
         raise NotImplementedError
 
     def _post(self, req: ModelRequest, target: CallTarget):
         return self._session.post(
-            self._url, data=self.body(req, target), headers=self.headers(target.api_key)
+            self._urls[self.api(target)],
+            data=self.body(req, target),
+            headers=self.headers(target.api_key),
         )
 
     async def complete(self, req: ModelRequest, target: CallTarget) -> Completion:
-        data = await self.post_json(self._url, self.body(req, target), target.api_key)
-        return self.completion(data, req)
+        data = await self.post_json(
+            self._urls[self.api(target)], self.body(req, target), target.api_key
+        )
+        return self.completion(data, req, target)
 
     async def post_json(self, url: str, body: bytes, api_key: str) -> dict:
         """POST a JSON body and return the vendor's JSON answer; failures as ProviderError."""
@@ -207,7 +223,7 @@ class HttpProvider:
         try:
             if response.status != 200:
                 raise error_for_status(response.status, response.headers)
-            decoder = self.decoder()
+            decoder = self.decoder(target)
             async for events in sse_events(response):
                 chunks = []
                 for event, data in events:
@@ -217,10 +233,10 @@ class HttpProvider:
                         raise ProviderError(
                             "upstream sent malformed JSON", retryable=True
                         ) from None
+                    if chunk is not None:  # a vendor's last event may carry its end
+                        chunks.append(chunk)
                     if decoder.done:
                         break
-                    if chunk is not None:
-                        chunks.append(chunk)
                 if chunks:
                     yield chunks
                 if decoder.done:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from gateway.adapters.base import CallTarget, ProviderError, error_for_status
 from gateway.shapes import openai as openai_shape
-from gateway.types import OPENAI, Chunk, Completion, ModelRequest, Usage
+from gateway.types import OPENAI, Chunk, Completion, ModelRequest, Usage, texts_of
 
 WORDS = ("Hello", "from", "the", "fake", "model", "reply", "ok")
 STATUS_FAULTS = {"401": 401, "403": 403, "429": 429, "500": 500}
@@ -44,6 +44,7 @@ class FakeProvider:
     answers text only: fixed words, whatever tools or formats the body asks for."""
 
     shape = OPENAI
+    native = frozenset({OPENAI})
 
     def __init__(self, **_: object) -> None:
         self.calls: list[Call] = []
@@ -63,7 +64,9 @@ class FakeProvider:
         limit = min(target.max_tokens, len(WORDS))
         words = [w if i == 0 else " " + w for i, w in enumerate(WORDS[:limit])]
         finish = "length" if limit < len(WORDS) else "stop"
-        usage = Usage(input_tokens=max(1, req.prompt_words()), output_tokens=len(words))
+        # The words of what it was sent: a Responses request arrives as chat completions.
+        prompt_words = sum(len(text.split()) for text in texts_of(target.payload))
+        usage = Usage(input_tokens=max(1, prompt_words), output_tokens=len(words))
         return words, finish, usage
 
     async def _before_answer(self, fault: Fault | None) -> None:

@@ -1,15 +1,31 @@
-"""OpenAI and any OpenAI-compatible vendor at its own base URL."""
+"""OpenAI and any OpenAI-compatible vendor at its own base URL.
+
+OpenAI itself serves chat completions, the Responses API and embeddings; a compatible
+vendor (and OpenRouter) is trusted with chat completions and embeddings only, so a Responses
+request reaches it translated into chat completions.
+"""
 
 from __future__ import annotations
 
+from types import ModuleType
+
 import orjson
 
-from gateway.adapters.base import CallTarget, HttpProvider
-from gateway.shapes import openai as shape
-from gateway.types import OPENAI, Chunk, Completion, ModelRequest
+from gateway.adapters.base import CallTarget, HttpProvider, ProviderError
+from gateway.shapes import embeddings as embeddings_shape
+from gateway.shapes import openai as chat_shape
+from gateway.shapes import responses as responses_shape
+from gateway.types import EMBEDDINGS, OPENAI, RESPONSES, Chunk, Completion, ModelRequest
+
+# Each API: its path under the base URL, and the shape module that speaks its bodies.
+APIS: dict[str, tuple[str, ModuleType]] = {
+    OPENAI: ("/chat/completions", chat_shape),
+    RESPONSES: ("/responses", responses_shape),
+    EMBEDDINGS: ("/embeddings", embeddings_shape),
+}
 
 
-class OpenAIStream:
+class ChatStream:
     def __init__(self) -> None:
         self.done = False
 
@@ -17,20 +33,39 @@ class OpenAIStream:
         if data == b"[DONE]":
             self.done = True
             return None
-        return shape.chunk_from_vendor(orjson.loads(data))
+        return chat_shape.chunk_from_vendor(orjson.loads(data))
 
 
-class OpenAIProvider(HttpProvider):
+class ResponsesStream:
+    """The Responses API's typed events: it ends with its `response.completed` (or
+    `.incomplete`) event, which carries the usage; an `error` or `response.failed` event
+    is a vendor failure (retryable while nothing was sent on)."""
+
+    def __init__(self) -> None:
+        self.done = False
+
+    def feed(self, event: str, data: bytes) -> Chunk | None:
+        payload = orjson.loads(data)
+        kind = payload.get("type") if isinstance(payload, dict) else None
+        if kind in responses_shape.FAILED_EVENTS:
+            raise ProviderError("upstream stream error event", retryable=True)
+        chunk = responses_shape.chunk_from_vendor(payload)
+        self.done = chunk.finish_reason is not None
+        return chunk
+
+
+class OpenAICompatibleProvider(HttpProvider):
     shape = OPENAI
+    native = frozenset({OPENAI, EMBEDDINGS})
 
-    def url_for(self, base_url: str) -> str:
-        return base_url + "/chat/completions"
+    def url_for(self, base_url: str, shape: str) -> str:
+        return base_url + APIS[shape][0]
 
     def headers(self, api_key: str) -> dict[str, str]:
         return {"Authorization": f"Bearer {api_key}", "Content-Type": "application/json"}
 
     def body(self, req: ModelRequest, target: CallTarget) -> bytes:
-        return shape.vendor_body(
+        return APIS[self.api(target)][1].vendor_body(
             target.payload,
             upstream_model=target.upstream_model,
             caller_label=target.caller_label,
@@ -38,8 +73,12 @@ class OpenAIProvider(HttpProvider):
             stream=req.stream,
         )
 
-    def completion(self, data: dict, req: ModelRequest) -> Completion:
-        return shape.completion_from_vendor(data, model=req.model)
+    def completion(self, data: dict, req: ModelRequest, target: CallTarget) -> Completion:
+        return APIS[self.api(target)][1].completion_from_vendor(data, model=req.model)
 
-    def decoder(self) -> OpenAIStream:
-        return OpenAIStream()
+    def decoder(self, target: CallTarget) -> ChatStream | ResponsesStream:
+        return ResponsesStream() if self.api(target) == RESPONSES else ChatStream()
+
+
+class OpenAIProvider(OpenAICompatibleProvider):
+    native = frozenset({OPENAI, RESPONSES, EMBEDDINGS})

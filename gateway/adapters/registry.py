@@ -7,13 +7,13 @@ import aiohttp
 from gateway.adapters.anthropic import AnthropicProvider
 from gateway.adapters.base import Provider
 from gateway.adapters.fake import FakeProvider
-from gateway.adapters.openai import OpenAIProvider
+from gateway.adapters.openai import OpenAICompatibleProvider, OpenAIProvider
 from gateway.adapters.openrouter import OpenRouterProvider
 from providers.models import ProviderKind
 
 ADAPTERS = {
     ProviderKind.OPENAI: OpenAIProvider,
-    ProviderKind.OPENAI_COMPATIBLE: OpenAIProvider,
+    ProviderKind.OPENAI_COMPATIBLE: OpenAICompatibleProvider,
     ProviderKind.ANTHROPIC: AnthropicProvider,
     ProviderKind.OPENROUTER: OpenRouterProvider,
     ProviderKind.FAKE: FakeProvider,

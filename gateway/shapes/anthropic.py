@@ -234,7 +234,7 @@ def chunk_from_event(event: str, data: dict) -> Chunk | None:
 # ---- client side ----
 
 
-def render_completion(c: Completion, *, request_id: str) -> bytes:
+def render_completion(c: Completion, *, request_id: str, req: ModelRequest) -> bytes:
     data = c.data if c.shape == ANTHROPIC else translate.openai_completion_to_anthropic(c.data)
     return orjson.dumps({**data, "id": f"msg_{request_id}", "model": c.model})
 

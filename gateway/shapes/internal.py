@@ -25,7 +25,7 @@ def _usage(usage: Usage) -> dict:
     return {"input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens}
 
 
-def render_completion(c: Completion, *, request_id: str) -> bytes:
+def render_completion(c: Completion, *, request_id: str, req: ModelRequest) -> bytes:
     return orjson.dumps(
         {
             "request_id": request_id,

@@ -264,7 +264,7 @@ def chunk_from_vendor(data: dict) -> Chunk:
 # ---- client side: what a Tollgate client in the OpenAI shape receives ----
 
 
-def render_completion(c: Completion, *, request_id: str) -> bytes:
+def render_completion(c: Completion, *, request_id: str, req: ModelRequest) -> bytes:
     data = c.data if c.shape == OPENAI else translate.anthropic_message_to_openai(c.data)
     return orjson.dumps({**data, "id": f"chatcmpl-{request_id}", "model": c.model})
 

@@ -89,3 +89,50 @@ def install_profiles(stub_url: str, spec: list[dict] | None = None) -> None:
             profile_set_platform_key(profile=profile, api_key=PLATFORM_KEY)
             profile.save()
     assert ProviderProfile.objects.count() >= 1
+
+
+# Embedding models on the stub's OpenAI profile, priced per input token only.
+EMBEDDING_PRICES = {"text-embedding-3-small": 20_000, "text-embedding-3-large": 130_000}
+
+
+def api_profiles(stub_url: str) -> list[dict]:
+    """The stub profiles with embedding models, a reasoning model, and a chat-only
+    OpenAI-compatible profile (a Responses request reaches it as chat completions)."""
+    spec = stub_profiles(stub_url)
+    spec[0]["models"] += [
+        {
+            "name": name,
+            "kind": "embedding",
+            "input_micro_per_mtok": price,
+            "output_micro_per_mtok": 0,
+        }
+        for name, price in EMBEDDING_PRICES.items()
+    ]
+    spec[0]["models"].append(
+        {"name": "o4-mini", "input_micro_per_mtok": 1_100_000, "output_micro_per_mtok": 4_400_000}
+    )
+    spec.append(
+        {
+            "name": "stub-compat",
+            "kind": "openai_compatible",
+            "base_url": f"{stub_url}/compat/v1",
+            "timeout_s": 5,
+            "stream_idle_timeout_s": 2,
+            "models": [
+                {
+                    "name": "compat-mini",
+                    "upstream": "local-mini",
+                    "input_micro_per_mtok": 100_000,
+                    "output_micro_per_mtok": 400_000,
+                },
+                {
+                    "name": "compat-embed",
+                    "kind": "embedding",
+                    "upstream": "local-embed",
+                    "input_micro_per_mtok": 10_000,
+                    "output_micro_per_mtok": 0,
+                },
+            ],
+        }
+    )
+    return spec

@@ -36,6 +36,12 @@ def demo_profiles(stub_url: str) -> list[dict]:
                     "output_micro_per_mtok": 600_000,
                     "cached_input_micro_per_mtok": 75_000,
                 },
+                {
+                    "name": "text-embedding-3-small",
+                    "kind": "embedding",
+                    "input_micro_per_mtok": 20_000,
+                    "output_micro_per_mtok": 0,
+                },
             ],
         },
         {

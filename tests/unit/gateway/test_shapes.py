@@ -444,14 +444,22 @@ def test_answers_keep_the_vendors_fields_with_id_and_model_mapped():
     data = {"id": "v", "object": "chat.completion", "model": "up", "choices": [], "x": 1}
     out = orjson.loads(
         openai_shape.render_completion(
-            Completion(OPENAI, data, "", "stop", Usage(), model="m"), request_id="r1"
+            Completion(OPENAI, data, "", "stop", Usage(), model="m"),
+            request_id="r1",
+            req=openai_shape.parse_request(
+                {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+            ),
         )
     )
     assert out == {**data, "id": "chatcmpl-r1", "model": "m"}
     message = {"id": "v", "type": "message", "model": "up", "content": [], "stop_reason": None}
     out = orjson.loads(
         anthropic_shape.render_completion(
-            Completion(ANTHROPIC, message, "", "stop", Usage(), model="m"), request_id="r1"
+            Completion(ANTHROPIC, message, "", "stop", Usage(), model="m"),
+            request_id="r1",
+            req=anthropic_shape.parse_request(
+                {"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]}
+            ),
         )
     )
     assert out == {**message, "id": "msg_r1", "model": "m"}
