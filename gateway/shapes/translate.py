@@ -12,16 +12,25 @@ Rules:
   where it is a type or an enumerated value (`input_audio`, `high`) or a short reason
   (`above 1`). A neutral value (None, False, an empty list or dict, a field's own default
   such as `n: 1` or `service_tier: "auto"`) asks for nothing and is omitted.
-- The one documented exception: Anthropic `cache_control` (top level, on any block, on a
+- A documented exception: Anthropic `cache_control` (top level, on any block, on a
   tool) is dropped on the way to OpenAI-shaped vendors. Those cache prompt prefixes on their
   own; the hint changes cost, never the answer.
+- OpenAI JSON mode (`response_format` `json_object` or `json_schema`) becomes one forced
+  Anthropic tool, JSON_TOOL, whose input schema is the format's (`{"type": "object"}` for
+  `json_object`; a schema whose root is not an object is refused, as a tool input is an
+  object) and whose description is the format's or a fixed one, called once; the other
+  documented exception, the format's `name`, labels it for the client and is not sent (the
+  tool has ours). The call comes back as the message's content, its input as compact JSON,
+  finish reason "stop" (not "tool_calls"). A forced tool excludes the client's: JSON
+  mode beside `tools` or a `tool_choice` (other than "none") is refused, and so is a client
+  tool named JSON_TOOL, always, so that an answer reads the same without its request.
 - Owned fields (model, output cap, streaming switches, end-user id, fallback model) are
   dropped from the request and never translated: the adapter sets them afterwards. The raw
   end-user id (`user`, `safety_identifier`, `metadata.user_id`) never reaches a translated
   body.
 - A response comes from a vendor asked with a translated request, so what cannot arrive (a
-  thinking block, a server tool's block, a tool input that is not a JSON object) raises
-  ValueError: the vendor broke the contract, not the client.
+  thinking block, a server tool's block, a tool input that is not a JSON object, a second
+  JSON answer) raises ValueError: the vendor broke the contract, not the client.
 
 What a round trip normalises (and nothing else):
 
@@ -51,10 +60,14 @@ from gateway.shapes.common import ANTHROPIC_OWNED, OPENAI_OWNED
 # ---------------------------------------------------------------- refusals and neutral values
 
 
-def untranslatable(path: str, vendor_kind: str, kind: str | None = None) -> InvalidRequest:
-    """Build the refusal of the client's field at `path`, optionally naming its value's kind."""
+def untranslatable(
+    path: str, vendor_kind: str, kind: str | None = None, *, why: str | None = None
+) -> InvalidRequest:
+    """Build the refusal of the client's field at `path`, optionally naming its value's kind
+    and saying why."""
     shown = f"'{path}' {kind}" if kind else f"'{path}'"
-    return InvalidRequest(f"{shown} cannot be translated for {vendor_kind} vendors.")
+    reason = f": {why}." if why else "."
+    return InvalidRequest(f"{shown} cannot be translated for {vendor_kind} vendors{reason}")
 
 
 def _malformed(path: str, expected: str) -> InvalidRequest:
@@ -153,7 +166,6 @@ OPENAI_DEFAULTS: dict[str, tuple[Any, ...]] = {
     "presence_penalty": (0, 0.0),
     "frequency_penalty": (0, 0.0),
     "top_logprobs": (0,),
-    "response_format": ({"type": "text"},),
     "service_tier": ("auto",),
     "modalities": (["text"],),
     "prompt_cache_options": (
@@ -170,6 +182,12 @@ TEXT_PART = frozenset({"type", "text"})
 
 OPENAI_TOOL_CHOICES = {"auto": "auto", "none": "none", "required": "any"}
 
+# JSON mode on Anthropic is this one tool, forced: its input is the answer. The name is
+# reserved (a client tool may not take it) so that an answer can be read without the request.
+JSON_TOOL = "tollgate_json_answer"
+JSON_TOOL_DESCRIPTION = "Give your answer as this tool's input: a JSON object in its schema."
+JSON_ANSWER_EXCLUDES = "JSON mode is a forced tool call there, which excludes the client's tools"
+
 
 def openai_request_to_anthropic(body: dict, *, vendor_kind: str) -> dict:
     """Return the Anthropic messages body for an OpenAI chat-completions body, owned fields left
@@ -179,7 +197,7 @@ def openai_request_to_anthropic(body: dict, *, vendor_kind: str) -> dict:
         body,
         handled=OPENAI_OWNED
         | OPENAI_FIELDS.keys()
-        | {"messages", "tool_choice", "parallel_tool_calls"},
+        | {"messages", "tool_choice", "parallel_tool_calls", "response_format"},
         path="",
         vendor=vendor_kind,
         defaults=OPENAI_DEFAULTS,
@@ -189,6 +207,7 @@ def openai_request_to_anthropic(body: dict, *, vendor_kind: str) -> dict:
         if body.get(key) is not None:
             out.update(translate(body[key], vendor_kind))
     out.update(_anthropic_tool_choice(body, vendor_kind))
+    out.update(_anthropic_json_answer(body, vendor_kind))
     return out
 
 
@@ -433,8 +452,13 @@ def _anthropic_tool(tool: Any, path: str, vendor: str) -> dict:
         path=function_path,
         vendor=vendor,
     )
+    name = _as_text(function.get("name"), f"{function_path}.name")
+    if name == JSON_TOOL:
+        raise untranslatable(
+            f"{function_path}.name", vendor, name, why="the name is reserved for JSON answers"
+        )
     out: dict[str, Any] = {
-        "name": _as_text(function.get("name"), f"{function_path}.name"),
+        "name": name,
         "input_schema": function.get("parameters") or {"type": "object", "properties": {}},
     }
     if function.get("description") is not None:
@@ -470,6 +494,74 @@ def _anthropic_tool_choice_of(choice: Any, vendor: str) -> dict:
     function = _as_dict(choice.get("function"), "tool_choice.function")
     _refuse_rest(function, handled=frozenset({"name"}), path="tool_choice.function", vendor=vendor)
     return {"type": "tool", "name": _as_text(function.get("name"), "tool_choice.function.name")}
+
+
+def _anthropic_json_answer(body: dict, vendor: str) -> dict:
+    """Translate a JSON `response_format` into the forced JSON_TOOL, whose input is the answer
+    (an Anthropic tool input is always an object); nothing for text or no format."""
+    response_format = body.get("response_format")
+    if _is_neutral(response_format) or response_format == {"type": "text"}:
+        return {}
+    response_format = _as_dict(response_format, "response_format")
+    kind = response_format.get("type")
+    if kind == "json_object":
+        _refuse_rest(
+            response_format, handled=frozenset({"type"}), path="response_format", vendor=vendor
+        )
+        tool: dict[str, Any] = {
+            "name": JSON_TOOL,
+            "description": JSON_TOOL_DESCRIPTION,
+            "input_schema": {"type": "object"},
+        }
+    elif kind == "json_schema":
+        tool = _json_schema_tool(response_format, vendor)
+    else:
+        raise untranslatable("response_format.type", vendor, str(kind))
+    if not _is_neutral(body.get("tools")):
+        raise untranslatable(
+            "response_format", vendor, f"{kind} beside tools", why=JSON_ANSWER_EXCLUDES
+        )
+    if body.get("tool_choice") not in (None, "none"):
+        raise untranslatable(
+            "response_format", vendor, f"{kind} beside tool_choice", why=JSON_ANSWER_EXCLUDES
+        )
+    # One call only: two JSON inputs would not make one JSON answer.
+    choice = {"type": "tool", "name": JSON_TOOL, "disable_parallel_tool_use": True}
+    return {"tools": [tool], "tool_choice": choice}
+
+
+def _json_schema_tool(response_format: dict, vendor: str) -> dict:
+    _refuse_rest(
+        response_format,
+        handled=frozenset({"type", "json_schema"}),
+        path="response_format",
+        vendor=vendor,
+    )
+    path = "response_format.json_schema"
+    json_schema = _as_dict(response_format.get("json_schema"), path)
+    _refuse_rest(
+        json_schema,
+        handled=frozenset({"name", "description", "schema", "strict"}),
+        path=path,
+        vendor=vendor,
+    )
+    # The name labels the format for the client's own reading; the tool has ours.
+    _as_text(json_schema.get("name"), f"{path}.name")
+    schema = _as_dict(json_schema.get("schema"), f"{path}.schema")
+    if schema.get("type") != "object":
+        raise untranslatable(f"{path}.schema", vendor, "not an object schema")
+    description = json_schema.get("description")
+    tool: dict[str, Any] = {
+        "name": JSON_TOOL,
+        "description": JSON_TOOL_DESCRIPTION
+        if description is None
+        else _as_text(description, f"{path}.description"),
+        "input_schema": schema,
+    }
+    # Both shapes guarantee a schema-valid answer when asked; false is the default in both.
+    if json_schema.get("strict") is True:
+        tool["strict"] = True
+    return tool
 
 
 def _anthropic_stop(stop: Any, vendor: str) -> dict:
@@ -866,17 +958,31 @@ def _cannot_arrive(what: str) -> ValueError:
     return ValueError(f"{what} cannot arrive: the translated request does not ask for it.")
 
 
+def _finish_reason(stop_reason: Any, *, json_answer: bool) -> str:
+    # A forced JSON_TOOL call ends with "tool_use"; for the client it is the answer, a stop.
+    if json_answer and stop_reason == "tool_use":
+        return "stop"
+    return FINISH_FROM_STOP.get(stop_reason, DEFAULT_FINISH)
+
+
 def anthropic_message_to_openai(data: dict) -> dict:
     """Return the chat.completion object for an Anthropic Message; raise ValueError for a
-    block the translated request cannot have caused (thinking, server tools)."""
+    block the translated request cannot have caused (thinking, server tools, a second JSON
+    answer). A JSON_TOOL call is the answer's content: its input as compact JSON."""
     texts: list[str] = []
     calls: list[dict] = []
+    json_answer = False
     for block in data.get("content") or []:
         kind = block.get("type")
         if kind == "text" and block.get("citations"):
             raise _cannot_arrive("An Anthropic text block with citations")
         if kind == "text":
             texts.append(block.get("text") or "")
+        elif kind == "tool_use" and block.get("name") == JSON_TOOL:
+            if json_answer:
+                raise _cannot_arrive("A second JSON answer")
+            json_answer = True
+            texts.append(_compact_json(block.get("input") or {}))
         elif kind == "tool_use":
             calls.append(_openai_call_of(block))
         else:
@@ -897,7 +1003,9 @@ def anthropic_message_to_openai(data: dict) -> dict:
             {
                 "index": 0,
                 "message": message,
-                "finish_reason": FINISH_FROM_STOP.get(data.get("stop_reason"), DEFAULT_FINISH),
+                "finish_reason": _finish_reason(
+                    data.get("stop_reason"), json_answer=json_answer and not calls
+                ),
                 "logprobs": None,
             }
         ],
@@ -961,13 +1069,18 @@ CHUNK = "chat.completion.chunk"
 
 
 class AnthropicStreamToOpenAI:
-    """Turn an Anthropic messages SSE stream, event by event, into chat-completion chunks."""
+    """Turn an Anthropic messages SSE stream, event by event, into chat-completion chunks.
+
+    A JSON_TOOL block is the answer's content: its start shows nothing, its input fragments
+    are content text.
+    """
 
     def __init__(self, *, include_usage: bool) -> None:
         self._include_usage = include_usage
         self._usage: dict[str, Any] = {}
         # OpenAI numbers tool calls from 0; Anthropic numbers all blocks, text ones included.
         self._tool_index: dict[int, int] = {}
+        self._json_index: int | None = None  # the Anthropic index of the JSON_TOOL block
 
     def feed(self, event: dict) -> list[dict]:
         """Return the chunks one event's data becomes: none for `ping`, `content_block_stop`,
@@ -1001,6 +1114,8 @@ class AnthropicStreamToOpenAI:
             return [self._chunk({"content": block["text"]})] if block.get("text") else []
         if kind != "tool_use":
             raise _cannot_arrive(f"An Anthropic {kind!r} block")
+        if block.get("name") == JSON_TOOL:
+            return self._on_json_start(event["index"], block)
         tool_index = self._tool_index[event["index"]] = len(self._tool_index)
         call = {
             "index": tool_index,
@@ -1013,6 +1128,14 @@ class AnthropicStreamToOpenAI:
         }
         return [self._chunk({"tool_calls": [call]})]
 
+    def _on_json_start(self, index: int, block: dict) -> list[dict]:
+        if self._json_index is not None:
+            raise _cannot_arrive("A second JSON answer")
+        self._json_index = index
+        return (
+            [self._chunk({"content": _compact_json(block["input"])})] if block.get("input") else []
+        )
+
     def _on_block_delta(self, event: dict) -> list[dict]:
         delta = event.get("delta") or {}
         kind = delta.get("type")
@@ -1022,6 +1145,8 @@ class AnthropicStreamToOpenAI:
             raise _cannot_arrive(f"An Anthropic {kind!r}")
         if not delta.get("partial_json"):
             return []
+        if self._json_index is not None and event.get("index") == self._json_index:
+            return [self._chunk({"content": delta["partial_json"]})]
         if event.get("index") not in self._tool_index:
             raise ValueError("An Anthropic input_json_delta for a block that is not a tool_use.")
         call = {
@@ -1033,7 +1158,8 @@ class AnthropicStreamToOpenAI:
     def _on_message_delta(self, event: dict) -> list[dict]:
         self._merge_usage(event.get("usage"))
         reason = (event.get("delta") or {}).get("stop_reason")
-        chunks = [self._chunk({}, FINISH_FROM_STOP.get(reason, DEFAULT_FINISH))]
+        json_answer = self._json_index is not None and not self._tool_index
+        chunks = [self._chunk({}, _finish_reason(reason, json_answer=json_answer))]
         if self._include_usage:
             usage = openai_usage_from_anthropic(self._usage)
             chunks.append({"object": CHUNK, "choices": [], "usage": usage})

@@ -1,11 +1,13 @@
 """What real clients send, through the official SDKs unmodified, same shape and across.
 
 The stub answers deterministically (its rules are in stubvendor/server.py and the README):
-given tools it calls the first (or the first two, when parallel calls are allowed) with
-arguments built from their schemas, unless the last message is a tool result; given a JSON
-response format it answers JSON; images cost 85 prompt tokens; a repeated prefix is
-reported cached; reasoning models report 16 reasoning tokens. Each test checks what reached
-the vendor (the stub's call log holds every body) and what the tenant was billed.
+given tools it calls the one `tool_choice` names, else the first (or the first two, when
+parallel calls are allowed) with arguments built from their schemas, unless the last message
+is a tool result; given a JSON response format it answers JSON (on Anthropic vendors JSON
+mode is a forced tool, so there too the schema comes back filled); images cost 85 prompt
+tokens; a repeated prefix is reported cached; reasoning models report 16 reasoning tokens.
+Each test checks what reached the vendor (the stub's call log holds every body) and what the
+tenant was billed.
 """
 
 from __future__ import annotations
@@ -378,6 +380,136 @@ def test_json_mode_is_parsed_by_the_sdks_parse_helper(fidelity):
     [received] = bodies(fidelity)
     assert received["response_format"]["type"] == "json_schema"
     assert received["response_format"]["json_schema"]["name"] == "Forecast"
+
+
+FORECAST_SCHEMA = {  # what the SDK's parse helpers send for Forecast
+    "type": "object",
+    "title": "Forecast",
+    "properties": {
+        "city": {"title": "City", "type": "string"},
+        "days": {"title": "Days", "type": "integer"},
+        "sunny": {"title": "Sunny", "type": "boolean"},
+    },
+    "required": ["city", "days", "sunny"],
+    "additionalProperties": False,
+}
+JSON_TOOL = "tollgate_json_answer"
+JSON_TOOL_DESCRIPTION = "Give your answer as this tool's input: a JSON object in its schema."
+FORCED_JSON = {"type": "tool", "name": JSON_TOOL, "disable_parallel_tool_use": True}
+STUB_FORECAST = '{"city":"stub","days":1,"sunny":true}'  # Forecast as the stub fills it
+TOOL_TOKENS = 10  # the stub: each tool costs 10 prompt tokens
+CALL_TOKENS = 5  # and each call 5 output tokens
+
+
+def assert_json_call_billed(tenant, usage, *, words: int) -> int:
+    """Check a forced JSON call's usage and usage row; return what it cost."""
+    tokens_in = words + TOOL_TOKENS
+    assert (usage.prompt_tokens, usage.completion_tokens) == (tokens_in, CALL_TOKENS)
+    [row] = settled(tenant, 1)
+    assert (row.tokens_in, row.tokens_out) == (tokens_in, CALL_TOKENS)
+    assert row.provider_cost_micro == cost(
+        "claude-3-5-haiku", tokens_in=tokens_in, tokens_out=CALL_TOKENS
+    )
+    return row.provider_cost_micro
+
+
+def test_json_mode_onto_anthropic_is_a_forced_tool_the_parse_helper_reads(fidelity):
+    tenant = fidelity.tenant()
+
+    completion = fidelity.openai(tenant).chat.completions.parse(
+        model="claude-3-5-haiku",
+        messages=[{"role": "user", "content": QUESTION}],
+        response_format=Forecast,
+    )
+
+    choice = completion.choices[0]
+    assert choice.message.parsed == Forecast(city="stub", days=1, sunny=True)
+    assert (choice.message.content, choice.message.tool_calls) == (STUB_FORECAST, None)
+    assert choice.finish_reason == "stop"
+    [call] = fidelity.stub.vendor_calls()
+    assert call["path"] == "/v1/messages"
+    assert "response_format" not in call["body"]
+    assert call["body"]["tools"] == [
+        {
+            "name": JSON_TOOL,
+            "description": JSON_TOOL_DESCRIPTION,
+            "input_schema": FORECAST_SCHEMA,
+            "strict": True,
+        }
+    ]
+    assert call["body"]["tool_choice"] == FORCED_JSON
+    # 16 x 0.8 + 5 x 4.0 = 32.8 -> 33
+    assert assert_json_call_billed(tenant, completion.usage, words=6) == 33
+
+
+def test_json_mode_onto_anthropic_streams_the_json_as_content(fidelity):
+    tenant = fidelity.tenant()
+
+    with fidelity.openai(tenant).chat.completions.stream(
+        model="claude-3-5-haiku",
+        messages=[{"role": "user", "content": QUESTION}],
+        response_format=Forecast,
+        stream_options={"include_usage": True},
+    ) as stream:
+        deltas = [event.delta for event in stream if event.type == "content.delta"]
+        final = stream.get_final_completion()
+
+    # The role chunk's empty content (as OpenAI sends it), then the stub's two input halves.
+    half = len(STUB_FORECAST) // 2
+    assert deltas == ["", STUB_FORECAST[:half], STUB_FORECAST[half:]]
+    choice = final.choices[0]
+    assert choice.message.parsed == Forecast(city="stub", days=1, sunny=True)
+    assert (choice.finish_reason, choice.message.tool_calls) == ("stop", None)
+    assert assert_json_call_billed(tenant, final.usage, words=6) == 33
+
+
+def test_json_object_mode_onto_anthropic_streams_an_object(fidelity):
+    tenant = fidelity.tenant()
+
+    chunks = list(
+        fidelity.openai(tenant).chat.completions.create(
+            model="claude-3-5-haiku",
+            messages=[{"role": "user", "content": f"{QUESTION}, in JSON"}],
+            response_format={"type": "json_object"},
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+    )
+
+    content = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert content == "{}"  # the stub fills {"type": "object"}: no required keys
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "stop"
+    [received] = bodies(fidelity)
+    assert received["tools"] == [
+        {
+            "name": JSON_TOOL,
+            "description": JSON_TOOL_DESCRIPTION,
+            "input_schema": {"type": "object"},
+        }
+    ]
+    assert received["tool_choice"] == FORCED_JSON
+    # 18 x 0.8 + 5 x 4.0 = 34.4 -> 35
+    assert assert_json_call_billed(tenant, chunks[-1].usage, words=8) == 35
+
+
+def test_json_mode_beside_tools_onto_anthropic_is_refused_before_the_vendor(fidelity):
+    tenant = fidelity.tenant()
+
+    with pytest.raises(openai.BadRequestError) as refused:
+        fidelity.openai(tenant).chat.completions.create(
+            model="claude-3-5-haiku",
+            messages=[{"role": "user", "content": QUESTION}],
+            response_format={"type": "json_object"},
+            tools=[WEATHER],
+        )
+
+    assert refused.value.status_code == 400
+    assert refused.value.body["code"] == "LM-2001"
+    assert refused.value.body["message"] == (
+        "'response_format' json_object beside tools cannot be translated for anthropic "
+        "vendors: JSON mode is a forced tool call there, which excludes the client's tools."
+    )
+    assert fidelity.stub.vendor_calls() == []
 
 
 @pytest.mark.parametrize(

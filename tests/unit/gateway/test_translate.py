@@ -10,6 +10,7 @@ import types
 import typing
 from typing import Any, Literal, NotRequired, Required, Union, get_args, get_origin
 
+import pydantic
 import pytest
 from anthropic.lib.streaming._messages import accumulate_event  # MessageStream's; unexported
 from anthropic.types import Message, RawMessageStreamEvent
@@ -22,6 +23,7 @@ from typing_extensions import get_type_hints, is_typeddict
 
 from core.errors import InvalidRequest
 from gateway.shapes.translate import (
+    JSON_TOOL,
     AnthropicStreamToOpenAI,
     OpenAIStreamToAnthropic,
     anthropic_message_to_openai,
@@ -702,12 +704,7 @@ def test_a_stop_list_becomes_stop_sequences():
         ("seed", 0, "'seed'"),  # 0 is a seed like any other
         ("presence_penalty", 0.5, "'presence_penalty'"),
         ("frequency_penalty", -1, "'frequency_penalty'"),
-        ("response_format", {"type": "json_object"}, "'response_format.type' json_object"),
-        (
-            "response_format",
-            {"type": "json_schema", "json_schema": {"name": "x", "schema": {}}},
-            "'response_format.type' json_schema",
-        ),
+        ("response_format", {"type": "regex", "regex": "a+"}, "'response_format.type' regex"),
         ("reasoning_effort", "low", "'reasoning_effort'"),
         ("metadata", {"team": "search"}, "'metadata'"),
         ("store", True, "'store'"),
@@ -786,6 +783,188 @@ def test_neutral_openai_values_are_accepted_and_omitted(field, value):
 )
 def test_malformed_openai_bodies_are_invalid_requests(body, message):
     assert refusal(openai_request_to_anthropic, body, vendor_kind="anthropic") == message
+
+
+JSON_DESCRIPTION = "Give your answer as this tool's input: a JSON object in its schema."
+FORCED_JSON = {"type": "tool", "name": "tollgate_json_answer", "disable_parallel_tool_use": True}
+
+
+def test_json_object_mode_becomes_one_forced_tool_taking_any_object():
+    out = to_anthropic(response_format={"type": "json_object"})
+
+    assert JSON_TOOL == "tollgate_json_answer"
+    assert out == {
+        "messages": [{"role": "user", "content": "Hi"}],
+        "tools": [
+            {
+                "name": "tollgate_json_answer",
+                "description": JSON_DESCRIPTION,
+                "input_schema": {"type": "object"},
+            }
+        ],
+        "tool_choice": FORCED_JSON,
+    }
+
+
+def test_a_json_schema_becomes_the_forced_tools_schema_with_its_description_and_strictness():
+    response_format = {
+        "type": "json_schema",
+        "json_schema": {
+            "name": "Weather",
+            "description": "The weather asked for.",
+            "schema": WEATHER_SCHEMA,
+            "strict": True,
+        },
+    }
+
+    out = to_anthropic(response_format=response_format)
+
+    assert out["tools"] == [
+        {
+            "name": "tollgate_json_answer",
+            "description": "The weather asked for.",
+            "input_schema": WEATHER_SCHEMA,
+            "strict": True,
+        }
+    ]
+    assert out["tool_choice"] == FORCED_JSON
+
+
+def test_a_json_schema_without_description_gets_the_fixed_one_and_strict_false_is_omitted():
+    json_schema = {"name": "Weather", "schema": WEATHER_SCHEMA, "strict": False}
+
+    out = to_anthropic(response_format={"type": "json_schema", "json_schema": json_schema})
+
+    assert out["tools"] == [
+        {
+            "name": "tollgate_json_answer",
+            "description": JSON_DESCRIPTION,
+            "input_schema": WEATHER_SCHEMA,
+        }
+    ]
+
+
+@pytest.mark.parametrize(
+    "neutral", [{"tools": []}, {"tool_choice": "none"}, {"parallel_tool_calls": False}]
+)
+def test_json_mode_beside_neutral_tool_fields_is_still_the_forced_tool(neutral):
+    out = to_anthropic(response_format={"type": "json_object"}, **neutral)
+
+    assert [tool["name"] for tool in out["tools"]] == ["tollgate_json_answer"]
+    assert out["tool_choice"] == FORCED_JSON
+
+
+@pytest.mark.parametrize(
+    ("beside", "shown"),
+    [
+        ({"tools": [OPENAI_WEATHER_TOOL]}, "tools"),
+        ({"tools": [OPENAI_WEATHER_TOOL], "tool_choice": "none"}, "tools"),
+        ({"tool_choice": "auto"}, "tool_choice"),
+        ({"tool_choice": "required"}, "tool_choice"),
+    ],
+)
+@pytest.mark.parametrize(
+    ("response_format", "kind"),
+    [
+        ({"type": "json_object"}, "json_object"),
+        (
+            {"type": "json_schema", "json_schema": {"name": "W", "schema": WEATHER_SCHEMA}},
+            "json_schema",
+        ),
+    ],
+)
+def test_json_mode_beside_client_tools_is_refused(beside, shown, response_format, kind):
+    message = refusal(to_anthropic, response_format=response_format, **beside)
+
+    assert message == (
+        f"'response_format' {kind} beside {shown} cannot be translated for anthropic vendors: "
+        "JSON mode is a forced tool call there, which excludes the client's tools."
+    )
+
+
+def test_json_mode_beside_a_named_tool_choice_is_refused():
+    choice = {"type": "function", "function": {"name": "get_weather"}}
+
+    message = refusal(to_anthropic, response_format={"type": "json_object"}, tool_choice=choice)
+
+    assert message.startswith("'response_format' json_object beside tool_choice cannot be")
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {"type": "array", "items": {"type": "string"}},
+        {"type": "string"},
+        {"properties": {"a": {"type": "string"}}},  # untyped: any JSON value with these keys
+        {"anyOf": [{"type": "object"}, {"type": "null"}]},
+        {},
+    ],
+)
+def test_a_json_schema_whose_root_is_no_object_schema_is_refused(schema):
+    json_schema = {"name": "Answer", "schema": schema}
+
+    message = refusal(
+        to_anthropic, response_format={"type": "json_schema", "json_schema": json_schema}
+    )
+
+    assert message == (
+        "'response_format.json_schema.schema' not an object schema"
+        " cannot be translated for anthropic vendors."
+    )
+
+
+@pytest.mark.parametrize(
+    ("response_format", "message"),
+    [
+        (
+            {"type": "json_object", "strict": True},
+            "'response_format.strict' cannot be translated for anthropic vendors.",
+        ),
+        (
+            {"type": "json_schema", "json_schema": {"name": "W", "schema": WEATHER_SCHEMA, "x": 1}},
+            "'response_format.json_schema.x' cannot be translated for anthropic vendors.",
+        ),
+        ({"type": "json_schema"}, "'response_format.json_schema' must be an object."),
+        (
+            {"type": "json_schema", "json_schema": {"name": "W"}},
+            "'response_format.json_schema.schema' must be an object.",
+        ),
+        (
+            {"type": "json_schema", "json_schema": {"schema": WEATHER_SCHEMA}},
+            "'response_format.json_schema.name' must be a string.",
+        ),
+        (
+            {
+                "type": "json_schema",
+                "json_schema": {"name": "W", "schema": WEATHER_SCHEMA, "description": 3},
+            },
+            "'response_format.json_schema.description' must be a string.",
+        ),
+        ("json", "'response_format' must be an object."),
+        (
+            {"type": "text", "text": "x"},
+            "'response_format.type' text cannot be translated for anthropic vendors.",
+        ),
+    ],
+)
+def test_malformed_or_extended_json_formats_are_refused(response_format, message):
+    assert refusal(to_anthropic, response_format=response_format) == message
+
+
+@pytest.mark.parametrize("response_format", [None, {"type": "json_object"}])
+def test_a_client_tool_named_like_the_json_tool_is_refused_with_or_without_json_mode(
+    response_format,
+):
+    tool = {"type": "function", "function": {"name": "tollgate_json_answer"}}
+
+    message = refusal(
+        to_anthropic, tools=[OPENAI_WEATHER_TOOL, tool], response_format=response_format
+    )
+
+    assert message == (
+        "'tools[1].function.name' tollgate_json_answer cannot be translated for anthropic "
+        "vendors: the name is reserved for JSON answers."
+    )
 
 
 # ---------------------------------------------------------------- requests: Anthropic -> OpenAI
@@ -1656,6 +1835,85 @@ def test_a_block_the_request_refused_cannot_arrive(block):
         anthropic_message_to_openai(anthropic_message([block]))
 
 
+def json_answer_block(tool_input: dict) -> dict:
+    return {
+        "type": "tool_use",
+        "id": "toolu_1",
+        "name": "tollgate_json_answer",
+        "input": tool_input,
+    }
+
+
+def test_a_json_tool_call_is_the_answers_content_with_a_stop():
+    message = anthropic_message(
+        [json_answer_block({"city": "Zürich", "days": 2, "sunny": True})],
+        stop_reason="tool_use",
+    )
+
+    out = anthropic_message_to_openai(message)
+
+    assert_chat_completion(out)
+    assert isinstance(out.pop("created"), int)
+    assert out == {
+        "id": "msg_01",
+        "object": "chat.completion",
+        "model": "claude-x",
+        "choices": [
+            {
+                "index": 0,
+                "message": {
+                    "role": "assistant",
+                    "content": '{"city":"Zürich","days":2,"sunny":true}',
+                    "refusal": None,
+                },
+                "finish_reason": "stop",
+                "logprobs": None,
+            }
+        ],
+        "usage": {
+            "prompt_tokens": 20,
+            "completion_tokens": 8,
+            "total_tokens": 28,
+            "prompt_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
+            "completion_tokens_details": {"reasoning_tokens": 0},
+        },
+    }
+
+
+@pytest.mark.parametrize(
+    ("stop_reason", "finish_reason"),
+    [("tool_use", "stop"), ("end_turn", "stop"), ("max_tokens", "length")],
+)
+def test_a_json_answers_stop_reason_reads_as_an_answers(stop_reason, finish_reason):
+    out = anthropic_message_to_openai(anthropic_message([json_answer_block({})], stop_reason))
+
+    assert out["choices"][0]["message"]["content"] == "{}"
+    assert out["choices"][0]["finish_reason"] == finish_reason
+
+
+def test_a_tool_call_not_named_for_json_still_gives_tool_calls():
+    block = {"type": "tool_use", "id": "toolu_1", "name": "tollgate_json", "input": {"a": 1}}
+
+    out = anthropic_message_to_openai(anthropic_message([block], "tool_use"))
+
+    choice = out["choices"][0]
+    assert (choice["message"]["content"], choice["finish_reason"]) == (None, "tool_calls")
+    assert choice["message"]["tool_calls"] == [
+        {
+            "id": "toolu_1",
+            "type": "function",
+            "function": {"name": "tollgate_json", "arguments": '{"a":1}'},
+        }
+    ]
+
+
+def test_a_second_json_answer_cannot_arrive():
+    blocks = [json_answer_block({"a": 1}), {**json_answer_block({"a": 2}), "id": "toolu_2"}]
+
+    with pytest.raises(ValueError):
+        anthropic_message_to_openai(anthropic_message(blocks, "tool_use"))
+
+
 def openai_completion(
     message: dict, finish_reason: str = "stop", usage: dict | None = None
 ) -> dict:
@@ -1948,6 +2206,117 @@ def test_the_openai_sdk_accumulates_the_translated_tool_stream():
         ("toolu_2", "get_weather", {"city": "Rome"}),
     ]
     assert (final.usage.prompt_tokens, final.usage.completion_tokens) == (25, 40)
+
+
+JSON_BLOCK = {"type": "tool_use", "id": "toolu_1", "name": "tollgate_json_answer", "input": {}}
+ANTHROPIC_JSON_STREAM = [  # as Anthropic streams a forced tool: input {} first, then pieces
+    anthropic_start(cache_creation_input_tokens=0, cache_read_input_tokens=0),
+    {"type": "content_block_start", "index": 0, "content_block": JSON_BLOCK},
+    {"type": "ping"},
+    json_delta(0, ""),
+    json_delta(0, '{"city":"stub",'),
+    json_delta(0, '"days":1}'),
+    {"type": "content_block_stop", "index": 0},
+    {
+        "type": "message_delta",
+        "delta": {"stop_reason": "tool_use", "stop_sequence": None},
+        "usage": {"output_tokens": 5},
+    },
+    {"type": "message_stop"},
+]
+
+
+def test_an_anthropic_json_tool_stream_becomes_content_chunks_and_a_stop():
+    chunks = feed_all(AnthropicStreamToOpenAI(include_usage=True), ANTHROPIC_JSON_STREAM)
+
+    assert_openai_chunks(chunks)
+    assert chunks == [
+        chunk({"role": "assistant", "content": ""}, usage=None),
+        chunk({"content": '{"city":"stub",'}, usage=None),
+        chunk({"content": '"days":1}'}, usage=None),
+        chunk({}, "stop", usage=None),
+        {
+            "object": "chat.completion.chunk",
+            "choices": [],
+            "usage": {
+                "prompt_tokens": 25,
+                "completion_tokens": 5,
+                "total_tokens": 30,
+                "prompt_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
+                "completion_tokens_details": {"reasoning_tokens": 0},
+            },
+        },
+    ]
+
+
+def test_the_openai_sdk_parses_the_translated_json_stream():
+    class Weather(pydantic.BaseModel):
+        city: str
+        days: int
+
+    state = ChatCompletionStreamState(response_format=Weather)
+    for item in feed_all(AnthropicStreamToOpenAI(include_usage=False), ANTHROPIC_JSON_STREAM):
+        state.handle_chunk(
+            ChatCompletionChunk.model_validate({**item, "id": "x", "model": "m", "created": 0})
+        )
+
+    choice = state.get_final_completion().choices[0]
+    assert (choice.finish_reason, choice.message.tool_calls) == ("stop", None)
+    assert choice.message.parsed == Weather(city="stub", days=1)
+
+
+def test_a_json_tool_start_with_its_input_gives_it_as_content():
+    translator = AnthropicStreamToOpenAI(include_usage=False)
+    translator.feed(anthropic_start())
+    start = {**JSON_BLOCK, "input": {"a": "é"}}
+
+    chunks = translator.feed({"type": "content_block_start", "index": 0, "content_block": start})
+
+    assert chunks == [chunk({"content": '{"a":"é"}'})]
+
+
+def test_a_tool_stream_not_named_for_json_still_ends_in_tool_calls():
+    translator = AnthropicStreamToOpenAI(include_usage=False)
+    events = [ANTHROPIC_JSON_STREAM[0], tool_start(0, "t"), json_delta(0, "{}")]
+    events += ANTHROPIC_JSON_STREAM[-2:]  # message_delta with stop_reason tool_use
+
+    chunks = feed_all(translator, events)
+
+    assert [c["choices"][0]["delta"] for c in chunks[1:-1]] == [
+        {
+            "tool_calls": [
+                {
+                    "index": 0,
+                    "id": "t",
+                    "type": "function",
+                    "function": {"name": "get_weather", "arguments": ""},
+                }
+            ]
+        },
+        tool_fragment(0, "{}"),
+    ]
+    assert chunks[-1] == chunk({}, "tool_calls")
+
+
+def test_a_json_stream_cut_by_max_tokens_ends_in_length():
+    events = [*ANTHROPIC_JSON_STREAM[:4], json_delta(0, '{"ci')]
+    end = {
+        "type": "message_delta",
+        "delta": {"stop_reason": "max_tokens", "stop_sequence": None},
+        "usage": {"output_tokens": 2},
+    }
+
+    chunks = feed_all(AnthropicStreamToOpenAI(include_usage=False), [*events, end])
+
+    assert chunks[-1] == chunk({}, "length")
+
+
+def test_a_second_json_block_cannot_be_streamed_on():
+    translator = AnthropicStreamToOpenAI(include_usage=False)
+    feed_all(translator, ANTHROPIC_JSON_STREAM[:7])
+
+    with pytest.raises(ValueError):
+        translator.feed({"type": "content_block_start", "index": 1, "content_block": JSON_BLOCK})
 
 
 def test_stream_usage_merges_start_and_delta_with_later_values_winning():
