@@ -19,6 +19,10 @@ from tests.support.usage import usage_rows
 
 SYSTEM = "You are terse."  # 3 words
 QUESTION = "What is the gateway for"  # 5 words
+WEATHER = {
+    "type": "function",
+    "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {}}},
+}
 
 
 def test_anthropic_sdk_on_the_messages_route_reaches_an_anthropic_vendor(stack):
@@ -271,10 +275,13 @@ def test_an_anthropic_field_an_openai_vendor_cannot_honour_is_refused_naming_it(
     [
         ({"logprobs": True}, "'logprobs'"),
         ({"n": 2}, "'n'"),
-        ({"response_format": {"type": "json_object"}}, "'response_format"),
+        (  # JSON mode is a forced tool on Anthropic: it cannot sit beside the client's own
+            {"response_format": {"type": "json_object"}, "tools": [WEATHER]},
+            "'response_format' json_object beside tools",
+        ),
         ({"seed": 7}, "'seed'"),
     ],
-    ids=["logprobs", "n", "response_format", "seed"],
+    ids=["logprobs", "n", "json-beside-tools", "seed"],
 )
 def test_an_openai_field_an_anthropic_vendor_cannot_honour_is_refused_naming_it(
     stack, body, untranslatable
