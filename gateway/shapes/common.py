@@ -25,6 +25,18 @@ OPENAI_OWNED = frozenset(
     }
 )
 ANTHROPIC_OWNED = frozenset({"model", "max_tokens", "metadata", "stream", "fallback_model"})
+# The Responses API's: `store` too, always false (Tollgate keeps no responses).
+RESPONSES_OWNED = frozenset(
+    {
+        "model",
+        "max_output_tokens",
+        "stream",
+        "user",
+        "safety_identifier",
+        "store",
+        "fallback_model",
+    }
+)
 # Content parts whose cost is not their bytes: an image is a fixed-ish number of tokens
 # whatever its encoding; a document is bounded by its decoded bytes.
 IMAGE_PARTS = frozenset({"image_url", "image", "input_image"})

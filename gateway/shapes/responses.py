@@ -23,6 +23,7 @@ import orjson
 from core.errors import GatewayError, InvalidRequest
 from gateway.shapes import responses_chat, translate
 from gateway.shapes.common import (
+    RESPONSES_OWNED,
     PromptMeasure,
     checked_bool,
     checked_string,
@@ -32,17 +33,7 @@ from gateway.shapes.common import (
 )
 from gateway.types import ANTHROPIC, OPENAI, RESPONSES, Chunk, Completion, ModelRequest, Usage
 
-OWNED = frozenset(
-    {
-        "model",
-        "max_output_tokens",
-        "stream",
-        "user",
-        "safety_identifier",
-        "store",
-        "fallback_model",
-    }
-)
+OWNED = RESPONSES_OWNED
 # Every other documented request field: forwarded unchanged to OpenAI's Responses API.
 KNOWN = OWNED | frozenset(
     {

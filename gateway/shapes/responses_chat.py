@@ -50,6 +50,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from gateway.shapes.common import RESPONSES_OWNED
 from gateway.shapes.translate import (
     OPENAI_DEFAULTS,
     _as_dict,
@@ -64,19 +65,8 @@ from gateway.shapes.translate import (
 
 # ---------------------------------------------------------------- requests: Responses -> chat
 
-# Set by Tollgate on every vendor call: never translated, never refused here.
-RESPONSES_OWNED = frozenset(
-    {
-        "model",
-        "max_output_tokens",
-        "stream",
-        "stream_options",
-        "user",
-        "safety_identifier",
-        "store",
-        "fallback_model",
-    }
-)
+# How a stream is sent: the chat vendor's own stream options are Tollgate's to set.
+STREAM_SWITCHES = frozenset({"stream_options"})
 # Refused by the caller before the body reaches us (their state lives at OpenAI).
 CALLER_REFUSED = frozenset({"previous_response_id", "conversation", "background", "prompt"})
 
@@ -115,7 +105,11 @@ def responses_request_to_chat(body: dict, *, vendor_kind: str) -> dict:
     body = _as_dict(body, "body")
     _refuse_rest(
         body,
-        handled=RESPONSES_OWNED | CALLER_REFUSED | TOP_LEVEL | RESPONSES_FIELDS.keys(),
+        handled=RESPONSES_OWNED
+        | STREAM_SWITCHES
+        | CALLER_REFUSED
+        | TOP_LEVEL
+        | RESPONSES_FIELDS.keys(),
         path="",
         vendor=vendor_kind,
         defaults=RESPONSES_DEFAULTS,
