@@ -25,6 +25,9 @@ Vendor routes
   ``hang`` as usual; the drop kinds close the connection without a response;
   ``slow`` waits ``delay_ms`` once).  No answer tokens; it neither reads nor
   writes the prompt caches.
+* ``POST .../embeddings`` (any prefix): OpenAI embeddings, deterministic
+  vectors (``embeddings.embedding_vector``); the contract is in
+  ``stubvendor/embeddings.py``'s docstring.  Key: ``Authorization: Bearer <key>``.
 * ``GET .../models`` (any prefix): ``{"object": "list", "data": [{"id":
   "stub-model", "object": "model", "created": 0, "owned_by": "stub"}]}``.
   Key-checked like the others (OpenAI or Anthropic header), recorded in the
@@ -264,7 +267,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple, Protocol, Self
 
@@ -1226,11 +1229,16 @@ async def _write_stream(
 
 async def vendor(request: web.Request) -> web.StreamResponse:
     """Dispatch a vendor call by its path suffix (catch-all route)."""
+    # Imported here: those modules build on this one.
+    from stubvendor.embeddings import create_embeddings
+
     path = request.path
     tail = path.rstrip("/")
-    handler = _completion
+    handler: Callable[[web.Request, str], Awaitable[web.StreamResponse]] = _completion
     if tail.endswith("/chat/completions"):
         shape = "openai"
+    elif tail.endswith("/embeddings"):
+        shape, handler = "openai", create_embeddings
     elif tail.endswith("/messages/count_tokens"):
         shape, handler = "anthropic", _count_tokens
     elif tail.endswith("/messages"):
@@ -1803,4 +1811,8 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    # Under ``python -m`` this file runs as ``__main__``, a second copy of the module;
+    # the route modules import ``stubvendor.server``, so serve that one (one STATE key).
+    from stubvendor.server import main as _main
+
+    _main(sys.argv[1:])
