@@ -25,6 +25,10 @@ Vendor routes
   ``hang`` as usual; the drop kinds close the connection without a response;
   ``slow`` waits ``delay_ms`` once).  No answer tokens; it neither reads nor
   writes the prompt caches.
+* ``POST .../responses`` (any prefix): the OpenAI Responses API, answered by
+  the rules below (tools, JSON, reasoning, words, prompt tokens, caching,
+  faults) read from its own fields; the contract is in
+  ``stubvendor/responses.py``'s docstring.  Key: ``Authorization: Bearer <key>``.
 * ``POST .../embeddings`` (any prefix): OpenAI embeddings, deterministic
   vectors (``embeddings.embedding_vector``); the contract is in
   ``stubvendor/embeddings.py``'s docstring.  Key: ``Authorization: Bearer <key>``.
@@ -318,15 +322,17 @@ MAX_TOKENS_UNSUPPORTED = (
     "Use 'max_completion_tokens' instead."
 )
 THINKING_BUDGET_TOO_LARGE = "max_tokens must be greater than thinking.budget_tokens"
-# Per content dialect: the part types whose ``text`` counts its words, and the part
-# types with a fixed count.
+# Per content dialect ("responses": the Responses API's input parts): the part types
+# whose ``text`` counts its words, and the part types with a fixed count.
 _TEXT_PART_TYPES = {
     "openai": frozenset({"text"}),
     "anthropic": frozenset({"text"}),
+    "responses": frozenset({"input_text", "output_text"}),
 }
 _FIXED_PART_TOKENS = {
     "openai": {"image_url": IMAGE_TOKENS, "file": DOCUMENT_TOKENS},
     "anthropic": {"image": IMAGE_TOKENS, "document": DOCUMENT_TOKENS},
+    "responses": {"input_image": IMAGE_TOKENS, "input_file": DOCUMENT_TOKENS},
 }
 
 
@@ -339,6 +345,8 @@ class StubState:
         self.faults: list[dict[str, Any]] = []
         # (model, digest of a message prefix) seen by earlier OpenAI calls
         self.openai_prefixes: set[tuple[str, bytes]] = set()
+        # the same for Responses API input items (apart: they are not chat messages)
+        self.responses_prefixes: set[tuple[str, bytes]] = set()
         # (model, digest of a cache_control prefix) written by earlier Anthropic calls
         self.anthropic_prefixes: set[tuple[str, bytes]] = set()
 
@@ -370,6 +378,7 @@ class StubState:
         self.calls.clear()
         self.faults.clear()
         self.openai_prefixes.clear()
+        self.responses_prefixes.clear()
         self.anthropic_prefixes.clear()
 
 
@@ -1231,12 +1240,15 @@ async def vendor(request: web.Request) -> web.StreamResponse:
     """Dispatch a vendor call by its path suffix (catch-all route)."""
     # Imported here: those modules build on this one.
     from stubvendor.embeddings import create_embeddings
+    from stubvendor.responses import create_response
 
     path = request.path
     tail = path.rstrip("/")
     handler: Callable[[web.Request, str], Awaitable[web.StreamResponse]] = _completion
     if tail.endswith("/chat/completions"):
         shape = "openai"
+    elif tail.endswith("/responses"):
+        shape, handler = "openai", create_response
     elif tail.endswith("/embeddings"):
         shape, handler = "openai", create_embeddings
     elif tail.endswith("/messages/count_tokens"):
