@@ -91,7 +91,7 @@ def _token_array(value: Any) -> bool:
 
 
 def _items(raw: Any) -> list[Item] | None:
-    """The input's items, or None when ``input`` is not one of the accepted forms."""
+    """Return the input's items, or None when ``input`` is not an accepted form."""
     if isinstance(raw, str):
         return [raw] if raw else None
     if _token_array(raw):

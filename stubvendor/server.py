@@ -781,7 +781,7 @@ def pick_tools(
     parallel: bool,
     after_tool_result: bool,
 ) -> list[tuple[str, Any]] | str:
-    """The tools the answer calls ([] = answer text), or why tool_choice is invalid."""
+    """Choose the tools the answer calls ([] = answer text), or say why tool_choice is bad."""
     if not specs or not allowed:
         return []
     if forced is not None:
@@ -796,7 +796,7 @@ def pick_tools(
 
 
 def choose_tools(body: dict[str, Any], shape: str) -> list[tuple[str, Any]] | str:
-    """The tools a chat / messages call's answer calls, or why tool_choice is invalid."""
+    """Choose the tools of a chat / messages answer (see ``pick_tools``)."""
     allowed, forced, parallel = _tool_choice(body, shape)
     return pick_tools(
         _tool_specs(body, shape),
@@ -866,7 +866,7 @@ def _text_answer(tokens: list[str], max_tokens: Any, stops: frozenset[str]) -> A
 
 
 def json_answer(kind: Any, schema: Any, tokens: list[str]) -> str | None:
-    """The JSON-mode answer for a format ``kind`` (and its schema), or None for text."""
+    """Build the JSON-mode answer for a format ``kind`` (and its schema); None for text."""
     if kind == "json_object":
         return orjson.dumps({"answer": "".join(tokens)}).decode()
     if kind == "json_schema":
@@ -875,7 +875,7 @@ def json_answer(kind: Any, schema: Any, tokens: list[str]) -> str | None:
 
 
 def _response_format(body: dict[str, Any]) -> tuple[Any, Any]:
-    """Chat ``response_format`` as (type, json_schema.schema)."""
+    """Read chat's ``response_format`` as (type, json_schema.schema)."""
     fmt = body.get("response_format")
     if not isinstance(fmt, dict):
         return None, None
@@ -915,7 +915,7 @@ def compose_answer(
     reasoning_tokens: int = 0,
     thinking: bool = False,
 ) -> Answer:
-    """Tool calls, else the JSON text (in 8-character pieces), else the cut words."""
+    """Answer tool calls, else the JSON text (in 8-character pieces), else the cut words."""
     extra: dict[str, Any] = {"reasoning_tokens": reasoning_tokens, "thinking": thinking}
     if calls:
         return Answer(calls=calls, finish="tool_calls", **extra)
@@ -1462,7 +1462,7 @@ async def _count_tokens(request: web.Request, shape: str) -> web.StreamResponse:
 
 
 class Rendered(Protocol):
-    """An answer that can be sent whole or streamed (what faults count and cut)."""
+    """Render an answer whole or streamed (what faults count and cut)."""
 
     def message(self) -> dict[str, Any]: ...
 
