@@ -25,6 +25,13 @@ Vendor routes
   ``hang`` as usual; the drop kinds close the connection without a response;
   ``slow`` waits ``delay_ms`` once).  No answer tokens; it neither reads nor
   writes the prompt caches.
+* ``POST .../responses`` (any prefix): the OpenAI Responses API, answered by
+  the rules below (tools, JSON, reasoning, words, prompt tokens, caching,
+  faults) read from its own fields; the contract is in
+  ``stubvendor/responses.py``'s docstring.  Key: ``Authorization: Bearer <key>``.
+* ``POST .../embeddings`` (any prefix): OpenAI embeddings, deterministic
+  vectors (``embeddings.embedding_vector``); the contract is in
+  ``stubvendor/embeddings.py``'s docstring.  Key: ``Authorization: Bearer <key>``.
 * ``GET .../models`` (any prefix): ``{"object": "list", "data": [{"id":
   "stub-model", "object": "model", "created": 0, "owned_by": "stub"}]}``.
   Key-checked like the others (OpenAI or Anthropic header), recorded in the
@@ -264,9 +271,9 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field, replace
-from typing import Any, NamedTuple, Self
+from typing import Any, NamedTuple, Protocol, Self
 
 import orjson
 from aiohttp import web
@@ -315,9 +322,17 @@ MAX_TOKENS_UNSUPPORTED = (
     "Use 'max_completion_tokens' instead."
 )
 THINKING_BUDGET_TOO_LARGE = "max_tokens must be greater than thinking.budget_tokens"
+# Per content dialect ("responses": the Responses API's input parts): the part types
+# whose ``text`` counts its words, and the part types with a fixed count.
+_TEXT_PART_TYPES = {
+    "openai": frozenset({"text"}),
+    "anthropic": frozenset({"text"}),
+    "responses": frozenset({"input_text", "output_text"}),
+}
 _FIXED_PART_TOKENS = {
     "openai": {"image_url": IMAGE_TOKENS, "file": DOCUMENT_TOKENS},
     "anthropic": {"image": IMAGE_TOKENS, "document": DOCUMENT_TOKENS},
+    "responses": {"input_image": IMAGE_TOKENS, "input_file": DOCUMENT_TOKENS},
 }
 
 
@@ -330,6 +345,8 @@ class StubState:
         self.faults: list[dict[str, Any]] = []
         # (model, digest of a message prefix) seen by earlier OpenAI calls
         self.openai_prefixes: set[tuple[str, bytes]] = set()
+        # the same for Responses API input items (apart: they are not chat messages)
+        self.responses_prefixes: set[tuple[str, bytes]] = set()
         # (model, digest of a cache_control prefix) written by earlier Anthropic calls
         self.anthropic_prefixes: set[tuple[str, bytes]] = set()
 
@@ -361,6 +378,7 @@ class StubState:
         self.calls.clear()
         self.faults.clear()
         self.openai_prefixes.clear()
+        self.responses_prefixes.clear()
         self.anthropic_prefixes.clear()
 
 
@@ -498,7 +516,7 @@ def _part_tokens(part: Any, shape: str) -> int:
     if not isinstance(part, dict):
         return 0
     kind = part.get("type")
-    if kind == "text":
+    if kind in _TEXT_PART_TYPES[shape]:
         return _words(part.get("text"))
     if shape == "anthropic" and kind == "tool_result":
         return _content_tokens(part.get("content"), shape)
@@ -588,24 +606,33 @@ class PromptUsage:
     cache_read: int = 0  # Anthropic cache_read_input_tokens
 
 
-def _openai_prompt(state: StubState, model: str, body: dict[str, Any]) -> PromptUsage:
-    """Automatic caching: the longest earlier-seen proper message prefix of >= 64 tokens."""
-    messages = _as_list(body.get("messages"))
+def cached_prefix_tokens(
+    seen: set[tuple[str, bytes]], model: str, items: list[Any], tokens: list[int]
+) -> int:
+    """OpenAI's automatic caching over ``items`` (each with its ``tokens``).
+
+    Return the tokens of the longest proper prefix of >= 64 tokens that ``seen``
+    holds for ``model``, else 0; then remember every prefix in ``seen``.
+    """
     cached = running = 0
     digest = b""
     keys = []
-    for k, message in enumerate(messages, 1):
-        running += _message_tokens(message, "openai")
-        digest = hashlib.sha256(digest + _canonical(message)).digest()
+    for k, (item, item_tokens) in enumerate(zip(items, tokens, strict=True), 1):
+        running += item_tokens
+        digest = hashlib.sha256(digest + _canonical(item)).digest()
         key = (model, digest)
-        if (
-            k < len(messages)
-            and running >= OPENAI_CACHE_MIN_TOKENS
-            and key in state.openai_prefixes
-        ):
+        if k < len(items) and running >= OPENAI_CACHE_MIN_TOKENS and key in seen:
             cached = running
         keys.append(key)
-    state.openai_prefixes.update(keys)
+    seen.update(keys)
+    return cached
+
+
+def _openai_prompt(state: StubState, model: str, body: dict[str, Any]) -> PromptUsage:
+    """Automatic caching: the longest earlier-seen proper message prefix of >= 64 tokens."""
+    messages = _as_list(body.get("messages"))
+    tokens = [_message_tokens(m, "openai") for m in messages]
+    cached = cached_prefix_tokens(state.openai_prefixes, model, messages, tokens)
     return PromptUsage(count_prompt_tokens(body, "openai"), cached=cached)
 
 
@@ -746,13 +773,16 @@ def _last_is_tool_result(body: dict[str, Any], shape: str) -> bool:
     )
 
 
-def choose_tools(body: dict[str, Any], shape: str) -> list[tuple[str, Any]] | str:
-    """The tools the answer calls ([] = answer text), or why tool_choice is invalid."""
-    specs = _tool_specs(body, shape)
-    if not specs:
-        return []
-    allowed, forced, parallel = _tool_choice(body, shape)
-    if not allowed:
+def pick_tools(
+    specs: list[tuple[str, Any]],
+    *,
+    allowed: bool,
+    forced: str | None,
+    parallel: bool,
+    after_tool_result: bool,
+) -> list[tuple[str, Any]] | str:
+    """Choose the tools the answer calls ([] = answer text), or say why tool_choice is bad."""
+    if not specs or not allowed:
         return []
     if forced is not None:
         chosen = [spec for spec in specs if spec[0] == forced][:1]
@@ -762,7 +792,19 @@ def choose_tools(body: dict[str, Any], shape: str) -> list[tuple[str, Any]] | st
         chosen = specs[:2]
     else:
         chosen = specs[:1]
-    return [] if _last_is_tool_result(body, shape) else chosen
+    return [] if after_tool_result else chosen
+
+
+def choose_tools(body: dict[str, Any], shape: str) -> list[tuple[str, Any]] | str:
+    """Choose the tools of a chat / messages answer (see ``pick_tools``)."""
+    allowed, forced, parallel = _tool_choice(body, shape)
+    return pick_tools(
+        _tool_specs(body, shape),
+        allowed=allowed,
+        forced=forced,
+        parallel=parallel,
+        after_tool_result=_last_is_tool_result(body, shape),
+    )
 
 
 # --------------------------------------------------------------------------- answers
@@ -823,17 +865,22 @@ def _text_answer(tokens: list[str], max_tokens: Any, stops: frozenset[str]) -> A
     return answer
 
 
-def _json_text(body: dict[str, Any], tokens: list[str]) -> str | None:
-    """The JSON-mode answer (OpenAI ``response_format``), or None for a text answer."""
-    fmt = body.get("response_format")
-    kind = fmt.get("type") if isinstance(fmt, dict) else None
+def json_answer(kind: Any, schema: Any, tokens: list[str]) -> str | None:
+    """Build the JSON-mode answer for a format ``kind`` (and its schema); None for text."""
     if kind == "json_object":
         return orjson.dumps({"answer": "".join(tokens)}).decode()
     if kind == "json_schema":
-        spec = fmt.get("json_schema")
-        schema = spec.get("schema") if isinstance(spec, dict) else None
         return orjson.dumps(tool_arguments(schema)).decode()
     return None
+
+
+def _response_format(body: dict[str, Any]) -> tuple[Any, Any]:
+    """Read chat's ``response_format`` as (type, json_schema.schema)."""
+    fmt = body.get("response_format")
+    if not isinstance(fmt, dict):
+        return None, None
+    spec = fmt.get("json_schema")
+    return fmt.get("type"), spec.get("schema") if isinstance(spec, dict) else None
 
 
 def _thinking_budget(body: dict[str, Any]) -> int | None:
@@ -849,6 +896,35 @@ def _reasoning_model(model: str) -> bool:
     return REASONING_MODELS.match(model) is not None
 
 
+def tool_calls(tools: list[tuple[str, Any]], prefix: str, seq: int) -> list[ToolCall]:
+    """Call every chosen tool with its schema's arguments; ids ``<prefix>_<seq>_<i>``."""
+    calls = []
+    for i, (name, schema) in enumerate(tools):
+        args = tool_arguments(schema)
+        calls.append(ToolCall(f"{prefix}_{seq}_{i}", name, args, orjson.dumps(args).decode()))
+    return calls
+
+
+def compose_answer(
+    tokens: list[str],
+    *,
+    calls: list[ToolCall],
+    json_text: str | None,
+    max_tokens: Any,
+    stops: frozenset[str],
+    reasoning_tokens: int = 0,
+    thinking: bool = False,
+) -> Answer:
+    """Answer tool calls, else the JSON text (in 8-character pieces), else the cut words."""
+    extra: dict[str, Any] = {"reasoning_tokens": reasoning_tokens, "thinking": thinking}
+    if calls:
+        return Answer(calls=calls, finish="tool_calls", **extra)
+    if json_text is not None:
+        size = JSON_PIECE_CHARS
+        return Answer([json_text[i : i + size] for i in range(0, len(json_text), size)], **extra)
+    return replace(_text_answer(tokens, max_tokens, stops), **extra)
+
+
 def build_answer(
     body: dict[str, Any],
     shape: str,
@@ -857,26 +933,26 @@ def build_answer(
     seq: int,
     tools: list[tuple[str, Any]],
 ) -> Answer:
-    """Decide what the call answers: tool calls, a JSON text or the usual words."""
+    """Decide what a chat / messages call answers: tool calls, a JSON text or the words."""
+    tokens = answer_tokens(model, n_words)
     if shape == "openai":
         reasoning = _reasoning_model(model) or body.get("reasoning_effort") is not None
-        extra: dict[str, Any] = {"reasoning_tokens": REASONING_TOKENS if reasoning else 0}
-    else:
-        extra = {"thinking": _thinking_budget(body) is not None}
-    if tools:
-        prefix = "call_stub" if shape == "openai" else "toolu_stub"
-        calls = []
-        for i, (name, schema) in enumerate(tools):
-            args = tool_arguments(schema)
-            calls.append(ToolCall(f"{prefix}_{seq}_{i}", name, args, orjson.dumps(args).decode()))
-        return Answer(calls=calls, finish="tool_calls", **extra)
-    tokens = answer_tokens(model, n_words)
-    json_text = _json_text(body, tokens) if shape == "openai" else None
-    if json_text is not None:
-        size = JSON_PIECE_CHARS
-        return Answer([json_text[i : i + size] for i in range(0, len(json_text), size)], **extra)
-    answer = _text_answer(tokens, _max_tokens(body, shape), _stop_strings(body, shape))
-    return replace(answer, **extra)
+        return compose_answer(
+            tokens,
+            calls=tool_calls(tools, "call_stub", seq),
+            json_text=json_answer(*_response_format(body), tokens),
+            max_tokens=_max_tokens(body, shape),
+            stops=_stop_strings(body, shape),
+            reasoning_tokens=REASONING_TOKENS if reasoning else 0,
+        )
+    return compose_answer(
+        tokens,
+        calls=tool_calls(tools, "toolu_stub", seq),
+        json_text=None,
+        max_tokens=_max_tokens(body, shape),
+        stops=_stop_strings(body, shape),
+        thinking=_thinking_budget(body) is not None,
+    )
 
 
 def _halves(text: str) -> list[str]:
@@ -1162,11 +1238,19 @@ async def _write_stream(
 
 async def vendor(request: web.Request) -> web.StreamResponse:
     """Dispatch a vendor call by its path suffix (catch-all route)."""
+    # Imported here: those modules build on this one.
+    from stubvendor.embeddings import create_embeddings
+    from stubvendor.responses import create_response
+
     path = request.path
     tail = path.rstrip("/")
-    handler = _completion
+    handler: Callable[[web.Request, str], Awaitable[web.StreamResponse]] = _completion
     if tail.endswith("/chat/completions"):
         shape = "openai"
+    elif tail.endswith("/responses"):
+        shape, handler = "openai", create_response
+    elif tail.endswith("/embeddings"):
+        shape, handler = "openai", create_embeddings
     elif tail.endswith("/messages/count_tokens"):
         shape, handler = "anthropic", _count_tokens
     elif tail.endswith("/messages"):
@@ -1300,8 +1384,14 @@ class Incoming:
     raw_key: str | None
 
 
-async def _receive(request: web.Request, shape: str) -> Incoming | web.StreamResponse:
-    """Read, record and check a vendor call; answer it here when it is refused."""
+async def _receive(
+    request: web.Request, shape: str, *, max_tokens_field: str | None = None
+) -> Incoming | web.StreamResponse:
+    """Read, record and check a vendor call; answer it here when it is refused.
+
+    The record's ``max_tokens`` is the body's ``max_tokens_field`` when given, else
+    the chat / messages rule.
+    """
     state = request.app[STATE]
     raw = await request.read()
     try:
@@ -1330,7 +1420,7 @@ async def _receive(request: web.Request, shape: str) -> Incoming | web.StreamRes
         key=key,
         stream=bool(body.get("stream")),
         user=_user(body, shape),
-        max_tokens=_max_tokens(body, shape),
+        max_tokens=body.get(max_tokens_field) if max_tokens_field else _max_tokens(body, shape),
     )
     rejected = _check_key(state, shape, key)
     if rejected is not None:
@@ -1369,6 +1459,16 @@ async def _count_tokens(request: web.Request, shape: str) -> web.StreamResponse:
     if resp is not None:
         return resp
     return _answer(call, _json(200, {"input_tokens": count_prompt_tokens(body, shape)}))
+
+
+class Rendered(Protocol):
+    """Render an answer whole or streamed (what faults count and cut)."""
+
+    def message(self) -> dict[str, Any]: ...
+
+    def frames(self) -> Frames: ...
+
+    def pieces(self) -> int: ...
 
 
 @dataclass(frozen=True)
@@ -1412,15 +1512,15 @@ def _make_reply(
     return Reply(shape, seq, model, answer, prompt, options)
 
 
-def _answer_words(request: web.Request) -> int | None:
-    """The answer length: 8, or the ``x-stub-words`` header (None when it is not an int)."""
+def _answer_words(request: web.Request) -> int | str:
+    """The answer length: 8, or the ``x-stub-words`` header (or why it is invalid)."""
     header_words = request.headers.get("x-stub-words")
     if header_words is None:
         return 8
     try:
         return max(int(header_words), 0)
     except ValueError:
-        return None
+        return "x-stub-words must be an integer."
 
 
 async def _completion(request: web.Request, shape: str) -> web.StreamResponse:
@@ -1428,24 +1528,37 @@ async def _completion(request: web.Request, shape: str) -> web.StreamResponse:
     if not isinstance(incoming, Incoming):
         return incoming
     state = request.app[STATE]
-    call, body, model, key = incoming.call, incoming.body, incoming.model, incoming.key
+    call, body, model = incoming.call, incoming.body, incoming.model
     refusal = _refusal(body, shape, model)
     if refusal is not None:
         return _answer(call, refusal)
     n_words = _answer_words(request)
-    if n_words is None:
-        return _answer(call, vendor_error(shape, 400, "x-stub-words must be an integer."))
+    if isinstance(n_words, str):
+        return _answer(call, vendor_error(shape, 400, n_words))
     tools = choose_tools(body, shape)
     if isinstance(tools, str):
         return _answer(call, vendor_error(shape, 400, tools))
+    return await _deliver(
+        request, incoming, shape, lambda: _make_reply(state, incoming, shape, n_words, tools)
+    )
 
-    fault = state.take_fault(key, model)
+
+async def _deliver(
+    request: web.Request, incoming: Incoming, shape: str, make_reply: Callable[[], Rendered]
+) -> web.StreamResponse:
+    """Apply the call's fault, then send the reply, streamed when the call asked.
+
+    ``make_reply`` runs only when no status fault answered: it reads and writes
+    the prompt caches.
+    """
+    call, key = incoming.call, incoming.key
+    fault = request.app[STATE].take_fault(key, incoming.model)
     if fault is not None:
         call["fault"] = fault["kind"]
         resp = await _apply_status_fault(request, call, shape, fault, key, incoming.raw_key)
         if resp is not None:
             return resp
-    reply = _make_reply(state, incoming, shape, n_words, tools)
+    reply = make_reply()
     if call["stream"]:
         return await _send_stream(request, call, reply, fault)
     return await _send_message(request, call, reply, fault)
@@ -1456,7 +1569,7 @@ def _delay(fault: dict[str, Any] | None) -> float:
 
 
 async def _send_message(
-    request: web.Request, call: dict[str, Any], reply: Reply, fault: dict[str, Any] | None
+    request: web.Request, call: dict[str, Any], reply: Rendered, fault: dict[str, Any] | None
 ) -> web.StreamResponse:
     if fault is not None and fault["kind"] in DROP_KINDS:
         return _abort(request, web.Response())
@@ -1467,7 +1580,7 @@ async def _send_message(
 
 
 async def _send_stream(
-    request: web.Request, call: dict[str, Any], reply: Reply, fault: dict[str, Any] | None
+    request: web.Request, call: dict[str, Any], reply: Rendered, fault: dict[str, Any] | None
 ) -> web.StreamResponse:
     kind = fault["kind"] if fault is not None else None
     drop = kind in DROP_KINDS
@@ -1710,4 +1823,8 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    # Under ``python -m`` this file runs as ``__main__``, a second copy of the module;
+    # the route modules import ``stubvendor.server``, so serve that one (one STATE key).
+    from stubvendor.server import main as _main
+
+    _main(sys.argv[1:])
