@@ -396,7 +396,9 @@ def test_nothing_is_retried_after_the_first_streamed_event(api):
     deltas: list[str] = []
     stream = api.openai(tenant).responses.stream(model="gpt-4o-mini", input=QUESTION)
     with pytest.raises(openai.APIError) as broke, stream as events:
-        deltas += [e.delta for e in events if e.type == "response.output_text.delta"]
+        for event in events:
+            if event.type == "response.output_text.delta":
+                deltas.append(event.delta)
 
     assert broke.value.body["code"] == "LM-5001"
     assert deltas == ["Hello", " from", " the"]

@@ -14,7 +14,7 @@ import pytest
 from django.conf import settings
 
 from tests.support.metrics import metric
-from tests.support.profiles import fast_profiles
+from tests.support.profiles import api_profiles, fast_profiles
 from tests.support.services import HAS_REDIS, requires_redis
 from tests.support.stacks import own_stack
 from tests.support.waits import wait_until
@@ -239,3 +239,40 @@ def test_breaker_opens_fails_fast_and_closes_in_one_process(transactional_db, lo
     assert served.json()["model"] == MODEL
     assert circuit_state(gateway) == CLOSED
     assert len(stub.vendor_calls()) == 5
+
+
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("/v1/responses", {"model": "o4-mini", "input": "are you there"}),
+        ("/v1/embeddings", {"model": "text-embedding-3-small", "input": "are you there"}),
+    ],
+    ids=["responses", "embeddings"],
+)
+def test_responses_and_embeddings_open_the_breaker_like_chat(
+    transactional_db, lone_gateway, stub, path, body
+):
+    stack = own_stack(lone_gateway, stub, api_profiles(stub.url))
+    tenant = stack.tenant()
+
+    def post() -> httpx.Response:
+        return httpx.post(
+            f"{stack.url}{path}",
+            timeout=20,
+            headers={"Authorization": f"Bearer {tenant.api_key}"},
+            json=body,
+        )
+
+    stub.faults({"kind": "500", "times": 4, "match": {"model": body["model"]}})
+    assert [code(post()) for _ in range(2)] == [(502, "LM-5001")] * 2
+    refused = post()
+
+    assert code(refused) == (503, "LM-5003")
+    assert [c["path"] for c in stub.vendor_calls()] == [path] * 4  # two tries, twice; then none
+    served = wait_until(
+        lambda: (r := post()).status_code == 200 and r,
+        timeout_s=5,
+        interval_s=0.1,
+        what="the breaker to admit its probe",
+    )
+    assert served.json()["model"] == body["model"]
