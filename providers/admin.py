@@ -17,6 +17,7 @@ class ProviderModelForm(forms.ModelForm):
         model = ProviderModel
         fields = [
             "name",
+            "kind",
             "upstream",
             "aliases",
             "input_micro_per_mtok",

@@ -46,6 +46,21 @@ def spec(**profile_fields) -> list[dict]:
     ]
 
 
+def test_a_model_is_a_chat_model_unless_marked_an_embedding_model():
+    profiles_bootstrap(
+        spec=spec(
+            kind="openai",
+            models=[
+                {"name": "gpt-4o-mini"},
+                {"name": "text-embedding-3-small", "kind": "embedding"},
+            ],
+        )
+    )
+
+    kinds = dict(ProviderModel.objects.values_list("name", "kind"))
+    assert kinds == {"gpt-4o-mini": "chat", "text-embedding-3-small": "embedding"}
+
+
 def model_fields(name: str) -> tuple:
     return ProviderModel.objects.filter(name=name).values_list(
         "aliases", "cached_input_micro_per_mtok", "cache_write_micro_per_mtok"
@@ -128,6 +143,14 @@ def _model(**fields) -> dict:
             {"models": [_model(cache_write_micro_per_mtok=True)]},
             "'cache_write_micro_per_mtok' must be a non-negative integer",
         ),
+        (
+            {"models": [_model(kind="vision")]},
+            r"models\[0\]: 'kind' must be one of \['chat', 'embedding'\]",
+        ),
+        (
+            {"models": [_model(kind="embedding")]},
+            r"models\[0\]: a anthropic profile serves no embedding models",
+        ),
     ],
 )
 def test_malformed_new_fields_are_refused_naming_what_is_wrong(profile_fields, named):
@@ -178,6 +201,7 @@ def admin_form(profile: ProviderProfile, **model_values: dict) -> dict:
             "profile": str(profile.pk),
             "name": model.name,
             "upstream": model.upstream,
+            "kind": model.kind,
             "aliases": ", ".join(model.aliases),
             "input_micro_per_mtok": str(model.input_micro_per_mtok),
             "output_micro_per_mtok": str(model.output_micro_per_mtok),
@@ -228,3 +252,18 @@ def test_the_admin_refuses_an_alias_that_names_another_model(admin_client):
     assert refused.status_code == 200
     assert "Alias &#x27;haiku&#x27; is already a model name or alias" in refused.content.decode()
     assert model_fields("claude-3-opus") == ([], None, None)
+
+
+def test_the_admin_refuses_an_embedding_model_on_a_profile_that_serves_none(admin_client):
+    [profile] = profiles_bootstrap(spec=spec())
+    url = f"/django-admin/providers/providerprofile/{profile.pk}/change/"
+
+    refused = admin_client.post(
+        url, admin_form(profile, **{"claude-3-5-haiku": {"kind": "embedding"}})
+    )
+
+    assert refused.status_code == 200
+    assert "claude-3-5-haiku: a anthropic profile serves no embedding models." in (
+        refused.content.decode()
+    )
+    assert profile.models.get(name="claude-3-5-haiku").kind == "chat"
