@@ -12,10 +12,10 @@ import struct
 import httpx
 import openai
 import pytest
-from stubvendor.embeddings import embedding_vector
 
 from billing.models import Reservation, Wallet
 from core.money import token_cost_micro
+from stubvendor.embeddings import embedding_vector
 from tests.byok.helpers import team_keys
 from tests.support.profiles import EMBEDDING_PRICES, PLATFORM_KEY, api_profiles
 from tests.support.stacks import own_stack
@@ -223,3 +223,36 @@ def test_an_idempotency_key_replays_the_answer_without_a_second_call(api):
     assert len(api.stub.vendor_calls()) == 1
     [row] = settled(tenant, 1)
     assert row.provider_cost_micro == cost(SMALL, 2)
+
+
+def test_embeddings_and_responses_count_in_the_usage_event_of_their_window(api):
+    from datetime import timedelta
+
+    from django.db.models import F
+
+    from usage.models import UsageEvent, UsageLog
+    from usage.services import usage_events_flush
+
+    tenant = api.tenant()
+    client = api.openai(tenant)
+    client.embeddings.create(model=SMALL, input=TEXTS, encoding_format="float")
+    client.responses.create(model="gpt-4o-mini", input="one two three")
+    rows = settled(tenant, 2)
+    # As if stored an hour ago: their window is closed and past its grace.
+    hour = timedelta(hours=1)
+    UsageLog.objects.filter(group_id=tenant.group_id).update(
+        stored_at=F("stored_at") - hour, created_at=F("created_at") - hour
+    )
+
+    usage_events_flush()
+
+    [event] = UsageEvent.objects.filter(group_id=tenant.group_id)
+    assert [r.endpoint for r in rows] == ["embeddings", "responses"]
+    assert event.payload["requests"] == 2
+    units = event.payload["units"]
+    assert (units["tokens_in"], units["tokens_out"]) == (9 + 3, 8)
+    assert units["provider_cost_micro_usd"] == sum(r.provider_cost_micro for r in rows)
+    assert (units["bytes_in"], units["bytes_out"]) == (
+        sum(r.bytes_in for r in rows),
+        sum(r.bytes_out for r in rows),
+    )

@@ -137,6 +137,7 @@ def test_profile_changed_in_the_admin_reaches_every_replica(fleet, replicas):
                 prefix + "id": str(model.pk) if model else "",
                 prefix + "profile": str(profile.pk),
                 prefix + "name": model.name if model else "admin-model",
+                prefix + "kind": model.kind if model else "chat",
                 prefix + "upstream": model.upstream if model else "admin-upstream",
                 prefix + "input_micro_per_mtok": str(model.input_micro_per_mtok if model else 1),
                 prefix + "output_micro_per_mtok": str(model.output_micro_per_mtok if model else 1),

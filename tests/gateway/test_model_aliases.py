@@ -52,7 +52,14 @@ def test_models_lists_canonical_names_and_aliases_naming_their_model(aliased):
     listed = models(aliased, tenant)
 
     def entry(name: str, **extra: str) -> dict:
-        return {"id": name, "object": "model", "created": 0, "owned_by": "tollgate", **extra}
+        return {
+            "id": name,
+            "object": "model",
+            "created": 0,
+            "owned_by": "tollgate",
+            "kind": "chat",
+            **extra,
+        }
 
     assert listed == [
         entry("claude-3-5-haiku"),
