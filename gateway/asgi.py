@@ -201,7 +201,7 @@ async def stored_response(ex: Exchange) -> None:
     except errors.GatewayError as exc:
         await ex.refuse(exc)
         return
-    response_id = ex.scope["path"].rstrip("/").rsplit("/", 1)[-1]
+    response_id = ex.scope["path"][len(STORED_RESPONSES) :].split("/", 1)[0]
     await ex.refuse(
         errors.NotFound(
             f"No response {response_id[:64]!r}: Tollgate keeps no responses (store is false)."

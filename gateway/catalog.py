@@ -24,7 +24,7 @@ import aiohttp
 from core.sealing import SealBroken, unseal
 from gateway.adapters.base import Provider
 from gateway.adapters.registry import build_adapter
-from providers.models import TEAM_KEY_ELIGIBLE_KINDS, ProviderProfile
+from providers.models import TEAM_KEY_ELIGIBLE_KINDS, ModelKind, ProviderProfile
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +61,7 @@ class ModelOffer:
     cached_input_micro_per_mtok: int = None  # type: ignore[assignment]
     cache_write_micro_per_mtok: int = None  # type: ignore[assignment]
     aliases: tuple[str, ...] = ()  # other names clients may use for this offer's model
-    kind: str = "chat"  # "chat" or "embedding" (providers.models.ModelKind)
+    kind: str = ModelKind.CHAT  # which requests it answers: chat or embeddings
 
     def __post_init__(self) -> None:
         if self.cached_input_micro_per_mtok is None:

@@ -24,12 +24,10 @@ from gateway.auth import Principal
 from gateway.catalog import Catalog, ModelOffer, Profile
 from gateway.shapes import responses_chat, translate
 from gateway.types import ANTHROPIC, RESPONSES, ModelRequest
+from providers.models import ModelKind
 
 TEAM = "team"
 PLATFORM = "platform"
-# Model kinds (providers.models.ModelKind): which requests a model answers.
-CHAT = "chat"
-EMBEDDING = "embedding"
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,7 +153,7 @@ def vendor_payload(req: ModelRequest, profile: Profile) -> tuple[str, dict]:
 
 
 def offers_for(
-    model: str, principal: Principal, catalog: Catalog, *, kind: str = CHAT
+    model: str, principal: Principal, catalog: Catalog, *, kind: str = ModelKind.CHAT
 ) -> list[ModelOffer]:
     """Return the offers of one model of a chain, in the order it tries them: a canonical
     model's cheapest first (LM-2001 unknown or not of the kind asked, LM-1003 not for this
@@ -167,7 +165,7 @@ def offers_for(
         raise Forbidden(f"This key may not use model {model!r}.")
     offers = [offer for offer in resolved if offer.kind == kind]
     if not offers:
-        if kind == EMBEDDING:
+        if kind == ModelKind.EMBEDDING:
             raise InvalidRequest(f"Model {model!r} is not an embedding model.")
         raise InvalidRequest(f"Model {model!r} is an embedding model: ask POST /v1/embeddings.")
     return sorted(offers, key=price_rank) if len(offers) > 1 else offers
@@ -201,7 +199,7 @@ def build_plan(
     """Build the attempt plan; refuse unknown or disallowed models (LM-2001 / LM-1003)."""
     margin_pct = settings.TOLLGATE["ESCROW_MARGIN_PCT"]
     prepaid = principal.billing_mode == "prepaid"
-    kind = EMBEDDING if req.embeds else CHAT
+    kind = ModelKind.EMBEDDING if req.embeds else ModelKind.CHAT
     offers = [
         offer for model in req.chain for offer in offers_for(model, principal, catalog, kind=kind)
     ]

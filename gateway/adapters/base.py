@@ -155,14 +155,13 @@ class HttpProvider:
     headers, bodies, answers and events; each is chosen by the target's shape.
     """
 
+    shape: str = ""
     native: frozenset[str] = frozenset()
 
     def __init__(self, *, base_url: str, session: aiohttp.ClientSession) -> None:
         base = base_url.rstrip("/")
         self._urls = {shape: self.url_for(base, shape) for shape in self.native}
         self._session = session
-
-    shape: str = ""
 
     def url_for(self, base_url: str, shape: str) -> str:
         raise NotImplementedError
