@@ -40,7 +40,7 @@ RESPONSES_OWNED = frozenset(
 # Content parts whose cost is not their bytes: an image is a fixed-ish number of tokens
 # whatever its encoding; a document is bounded by its decoded bytes.
 IMAGE_PARTS = frozenset({"image_url", "image", "input_image"})
-DOCUMENT_PARTS = frozenset({"document", "file"})
+DOCUMENT_PARTS = frozenset({"document", "file", "input_file"})
 # A message's structure, not its text: covered by the per-message allowance.
 STRUCTURE_KEYS = frozenset({"role", "type", "cache_control"})
 
@@ -132,6 +132,10 @@ class PromptMeasure:
     neither); a document counts its decoded bytes. Messages count their texts (a role or a
     part's type is the per-message allowance of prompt_tokens_bound); schemas (tools, a
     response format) count their keys too, as the vendor reads them as text.
+
+    A part naming a file kept at the vendor (`file_id`, of its Files API) is refused: Tollgate
+    serves no Files API, so the id could only name a file of the serving key's own account
+    (the platform's, on a platform key), and its size is unknown to the hold.
     """
 
     __slots__ = ("bytes", "media")
@@ -145,6 +149,11 @@ class PromptMeasure:
             self.bytes += len(value.encode())
         elif isinstance(value, dict):
             kind = value.get("type")
+            if (kind in IMAGE_PARTS or kind in DOCUMENT_PARTS) and _names_vendor_file(value):
+                raise InvalidRequest(
+                    f"A {kind} part names a vendor file ('file_id'): Tollgate keeps no files. "
+                    "Send the file's data instead."
+                )
             if kind in IMAGE_PARTS:
                 self.media += 1
                 return
@@ -171,9 +180,17 @@ def prompt_parts(messages: list, tools: Any) -> int:
     return len(messages) + (len(tools) if isinstance(tools, list) else 0)
 
 
+def _names_vendor_file(part: dict) -> bool:
+    """Say whether a part names a file kept at the vendor instead of carrying its data."""
+    return any(
+        isinstance(holder, dict) and holder.get("file_id") is not None
+        for holder in (part, part.get("file"), part.get("source"))
+    )
+
+
 def _decoded_bytes(part: dict) -> int:
     """Return the decoded size of a document part's data (base64: 3 bytes per 4)."""
-    source = part.get("source") or part.get("file") or {}
+    source = part.get("source") or part.get("file") or part
     if not isinstance(source, dict):
         return 0
     data = source.get("data") or source.get("file_data") or ""
