@@ -1,8 +1,9 @@
 """The proxy's ASGI plumbing: the metered exchange, the route table, and the small routes.
 
 `config/asgi.py` mounts `gateway_app` in front of Django's ASGI application, which keeps
-serving the admin and the tenant API. The chat routes hand their exchange to the request
-pipeline (gateway/pipeline.py); the rest (models, health, metrics, reload) answer here.
+serving the admin and the tenant API. The model routes (chat, messages, responses,
+embeddings) hand their exchange to the request pipeline (gateway/pipeline.py); the rest
+(models, a stored response, health, metrics, reload) answer here.
 """
 
 from __future__ import annotations

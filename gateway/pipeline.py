@@ -1,4 +1,5 @@
-"""The request pipeline: one chat request from its first byte to its usage record.
+"""The request pipeline: one model request (chat, messages, responses, embeddings) from its
+first byte to its usage record.
 
 `serve` runs the stages below, in this order, each a function further down:
 
@@ -102,7 +103,7 @@ CRASHED = Ending(500, "internal")  # a bug: recorded, then the ASGI app answers 
 
 
 async def serve(ex: Exchange, endpoint: Endpoint) -> None:
-    """Serve one chat request: the stages in order, then `finish`, exactly once."""
+    """Serve one model request: the stages in order, then `finish`, exactly once."""
     ctx = RequestContext(
         request_id=ex.request_id,
         client_request_id=ex.client_request_id,
