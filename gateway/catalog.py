@@ -100,7 +100,7 @@ class Catalog:
         return sorted(self.offers_by_model)
 
     def kind_of(self, model: str) -> str:
-        """Return a canonical model's kind (every profile's offer of a name has one kind)."""
+        """Return a canonical model's kind: one per name (load_catalog keeps it so)."""
         return self.offers_by_model[model][0].kind
 
     def aliases(self) -> dict[str, str]:
@@ -166,7 +166,8 @@ def load_catalog(session: aiohttp.ClientSession) -> Catalog:
     """Read enabled profiles and models (sync ORM: call from a thread)."""
     profiles: dict[str, Profile] = {}
     offers: dict[str, list[ModelOffer]] = {}
-    for row in ProviderProfile.objects.filter(enabled=True).prefetch_related("models"):
+    profiles_by_name = ProviderProfile.objects.filter(enabled=True).order_by("name")
+    for row in profiles_by_name.prefetch_related("models"):
         adapter = build_adapter(row.kind, base_url=row.base_url, session=session)
         if adapter is None:
             log.warning("profile %s has kind %s, which Tollgate cannot serve", row.name, row.kind)
@@ -184,6 +185,18 @@ def load_catalog(session: aiohttp.ClientSession) -> Catalog:
         )
         profiles[row.name] = profile
         for m in row.models.all():
+            offered = offers.get(m.name)
+            if offered and offered[0].kind != m.kind:
+                # A name answers one kind of request: the first profile's (by name) wins.
+                log.warning(
+                    "model %s of profile %s is a %s model, but %s already offers it as %s: ignored",
+                    m.name,
+                    row.name,
+                    m.kind,
+                    offered[0].profile.name,
+                    offered[0].kind,
+                )
+                continue
             offers.setdefault(m.name, []).append(
                 ModelOffer(
                     profile=profile,

@@ -163,12 +163,11 @@ def offers_for(
         raise InvalidRequest(f"Unknown model {model!r}.")
     if not principal.may_use(model) and not principal.may_use(resolved[0].name):
         raise Forbidden(f"This key may not use model {model!r}.")
-    offers = [offer for offer in resolved if offer.kind == kind]
-    if not offers:
+    if resolved[0].kind != kind:  # a name is one kind (gateway/catalog.py)
         if kind == ModelKind.EMBEDDING:
             raise InvalidRequest(f"Model {model!r} is not an embedding model.")
         raise InvalidRequest(f"Model {model!r} is an embedding model: ask POST /v1/embeddings.")
-    return sorted(offers, key=price_rank) if len(offers) > 1 else offers
+    return sorted(resolved, key=price_rank) if len(resolved) > 1 else list(resolved)
 
 
 def team_pool(

@@ -37,6 +37,9 @@ RESPONSES_OWNED = frozenset(
         "fallback_model",
     }
 )
+# Responses API fields that ask for state kept at the vendor: Tollgate keeps none, so each is
+# refused (gateway/shapes/responses.py) before a body is forwarded or translated.
+RESPONSES_STATEFUL = ("store", "background", "previous_response_id", "conversation", "prompt")
 # Content parts whose cost is not their bytes: an image is a fixed-ish number of tokens
 # whatever its encoding; a document is bounded by its decoded bytes.
 IMAGE_PARTS = frozenset({"image_url", "image", "input_image"})

@@ -24,6 +24,7 @@ from core.errors import GatewayError, InvalidRequest
 from gateway.shapes import responses_chat, translate
 from gateway.shapes.common import (
     RESPONSES_OWNED,
+    RESPONSES_STATEFUL,
     PromptMeasure,
     checked_bool,
     checked_string,
@@ -66,8 +67,6 @@ KNOWN = OWNED | frozenset(
         "truncation",
     }
 )
-# State kept at the vendor: Tollgate keeps none, so none of it is asked for.
-STATEFUL = ("previous_response_id", "conversation", "prompt")
 # Tools the vendor runs and bills beyond tokens: no price of ours covers them.
 SERVER_TOOLS = frozenset(
     {
@@ -105,19 +104,14 @@ def parse_request(body: dict, *, fallback_header: str | None = None) -> ModelReq
     items = body.get("input")
     if not (isinstance(items, str) and items) and not (isinstance(items, list) and items):
         raise InvalidRequest("'input' must be a non-empty string or a non-empty list of items.")
-    if body.get("store"):
-        raise InvalidRequest(
-            "'store' must be false: Tollgate keeps no responses. Send the whole "
-            "conversation in 'input'."
-        )
-    if body.get("background"):
-        raise InvalidRequest("'background' needs a stored response: Tollgate keeps none.")
-    for name in STATEFUL:
-        if body.get(name) is not None:
-            raise InvalidRequest(
-                f"'{name}' needs state kept at the vendor: Tollgate keeps none. Send the "
-                "whole conversation in 'input'."
+    for name in RESPONSES_STATEFUL:
+        if body.get(name) not in (None, False):
+            why = (
+                "'store' must be false: Tollgate keeps no responses."
+                if name == "store"
+                else f"'{name}' needs state kept at the vendor: Tollgate keeps none."
             )
+            raise InvalidRequest(f"{why} Send the whole conversation in 'input'.")
     instructions = checked_string(body.get("instructions"), "instructions")
     tools = body.get("tools")
     if tools is not None and not isinstance(tools, list):

@@ -50,7 +50,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from gateway.shapes.common import RESPONSES_OWNED
+from gateway.shapes.common import RESPONSES_OWNED, RESPONSES_STATEFUL
 from gateway.shapes.translate import (
     OPENAI_DEFAULTS,
     _as_dict,
@@ -67,8 +67,6 @@ from gateway.shapes.translate import (
 
 # How a stream is sent: the chat vendor's own stream options are Tollgate's to set.
 STREAM_SWITCHES = frozenset({"stream_options"})
-# Refused by the caller before the body reaches us (their state lives at OpenAI).
-CALLER_REFUSED = frozenset({"previous_response_id", "conversation", "background", "prompt"})
 
 # The Responses API's own defaults: sent explicitly they ask for nothing a chat vendor lacks.
 RESPONSES_DEFAULTS: dict[str, tuple[Any, ...]] = {
@@ -107,7 +105,7 @@ def responses_request_to_chat(body: dict, *, vendor_kind: str) -> dict:
         body,
         handled=RESPONSES_OWNED
         | STREAM_SWITCHES
-        | CALLER_REFUSED
+        | frozenset(RESPONSES_STATEFUL)
         | TOP_LEVEL
         | RESPONSES_FIELDS.keys(),
         path="",
@@ -731,18 +729,6 @@ class ChatStreamToResponses:
         response = self._snapshot(status, usage=usage_from_chat(self._usage))
         response["incomplete_details"] = incomplete
         events.append(self._event(f"response.{status}", response=response))
-        return events
-
-    def failed(self, code: str, message: str) -> list[dict]:
-        """Return the events that end the stream on an error after it started:
-        `response.failed` with the output so far, an open item as `incomplete`."""
-        events = self._start({})
-        usage = usage_from_chat(self._usage) if self._usage else None
-        response = self._snapshot("failed", usage=usage)
-        if self._open is not None:
-            response["output"][-1]["status"] = "incomplete"
-        response["error"] = {"code": code, "message": message}
-        events.append(self._event("response.failed", response=response))
         return events
 
     def _event(self, kind: str, **fields: Any) -> dict:

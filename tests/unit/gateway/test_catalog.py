@@ -170,3 +170,24 @@ def test_load_catalog_reads_passthrough_aliases_and_cache_prices():
     )
     [mini] = cat.resolve("gpt-4o-mini")
     assert (mini.aliases, mini.cached_input_micro_per_mtok) == ((), 150_000)
+
+
+@pytest.mark.django_db
+def test_a_model_name_answers_one_kind_the_first_profiles_by_name():
+    from providers.services import profiles_bootstrap
+
+    def profile(name: str, kind: str) -> dict:
+        return {
+            "name": name,
+            "kind": "openai_compatible",
+            "base_url": "https://api.example.invalid/v1",
+            "models": [{"name": "m", "kind": kind}, {"name": f"only-{name}", "kind": kind}],
+        }
+
+    profiles_bootstrap(spec=[profile("b-chat", "chat"), profile("a-embed", "embedding")])
+
+    cat = load_catalog(session=None)
+
+    assert [(o.profile.name, o.kind) for o in cat.resolve("m")] == [("a-embed", "embedding")]
+    assert cat.kind_of("m") == "embedding"
+    assert (cat.kind_of("only-b-chat"), cat.kind_of("only-a-embed")) == ("chat", "embedding")

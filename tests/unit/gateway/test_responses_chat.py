@@ -1401,40 +1401,6 @@ def test_a_stream_that_ends_before_any_chunk_still_starts_and_completes():
     sdk_accumulated(events)
 
 
-def test_an_error_mid_stream_fails_the_response_with_the_output_so_far():
-    translator = ChatStreamToResponses(response_id=RESPONSE_ID, model="gpt-x", request=REQUEST)
-    events = translator.feed(chunk({"role": "assistant", "content": "Hel"}))
-
-    events += translator.failed("server_error", "The vendor stopped answering.")
-
-    for event in events:
-        assert_sdk_event(event)
-    failed = events[-1]
-    assert failed["type"] == "response.failed"
-    assert failed["sequence_number"] == len(events) - 1
-    assert failed["response"]["status"] == "failed"
-    assert failed["response"]["error"] == {
-        "code": "server_error",
-        "message": "The vendor stopped answering.",
-    }
-    assert failed["response"]["output"] == [text_item("Hel", status="incomplete")]
-    assert failed["response"]["usage"] is None
-    sdk_accumulated(events)
-
-
-def test_an_error_before_any_chunk_still_starts_the_response():
-    translator = ChatStreamToResponses(response_id=RESPONSE_ID, model="gpt-x", request=REQUEST)
-
-    events = translator.failed("server_error", "No answer.")
-
-    assert [event["type"] for event in events] == [
-        "response.created",
-        "response.in_progress",
-        "response.failed",
-    ]
-    assert events[-1]["response"]["output"] == []
-
-
 def test_text_after_a_call_is_a_further_message_the_sdk_accepts():
     chunks = [
         chunk({"content": "Checking."}),
