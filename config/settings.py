@@ -63,6 +63,18 @@ SCHEME: dict[str, tuple[type, object]] = {
     "TOLLGATE_IDEMPOTENCY_MAX_BYTES": (int, 4_194_304),
     "TOLLGATE_METRICS_DIR": (str, ""),
     "TOLLGATE_METRICS_TOKEN": (str, ""),
+    # Web acquisition (webfetch/, gateway/web/).
+    "TOLLGATE_WEB_ACTION_TIMEOUT_S": (int, 30),
+    "TOLLGATE_WEB_MAX_RESULTS": (int, 10),
+    "TOLLGATE_WEB_MAX_REDIRECTS": (int, 5),
+    "TOLLGATE_WEB_MAX_BYTES": (int, 5_000_000),
+    "TOLLGATE_WEB_MAX_DECOMPRESSED_BYTES": (int, 10_000_000),
+    "TOLLGATE_WEB_ALLOW_NETS": (list, []),
+    "TOLLGATE_WEB_USER_AGENT": (str, "TollgateFetch/1.0 (+https://tollgate.invalid/bot)"),
+    "TOLLGATE_CRAWL_MAX_PAGES": (int, 200),
+    "TOLLGATE_CRAWL_MAX_DEPTH": (int, 5),
+    "TOLLGATE_CRAWL_HOST_DELAY_MS": (int, 1000),
+    "TOLLGATE_CRAWL_LEASE_S": (int, 120),
 }
 OUR_PREFIXES = ("TOLLGATE_", "GATEWAY_")
 
@@ -182,6 +194,23 @@ TOLLGATE = {
     # Where the workers of a multi-process server share their metrics (core/metrics.py).
     "METRICS_DIR": Path(env("TOLLGATE_METRICS_DIR") or VAR_DIR / "metrics"),
     "METRICS_TOKEN": env("TOLLGATE_METRICS_TOKEN"),
+    # Web acquisition: one action's deadline (every try of every profile), the cap on a
+    # search's results, and the direct fetcher's limits (webfetch/fetcher.py).
+    "WEB_ACTION_TIMEOUT_S": env("TOLLGATE_WEB_ACTION_TIMEOUT_S"),
+    "WEB_MAX_RESULTS": env("TOLLGATE_WEB_MAX_RESULTS"),
+    "WEB_MAX_REDIRECTS": env("TOLLGATE_WEB_MAX_REDIRECTS"),
+    "WEB_MAX_BYTES": env("TOLLGATE_WEB_MAX_BYTES"),
+    "WEB_MAX_DECOMPRESSED_BYTES": env("TOLLGATE_WEB_MAX_DECOMPRESSED_BYTES"),
+    # Networks the direct fetcher may reach although they are not public (CIDRs; empty: none).
+    # Off by default; the test suite allows the 127.0.0.1 it serves its test site on.
+    "WEB_ALLOW_NETS": env("TOLLGATE_WEB_ALLOW_NETS"),
+    "WEB_USER_AGENT": env("TOLLGATE_WEB_USER_AGENT"),
+    # Crawl jobs: the most pages and depth a job may ask, the wait between two fetches of one
+    # host, and how long a worker's claim on a job lasts without renewal.
+    "CRAWL_MAX_PAGES": env("TOLLGATE_CRAWL_MAX_PAGES"),
+    "CRAWL_MAX_DEPTH": env("TOLLGATE_CRAWL_MAX_DEPTH"),
+    "CRAWL_HOST_DELAY_MS": env("TOLLGATE_CRAWL_HOST_DELAY_MS"),
+    "CRAWL_LEASE_S": env("TOLLGATE_CRAWL_LEASE_S"),
 }
 if TOLLGATE["RESERVATION_TTL_S"] < TOLLGATE["REQUEST_DEADLINE_S"]:
     # A hold must outlive the request it covers, or the reaper frees a live stream's money.
@@ -235,6 +264,7 @@ INSTALLED_APPS = [
     "byok",
     "gateway",
     "usage",
+    "webfetch",
     "stubvendor",
 ]
 

@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class WebfetchConfig(AppConfig):
+    name = "webfetch"
+    verbose_name = "Web acquisition"
