@@ -63,6 +63,8 @@ class Group(models.Model):
     caller_rpm_limit = models.PositiveIntegerField(null=True, blank=True)
     caller_tpm_limit = models.PositiveIntegerField(null=True, blank=True)
     caller_budget_max_micro = models.BigIntegerField(null=True, blank=True)
+    # Web units (pages, rendered pages, queries) the group may use per UTC day; empty: no cap.
+    web_units_per_day = models.PositiveIntegerField(null=True, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:

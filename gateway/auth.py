@@ -61,6 +61,7 @@ class Principal:
     caller_rpm: int | None = None
     caller_tpm: int | None = None
     caller_budget_max_micro: int | None = None
+    web_units_per_day: int | None = None  # the group's daily web unit cap (None: no cap)
     api_key_id: int | None = None  # None for internal callers, who act for a group
     key_hash: str = ""
     key_budget_max_micro: int | None = None
@@ -90,6 +91,7 @@ def _principal_for_group(group: Group, **key_fields) -> Principal:
         caller_rpm=group.caller_rpm_limit,
         caller_tpm=group.caller_tpm_limit,
         caller_budget_max_micro=group.caller_budget_max_micro,
+        web_units_per_day=group.web_units_per_day,
         **key_fields,
     )
 

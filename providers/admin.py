@@ -89,7 +89,24 @@ class ProviderProfileForm(forms.ModelForm):
             "timeout_s",
             "stream_idle_timeout_s",
             "passthrough",
+            "page_micro",
+            "rendered_page_micro",
+            "query_micro",
+            "respect_robots",
         ]
+
+    def clean(self):
+        cleaned = super().clean()
+        units = {
+            unit: cleaned.get(column)
+            for unit, column in services.UNIT_COLUMNS.items()
+            if cleaned.get(column) is not None
+        }
+        # Models are judged by their own formset; a web profile's models would be refused there.
+        problem = services.units_problem(units, cleaned.get("kind"), has_models=False)
+        if problem:
+            raise forms.ValidationError(problem[0].upper() + problem[1:] + ".")
+        return cleaned
 
 
 @admin.register(ProviderProfile)

@@ -18,6 +18,11 @@ class ProviderKind(models.TextChoices):
     AZURE = "azure", "Azure OpenAI"
     BEDROCK = "bedrock", "AWS Bedrock"
     VERTEX = "vertex", "Google Vertex"
+    # Web acquisition: our own SSRF-safe fetcher, a JavaScript-rendering vendor, a search
+    # vendor (gateway/web/adapters.py). A fake profile serves web units it has a price for.
+    DIRECT_HTTP = "direct_http", "Direct HTTP (our fetcher)"
+    RENDER_API = "render_api", "Rendering vendor (JavaScript)"
+    SEARCH_API = "search_api", "Search vendor"
 
 
 # Kinds that take a plain API key on the vendor URL: the only ones a team key may use.
@@ -28,8 +33,13 @@ TEAM_KEY_ELIGIBLE_KINDS = frozenset(
         ProviderKind.ANTHROPIC,
         ProviderKind.OPENROUTER,
         ProviderKind.FAKE,
+        ProviderKind.RENDER_API,
+        ProviderKind.SEARCH_API,
     }
 )
+
+# Kinds that serve web acquisition (scrape, search, crawl pages), never model requests.
+WEB_KINDS = frozenset({ProviderKind.DIRECT_HTTP, ProviderKind.RENDER_API, ProviderKind.SEARCH_API})
 
 
 # Kinds whose vendors serve OpenAI's embeddings API: the only ones an embedding model may be on.
@@ -63,6 +73,20 @@ class ProviderProfile(models.Model):
     passthrough = models.BooleanField(
         default=False,
         help_text="On same-shape routes, forward request fields Tollgate does not know.",
+    )
+    # Web units, micro-USD each; empty: the profile sells no such unit. A direct_http profile
+    # sells pages, a render_api profile rendered pages, a search_api profile queries.
+    page_micro = models.PositiveBigIntegerField(
+        null=True, blank=True, help_text="Price of one page fetched (direct HTTP, fake)."
+    )
+    rendered_page_micro = models.PositiveBigIntegerField(
+        null=True, blank=True, help_text="Price of one page rendered with JavaScript."
+    )
+    query_micro = models.PositiveBigIntegerField(
+        null=True, blank=True, help_text="Price of one search query."
+    )
+    respect_robots = models.BooleanField(
+        default=True, help_text="Crawls through this profile obey robots.txt."
     )
     updated_at = models.DateTimeField(default=timezone.now)
 

@@ -14,6 +14,7 @@ from core import bus
 from core.sealing import seal
 from providers.models import (
     EMBEDDING_KINDS,
+    WEB_KINDS,
     ModelKind,
     ProviderKind,
     ProviderModel,
@@ -31,6 +32,8 @@ PROFILE_FIELDS = {
     "enabled",
     "passthrough",
     "models",
+    "units",
+    "respect_robots",
 }
 MODEL_FIELDS = {
     "name",
@@ -42,6 +45,14 @@ MODEL_FIELDS = {
     "cached_input_micro_per_mtok",
     "cache_write_micro_per_mtok",
     "aliases",
+}
+# Web units in the profile JSON ("units": {"page": micro-USD, ...}) and their columns.
+UNIT_COLUMNS = {"page": "page_micro", "rendered_page": "rendered_page_micro", "query": "query_micro"}
+# The unit each web kind sells (a fake profile may sell any).
+KIND_UNIT = {
+    ProviderKind.DIRECT_HTTP: "page",
+    ProviderKind.RENDER_API: "rendered_page",
+    ProviderKind.SEARCH_API: "query",
 }
 # Optional prices: absent or null means the model's input price.
 OPTIONAL_PRICE_FIELDS = ("cached_input_micro_per_mtok", "cache_write_micro_per_mtok")
@@ -99,10 +110,36 @@ def alias_problem(alias: object) -> str | None:
 
 def model_kind_problem(model_kind: object, profile_kind: object) -> str | None:
     """Say what makes a model kind unusable on a profile of this kind, or return None."""
+    if profile_kind in WEB_KINDS:
+        return f"a {profile_kind} profile serves web units, not models"
     if model_kind not in ModelKind.values:
         return f"'kind' must be one of {sorted(ModelKind.values)}"
     if model_kind == ModelKind.EMBEDDING and profile_kind not in EMBEDDING_KINDS:
         return f"a {profile_kind} profile serves no embedding models"
+    return None
+
+
+def units_problem(units: object, profile_kind: object, *, has_models: bool) -> str | None:
+    """Say what makes a profile's web unit prices unusable for its kind, or return None."""
+    if units is None:
+        units = {}
+    if not isinstance(units, dict):
+        return "'units' must be an object of unit -> micro-USD"
+    for unit, price in units.items():
+        if unit not in UNIT_COLUMNS:
+            return f"unknown unit {unit!r} (use {sorted(UNIT_COLUMNS)})"
+        if not isinstance(price, int) or isinstance(price, bool) or price < 0:
+            return f"the price of {unit!r} must be a non-negative integer (micro-USD)"
+    if profile_kind in WEB_KINDS:
+        if has_models:
+            return f"a {profile_kind} profile serves web units, not models"
+        own = KIND_UNIT[profile_kind]
+        if set(units) - {own}:
+            return f"a {profile_kind} profile sells only {own!r} units"
+        if own not in units and profile_kind != ProviderKind.DIRECT_HTTP:
+            return f"a {profile_kind} profile needs the price of its {own!r} unit"
+    elif units and profile_kind != ProviderKind.FAKE:
+        return f"a {profile_kind} profile sells no web units"
     return None
 
 
@@ -133,6 +170,13 @@ def _check_profile(item: object, index: int) -> None:
     if not isinstance(item.get("passthrough", False), bool):
         raise ImproperlyConfigured(
             f"Malformed setting {where}: 'passthrough' must be true or false."
+        )
+    problem = units_problem(item.get("units"), item.get("kind"), has_models=bool(item.get("models")))
+    if problem:
+        raise ImproperlyConfigured(f"Malformed setting {where}: {problem}.")
+    if not isinstance(item.get("respect_robots", True), bool):
+        raise ImproperlyConfigured(
+            f"Malformed setting {where}: 'respect_robots' must be true or false."
         )
     names = []
     for m_index, model in enumerate(item.get("models") or []):
@@ -172,6 +216,15 @@ def _check_profile(item: object, index: int) -> None:
         )
 
 
+def unit_prices(item: dict) -> dict[str, int | None]:
+    """Return a profile's unit price columns from its JSON (a direct fetch defaults to free)."""
+    units = item.get("units") or {}
+    prices = {column: units.get(unit) for unit, column in UNIT_COLUMNS.items()}
+    if item["kind"] == ProviderKind.DIRECT_HTTP and prices["page_micro"] is None:
+        prices["page_micro"] = 0
+    return prices
+
+
 @transaction.atomic
 def profiles_bootstrap(*, spec: list[dict]) -> list[ProviderProfile]:
     """Create or update profiles and their models from the JSON contract (idempotent)."""
@@ -187,6 +240,8 @@ def profiles_bootstrap(*, spec: list[dict]) -> list[ProviderProfile]:
             "stream_idle_timeout_s": item.get("stream_idle_timeout_s", 30),
             "enabled": item.get("enabled", True),
             "passthrough": item.get("passthrough", False),
+            "respect_robots": item.get("respect_robots", True),
+            **unit_prices(item),
             "updated_at": timezone.now(),
         }
         profile, _ = ProviderProfile.objects.update_or_create(name=item["name"], defaults=defaults)

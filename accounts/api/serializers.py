@@ -36,6 +36,7 @@ class GroupOut(serializers.ModelSerializer):
             "caller_rpm_limit",
             "caller_tpm_limit",
             "caller_budget_max_micro",
+            "web_units_per_day",
             "created_at",
         ]
 
@@ -57,6 +58,7 @@ class GroupUpdateIn(serializers.Serializer):
     caller_rpm_limit = serializers.IntegerField(min_value=1, required=False, allow_null=True)
     caller_tpm_limit = serializers.IntegerField(min_value=1, required=False, allow_null=True)
     caller_budget_max_micro = serializers.IntegerField(min_value=0, required=False, allow_null=True)
+    web_units_per_day = serializers.IntegerField(min_value=0, required=False, allow_null=True)
 
 
 class ApiKeyOut(serializers.ModelSerializer):
