@@ -383,6 +383,12 @@ CELERY_BEAT_SCHEDULE: dict = {
         "task": "billing.expire_stale_holds",
         "schedule": float(min(60, TOLLGATE["RESERVATION_TTL_S"])),
     },
+    # Crawl jobs are handed to a worker when queued; this picks up a lost hand-off and the
+    # jobs of a worker that died (their lease lapsed).
+    "webfetch-run-crawls": {
+        "task": "webfetch.run_crawls",
+        "schedule": float(max(5, TOLLGATE["CRAWL_LEASE_S"] // 2)),
+    },
 }
 
 LOGGING = {

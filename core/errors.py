@@ -12,6 +12,7 @@ stable code. The tree:
     ├── RequestRateLimited            LM-3001 429  Retry-After
     ├── TokenRateLimited              LM-3002 429  Retry-After
     ├── CapacityExhausted             LM-3003 429  Retry-After
+    ├── DailyUnitsExhausted           LM-3004 429  Retry-After (to the next UTC day)
     ├── UpstreamRateLimited           LM-3010 429  Retry-After (the vendor's, else 1 s)
     ├── TeamKeysExhausted             LM-3021 429  (decided by the gateway; never retried)
     ├── BudgetExhausted               LM-4001 402
@@ -107,6 +108,13 @@ class TokenRateLimited(GatewayError):
 class CapacityExhausted(GatewayError):
     code, status, error_type = "LM-3003", 429, "rate_limit_error"
     default_message = "Too many requests in flight."
+
+
+class DailyUnitsExhausted(GatewayError):
+    """The group's daily web unit budget (pages, rendered pages, queries) is used up."""
+
+    code, status, error_type = "LM-3004", 429, "rate_limit_error"
+    default_message = "The group's daily web unit budget is exhausted."
 
 
 class UpstreamRateLimited(GatewayError):

@@ -12,6 +12,7 @@ import asyncio
 import hmac
 import logging
 import uuid
+from functools import partial
 from collections.abc import Awaitable, Callable
 
 import orjson
@@ -26,6 +27,7 @@ from gateway.health import readiness
 from gateway.pipeline import JSON, REQUEST_ID_OK
 from gateway.runtime import runtime
 from gateway.shapes import anthropic as anthropic_shape
+from gateway.web import service as web
 
 log = logging.getLogger(__name__)
 # Routes of the Anthropic API: their refusals take its error shape (its SDK reads that).
@@ -254,12 +256,20 @@ ROUTES: dict[tuple[str, str], Callable[[Exchange], Awaitable[None]]] = {
     ("POST", "/internal/stream"): lambda ex: pipeline.serve(ex, pipeline.INTERNAL_STREAM),
     ("POST", "/internal/decide"): pipeline.decide,
     ("POST", "/internal/reload"): reload_config,
+    ("POST", "/v1/web/scrape"): lambda ex: web.serve(ex, web.SCRAPE_ROUTE),
+    ("POST", "/v1/web/search"): lambda ex: web.serve(ex, web.SEARCH_ROUTE),
+    ("POST", "/v1/web/crawl"): lambda ex: web.serve(ex, web.CRAWL_ROUTE),
+    ("POST", "/internal/scrape"): lambda ex: web.serve(ex, web.INTERNAL_SCRAPE),
+    ("POST", "/internal/search"): lambda ex: web.serve(ex, web.INTERNAL_SEARCH),
+    ("POST", "/internal/crawl"): lambda ex: web.serve(ex, web.INTERNAL_CRAWL),
     ("GET", "/healthz"): healthz,
     ("GET", "/readyz"): readyz,
     ("GET", "/metrics"): metrics_endpoint,
 }
 GATEWAY_PREFIXES = ("/v1/", "/internal/")
 STORED_RESPONSES = "/v1/responses/"  # + an id: what a stored response would be read at
+# + a crawl job's id: its state and pages (GET) or its cancellation (DELETE)
+JOB_ROUTES = {"/v1/web/jobs/": False, "/internal/jobs/": True}
 GATEWAY_PATHS = frozenset(path for _, path in ROUTES)
 
 
@@ -278,6 +288,10 @@ async def gateway_app(scope: Scope, receive: Receive, send: Send) -> None:
         and scope["method"] in ("GET", "DELETE")
     ):
         handler = stored_response
+    if handler is None and scope["method"] in ("GET", "DELETE"):
+        for prefix, internal in JOB_ROUTES.items():
+            if path.startswith(prefix) and path.count("/") == prefix.count("/"):
+                handler = partial(web.job, internal=internal)
     if handler is None:
         await ex.refuse(errors.InvalidRequest(f"No route {scope['method']} {scope['path']}."))
         return

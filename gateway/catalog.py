@@ -24,7 +24,9 @@ import aiohttp
 from core.sealing import SealBroken, unseal
 from gateway.adapters.base import Provider
 from gateway.adapters.registry import build_adapter
-from providers.models import TEAM_KEY_ELIGIBLE_KINDS, ModelKind, ProviderProfile
+from gateway.web.adapters import WEB_ADAPTERS, WebAdapter
+from gateway.web.types import PAGE, QUERY, RENDERED_PAGE
+from providers.models import TEAM_KEY_ELIGIBLE_KINDS, WEB_KINDS, ModelKind, ProviderProfile
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +47,29 @@ class Profile:
     @property
     def team_key_eligible(self) -> bool:
         return self.kind in TEAM_KEY_ELIGIBLE_KINDS
+
+
+@dataclass(frozen=True, slots=True)
+class WebProfile:
+    """A profile that serves web acquisition: its adapter, key and unit prices."""
+
+    name: str
+    kind: str
+    platform_key: str | None = field(repr=False)
+    allows_platform: bool
+    timeout_s: float
+    prices: dict[str, int]  # unit -> micro-USD, for the units it sells
+    respect_robots: bool
+    adapter: WebAdapter = field(repr=False, compare=False)
+
+    @property
+    def team_key_eligible(self) -> bool:
+        return self.kind in TEAM_KEY_ELIGIBLE_KINDS
+
+    def unit_for(self, action: str) -> str | None:
+        """Return the unit this profile bills for an action, or None if it does not serve it."""
+        unit = self.adapter.units.get(action)
+        return unit if unit in self.prices else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +99,7 @@ class ModelOffer:
 class Catalog:
     profiles: dict[str, Profile]
     offers_by_model: dict[str, tuple[ModelOffer, ...]]
+    web: dict[str, WebProfile] = field(default_factory=dict)  # by name, sorted
     # Derived from the offers' aliases when built (see the module docstring).
     model_by_alias: dict[str, str] = field(init=False, repr=False, compare=False)
     _pinned: dict[tuple[str, str], ModelOffer] = field(init=False, repr=False, compare=False)
@@ -166,8 +192,23 @@ def load_catalog(session: aiohttp.ClientSession) -> Catalog:
     """Read enabled profiles and models (sync ORM: call from a thread)."""
     profiles: dict[str, Profile] = {}
     offers: dict[str, list[ModelOffer]] = {}
+    web: dict[str, WebProfile] = {}
     profiles_by_name = ProviderProfile.objects.filter(enabled=True).order_by("name")
     for row in profiles_by_name.prefetch_related("models"):
+        prices = _unit_prices(row)
+        if row.kind in WEB_KINDS or (prices and row.kind in WEB_ADAPTERS):
+            web[row.name] = WebProfile(
+                name=row.name,
+                kind=row.kind,
+                platform_key=_platform_key(row),
+                allows_platform=row.allows_platform,
+                timeout_s=float(row.timeout_s),
+                prices=prices,
+                respect_robots=row.respect_robots,
+                adapter=WEB_ADAPTERS[row.kind](base_url=row.base_url, session=session),
+            )
+            if row.kind in WEB_KINDS:
+                continue
         adapter = build_adapter(row.kind, base_url=row.base_url, session=session)
         if adapter is None:
             log.warning("profile %s has kind %s, which Tollgate cannot serve", row.name, row.kind)
@@ -214,4 +255,14 @@ def load_catalog(session: aiohttp.ClientSession) -> Catalog:
     return Catalog(
         profiles=profiles,
         offers_by_model={name: tuple(r) for name, r in offers.items()},
+        web=web,
     )
+
+
+def _unit_prices(row: ProviderProfile) -> dict[str, int]:
+    columns = {
+        PAGE: row.page_micro,
+        RENDERED_PAGE: row.rendered_page_micro,
+        QUERY: row.query_micro,
+    }
+    return {unit: price for unit, price in columns.items() if price is not None}

@@ -11,6 +11,7 @@ from gateway.catalog import ModelOffer
 from gateway.limits import Admission
 from gateway.plan import Plan
 from gateway.types import ModelRequest, StreamResult, Usage
+from gateway.web.types import WebBill
 
 
 @dataclass(slots=True)
@@ -49,11 +50,12 @@ class RequestContext:
     principal: Principal | None = None
     caller_label: str | None = None
     req: ModelRequest | None = None
-    plan: Plan | None = None
+    plan: Plan | None = None  # a web action's: gateway.web.plan.WebPlan
     admission: Admission | None = None  # until the finish releases it
     trail: list[AttemptRecord] = field(default_factory=list)
     served: Served | None = None
     usage: Usage = field(default_factory=Usage)
+    web: WebBill | None = None  # a web action's units and cost (gateway/web/)
     stream: StreamResult | None = None  # a streamed answer as far as it got
     ttft_ms: int | None = None
     # The budget hold: taken (a row exists) and marked as covering a sent platform call.

@@ -67,7 +67,7 @@ def upstream_error(exc: ProviderError, *, mid_stream: bool = False) -> errors.Ga
     return errors.UpstreamFailed()
 
 
-def _judges_provider(exc: ProviderError, *, served_by: str) -> bool:
+def judges_provider(exc: ProviderError, *, served_by: str) -> bool:
     """Say whether a failure counts against the breaker (client faults do not)."""
     if exc.status is None or exc.status >= 500 or exc.status in (408, 429):
         return True
@@ -209,7 +209,7 @@ class Orchestrator:
                     continue
                 last = _AttemptFailed(
                     upstream_error(exc),
-                    judges_provider=_judges_provider(exc, served_by=TEAM),
+                    judges_provider=judges_provider(exc, served_by=TEAM),
                 )
                 tries += 1
                 if not exc.retryable or tries >= TRIES_PER_ATTEMPT:
@@ -264,7 +264,7 @@ class Orchestrator:
                         continue
                     raise _AttemptFailed(
                         upstream_error(exc),
-                        judges_provider=_judges_provider(exc, served_by=PLATFORM),
+                        judges_provider=judges_provider(exc, served_by=PLATFORM),
                     ) from None
                 committed = True
                 return result

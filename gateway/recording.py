@@ -28,6 +28,7 @@ def usage_record(ctx: RequestContext, *, bytes_out: int) -> UsageRecord:
     principal = ctx.principal
     served = ctx.served
     usage = ctx.usage
+    web = ctx.web
     platform = served is not None and served.served_by == PLATFORM
     team = served is not None and served.served_by == TEAM
     provider_cost_micro = (
@@ -44,6 +45,8 @@ def usage_record(ctx: RequestContext, *, bytes_out: int) -> UsageRecord:
         if platform
         else 0
     )
+    if web is not None:  # a web action: its units, priced as they were billed
+        provider_cost_micro = web.cost_micro
     billed_bandwidth = (
         principal is not None and ctx.meter.upstream_sent and ctx.error_code not in REFUSAL_CODES
     )
@@ -66,8 +69,8 @@ def usage_record(ctx: RequestContext, *, bytes_out: int) -> UsageRecord:
         endpoint=ctx.endpoint,
         model_requested=ctx.req.model if ctx.req else "",
         model_served=served.model if served else "",
-        provider=served.provider if served else "",
-        served_by=served.served_by if served else "",
+        provider=served.provider if served else (web.provider if web else ""),
+        served_by=served.served_by if served else (web.served_by if web else ""),
         tokens_in=usage.input_tokens if platform else 0,
         tokens_out=usage.output_tokens if platform else 0,
         byok_tokens_in=usage.input_tokens if team else 0,
@@ -85,7 +88,10 @@ def usage_record(ctx: RequestContext, *, bytes_out: int) -> UsageRecord:
         latency_ms=ctx.elapsed_ms(),
         ttft_ms=ctx.ttft_ms,
         streamed=ctx.req.stream if ctx.req else False,
-        reservation_id=served.reservation_id if served else None,
+        reservation_id=served.reservation_id if served else (web.reservation_id if web else None),
+        web_pages=web.pages if web else 0,
+        web_rendered_pages=web.rendered_pages if web else 0,
+        web_queries=web.queries if web else 0,
         attempts=tuple(ctx.trail),
     )
     return clean_record(record)  # bounded before it is journaled: no client text jams storage

@@ -22,6 +22,8 @@ from gateway.breakers import BreakerBoard
 from gateway.catalog import EMPTY, Catalog, load_catalog
 from gateway.limits import Limiter
 from gateway.orchestrator import Orchestrator
+from gateway.web.orchestrator import AcquisitionOrchestrator
+from gateway.web.units import DailyUnits
 from usage.writer import UsageWriter
 
 log = logging.getLogger(__name__)
@@ -37,6 +39,7 @@ class Runtime:
     limiter: Limiter
     escrow: Escrow
     orchestrator: Orchestrator
+    web: AcquisitionOrchestrator  # web acquisition's (gateway/web/)
     usage: UsageWriter
 
     def __init__(self) -> None:
@@ -71,6 +74,12 @@ class Runtime:
             self.orchestrator = Orchestrator(
                 breakers=self.breakers, keys=self.keys, escrow=self.escrow
             )
+            self.web = AcquisitionOrchestrator(
+                breakers=self.breakers,
+                keys=self.keys,
+                escrow=self.escrow,
+                units=DailyUnits(self.shared),
+            )
             self.usage = UsageWriter(self.shared)
             self._subscribe()
             await self.reload()
@@ -102,6 +111,8 @@ class Runtime:
         await self.session.close()
         await self.escrow.close()
         await self.shared.close()
+        self._tasks.clear()
+        self._starting = None  # a worker's next event loop builds everything anew
         self.started = False
 
     async def reload(self) -> None:

@@ -1,0 +1,199 @@
+"""Web adapters: one vendor each (or our own fetcher); they translate and decide nothing.
+
+Each answers a scrape with a PageAnswer or a search with a SearchAnswer, and maps failures
+to ProviderError (gateway/adapters/base.py), or WebProviderError for what only the web
+path knows. Retries, breakers, units and money are the web orchestrator's.
+
+Wire shapes of the two vendor kinds (the stub speaks them: stubvendor/web.py):
+- render_api: POST {base_url}/render {"url"} -> {"final_url", "status", "content_type",
+  "html", "rendered", "credits"}; Authorization: Bearer <key>.
+- search_api: POST {base_url}/search {"query", "max_results"} -> {"results": [{"url",
+  "title", "snippet"}], "credits"}; Authorization: Bearer <key>.
+"""
+
+from __future__ import annotations
+
+import re
+
+import aiohttp
+import orjson
+from django.conf import settings
+from webfetch.fetcher import FetchRefused, fetch, limits_from_settings
+
+from gateway.adapters.base import ProviderError, connection_error, error_for_status
+from gateway.web.types import (
+    PAGE,
+    QUERY,
+    RENDERED_PAGE,
+    SCRAPE,
+    SEARCH,
+    PageAnswer,
+    SearchAnswer,
+    WebProviderError,
+    WebTarget,
+)
+from providers.models import ProviderKind
+
+# What the fetcher's refusals mean here: the URL itself may not be fetched (no profile may
+# try it), or the site failed in a way worth one more try.
+REFUSED_REASONS = frozenset({"scheme", "bad_url", "private_address"})
+VENDOR_BODY_MAX = 20_000_000
+
+
+class WebAdapter:
+    """What a web profile can do: the unit each action bills when it succeeds."""
+
+    kind: str
+    units: dict[str, str]  # action -> the unit a success bills (SCRAPE/SEARCH -> PAGE/...)
+    renders = False  # its pages are rendered with JavaScript (a renderer)
+
+    def __init__(self, *, base_url: str, session: aiohttp.ClientSession) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.session = session
+
+    async def scrape(self, url: str, target: WebTarget) -> PageAnswer:
+        raise NotImplementedError
+
+    async def search(self, query: str, max_results: int, target: WebTarget) -> SearchAnswer:
+        raise NotImplementedError
+
+    async def _post(self, path: str, body: dict, target: WebTarget) -> dict:
+        """POST JSON to the vendor; its JSON answer, or a ProviderError (its body not kept)."""
+        headers = {"content-type": "application/json"}
+        if target.api_key:
+            headers["authorization"] = f"Bearer {target.api_key}"
+        try:
+            async with self.session.post(
+                f"{self.base_url}{path}", data=orjson.dumps(body), headers=headers
+            ) as resp:
+                raw = await resp.content.read(VENDOR_BODY_MAX)
+                if resp.status != 200:
+                    error = error_for_status(resp.status, resp.headers)
+                    charged = _credits(raw)
+                    if charged:  # the vendor billed the failure: it counts, and ends the tries
+                        raise WebProviderError(
+                            str(error), retryable=False, billed_units=charged
+                        ) from None
+                    raise error
+        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+            raise connection_error(exc) from None
+        try:
+            data = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            raise ProviderError("upstream answered malformed JSON", retryable=True) from None
+        if not isinstance(data, dict):
+            raise ProviderError("upstream answered malformed JSON", retryable=True)
+        return data
+
+
+def _credits(raw: bytes) -> int:
+    try:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return 0
+    credits = data.get("credits") if isinstance(data, dict) else None
+    return credits if isinstance(credits, int) and credits > 0 else 0
+
+
+class DirectHttp(WebAdapter):
+    """Our own fetcher (webfetch/fetcher.py): SSRF-safe, no vendor, no key."""
+
+    kind = ProviderKind.DIRECT_HTTP
+    units = {SCRAPE: PAGE}
+
+    async def scrape(self, url: str, target: WebTarget) -> PageAnswer:
+        try:
+            fetched = await fetch(
+                self.session,
+                url,
+                limits=limits_from_settings(target.timeout_s),
+                user_agent=settings.TOLLGATE["WEB_USER_AGENT"],
+            )
+        except FetchRefused as refused:
+            if refused.reason in REFUSED_REASONS:
+                raise WebProviderError(refused.message, refused=True) from None
+            error = WebProviderError(refused.message, retryable=refused.retryable)
+            error.timeout = refused.reason == "timeout"
+            raise error from None
+        return PageAnswer(
+            final_url=fetched.final_url,
+            status=fetched.status,
+            content_type=fetched.content_type,
+            body=fetched.body,
+            charset=fetched.charset,
+        )
+
+
+class RenderApi(WebAdapter):
+    """A JavaScript-rendering vendor: it loads the page in a browser and returns the DOM."""
+
+    kind = ProviderKind.RENDER_API
+    units = {SCRAPE: RENDERED_PAGE}
+    renders = True
+
+    async def scrape(self, url: str, target: WebTarget) -> PageAnswer:
+        data = await self._post("/render", {"url": url}, target)
+        html = data.get("html")
+        status = data.get("status")
+        if not isinstance(html, str) or not isinstance(status, int):
+            raise ProviderError("upstream answered without a page", retryable=True)
+        return PageAnswer(
+            final_url=str(data.get("final_url") or url),
+            status=status,
+            content_type=str(data.get("content_type") or "text/html"),
+            body=html.encode(),
+            charset="utf-8",
+            rendered=True,
+        )
+
+
+class SearchApi(WebAdapter):
+    kind = ProviderKind.SEARCH_API
+    units = {SEARCH: QUERY}
+
+    async def search(self, query: str, max_results: int, target: WebTarget) -> SearchAnswer:
+        data = await self._post("/search", {"query": query, "max_results": max_results}, target)
+        results = data.get("results")
+        if not isinstance(results, list):
+            raise ProviderError("upstream answered without results", retryable=True)
+        return SearchAnswer(results=tuple(_result(r) for r in results[:max_results]))
+
+
+def _result(item: object) -> dict[str, str]:
+    item = item if isinstance(item, dict) else {}
+    return {name: str(item.get(name) or "") for name in ("url", "title", "snippet")}
+
+
+class FakeWeb(WebAdapter):
+    """In-process answers for tests and demos: a page for any URL, results for any query."""
+
+    kind = ProviderKind.FAKE
+    units = {SCRAPE: PAGE, SEARCH: QUERY}
+
+    async def scrape(self, url: str, target: WebTarget) -> PageAnswer:
+        html = (
+            f"<html><head><title>Fake page</title></head><body><main><p>The fake web "
+            f"page of {url}.</p></main></body></html>"
+        )
+        return PageAnswer(final_url=url, status=200, content_type="text/html", body=html.encode())
+
+    async def search(self, query: str, max_results: int, target: WebTarget) -> SearchAnswer:
+        slug = re.sub(r"[^a-z0-9]+", "-", query.lower()).strip("-")
+        return SearchAnswer(
+            results=tuple(
+                {
+                    "url": f"https://fake.example/{slug}/{i}",
+                    "title": f"{query} - fake result {i}",
+                    "snippet": f"Fake result {i} for {query}.",
+                }
+                for i in range(1, max_results + 1)
+            )
+        )
+
+
+WEB_ADAPTERS: dict[str, type[WebAdapter]] = {
+    ProviderKind.DIRECT_HTTP: DirectHttp,
+    ProviderKind.RENDER_API: RenderApi,
+    ProviderKind.SEARCH_API: SearchApi,
+    ProviderKind.FAKE: FakeWeb,
+}

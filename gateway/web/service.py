@@ -1,0 +1,232 @@
+"""The web routes: scrape and search served through the request pipeline's stages, crawl
+jobs queued for the workers, and a job's state and pages read back.
+
+A scrape or search runs the model path's stages with a web plan (gateway/pipeline.py):
+accept (a virtual key, or the internal token and a group), plan, admit (rates and caps, one
+Redis round trip), hold (the plan's worst case on the budgets, LM-4001), execute (the
+acquisition orchestrator under the action's deadline), finish (the usage record journaled
+and the admission released). A crawl is a job row (webfetch/jobs.py) whose pages the Celery
+workers fetch through the same orchestrator (gateway/web/crawler.py), each page its own
+usage row.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+from urllib.parse import parse_qsl
+
+import orjson
+from django.conf import settings
+from webfetch.extract import extract, needs_javascript, text_of
+
+from core import errors, metrics
+from core.db import off_loop
+from gateway import pipeline
+from gateway.auth import bearer, internal_authorized
+from gateway.context import RequestContext
+from gateway.pipeline import (
+    CRASHED,
+    JSON,
+    REQUEST_ID_OK,
+    Ending,
+    finish,
+    hold,
+    limit_scopes,
+    refusal,
+)
+from gateway.runtime import runtime
+from gateway.web import shape
+from gateway.web.plan import WebPlan, build_web_plan
+from gateway.web.types import CRAWL, SCRAPE, SEARCH, PageAnswer, WebRequest
+
+if TYPE_CHECKING:
+    from gateway.asgi import Exchange
+
+HTML_TYPES = ("text/html", "application/xhtml+xml")
+TEXT_TYPES = ("text/", "application/json", "application/xml", "application/ld+json")
+
+
+@dataclass(frozen=True, slots=True)
+class WebEndpoint:
+    name: str  # as usage records name it: "web.scrape", "internal.search", ...
+    action: str
+    internal: bool = False
+
+
+SCRAPE_ROUTE = WebEndpoint("web.scrape", SCRAPE)
+SEARCH_ROUTE = WebEndpoint("web.search", SEARCH)
+CRAWL_ROUTE = WebEndpoint("web.crawl", CRAWL)
+INTERNAL_SCRAPE = WebEndpoint("internal.scrape", SCRAPE, internal=True)
+INTERNAL_SEARCH = WebEndpoint("internal.search", SEARCH, internal=True)
+INTERNAL_CRAWL = WebEndpoint("internal.crawl", CRAWL, internal=True)
+
+
+async def serve(ex: Exchange, endpoint: WebEndpoint) -> None:
+    """Serve one scrape, search or crawl request; `finish` closes its books exactly once."""
+    ctx = RequestContext(
+        request_id=ex.request_id,
+        client_request_id=ex.client_request_id,
+        endpoint=endpoint.name,
+        meter=ex.meter,
+    )
+    ending = CRASHED
+    try:
+        req = await accept(ex, endpoint, ctx)
+        if req.action == CRAWL:
+            ending = await start_crawl(ctx, req)  # queued: each page has its own usage row
+            return
+        plan = build_web_plan(req, ctx.principal, runtime.catalog, runtime.pools.get)
+        ctx.plan = plan
+        await admit(ctx, plan)
+        await hold(ctx, plan)
+        ending = await execute(ctx, plan, req)
+    except errors.GatewayError as exc:
+        ending = refusal(ex, exc)
+    finally:
+        await finish(ex, ctx, ending)
+
+
+async def accept(ex: Exchange, endpoint: WebEndpoint, ctx: RequestContext) -> WebRequest:
+    if endpoint.internal:
+        if not internal_authorized(ex.headers):
+            raise errors.Unauthorized("Missing or wrong internal token.")
+        data = pipeline.parse_json(await ex.read_body())
+        request_id = data.get("request_id")
+        if not isinstance(request_id, str) or not REQUEST_ID_OK.match(request_id):
+            raise errors.InvalidRequest("'request_id' is required (1-64 of [A-Za-z0-9._:-]).")
+        ex.client_request_id = ctx.client_request_id = request_id  # a label, like X-Request-Id
+        ctx.principal = await runtime.principals.for_group(data.get("group"))
+    else:
+        ctx.principal = await runtime.principals.for_secret(
+            bearer(ex.headers), client=ex.scope.get("client")
+        )
+        data = pipeline.parse_json(await ex.read_body())
+    return shape.parse(endpoint.action, data)
+
+
+async def admit(ctx: RequestContext, plan: WebPlan) -> None:
+    """Rates and caps (LM-3001 / LM-3003), as for model requests; a web action has no tokens."""
+    principal = ctx.principal
+    ctx.admission = await runtime.limiter.admit(
+        request_id=ctx.request_id,
+        group_id=principal.group_id,
+        scopes=limit_scopes(ctx),
+        concurrency=principal.group_concurrency,
+        lease_s=settings.TOLLGATE["WEB_ACTION_TIMEOUT_S"] + 30,
+        tokens_estimate=0,
+        peek=None,
+    )
+    metrics.IN_FLIGHT.inc()
+
+
+async def execute(ctx: RequestContext, plan: WebPlan, req: WebRequest) -> Ending:
+    try:
+        async with asyncio.timeout(settings.TOLLGATE["WEB_ACTION_TIMEOUT_S"]):
+            served = await runtime.web.run(ctx, plan, req, keep_page=page_is_whole)
+    except TimeoutError:
+        raise errors.UpstreamTimeout("The web action passed its deadline.") from None
+    body = {"request_id": ctx.client_request_id or ctx.request_id}
+    if req.action == SEARCH:
+        body |= {"query": req.query, "results": list(served.answer.results)}
+    else:
+        body |= await asyncio.to_thread(page_json, req, served.answer)
+    body |= {
+        "provider": ctx.web.provider,
+        "served_by": ctx.web.served_by,
+        "units": shape.units_json(ctx.web),
+        "cost_micro": ctx.web.cost_micro,
+    }
+    return Ending(final=orjson.dumps(body), headers=(JSON, *ctx.admission.headers()))
+
+
+def page_is_whole(answer: PageAnswer) -> bool:
+    """Say whether a fetched page can be the answer (False: scripts write its content)."""
+    if answer.rendered or not answer.content_type.startswith(HTML_TYPES):
+        return True
+    html = _decoded(answer)
+    return not needs_javascript(html, extract(html, url=answer.final_url))
+
+
+def page_json(req: WebRequest, answer: PageAnswer) -> dict:
+    """The scrape answer: where it ended, what it is, its text (and what else was asked)."""
+    body = {
+        "url": req.url,
+        "final_url": answer.final_url,
+        "status": answer.status,
+        "content_type": answer.content_type,
+        "bytes": len(answer.body),
+        "title": "",
+        "text": "",
+    }
+    if answer.content_type.startswith(HTML_TYPES):
+        html = _decoded(answer)
+        extracted = extract(html, url=answer.final_url)
+        body |= {"title": extracted.title, "text": extracted.text}
+        if "markdown" in req.formats:
+            body["markdown"] = extracted.markdown
+        if "html" in req.formats:
+            body["html"] = html
+    elif answer.content_type.startswith(TEXT_TYPES):
+        body["text"] = text_of(answer.body, answer.content_type, answer.charset)
+    return body
+
+
+def _decoded(answer: PageAnswer) -> str:
+    return answer.body.decode(answer.charset or "utf-8", errors="replace")
+
+
+# ---------------------------------------------------------------- crawl jobs
+
+
+async def start_crawl(ctx: RequestContext, req: WebRequest) -> Ending:
+    """Queue a crawl job (202 with its id); refused before queuing when nothing could fetch it."""
+    build_web_plan(
+        WebRequest(action=SCRAPE, url=req.url, render_js=req.render_js),
+        ctx.principal,
+        runtime.catalog,
+        runtime.pools.get,
+    )
+    from gateway.web import crawler  # the worker side: Celery and the job services
+
+    try:
+        job = await off_loop(crawler.queue_job)(ctx.principal, req, ctx.client_request_id)
+    except ValueError as exc:
+        raise errors.InvalidRequest(str(exc)) from None
+    return Ending(status=202, final=orjson.dumps(job), headers=(JSON,))
+
+
+async def job(ex: Exchange, *, internal: bool) -> None:
+    """GET a job (its state and a page of its pages) or DELETE it (cancel)."""
+    from gateway.web import crawler
+
+    public_id = ex.scope["path"].rstrip("/").rsplit("/", 1)[-1]
+    if internal:
+        if not internal_authorized(ex.headers):
+            raise errors.Unauthorized("Missing or wrong internal token.")
+        account_id = None
+    else:
+        principal = await runtime.principals.for_secret(
+            bearer(ex.headers), client=ex.scope.get("client")
+        )
+        account_id = principal.account_id
+    query = _query_params(ex)
+    if ex.scope["method"] == "DELETE":
+        found = await off_loop(crawler.cancel)(public_id, account_id)
+    else:
+        try:
+            after = int(query["after"]) if "after" in query else None
+            limit = int(query.get("limit", 20))
+        except ValueError:
+            raise errors.InvalidRequest("'after' and 'limit' must be integers.") from None
+        if not 1 <= limit <= 100:
+            raise errors.InvalidRequest("'limit' must be from 1 to 100.")
+        found = await off_loop(crawler.read)(public_id, account_id, after=after, limit=limit)
+    if found is None:  # another account's job is no job at all
+        raise errors.NotFound(f"No crawl job {public_id!r}.")
+    await ex.reply(200, orjson.dumps(found))
+
+
+def _query_params(ex: Exchange) -> dict[str, str]:
+    return dict(parse_qsl(ex.scope.get("query_string", b"").decode("latin-1")))
