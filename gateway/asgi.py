@@ -12,8 +12,8 @@ import asyncio
 import hmac
 import logging
 import uuid
-from functools import partial
 from collections.abc import Awaitable, Callable
+from functools import partial
 
 import orjson
 from django.conf import settings

@@ -47,7 +47,11 @@ MODEL_FIELDS = {
     "aliases",
 }
 # Web units in the profile JSON ("units": {"page": micro-USD, ...}) and their columns.
-UNIT_COLUMNS = {"page": "page_micro", "rendered_page": "rendered_page_micro", "query": "query_micro"}
+UNIT_COLUMNS = {
+    "page": "page_micro",
+    "rendered_page": "rendered_page_micro",
+    "query": "query_micro",
+}
 # The unit each web kind sells (a fake profile may sell any).
 KIND_UNIT = {
     ProviderKind.DIRECT_HTTP: "page",
@@ -171,7 +175,8 @@ def _check_profile(item: object, index: int) -> None:
         raise ImproperlyConfigured(
             f"Malformed setting {where}: 'passthrough' must be true or false."
         )
-    problem = units_problem(item.get("units"), item.get("kind"), has_models=bool(item.get("models")))
+    has_models = bool(item.get("models"))
+    problem = units_problem(item.get("units"), item.get("kind"), has_models=has_models)
     if problem:
         raise ImproperlyConfigured(f"Malformed setting {where}: {problem}.")
     if not isinstance(item.get("respect_robots", True), bool):
