@@ -110,12 +110,20 @@ _ASSIGNMENT = re.compile(
 )
 _SLUG_SEPARATORS = re.compile(r"[^a-z0-9]+")
 Parsed = TypeVar("Parsed")
+# A web call names no model and never streams: its calls-log fields that say so.
+_FIXED_CALL_FIELDS: dict[str, Any] = {
+    "model": None,
+    "stream": False,
+    "user": None,
+    "max_tokens": None,
+}
 
 
 def web_error(
     status: int, message: str, headers: dict[str, str] | None = None, *, kind: str | None = None
 ) -> web.Response:
     """Build ``{"error": {"message", "type"}}``; the type follows the status unless given."""
+    # The Anthropic column (authentication_error, rate_limit_error, ...): the web vendors' names.
     error_type = kind if kind is not None else _ERROR_TYPES[status][2]
     return _json(status, {"error": {"message": message, "type": error_type}}, headers)
 
@@ -325,16 +333,7 @@ async def _web_call(
         body = orjson.loads(await request.read())
     except orjson.JSONDecodeError:
         body = None
-    call = state.record(
-        body=body,
-        path=request.path,
-        shape=shape,
-        model=None,
-        key=key,
-        stream=False,
-        user=None,
-        max_tokens=None,
-    )
+    call = state.record(body=body, path=request.path, shape=shape, key=key, **_FIXED_CALL_FIELDS)
     rejected = _check_key(state, _HELPER_SHAPE, key)
     if rejected is not None:
         return _answer(call, _web_shaped(rejected))

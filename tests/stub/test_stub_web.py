@@ -378,19 +378,14 @@ def route(request: pytest.FixtureRequest, pages: str) -> tuple[str, dict[str, An
 
 
 FORBIDDEN = "The API key wk-1 is not allowed to access this resource."
+STATUS_FAULTS = ({"kind": "429", "retry_after": 7}, {"kind": "401"}, {"kind": "403"}, {"kind": 500})
 
 
 def test_status_faults_answer_the_web_error_with_their_status(
     client: httpx.Client, route: tuple[str, dict[str, Any]]
 ) -> None:
     path, body = route
-    queue(
-        client,
-        {"kind": "429", "retry_after": 7},
-        {"kind": "401"},
-        {"kind": "403"},
-        {"kind": 500},
-    )
+    queue(client, *STATUS_FAULTS)
     answers = [client.post(path, json=body, headers=AUTH) for _ in range(4)]
     assert [(r.status_code, r.json()) for r in answers] == [
         (429, error("Rate limit reached (stub fault).", "rate_limit_error")),
@@ -449,11 +444,8 @@ def test_match_key_picks_the_call_and_match_model_never_matches(
     client: httpx.Client, route: tuple[str, dict[str, Any]]
 ) -> None:
     path, body = route
-    queue(
-        client,
-        {"kind": "500", "match": {"model": "stub-model"}},
-        {"kind": "429", "match": {"key": "wk-2"}},
-    )
+    never, other_key_only = {"model": "stub-model"}, {"key": "wk-2"}
+    queue(client, {"kind": "500", "match": never}, {"kind": "429", "match": other_key_only})
     assert client.post(path, json=body, headers=AUTH).status_code == 200
     other_key = {"Authorization": "Bearer wk-2"}
     assert client.post(path, json=body, headers=other_key).status_code == 429
