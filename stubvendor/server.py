@@ -1,4 +1,4 @@
-"""Stub LLM vendor server: fakes OpenAI and Anthropic for tests and benchmarks.
+"""Stub vendor server: fakes OpenAI, Anthropic and two web vendors for tests and benchmarks.
 
 Start it with ``python manage.py runstub --host 127.0.0.1 --port 8765`` or,
 without Django, ``python -m stubvendor.server --host 127.0.0.1 --port 8765``
@@ -38,6 +38,12 @@ Vendor routes
   calls log with ``model: null`` and subject to queued faults (so a fault with
   ``match.model`` is never consumed by it).  Errors use the Anthropic shape
   when the request carries ``x-api-key`` or ``anthropic-version``.
+* ``POST .../render`` and ``POST .../search`` (any prefix): the web vendors, a
+  JavaScript renderer (the stub loads the page and applies its inner-HTML
+  assignment scripts) and a search API (results recomputable from the
+  query); recorded with ``shape: "web"`` and ``model: null``, key-checked,
+  subject to faults, errors ``{"error": {"message", "type"}}``; the contract
+  is in ``stubvendor/web.py``'s docstring.  Key: ``Authorization: Bearer <key>``.
 
 Key check: a missing or empty key answers 401 in the vendor's error shape.  If
 ``STUB_ACCEPT_KEYS`` (comma separated) is set when the app is built, only those
@@ -1241,6 +1247,7 @@ async def vendor(request: web.Request) -> web.StreamResponse:
     # Imported here: those modules build on this one.
     from stubvendor.embeddings import create_embeddings
     from stubvendor.responses import create_response
+    from stubvendor.web import render_page, search
 
     path = request.path
     tail = path.rstrip("/")
@@ -1255,6 +1262,10 @@ async def vendor(request: web.Request) -> web.StreamResponse:
         shape, handler = "anthropic", _count_tokens
     elif tail.endswith("/messages"):
         shape = "anthropic"
+    elif tail.endswith("/render"):
+        shape, handler = "web", render_page
+    elif tail.endswith("/search"):
+        shape, handler = "web", search
     elif tail.endswith("/models"):
         if request.method != "GET":
             return vendor_error("openai", 405, f"Method {request.method} not allowed.")
