@@ -17,9 +17,14 @@ api_key=$($PY -c 'import json,sys; print(json.loads(sys.argv[1])["api_key"])' "$
 
 nohup $PY manage.py runstub --host 127.0.0.1 --port "$STUB_PORT" >"$VAR/stub.log" 2>&1 &
 echo $! >"$VAR/stub.pid"
+# The demo's web pages are on the stub at 127.0.0.1, which only this embedded demo lets the
+# fetcher reach (production never sets this). A Celery worker runs the crawl jobs.
+export TOLLGATE_WEB_ALLOW_NETS=127.0.0.1/32
 nohup $PY -m uvicorn config.asgi:application --host 127.0.0.1 --port "$PORT" \
   --loop uvloop --http httptools --no-access-log >"$VAR/gateway.log" 2>&1 &
 echo $! >"$VAR/gateway.pid"
+nohup $PY -m celery -A config worker --pool solo --loglevel WARNING >"$VAR/worker.log" 2>&1 &
+echo $! >"$VAR/worker.pid"
 
 for _ in $(seq 1 100); do
   if curl -fsS "http://127.0.0.1:$PORT/healthz" >/dev/null 2>&1 \
@@ -38,6 +43,15 @@ eval "$curl_line"
 echo
 echo "Try it yourself:"
 echo "$curl_line"
+echo
+site="http://127.0.0.1:$STUB_PORT/_stub/site"
+auth="-H 'Authorization: Bearer $api_key' -H 'Content-Type: application/json'"
+echo "Scrape, search and crawl with the same key (pages and queries are billed as units):"
+echo "curl -sS http://127.0.0.1:$PORT/v1/web/scrape $auth -d '{\"url\":\"$site/\",\"formats\":[\"markdown\"]}'"
+echo "curl -sS http://127.0.0.1:$PORT/v1/web/scrape $auth -d '{\"url\":\"$site/app\"}'"
+echo "curl -sS http://127.0.0.1:$PORT/v1/web/search $auth -d '{\"query\":\"llm gateways\",\"max_results\":3}'"
+echo "curl -sS http://127.0.0.1:$PORT/v1/web/crawl $auth -d '{\"url\":\"$site/\",\"max_pages\":5}'"
+echo "curl -sS http://127.0.0.1:$PORT/v1/web/jobs/<id from the crawl> -H 'Authorization: Bearer $api_key'"
 echo
 echo "Point the official SDKs at Tollgate:"
 echo "export OPENAI_BASE_URL=http://127.0.0.1:$PORT/v1"

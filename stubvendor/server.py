@@ -243,6 +243,8 @@ Control routes (a contract other tools rely on)
 * ``DELETE /_stub/calls`` clears the calls, the queued faults AND the prompt
   caches -> ``{"cleared": true}``.
 * ``GET /_stub/health`` -> ``{"ok": true}``.
+* ``GET /_stub/site/...``: a few demo web pages (``stubvendor/site.py``), for
+  ``make run``'s scrape, render and crawl; not vendor calls (not recorded).
 
 Faults
 ------
@@ -1713,6 +1715,8 @@ def _accept_keys_from_env() -> frozenset[str] | None:
 
 def make_app(accept_keys: Iterable[str] | None = None) -> web.Application:
     """Build the stub app.  ``accept_keys`` defaults to ``$STUB_ACCEPT_KEYS``."""
+    from stubvendor.site import site_page  # the demo's pages (stubvendor/site.py)
+
     app = web.Application(client_max_size=64 * 1024 * 1024)
     keys = frozenset(accept_keys) if accept_keys is not None else _accept_keys_from_env()
     app[STATE] = StubState(keys)
@@ -1721,6 +1725,7 @@ def make_app(accept_keys: Iterable[str] | None = None) -> web.Application:
     app.router.add_get("/_stub/calls", get_calls)
     app.router.add_delete("/_stub/calls", delete_calls)
     app.router.add_get("/_stub/health", health)
+    app.router.add_get("/_stub/site/{tail:.*}", site_page)
     app.router.add_route("*", "/{tail:.*}", vendor)
     return app
 

@@ -18,7 +18,7 @@ def clear_shared_state() -> None:
     import redis
 
     client = redis.Redis.from_url(settings.REDIS_URL)
-    for pattern in ("tollgate:cb:*", "tollgate:rl:*", "tollgate:bench:*"):
+    for pattern in ("tollgate:cb:*", "tollgate:rl:*", "tollgate:bench:*", "tollgate:wu:*"):
         keys = list(client.scan_iter(pattern, count=1000))
         if keys:
             client.delete(*keys)

@@ -60,6 +60,22 @@ def demo_profiles(stub_url: str) -> list[dict]:
                 },
             ],
         },
+        # Web acquisition: our own fetcher first, the stub as renderer and search vendor.
+        {"name": "direct", "kind": "direct_http", "timeout_s": 10, "units": {"page": 100}},
+        {
+            "name": "stub-render",
+            "kind": "render_api",
+            "base_url": f"{stub_url}/web/v1",
+            "timeout_s": 15,
+            "units": {"rendered_page": 2_000},
+        },
+        {
+            "name": "stub-search",
+            "kind": "search_api",
+            "base_url": f"{stub_url}/web/v1",
+            "timeout_s": 15,
+            "units": {"query": 5_000},
+        },
         {
             "name": "fake",
             "kind": "fake",
@@ -83,7 +99,8 @@ class Command(BaseCommand):
     @transaction.atomic
     def handle(self, *args, **options):
         for profile in profiles_bootstrap(spec=demo_profiles(options["stub_url"].rstrip("/"))):
-            if profile.kind != "fake" and not profile.api_key_last4:
+            keyless = profile.kind in ("fake", "direct_http")
+            if not keyless and not profile.api_key_last4:
                 profile_set_platform_key(profile=profile, api_key=STUB_PLATFORM_KEY)
                 profile.save()
         fake = ProviderProfile.objects.get(name="fake")

@@ -1,0 +1,166 @@
+"""Web acquisition in tests: profiles on the stub (renderer, search) and our own fetcher, a
+gateway allowed to fetch the test site on 127.0.0.1, and real Celery workers for crawls."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+from django.conf import settings
+
+from tests.support.processes import ROOT, child_database_url, child_env
+
+PAGE_MICRO = 100
+RENDERED_MICRO = 2_000
+QUERY_MICRO = 5_000
+RENDER_KEY = "sk-render-platform-7a1c"
+SEARCH_KEY = "sk-search-platform-3e9d"
+# What a web gateway of the tests runs with: the test site is on 127.0.0.1 (allowed by the
+# setting that is off in production), and crawls wait little between two pages of a host.
+WEB_ENV = {
+    "TOLLGATE_WEB_ALLOW_NETS": "127.0.0.1/32",
+    "TOLLGATE_CRAWL_HOST_DELAY_MS": "0",
+}
+
+
+def web_profiles(
+    stub_url: str,
+    *,
+    direct: bool = True,
+    render: bool = True,
+    search: bool = True,
+    timeout_s: int = 5,
+) -> list[dict]:
+    spec = []
+    if direct:
+        spec.append(
+            {
+                "name": "direct",
+                "kind": "direct_http",
+                "timeout_s": timeout_s,
+                "units": {"page": PAGE_MICRO},
+            }
+        )
+    if render:
+        spec.append(
+            {
+                "name": "stub-render",
+                "kind": "render_api",
+                "base_url": f"{stub_url}/web/v1",
+                "timeout_s": timeout_s,
+                "units": {"rendered_page": RENDERED_MICRO},
+            }
+        )
+    if search:
+        spec.append(
+            {
+                "name": "stub-search",
+                "kind": "search_api",
+                "base_url": f"{stub_url}/web/v1",
+                "timeout_s": timeout_s,
+                "units": {"query": QUERY_MICRO},
+            }
+        )
+    return spec
+
+
+def install_web_profiles(spec: list[dict]) -> None:
+    """Install the web profiles, each vendor with its own platform key (faults match keys)."""
+    from django.db import transaction
+
+    from providers.services import profile_set_platform_key, profiles_bootstrap
+
+    keys = {"render_api": RENDER_KEY, "search_api": SEARCH_KEY}
+    with transaction.atomic():
+        for profile in profiles_bootstrap(spec=spec):
+            if profile.kind in keys:
+                profile_set_platform_key(profile=profile, api_key=keys[profile.kind])
+                profile.save()
+
+
+def search_results(query: str, n: int) -> list[dict]:
+    """The stub search vendor's results for a query (its documented rule)."""
+    import re
+
+    slug = re.sub(r"[^a-z0-9]+", "-", query.lower()).strip("-")
+    return [
+        {
+            "url": f"https://search.example/{slug}/{i}",
+            "title": f"{query} — result {i}",
+            "snippet": f"Result {i} for {query}.",
+        }
+        for i in range(1, n + 1)
+    ]
+
+
+def web(url: str, key: str, path: str, body: dict, **kwargs) -> httpx.Response:
+    return httpx.post(
+        f"{url}/v1/web/{path}",
+        json=body,
+        headers={"Authorization": f"Bearer {key}"},
+        timeout=60,
+        **kwargs,
+    )
+
+
+@dataclass
+class Worker:
+    """A real Celery worker process (`celery -A config worker`), as in production."""
+
+    name: str
+    proc: subprocess.Popen
+    log_path: Path
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+
+
+def start_worker(tmp_dir: Path, name: str, **env: str) -> Worker:
+    log_path = tmp_dir / f"worker-{name}.log"
+    full_env = child_env(
+        DATABASE_URL=child_database_url(),
+        SECRET_KEY=settings.SECRET_KEY,
+        SEALING_KEYS=settings.SEALING_KEYS,
+        TOLLGATE_VAR_DIR=str(tmp_dir),
+        TOLLGATE_LOG_LEVEL="INFO",
+        **({"REDIS_URL": settings.REDIS_URL} if settings.REDIS_URL else {}),
+        **WEB_ENV,
+    )
+    full_env.update(env)
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "celery",
+                "-A",
+                "config",
+                "worker",
+                "--pool",
+                "solo",
+                "-n",
+                f"{name}@%h",
+                "--without-gossip",
+                "--without-mingle",
+                "--without-heartbeat",
+                "--loglevel",
+                "INFO",
+            ],
+            cwd=ROOT,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=full_env,
+        )
+    return Worker(name=name, proc=proc, log_path=log_path)
