@@ -23,7 +23,6 @@ import os
 import re
 import shutil
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from django.conf import settings
 from prometheus_client import (
@@ -36,8 +35,7 @@ from prometheus_client import (
     values,
 )
 
-if TYPE_CHECKING:
-    from core.usage_record import UsageRecord
+from core.usage_record import WEB_UNIT_FIELDS, UsageRecord
 
 FLEET_DIR_NAME = re.compile(r"^(\d+)-(\d*)$")
 LIVE_GAUGE_FILE = re.compile(r"^gauge_live\w+?_(\d+)\.db$")
@@ -157,7 +155,7 @@ TOKENS_OUT = Counter(
 )
 PROVIDER_COST = Counter(
     "tollgate_provider_cost_micro",
-    "Provider cost of platform-served tokens, in micro-USD.",
+    "Provider cost of platform-served tokens and web units, in micro-USD.",
     USAGE_LABELS,
     registry=REGISTRY,
 )
@@ -173,11 +171,20 @@ BYTES_OUT = Counter(
     USAGE_LABELS,
     registry=REGISTRY,
 )
+# Web acquisition units by kind: the record's field names, three values at most.
+WEB_UNITS = Counter(
+    "tollgate_web_units",
+    "Web units of finished requests: pages fetched, pages rendered, search queries.",
+    (*USAGE_LABELS, "kind"),
+    registry=REGISTRY,
+)
 _usage_series: dict[tuple[str, str, str], tuple] = {}
+_web_series: dict[tuple[str, str, str, str], object] = {}
 
 
 def count_usage(record: UsageRecord) -> None:
-    """Add one finished request's tokens, cost and bytes to its (model, group, served_by)."""
+    """Add one finished request's tokens, cost, bytes and web units to its (model, group,
+    served_by)."""
     group = record.group_id
     key = (
         record.model_served or "none",
@@ -199,6 +206,14 @@ def count_usage(record: UsageRecord) -> None:
     )
     for child, amount in zip(series, amounts, strict=True):
         if amount:
+            child.inc(amount)
+    for kind in WEB_UNIT_FIELDS:
+        amount = getattr(record, kind)
+        if amount:  # a series only once a request used the kind: chat traffic adds none
+            web_key = (*key, kind)
+            child = _web_series.get(web_key)
+            if child is None:
+                child = _web_series[web_key] = WEB_UNITS.labels(*web_key)
             child.inc(amount)
 
 

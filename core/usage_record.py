@@ -41,7 +41,7 @@ class UsageRecord:
     group_id: int | None
     api_key_id: int | None
     caller_label: str
-    endpoint: str  # "chat", "messages", "internal.complete", ... (column and API: "route")
+    endpoint: str  # "chat", "internal.complete", "web.scrape", ... (column and API: "route")
     model_requested: str
     model_served: str
     provider: str
@@ -66,6 +66,12 @@ class UsageRecord:
     cache_read_tokens: int = 0
     cache_write_tokens: int = 0
     reasoning_tokens: int = 0
+    # Web acquisition units, counted whoever served them (platform or team key), as tokens
+    # are; provider_cost_micro stays the platform-served cost only. The action is `endpoint`
+    # ("web.scrape", "web.search", "web.crawl", "internal.scrape", ...).
+    web_pages: int = 0  # fetched without rendering: our direct fetcher, or a vendor's
+    web_rendered_pages: int = 0  # rendered with JavaScript by a rendering vendor
+    web_queries: int = 0  # search queries
     attempts: tuple[AttemptRecord, ...] = ()
 
     def log_columns(self) -> dict:
@@ -110,3 +116,4 @@ ATTEMPT_FIELDS = tuple(f.name for f in fields(AttemptRecord))
 LOG_FIELDS = tuple(f.name for f in fields(UsageRecord) if f.name != "attempts")
 # What a tenant sees of its rows (the API, the CSV export): the books' plumbing stays out.
 TENANT_FIELDS = tuple(f for f in LOG_FIELDS if f not in ("upstream_sent", "reservation_id"))
+WEB_UNIT_FIELDS = ("web_pages", "web_rendered_pages", "web_queries")

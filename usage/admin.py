@@ -12,6 +12,12 @@ from core.usage_record import ATTEMPT_FIELDS, LOG_FIELDS
 from usage.models import UsageAttempt, UsageDeadLetter, UsageEvent, UsageLog
 from usage.services import usage_events_redeliver
 
+WEB_UNIT_LABELS = (
+    ("web_pages", "pages"),
+    ("web_rendered_pages", "rendered"),
+    ("web_queries", "queries"),
+)
+
 
 class ReadOnly:
     def has_add_permission(self, request, obj=None):
@@ -40,6 +46,7 @@ class UsageLogAdmin(ReadOnly, admin.ModelAdmin):
         "account_id",
         "group_id",
         "caller_label",
+        "endpoint",
         "model_requested",
         "provider",
         "served_by",
@@ -49,6 +56,7 @@ class UsageLogAdmin(ReadOnly, admin.ModelAdmin):
         "tokens_out",
         "byok_tokens_in",
         "byok_tokens_out",
+        "web_units",
         "provider_cost_micro",
         "bytes_in",
         "bytes_out",
@@ -60,6 +68,12 @@ class UsageLogAdmin(ReadOnly, admin.ModelAdmin):
     date_hierarchy = "created_at"
     fields = [*LOG_FIELDS, "stored_at"]  # the usage record, as stored
     inlines = [UsageAttemptInline]
+
+    @admin.display(description="web units")
+    def web_units(self, row: UsageLog) -> str:
+        """Show a row's web units in one column, by kind: the three never add up to one number."""
+        counts = [(getattr(row, field), label) for field, label in WEB_UNIT_LABELS]
+        return ", ".join(f"{label} {count}" for count, label in counts if count) or "-"
 
 
 @admin.register(UsageEvent)

@@ -31,7 +31,8 @@ class UsageLog(models.Model):
     group_id = models.BigIntegerField(null=True, db_index=True)
     api_key_id = models.BigIntegerField(null=True, db_index=True)
     caller_label = models.CharField(max_length=64, blank=True, db_index=True)
-    # "chat", "messages", "internal.complete", ...: named `route` in the table and the API.
+    # "chat", "messages", "internal.complete", "web.scrape", "internal.crawl", ...: named
+    # `route` in the table and the API.
     endpoint = models.CharField(max_length=32, db_column="route")
     model_requested = models.CharField(max_length=200, blank=True)
     model_served = models.CharField(max_length=200, blank=True)
@@ -46,6 +47,13 @@ class UsageLog(models.Model):
     cache_read_tokens = models.BigIntegerField(default=0)
     cache_write_tokens = models.BigIntegerField(default=0)
     reasoning_tokens = models.BigIntegerField(default=0)
+    # Web acquisition units (platform or team): pages fetched plainly, pages rendered with
+    # JavaScript, search queries. Each is priced per profile; the cost is in provider_cost_micro.
+    # A database default too: a writer of the release before, still running while this one
+    # migrates, inserts rows without these columns (refused without it: dead-lettered rows).
+    web_pages = models.BigIntegerField(default=0, db_default=0)
+    web_rendered_pages = models.BigIntegerField(default=0, db_default=0)
+    web_queries = models.BigIntegerField(default=0, db_default=0)
     provider_cost_micro = models.BigIntegerField(default=0)
     bytes_in = models.BigIntegerField(default=0)
     bytes_out = models.BigIntegerField(default=0)

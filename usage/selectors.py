@@ -18,6 +18,7 @@ def usage_logs_of_user(
     group: int | None = None,
     key: int | None = None,
     caller: str | None = None,
+    endpoint: str | None = None,
     client_request_id: str | None = None,
     model: str | None = None,
     start: datetime | None = None,
@@ -31,6 +32,8 @@ def usage_logs_of_user(
         logs = logs.filter(api_key_id=key)
     if caller:
         logs = logs.filter(caller_label=caller)
+    if endpoint:
+        logs = logs.filter(endpoint=endpoint)
     if client_request_id:
         logs = logs.filter(client_request_id=client_request_id)
     if model:
@@ -75,6 +78,9 @@ def _totals() -> dict:
         "bytes_in": total("bytes_in"),
         "bytes_out": total("bytes_out"),
         "bandwidth_charge_micro": total("bandwidth_charge_micro"),
+        "web_pages": total("web_pages"),
+        "web_rendered_pages": total("web_rendered_pages"),
+        "web_queries": total("web_queries"),
     }
 
 

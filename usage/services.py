@@ -58,6 +58,10 @@ UNITS = (
     "bytes_out",
     "byok_tokens_in",
     "byok_tokens_out",
+    # Web acquisition (a compatible extension of v1: see the schema's description).
+    "web_pages",
+    "web_rendered_pages",
+    "web_queries",
 )
 MAX_DELIVERY_ATTEMPTS = 10
 BACKOFF_BASE_S = 30
@@ -167,6 +171,9 @@ def window_usage(window: Window) -> list[dict]:
             bytes_out=_sum("bytes_out", filter=billable),
             byok_tokens_in=_sum("byok_tokens_in"),
             byok_tokens_out=_sum("byok_tokens_out"),
+            web_pages=_sum("web_pages"),
+            web_rendered_pages=_sum("web_rendered_pages"),
+            web_queries=_sum("web_queries"),
             first_request_at=Min("created_at"),
             last_request_at=Max("created_at"),
         )

@@ -23,6 +23,7 @@ from tests.support.usage import after_windows, journal_row, store
 pytestmark = pytest.mark.django_db(transaction=True)
 
 HOUR = timedelta(hours=1)
+NO_WEB_UNITS = {"web_pages": 0, "web_rendered_pages": 0, "web_queries": 0}
 
 
 def age_rows(by: timedelta, *tenants) -> None:
@@ -123,6 +124,7 @@ def test_closed_window_emits_one_event_per_group_with_every_unit():
             "bytes_out": 1700,
             "byok_tokens_in": 0,
             "byok_tokens_out": 0,
+            **NO_WEB_UNITS,
         },
         team.group_id: {
             "tokens_in": 0,
@@ -132,6 +134,7 @@ def test_closed_window_emits_one_event_per_group_with_every_unit():
             "bytes_out": 700,
             "byok_tokens_in": 12,
             "byok_tokens_out": 8,
+            **NO_WEB_UNITS,
         },
         bandwidth_only.group_id: {
             "tokens_in": 0,
@@ -141,6 +144,7 @@ def test_closed_window_emits_one_event_per_group_with_every_unit():
             "bytes_out": 90,
             "byok_tokens_in": 0,
             "byok_tokens_out": 0,
+            **NO_WEB_UNITS,
         },
     }
     [window_start] = {e.window_start for e in by_group.values()}

@@ -24,6 +24,8 @@ class UsageQueryIn(serializers.Serializer):
     group = serializers.IntegerField(required=False, min_value=1)
     key = serializers.IntegerField(required=False, min_value=1)
     caller = serializers.CharField(required=False, max_length=64)
+    # The endpoint by its API name: "chat", "web.scrape", "internal.crawl", ...
+    route = serializers.CharField(required=False, max_length=32, source="endpoint")
     client_request_id = serializers.CharField(required=False, max_length=64)
     model = serializers.CharField(required=False, max_length=200)
     start = MomentField(required=False)
@@ -73,6 +75,9 @@ class TotalsOut(serializers.Serializer):
     bytes_in = serializers.IntegerField()
     bytes_out = serializers.IntegerField()
     bandwidth_charge_micro = serializers.IntegerField()
+    web_pages = serializers.IntegerField()
+    web_rendered_pages = serializers.IntegerField()
+    web_queries = serializers.IntegerField()
 
 
 class DayTotalsOut(TotalsOut):
