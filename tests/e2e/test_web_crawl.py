@@ -1,0 +1,213 @@
+"""Crawl jobs through real processes: the gateway queues them, two real Celery workers claim
+them (SELECT ... FOR UPDATE SKIP LOCKED) and fetch their pages from the local test site,
+each page billed like a scrape; money exact to the micro-USD."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import httpx
+import pytest
+
+from accounts.models import Group
+from billing.models import Wallet
+from tests.support.services import clear_shared_state
+from tests.support.stacks import Stack
+from tests.support.testsite import TestSite
+from tests.support.usage import settled
+from tests.support.waits import wait_until
+from tests.support.web import (
+    PAGE_MICRO,
+    WEB_ENV,
+    install_web_profiles,
+    start_worker,
+    web,
+    web_profiles,
+)
+from webfetch.models import CrawlJob, CrawlPage
+
+WALLET = 100_000_000
+
+
+@pytest.fixture(scope="module")
+def site():
+    with TestSite() as test_site:
+        yield test_site
+
+
+@pytest.fixture(scope="module")
+def crawl_gateway(module_gateways):
+    return module_gateways(**WEB_ENV)
+
+
+@pytest.fixture
+def crawls(transactional_db, crawl_gateway, stub, site):
+    stub.clear()
+    site.clear()
+    clear_shared_state()
+    install_web_profiles(web_profiles(stub.url, render=False, search=False))
+    crawl_gateway.reload()
+    return Stack(gateway=crawl_gateway, stub=stub)
+
+
+@pytest.fixture
+def workers(tmp_path):
+    started = []
+
+    def start(count: int = 2, **env: str):
+        for index in range(count):
+            started.append(start_worker(tmp_path, f"w{index}-{len(started)}", **env))
+        return started
+
+    yield start
+    for worker in started:
+        worker.stop()
+
+
+def crawl(stack, tenant, url, **body) -> dict:
+    response = web(stack.url, tenant.api_key, "crawl", {"url": url, **body})
+    assert response.status_code == 202, response.text
+    return response.json()
+
+
+def job_route(stack, tenant, job_id, **params) -> httpx.Response:
+    return httpx.get(
+        f"{stack.url}/v1/web/jobs/{job_id}",
+        params=params,
+        headers={"Authorization": f"Bearer {tenant.api_key}"},
+        timeout=30,
+    )
+
+
+def finished(job_id: str, timeout_s: float = 60) -> CrawlJob:
+    return wait_until(
+        lambda: (
+            CrawlJob.objects.filter(public_id=job_id)
+            .exclude(state__in=["queued", "running"])
+            .first()
+        ),
+        timeout_s=timeout_s,
+        what=f"crawl {job_id} to end",
+    )
+
+
+def test_two_workers_share_the_jobs_and_no_page_is_fetched_twice(crawls, site, workers):
+    tenant = crawls.tenant(wallet_micro=WALLET)
+    seeds = ["/a", "/b", "/c"]
+    jobs = [
+        crawl(
+            crawls,
+            tenant,
+            f"{site.url}{seed}",
+            max_pages=3,
+            max_depth=2,
+            include=[f"^{site.url}{seed}"],
+            respect_robots=False,
+        )
+        for seed in seeds
+    ]
+    assert [j["state"] for j in jobs] == ["queued"] * 3
+    workers(2, TOLLGATE_CRAWL_HOST_DELAY_MS="300")
+
+    ended = [finished(j["id"]) for j in jobs]
+
+    assert [j.state for j in ended] == ["done"] * 3
+    hits = Counter(site.hits)
+    assert all(count == 1 for count in hits.values()), hits  # no page fetched twice
+    fetched = CrawlPage.objects.filter(job__in=ended, state="fetched")
+    assert sorted(p.url for p in fetched) == sorted(hits)
+    assert len({j.worker for j in ended}) == 2  # both workers took jobs, each job one worker
+    total_pages = sum(j.pages_fetched for j in ended)
+    rows = settled(tenant, total_pages)
+    assert sorted(r.request_id for r in rows) == sorted(p.request_id for p in fetched)
+    assert {r.endpoint for r in rows} == {"web.crawl"}
+    assert sorted(r.client_request_id for r in rows) == sorted(p.job.public_id for p in fetched)
+    assert sum(r.provider_cost_micro for r in rows) == total_pages * PAGE_MICRO
+    assert [j.cost_micro for j in ended] == [j.pages_fetched * PAGE_MICRO for j in ended]
+    assert Wallet.objects.get(account_id=tenant.account_id).balance_micro == (
+        WALLET - total_pages * PAGE_MICRO
+    )
+
+
+def test_pages_are_read_back_a_page_at_a_time_and_another_account_gets_404(crawls, site, workers):
+    tenant = crawls.tenant(wallet_micro=WALLET)
+    job = crawl(crawls, tenant, f"{site.url}/", max_pages=5, max_depth=1, formats=["markdown"])
+    workers(1)
+    ended = finished(job["id"])
+
+    seen, after = [], None
+    while True:
+        params = {"limit": 2, **({"after": after} if after is not None else {})}
+        page = job_route(crawls, tenant, job["id"], **params).json()
+        seen += page["pages"]
+        after = page["next_after"]
+        if after is None:
+            break
+    assert page["state"] == "done"
+    assert [p["url"] for p in seen] == [
+        p.url for p in CrawlPage.objects.filter(job=ended).order_by("id")
+    ]
+    assert len(seen) == 5
+    assert seen[0]["url"] == f"{site.url}/"
+    assert seen[0]["title"] == site.TITLE and seen[0]["markdown"]
+    other = crawls.tenant(wallet_micro=WALLET)
+    foreign = job_route(crawls, other, job["id"])
+    assert foreign.status_code == 404
+    assert foreign.json()["error"]["code"] == "LM-2004"
+    assert (
+        httpx.delete(
+            f"{crawls.url}/v1/web/jobs/{job['id']}",
+            headers={"Authorization": f"Bearer {other.api_key}"},
+        ).status_code
+        == 404
+    )
+
+
+def test_the_daily_unit_budget_stops_a_crawl_with_a_clear_state(crawls, site, workers):
+    tenant = crawls.tenant(wallet_micro=WALLET)
+    Group.objects.filter(pk=tenant.group_id).update(web_units_per_day=2)
+    crawls.gateway.reload()
+    job = crawl(crawls, tenant, f"{site.url}/", max_pages=6, max_depth=2)
+    workers(1)
+
+    ended = finished(job["id"])
+
+    assert (ended.state, ended.stop_reason) == ("budget_exhausted", "daily unit budget exhausted")
+    assert ended.pages_fetched == 2
+    shown = job_route(crawls, tenant, job["id"]).json()
+    assert (shown["state"], shown["stop_reason"]) == (
+        "budget_exhausted",
+        "daily unit budget exhausted",
+    )
+    rows = [r for r in settled(tenant, 3) if r.provider_cost_micro]
+    assert sum(r.provider_cost_micro for r in rows) == 2 * PAGE_MICRO
+
+
+def test_a_queued_job_cancelled_fetches_nothing(crawls, site, workers):
+    tenant = crawls.tenant(wallet_micro=WALLET)
+    job = crawl(crawls, tenant, f"{site.url}/", max_pages=5)
+
+    cancelled = httpx.delete(
+        f"{crawls.url}/v1/web/jobs/{job['id']}",
+        headers={"Authorization": f"Bearer {tenant.api_key}"},
+    )
+    workers(1)
+
+    assert cancelled.status_code == 200, cancelled.text
+    assert cancelled.json()["state"] == "cancelled"
+    job_row = CrawlJob.objects.get(public_id=job["id"])
+    assert job_row.state == "cancelled"
+    assert site.hits == []
+
+
+def test_robots_txt_is_obeyed_by_default(crawls, site, workers):
+    tenant = crawls.tenant(wallet_micro=WALLET)
+    job = crawl(crawls, tenant, f"{site.url}/private/x", max_pages=2, max_depth=0)
+    workers(1)
+
+    ended = finished(job["id"])
+
+    [page] = CrawlPage.objects.filter(job=ended)
+    assert (page.state, page.skip_reason) == ("skipped", "robots")
+    assert "/private/x" not in site.hits
+    assert ended.cost_micro == 0
