@@ -63,7 +63,7 @@ class CrawlJob(models.Model):
         indexes = [
             # The claim: the oldest queued job, or a running one whose lease ran out.
             models.Index(
-                fields=["state", "created_at", "id"],
+                fields=["created_at", "id"],
                 name="crawljob_claim",
                 condition=Q(state__in=["queued", "running"]),
             ),
