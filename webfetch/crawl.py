@@ -88,6 +88,18 @@ def _fresh(job: CrawlJob) -> CrawlJob:
     return job
 
 
+def _log_failure(job: CrawlJob, page: CrawlPage, what: str, exc: Exception) -> None:
+    # Never the message: it may quote the page. The class and the frames are enough.
+    logger.error(
+        "crawl %s: %s raised %s on page %s\n%s",
+        job.public_id,
+        what,
+        type(exc).__name__,
+        page.pk,
+        "".join(traceback.format_tb(exc.__traceback__)),
+    )
+
+
 def _internal_failure(page: CrawlPage) -> PageOutcome:
     # The fetcher may have billed before it broke: keep the id its usage row would carry.
     return PageOutcome(state="failed", error_code="internal", request_id=page.request_id)
@@ -126,7 +138,13 @@ async def run_job(
             break
         crawl_delay_s = None
         if job.respect_robots and robots is not None:
-            allowed, crawl_delay_s = await robots(page.url)
+            try:
+                allowed, crawl_delay_s = await robots(page.url)
+            except Exception as exc:
+                # Unknown is not allowed: the page fails, the crawl goes on.
+                _log_failure(job, page, "the robots check", exc)
+                await _record_page(page, PageOutcome(state="failed", error_code="robots_error"))
+                continue
             if not allowed:
                 await _record_page(page, PageOutcome(state="skipped", skip_reason="robots"))
                 continue
@@ -143,14 +161,7 @@ async def run_job(
             await _finish_job(job, state=stop.state, stop_reason=stop.stop_reason, worker=worker)
             break
         except Exception as exc:
-            # Never the message: it may quote the page. The class and the frames are enough.
-            logger.error(
-                "crawl %s: fetching page %s raised %s\n%s",
-                job.public_id,
-                page.pk,
-                type(exc).__name__,
-                "".join(traceback.format_tb(exc.__traceback__)),
-            )
+            _log_failure(job, page, "the page fetcher", exc)
             outcome = _internal_failure(page)
         finally:
             last_fetch_end[host] = clock()

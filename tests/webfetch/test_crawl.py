@@ -320,6 +320,27 @@ def test_an_unexpected_fetcher_error_fails_the_page_and_the_crawl_goes_on(caplog
     assert "secret page text" not in caplog.text
 
 
+def test_a_broken_robots_check_fails_the_page_unfetched_and_the_crawl_goes_on(caplog):
+    class BrokenRobots(Robots):
+        async def __call__(self, url):
+            if url.endswith("/a"):
+                raise OSError(SECRET_TEXT)
+            return await super().__call__(url)
+
+    with caplog.at_level(logging.ERROR, logger="webfetch.crawl"):
+        job, fetcher, _ = crawl(
+            {"max_depth": 1, "include": [r"/(a|b)$"]},
+            lambda clock: GraphFetcher(SITE, clock=clock),
+            robots=BrokenRobots(),
+        )
+    assert fetcher.fetched == ["http://site.test/", "http://site.test/b"]
+    failed = CrawlPage.objects.get(job=job, url="http://site.test/a")
+    assert (failed.state, failed.error_code, failed.units) == ("failed", "robots_error", 0)
+    assert (job.state, job.pages_fetched, job.pages_failed) == ("done", 2, 1)
+    assert "the robots check raised OSError" in caplog.text
+    assert "secret page text" not in caplog.text
+
+
 def test_run_job_on_a_job_it_does_not_hold_fetches_nothing():
     from tests.webfetch.conftest import make_crawl_tenant
     from webfetch.jobs import create_job
