@@ -96,7 +96,7 @@ def article_html() -> str:
         f"<main><article><h1>{ARTICLE_TITLE}</h1>{paragraphs}"
         '<p>Read on in <a href="/c">part C</a>, back to <a href="#top">the top</a>, or '
         '<a href="/a#again">section A again</a>.</p></article></main>'
-        '<aside><p>Subscribe to our newsletter for weekly updates</p></aside>'
+        "<aside><p>Subscribe to our newsletter for weekly updates</p></aside>"
         "<footer><p>Copyright 2026 Tollgate test site. All rights reserved.</p>"
         '<a href="https://example.com/x">Elsewhere</a> <a href="/private/x">Staff</a>'
         "</footer></body></html>"
