@@ -1,6 +1,9 @@
 """Compare main-content extractors on the fixture pages (run by hand, not collected):
 
+    pip install readability-lxml==0.9 markdownify==1.2.3 selectolax==1.0.2 inscriptis==2.7.6
     python -m tests.unit.webfetch.compare_extractors
+
+(Only trafilatura is a requirement of Tollgate; the others are installed to compare.)
 
 Prints, per extractor, the share of main sentences found, the share of boilerplate
 sentences that leaked in, and the median time per page.
