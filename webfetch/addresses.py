@@ -105,9 +105,10 @@ def literal_host(host: str) -> IPAddress | None:
 
     Reads what inet_aton and getaddrinfo accept: dotted decimal, one to four parts each in
     decimal, octal (leading 0) or hex (0x), the last part filling the remaining bytes
-    (`127.1`, `2130706433`, `0x7f.1`, `0177.0.0.1`), a trailing dot, and IPv6 with or without
-    brackets. Raises ValueError for what no URL should carry: an IPv6 zone id, a bracketed
-    text that is not IPv6, a numeric host out of range.
+    (`127.1`, `2130706433`, `0x7f.1`, `0177.0.0.1`), and IPv6 with or without brackets; like
+    browsers, also a trailing dot and a bare `0x` (stricter than glibc, which would ask DNS).
+    Raises ValueError for what no URL should carry: an IPv6 zone id, a bracketed text that is
+    not IPv6, a numeric host out of range.
     """
     text = host.strip()
     if text.startswith("[") or text.endswith("]"):

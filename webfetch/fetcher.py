@@ -47,6 +47,7 @@ import ipaddress
 import socket
 import zlib
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 import aiohttp
 from aiohttp.abc import AbstractResolver, ResolveResult
@@ -140,6 +141,10 @@ async def _follow(url: str, *, limits: FetchLimits, user_agent: str, method: str
     redirects: list[str] = []
     while True:
         address = await _pinned_address(current, limits.allow)
+        if literal_host(current.raw_host or "") is not None:
+            # Like browsers, ask for a literal in its canonical form (`127.1` -> `127.0.0.1`):
+            # aiohttp refuses the other forms, and the Host header should name the address.
+            current = current.with_host(str(address))
         hop = await _request(current, address, limits=limits, user_agent=user_agent, method=method)
         if hop.location is None:
             return Fetched(
@@ -164,6 +169,8 @@ async def _follow(url: str, *, limits: FetchLimits, user_agent: str, method: str
 
 def _checked_url(text: str, *, base: URL | None = None) -> URL:
     try:
+        # yarl drops an empty userinfo ("http://@host/"); the text itself is checked too.
+        has_userinfo = "@" in urlsplit(text.strip()).netloc
         url = URL(text)
         if base is not None:
             url = base.join(url)
@@ -172,7 +179,7 @@ def _checked_url(text: str, *, base: URL | None = None) -> URL:
     scheme = url.scheme.lower()
     if scheme not in SCHEMES:
         raise FetchRefused("scheme", f"only http and https are fetched, not {scheme or '(none)'}")
-    if url.raw_user is not None or url.raw_password is not None or "@" in url.raw_authority:
+    if has_userinfo or url.raw_user is not None or url.raw_password is not None:
         raise FetchRefused("bad_url", "credentials in the URL are refused")
     if not url.raw_host:
         raise FetchRefused("bad_url", "the URL has no host")
@@ -279,8 +286,12 @@ async def _request(
         raise FetchRefused("tls", f"TLS with {url.raw_host} failed") from None
     except (aiohttp.ClientResponseError, aiohttp.ClientPayloadError):
         raise FetchRefused("protocol", f"{url.raw_host} did not answer valid HTTP") from None
+    except aiohttp.InvalidURL:
+        raise FetchRefused("bad_url", "the URL cannot be requested") from None
     except (aiohttp.ClientConnectionError, OSError):
         raise FetchRefused("connect", f"the connection to {url.raw_host} failed") from None
+    except aiohttp.ClientError:
+        raise FetchRefused("protocol", f"{url.raw_host} did not answer valid HTTP") from None
 
 
 async def _read_body(
