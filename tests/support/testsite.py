@@ -15,6 +15,7 @@ Every page is fixed and deterministic (the texts are the constants below):
   back up; each page's title is ``Page <path>`` and its text ``This is page <path>.``
 * ``/private/x`` a page that ``/robots.txt`` disallows for every agent (``ROBOTS_TXT``; no
   Crawl-delay for ``*``, ``Crawl-delay: 2`` and ``Disallow: /`` for ``SlowBot``).
+  ``TestSite(robots_status=404)`` (or 503, ...) answers /robots.txt with that status instead.
 * ``/js`` content written by script: an empty ``<div id="app">`` and one
   ``document.getElementById("app").innerHTML = "<JSON string>";`` assignment.
 * ``/redirect?to=URL[&status=302]``, ``/redirect-chain/<n>`` (n hops, then a page),
@@ -132,7 +133,7 @@ def gzip_bomb_parts(mib: int) -> tuple[bytes, bytes, bytes]:
     return head, piece, tail
 
 
-def make_app(hits: list[str], lock: threading.Lock) -> web.Application:
+def make_app(hits: list[str], lock: threading.Lock, robots_status: int = 200) -> web.Application:
     @web.middleware
     async def record(request: web.Request, handler):
         with lock:
@@ -148,6 +149,8 @@ def make_app(hits: list[str], lock: threading.Lock) -> web.Application:
         return web.Response(text=graph_html(request.path), content_type="text/html")
 
     async def robots(request: web.Request) -> web.Response:
+        if robots_status != 200:
+            return web.Response(status=robots_status, text=f"status {robots_status}")
         return web.Response(text=ROBOTS_TXT, content_type="text/plain")
 
     async def js(request: web.Request) -> web.Response:
@@ -263,9 +266,10 @@ class TestSite:
 
     __test__ = False  # not a test class, whatever its name says
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(self, host: str = "127.0.0.1", port: int = 0, robots_status: int = 200) -> None:
         self.host = host
         self.port = port
+        self.robots_status = robots_status
         self._hits: list[str] = []
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -305,7 +309,7 @@ class TestSite:
             loop.close()
 
     async def _start(self) -> web.AppRunner:
-        app = make_app(self._hits, self._lock)
+        app = make_app(self._hits, self._lock, self.robots_status)
         runner = web.AppRunner(
             app, access_log=None, handler_cancellation=True, shutdown_timeout=1.0
         )
