@@ -15,7 +15,8 @@ Every page is fixed and deterministic (the texts are the constants below):
   back up; each page's title is ``Page <path>`` and its text ``This is page <path>.``
 * ``/private/x`` a page that ``/robots.txt`` disallows for every agent (``ROBOTS_TXT``; no
   Crawl-delay for ``*``, ``Crawl-delay: 2`` and ``Disallow: /`` for ``SlowBot``).
-  ``TestSite(robots_status=404)`` (or 503, ...) answers /robots.txt with that status instead.
+  ``TestSite(robots_status=404)`` (or 503, ...) answers /robots.txt with that status instead;
+  ``TestSite(ssl_context=...)`` serves the same pages over TLS (``url`` is then https).
 * ``/js`` content written by script: an empty ``<div id="app">`` and one
   ``document.getElementById("app").innerHTML = "<JSON string>";`` assignment.
 * ``/redirect?to=URL[&status=302]``, ``/redirect-chain/<n>`` (n hops, then a page),
@@ -32,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import ssl
 import struct
 import threading
 import zlib
@@ -266,10 +268,17 @@ class TestSite:
 
     __test__ = False  # not a test class, whatever its name says
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 0, robots_status: int = 200) -> None:
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        robots_status: int = 200,
+        ssl_context: ssl.SSLContext | None = None,
+    ) -> None:
         self.host = host
         self.port = port
         self.robots_status = robots_status
+        self.ssl_context = ssl_context
         self._hits: list[str] = []
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -279,7 +288,8 @@ class TestSite:
 
     @property
     def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        scheme = "https" if self.ssl_context is not None else "http"
+        return f"{scheme}://{self.host}:{self.port}"
 
     @property
     def hits(self) -> list[str]:
@@ -314,7 +324,9 @@ class TestSite:
             app, access_log=None, handler_cancellation=True, shutdown_timeout=1.0
         )
         await runner.setup()
-        site = web.TCPSite(runner, self.host, self.port, reuse_address=True)
+        site = web.TCPSite(
+            runner, self.host, self.port, reuse_address=True, ssl_context=self.ssl_context
+        )
         await site.start()
         self.port = runner.addresses[0][1]
         return runner
