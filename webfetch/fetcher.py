@@ -302,7 +302,6 @@ async def _read_body(
         raise FetchRefused("too_large", f"{host} declared {declared} bytes, over the cap")
     inflater = _inflater(response.headers.get("Content-Encoding", ""), host)
     parts: list[bytes] = []
-    size = 0
     wire_bytes = 0
     async for chunk in response.content.iter_chunked(READ_CHUNK_BYTES):
         wire_bytes += len(chunk)
@@ -311,7 +310,6 @@ async def _read_body(
                 "too_large", f"the body from {host} is over the cap", wire_bytes=wire_bytes
             )
         data = chunk if inflater is None else inflater.feed(chunk, limits, wire_bytes, host)
-        size += len(data)
         parts.append(data)
     if inflater is not None:
         parts.append(inflater.finish(limits, wire_bytes, host))
