@@ -1,4 +1,5 @@
-"""Fixtures of the crawl tests: a tenant (account, group, key) made in the test database."""
+"""Fixtures of the webfetch tests: crawl tenants made in the test database, and the test
+site on 127.0.0.1 with a second one on 127.0.0.2."""
 
 from __future__ import annotations
 
@@ -6,6 +7,8 @@ import uuid
 from dataclasses import dataclass
 
 import pytest
+
+from tests.support.testsite import TestSite
 
 
 @dataclass
@@ -44,3 +47,22 @@ def new_job(tenant):
         )
 
     return create
+
+
+@pytest.fixture(scope="module")
+def module_site():
+    with TestSite() as server:
+        yield server
+
+
+@pytest.fixture
+def site(module_site):
+    module_site.clear()
+    return module_site
+
+
+@pytest.fixture(scope="module")
+def other_site():
+    """A site on another loopback address, which only 127.0.0.1/32 allowed must never reach."""
+    with TestSite(host="127.0.0.2") as server:
+        yield server
