@@ -68,7 +68,7 @@ class UsageRecord:
     reasoning_tokens: int = 0
     # Web acquisition units, counted whoever served them (platform or team key), as tokens
     # are; provider_cost_micro stays the platform-served cost only. The action is `endpoint`
-    # ("web.scrape", "web.search", "web.crawl", "internal.scrape", ...).
+    # ("web.scrape", "web.search", "web.crawl", "web.crawl.page", "internal.scrape", ...).
     web_pages: int = 0  # fetched without rendering: our direct fetcher, or a vendor's
     web_rendered_pages: int = 0  # rendered with JavaScript by a rendering vendor
     web_queries: int = 0  # search queries

@@ -119,7 +119,8 @@ async def run_job(
 
     Politeness: between the end of one fetch of a host and the start of the next, at least
     max(host_delay_s, the host's robots crawl-delay) passes. Robots-skipped pages fetch
-    nothing and wait for nothing.
+    nothing and wait for nothing. `robots` is given when robots.txt applies: the caller
+    decides (the job asks it, or a profile that may serve the job does).
     """
     if host_delay_s is None:
         host_delay_s = settings.TOLLGATE["CRAWL_HOST_DELAY_MS"] / 1000
@@ -137,7 +138,7 @@ async def run_job(
             await _finish_job(job, state="done", stop_reason="frontier empty", worker=worker)
             break
         crawl_delay_s = None
-        if job.respect_robots and robots is not None:
+        if robots is not None:
             try:
                 allowed, crawl_delay_s = await robots(page.url)
             except Exception as exc:

@@ -66,7 +66,7 @@ class WebAdapter:
             async with self.session.post(
                 f"{self.base_url}{path}", data=orjson.dumps(body), headers=headers
             ) as resp:
-                raw = await resp.content.read(VENDOR_BODY_MAX)
+                raw = await _read_capped(resp, VENDOR_BODY_MAX)
                 if resp.status != 200:
                     error = error_for_status(resp.status, resp.headers)
                     charged = _credits(raw)
@@ -84,6 +84,18 @@ class WebAdapter:
         if not isinstance(data, dict):
             raise ProviderError("upstream answered malformed JSON", retryable=True)
         return data
+
+
+async def _read_capped(resp: aiohttp.ClientResponse, cap: int) -> bytes:
+    """Read a vendor's whole answer, or fail past `cap` bytes (a vendor is not trusted either)."""
+    parts: list[bytes] = []
+    size = 0
+    async for chunk in resp.content.iter_any():
+        size += len(chunk)
+        if size > cap:
+            raise ProviderError("upstream answer over the size cap", retryable=False)
+        parts.append(chunk)
+    return b"".join(parts)
 
 
 def _credits(raw: bytes) -> int:

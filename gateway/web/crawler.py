@@ -5,7 +5,7 @@ LOCKED; its pages are rows too, unique per (job, URL), so none is fetched twice.
 runs this process's gateway parts (gateway/runtime.py) on its own event loop, and each page
 goes through the acquisition orchestrator with its own gateway-minted request id: the daily
 unit budget, the budget hold and the wallet reservation before the call, a usage row after
-(endpoint "web.crawl", the job's id as its client label). A page refused for money ends the
+(endpoint "web.crawl.page", the job's id as its client label). A page refused for money ends the
 job as budget_exhausted; robots.txt is obeyed when the job or any of its profiles says so.
 
 Crawl pages are billed to the job's group (its budget and wallet); a virtual key's own
@@ -42,6 +42,7 @@ from gateway.web.types import SCRAPE, WebRequest
 from webfetch import jobs, selectors
 
 log = logging.getLogger(__name__)
+PAGE_ENDPOINT = "web.crawl.page"  # a crawl page's usage row ("web.crawl": the job's request)
 MONEY_STOPS = {
     errors.DailyUnitsExhausted: "daily unit budget exhausted",
     errors.BudgetExhausted: "budget exhausted",
@@ -170,7 +171,7 @@ class PageFetcher:
         ctx = RequestContext(
             request_id=uuid.uuid4().hex,
             client_request_id=job.public_id,
-            endpoint="web.crawl",
+            endpoint=PAGE_ENDPOINT,
             meter=Meter(),
         )
         req = WebRequest(action=SCRAPE, url=page.url, render_js=job.render_js, formats=self.formats)

@@ -62,6 +62,7 @@ class WebProviderError(ProviderError):
         self, message: str, *, retryable: bool = False, billed_units: int = 0, refused: bool = False
     ) -> None:
         super().__init__(message, retryable=retryable)
+        self.message = message  # ours (the fetcher's verdict), safe to show the client
         self.billed_units = billed_units
         self.refused = refused
 

@@ -13,7 +13,7 @@ from accounts.models import Group
 from billing.models import Wallet
 from tests.support.services import clear_shared_state
 from tests.support.stacks import Stack
-from tests.support.testsite import TestSite
+from tests.support.testsite import ARTICLE_TITLE, TestSite
 from tests.support.usage import settled
 from tests.support.waits import wait_until
 from tests.support.web import (
@@ -113,14 +113,19 @@ def test_two_workers_share_the_jobs_and_no_page_is_fetched_twice(crawls, site, w
 
     assert [j.state for j in ended] == ["done"] * 3
     hits = Counter(site.hits)
+    # robots.txt once per job: the profile obeys it whatever the job says (its setting)
+    assert hits.pop("/robots.txt") == 3
     assert all(count == 1 for count in hits.values()), hits  # no page fetched twice
     fetched = CrawlPage.objects.filter(job__in=ended, state="fetched")
-    assert sorted(p.url for p in fetched) == sorted(hits)
+    assert sorted(p.url for p in fetched) == sorted(f"{site.url}{path}" for path in hits)
     assert len({j.worker for j in ended}) == 2  # both workers took jobs, each job one worker
     total_pages = sum(j.pages_fetched for j in ended)
-    rows = settled(tenant, total_pages)
+    every = settled(tenant, total_pages + 3)
+    queued = [r for r in every if r.endpoint == "web.crawl"]  # the three POSTs, 202, no cost
+    assert [(r.status, r.provider_cost_micro, r.web_pages) for r in queued] == [(202, 0, 0)] * 3
+    rows = [r for r in every if r.endpoint != "web.crawl"]
     assert sorted(r.request_id for r in rows) == sorted(p.request_id for p in fetched)
-    assert {r.endpoint for r in rows} == {"web.crawl"}
+    assert {r.endpoint for r in rows} == {"web.crawl.page"}
     assert sorted(r.client_request_id for r in rows) == sorted(p.job.public_id for p in fetched)
     assert sum(r.provider_cost_micro for r in rows) == total_pages * PAGE_MICRO
     assert [j.cost_micro for j in ended] == [j.pages_fetched * PAGE_MICRO for j in ended]
@@ -149,7 +154,7 @@ def test_pages_are_read_back_a_page_at_a_time_and_another_account_gets_404(crawl
     ]
     assert len(seen) == 5
     assert seen[0]["url"] == f"{site.url}/"
-    assert seen[0]["title"] == site.TITLE and seen[0]["markdown"]
+    assert seen[0]["title"] == f"{ARTICLE_TITLE} | Tollgate test site" and seen[0]["markdown"]
     other = crawls.tenant(wallet_micro=WALLET)
     foreign = job_route(crawls, other, job["id"])
     assert foreign.status_code == 404
@@ -179,8 +184,13 @@ def test_the_daily_unit_budget_stops_a_crawl_with_a_clear_state(crawls, site, wo
         "budget_exhausted",
         "daily unit budget exhausted",
     )
-    rows = [r for r in settled(tenant, 3) if r.provider_cost_micro]
-    assert sum(r.provider_cost_micro for r in rows) == 2 * PAGE_MICRO
+    rows = settled(tenant, 4)  # the POST, two pages, and the page the budget refused
+    assert sorted((r.endpoint, r.provider_cost_micro, r.error_code) for r in rows) == [
+        ("web.crawl", 0, ""),
+        ("web.crawl.page", 0, "LM-3004"),
+        ("web.crawl.page", PAGE_MICRO, ""),
+        ("web.crawl.page", PAGE_MICRO, ""),
+    ]
 
 
 def test_a_queued_job_cancelled_fetches_nothing(crawls, site, workers):
