@@ -18,7 +18,6 @@ import re
 import aiohttp
 import orjson
 from django.conf import settings
-from webfetch.fetcher import FetchRefused, fetch, limits_from_settings
 
 from gateway.adapters.base import ProviderError, connection_error, error_for_status
 from gateway.web.types import (
@@ -33,6 +32,7 @@ from gateway.web.types import (
     WebTarget,
 )
 from providers.models import ProviderKind
+from webfetch.fetcher import FetchRefused, fetch, limits_from_settings
 
 # What the fetcher's refusals mean here: the URL itself may not be fetched (no profile may
 # try it), or the site failed in a way worth one more try.

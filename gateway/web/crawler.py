@@ -22,11 +22,6 @@ import uuid
 from urllib.parse import urlsplit
 
 from django.conf import settings
-from webfetch.crawl import PageOutcome, StopCrawl, run_job
-from webfetch.extract import extract
-from webfetch.fetcher import FetchRefused, limits_from_settings
-from webfetch.models import CrawlJob, CrawlPage
-from webfetch.robots import robots_for
 
 from accounts.models import ApiKey, Group
 from core import errors
@@ -40,6 +35,11 @@ from gateway.web.plan import build_web_plan
 from gateway.web.service import HTML_TYPES, page_is_whole, page_json
 from gateway.web.types import SCRAPE, WebRequest
 from webfetch import jobs, selectors
+from webfetch.crawl import PageOutcome, StopCrawl, run_job
+from webfetch.extract import extract
+from webfetch.fetcher import FetchRefused, limits_from_settings
+from webfetch.models import CrawlJob, CrawlPage
+from webfetch.robots import robots_for
 
 log = logging.getLogger(__name__)
 PAGE_ENDPOINT = "web.crawl.page"  # a crawl page's usage row ("web.crawl": the job's request)
