@@ -227,7 +227,8 @@ Control routes (a contract other tools rely on)
 -----------------------------------------------
 * ``POST /_stub/faults`` ``{"faults": [{"kind": K, "retry_after": s,
   "after_tokens": n, "delay_ms": ms, "times": n, "match": {"key": .., "model":
-  ..}}]}`` appends faults to the queue; answers ``{"queued": <number of fault
+  ..}, "credits": n}]}`` appends faults to the queue (``credits``, web routes only:
+  a status fault's error body says the vendor billed that many credits anyway); answers ``{"queued": <number of fault
   entries now queued>}``.  K is one of ``429 401 403 500 hang
   fail_before_first_token fail_after_tokens slow``.  ``times`` defaults to 1;
   every ``match`` field is optional and must equal the call's key / model.  A
@@ -1342,6 +1343,8 @@ async def _apply_plain_fault(
     if fault is None:
         return None
     call["fault"] = fault["kind"]
+    if fault["credits"]:  # a web vendor that bills the failed call anyway (stubvendor/web.py)
+        call["credits"] = fault["credits"]
     resp = await _apply_status_fault(request, call, shape, fault, key, raw_key)
     if resp is not None:
         return resp
@@ -1659,7 +1662,11 @@ def _parse_fault(raw: Any) -> dict[str, Any] | str:
     unknown = set(match) - {"key", "model"}
     if unknown:
         return f"unknown match fields {sorted(unknown)}"
+    credits = raw.get("credits", 0)
+    if not (isinstance(credits, int) and not isinstance(credits, bool) and credits >= 0):
+        return "credits must be a non-negative integer"
     return {
+        "credits": credits,
         "kind": kind,
         "retry_after": retry_after,
         "after_tokens": after_tokens,

@@ -128,8 +128,9 @@ def web_error(
     return _json(status, {"error": {"message": message, "type": error_type}}, headers)
 
 
-def _web_shaped(resp: web.StreamResponse) -> web.StreamResponse:
-    """Re-dress a shared helper's OpenAI-shaped error; a dropped or hung call passes through."""
+def _web_shaped(resp: web.StreamResponse, *, credits: int = 0) -> web.StreamResponse:
+    """Re-dress a shared helper's OpenAI-shaped error; a dropped or hung call passes through.
+    ``credits``: a fault's, the vendor billing the failed call anyway."""
     if not isinstance(resp, web.Response) or resp.status < 400 or not isinstance(resp.body, bytes):
         return resp
     message = orjson.loads(resp.body)["error"]["message"]
@@ -138,7 +139,10 @@ def _web_shaped(resp: web.StreamResponse) -> web.StreamResponse:
         for name, value in resp.headers.items()
         if name.lower() not in ("content-type", "content-length")
     }
-    return web_error(resp.status, message, kept)
+    error = {"error": {"message": message, "type": _ERROR_TYPES[resp.status][2]}}
+    if credits:
+        error["credits"] = credits
+    return _json(resp.status, error, kept)
 
 
 # --------------------------------------------------------------------------- search
@@ -342,7 +346,7 @@ async def _web_call(
         return _answer(call, web_error(400, parsed))
     faulted = await _apply_plain_fault(request, call, _HELPER_SHAPE, key, raw_key, None)
     if faulted is not None:
-        return _web_shaped(faulted)
+        return _web_shaped(faulted, credits=call.get("credits", 0))
     return _answer(call, await respond(parsed))
 
 

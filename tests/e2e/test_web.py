@@ -29,6 +29,7 @@ from tests.support.testsite import (
     article_html,
 )
 from tests.support.usage import settled
+from tests.support.waits import wait_until
 from tests.support.web import (
     PAGE_MICRO,
     QUERY_MICRO,
@@ -511,3 +512,85 @@ def test_web_routes_refuse_a_missing_key(full, site):
     response = httpx.post(f"{full.url}/v1/web/scrape", json={"url": f"{site.url}/"})
     assert response.status_code == 401
     assert site.hits == []
+
+
+# ---------------------------------------------------------------- the seed's retry rule, caps
+
+
+def test_a_failure_the_vendor_billed_is_not_retried_and_is_on_the_books(full, site):
+    tenant = full.tenant(wallet_micro=WALLET)
+    full.stub.faults({"kind": "500", "credits": 1, "match": {"key": RENDER_KEY}})
+
+    response = scrape(full, tenant, f"{site.url}/js", render_js=True)
+
+    assert response.status_code == 502, response.text
+    assert response.json()["error"]["code"] == "LM-5001"
+    assert len(full.stub.calls()) == 1  # a try that recorded a billable unit is the last
+    [row] = settled(tenant, 1)
+    assert (row.web_rendered_pages, row.provider_cost_micro, row.provider) == (
+        1,
+        RENDERED_MICRO,
+        "stub-render",
+    )
+    assert wallet_of(tenant) == WALLET - RENDERED_MICRO
+
+
+def test_an_unbilled_vendor_failure_is_retried_once_on_the_same_profile(full, site):
+    tenant = full.tenant(wallet_micro=WALLET)
+    full.stub.faults({"kind": "500", "match": {"key": RENDER_KEY}})
+
+    response = scrape(full, tenant, f"{site.url}/js", render_js=True)
+
+    assert response.status_code == 200, response.text
+    assert [c["status"] for c in full.stub.calls()] == [500, 200]
+    [row] = settled(tenant, 1)
+    assert [a.outcome for a in row.attempts.order_by("order")] == ["upstream_error", "ok"]
+    assert row.provider_cost_micro == RENDERED_MICRO
+
+
+def test_the_group_concurrency_cap_holds_for_web_actions(direct_only, site):
+    import concurrent.futures
+
+    tenant = direct_only.tenant(wallet_micro=WALLET)
+    Group.objects.filter(pk=tenant.group_id).update(concurrency_limit=1)
+    direct_only.gateway.reload()
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        slow = pool.submit(scrape, direct_only, tenant, f"{site.url}/slow?s=0.8")
+        wait_until(lambda: "/slow?s=0.8" in site.hits, what="the slow fetch to start")
+        refused = scrape(direct_only, tenant, f"{site.url}/")
+        assert slow.result().status_code == 200
+
+    assert refused.status_code == 429, refused.text
+    assert refused.json()["error"]["code"] == "LM-3003"
+    assert "/" not in site.hits
+
+
+def test_a_team_key_refused_with_fallback_on_goes_to_the_platform_and_bills_it(full):
+    tenant = full.tenant(wallet_micro=WALLET)
+    team_keys(full, tenant, "stub-search", ["sk-team-search-3333"], fallback=True)
+    full.stub.faults({"kind": "401", "match": {"key": "sk-team-search-3333"}})
+
+    response = web(full.url, tenant.api_key, "search", {"query": "fallback", "max_results": 1})
+
+    assert response.status_code == 200, response.text
+    assert response.json()["served_by"] == "platform"
+    assert [c["key"] for c in full.stub.calls()] == ["sk-team-search-3333", SEARCH_KEY]
+    [row] = settled(tenant, 1)
+    assert (row.served_by, row.provider_cost_micro) == ("platform", QUERY_MICRO)
+    assert wallet_of(tenant) == WALLET - QUERY_MICRO
+
+
+def test_a_scrape_past_the_action_deadline_is_lm_5002(spawn_gateway, transactional_db, stub, site):
+    gateway = spawn_gateway(**WEB_ENV, TOLLGATE_WEB_ACTION_TIMEOUT_S="1")
+    stack = web_stack(gateway, stub, site, web_profiles(stub.url, render=False, search=False))
+    tenant = stack.tenant(wallet_micro=WALLET)
+
+    started = time.monotonic()
+    response = scrape(stack, tenant, f"{site.url}/slow?s=3")
+
+    assert response.status_code == 504, response.text
+    assert response.json()["error"]["code"] == "LM-5002"
+    assert time.monotonic() - started < 2.5
+    [row] = settled(tenant, 1)
+    assert row.provider_cost_micro == 0
+    assert wallet_of(tenant) == WALLET

@@ -404,6 +404,20 @@ def test_status_faults_answer_the_web_error_with_their_status(
     ]
 
 
+def test_a_fault_with_credits_says_the_failed_call_was_billed(
+    client: httpx.Client, route: tuple[str, dict[str, Any]]
+) -> None:
+    path, body = route
+    queue(client, {"kind": "500", "credits": 2}, {"kind": "500"})
+    billed, plain = (client.post(path, json=body, headers=AUTH) for _ in range(2))
+    assert (billed.status_code, billed.json()) == (
+        500,
+        {**error("The server had an error (stub fault).", "api_error"), "credits": 2},
+    )
+    assert plain.json() == error("The server had an error (stub fault).", "api_error")
+    assert [c.get("credits") for c in calls(client)] == [2, None]
+
+
 def test_hang_never_answers(client: httpx.Client, route: tuple[str, dict[str, Any]]) -> None:
     path, body = route
     queue(client, {"kind": "hang"})
