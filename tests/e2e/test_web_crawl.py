@@ -8,6 +8,7 @@ from collections import Counter
 
 import httpx
 import pytest
+from django.utils import timezone
 
 from accounts.models import Group
 from billing.models import Wallet
@@ -221,3 +222,58 @@ def test_robots_txt_is_obeyed_by_default(crawls, site, workers):
     assert (page.state, page.skip_reason) == ("skipped", "robots")
     assert "/private/x" not in site.hits
     assert ended.cost_micro == 0
+
+
+def test_a_worker_killed_mid_job_is_taken_over_and_every_fetch_is_billed_once(
+    transactional_db, spawn_gateway, stub, site, workers
+):
+    import signal
+
+    from gateway.tasks import run_crawls
+
+    # Its own gateway: a dead worker's journaled rows are claimed after 1 s, not 15.
+    gateway = spawn_gateway(**WEB_ENV, TOLLGATE_USAGE_CLAIM_IDLE_MS="1000")
+    stub.clear()
+    site.clear()
+    clear_shared_state()
+    install_web_profiles(web_profiles(stub.url, render=False, search=False))
+    gateway.reload()
+    stack = Stack(gateway=gateway, stub=stub)
+    tenant = stack.tenant(wallet_micro=WALLET)
+    job = crawl(stack, tenant, f"{site.url}/", max_pages=6, max_depth=2)
+    lease = {"TOLLGATE_CRAWL_LEASE_S": "2", "TOLLGATE_CRAWL_HOST_DELAY_MS": "1000"}
+    [first] = workers(1, **lease)
+    wait_until(
+        lambda: CrawlJob.objects.get(public_id=job["id"]).pages_fetched >= 2,
+        timeout_s=30,
+        what="two pages",
+    )
+    first.proc.send_signal(signal.SIGKILL)  # in its politeness wait: between two pages
+    first.proc.wait(10)
+    taken = CrawlJob.objects.get(public_id=job["id"])
+    assert taken.state == "running"
+    wait_until(
+        lambda: CrawlJob.objects.get(public_id=job["id"]).lease_until < timezone.now(),
+        timeout_s=10,
+        what="the dead worker's lease to lapse",
+    )
+    workers(1, **lease)
+    run_crawls.delay()  # what beat does: a worker looks for jobs to take over
+
+    ended = finished(job["id"])
+
+    # max_pages bounds the job's page rows: robots.txt's /private/x is one of them, skipped.
+    assert (ended.state, ended.pages_fetched + ended.pages_skipped) == ("done", 6)
+    assert set(
+        CrawlPage.objects.filter(job=ended, state="skipped").values_list("skip_reason", flat=True)
+    ) <= {"robots"}
+    assert ended.worker != taken.worker
+    page_hits = [h for h in site.hits if h != "/robots.txt"]
+    every = settled(tenant, 1 + len(page_hits))
+    pages = [r for r in every if r.endpoint == "web.crawl.page"]
+    # Every fetch that happened is on the books once, the dead worker's included.
+    assert len(pages) == len(page_hits)
+    assert sum(r.provider_cost_micro for r in pages) == len(page_hits) * PAGE_MICRO
+    assert Wallet.objects.get(account_id=tenant.account_id).balance_micro == (
+        WALLET - len(page_hits) * PAGE_MICRO
+    )
