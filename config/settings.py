@@ -397,5 +397,6 @@ LOGGING = {
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": env("TOLLGATE_LOG_LEVEL")},
-    "loggers": {"django": {"level": "WARNING"}},
+    # trafilatura logs what it discards with the page's URL: tenants' data, not ours to log.
+    "loggers": {"django": {"level": "WARNING"}, "trafilatura": {"level": "ERROR"}},
 }
