@@ -75,6 +75,18 @@ def judges_provider(exc: ProviderError, *, served_by: str) -> bool:
     return exc.status in (401, 403) and served_by == PLATFORM
 
 
+async def bench_refused_key(keys, pool_key, exc: ProviderError) -> bool:
+    """Bench a team key the vendor refused (429: max(Retry-After, 30 s); 401/403: failing for
+    10 minutes) and say so: the next key is tried, and the refusal uses up no try."""
+    if exc.status == 429:
+        await keys.bench(pool_key, max(exc.retry_after_s or 0, TEAM_BENCH_429_MIN_S))
+        return True
+    if exc.status in (401, 403):
+        await keys.mark_failing(pool_key, TEAM_BENCH_AUTH_S)
+        return True
+    return False
+
+
 class Orchestrator:
     def __init__(self, *, breakers, keys, escrow) -> None:
         self.breakers = breakers
@@ -197,14 +209,7 @@ class Orchestrator:
                 return await self._call(ctx, link, attempt, target, stream=stream)
             except ProviderError as exc:
                 self._trail(ctx, link, attempt, "upstream_error", exc, started)
-                if exc.status == 429:
-                    await self.keys.bench(
-                        pool_key, max(exc.retry_after_s or 0, TEAM_BENCH_429_MIN_S)
-                    )
-                    index += 1
-                    continue
-                if exc.status in (401, 403):
-                    await self.keys.mark_failing(pool_key, TEAM_BENCH_AUTH_S)
+                if await bench_refused_key(self.keys, pool_key, exc):
                     index += 1
                     continue
                 last = _AttemptFailed(

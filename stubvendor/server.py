@@ -228,8 +228,8 @@ Control routes (a contract other tools rely on)
 * ``POST /_stub/faults`` ``{"faults": [{"kind": K, "retry_after": s,
   "after_tokens": n, "delay_ms": ms, "times": n, "match": {"key": .., "model":
   ..}, "credits": n}]}`` appends faults to the queue (``credits``, web routes only:
-  a status fault's error body says the vendor billed that many credits anyway); answers ``{"queued": <number of fault
-  entries now queued>}``.  K is one of ``429 401 403 500 hang
+  a status fault's error body says the vendor billed that many credits anyway);
+  answers ``{"queued": <number of fault entries now queued>}``.  K is one of ``429 401 403 500 hang
   fail_before_first_token fail_after_tokens slow``.  ``times`` defaults to 1;
   every ``match`` field is optional and must equal the call's key / model.  A
   vendor call consumes the first queued fault that matches it (``times`` is

@@ -26,9 +26,8 @@ from core.usage_record import AttemptRecord
 from gateway.adapters.base import ProviderError
 from gateway.context import RequestContext
 from gateway.orchestrator import (
-    TEAM_BENCH_429_MIN_S,
-    TEAM_BENCH_AUTH_S,
     TRIES_PER_ATTEMPT,
+    bench_refused_key,
     judges_provider,
     upstream_error,
 )
@@ -183,14 +182,7 @@ class AcquisitionOrchestrator:
             try:
                 return await self._call(ctx, link, attempt, req, api_key=pool_key.secret)
             except ProviderError as exc:
-                if exc.status == 429:
-                    await self.keys.bench(
-                        pool_key, max(exc.retry_after_s or 0, TEAM_BENCH_429_MIN_S)
-                    )
-                    index += 1
-                    continue
-                if exc.status in (401, 403):
-                    await self.keys.mark_failing(pool_key, TEAM_BENCH_AUTH_S)
+                if await bench_refused_key(self.keys, pool_key, exc):
                     index += 1
                     continue
                 last = self._failed(exc, served_by=TEAM)

@@ -21,7 +21,7 @@ from tests.support.web import (
     PAGE_MICRO,
     WEB_ENV,
     install_web_profiles,
-    start_worker,
+    start_web_worker,
     web,
     web_profiles,
 )
@@ -57,7 +57,7 @@ def workers(tmp_path):
 
     def start(count: int = 2, **env: str):
         for index in range(count):
-            started.append(start_worker(tmp_path, f"w{index}-{len(started)}", **env))
+            started.append(start_web_worker(tmp_path, f"w{index}-{len(started)}", **env))
         return started
 
     yield start

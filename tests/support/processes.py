@@ -174,6 +174,68 @@ def start_gateway(tmp_dir: Path, *, workers: int = 1, **env: str) -> Gateway:
     return gateway
 
 
+# ---------------------------------------------------------------- Celery workers
+
+
+@dataclass
+class Worker:
+    """A real Celery worker process (`celery -A config worker`), as in production."""
+
+    name: str
+    proc: subprocess.Popen
+    log_path: Path
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+
+
+def start_worker(tmp_dir: Path, name: str, *args: str, **env: str) -> Worker:
+    """Start `celery -A config worker --pool solo` (plus `args`) on the test database and the
+    Redis broker, with `env` over the test settings."""
+    log_path = tmp_dir / f"worker-{name}.log"
+    full_env = child_env(
+        DATABASE_URL=child_database_url(),
+        SECRET_KEY=settings.SECRET_KEY,
+        SEALING_KEYS=settings.SEALING_KEYS,
+        TOLLGATE_VAR_DIR=str(tmp_dir),
+        TOLLGATE_LOG_LEVEL="INFO",
+        **({"REDIS_URL": settings.REDIS_URL} if settings.REDIS_URL else {}),
+    )
+    full_env.update(env)
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "celery",
+                "-A",
+                "config",
+                "worker",
+                "--pool",
+                "solo",
+                "-n",
+                f"{name}@%h",
+                "--loglevel",
+                "INFO",
+                *args,
+            ],
+            cwd=ROOT,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=full_env,
+        )
+    return Worker(name=name, proc=proc, log_path=log_path)
+
+
 # ---------------------------------------------------------------- a redis-server of its own
 
 

@@ -3,15 +3,11 @@ gateway allowed to fetch the test site on 127.0.0.1, and real Celery workers for
 
 from __future__ import annotations
 
-import subprocess
-import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
-from django.conf import settings
 
-from tests.support.processes import ROOT, child_database_url, child_env
+from tests.support.processes import Worker, start_worker
 
 PAGE_MICRO = 100
 RENDERED_MICRO = 2_000
@@ -106,61 +102,13 @@ def web(url: str, key: str, path: str, body: dict, **kwargs) -> httpx.Response:
     )
 
 
-@dataclass
-class Worker:
-    """A real Celery worker process (`celery -A config worker`), as in production."""
-
-    name: str
-    proc: subprocess.Popen
-    log_path: Path
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
-
-
-def start_worker(tmp_dir: Path, name: str, **env: str) -> Worker:
-    log_path = tmp_dir / f"worker-{name}.log"
-    full_env = child_env(
-        DATABASE_URL=child_database_url(),
-        SECRET_KEY=settings.SECRET_KEY,
-        SEALING_KEYS=settings.SEALING_KEYS,
-        TOLLGATE_VAR_DIR=str(tmp_dir),
-        TOLLGATE_LOG_LEVEL="INFO",
-        **({"REDIS_URL": settings.REDIS_URL} if settings.REDIS_URL else {}),
-        **WEB_ENV,
+def start_web_worker(tmp_dir: Path, name: str, **env: str) -> Worker:
+    """A crawl worker: a real Celery worker that may fetch the test site."""
+    return start_worker(
+        tmp_dir,
+        name,
+        "--without-gossip",
+        "--without-mingle",
+        "--without-heartbeat",
+        **{**WEB_ENV, **env},
     )
-    full_env.update(env)
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "celery",
-                "-A",
-                "config",
-                "worker",
-                "--pool",
-                "solo",
-                "-n",
-                f"{name}@%h",
-                "--without-gossip",
-                "--without-mingle",
-                "--without-heartbeat",
-                "--loglevel",
-                "INFO",
-            ],
-            cwd=ROOT,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env=full_env,
-        )
-    return Worker(name=name, proc=proc, log_path=log_path)

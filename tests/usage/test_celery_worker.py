@@ -3,15 +3,9 @@ database and the Redis broker: the usage of real requests comes out as delivered
 
 from __future__ import annotations
 
-import signal
-import subprocess
-import sys
-
 import pytest
-from django.conf import settings
 
-from tests.support.processes import ROOT, child_env
-from tests.support.processes import child_database_url as database_url
+from tests.support.processes import start_worker
 from tests.support.services import requires_redis
 from tests.support.usage import chat, usage_rows
 from tests.support.waits import wait_until
@@ -21,49 +15,20 @@ pytestmark = requires_redis
 
 @pytest.fixture
 def celery_worker(stack, tmp_path):
-    log_path = tmp_path / "celery.log"
-    env = child_env(
-        DATABASE_URL=database_url(),
-        REDIS_URL=settings.REDIS_URL,
-        SECRET_KEY=settings.SECRET_KEY,
-        SEALING_KEYS=settings.SEALING_KEYS,
-        TOLLGATE_VAR_DIR=str(tmp_path),
+    worker = start_worker(
+        tmp_path,
+        "beat",
+        "-B",
+        "--purge",
+        "--schedule",
+        str(tmp_path / "beat-schedule"),
         TOLLGATE_USAGE_WINDOW_S="1",
         TOLLGATE_USAGE_GRACE_S="1",
         TOLLGATE_USAGE_CLAIM_IDLE_MS="1000",
     )
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "celery",
-                "-A",
-                "config",
-                "worker",
-                "-B",
-                "--pool",
-                "solo",
-                "--purge",
-                "--loglevel",
-                "INFO",
-                "--schedule",
-                str(tmp_path / "beat-schedule"),
-            ],
-            cwd=ROOT,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env=env,
-        )
-    proc.log = lambda: log_path.read_text(errors="replace")
-    yield proc
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
+    worker.proc.log = worker.log
+    yield worker.proc
+    worker.stop()
 
 
 def test_a_real_worker_turns_real_requests_into_delivered_events(stack, celery_worker):
