@@ -155,7 +155,7 @@ ALLOWED_PREFIXED = (
 class Scenario:
     name: str
     target: str  # "stub", "gw" or "peer" (--peer: another proxy, bench/peer.py)
-    shape: str  # "openai" or "anthropic"
+    shape: str  # "openai", "anthropic" or "search" (web acquisition)
     stream: bool
     serial: bool = False
 
@@ -175,12 +175,15 @@ SCENARIOS: tuple[Scenario, ...] = (
     Scenario("gw-anthropic-stream", "gw", "anthropic", True),
     Scenario("stub-openai-serial", "stub", "openai", False, serial=True),
     Scenario("gw-openai-serial", "gw", "openai", False, serial=True),
+    # Web acquisition: a search through the gateway (units, daily budget, hold, wallet).
+    Scenario("stub-search", "stub", "search", False),
+    Scenario("gw-search", "gw", "search", False),
 )
 # --peer: each gw-X has a twin peer-X, the same requests sent to another proxy on the same stub.
 PEER_SCENARIOS: tuple[Scenario, ...] = tuple(
     Scenario("peer-" + s.name[3:], "peer", s.shape, s.stream, s.serial)
     for s in SCENARIOS
-    if s.target == "gw"
+    if s.target == "gw" and s.shape != "search"  # a peer model proxy has no web search
 )
 BY_NAME = {s.name: s for s in SCENARIOS + PEER_SCENARIOS}
 
@@ -566,6 +569,14 @@ def anthropic_check(expect: int, stream: bool) -> Callable[[bytes], str | None]:
     return check_stream if stream else check_plain
 
 
+def search_check(body: bytes) -> str | None:
+    try:
+        got = len(orjson.loads(body)["results"])
+    except (orjson.JSONDecodeError, KeyError, TypeError):
+        return "bad-body"
+    return None if got == 3 else f"results={got}"
+
+
 def prepare(sc: Scenario, servers: Servers, words: int) -> Prepared:
     expect = words if sc.target == "stub" else DEFAULT_WORDS
     key = "sk-bench-direct" if sc.target == "stub" else servers.api_key
@@ -575,6 +586,12 @@ def prepare(sc: Scenario, servers: Servers, words: int) -> Prepared:
         headers["x-stub-words"] = str(words)
     max_tokens = max(256, 2 * words)
     messages = [{"role": "user", "content": PROMPT}]
+    if sc.shape == "search":
+        headers["authorization"] = f"Bearer {key}"
+        path = "/web/v1/search" if sc.target == "stub" else "/v1/web/search"
+        return Prepared(
+            base + path, headers, orjson.dumps({"query": PROMPT, "max_results": 3}), search_check
+        )
     if sc.shape == "openai":
         headers["authorization"] = f"Bearer {key}"
         payload: dict[str, Any] = {
