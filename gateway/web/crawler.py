@@ -31,12 +31,12 @@ from gateway.context import Meter, RequestContext
 from gateway.pipeline import hold
 from gateway.recording import record_and_release, usage_record
 from gateway.runtime import runtime
+from gateway.tasks import run_crawls
+from gateway.web.pages import links_of, page_is_whole, page_json
 from gateway.web.plan import build_web_plan
-from gateway.web.service import HTML_TYPES, page_is_whole, page_json
 from gateway.web.types import SCRAPE, WebRequest
 from webfetch import jobs, selectors
 from webfetch.crawl import PageOutcome, StopCrawl, run_job
-from webfetch.extract import extract
 from webfetch.fetcher import FetchRefused, limits_from_settings
 from webfetch.models import CrawlJob, CrawlPage
 from webfetch.robots import robots_for
@@ -74,9 +74,10 @@ def queue_job(principal: Principal, req: WebRequest, client_request_id: str) -> 
         respect_robots=req.crawl["respect_robots"],
         client_request_id=client_request_id,
     )
-    from gateway.tasks import run_crawls  # Celery's task module imports this one
-
-    run_crawls.delay()
+    try:
+        run_crawls.delay()
+    except Exception as exc:  # the broker is down: the job waits for beat's next look
+        log.warning("crawl %s queued, its hand-off failed (%s)", job.public_id, type(exc).__name__)
     return selectors.job_as_json(job)
 
 
@@ -193,10 +194,7 @@ class PageFetcher:
         finally:
             await record_and_release(ctx, usage_record(ctx, bytes_out=0))
         body = await asyncio.to_thread(page_json, req, served.answer)
-        links: tuple[str, ...] = ()
-        if served.answer.content_type.startswith(HTML_TYPES):
-            html = served.answer.body.decode(served.answer.charset or "utf-8", errors="replace")
-            links = (await asyncio.to_thread(extract, html, url=served.answer.final_url)).links
+        links = await asyncio.to_thread(links_of, served.answer)
         return PageOutcome(
             state="fetched",
             status=body["status"],

@@ -80,8 +80,8 @@ class AcquisitionOrchestrator:
     async def run(
         self, ctx: RequestContext, plan: WebPlan, req: WebRequest, *, keep_page
     ) -> Served:
-        """Walk the plan; return what served. `keep_page(answer)` says whether a direct
-        page may be the answer (False: its content is written by scripts, try a renderer)."""
+        """Walk the plan; return what served. `await keep_page(answer)` says whether a
+        direct page may be the answer (False: scripts write its content, try a renderer)."""
         ctx.web = ctx.web or WebBill()
         failures: list[_LinkFailed] = []
         kept: Served | None = None
@@ -100,7 +100,7 @@ class AcquisitionOrchestrator:
                 failures.append(failed)
                 continue
             renderers_left = any(later.profile.adapter.renders for later in plan.links[index + 1 :])
-            if req.action == SCRAPE and renderers_left and not keep_page(served.answer):
+            if req.action == SCRAPE and renderers_left and not await keep_page(served.answer):
                 kept = served
                 continue
             return self._settled(ctx, served)

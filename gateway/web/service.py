@@ -19,7 +19,6 @@ from urllib.parse import parse_qsl
 
 import orjson
 from django.conf import settings
-from webfetch.extract import extract, needs_javascript, text_of
 
 from core import errors, metrics
 from core.db import off_loop
@@ -37,15 +36,13 @@ from gateway.pipeline import (
     refusal,
 )
 from gateway.runtime import runtime
-from gateway.web import shape
+from gateway.web import crawler, shape
+from gateway.web.pages import page_is_whole, page_json
 from gateway.web.plan import WebPlan, build_web_plan
-from gateway.web.types import CRAWL, SCRAPE, SEARCH, PageAnswer, WebRequest
+from gateway.web.types import CRAWL, SCRAPE, SEARCH, WebRequest
 
 if TYPE_CHECKING:
     from gateway.asgi import Exchange
-
-HTML_TYPES = ("text/html", "application/xhtml+xml")
-TEXT_TYPES = ("text/", "application/json", "application/xml", "application/ld+json")
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,7 +78,7 @@ async def serve(ex: Exchange, endpoint: WebEndpoint) -> None:
         ctx.plan = plan
         await admit(ctx, plan)
         await hold(ctx, plan)
-        ending = await execute(ctx, plan, req)
+        ending = await execute(ctx, endpoint, plan, req)
     except errors.GatewayError as exc:
         ending = refusal(ex, exc)
     finally:
@@ -121,13 +118,17 @@ async def admit(ctx: RequestContext, plan: WebPlan) -> None:
     metrics.IN_FLIGHT.inc()
 
 
-async def execute(ctx: RequestContext, plan: WebPlan, req: WebRequest) -> Ending:
+async def execute(
+    ctx: RequestContext, endpoint: WebEndpoint, plan: WebPlan, req: WebRequest
+) -> Ending:
     try:
         async with asyncio.timeout(settings.TOLLGATE["WEB_ACTION_TIMEOUT_S"]):
             served = await runtime.web.run(ctx, plan, req, keep_page=page_is_whole)
     except TimeoutError:
         raise errors.UpstreamTimeout("The web action passed its deadline.") from None
-    body = {"request_id": ctx.client_request_id or ctx.request_id}
+    # Trusted internal callers get their own id back; a tenant gets ours (its X-Request-Id is
+    # echoed as a header, a label only).
+    body = {"request_id": ctx.client_request_id if endpoint.internal else ctx.request_id}
     if req.action == SEARCH:
         body |= {"query": req.query, "results": list(served.answer.results)}
     else:
@@ -141,42 +142,6 @@ async def execute(ctx: RequestContext, plan: WebPlan, req: WebRequest) -> Ending
     return Ending(final=orjson.dumps(body), headers=(JSON, *ctx.admission.headers()))
 
 
-def page_is_whole(answer: PageAnswer) -> bool:
-    """Say whether a fetched page can be the answer (False: scripts write its content)."""
-    if answer.rendered or not answer.content_type.startswith(HTML_TYPES):
-        return True
-    html = _decoded(answer)
-    return not needs_javascript(html, extract(html, url=answer.final_url))
-
-
-def page_json(req: WebRequest, answer: PageAnswer) -> dict:
-    """The scrape answer: where it ended, what it is, its text (and what else was asked)."""
-    body = {
-        "url": req.url,
-        "final_url": answer.final_url,
-        "status": answer.status,
-        "content_type": answer.content_type,
-        "bytes": len(answer.body),
-        "title": "",
-        "text": "",
-    }
-    if answer.content_type.startswith(HTML_TYPES):
-        html = _decoded(answer)
-        extracted = extract(html, url=answer.final_url)
-        body |= {"title": extracted.title, "text": extracted.text}
-        if "markdown" in req.formats:
-            body["markdown"] = extracted.markdown
-        if "html" in req.formats:
-            body["html"] = html
-    elif answer.content_type.startswith(TEXT_TYPES):
-        body["text"] = text_of(answer.body, answer.content_type, answer.charset)
-    return body
-
-
-def _decoded(answer: PageAnswer) -> str:
-    return answer.body.decode(answer.charset or "utf-8", errors="replace")
-
-
 # ---------------------------------------------------------------- crawl jobs
 
 
@@ -188,8 +153,6 @@ async def start_crawl(ctx: RequestContext, req: WebRequest) -> Ending:
         runtime.catalog,
         runtime.pools.get,
     )
-    from gateway.web import crawler  # the worker side: Celery and the job services
-
     try:
         job = await off_loop(crawler.queue_job)(ctx.principal, req, ctx.client_request_id)
     except ValueError as exc:
@@ -199,8 +162,6 @@ async def start_crawl(ctx: RequestContext, req: WebRequest) -> Ending:
 
 async def job(ex: Exchange, *, internal: bool) -> None:
     """GET a job (its state and a page of its pages) or DELETE it (cancel)."""
-    from gateway.web import crawler
-
     public_id = ex.scope["path"].rstrip("/").rsplit("/", 1)[-1]
     if internal:
         if not internal_authorized(ex.headers):
@@ -224,7 +185,7 @@ async def job(ex: Exchange, *, internal: bool) -> None:
             raise errors.InvalidRequest("'limit' must be from 1 to 100.")
         found = await off_loop(crawler.read)(public_id, account_id, after=after, limit=limit)
     if found is None:  # another account's job is no job at all
-        raise errors.NotFound(f"No crawl job {public_id!r}.")
+        raise errors.NotFound(f"No crawl job {public_id[:64]!r}.")
     await ex.reply(200, orjson.dumps(found))
 
 
