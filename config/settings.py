@@ -8,6 +8,7 @@ is unknown (our prefixes only) or malformed stops the process at start with its 
 from __future__ import annotations
 
 import base64
+import ipaddress
 import os
 import secrets
 from pathlib import Path
@@ -244,6 +245,13 @@ if TOLLGATE["USAGE_WINDOW_S"] < 1 or TOLLGATE["USAGE_GRACE_S"] < 0:
     raise ImproperlyConfigured(
         "Malformed setting TOLLGATE_USAGE_WINDOW_S / TOLLGATE_USAGE_GRACE_S: use >= 1 / >= 0."
     )
+for _net in TOLLGATE["WEB_ALLOW_NETS"]:
+    try:
+        ipaddress.ip_network(_net.strip(), strict=False)
+    except ValueError:
+        raise ImproperlyConfigured(
+            f"Malformed setting TOLLGATE_WEB_ALLOW_NETS: {_net!r} is not a network (CIDR)."
+        ) from None
 if TOLLGATE["USAGE_SINK_URL"] and not TOLLGATE["USAGE_SINK_SECRET"]:
     raise ImproperlyConfigured(
         "Missing setting TOLLGATE_USAGE_SINK_SECRET: the usage webhook is always signed."

@@ -594,3 +594,13 @@ def test_a_scrape_past_the_action_deadline_is_lm_5002(spawn_gateway, transaction
     [row] = settled(tenant, 1)
     assert row.provider_cost_micro == 0
     assert wallet_of(tenant) == WALLET
+
+
+@pytest.mark.parametrize("value", ["bogus", "10.0.0.0/8,300.1.1.1/32"])
+def test_a_malformed_allow_list_stops_the_process_at_start(value, tmp_path):
+    from tests.support.processes import manage_check
+
+    result = manage_check(tmp_path, TOLLGATE_WEB_ALLOW_NETS=value)
+
+    assert result.returncode != 0
+    assert "Malformed setting TOLLGATE_WEB_ALLOW_NETS" in result.stderr
