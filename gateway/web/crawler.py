@@ -39,7 +39,7 @@ from webfetch import jobs, selectors
 from webfetch.crawl import PageOutcome, StopCrawl, run_job
 from webfetch.fetcher import FetchRefused, limits_from_settings
 from webfetch.models import CrawlJob, CrawlPage
-from webfetch.robots import robots_for
+from webfetch.robots import RobotsRules, robots_for
 
 log = logging.getLogger(__name__)
 PAGE_ENDPOINT = "web.crawl.page"  # a crawl page's usage row ("web.crawl": the job's request)
@@ -141,7 +141,7 @@ class RobotsCheck:
     """robots.txt per origin, fetched once per job through the SSRF-safe fetcher."""
 
     def __init__(self) -> None:
-        self._rules: dict[str, object] = {}
+        self._rules: dict[str, RobotsRules] = {}
 
     async def __call__(self, url: str) -> tuple[bool, float | None]:
         parts = urlsplit(url)
