@@ -75,6 +75,54 @@ def judges_provider(exc: ProviderError, *, served_by: str) -> bool:
     return exc.status in (401, 403) and served_by == PLATFORM
 
 
+def record_attempt(
+    ctx: RequestContext,
+    *,
+    provider: str,
+    model: str,
+    attempt: Attempt | None,
+    outcome: str,
+    exc: ProviderError | None = None,
+    started: float | None = None,
+    reservation_id: int | None = None,
+) -> None:
+    """Add one try (or a link refused before any call) to the request's attempt trail."""
+    if exc is not None and exc.timeout:
+        outcome = "timeout"
+    latency_ms = 0
+    if started is not None:  # a failed call's wait counts too (a timeout: the deadline)
+        waited_s = time.monotonic() - started
+        metrics.UPSTREAM_LATENCY.labels(provider).observe(waited_s)
+        latency_ms = int(waited_s * 1000)
+    ctx.trail.append(
+        AttemptRecord(
+            order=len(ctx.trail) + 1,
+            provider=provider,
+            model=model,
+            served_by=attempt.served_by if attempt else "",
+            source=attempt.source if attempt else f"{provider}:{model}",
+            outcome=outcome,
+            upstream_status=200 if outcome == "ok" else (exc.status if exc else None),
+            latency_ms=latency_ms,
+            reservation_id=reservation_id,
+        )
+    )
+
+
+def pick_error(failures: list, *, none: str) -> errors.GatewayError:
+    """Return the error a failed chain answers: the last link's, except that a refusal before
+    any call (a chain lock, an open circuit) yields to an earlier upstream failure. Each
+    failure has `error`, `upstream` and `defers`; `none`: the message when nothing was tried."""
+    if not failures:
+        return errors.UpstreamFailed(none)
+    last = failures[-1]
+    if last.defers:
+        earlier_upstream = [f for f in failures[:-1] if f.upstream]
+        if earlier_upstream:
+            return earlier_upstream[-1].error
+    return last.error
+
+
 async def bench_refused_key(keys, pool_key, exc: ProviderError) -> bool:
     """Bench a team key the vendor refused (429: max(Retry-After, 30 s); 401/403: failing for
     10 minutes) and say so: the next key is tried, and the refusal uses up no try."""
@@ -120,7 +168,7 @@ class Orchestrator:
                 return await self._run_link(ctx, link, stream=stream, ticket=ticket)
             except _LinkFailed as failed:
                 failures.append(failed.link_error)
-        raise self._pick_error(failures)
+        raise pick_error(failures, none="No provider can serve this request.")
 
     # ---- one link ----
 
@@ -356,38 +404,16 @@ class Orchestrator:
         started: float | None = None,
         reservation_id: int | None = None,
     ) -> None:
-        profile_name = link.offer.profile.name
-        if exc is not None and exc.timeout:
-            outcome = "timeout"
-        latency_ms = 0
-        if started is not None:  # a failed call's wait counts too (a timeout: the deadline)
-            waited_s = time.monotonic() - started
-            metrics.UPSTREAM_LATENCY.labels(profile_name).observe(waited_s)
-            latency_ms = int(waited_s * 1000)
-        ctx.trail.append(
-            AttemptRecord(
-                order=len(ctx.trail) + 1,
-                provider=profile_name,
-                model=link.offer.name,
-                served_by=attempt.served_by if attempt else "",
-                source=attempt.source if attempt else f"{profile_name}:{link.offer.name}",
-                outcome=outcome,
-                upstream_status=200 if outcome == "ok" else (exc.status if exc else None),
-                latency_ms=latency_ms,
-                reservation_id=reservation_id,
-            )
+        record_attempt(
+            ctx,
+            provider=link.offer.profile.name,
+            model=link.offer.name,
+            attempt=attempt,
+            outcome=outcome,
+            exc=exc,
+            started=started,
+            reservation_id=reservation_id,
         )
-
-    @staticmethod
-    def _pick_error(failures: list[_LinkError]) -> errors.GatewayError:
-        if not failures:
-            return errors.UpstreamFailed("No provider can serve this request.")
-        last = failures[-1]
-        if last.defers:
-            earlier_upstream = [f for f in failures[:-1] if f.upstream]
-            if earlier_upstream:
-                return earlier_upstream[-1].error
-        return last.error
 
 
 class _AttemptFailed(Exception):

@@ -46,6 +46,11 @@ class WebAdapter:
     kind: str
     units: dict[str, str]  # action -> the unit a success bills (SCRAPE/SEARCH -> PAGE/...)
     renders = False  # its pages are rendered with JavaScript (a renderer)
+    keyless = False  # needs no key: the platform serves it without a platform key
+    # Its failures say something about a provider (its breaker judges them); our own
+    # fetcher's are the site's.
+    judged = True
+    rank = 2  # among scrapers that do not render: our fetcher first, then the fake
 
     def __init__(self, *, base_url: str, session: aiohttp.ClientSession) -> None:
         self.base_url = base_url.rstrip("/")
@@ -112,6 +117,9 @@ class DirectHttp(WebAdapter):
 
     kind = ProviderKind.DIRECT_HTTP
     units = {SCRAPE: PAGE}
+    keyless = True
+    judged = False
+    rank = 0
 
     async def scrape(self, url: str, target: WebTarget) -> PageAnswer:
         try:
@@ -181,6 +189,8 @@ class FakeWeb(WebAdapter):
 
     kind = ProviderKind.FAKE
     units = {SCRAPE: PAGE, SEARCH: QUERY}
+    keyless = True
+    rank = 1
 
     async def scrape(self, url: str, target: WebTarget) -> PageAnswer:
         html = (

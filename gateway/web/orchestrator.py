@@ -21,14 +21,15 @@ import asyncio
 import time
 from dataclasses import dataclass
 
-from core import errors, metrics
-from core.usage_record import AttemptRecord
-from gateway.adapters.base import ProviderError
+from core import errors
+from gateway.adapters.base import ProviderError, connection_error
 from gateway.context import RequestContext
 from gateway.orchestrator import (
     TRIES_PER_ATTEMPT,
     bench_refused_key,
     judges_provider,
+    pick_error,
+    record_attempt,
     upstream_error,
 )
 from gateway.plan import PLATFORM, TEAM, Attempt
@@ -48,7 +49,7 @@ BREAKER_MODEL = "web"
 
 
 @dataclass(frozen=True, slots=True)
-class Served:
+class Answered:
     link: WebLink
     served_by: str
     answer: PageAnswer | SearchAnswer
@@ -79,12 +80,12 @@ class AcquisitionOrchestrator:
 
     async def run(
         self, ctx: RequestContext, plan: WebPlan, req: WebRequest, *, keep_page
-    ) -> Served:
+    ) -> Answered:
         """Walk the plan; return what served. `await keep_page(answer)` says whether a
         direct page may be the answer (False: scripts write its content, try a renderer)."""
         ctx.web = ctx.web or WebBill()
         failures: list[_LinkFailed] = []
-        kept: Served | None = None
+        kept: Answered | None = None
         for index, link in enumerate(plan.links):
             if kept is not None and not link.profile.adapter.renders:
                 continue
@@ -106,10 +107,10 @@ class AcquisitionOrchestrator:
             return self._settled(ctx, served)
         if kept is not None:
             return self._settled(ctx, kept)
-        raise _pick_error(failures)
+        raise pick_error(failures, none="No web profile could serve this request.")
 
     @staticmethod
-    def _settled(ctx: RequestContext, served: Served) -> Served:
+    def _settled(ctx: RequestContext, served: Answered) -> Answered:
         ctx.web.provider = served.link.profile.name
         ctx.web.served_by = served.served_by
         return served
@@ -118,7 +119,7 @@ class AcquisitionOrchestrator:
 
     async def _run_link(
         self, ctx: RequestContext, plan: WebPlan, link: WebLink, req: WebRequest
-    ) -> Served:
+    ) -> Answered:
         name = link.profile.name
         if link.locked:
             self._trail(ctx, link, None, "chain_locked")
@@ -166,7 +167,7 @@ class AcquisitionOrchestrator:
                 if ticket is not None:
                     await self.breakers.success(ticket)
                     ticket = None
-                return Served(link=link, served_by=attempt.served_by, answer=answer)
+                return Answered(link=link, served_by=attempt.served_by, answer=answer)
         finally:
             if ticket is not None:
                 await self.breakers.release(ticket)
@@ -292,27 +293,16 @@ class AcquisitionOrchestrator:
         exc: ProviderError | None = None,
         started: float | None = None,
     ) -> None:
-        if exc is not None and exc.timeout:
-            outcome = "timeout"
-        latency_ms = 0
-        if started is not None:
-            waited_s = time.monotonic() - started
-            metrics.UPSTREAM_LATENCY.labels(link.profile.name).observe(waited_s)
-            latency_ms = int(waited_s * 1000)
-        ctx.trail.append(
-            AttemptRecord(
-                order=len(ctx.trail) + 1,
-                provider=link.profile.name,
-                model=link.unit,
-                served_by=attempt.served_by if attempt else "",
-                source=attempt.source if attempt else f"{link.profile.name}:{link.unit}",
-                outcome=outcome,
-                upstream_status=200 if outcome == "ok" else (exc.status if exc else None),
-                latency_ms=latency_ms,
-                reservation_id=ctx.web.reservation_id
-                if attempt and attempt.served_by == PLATFORM
-                else None,
-            )
+        platform = attempt is not None and attempt.served_by == PLATFORM
+        record_attempt(
+            ctx,
+            provider=link.profile.name,
+            model=link.unit,
+            attempt=attempt,
+            outcome=outcome,
+            exc=exc,
+            started=started,
+            reservation_id=ctx.web.reservation_id if platform else None,
         )
 
 
@@ -326,16 +316,5 @@ async def _bounded(call, timeout_s: float):
     try:
         async with asyncio.timeout(timeout_s):
             return await call
-    except TimeoutError:
-        raise ProviderError("upstream timed out", retryable=True, timeout=True) from None
-
-
-def _pick_error(failures: list[_LinkFailed]) -> errors.GatewayError:
-    if not failures:
-        return errors.UpstreamFailed("No web profile could serve this request.")
-    last = failures[-1]
-    if last.defers:
-        earlier = [f for f in failures[:-1] if f.upstream]
-        if earlier:
-            return earlier[-1].error
-    return last.error
+    except TimeoutError as exc:
+        raise connection_error(exc) from None

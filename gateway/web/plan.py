@@ -36,11 +36,9 @@ class WebLink:
 
     @property
     def judged(self) -> bool:
-        """Say whether failures here say something about a vendor (its breaker judges them).
-
-        Our own fetcher's failures are the site's, not a provider's: no breaker.
-        """
-        return self.profile.adapter.kind != "direct_http"
+        """Say whether a breaker judges this link (not our own fetcher: its failures are the
+        site's, not a provider's)."""
+        return self.profile.adapter.judged
 
     def as_json(self) -> dict:
         return {
@@ -72,10 +70,9 @@ def candidates(req: WebRequest, catalog: Catalog) -> list[WebProfile]:
     if req.action != SCRAPE:
         return sorted(serving, key=lambda p: p.name)
     # Renderers last; our own fetcher before a fake; by name within each.
-    rank = {"direct_http": 0, "fake": 1}
     if req.render_js:
         serving = [p for p in serving if p.adapter.renders]
-    return sorted(serving, key=lambda p: (p.adapter.renders, rank.get(p.kind, 2), p.name))
+    return sorted(serving, key=lambda p: (p.adapter.renders, p.adapter.rank, p.name))
 
 
 def build_web_plan(
@@ -101,7 +98,7 @@ def build_web_plan(
         platform_ok = (
             settings.GATEWAY_PTB_ENABLED
             and profile.allows_platform
-            and (profile.platform_key is not None or profile.kind in ("direct_http", "fake"))
+            and (profile.platform_key is not None or profile.adapter.keyless)
         )
         escrow = with_margin_micro(price, margin_pct=margin_pct)
         stem = f"{profile.name}:{unit}"
