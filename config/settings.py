@@ -8,7 +8,6 @@ is unknown (our prefixes only) or malformed stops the process at start with its 
 from __future__ import annotations
 
 import base64
-import ipaddress
 import os
 import secrets
 from pathlib import Path
@@ -17,6 +16,7 @@ import environ
 from django.core.exceptions import ImproperlyConfigured
 
 from core.sealing import parse_keyring as _parse_keyring
+from webfetch.addresses import allowed_networks as _allowed_networks
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("TOLLGATE_VAR_DIR", BASE_DIR / "var"))
@@ -245,13 +245,10 @@ if TOLLGATE["USAGE_WINDOW_S"] < 1 or TOLLGATE["USAGE_GRACE_S"] < 0:
     raise ImproperlyConfigured(
         "Malformed setting TOLLGATE_USAGE_WINDOW_S / TOLLGATE_USAGE_GRACE_S: use >= 1 / >= 0."
     )
-for _net in TOLLGATE["WEB_ALLOW_NETS"]:
-    try:
-        ipaddress.ip_network(_net.strip(), strict=False)
-    except ValueError:
-        raise ImproperlyConfigured(
-            f"Malformed setting TOLLGATE_WEB_ALLOW_NETS: {_net!r} is not a network (CIDR)."
-        ) from None
+try:
+    _allowed_networks(TOLLGATE["WEB_ALLOW_NETS"])  # the fetcher's own parse, once at start
+except ValueError as exc:
+    raise ImproperlyConfigured(f"Malformed setting {exc}") from None
 if TOLLGATE["USAGE_SINK_URL"] and not TOLLGATE["USAGE_SINK_SECRET"]:
     raise ImproperlyConfigured(
         "Missing setting TOLLGATE_USAGE_SINK_SECRET: the usage webhook is always signed."

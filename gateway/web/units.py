@@ -73,6 +73,9 @@ class DailyUnits:
                 if used < 0:
                     raise _exhausted(cap, now)
                 return Taken(key, units, local=False)
+        if key not in self._local:  # a new day (or group): yesterday's counts are done with
+            today = key.rsplit(":", 1)[1]
+            self._local = {k: v for k, v in self._local.items() if k.endswith(today)}
         if self._local.get(key, 0) + units > cap:  # counted in this process alone
             raise _exhausted(cap, now)
         self._local[key] = self._local.get(key, 0) + units
@@ -83,7 +86,8 @@ class DailyUnits:
         if taken is None:
             return
         if taken.local:
-            self._local[taken.key] -= taken.units
+            if taken.key in self._local:  # not a day already dropped
+                self._local[taken.key] -= taken.units
             return
         try:
             await self.shared.run(("DECRBY", taken.key, taken.units))
