@@ -157,7 +157,22 @@ async def decide(ex: Exchange) -> None:
 
 async def accept(ex: Exchange, endpoint: Endpoint, ctx: RequestContext) -> Accepted:
     """Authenticate, read and validate the request; the raw end-user id stops here."""
+    body, data = await authenticate(ex, ctx, internal=endpoint.internal)
     if endpoint.internal:
+        ctx.req = internal_shape.parse_request(data, stream=endpoint.stream)
+        return Accepted(ctx.req, body)
+    fallback = ex.headers.get(FALLBACK_HEADER)
+    ctx.req = endpoint.shape.parse_request(
+        data, fallback_header=fallback.decode() if fallback else None
+    )
+    label_caller(ex, ctx, ctx.req)
+    return Accepted(ctx.req, body)
+
+
+async def authenticate(ex: Exchange, ctx: RequestContext, *, internal: bool) -> tuple[bytes, dict]:
+    """Set who calls (a virtual key; or the internal token and the group its body names,
+    whose `request_id` becomes the request's label) and return the body, raw and parsed."""
+    if internal:
         if not internal_authorized(ex.headers):
             raise errors.Unauthorized("Missing or wrong internal token.")
         body = await ex.read_body()
@@ -167,19 +182,12 @@ async def accept(ex: Exchange, endpoint: Endpoint, ctx: RequestContext) -> Accep
             raise errors.InvalidRequest("'request_id' is required (1-64 of [A-Za-z0-9._:-]).")
         ex.client_request_id = ctx.client_request_id = request_id  # a label, like X-Request-Id
         ctx.principal = await runtime.principals.for_group(data.get("group"))
-        ctx.req = internal_shape.parse_request(data, stream=endpoint.stream)
-        return Accepted(ctx.req, body)
+        return body, data
     ctx.principal = await runtime.principals.for_secret(
         bearer(ex.headers), client=ex.scope.get("client")
     )
     body = await ex.read_body()
-    data = parse_json(body)
-    fallback = ex.headers.get(FALLBACK_HEADER)
-    ctx.req = endpoint.shape.parse_request(
-        data, fallback_header=fallback.decode() if fallback else None
-    )
-    label_caller(ex, ctx, ctx.req)
-    return Accepted(ctx.req, body)
+    return body, parse_json(body)
 
 
 def parse_json(body: bytes) -> dict:

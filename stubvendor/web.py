@@ -120,12 +120,21 @@ _FIXED_CALL_FIELDS: dict[str, Any] = {
 
 
 def web_error(
-    status: int, message: str, headers: dict[str, str] | None = None, *, kind: str | None = None
+    status: int,
+    message: str,
+    headers: dict[str, str] | None = None,
+    *,
+    kind: str | None = None,
+    credits: int = 0,
 ) -> web.Response:
-    """Build ``{"error": {"message", "type"}}``; the type follows the status unless given."""
+    """Build ``{"error": {"message", "type"}}``; the type follows the status unless given.
+    ``credits``: the vendor billed the failed call anyway (said in the body)."""
     # The Anthropic column (authentication_error, rate_limit_error, ...): the web vendors' names.
     error_type = kind if kind is not None else _ERROR_TYPES[status][2]
-    return _json(status, {"error": {"message": message, "type": error_type}}, headers)
+    error: dict[str, Any] = {"error": {"message": message, "type": error_type}}
+    if credits:
+        error["credits"] = credits
+    return _json(status, error, headers)
 
 
 def _web_shaped(resp: web.StreamResponse, *, credits: int = 0) -> web.StreamResponse:
@@ -139,10 +148,7 @@ def _web_shaped(resp: web.StreamResponse, *, credits: int = 0) -> web.StreamResp
         for name, value in resp.headers.items()
         if name.lower() not in ("content-type", "content-length")
     }
-    error = {"error": {"message": message, "type": _ERROR_TYPES[resp.status][2]}}
-    if credits:
-        error["credits"] = credits
-    return _json(resp.status, error, kept)
+    return web_error(resp.status, message, kept, credits=credits)
 
 
 # --------------------------------------------------------------------------- search

@@ -22,14 +22,13 @@ from django.conf import settings
 
 from core import errors, metrics
 from core.db import off_loop
-from gateway import pipeline
 from gateway.auth import bearer, internal_authorized
 from gateway.context import RequestContext
 from gateway.pipeline import (
     CRASHED,
     JSON,
-    REQUEST_ID_OK,
     Ending,
+    authenticate,
     finish,
     hold,
     limit_scopes,
@@ -86,20 +85,7 @@ async def serve(ex: Exchange, endpoint: WebEndpoint) -> None:
 
 
 async def accept(ex: Exchange, endpoint: WebEndpoint, ctx: RequestContext) -> WebRequest:
-    if endpoint.internal:
-        if not internal_authorized(ex.headers):
-            raise errors.Unauthorized("Missing or wrong internal token.")
-        data = pipeline.parse_json(await ex.read_body())
-        request_id = data.get("request_id")
-        if not isinstance(request_id, str) or not REQUEST_ID_OK.match(request_id):
-            raise errors.InvalidRequest("'request_id' is required (1-64 of [A-Za-z0-9._:-]).")
-        ex.client_request_id = ctx.client_request_id = request_id  # a label, like X-Request-Id
-        ctx.principal = await runtime.principals.for_group(data.get("group"))
-    else:
-        ctx.principal = await runtime.principals.for_secret(
-            bearer(ex.headers), client=ex.scope.get("client")
-        )
-        data = pipeline.parse_json(await ex.read_body())
+    _, data = await authenticate(ex, ctx, internal=endpoint.internal)
     return shape.parse(endpoint.action, data)
 
 

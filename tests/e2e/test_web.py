@@ -19,13 +19,10 @@ from billing.models import Reservation, Wallet
 from core.money import with_margin_micro
 from tests.byok.helpers import team_keys
 from tests.support.processes import INTERNAL_TOKEN
-from tests.support.services import clear_shared_state
-from tests.support.stacks import Stack
 from tests.support.testsite import (
     ARTICLE_SENTENCES,
     ARTICLE_TITLE,
     BOILERPLATE,
-    TestSite,
     article_html,
 )
 from tests.support.usage import settled
@@ -37,34 +34,19 @@ from tests.support.web import (
     RENDERED_MICRO,
     SEARCH_KEY,
     WEB_ENV,
-    install_web_profiles,
     search_results,
     web,
     web_profiles,
+    web_stack,
 )
 
 WALLET = 100_000_000
 
 
 @pytest.fixture(scope="module")
-def site():
-    with TestSite() as test_site:
-        yield test_site
-
-
-@pytest.fixture(scope="module")
 def web_gateway(module_gateways):
     # A 1.5 MB cap on what our fetcher reads, so the huge page is refused quickly.
     return module_gateways(**WEB_ENV, TOLLGATE_WEB_MAX_BYTES="1500000")
-
-
-def web_stack(gateway, stub, site, spec) -> Stack:
-    stub.clear()
-    site.clear()
-    clear_shared_state()
-    install_web_profiles(spec)
-    gateway.reload()
-    return Stack(gateway=gateway, stub=stub)
 
 
 @pytest.fixture

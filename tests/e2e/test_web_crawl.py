@@ -12,28 +12,20 @@ from django.utils import timezone
 
 from accounts.models import Group
 from billing.models import Wallet
-from tests.support.services import clear_shared_state
-from tests.support.stacks import Stack
-from tests.support.testsite import ARTICLE_TITLE, TestSite
+from tests.support.testsite import ARTICLE_TITLE
 from tests.support.usage import settled
 from tests.support.waits import wait_until
 from tests.support.web import (
     PAGE_MICRO,
     WEB_ENV,
-    install_web_profiles,
     start_web_worker,
     web,
     web_profiles,
+    web_stack,
 )
 from webfetch.models import CrawlJob, CrawlPage
 
 WALLET = 100_000_000
-
-
-@pytest.fixture(scope="module")
-def site():
-    with TestSite() as test_site:
-        yield test_site
 
 
 @pytest.fixture(scope="module")
@@ -43,12 +35,7 @@ def crawl_gateway(module_gateways):
 
 @pytest.fixture
 def crawls(transactional_db, crawl_gateway, stub, site):
-    stub.clear()
-    site.clear()
-    clear_shared_state()
-    install_web_profiles(web_profiles(stub.url, render=False, search=False))
-    crawl_gateway.reload()
-    return Stack(gateway=crawl_gateway, stub=stub)
+    return web_stack(crawl_gateway, stub, site, web_profiles(stub.url, render=False, search=False))
 
 
 @pytest.fixture
@@ -233,12 +220,7 @@ def test_a_worker_killed_mid_job_is_taken_over_and_every_fetch_is_billed_once(
 
     # Its own gateway: a dead worker's journaled rows are claimed after 1 s, not 15.
     gateway = spawn_gateway(**WEB_ENV, TOLLGATE_USAGE_CLAIM_IDLE_MS="1000")
-    stub.clear()
-    site.clear()
-    clear_shared_state()
-    install_web_profiles(web_profiles(stub.url, render=False, search=False))
-    gateway.reload()
-    stack = Stack(gateway=gateway, stub=stub)
+    stack = web_stack(gateway, stub, site, web_profiles(stub.url, render=False, search=False))
     tenant = stack.tenant(wallet_micro=WALLET)
     job = crawl(stack, tenant, f"{site.url}/", max_pages=6, max_depth=2)
     lease = {"TOLLGATE_CRAWL_LEASE_S": "2", "TOLLGATE_CRAWL_HOST_DELAY_MS": "1000"}

@@ -77,6 +77,19 @@ def install_web_profiles(spec: list[dict]) -> None:
                 profile.save()
 
 
+def web_stack(gateway, stub, site, spec: list[dict]):
+    """Prepare a web gateway for one test: a clean stub and site, these profiles, reloaded."""
+    from tests.support.services import clear_shared_state
+    from tests.support.stacks import Stack
+
+    stub.clear()
+    site.clear()
+    clear_shared_state()
+    install_web_profiles(spec)
+    gateway.reload()
+    return Stack(gateway=gateway, stub=stub)
+
+
 def search_results(query: str, n: int) -> list[dict]:
     """The stub search vendor's results for a query (its documented rule)."""
     import re
