@@ -15,3 +15,14 @@ def team_keys_of_user(*, user) -> QuerySet[TeamKey]:
     return TeamKey.objects.filter(pool__group__account__memberships__user=user).select_related(
         "pool__group__account"
     )
+
+
+def eligible_providers() -> list[str]:
+    """Return the names of the enabled providers a team key can be added for, sorted."""
+    from providers.models import TEAM_KEY_ELIGIBLE_KINDS, ProviderProfile
+
+    return sorted(
+        ProviderProfile.objects.filter(enabled=True, kind__in=TEAM_KEY_ELIGIBLE_KINDS).values_list(
+            "name", flat=True
+        )
+    )

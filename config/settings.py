@@ -269,6 +269,7 @@ INSTALLED_APPS = [
     "byok",
     "gateway",
     "usage",
+    "dashboard",
     "webfetch",
     "stubvendor",
 ]
@@ -335,6 +336,9 @@ TIME_ZONE = "UTC"
 USE_I18N = False
 USE_TZ = True
 STATIC_URL = "static/"
+# The tenant dashboard (dashboard/): its login page, and where a login lands.
+LOGIN_URL = "dashboard:login"
+LOGIN_REDIRECT_URL = "dashboard:home"
 STATIC_ROOT = VAR_DIR / "static"
 
 REST_FRAMEWORK = {

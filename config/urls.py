@@ -9,4 +9,5 @@ urlpatterns = [
     path("api/", include("billing.api.urls")),
     path("admin/", include("byok.api.urls")),
     path("api/schema", SpectacularAPIView.as_view(), name="schema"),
+    path("", include("dashboard.urls")),
 ]

@@ -15,6 +15,7 @@ from usage.models import UsageLog
 def usage_logs_of_user(
     *,
     user: AbstractBaseUser,
+    account: int | None = None,
     group: int | None = None,
     key: int | None = None,
     caller: str | None = None,
@@ -26,6 +27,8 @@ def usage_logs_of_user(
 ) -> QuerySet[UsageLog]:
     """Return the user's accounts' usage rows, newest first, filtered (end is exclusive)."""
     logs = UsageLog.objects.filter(account_id__in=accounts_of_user(user=user).values("pk"))
+    if account is not None:
+        logs = logs.filter(account_id=account)
     if group is not None:
         logs = logs.filter(group_id=group)
     if key is not None:
@@ -82,6 +85,11 @@ def _totals() -> dict:
         "web_rendered_pages": total("web_rendered_pages"),
         "web_queries": total("web_queries"),
     }
+
+
+def usage_zero_totals() -> dict:
+    """Return the totals of no usage at all: each total usage_per_day gives, at 0."""
+    return {name: 0 for name in _totals()}
 
 
 def usage_per_day(*, logs: QuerySet[UsageLog]) -> list[dict]:

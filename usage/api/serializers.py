@@ -4,7 +4,8 @@ from datetime import UTC, date, datetime, time
 
 from rest_framework import serializers
 
-from core.usage_record import ATTEMPT_FIELDS, TENANT_FIELDS
+from core.usage_record import ATTEMPT_FIELDS
+from usage.export import LOG_FIELDS
 from usage.models import UsageAttempt, UsageLog
 
 
@@ -35,12 +36,6 @@ class UsageQueryIn(serializers.Serializer):
         if "start" in attrs and "end" in attrs and attrs["start"] >= attrs["end"]:
             raise serializers.ValidationError("start must be before end.")
         return attrs
-
-
-# A tenant's view of a usage record (core.usage_record.TENANT_FIELDS), by API name: the
-# endpoint keeps the name `route` it always had in the API and the CSV export.
-API_NAMES = {"endpoint": "route"}
-LOG_FIELDS = [API_NAMES.get(name, name) for name in TENANT_FIELDS]
 
 
 class UsageLogOut(serializers.ModelSerializer):

@@ -5,11 +5,8 @@ Every view reads through one scoped query: another account's group or key is a 4
 
 from __future__ import annotations
 
-import csv
-from datetime import datetime
-
 from django.db.models import QuerySet
-from django.http import Http404, StreamingHttpResponse
+from django.http import Http404
 from django.shortcuts import get_object_or_404
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema
@@ -18,12 +15,10 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from accounts.selectors import api_keys_of_user, groups_of_user
-from core.usage_record import TENANT_FIELDS
 from usage import selectors
 from usage.api import serializers as s
+from usage.export import usage_csv_response
 from usage.models import UsageLog
-
-CSV_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 
 
 def scoped_logs(request) -> QuerySet[UsageLog]:
@@ -69,31 +64,7 @@ class UsagePerModelView(APIView):
         return Response({"results": s.ModelTotalsOut(rows, many=True).data})
 
 
-class _Echo:
-    def write(self, value: str) -> str:
-        return value
-
-
-def _cell(value) -> object:
-    if isinstance(value, datetime):
-        return value.isoformat()
-    # A spreadsheet would run a cell starting like a formula: quote it.
-    if isinstance(value, str) and value.startswith(CSV_FORMULA_START):
-        return "'" + value
-    return value
-
-
 class UsageExportView(APIView):
     @extend_schema(parameters=[s.UsageQueryIn], responses={(200, "text/csv"): OpenApiTypes.STR})
     def get(self, request):
-        logs = scoped_logs(request)
-        writer = csv.writer(_Echo())
-
-        def lines():
-            yield writer.writerow(s.LOG_FIELDS)
-            for row in logs.values_list(*TENANT_FIELDS).iterator(chunk_size=2000):
-                yield writer.writerow([_cell(value) for value in row])
-
-        response = StreamingHttpResponse(lines(), content_type="text/csv; charset=utf-8")
-        response["Content-Disposition"] = 'attachment; filename="usage.csv"'
-        return response
+        return usage_csv_response(scoped_logs(request))

@@ -4,14 +4,19 @@ from __future__ import annotations
 
 import json
 
+from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 from django.db import IntegrityError
 
+from accounts.logins import password_link_issue
 from billing.services import tenant_provision
 
 
 class Command(BaseCommand):
-    help = "Create an account, owner, tenant API token, group, virtual key and wallet."
+    help = (
+        "Create an account, owner, tenant API token, group, virtual key and wallet; print the"
+        " secrets and the owner's one-time set-password link."
+    )
 
     def add_arguments(self, parser):
         parser.add_argument("--name", required=True)
@@ -34,6 +39,9 @@ class Command(BaseCommand):
         except IntegrityError:
             raise CommandError(f"A tenant named {options['name']!r} already exists.") from None
         data = tenant.as_json()
+        # The owner's one-time link (a path on this Tollgate) to set a dashboard password.
+        owner = get_user_model().objects.get(username=tenant.username)
+        data["password_link"] = password_link_issue(user=owner)
         if options["json"]:
             self.stdout.write(json.dumps(data))
         else:

@@ -1,0 +1,143 @@
+"""What the dashboard's pages show, read in one place per page."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, time, timedelta
+from zoneinfo import ZoneInfo
+
+from django.db.models import Count, Q, QuerySet, Sum, Value
+from django.db.models.functions import Coalesce
+from django.utils import timezone
+
+from accounts.models import Account, ApiKey, Group
+from billing.models import Wallet
+from byok.models import KeyPool
+from usage.models import UsageLog
+from usage.selectors import usage_zero_totals
+
+
+def account_zone(account: Account) -> ZoneInfo:
+    return ZoneInfo(getattr(account, "time_zone", "") or "UTC")
+
+
+def local_day_start(account: Account, now: datetime | None = None) -> datetime:
+    """Return the start of the account's current day (its time zone), as an aware instant."""
+    zone = account_zone(account)
+    local = (now or timezone.now()).astimezone(zone)
+    return datetime.combine(local.date(), time.min, tzinfo=zone)
+
+
+def spend_micro(row: dict) -> int:
+    """What a usage total cost the tenant: provider cost plus bandwidth charge."""
+    return row["provider_cost_micro"] + row["bandwidth_charge_micro"]
+
+
+@dataclass(frozen=True)
+class GroupBudget:
+    group: Group
+    today_micro: int
+    requests_today: int
+    errors_today: int
+
+    @property
+    def left_micro(self) -> int | None:
+        g = self.group
+        if g.budget_max_micro is None:
+            return None
+        return max(0, g.budget_max_micro - g.spent_micro - g.reserved_micro)
+
+
+@dataclass(frozen=True)
+class Overview:
+    wallet: Wallet | None
+    groups: list[GroupBudget]
+    today_micro: int
+    requests_today: int
+    errors_today: int
+    day_start: datetime
+
+
+def _today_by_group(account: Account, since: datetime) -> dict[int, dict]:
+    rows = (
+        UsageLog.objects.filter(account_id=account.pk, created_at__gte=since)
+        .values("group_id")
+        .annotate(
+            cost=Coalesce(Sum("provider_cost_micro"), Value(0)),
+            bandwidth=Coalesce(Sum("bandwidth_charge_micro"), Value(0)),
+            requests=Count("id"),
+            errors=Count("id", filter=~Q(status=200)),
+        )
+        .order_by()
+    )
+    return {r["group_id"]: r for r in rows}
+
+
+def overview(*, account: Account, now: datetime | None = None) -> Overview:
+    """Return the account's wallet, each group's spend today and this period, and totals."""
+    since = local_day_start(account, now)
+    today = _today_by_group(account, since)
+    groups = []
+    for group in Group.objects.filter(account=account).order_by("name"):
+        t = today.get(group.pk, {})
+        groups.append(
+            GroupBudget(
+                group=group,
+                today_micro=t.get("cost", 0) + t.get("bandwidth", 0),
+                requests_today=t.get("requests", 0),
+                errors_today=t.get("errors", 0),
+            )
+        )
+    return Overview(
+        wallet=Wallet.objects.filter(account=account).first(),
+        groups=groups,
+        today_micro=sum(g.today_micro for g in groups),
+        requests_today=sum(g.requests_today for g in groups),
+        errors_today=sum(g.errors_today for g in groups),
+        day_start=since,
+    )
+
+
+def groups_of_account(*, account: Account) -> QuerySet[Group]:
+    return Group.objects.filter(account=account).order_by("name")
+
+
+def api_keys_of_account(*, account: Account) -> QuerySet[ApiKey]:
+    return (
+        ApiKey.objects.filter(group__account=account)
+        .select_related("group")
+        .order_by("revoked_at", "-created_at")
+    )
+
+
+def pools_of_account(*, account: Account) -> QuerySet[KeyPool]:
+    return (
+        KeyPool.objects.filter(group__account=account)
+        .select_related("group")
+        .prefetch_related("keys")
+        .order_by("group__name", "provider")
+    )
+
+
+def chart_window(*, days: int, now: datetime | None = None) -> datetime:
+    """Return the start of a chart window of `days` UTC days ending today."""
+    today = (now or timezone.now()).astimezone(ZoneInfo("UTC")).date()
+    return datetime.combine(today - timedelta(days=days - 1), time.min, tzinfo=ZoneInfo("UTC"))
+
+
+def every_day(rows: list[dict], *, start: datetime, days: int) -> list[dict]:
+    """Return per-day totals with a zero row for each day of the window without traffic."""
+    by_day = {row["day"]: row for row in rows}
+    zero = usage_zero_totals()
+    first = start.date()
+    filled = []
+    for offset in range(days):
+        day = first + timedelta(days=offset)
+        filled.append(by_day.get(day) or {**zero, "day": day})
+    return filled
+
+
+
+def alerts_of_account(*, account: Account) -> list:
+    """Return the account's budget alerts, newest first."""
+    return []

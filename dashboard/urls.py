@@ -1,0 +1,28 @@
+from django.contrib.auth import views as auth_views
+from django.urls import path
+from django.views.generic import RedirectView
+
+from dashboard import views
+
+app_name = "dashboard"
+
+account = "dashboard/<int:account_id>/"
+
+urlpatterns = [
+    path("", RedirectView.as_view(pattern_name="dashboard:home"), name="root"),
+    path("login/", views.LoginView.as_view(), name="login"),
+    path("logout/", auth_views.LogoutView.as_view(next_page="dashboard:login"), name="logout"),
+    path("set-password/<uidb64>/<token>/", views.SetPasswordView.as_view(), name="set-password"),
+    path("dashboard/", views.home, name="home"),
+    path(account, views.overview, name="overview"),
+    path(account + "charts/", views.charts, name="charts"),
+    path(account + "keys/", views.keys, name="keys"),
+    path(account + "keys/<int:key_id>/revoke/", views.key_revoke, name="key-revoke"),
+    path(account + "team-keys/", views.team_keys, name="team-keys"),
+    path(account + "team-keys/fallback/", views.pool_fallback, name="pool-fallback"),
+    path(account + "team-keys/<int:key_id>/remove/", views.team_key_remove, name="team-key-remove"),
+    path(account + "usage/", views.usage, name="usage"),
+    path(account + "usage.csv", views.usage_csv, name="usage-csv"),
+    path(account + "usage/<str:request_id>/", views.usage_detail, name="usage-detail"),
+    path(account + "wallet/", views.wallet, name="wallet"),
+]

@@ -1,0 +1,301 @@
+"""The tenant dashboard: thin views over the selectors and services the tenant API uses.
+
+Every page under /dashboard/<account>/ resolves the user's seat first (a 404 for an account
+they are not in), looks objects up inside that account only (a 404 for another's), and
+changes things through the same service functions as the REST API, after require_change.
+"""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.contrib.auth import views as auth_views
+from django.contrib.auth.decorators import login_required
+from django.core.paginator import Paginator
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse, reverse_lazy
+from django.views.decorators.cache import never_cache
+from django.views.decorators.http import require_POST
+
+from accounts import services as account_services
+from billing.selectors import ledger_of_wallet
+from byok import services as byok_services
+from byok.models import TeamKey
+from byok.selectors import eligible_providers
+from dashboard import selectors
+from dashboard.access import Seat, first_account_id, require_change, seat_of
+from dashboard.charts import Bar, bar_chart
+from dashboard.forms import FallbackForm, KeyCreateForm, TeamKeyAddForm
+from dashboard.templatetags.money import count, usd
+from usage.api.serializers import UsageQueryIn
+from usage.export import usage_csv_response
+from usage.selectors import usage_logs_of_user, usage_per_day, usage_per_model
+
+PAGE_SIZE = 50
+CHART_DAYS = (7, 30, 90)
+
+
+def _page(request: HttpRequest, seat: Seat, template: str, **context) -> HttpResponse:
+    return render(request, template, {"seat": seat, "account": seat.account, **context})
+
+
+def _bytes(value: int) -> str:
+    return f"{value:,} B"
+
+
+@login_required
+def home(request: HttpRequest) -> HttpResponse:
+    account_id = first_account_id(user=request.user)
+    if account_id is None:
+        return render(request, "dashboard/no_account.html")
+    return redirect("dashboard:overview", account_id=account_id)
+
+
+@login_required
+def overview(request: HttpRequest, account_id: int) -> HttpResponse:
+    seat = seat_of(user=request.user, account_id=account_id)
+    return _page(
+        request,
+        seat,
+        "dashboard/overview.html",
+        figures=selectors.overview(account=seat.account),
+        alerts=selectors.alerts_of_account(account=seat.account),
+    )
+
+
+@login_required
+def charts(request: HttpRequest, account_id: int) -> HttpResponse:
+    seat = seat_of(user=request.user, account_id=account_id)
+    days = int(request.GET.get("days", 30)) if request.GET.get("days", "30").isdigit() else 30
+    days = days if days in CHART_DAYS else 30
+    start = selectors.chart_window(days=days)
+    logs = usage_logs_of_user(user=request.user, account=seat.account.pk, start=start)
+    per_day = selectors.every_day(usage_per_day(logs=logs), start=start, days=days)
+    per_model = usage_per_model(logs=logs)
+
+    def chart(rows, label, value, title, fmt, name):
+        return bar_chart([Bar(label(r), value(r)) for r in rows], title=title, fmt=fmt, name=name)
+
+    def day(r):
+        return r["day"].isoformat()
+
+    def model(r):
+        return r["model"] or "(web)"
+
+    def tokens(r):
+        return r["tokens_in"] + r["tokens_out"] + r["byok_tokens_in"] + r["byok_tokens_out"]
+
+    def size(r):
+        return r["bytes_in"] + r["bytes_out"]
+
+    return _page(
+        request,
+        seat,
+        "dashboard/charts.html",
+        days=days,
+        choices=CHART_DAYS,
+        charts=[
+            chart(per_day, day, selectors.spend_micro, "Spend per day", usd, "spend-day"),
+            chart(per_day, day, tokens, "Tokens per day", count, "tokens-day"),
+            chart(per_day, day, size, "Bytes per day", _bytes, "bytes-day"),
+            chart(per_model, model, selectors.spend_micro, "Spend per model", usd, "spend-model"),
+            chart(per_model, model, tokens, "Tokens per model", count, "tokens-model"),
+            chart(per_model, model, size, "Bytes per model", _bytes, "bytes-model"),
+        ],
+        per_model=[{**r, "spend_micro": selectors.spend_micro(r)} for r in per_model],
+    )
+
+
+@never_cache
+@login_required
+def keys(request: HttpRequest, account_id: int) -> HttpResponse:
+    seat = seat_of(user=request.user, account_id=account_id)
+    form = KeyCreateForm(request.POST or None, account=seat.account)
+    created = secret = None
+    if request.method == "POST":
+        require_change(seat)
+        if form.is_valid():
+            created, secret = account_services.api_key_create(
+                group=form.cleaned_data["group"], name=form.cleaned_data["name"]
+            )
+            form = KeyCreateForm(account=seat.account)
+    # The secret is in this one response only (never in the session or a redirect), and the
+    # page is not cached.
+    return _page(
+        request,
+        seat,
+        "dashboard/keys.html",
+        form=form,
+        created=created,
+        secret=secret,
+        keys=selectors.api_keys_of_account(account=seat.account),
+    )
+
+
+@require_POST
+@login_required
+def key_revoke(request: HttpRequest, account_id: int, key_id: int) -> HttpResponse:
+    seat = seat_of(user=request.user, account_id=account_id)
+    api_key = get_object_or_404(selectors.api_keys_of_account(account=seat.account), pk=key_id)
+    require_change(seat)
+    account_services.api_key_revoke(api_key=api_key)
+    messages.success(request, f"Key {api_key.prefix}… revoked.")
+    return redirect("dashboard:keys", account_id=account_id)
+
+
+@login_required
+def team_keys(request: HttpRequest, account_id: int) -> HttpResponse:
+    seat = seat_of(user=request.user, account_id=account_id)
+    providers = eligible_providers()
+    form = TeamKeyAddForm(request.POST or None, account=seat.account, providers=providers)
+    if request.method == "POST":
+        require_change(seat)
+        if form.is_valid():
+            data = form.cleaned_data
+            try:
+                team_key = byok_services.team_key_add(
+                    group=data["group"],
+                    provider=data["provider"],
+                    label=data["label"],
+                    key=data["key"],
+                )
+            except byok_services.TeamKeyRefused as exc:
+                form.add_error(None, str(exc))
+            else:
+                messages.success(request, f"Team key {team_key.label} (…{team_key.last4}) added.")
+                return redirect("dashboard:team-keys", account_id=account_id)
+    return _page(
+        request,
+        seat,
+        "dashboard/team_keys.html",
+        form=form,
+        providers=providers,
+        pools=selectors.pools_of_account(account=seat.account),
+    )
+
+
+@require_POST
+@login_required
+def team_key_remove(request: HttpRequest, account_id: int, key_id: int) -> HttpResponse:
+    seat = seat_of(user=request.user, account_id=account_id)
+    team_key = get_object_or_404(
+        TeamKey.objects.filter(pool__group__account=seat.account), pk=key_id
+    )
+    require_change(seat)
+    byok_services.team_key_delete(team_key=team_key)
+    messages.success(request, f"Team key {team_key.label} (…{team_key.last4}) removed.")
+    return redirect("dashboard:team-keys", account_id=account_id)
+
+
+@require_POST
+@login_required
+def pool_fallback(request: HttpRequest, account_id: int) -> HttpResponse:
+    seat = seat_of(user=request.user, account_id=account_id)
+    form = FallbackForm(request.POST, account=seat.account)
+    if not form.is_valid():
+        raise Http404("No such pool.")
+    require_change(seat)
+    data = form.cleaned_data
+    try:
+        byok_services.pool_set_fallback(
+            group=data["group"], provider=data["provider"], fallback=data["fallback"]
+        )
+    except byok_services.TeamKeyRefused as exc:
+        messages.error(request, str(exc))
+    else:
+        state = "on" if data["fallback"] else "off"
+        messages.success(request, f"Platform fallback for {data['provider']} is {state}.")
+    return redirect("dashboard:team-keys", account_id=account_id)
+
+
+def _filtered_logs(request: HttpRequest, seat: Seat):
+    """Return the account's usage rows under the API's filters, and the filter form."""
+    query = UsageQueryIn(data={k: v for k, v in request.GET.items() if v and k != "page"})
+    if not query.is_valid():
+        return None, query
+    filters = query.validated_data
+    if "group" in filters:
+        get_object_or_404(selectors.groups_of_account(account=seat.account), pk=filters["group"])
+    if "key" in filters:
+        get_object_or_404(selectors.api_keys_of_account(account=seat.account), pk=filters["key"])
+    return usage_logs_of_user(user=request.user, account=seat.account.pk, **filters), query
+
+
+@login_required
+def usage(request: HttpRequest, account_id: int) -> HttpResponse:
+    seat = seat_of(user=request.user, account_id=account_id)
+    logs, query = _filtered_logs(request, seat)
+    page = Paginator(logs if logs is not None else [], PAGE_SIZE).get_page(request.GET.get("page"))
+    params = request.GET.copy()
+    params.pop("page", None)
+    return _page(
+        request,
+        seat,
+        "dashboard/usage.html",
+        page=page,
+        errors=query.errors if logs is None else {},
+        filters=request.GET,
+        groups=selectors.groups_of_account(account=seat.account),
+        keys=selectors.api_keys_of_account(account=seat.account),
+        query_string=params.urlencode(),
+    )
+
+
+@login_required
+def usage_csv(request: HttpRequest, account_id: int) -> HttpResponse:
+    seat = seat_of(user=request.user, account_id=account_id)
+    logs, query = _filtered_logs(request, seat)
+    if logs is None:
+        return HttpResponse(f"Bad filters: {dict(query.errors)}", status=400)
+    return usage_csv_response(logs)
+
+
+@login_required
+def usage_detail(request: HttpRequest, account_id: int, request_id: str) -> HttpResponse:
+    seat = seat_of(user=request.user, account_id=account_id)
+    log = (
+        usage_logs_of_user(user=request.user, account=seat.account.pk)
+        .filter(request_id=request_id)
+        .prefetch_related("attempts")
+        .first()
+    )
+    if log is None:
+        raise Http404("No such request.")
+    return _page(
+        request,
+        seat,
+        "dashboard/usage_detail.html",
+        log=log,
+        spend_micro=log.provider_cost_micro + log.bandwidth_charge_micro,
+        attempts=log.attempts.order_by("order"),
+    )
+
+
+@login_required
+def wallet(request: HttpRequest, account_id: int) -> HttpResponse:
+    seat = seat_of(user=request.user, account_id=account_id)
+    figures = selectors.overview(account=seat.account)
+    entries = ledger_of_wallet(wallet=figures.wallet) if figures.wallet else []
+    page = Paginator(entries, PAGE_SIZE).get_page(request.GET.get("page"))
+    return _page(request, seat, "dashboard/wallet.html", wallet=figures.wallet, page=page)
+
+
+class LoginView(auth_views.LoginView):
+    template_name = "dashboard/login.html"
+    redirect_authenticated_user = True
+
+
+class SetPasswordView(auth_views.PasswordResetConfirmView):
+    """The one-time link's page: a new password, then the login page."""
+
+    template_name = "dashboard/set_password.html"
+    success_url = reverse_lazy("dashboard:login")
+    post_reset_login = False
+
+    def form_valid(self, form):
+        messages.success(self.request, "Password set. Sign in with it.")
+        return super().form_valid(form)
+
+
+def logout_done(request: HttpRequest) -> HttpResponse:
+    return redirect(reverse("dashboard:login"))

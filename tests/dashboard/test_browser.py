@@ -1,0 +1,188 @@
+"""The tenant dashboard in a real browser: headless Chromium (Debian's) driven by Playwright,
+against a real gateway process serving the pages, the stub behind it.
+
+Screenshots of every step go to $TEST_ARTIFACTS_DIR (default var/test-artifacts/dashboard),
+which is not committed, so a failure can be seen.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from accounts.logins import password_link_issue
+from accounts.models import Membership
+from byok.models import TeamKey
+from tests.support.stacks import Stack
+from tests.support.tenants import make_tenant
+from tests.support.usage import usage_rows
+
+CHROMIUM = os.environ.get("TEST_CHROMIUM", "/usr/bin/chromium")
+ARTIFACTS = Path(os.environ.get("TEST_ARTIFACTS_DIR", "var/test-artifacts")) / "dashboard"
+PASSWORD = "browser-tested-password-7"
+# Debian's Chromium in a closed network: no background fetches, no sandbox as root.
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+pytestmark = pytest.mark.skipif(
+    shutil.which(CHROMIUM) is None and not Path(CHROMIUM).exists(),
+    reason=f"needs Chromium at {CHROMIUM} (Debian package chromium)",
+)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    # Playwright's sync API keeps an event loop running in this thread; the test's own
+    # database reads in between are plain synchronous calls, never inside that loop.
+    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
+    with sync_playwright() as p:
+        chromium = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield chromium
+        chromium.close()
+    os.environ.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
+
+
+@pytest.fixture
+def page(browser, request):
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    tab = context.new_page()
+    shots = ARTIFACTS / request.node.name
+    shots.mkdir(parents=True, exist_ok=True)
+    tab.shot = lambda name: tab.screenshot(path=str(shots / f"{name}.png"), full_page=True)
+    yield tab
+    tab.shot("last")
+    context.close()
+
+
+def sign_in(page, stack: Stack, tenant) -> str:
+    """Set the owner's password through its one-time link, then sign in; return the owner."""
+    owner = Membership.objects.get(account_id=tenant.account_id, role="owner").user
+    page.goto(stack.url + password_link_issue(user=owner))
+    page.fill("input[name=new_password1]", PASSWORD)
+    page.fill("input[name=new_password2]", PASSWORD)
+    page.click("button[type=submit]")
+    page.wait_for_url(f"{stack.url}/login/")
+    page.shot("1-password-set")
+    page.fill("input[name=username]", owner.username)
+    page.fill("input[name=password]", PASSWORD)
+    page.click("button[type=submit]")
+    page.wait_for_url(f"{stack.url}/dashboard/{tenant.account_id}/")
+    page.shot("2-overview")
+    return owner.username
+
+
+def test_login_create_a_key_and_use_it_against_v1(stack, page):
+    tenant = stack.tenant(wallet_micro=50_000_000)
+    sign_in(page, stack, tenant)
+    assert page.inner_text("#wallet-balance .big") == "$50.000000"
+
+    page.click("text=Keys")
+    page.fill("#create-key input[name=name]", "from the browser")
+    page.click("#create-key button[type=submit]")
+    secret = page.inner_text("#secret")
+    page.shot("3-key-created")
+    assert secret.startswith("tg-")
+
+    # The secret is shown once: the next visit of the page does not carry it.
+    page.click("text=Keys")
+    assert secret not in page.content()
+
+    reply = stack.openai(dataclasses.replace(tenant, api_key=secret))
+    answer = reply.chat.completions.create(
+        model="gpt-4o-mini", messages=[{"role": "user", "content": "hello"}]
+    )
+    assert answer.choices[0].message.content
+
+
+def test_add_and_remove_a_team_key(stack, page):
+    tenant = stack.tenant()
+    sign_in(page, stack, tenant)
+    page.click("text=Team keys")
+    assert "stub-openai" in page.inner_text("#eligible")
+
+    page.select_option("#add-team-key select[name=provider]", "stub-openai")
+    page.fill("#add-team-key input[name=label]", "browser key")
+    page.fill("#add-team-key input[name=key]", "sk-browser-4242")
+    page.click("#add-team-key button[type=submit]")
+    page.shot("3-team-key-added")
+    row = page.locator("[data-team-key]")
+    assert row.count() == 1
+    assert "…4242" in row.inner_text() and "browser key" in row.inner_text()
+    assert "sk-browser-4242" not in page.content()
+    team_key = TeamKey.objects.get(pool__group_id=tenant.group_id)
+    assert team_key.last4 == "4242"
+
+    row.locator("button:has-text('Remove')").click()
+    page.wait_for_selector("text=removed")
+    page.shot("4-team-key-removed")
+    assert page.locator("[data-team-key]").count() == 0
+    assert not TeamKey.objects.filter(pk=team_key.pk).exists()
+
+
+def test_charts_render_the_tenants_traffic(stack, page):
+    tenant = stack.tenant()
+    client = stack.openai(tenant)
+    for _ in range(3):
+        client.chat.completions.create(
+            model="gpt-4o-mini", messages=[{"role": "user", "content": "count me"}]
+        )
+    rows = usage_rows(group_id=tenant.group_id, expect=3)
+    spend = sum(r.provider_cost_micro + r.bandwidth_charge_micro for r in rows)
+    tokens = sum(r.tokens_in + r.tokens_out for r in rows)
+    assert spend > 0
+
+    sign_in(page, stack, tenant)
+    page.click("text=Charts")
+    page.wait_for_selector("svg[data-chart=spend-day]")
+    page.shot("3-charts")
+    assert page.locator("svg[data-chart=spend-day] rect").count() == 30
+    day_bars = page.locator("svg[data-chart=spend-day] rect:not([data-value='0'])")
+    assert day_bars.count() == 1
+    assert int(day_bars.get_attribute("data-value")) == spend
+    tokens_bar = page.locator("svg[data-chart=tokens-day] rect:not([data-value='0'])")
+    assert int(tokens_bar.get_attribute("data-value")) == tokens
+    model_bars = page.locator("svg[data-chart=spend-model] rect")
+    assert model_bars.get_attribute("data-label") == "gpt-4o-mini"
+    # The bar is drawn: a real box on the page, as tall as the largest value's bar.
+    box = day_bars.bounding_box()
+    assert box is not None and box["height"] > 50 and box["width"] > 5
+
+    page.click("text=Usage")
+    request_ids = [r.request_id for r in rows]
+    listed = page.locator("[data-request]")
+    assert sorted(listed.evaluate_all("rows => rows.map(r => r.dataset.request)")) == sorted(
+        request_ids
+    )
+    listed.first.locator("a").click()
+    page.shot("4-request-detail")
+    assert page.inner_text("#paid-by") == "platform"
+    assert page.locator("#attempts .served-by").all_inner_texts() == ["platform"]
+
+
+def test_a_foreign_object_is_404(stack, page):
+    mine, theirs = stack.tenant(), make_tenant()
+    sign_in(page, stack, mine)
+    for path in (
+        f"/dashboard/{theirs.account_id}/",
+        f"/dashboard/{theirs.account_id}/keys/",
+        f"/dashboard/{mine.account_id}/usage/?key={theirs.api_key_id}",
+    ):
+        response = page.goto(stack.url + path)
+        assert response.status == 404, path
+    page.shot("3-foreign-404")
+    page.goto(f"{stack.url}/dashboard/{mine.account_id}/keys/")
+    assert re.findall(r'data-key="(\d+)"', page.content()) == [str(mine.api_key_id)]
