@@ -92,12 +92,19 @@ def test_overview_shows_wallet_and_spend_today_exactly():
     tenant = make_tenant(wallet_micro=12_345_678)
     store(
         journal_row(
-            group_id=tenant.group_id, account_id=tenant.account_id, provider_cost_micro=2_520,
-            bandwidth_charge_micro=7, tokens_in=10, tokens_out=5,
+            group_id=tenant.group_id,
+            account_id=tenant.account_id,
+            provider_cost_micro=2_520,
+            bandwidth_charge_micro=7,
+            tokens_in=10,
+            tokens_out=5,
         ),
         journal_row(
-            group_id=tenant.group_id, account_id=tenant.account_id, status=429,
-            error_code="LM-3001", upstream_sent=False,
+            group_id=tenant.group_id,
+            account_id=tenant.account_id,
+            status=429,
+            error_code="LM-3001",
+            upstream_sent=False,
         ),
     )
     html = signed_in(tenant).get(page(tenant)).content.decode()
@@ -172,7 +179,10 @@ def test_every_form_needs_its_csrf_token():
     client = Client(enforce_csrf_checks=True)
     client.force_login(owner_of(tenant))
     for path in (
-        "keys/", f"keys/{tenant.api_key_id}/revoke/", "team-keys/", "team-keys/fallback/",
+        "keys/",
+        f"keys/{tenant.api_key_id}/revoke/",
+        "team-keys/",
+        "team-keys/fallback/",
         "team-keys/1/remove/",
     ):
         assert client.post(page(tenant, path), {"group": tenant.group_id}).status_code == 403
@@ -235,11 +245,21 @@ def test_usage_explorer_filters_like_the_api_and_downloads_csv():
     tenant = make_tenant()
     other_group = Group.objects.create(account_id=tenant.account_id, name="second")
     store(
-        journal_row(group_id=tenant.group_id, account_id=tenant.account_id, request_id="req-a",
-                    model_served="gpt-4o-mini", provider_cost_micro=100),
-        journal_row(group_id=other_group.pk, account_id=tenant.account_id, request_id="req-b",
-                    model_requested="claude-3-5-haiku", model_served="claude-3-5-haiku",
-                    endpoint="messages"),
+        journal_row(
+            group_id=tenant.group_id,
+            account_id=tenant.account_id,
+            request_id="req-a",
+            model_served="gpt-4o-mini",
+            provider_cost_micro=100,
+        ),
+        journal_row(
+            group_id=other_group.pk,
+            account_id=tenant.account_id,
+            request_id="req-b",
+            model_requested="claude-3-5-haiku",
+            model_served="claude-3-5-haiku",
+            endpoint="messages",
+        ),
     )
     client = signed_in(tenant)
 
@@ -261,15 +281,34 @@ def test_request_detail_shows_the_attempt_trail_and_who_paid():
     tenant = make_tenant()
     store(
         journal_row(
-            group_id=tenant.group_id, account_id=tenant.account_id, request_id="req-trail",
-            provider_cost_micro=2_520, served_by="platform",
+            group_id=tenant.group_id,
+            account_id=tenant.account_id,
+            request_id="req-trail",
+            provider_cost_micro=2_520,
+            served_by="platform",
             attempts=[
-                {"order": 1, "provider": "stub-openai", "model": "gpt-4o-mini",
-                 "served_by": "team", "source": "team:ci", "outcome": "upstream_429",
-                 "upstream_status": 429, "latency_ms": 3, "reservation_id": None},
-                {"order": 2, "provider": "stub-openai", "model": "gpt-4o-mini",
-                 "served_by": "platform", "source": "platform", "outcome": "ok",
-                 "upstream_status": 200, "latency_ms": 9, "reservation_id": None},
+                {
+                    "order": 1,
+                    "provider": "stub-openai",
+                    "model": "gpt-4o-mini",
+                    "served_by": "team",
+                    "source": "team:ci",
+                    "outcome": "upstream_429",
+                    "upstream_status": 429,
+                    "latency_ms": 3,
+                    "reservation_id": None,
+                },
+                {
+                    "order": 2,
+                    "provider": "stub-openai",
+                    "model": "gpt-4o-mini",
+                    "served_by": "platform",
+                    "source": "platform",
+                    "outcome": "ok",
+                    "upstream_status": 200,
+                    "latency_ms": 9,
+                    "reservation_id": None,
+                },
             ],
         )
     )
@@ -281,10 +320,23 @@ def test_request_detail_shows_the_attempt_trail_and_who_paid():
 def test_charts_draw_a_bar_per_day_and_model_with_exact_values():
     tenant = make_tenant()
     store(
-        journal_row(group_id=tenant.group_id, account_id=tenant.account_id, provider_cost_micro=40,
-                    tokens_in=3, tokens_out=4, bytes_in=100, bytes_out=50),
-        journal_row(group_id=tenant.group_id, account_id=tenant.account_id, provider_cost_micro=2,
-                    model_served="gpt-4o", tokens_in=1, tokens_out=1),
+        journal_row(
+            group_id=tenant.group_id,
+            account_id=tenant.account_id,
+            provider_cost_micro=40,
+            tokens_in=3,
+            tokens_out=4,
+            bytes_in=100,
+            bytes_out=50,
+        ),
+        journal_row(
+            group_id=tenant.group_id,
+            account_id=tenant.account_id,
+            provider_cost_micro=2,
+            model_served="gpt-4o",
+            tokens_in=1,
+            tokens_out=1,
+        ),
     )
     html = signed_in(tenant).get(page(tenant, "charts/")).content.decode()
 
@@ -321,3 +373,23 @@ def test_admin_issues_a_set_password_link():
     link = re.search(r"http://testserver(/set-password/[^\s<]+/)", response.content.decode())
     assert link is not None
     assert Client().get(link.group(1), follow=True).context["validlink"] is True
+
+
+def test_a_signed_in_member_reaches_the_tenant_api_with_the_session():
+    tenant = make_tenant()
+    client = Client()
+    owner = owner_of(tenant)
+    owner.set_password(PASSWORD)
+    owner.save()
+    assert (
+        client.post("/login/", {"username": owner.username, "password": PASSWORD}).status_code
+        == 302
+    )
+
+    accounts = client.get("/api/account").json()["results"]
+    assert [a["id"] for a in accounts] == [tenant.account_id]
+    # Writes through the session need the CSRF token, as any session-authenticated form.
+    strict = Client(enforce_csrf_checks=True)
+    strict.force_login(owner)
+    refused = strict.post("/api/keys", {"group": tenant.group_id}, content_type="application/json")
+    assert refused.status_code == 403
