@@ -66,6 +66,10 @@ class PoolOut(serializers.Serializer):
 class PoolListOut(serializers.Serializer):
     group = serializers.IntegerField()
     providers = PoolOut(many=True)
+    eligible_providers = serializers.ListField(
+        child=serializers.CharField(),
+        help_text="Sorted names of the live providers a team key can be added for.",
+    )
 
 
 PROVIDER = OpenApiParameter(
@@ -93,7 +97,7 @@ class PoolListView(APIView):
     @extend_schema(
         operation_id="byok_pools_list",
         tags=["team keys"],
-        summary="A group's team key pools",
+        summary="A group's team key pools, and the providers a team key can be added for",
         responses={200: PoolListOut, **error_responses(404)},
     )
     def get(self, request, group_id: int):
@@ -103,6 +107,7 @@ class PoolListView(APIView):
             {
                 "group": group.pk,
                 "providers": [pool_out(p) for p in pools],
+                "eligible_providers": selectors.eligible_providers(),
             }
         )
 

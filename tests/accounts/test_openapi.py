@@ -236,6 +236,7 @@ def test_list_routes_document_their_envelopes(schema):
         "$ref": "#/components/schemas/ApiKeyCreatedOut"
     }
     assert "secret" in components["ApiKeyCreatedOut"]["properties"]
+    assert "eligible_providers" in components["PoolListOut"]["properties"]
 
 
 @pytest.mark.parametrize("path", ["/api/docs/", "/api/redoc/"])
