@@ -1,10 +1,11 @@
-"""Reads of team keys, scoped to the caller's account."""
+"""Reads of team keys, scoped to the caller's account, and which providers may take one."""
 
 from __future__ import annotations
 
 from django.db.models import QuerySet
 
 from byok.models import KeyPool, TeamKey
+from providers.models import TEAM_KEY_ELIGIBLE_KINDS, ProviderProfile
 
 
 def pools_of_group(*, group_id: int) -> QuerySet[KeyPool]:
@@ -18,11 +19,17 @@ def team_keys_of_user(*, user) -> QuerySet[TeamKey]:
 
 
 def eligible_providers() -> list[str]:
-    """Return the names of the enabled providers a team key can be added for, sorted."""
-    from providers.models import TEAM_KEY_ELIGIBLE_KINDS, ProviderProfile
-
+    """Return the sorted names of live (enabled) profiles of a kind a team key may use."""
     return sorted(
         ProviderProfile.objects.filter(enabled=True, kind__in=TEAM_KEY_ELIGIBLE_KINDS).values_list(
             "name", flat=True
         )
     )
+
+
+def eligible_providers_hint() -> str:
+    """Say, in a sentence, which providers team keys can be added for."""
+    names = eligible_providers()
+    if not names:
+        return "No provider in the live config takes team keys."
+    return f"Team keys can be added for: {', '.join(names)}."

@@ -10,6 +10,7 @@ from django.utils import timezone
 from accounts.models import Group
 from byok.models import LABEL_MAX_CHARS, MAX_KEYS_PER_POOL, KeyPool, TeamKey
 from byok.pools import key_binding
+from byok.selectors import eligible_providers_hint
 from core import bus
 from core.sealing import keyring, seal, unseal
 from providers.models import TEAM_KEY_ELIGIBLE_KINDS, ProviderProfile
@@ -29,11 +30,11 @@ def eligible_provider(provider: str) -> ProviderProfile:
     """Return the live, enabled profile a team key may use, or refuse."""
     profile = ProviderProfile.objects.filter(name=provider, enabled=True).first()
     if profile is None:
-        raise TeamKeyRefused(f"Unknown provider {provider!r}.")
+        raise TeamKeyRefused(f"Unknown provider {provider!r}. {eligible_providers_hint()}")
     if profile.kind not in TEAM_KEY_ELIGIBLE_KINDS:
         raise TeamKeyRefused(
             f"Provider {provider!r} is of kind {profile.kind}, which does not take a plain API "
-            "key on the vendor URL; team keys are not allowed for it."
+            f"key on the vendor URL; team keys are not allowed for it. {eligible_providers_hint()}"
         )
     return profile
 

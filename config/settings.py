@@ -263,6 +263,7 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "rest_framework",
     "drf_spectacular",
+    "drf_spectacular_sidecar",
     "accounts",
     "billing",
     "providers",
@@ -352,7 +353,35 @@ REST_FRAMEWORK = {
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "accounts.api.errors.tenant_exception_handler",
 }
-SPECTACULAR_SETTINGS = {"TITLE": "Tollgate tenant API", "VERSION": "1"}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Tollgate tenant API",
+    "VERSION": "1",
+    "DESCRIPTION": (
+        "Manage a Tollgate tenant: accounts, groups and their budgets, virtual keys, team keys "
+        "(BYOK), usage and the wallet. Authenticate with `Authorization: Token <api_token>` "
+        "(printed once by `create_tenant`) or a dashboard session. Money is integer micro-USD "
+        "(`_micro` fields). Errors share one body: "
+        '`{"error": {"message": ..., "type": ..., "code": "LM-xxxx"}}`. '
+        "Another account's objects answer 404. The model routes (`/v1/...`) speak the "
+        "OpenAI and Anthropic APIs and are documented by those vendors."
+    ),
+    # The schema route documents the API, not itself.
+    "SERVE_INCLUDE_SCHEMA": False,
+    # Request bodies are documented as JSON, the one format clients send.
+    "PARSER_WHITELIST": ["rest_framework.parsers.JSONParser"],
+    "TAGS": [
+        {"name": "accounts", "description": "The accounts the caller is a member of."},
+        {"name": "groups", "description": "Groups: budgets and rate limits."},
+        {"name": "keys", "description": "Virtual keys for the model routes."},
+        {"name": "team keys", "description": "Team provider keys (BYOK), under /admin/."},
+        {"name": "usage", "description": "Usage rows, totals and the CSV export."},
+        {"name": "billing", "description": "Wallet, ledger and group spend."},
+    ],
+    # Swagger UI and Redoc from the drf-spectacular-sidecar package: no CDN.
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+}
 
 # Redis in production; without it a filesystem queue under var/, so `celery -A config worker
 # -B` works embedded too. `memory://` (set explicitly) runs tasks inline.

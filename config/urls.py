@@ -1,6 +1,6 @@
 from django.contrib import admin
 from django.urls import include, path
-from drf_spectacular.views import SpectacularAPIView
+from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
 
 urlpatterns = [
     path("django-admin/", admin.site.urls),
@@ -9,5 +9,13 @@ urlpatterns = [
     path("api/", include("billing.api.urls")),
     path("admin/", include("byok.api.urls")),
     path("api/schema", SpectacularAPIView.as_view(), name="schema"),
+    path("api/schema/", SpectacularAPIView.as_view()),
+    # Local Swagger UI and Redoc assets (drf-spectacular-sidecar); no CDN.
+    path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
+    path(
+        "api/redoc/",
+        SpectacularRedocView.as_view(url_name="schema", template_name="api/redoc.html"),
+        name="api-redoc",
+    ),
     path("", include("dashboard.urls")),
 ]

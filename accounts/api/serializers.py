@@ -98,3 +98,16 @@ class ApiKeyCreatedOut(ApiKeyOut):
 
     class Meta(ApiKeyOut.Meta):
         fields = [*ApiKeyOut.Meta.fields, "secret"]
+
+
+# The list routes answer {"results": [...]}: named here so the schema says so.
+class AccountPage(serializers.Serializer):
+    results = AccountOut(many=True)
+
+
+class GroupPage(serializers.Serializer):
+    results = GroupOut(many=True)
+
+
+class ApiKeyPage(serializers.Serializer):
+    results = ApiKeyOut(many=True)

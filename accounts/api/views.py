@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from django.shortcuts import get_object_or_404
+from drf_spectacular.utils import extend_schema
 from rest_framework import status
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -10,19 +11,39 @@ from rest_framework.views import APIView
 from accounts import selectors, services
 from accounts.api import serializers as s
 from accounts.api.permissions import require_manager
+from accounts.api.schema import error_responses
 
 
 class AccountView(APIView):
+    @extend_schema(
+        operation_id="accounts_list",
+        tags=["accounts"],
+        summary="The accounts the caller is a member of",
+        responses={200: s.AccountPage, **error_responses()},
+    )
     def get(self, request):
         accounts = selectors.accounts_of_user(user=request.user).order_by("id")
         return Response({"results": s.AccountOut(accounts, many=True).data})
 
 
 class GroupListView(APIView):
+    @extend_schema(
+        operation_id="groups_list",
+        tags=["groups"],
+        summary="The groups of the caller's accounts",
+        responses={200: s.GroupPage, **error_responses()},
+    )
     def get(self, request):
         groups = selectors.groups_of_user(user=request.user)
         return Response({"results": s.GroupOut(groups, many=True).data})
 
+    @extend_schema(
+        operation_id="groups_create",
+        tags=["groups"],
+        summary="Create a group (in `account`, else the caller's first account)",
+        request=s.GroupIn,
+        responses={201: s.GroupOut, **error_responses(400, 403, 404)},
+    )
     def post(self, request):
         data = s.GroupIn(data=request.data)
         data.is_valid(raise_exception=True)
@@ -41,10 +62,23 @@ class GroupListView(APIView):
 
 
 class GroupDetailView(APIView):
+    @extend_schema(
+        operation_id="groups_retrieve",
+        tags=["groups"],
+        summary="One group",
+        responses={200: s.GroupOut, **error_responses(404)},
+    )
     def get(self, request, group_id: int):
         group = get_object_or_404(selectors.groups_of_user(user=request.user), pk=group_id)
         return Response(s.GroupOut(group).data)
 
+    @extend_schema(
+        operation_id="groups_update",
+        tags=["groups"],
+        summary="Change a group's budget and limits (null clears one)",
+        request=s.GroupUpdateIn,
+        responses={200: s.GroupOut, **error_responses(400, 403, 404)},
+    )
     def patch(self, request, group_id: int):
         group = get_object_or_404(selectors.groups_of_user(user=request.user), pk=group_id)
         require_manager(user=request.user, account=group.account)
@@ -55,10 +89,23 @@ class GroupDetailView(APIView):
 
 
 class ApiKeyListView(APIView):
+    @extend_schema(
+        operation_id="keys_list",
+        tags=["keys"],
+        summary="The virtual keys of the caller's groups",
+        responses={200: s.ApiKeyPage, **error_responses()},
+    )
     def get(self, request):
         keys = selectors.api_keys_of_user(user=request.user)
         return Response({"results": s.ApiKeyOut(keys, many=True).data})
 
+    @extend_schema(
+        operation_id="keys_create",
+        tags=["keys"],
+        summary="Create a virtual key; its secret is in this answer only",
+        request=s.ApiKeyIn,
+        responses={201: s.ApiKeyCreatedOut, **error_responses(400, 403, 404)},
+    )
     def post(self, request):
         data = s.ApiKeyIn(data=request.data)
         data.is_valid(raise_exception=True)
@@ -74,12 +121,25 @@ class ApiKeyListView(APIView):
 
 
 class ApiKeyDetailView(APIView):
+    @extend_schema(
+        operation_id="keys_retrieve",
+        tags=["keys"],
+        summary="One virtual key (never its secret)",
+        responses={200: s.ApiKeyOut, **error_responses(404)},
+    )
     def get(self, request, key_id: int):
         api_key = get_object_or_404(selectors.api_keys_of_user(user=request.user), pk=key_id)
         return Response(s.ApiKeyOut(api_key).data)
 
 
 class ApiKeyRevokeView(APIView):
+    @extend_schema(
+        operation_id="keys_revoke",
+        tags=["keys"],
+        summary="Revoke a virtual key (takes no body)",
+        request=None,
+        responses={200: s.ApiKeyOut, **error_responses(403, 404)},
+    )
     def post(self, request, key_id: int):
         api_key = get_object_or_404(selectors.api_keys_of_user(user=request.user), pk=key_id)
         require_manager(user=request.user, account=api_key.group.account)

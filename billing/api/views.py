@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from django.shortcuts import get_object_or_404
+from drf_spectacular.utils import extend_schema
 from rest_framework import serializers
+from rest_framework.generics import GenericAPIView
 from rest_framework.pagination import LimitOffsetPagination
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from accounts.api.schema import error_responses
 from accounts.selectors import groups_of_user
 from billing import selectors
 from billing.models import LedgerEntry, Wallet
@@ -38,7 +41,25 @@ class LedgerOut(serializers.ModelSerializer):
         ]
 
 
+class SpendOut(serializers.Serializer):
+    group = serializers.IntegerField()
+    budget_max_micro = serializers.IntegerField(allow_null=True)
+    spent_micro = serializers.IntegerField()
+    reserved_micro = serializers.IntegerField()
+    settled_micro = serializers.IntegerField()
+    remaining_micro = serializers.IntegerField(
+        allow_null=True, help_text="Budget left after spend and holds; null without a budget."
+    )
+    bandwidth_micro_usd_per_gb = serializers.IntegerField()
+
+
 class WalletView(APIView):
+    @extend_schema(
+        operation_id="wallet_retrieve",
+        tags=["billing"],
+        summary="An account's wallet: balance, held, available",
+        responses={200: WalletOut, **error_responses(404)},
+    )
     def get(self, request, account_id: int):
         wallet = get_object_or_404(
             selectors.wallets_of_user(user=request.user), account_id=account_id
@@ -46,19 +67,32 @@ class WalletView(APIView):
         return Response(WalletOut(wallet).data)
 
 
-class LedgerView(APIView):
+class LedgerView(GenericAPIView):
+    # A generic view so the schema shows the limit/offset page this answers.
+    pagination_class = LimitOffsetPagination
+    serializer_class = LedgerOut
+
+    @extend_schema(
+        operation_id="ledger_list",
+        tags=["billing"],
+        summary="An account's wallet ledger, paginated (limit, offset)",
+        responses={200: LedgerOut(many=True), **error_responses(404)},
+    )
     def get(self, request, account_id: int):
         wallet = get_object_or_404(
             selectors.wallets_of_user(user=request.user), account_id=account_id
         )
-        paginator = LimitOffsetPagination()
-        page = paginator.paginate_queryset(
-            selectors.ledger_of_wallet(wallet=wallet), request, view=self
-        )
-        return paginator.get_paginated_response(LedgerOut(page, many=True).data)
+        page = self.paginate_queryset(selectors.ledger_of_wallet(wallet=wallet))
+        return self.get_paginated_response(LedgerOut(page, many=True).data)
 
 
 class GroupSpendView(APIView):
+    @extend_schema(
+        operation_id="group_spend_retrieve",
+        tags=["billing"],
+        summary="A group's budget, spend, holds and what remains",
+        responses={200: SpendOut, **error_responses(404)},
+    )
     def get(self, request, group_id: int):
         group = get_object_or_404(groups_of_user(user=request.user), pk=group_id)
         remaining = (

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from django.shortcuts import get_object_or_404
 from django.utils import timezone
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import serializers, status
 from rest_framework.exceptions import ValidationError
 from rest_framework.response import Response
@@ -11,6 +12,7 @@ from rest_framework.views import APIView
 
 from accounts.api.errors import Conflict
 from accounts.api.permissions import require_manager
+from accounts.api.schema import error_responses
 from accounts.selectors import groups_of_user
 from byok import selectors, services
 from byok.models import TeamKey
@@ -41,6 +43,43 @@ def pool_out(pool) -> dict:
     }
 
 
+# The shapes key_out and pool_out build, named for the schema.
+class TeamKeyOut(serializers.Serializer):
+    id = serializers.IntegerField()
+    label = serializers.CharField()
+    last4 = serializers.CharField(help_text="The key's last four characters: never the key.")
+    status = serializers.ChoiceField(choices=["active", "failing", "benched"])
+    benched_until = serializers.DateTimeField(
+        allow_null=True, help_text="While benched after a vendor refusal, until when."
+    )
+    created_at = serializers.DateTimeField()
+
+
+class PoolOut(serializers.Serializer):
+    provider = serializers.CharField(help_text="Provider profile name.")
+    fallback = serializers.BooleanField(
+        help_text="Whether the platform key may serve when every team key fails."
+    )
+    keys = TeamKeyOut(many=True)
+
+
+class PoolListOut(serializers.Serializer):
+    group = serializers.IntegerField()
+    providers = PoolOut(many=True)
+    eligible_providers = serializers.ListField(
+        child=serializers.CharField(),
+        help_text="Sorted names of the live providers a team key can be added for.",
+    )
+
+
+PROVIDER = OpenApiParameter(
+    "provider",
+    str,
+    OpenApiParameter.PATH,
+    description="A provider profile name; GET .../byok lists the eligible ones.",
+)
+
+
 class FallbackIn(serializers.Serializer):
     fallback = serializers.BooleanField()
 
@@ -55,13 +94,33 @@ def refused(exc: services.TeamKeyRefused):
 
 
 class PoolListView(APIView):
+    @extend_schema(
+        operation_id="byok_pools_list",
+        tags=["team keys"],
+        summary="A group's team key pools, and the providers a team key can be added for",
+        responses={200: PoolListOut, **error_responses(404)},
+    )
     def get(self, request, group_id: int):
         group = get_object_or_404(groups_of_user(user=request.user), pk=group_id)
         pools = selectors.pools_of_group(group_id=group.pk)
-        return Response({"group": group.pk, "providers": [pool_out(p) for p in pools]})
+        return Response(
+            {
+                "group": group.pk,
+                "providers": [pool_out(p) for p in pools],
+                "eligible_providers": selectors.eligible_providers(),
+            }
+        )
 
 
 class PoolView(APIView):
+    @extend_schema(
+        operation_id="byok_pool_update",
+        tags=["team keys"],
+        summary="Set a pool's fallback flag (creates the pool)",
+        parameters=[PROVIDER],
+        request=FallbackIn,
+        responses={200: PoolOut, **error_responses(400, 403, 404)},
+    )
     def put(self, request, group_id: int, provider: str):
         group = get_object_or_404(groups_of_user(user=request.user), pk=group_id)
         require_manager(user=request.user, account=group.account)
@@ -77,6 +136,14 @@ class PoolView(APIView):
 
 
 class PoolKeysView(APIView):
+    @extend_schema(
+        operation_id="byok_keys_create",
+        tags=["team keys"],
+        summary="Add a team key (sealed; answered with label and last4 only)",
+        parameters=[PROVIDER],
+        request=TeamKeyIn,
+        responses={201: TeamKeyOut, **error_responses(400, 403, 404, 409)},
+    )
     def post(self, request, group_id: int, provider: str):
         group = get_object_or_404(groups_of_user(user=request.user), pk=group_id)
         require_manager(user=request.user, account=group.account)
@@ -90,6 +157,15 @@ class PoolKeysView(APIView):
 
 
 class TeamKeyView(APIView):
+    @extend_schema(
+        operation_id="byok_keys_destroy",
+        tags=["team keys"],
+        summary="Remove a team key; every replica forgets it before this answers",
+        responses={
+            204: OpenApiResponse(description="Removed."),
+            **error_responses(403, 404),
+        },
+    )
     def delete(self, request, group_id: int, key_id: int):
         group = get_object_or_404(groups_of_user(user=request.user), pk=group_id)
         team_key = get_object_or_404(

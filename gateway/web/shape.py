@@ -13,10 +13,10 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from django.conf import settings
-from webfetch.addresses import allowed_networks, literal_host, refusal
 
 from core.errors import InvalidRequest
 from gateway.web.types import CRAWL, FORMATS, SCRAPE, SEARCH, WebRequest
+from webfetch.addresses import allowed_networks, literal_host, refusal
 
 MAX_URL = 2048
 MAX_QUERY = 500

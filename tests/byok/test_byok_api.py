@@ -5,6 +5,7 @@ from __future__ import annotations
 import httpx
 
 from byok.models import KeyPool, TeamKey
+from providers.models import ProviderProfile
 from tests.byok.helpers import Byok
 from tests.support.profiles import install_profiles
 
@@ -76,6 +77,71 @@ def test_ineligible_and_unknown_providers_are_refused_at_creation(stack):
         assert refused.json()["error"]["code"] == "LM-2001"
         assert api.fallback(provider, True).status_code == 400
     assert TeamKey.objects.count() == 0
+
+
+INELIGIBLE = [
+    {
+        "name": "azure-east",
+        "kind": "azure",
+        "base_url": "https://example.invalid",
+        "models": [{"name": "azure-gpt"}],
+    },
+    {"name": "bedrock", "kind": "bedrock", "base_url": "https://example.invalid"},
+]
+VALID = "Team keys can be added for: stub-anthropic, stub-openai, stub-router."
+
+
+def test_list_names_the_eligible_providers_beside_the_pools(stack):
+    install_profiles(stack.stub.url, INELIGIBLE)
+    tenant = stack.tenant()
+    api = Byok(stack, tenant)
+    added = api.add("stub-anthropic", "prod", "sk-ant-team-wxyz").json()
+
+    body = api.list().json()
+
+    assert body == {
+        "group": tenant.group_id,
+        "providers": [{"provider": "stub-anthropic", "fallback": False, "keys": [added]}],
+        "eligible_providers": ["stub-anthropic", "stub-openai", "stub-router"],
+    }
+
+
+def test_a_disabled_profile_is_neither_listed_nor_accepted(stack):
+    ProviderProfile.objects.filter(name="stub-router").update(enabled=False)
+    api = Byok(stack, stack.tenant())
+
+    assert api.list().json()["eligible_providers"] == ["stub-anthropic", "stub-openai"]
+    refused = api.add("stub-router", "k", "sk-aaaa")
+    assert refused.status_code == 400
+    assert refused.json()["error"]["message"] == (
+        "Unknown provider 'stub-router'. Team keys can be added for: stub-anthropic, stub-openai."
+    )
+
+
+def test_unknown_provider_error_names_the_valid_ones(stack):
+    api = Byok(stack, stack.tenant())
+
+    for refused in (api.fallback("openai", True), api.add("openai", "k", "sk-aaaa")):
+        assert refused.status_code == 400
+        assert refused.json()["error"] == {
+            "message": f"Unknown provider 'openai'. {VALID}",
+            "type": "invalid_request_error",
+            "code": "LM-2001",
+        }
+    assert KeyPool.objects.count() == 0
+
+
+def test_ineligible_provider_error_names_the_valid_ones(stack):
+    install_profiles(stack.stub.url, INELIGIBLE)
+    api = Byok(stack, stack.tenant())
+
+    for refused in (api.fallback("azure-east", True), api.add("azure-east", "k", "sk-aaaa")):
+        assert refused.status_code == 400
+        assert refused.json()["error"]["message"] == (
+            "Provider 'azure-east' is of kind azure, which does not take a plain API key on the "
+            f"vendor URL; team keys are not allowed for it. {VALID}"
+        )
+    assert KeyPool.objects.count() == 0
 
 
 def test_another_accounts_group_and_key_are_404(stack):

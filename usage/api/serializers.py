@@ -22,15 +22,35 @@ class MomentField(serializers.DateTimeField):
 
 
 class UsageQueryIn(serializers.Serializer):
-    group = serializers.IntegerField(required=False, min_value=1)
-    key = serializers.IntegerField(required=False, min_value=1)
-    caller = serializers.CharField(required=False, max_length=64)
+    group = serializers.IntegerField(
+        required=False, min_value=1, help_text="Only this group's rows (one of yours)."
+    )
+    key = serializers.IntegerField(
+        required=False, min_value=1, help_text="Only this virtual key's rows (one of yours)."
+    )
+    caller = serializers.CharField(
+        required=False, max_length=64, help_text="Only rows of this caller label."
+    )
     # The endpoint by its API name: "chat", "web.scrape", "internal.crawl", ...
-    route = serializers.CharField(required=False, max_length=32, source="endpoint")
-    client_request_id = serializers.CharField(required=False, max_length=64)
-    model = serializers.CharField(required=False, max_length=200)
-    start = MomentField(required=False)
-    end = MomentField(required=False)
+    route = serializers.CharField(
+        required=False,
+        max_length=32,
+        source="endpoint",
+        help_text='Only this endpoint, by API name: "chat", "messages", "web.scrape", ...',
+    )
+    client_request_id = serializers.CharField(
+        required=False, max_length=64, help_text="Only rows with this client request id."
+    )
+    model = serializers.CharField(
+        required=False, max_length=200, help_text="Only rows of this model name."
+    )
+    start = MomentField(
+        required=False,
+        help_text="From this moment on (ISO 8601 date-time, or a date meaning 00:00 UTC).",
+    )
+    end = MomentField(
+        required=False, help_text="Before this moment (ISO 8601 date-time, or a date)."
+    )
 
     def validate(self, attrs: dict) -> dict:
         if "start" in attrs and "end" in attrs and attrs["start"] >= attrs["end"]:

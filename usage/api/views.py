@@ -9,11 +9,12 @@ from django.db.models import QuerySet
 from django.http import Http404
 from django.shortcuts import get_object_or_404
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_view
 from rest_framework.generics import ListAPIView
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from accounts.api.schema import error_responses
 from accounts.selectors import api_keys_of_user, groups_of_user
 from usage import selectors
 from usage.api import serializers as s
@@ -33,7 +34,15 @@ def scoped_logs(request) -> QuerySet[UsageLog]:
     return selectors.usage_logs_of_user(user=request.user, **filters)
 
 
-@extend_schema(parameters=[s.UsageQueryIn])
+@extend_schema_view(
+    get=extend_schema(
+        operation_id="usage_list",
+        tags=["usage"],
+        summary="The caller's usage rows, newest first, filtered",
+        parameters=[s.UsageQueryIn],
+        responses={200: s.UsageLogOut(many=True), **error_responses(400, 404)},
+    )
+)
 class UsageListView(ListAPIView):
     serializer_class = s.UsageLogOut
 
@@ -42,7 +51,12 @@ class UsageListView(ListAPIView):
 
 
 class UsageDetailView(APIView):
-    @extend_schema(responses=s.UsageLogDetailOut)
+    @extend_schema(
+        operation_id="usage_request_retrieve",
+        tags=["usage"],
+        summary="One request's usage row with its attempt trail (who paid each attempt)",
+        responses={200: s.UsageLogDetailOut, **error_responses(404)},
+    )
     def get(self, request, request_id: str):
         usage_log = selectors.usage_log_of_user(user=request.user, request_id=request_id)
         if usage_log is None:
@@ -51,20 +65,43 @@ class UsageDetailView(APIView):
 
 
 class UsagePerDayView(APIView):
-    @extend_schema(parameters=[s.UsageQueryIn], responses=s.DayTotalsPage)
+    @extend_schema(
+        operation_id="usage_daily_list",
+        tags=["usage"],
+        summary="Totals per UTC day of the filtered usage",
+        parameters=[s.UsageQueryIn],
+        responses={200: s.DayTotalsPage, **error_responses(400, 404)},
+    )
     def get(self, request):
         rows = selectors.usage_per_day(logs=scoped_logs(request))
         return Response({"results": s.DayTotalsOut(rows, many=True).data})
 
 
 class UsagePerModelView(APIView):
-    @extend_schema(parameters=[s.UsageQueryIn], responses=s.ModelTotalsPage)
+    @extend_schema(
+        operation_id="usage_models_list",
+        tags=["usage"],
+        summary="Totals per model of the filtered usage",
+        parameters=[s.UsageQueryIn],
+        responses={200: s.ModelTotalsPage, **error_responses(400, 404)},
+    )
     def get(self, request):
         rows = selectors.usage_per_model(logs=scoped_logs(request))
         return Response({"results": s.ModelTotalsOut(rows, many=True).data})
 
 
 class UsageExportView(APIView):
-    @extend_schema(parameters=[s.UsageQueryIn], responses={(200, "text/csv"): OpenApiTypes.STR})
+    @extend_schema(
+        operation_id="usage_export_csv",
+        tags=["usage"],
+        summary="The filtered usage rows as CSV (a header row, then one line per request)",
+        parameters=[s.UsageQueryIn],
+        responses={
+            (200, "text/csv"): OpenApiResponse(
+                response=OpenApiTypes.STR, description="usage.csv, streamed."
+            ),
+            **error_responses(400, 404),
+        },
+    )
     def get(self, request):
         return usage_csv_response(scoped_logs(request))
