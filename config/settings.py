@@ -275,6 +275,8 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # Static files before the session and the rest: a stylesheet needs none of them.
+    "config.staticfiles.StaticFilesMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -334,8 +336,13 @@ LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
 USE_I18N = False
 USE_TZ = True
+
+# Static files: served by the ASGI process itself (config/staticfiles.py, WhiteNoise) in
+# embedded and production modes alike. Found through the finders at start, so there is no
+# collectstatic step; STATIC_ROOT is only where `collectstatic` would put them for a proxy.
 STATIC_URL = "static/"
 STATIC_ROOT = VAR_DIR / "static"
+WHITENOISE_USE_FINDERS = True
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
