@@ -407,7 +407,15 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    # Refused requests (403, 404, CSRF, a disallowed Host) are one line each (config/logs.py).
+    "filters": {"refusals": {"()": "config.logs.OneLineRefusals"}},
+    "handlers": {
+        "console": {
+            "class": "logging.StreamHandler",
+            "formatter": "plain",
+            "filters": ["refusals"],
+        }
+    },
     "root": {"handlers": ["console"], "level": env("TOLLGATE_LOG_LEVEL")},
     # trafilatura logs what it discards with the page's URL: tenants' data, not ours to log.
     "loggers": {"django": {"level": "WARNING"}, "trafilatura": {"level": "ERROR"}},
