@@ -7,7 +7,11 @@ PY=${PY:-python}
 PORT=${PORT:-8000}
 STUB_PORT=${STUB_PORT:-8765}
 VAR=${TOLLGATE_VAR_DIR:-var}
-mkdir -p "$VAR"
+mkdir -p "$VAR" var
+VAR=$(cd "$VAR" && pwd -P)
+# Where `make stop` finds this run from any shell, whatever its TOLLGATE_VAR_DIR: this
+# checkout's var/, not the run's (scripts/stop.sh).
+RECORD=var/make-run
 
 scripts/stop.sh >/dev/null 2>&1 || true
 
@@ -29,6 +33,10 @@ nohup $PY -m uvicorn config.asgi:application --host 127.0.0.1 --port "$PORT" \
 echo $! >"$VAR/gateway.pid"
 nohup $PY -m celery -A config worker --pool solo --loglevel WARNING >"$VAR/worker.log" 2>&1 &
 echo $! >"$VAR/worker.pid"
+{
+  echo "var_dir=$VAR"
+  for name in gateway worker stub; do echo "$name=$(cat "$VAR/$name.pid")"; done
+} >"$RECORD.tmp" && mv "$RECORD.tmp" "$RECORD"
 
 for _ in $(seq 1 100); do
   if curl -fsS "http://127.0.0.1:$PORT/healthz" >/dev/null 2>&1 \
