@@ -42,11 +42,16 @@ def test_admin_login_page_links_stylesheets_that_answer(gateway):
         assert (css.status_code, css.headers["content-type"]) == (200, 'text/css; charset="utf-8"')
 
 
-def test_browsable_api_stylesheet_is_served(gateway):
-    response = httpx.get(f"{gateway.url}/static/rest_framework/css/bootstrap.min.css")
+def test_browsable_api_page_links_stylesheets_that_answer(gateway):
+    page = httpx.get(f"{gateway.url}/api/account", headers={"Accept": "text/html"})
 
-    assert response.status_code == 200
-    assert response.content == DRF_CSS.read_bytes()
+    assert page.status_code == 401  # anonymous: the browsable API's page all the same
+    links = re.findall(r'<link rel="stylesheet" type="text/css" href="([^"]+)"', page.text)
+    assert "/static/rest_framework/css/bootstrap.min.css" in links
+    for href in links:
+        assert httpx.get(f"{gateway.url}{href}").status_code == 200
+    bootstrap = httpx.get(f"{gateway.url}/static/rest_framework/css/bootstrap.min.css")
+    assert bootstrap.content == DRF_CSS.read_bytes()
 
 
 def test_head_conditional_and_range_requests_answer_as_http_says(gateway):
