@@ -277,6 +277,8 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # Static files before the session and the rest: a stylesheet needs none of them.
+    "config.staticfiles.StaticFilesMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -336,11 +338,16 @@ LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
 USE_I18N = False
 USE_TZ = True
+
+# Static files: served by the ASGI process itself (config/staticfiles.py, WhiteNoise) in
+# embedded and production modes alike. Found through the finders at start, so there is no
+# collectstatic step; STATIC_ROOT is only where `collectstatic` would put them for a proxy.
 STATIC_URL = "static/"
 # The tenant dashboard (dashboard/): its login page, and where a login lands.
 LOGIN_URL = "dashboard:login"
 LOGIN_REDIRECT_URL = "dashboard:home"
 STATIC_ROOT = VAR_DIR / "static"
+WHITENOISE_USE_FINDERS = True
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
@@ -433,7 +440,15 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    # Refused requests (403, 404, CSRF, a disallowed Host) are one line each (config/logs.py).
+    "filters": {"refusals": {"()": "config.logs.OneLineRefusals"}},
+    "handlers": {
+        "console": {
+            "class": "logging.StreamHandler",
+            "formatter": "plain",
+            "filters": ["refusals"],
+        }
+    },
     "root": {"handlers": ["console"], "level": env("TOLLGATE_LOG_LEVEL")},
     # trafilatura logs what it discards with the page's URL: tenants' data, not ours to log.
     "loggers": {"django": {"level": "WARNING"}, "trafilatura": {"level": "ERROR"}},

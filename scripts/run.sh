@@ -7,13 +7,21 @@ PY=${PY:-python}
 PORT=${PORT:-8000}
 STUB_PORT=${STUB_PORT:-8765}
 VAR=${TOLLGATE_VAR_DIR:-var}
-mkdir -p "$VAR"
+mkdir -p "$VAR" var
+VAR=$(cd "$VAR" && pwd -P)
+# Where `make stop` finds this run from any shell, whatever its TOLLGATE_VAR_DIR: this
+# checkout's var/, not the run's (scripts/stop.sh).
+RECORD=var/make-run
 
 scripts/stop.sh >/dev/null 2>&1 || true
 
 $PY manage.py migrate --noinput >"$VAR/migrate.log"
 demo_json=$($PY manage.py seed_demo --stub-url "http://127.0.0.1:$STUB_PORT")
-api_key=$($PY -c 'import json,sys; print(json.loads(sys.argv[1])["api_key"])' "$demo_json")
+read -r api_key operator_user operator_password owner_user owner_password < <($PY -c '
+import json, sys
+demo = json.loads(sys.argv[1])
+names = "api_key operator_username operator_password owner_username owner_password"
+print(*(demo[name] for name in names.split()))' "$demo_json")
 
 nohup $PY manage.py runstub --host 127.0.0.1 --port "$STUB_PORT" >"$VAR/stub.log" 2>&1 &
 echo $! >"$VAR/stub.pid"
@@ -25,6 +33,10 @@ nohup $PY -m uvicorn config.asgi:application --host 127.0.0.1 --port "$PORT" \
 echo $! >"$VAR/gateway.pid"
 nohup $PY -m celery -A config worker --pool solo --loglevel WARNING >"$VAR/worker.log" 2>&1 &
 echo $! >"$VAR/worker.pid"
+{
+  echo "var_dir=$VAR"
+  for name in gateway worker stub; do echo "$name=$(cat "$VAR/$name.pid")"; done
+} >"$RECORD.tmp" && mv "$RECORD.tmp" "$RECORD"
 
 for _ in $(seq 1 100); do
   if curl -fsS "http://127.0.0.1:$PORT/healthz" >/dev/null 2>&1 \
@@ -52,6 +64,10 @@ echo "curl -sS http://127.0.0.1:$PORT/v1/web/scrape $auth -d '{\"url\":\"$site/a
 echo "curl -sS http://127.0.0.1:$PORT/v1/web/search $auth -d '{\"query\":\"llm gateways\",\"max_results\":3}'"
 echo "curl -sS http://127.0.0.1:$PORT/v1/web/crawl $auth -d '{\"url\":\"$site/\",\"max_pages\":5}'"
 echo "curl -sS http://127.0.0.1:$PORT/v1/web/jobs/<id from the crawl> -H 'Authorization: Bearer $api_key'"
+echo
+echo "Log in with a browser (fresh passwords on each make run; shown only here):"
+echo "Django admin (operators): http://127.0.0.1:$PORT/django-admin/ user $operator_user password $operator_password"
+echo "Tenant dashboard (demo owner): http://127.0.0.1:$PORT/login/ user $owner_user password $owner_password"
 echo
 echo "Point the official SDKs at Tollgate:"
 echo "export OPENAI_BASE_URL=http://127.0.0.1:$PORT/v1"

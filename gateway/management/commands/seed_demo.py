@@ -1,17 +1,20 @@
-"""Seed the embedded demo: stub-backed provider profiles and a funded demo tenant.
+"""Seed the embedded demo: stub-backed provider profiles, a funded demo tenant and two logins.
 
 Idempotent: a second run keeps everything and, since secrets are shown once, mints a fresh
-demo key (revoking the previous one) so the printed lines always work.
+demo key (revoking the previous one) and fresh passwords for the operator (Django admin) and
+the demo tenant's owner (dashboard), so the printed lines always work.
 """
 
 from __future__ import annotations
 
 import json
+import secrets
 
+from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
 from django.db import transaction
 
-from accounts.models import Account, ApiKey
+from accounts.models import Account, ApiKey, Membership
 from accounts.services import api_key_create, api_key_revoke
 from billing.services import tenant_provision
 from providers.models import ProviderProfile
@@ -20,6 +23,7 @@ from providers.services import profile_set_platform_key, profiles_bootstrap
 DEMO_ACCOUNT = "demo"
 DEMO_WALLET_MICRO = 100_000_000  # 100 USD
 STUB_PLATFORM_KEY = "sk-stub-platform-demo"
+OPERATOR_USERNAME = "operator"
 
 
 def demo_profiles(stub_url: str) -> list[dict]:
@@ -117,4 +121,29 @@ class Command(BaseCommand):
                 api_key_revoke(api_key=old)
             api_key, secret = api_key_create(group=group, name="demo")
             data = {"account_id": account.pk, "group_id": group.pk, "api_key": secret}
+        operator_password = _fresh_password(_operator())
+        owner = Membership.objects.get(
+            account_id=data["account_id"], role=Membership.Role.OWNER
+        ).user
+        data |= {
+            "operator_username": OPERATOR_USERNAME,
+            "operator_password": operator_password,
+            "owner_username": owner.get_username(),
+            "owner_password": _fresh_password(owner),
+        }
         self.stdout.write(json.dumps(data))
+
+
+def _operator():
+    """Return the demo's Django admin superuser, created on the first run."""
+    user, _ = get_user_model().objects.get_or_create(username=OPERATOR_USERNAME)
+    user.is_staff = user.is_superuser = user.is_active = True
+    return user
+
+
+def _fresh_password(user) -> str:
+    # Shown once, as the demo key is: each run replaces the previous one.
+    password = secrets.token_urlsafe(18)
+    user.set_password(password)
+    user.save()
+    return password
