@@ -17,12 +17,14 @@ WIDTH = 640
 HEIGHT = 180
 AXIS_BOTTOM = 24  # room for the labels under the bars
 GAP = 4
+MAX_BAR_W = 48
 
 
 @dataclass(frozen=True)
 class Bar:
     label: str
     value: int
+    tick: str | None = None  # the label under the bar, if shorter than `label`
 
 
 def bar_chart(
@@ -34,13 +36,13 @@ def bar_chart(
     top = max(bar.value for bar in bars) or 1
     plot_h = HEIGHT - AXIS_BOTTOM
     slot = WIDTH / len(bars)
-    bar_w = max(1.0, slot - GAP)
+    bar_w = max(1.0, min(slot - GAP, MAX_BAR_W))
     label_every = max(1, len(bars) // 10)
     rects = []
     for i, bar in enumerate(bars):
         h = round(plot_h * bar.value / top, 1)
-        x = round(i * slot + GAP / 2, 1)
-        label = bar.label if i % label_every == 0 else ""
+        x = round(i * slot + (slot - bar_w) / 2, 1)
+        label = (bar.tick or bar.label) if i % label_every == 0 else ""
         rects.append(
             (
                 x,
@@ -66,7 +68,7 @@ def bar_chart(
     return format_html(
         '<figure class="chart"><figcaption>{} <span class="max">max {}</span></figcaption>'
         '<svg role="img" aria-label="{}" data-chart="{}" viewBox="0 0 {} {}"'
-        '>{}</svg></figure>',
+        ">{}</svg></figure>",
         title,
         fmt(top),
         title,

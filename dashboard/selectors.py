@@ -137,7 +137,6 @@ def every_day(rows: list[dict], *, start: datetime, days: int) -> list[dict]:
     return filled
 
 
-
 def alerts_of_account(*, account: Account) -> list:
     """Return the account's budget alerts, newest first."""
     return []

@@ -66,15 +66,16 @@ def overview(request: HttpRequest, account_id: int) -> HttpResponse:
 @login_required
 def charts(request: HttpRequest, account_id: int) -> HttpResponse:
     seat = seat_of(user=request.user, account_id=account_id)
-    days = int(request.GET.get("days", 30)) if request.GET.get("days", "30").isdigit() else 30
-    days = days if days in CHART_DAYS else 30
+    asked = request.GET.get("days", "")
+    days = int(asked) if asked in {str(d) for d in CHART_DAYS} else 30
     start = selectors.chart_window(days=days)
     logs = usage_logs_of_user(user=request.user, account=seat.account.pk, start=start)
     per_day = selectors.every_day(usage_per_day(logs=logs), start=start, days=days)
     per_model = usage_per_model(logs=logs)
 
     def chart(rows, label, value, title, fmt, name):
-        return bar_chart([Bar(label(r), value(r)) for r in rows], title=title, fmt=fmt, name=name)
+        bars = [Bar(label(r), value(r), tick=label(r)[5:] if r.get("day") else None) for r in rows]
+        return bar_chart(bars, title=title, fmt=fmt, name=name)
 
     def day(r):
         return r["day"].isoformat()
