@@ -13,6 +13,7 @@ import re
 import shutil
 from pathlib import Path
 
+import httpx
 import pytest
 
 from accounts.logins import password_link_issue
@@ -188,3 +189,21 @@ def test_a_foreign_object_is_404(stack, page):
     page.shot("3-foreign-404")
     page.goto(f"{stack.url}/dashboard/{mine.account_id}/keys/")
     assert re.findall(r'data-key="(\d+)"', page.content()) == [str(mine.api_key_id)]
+
+
+def test_api_docs_render_every_operation_from_local_assets(stack, page):
+    """Swagger UI at /api/docs/ draws the tenant API's operations with nothing off this host."""
+    foreign: list[str] = []
+    page.on(
+        "request",
+        lambda r: None if r.url.startswith((stack.url, "data:")) else foreign.append(r.url),
+    )
+    page.goto(f"{stack.url}/api/docs/")
+    page.wait_for_selector(".opblock")
+    page.shot("1-api-docs")
+    schema = httpx.get(f"{stack.url}/api/schema?format=json", timeout=10).json()
+    operations = sum(
+        1 for item in schema["paths"].values() for method in item if method != "parameters"
+    )
+    assert page.locator(".opblock").count() == operations
+    assert foreign == []
