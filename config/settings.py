@@ -343,11 +343,12 @@ USE_TZ = True
 # embedded and production modes alike. Found through the finders at start, so there is no
 # collectstatic step; STATIC_ROOT is only where `collectstatic` would put them for a proxy.
 STATIC_URL = "static/"
+STATIC_ROOT = VAR_DIR / "static"
+WHITENOISE_USE_FINDERS = True
+
 # The tenant dashboard (dashboard/): its login page, and where a login lands.
 LOGIN_URL = "dashboard:login"
 LOGIN_REDIRECT_URL = "dashboard:home"
-STATIC_ROOT = VAR_DIR / "static"
-WHITENOISE_USE_FINDERS = True
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
