@@ -123,6 +123,13 @@ class Group(models.Model):
     def __str__(self) -> str:
         return f"{self.account}/{self.name}"
 
+    def period_spent_micro(self, now=None) -> int:
+        """Return what counts against the budget now: spent_micro, or 0 once the period
+        ended and before the ledger rolled it (the hold statements read it the same way)."""
+        if self.period_ends_at is not None and self.period_ends_at <= (now or timezone.now()):
+            return 0
+        return self.spent_micro
+
 
 class ApiKey(models.Model):
     """A virtual key. Only its SHA-256 is stored; the secret is shown once at creation."""
@@ -156,6 +163,13 @@ class ApiKey(models.Model):
 
     def __str__(self) -> str:
         return f"{self.prefix}… ({self.name or self.group})"
+
+    def period_spent_micro(self, now=None) -> int:
+        """Return what counts against the budget now: spent_micro, or 0 once the period
+        ended and before the ledger rolled it (the hold statements read it the same way)."""
+        if self.period_ends_at is not None and self.period_ends_at <= (now or timezone.now()):
+            return 0
+        return self.spent_micro
 
     def is_usable(self, now=None) -> bool:
         now = now or timezone.now()

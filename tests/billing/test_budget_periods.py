@@ -26,7 +26,7 @@ from billing.services import budget_periods_roll
 from billing.sqlexec import run_sync
 from tests.billing.test_money_e2e import COST, ask, worst_case
 from tests.support.processes import start_worker
-from tests.support.services import requires_redis
+from tests.support.services import requires_postgres, requires_redis
 from tests.support.tenants import make_tenant
 from tests.support.usage import journal_row, store
 from tests.support.waits import wait_until
@@ -146,6 +146,8 @@ def test_the_roll_records_the_closing_spend_and_starts_the_period_at_zero():
     spend(tenant, 77)
     starts, ends = end_period(Group, tenant.group_id)
     now = timezone.now()
+    ended = Group.objects.get(pk=tenant.group_id)
+    assert (ended.spent_micro, ended.period_spent_micro(now)) == (200, 0)  # as holds read it
 
     assert budget_periods_roll(now=now) == 1
 
@@ -179,6 +181,7 @@ def test_a_charge_settled_after_the_boundary_lands_in_the_new_period():
     )
 
 
+@requires_postgres  # the one-statement holds are PostgreSQL's data-modifying CTEs
 @pytest.mark.django_db
 def test_holds_of_every_form_see_a_fresh_budget_once_the_period_ended():
     tenant = make_tenant(budget_micro=100)
