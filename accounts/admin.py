@@ -11,7 +11,14 @@ class MembershipInline(admin.TabularInline):
 
 @admin.register(Account)
 class AccountAdmin(admin.ModelAdmin):
-    list_display = ["name", "billing_mode", "bandwidth_price_micro_per_gb", "markup_bp"]
+    list_display = [
+        "name",
+        "billing_mode",
+        "bandwidth_price_micro_per_gb",
+        "markup_bp",
+        "time_zone",
+        "budget_alert_pcts",
+    ]
     inlines = [MembershipInline]
 
     def save_model(self, request, obj, form, change):
@@ -29,19 +36,55 @@ class GroupAdmin(admin.ModelAdmin):
         "spent_micro",
         "reserved_micro",
         "settled_micro",
+        "budget_period",
+        "period_ends_at",
         "bandwidth_micro_usd_per_gb",
     ]
-    readonly_fields = ["spent_micro", "reserved_micro", "settled_micro"]
+    readonly_fields = [
+        "spent_micro",
+        "reserved_micro",
+        "settled_micro",
+        "period_starts_at",
+        "period_ends_at",
+    ]
 
     def save_model(self, request, obj, form, change):
-        super().save_model(request, obj, form, change)
+        _save_changed(obj, form, change)
         services.group_changed(group=obj)
+
+
+def _save_changed(obj, form, change) -> None:
+    """Save only what the form changed: the money counters and period bounds the row holds
+    move under the ledger's locks meanwhile, and a whole-row save would write them back.
+    A budget period chosen in the form starts with the period running now."""
+    fields = list(form.changed_data)
+    if "budget_period" in fields or (not change and obj.budget_period != "none"):
+        fields += services.budget_period_start(target=obj)
+    if not change:
+        obj.save()
+    elif fields:
+        obj.save(update_fields=sorted(set(fields)))
 
 
 @admin.register(ApiKey)
 class ApiKeyAdmin(admin.ModelAdmin):
-    list_display = ["prefix", "name", "group", "created_at", "revoked_at", "expires_at"]
-    readonly_fields = ["prefix", "spent_micro", "reserved_micro", "created_at"]
+    list_display = [
+        "prefix",
+        "name",
+        "group",
+        "budget_period",
+        "created_at",
+        "revoked_at",
+        "expires_at",
+    ]
+    readonly_fields = [
+        "prefix",
+        "spent_micro",
+        "reserved_micro",
+        "period_starts_at",
+        "period_ends_at",
+        "created_at",
+    ]
     exclude = ["key_hash"]
     actions = ["revoke"]
 
@@ -54,7 +97,7 @@ class ApiKeyAdmin(admin.ModelAdmin):
             services.api_key_revoke(api_key=api_key)
 
     def save_model(self, request, obj, form, change):
-        super().save_model(request, obj, form, change)
+        _save_changed(obj, form, change)
         services.api_key_changed(api_key=obj)
 
 

@@ -3,8 +3,39 @@
 from __future__ import annotations
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.db import models
 from django.utils import timezone
+
+from accounts.periods import valid_time_zone
+
+DEFAULT_ALERT_PCTS = (50, 80, 100)
+
+
+def default_alert_pcts() -> list[int]:
+    return list(DEFAULT_ALERT_PCTS)
+
+
+def validate_time_zone(value: str) -> None:
+    if not valid_time_zone(value):
+        raise ValidationError(f"{value!r} is not an IANA time zone (e.g. UTC, Europe/Berlin).")
+
+
+def validate_alert_pcts(value) -> None:
+    if not isinstance(value, list) or not all(
+        type(pct) is int and 1 <= pct <= 100 for pct in value
+    ):
+        raise ValidationError("Alert thresholds are a list of whole percents from 1 to 100.")
+    if len(set(value)) != len(value):
+        raise ValidationError("Alert thresholds are listed once each.")
+
+
+class Period(models.TextChoices):
+    """A budget's period: its spent is that of the current day or month, then resets."""
+
+    NONE = "none", "None (the budget never resets)"
+    DAILY = "daily", "Daily (resets at midnight in the account's time zone)"
+    MONTHLY = "monthly", "Monthly (resets on the 1st, midnight in the account's time zone)"
 
 
 class Account(models.Model):
@@ -21,6 +52,15 @@ class Account(models.Model):
     markup_bp = models.PositiveIntegerField(
         default=10_000, help_text="Provider-cost markup in basis points: 12500 = 1.25x."
     )
+    # Budget periods reset at midnight here; an IANA name.
+    time_zone = models.CharField(max_length=64, default="UTC", validators=[validate_time_zone])
+    # Spend alerts fire once per period when spent reaches each percent of a budget.
+    budget_alert_pcts = models.JSONField(
+        default=default_alert_pcts,
+        blank=True,
+        validators=[validate_alert_pcts],
+        help_text="Percents of a budget that raise an alert, e.g. [50, 80, 100].",
+    )
     created_at = models.DateTimeField(default=timezone.now)
 
     def __str__(self) -> str:
@@ -31,13 +71,13 @@ class Membership(models.Model):
     class Role(models.TextChoices):
         OWNER = "owner"
         ADMIN = "admin"
-        MEMBER = "member"
+        VIEWER = "viewer"
 
     account = models.ForeignKey(Account, on_delete=models.CASCADE, related_name="memberships")
     user = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships"
     )
-    role = models.CharField(max_length=8, choices=Role.choices, default=Role.MEMBER)
+    role = models.CharField(max_length=8, choices=Role.choices, default=Role.VIEWER)
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["account", "user"], name="membership_once")]
@@ -65,9 +105,14 @@ class Group(models.Model):
     caller_budget_max_micro = models.BigIntegerField(null=True, blank=True)
     # Web units (pages, rendered pages, queries) the group may use per UTC day; empty: no cap.
     web_units_per_day = models.PositiveIntegerField(null=True, blank=True)
+    # With a period, spent_micro is the current period's spend (billing.ledger.roll_periods).
+    budget_period = models.CharField(max_length=8, choices=Period.choices, default=Period.NONE)
+    period_starts_at = models.DateTimeField(null=True, blank=True, editable=False)
+    period_ends_at = models.DateTimeField(null=True, blank=True, editable=False)
     created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
+        indexes = [models.Index(fields=["period_ends_at"], name="group_period_ends")]
         constraints = [
             models.UniqueConstraint(fields=["account", "name"], name="group_name_once"),
             models.CheckConstraint(
@@ -77,6 +122,13 @@ class Group(models.Model):
 
     def __str__(self) -> str:
         return f"{self.account}/{self.name}"
+
+    def period_spent_micro(self, now=None) -> int:
+        """Return what counts against the budget now: spent_micro, or 0 once the period
+        ended and before the ledger rolled it (the hold statements read it the same way)."""
+        if self.period_ends_at is not None and self.period_ends_at <= (now or timezone.now()):
+            return 0
+        return self.spent_micro
 
 
 class ApiKey(models.Model):
@@ -97,8 +149,12 @@ class ApiKey(models.Model):
     reserved_micro = models.BigIntegerField(default=0)
     rpm_limit = models.PositiveIntegerField(null=True, blank=True)
     tpm_limit = models.PositiveIntegerField(null=True, blank=True)
+    budget_period = models.CharField(max_length=8, choices=Period.choices, default=Period.NONE)
+    period_starts_at = models.DateTimeField(null=True, blank=True, editable=False)
+    period_ends_at = models.DateTimeField(null=True, blank=True, editable=False)
 
     class Meta:
+        indexes = [models.Index(fields=["period_ends_at"], name="key_period_ends")]
         constraints = [
             models.CheckConstraint(
                 condition=models.Q(reserved_micro__gte=0), name="key_reserved_not_negative"
@@ -107,6 +163,13 @@ class ApiKey(models.Model):
 
     def __str__(self) -> str:
         return f"{self.prefix}… ({self.name or self.group})"
+
+    def period_spent_micro(self, now=None) -> int:
+        """Return what counts against the budget now: spent_micro, or 0 once the period
+        ended and before the ledger rolled it (the hold statements read it the same way)."""
+        if self.period_ends_at is not None and self.period_ends_at <= (now or timezone.now()):
+            return 0
+        return self.spent_micro
 
     def is_usable(self, now=None) -> bool:
         now = now or timezone.now()

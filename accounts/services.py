@@ -6,7 +6,16 @@ from datetime import datetime
 
 from django.utils import timezone
 
-from accounts.models import Account, ApiKey, Group, TenantToken
+from accounts.models import (
+    Account,
+    ApiKey,
+    Group,
+    Period,
+    TenantToken,
+    validate_alert_pcts,
+    validate_time_zone,
+)
+from accounts.periods import period_bounds
 from accounts.secrets import TENANT_TOKEN_PREFIX, VIRTUAL_KEY_PREFIX, mint_secret
 from core import bus
 from core.money import gateway_rate_micro_per_gb
@@ -28,7 +37,9 @@ def group_create(
     rpm_limit: int | None = None,
     tpm_limit: int | None = None,
     concurrency_limit: int | None = None,
+    budget_period: str = Period.NONE,
 ) -> Group:
+    starts, ends = current_period(account=account, budget_period=budget_period)
     return Group.objects.create(
         account=account,
         name=name,
@@ -37,7 +48,48 @@ def group_create(
         tpm_limit=tpm_limit,
         concurrency_limit=concurrency_limit,
         bandwidth_micro_usd_per_gb=account_bandwidth_rate_micro(account=account),
+        budget_period=budget_period,
+        period_starts_at=starts,
+        period_ends_at=ends,
     )
+
+
+def current_period(
+    *, account: Account, budget_period: str, now: datetime | None = None
+) -> tuple[datetime | None, datetime | None]:
+    """Return the bounds of the period of this kind running now in the account's zone
+    (None, None for a budget without a period)."""
+    if budget_period not in Period.values:
+        raise ValueError(f"budget_period must be one of {', '.join(Period.values)}")
+    if budget_period == Period.NONE:
+        return None, None
+    return period_bounds(budget_period, account.time_zone, now or timezone.now())
+
+
+def budget_period_set(
+    *, target: Group | ApiKey, budget_period: str, now: datetime | None = None
+) -> list[str]:
+    """Give a group or key a budget period (or none) starting with the current one; return
+    the fields changed (the caller saves them).
+
+    Only the bounds move: spent is not reset (that is a ledger step), so what was spent so
+    far counts in the first period, which can only refuse earlier, never let more through.
+    Choosing the period it already has changes nothing.
+    """
+    if budget_period == target.budget_period:
+        return []
+    target.budget_period = budget_period
+    return budget_period_start(target=target, now=now)
+
+
+def budget_period_start(*, target: Group | ApiKey, now: datetime | None = None) -> list[str]:
+    """Set a group's or key's period bounds to those of its budget_period running now (the
+    admin form sets budget_period itself); return the fields changed."""
+    account = target.account if isinstance(target, Group) else target.group.account
+    target.period_starts_at, target.period_ends_at = current_period(
+        account=account, budget_period=target.budget_period, now=now
+    )
+    return ["budget_period", "period_starts_at", "period_ends_at"]
 
 
 def account_bandwidth_rate_micro(*, account: Account) -> int:
@@ -56,8 +108,10 @@ def api_key_create(
     budget_max_micro: int | None = None,
     rpm_limit: int | None = None,
     tpm_limit: int | None = None,
+    budget_period: str = Period.NONE,
 ) -> tuple[ApiKey, str]:
     """Create a virtual key; the secret is returned here and never again."""
+    starts, ends = current_period(account=group.account, budget_period=budget_period)
     secret, key_hash, prefix = mint_secret(VIRTUAL_KEY_PREFIX)
     api_key = ApiKey.objects.create(
         group=group,
@@ -69,6 +123,9 @@ def api_key_create(
         budget_max_micro=budget_max_micro,
         rpm_limit=rpm_limit,
         tpm_limit=tpm_limit,
+        budget_period=budget_period,
+        period_starts_at=starts,
+        period_ends_at=ends,
     )
     return api_key, secret
 
@@ -99,12 +156,53 @@ def tenant_token_create(*, user) -> tuple[TenantToken, str]:
 
 
 def group_update(*, group: Group, **fields) -> Group:
-    """Change a group's budget or limits and tell every replica."""
+    """Change a group's budget, budget period or limits and tell every replica."""
+    changed = []
+    if "budget_period" in fields:
+        changed += budget_period_set(target=group, budget_period=fields.pop("budget_period"))
     for name, value in fields.items():
         setattr(group, name, value)
-    group.save(update_fields=list(fields) or None)
+    changed += list(fields)
+    group.save(update_fields=changed or None)
     group_changed(group=group)
     return group
+
+
+def api_key_update(*, api_key: ApiKey, **fields) -> ApiKey:
+    """Change a key's budget, budget period or limits and tell every replica."""
+    changed = []
+    if "budget_period" in fields:
+        changed += budget_period_set(target=api_key, budget_period=fields.pop("budget_period"))
+    for name, value in fields.items():
+        setattr(api_key, name, value)
+    changed += list(fields)
+    if changed:
+        api_key.save(update_fields=changed)
+    api_key_changed(api_key=api_key)
+    return api_key
+
+
+def account_governance_update(
+    *,
+    account: Account,
+    time_zone: str | None = None,
+    budget_alert_pcts: list[int] | None = None,
+) -> Account:
+    """Set the zone budget periods reset in and the alert thresholds (ValidationError if
+    invalid). A new zone applies from each budget's next boundary: the period running now
+    keeps the bounds it started with."""
+    changed = []
+    if time_zone is not None:
+        validate_time_zone(time_zone)
+        account.time_zone = time_zone
+        changed.append("time_zone")
+    if budget_alert_pcts is not None:
+        validate_alert_pcts(budget_alert_pcts)
+        account.budget_alert_pcts = sorted(budget_alert_pcts)
+        changed.append("budget_alert_pcts")
+    if changed:
+        account.save(update_fields=changed)
+    return account
 
 
 def account_billing_changed(*, account: Account) -> int:

@@ -3,7 +3,15 @@ from django.contrib import admin, messages
 from django.shortcuts import redirect, render
 
 from billing import services
-from billing.models import LedgerEntry, Reservation, SpendAdjustment, SpendHold, Wallet
+from billing.models import (
+    BudgetAlert,
+    BudgetPeriod,
+    LedgerEntry,
+    Reservation,
+    SpendAdjustment,
+    SpendHold,
+    Wallet,
+)
 
 
 class TopUpForm(forms.Form):
@@ -127,3 +135,50 @@ class SpendAdjustmentAdmin(admin.ModelAdmin):
 
     def has_change_permission(self, request, obj=None):
         return False
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(BudgetPeriod)
+class BudgetPeriodAdmin(ReadOnlyAdmin):
+    list_display = [
+        "group",
+        "api_key",
+        "budget_period",
+        "starts_at",
+        "ends_at",
+        "budget_max_micro",
+        "spent_micro",
+        "closed_at",
+    ]
+    list_filter = ["budget_period"]
+    list_select_related = ["group", "api_key"]
+
+
+@admin.register(BudgetAlert)
+class BudgetAlertAdmin(ReadOnlyAdmin):
+    list_display = [
+        "id",
+        "group",
+        "api_key",
+        "threshold_pct",
+        "spent_micro",
+        "budget_max_micro",
+        "period_starts_at",
+        "created_at",
+        "delivery",
+        "delivery_attempts",
+        "delivered_at",
+    ]
+    list_filter = ["delivery", "threshold_pct"]
+    list_select_related = ["group", "api_key"]
+    exclude = ["key_scope", "period_scope"]

@@ -13,10 +13,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from datetime import timedelta
+from datetime import UTC, timedelta
 
 from django.conf import settings
-from django.db import DatabaseError
+from django.db import DatabaseError, connection
 from django.utils import timezone
 
 from billing import ledger
@@ -204,9 +204,39 @@ class Escrow:
             else:
                 await self.run(ledger.take_hold(hold, now=timezone.now(), ttl_s=self.ttl_s))
         except ledger.Refused as refused:
-            raise errors.BudgetExhausted(f"Budget exhausted ({refused}).") from None
+            resets = await self._reset_note(hold, str(refused))
+            raise errors.BudgetExhausted(f"Budget exhausted ({refused}){resets}.") from None
         except DB_ERRORS:
             raise errors.DependencyDown() from None
+
+    async def _reset_note(self, hold: ledger.Hold, refused: str) -> str:
+        """When the refusing budget has a period, say when it resets (a refusal's one read)."""
+        table, row_id = {
+            "group budget": ("accounts_group", hold.group_id),
+            "key budget": ("accounts_apikey", hold.api_key_id),
+        }.get(refused, (None, None))
+        if table is None:
+            return ""
+        sql = f"SELECT budget_period, period_ends_at FROM {table} WHERE id = %(id)s"
+        try:
+            row = await self._read(sql, {"id": row_id})
+        except DB_ERRORS:
+            return ""
+        if row is None or row[1] is None:
+            return ""
+        return f"; this {row[0]} budget resets at {row[1].astimezone(UTC).isoformat()}"
+
+    async def _read(self, sql: str, params: dict) -> tuple | None:
+        """One read off the hot path (a refusal's explanation), with a short wait."""
+        if self._pg is not None:
+            return await self._pg.one_statement(sql, params, wait_s=MARK_WAIT_S)
+
+        def read() -> tuple | None:
+            with connection.cursor() as cursor:
+                cursor.execute(sql, params)
+                return cursor.fetchone()
+
+        return await off_loop(read)()
 
     async def reserve(
         self,
@@ -248,7 +278,19 @@ class Escrow:
                 )
             )
         except ledger.Refused:
-            raise errors.WalletInsufficient() from None
+            try:
+                row = await self._read(
+                    "SELECT balance_micro - reserved_micro FROM billing_wallet"
+                    " WHERE account_id = %(account)s",
+                    {"account": account_id},
+                )
+            except DB_ERRORS:
+                row = None
+            raise errors.WalletInsufficient.for_wallet(
+                account_id=account_id,
+                available_micro=row[0] if row is not None else None,
+                needed_micro=amount_micro,
+            ) from None
         except DB_ERRORS:
             raise errors.DependencyDown() from None
 

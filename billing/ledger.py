@@ -10,6 +10,9 @@ cancel_reservation    wallet reserved -= hold                       request path
 charge                group spent, settled; key, caller spent       settle, reaper, reconcile
 charge_bandwidth      group, key spent by a marker's correction     reconcile
 credit_wallet         wallet balance: opening, top-up, adjustment   billing.services
+roll_periods          group, key spent -> 0 at a period's end,      settle, reaper, beat
+                      the closing spent recorded (BudgetPeriod)     (billing.tasks)
+raise_alerts          nothing: records thresholds spend reached     settle
 
 Nothing else in Tollgate writes a balance, a counter, a hold, a reservation, a settled-request
 marker or a ledger entry. The composites below only chain these steps: `settle` (a batch of
@@ -34,6 +37,16 @@ Lock order, the same in every program (so concurrent programs wait, never deadlo
 reservation -> wallet -> ledger entry -> spend hold -> settled marker -> group -> key ->
 caller spend. `take_hold` locks group, key, caller, then inserts a new hold.
 
+Budget periods. A group or key with a daily or monthly budget period counts in spent_micro
+the spend of its current period, which ends at period_ends_at (local midnight in the
+account's time zone: accounts/periods.py). The room check reads spent as 0 once that instant
+passed, so a hold right after the boundary sees the fresh budget before anything rolled
+it; `roll_periods` then records the closed period with its exact spent and starts the next
+at 0, under the row's lock. Counter moves that charge (`move_counters(now=...)`: settle,
+the reaper) roll each row they charge first, in lock order, so a charge after the boundary
+lands in the new period; a beat task rolls idle rows. `raise_alerts` records, after a
+settle's charges, each alert threshold the charged rows' spent reached (once per period).
+
 Statements use only what PostgreSQL and SQLite share: UPDATE/INSERT ... RETURNING, ON
 CONFLICT DO NOTHING, CASE, UPDATE ... FROM a VALUES list; timestamps are parameters. Every
 statement has a RETURNING clause (the async driver always fetches).
@@ -49,6 +62,7 @@ from datetime import datetime, timedelta
 import orjson
 from django.db import connection
 
+from accounts.periods import period_bounds
 from core.db import values_placeholders
 
 Program = Generator[tuple, object, object]
@@ -59,10 +73,17 @@ class Refused(Exception):
     """A money step was refused: the budget or wallet cannot cover it."""
 
 
-ROOM = (
-    "(budget_max_micro IS NULL OR (budget_max_micro > spent_micro + reserved_micro"
-    " AND budget_max_micro >= spent_micro + reserved_micro + %s))"
-)
+def _room(amount: str, now: str, row: str = "") -> str:
+    """The budget room check of a hold of `amount`: spent reads 0 once the period ended."""
+    spent = f"(CASE WHEN {row}period_ends_at <= {now} THEN 0 ELSE {row}spent_micro END)"
+    return (
+        f"({row}budget_max_micro IS NULL OR ({row}budget_max_micro > {spent}"
+        f" + {row}reserved_micro AND {row}budget_max_micro >= {spent} + {row}reserved_micro"
+        f" + {amount}))"
+    )
+
+
+ROOM = _room("%s", "%s")  # parameters: now, now, amount
 
 
 def batch_rows(types: tuple[str, ...], rows: list[tuple]) -> tuple[str, tuple]:
@@ -109,9 +130,24 @@ class Moves:
             self.callers[h.caller_spend_id][1] -= h.amount_micro
 
 
-def move_counters(moves: Moves) -> Program:
-    """Apply a transaction's counter moves: one UPDATE per group, key and caller, by id."""
+def move_counters(moves: Moves, *, now: datetime | None = None) -> Program:
+    """Apply a transaction's counter moves: one UPDATE per group, key and caller, by id.
+
+    With `now` (a charge of fresh spend), each group and key whose budget period ended is
+    rolled right before its own move (one read finds them), so the charge lands in the
+    period it was made in and every row is still locked in the ledger's order.
+    """
+    ended: dict = {}
+    if now is not None:
+        charged_groups = [g for g, (spent, _, _) in moves.groups.items() if spent]
+        charged_keys = [k for k, (spent, _) in moves.keys.items() if spent]
+        if charged_groups or charged_keys:
+            ended = yield from ended_periods(
+                now=now, group_ids=charged_groups, key_ids=charged_keys
+            )
     for group_id, (spent, settled, reserved) in sorted(moves.groups.items()):
+        if ("group", group_id) in ended:
+            yield from _roll("group", group_id, *ended["group", group_id], now=now)
         if spent or settled or reserved:
             yield (
                 "UPDATE accounts_group SET spent_micro = spent_micro + %s,"
@@ -120,6 +156,8 @@ def move_counters(moves: Moves) -> Program:
                 (spent, settled, reserved, group_id),
             )
     for key_id, (spent, reserved) in sorted(moves.keys.items()):
+        if ("key", key_id) in ended:
+            yield from _roll("key", key_id, *ended["key", key_id], now=now)
         if spent or reserved:
             yield (
                 "UPDATE accounts_apikey SET spent_micro = spent_micro + %s,"
@@ -182,7 +220,7 @@ def take_hold(h: Hold, *, now: datetime, ttl_s: int, call_sent: bool = False) ->
     row = yield (
         f"UPDATE accounts_group SET reserved_micro = reserved_micro + %s WHERE id = %s AND {ROOM}"
         " RETURNING id",
-        (amount, h.group_id, amount),
+        (amount, h.group_id, now, now, amount),
     )
     if row is None:
         raise Refused("group budget")
@@ -190,7 +228,7 @@ def take_hold(h: Hold, *, now: datetime, ttl_s: int, call_sent: bool = False) ->
         row = yield (
             f"UPDATE accounts_apikey SET reserved_micro = reserved_micro + %s WHERE id = %s"
             f" AND {ROOM} RETURNING id",
-            (amount, h.api_key_id, amount),
+            (amount, h.api_key_id, now, now, amount),
         )
         if row is None:
             raise Refused("key budget")
@@ -246,12 +284,14 @@ def mark_hold_sent(request_id: str) -> Program:
 # group update inserts nothing, so the two commit together or not at all.
 HOLD_ONE_STATEMENT = (
     "WITH grp AS (UPDATE accounts_group SET reserved_micro = reserved_micro + %(amount)s"
-    f" WHERE id = %(group)s AND {ROOM.replace('%s', '%(amount)s')} RETURNING id)"
+    f" WHERE id = %(group)s AND {_room('%(amount)s', '%(now)s')} RETURNING id)"
     " INSERT INTO billing_spendhold (request_id, group_id, api_key_id, caller_spend_id,"
     " amount_micro, status, call_sent, created_at, expires_at)"
     " SELECT %(request)s, id, NULL, NULL, %(amount)s, 'held', FALSE, %(now)s, %(expires)s"
     " FROM grp RETURNING id"
 )
+
+_SPENT_G = "(CASE WHEN g.period_ends_at <= %(now)s THEN 0 ELSE g.spent_micro END)"
 
 # HOLD_ONE_STATEMENT for many holds on one group at once (arrays of request ids and amounts):
 # all are taken, or none (then each is taken on its own, for its own verdict). The room check
@@ -262,8 +302,8 @@ HOLD_MANY_STATEMENT = (
     " tot AS (SELECT sum(amount) AS total, max(amount) AS largest FROM req),"
     " grp AS (UPDATE accounts_group g SET reserved_micro = g.reserved_micro + tot.total FROM tot"
     " WHERE g.id = %(group)s AND (g.budget_max_micro IS NULL OR (g.budget_max_micro"
-    " > g.spent_micro + g.reserved_micro + tot.total - tot.largest AND g.budget_max_micro"
-    " >= g.spent_micro + g.reserved_micro + tot.total)) RETURNING g.id)"
+    f" > {_SPENT_G} + g.reserved_micro + tot.total - tot.largest AND g.budget_max_micro"
+    f" >= {_SPENT_G} + g.reserved_micro + tot.total)) RETURNING g.id)"
     " INSERT INTO billing_spendhold (request_id, group_id, api_key_id, caller_spend_id,"
     " amount_micro, status, call_sent, created_at, expires_at)"
     " SELECT req.request_id, grp.id, NULL, NULL, req.amount, 'held', FALSE, %(now)s,"
@@ -532,7 +572,7 @@ def charge(
             pending.discard(c.request_id)  # one charge per marker, even if listed twice
             moves.charged(c)
     if own:
-        yield from move_counters(moves)
+        yield from move_counters(moves, now=now)
     return marked
 
 
@@ -595,6 +635,171 @@ def credit_wallet(
     return entry[0]
 
 
+# ---------------------------------------------------------------- budget periods
+
+_PERIOD_TABLES = {"group": "accounts_group", "key": "accounts_apikey"}
+_ENDED = {
+    "group": (
+        "SELECT 'group', g.id, g.budget_period, a.time_zone FROM accounts_group g"
+        " JOIN accounts_account a ON a.id = g.account_id WHERE g.period_ends_at <= %s"
+    ),
+    "key": (
+        "SELECT 'key', k.id, k.budget_period, a.time_zone FROM accounts_apikey k"
+        " JOIN accounts_group g ON g.id = k.group_id"
+        " JOIN accounts_account a ON a.id = g.account_id WHERE k.period_ends_at <= %s"
+    ),
+}
+
+
+def ended_periods(
+    *,
+    now: datetime,
+    group_ids: Iterable[int] | None = None,
+    key_ids: Iterable[int] | None = None,
+    limit: int | None = None,
+) -> Program:
+    """Find the groups and keys (all, or these) whose budget period ended by `now`.
+
+    A plain read, no lock: `_roll` checks again under the row's lock. Returns
+    {("group" | "key", id): (budget_period, the account's time zone)}.
+    """
+    parts, params = [], []
+    for table, ids in (("group", group_ids), ("key", key_ids)):
+        sql, part_params = _ENDED[table], [now]
+        if ids is not None:
+            ids = sorted(set(ids))
+            if not ids:
+                continue
+            source, id_params = batch_rows(("bigint",), [(i,) for i in ids])
+            sql += f" AND {table[0]}.id IN ({source})"
+            part_params += id_params
+        parts.append(sql)
+        params += part_params
+    if not parts:
+        return {}
+    sql = " UNION ALL ".join(parts)
+    if limit is not None:
+        sql = f"SELECT * FROM ({sql}) AS ended LIMIT {int(limit)}"
+    rows = yield (sql, tuple(params), ALL)
+    return {(table, row_id): (period, tz) for table, row_id, period, tz in rows}
+
+
+def _roll(table: str, row_id: int, period: str, tz_name: str, *, now: datetime) -> Program:
+    """Close a group's or key's ended period: record its spent, start the current one at 0."""
+    name = _PERIOD_TABLES[table]
+    locked = yield (
+        f"UPDATE {name} SET spent_micro = spent_micro WHERE id = %s AND period_ends_at <= %s"
+        " RETURNING id",
+        (row_id, now),
+    )
+    if locked is None:
+        return False  # rolled meanwhile, or its period was changed
+    group, key = ("id", "CAST(NULL AS bigint)") if table == "group" else ("group_id", "id")
+    yield (
+        "INSERT INTO billing_budgetperiod (group_id, api_key_id, budget_period, starts_at,"
+        " ends_at, budget_max_micro, spent_micro, closed_at)"
+        f" SELECT {group}, {key}, budget_period, period_starts_at, period_ends_at,"
+        f" budget_max_micro, spent_micro, %s FROM {name} WHERE id = %s RETURNING id",
+        (now, row_id),
+    )
+    starts, ends = period_bounds(period, tz_name, now)
+    yield (
+        f"UPDATE {name} SET spent_micro = 0, period_starts_at = %s, period_ends_at = %s"
+        " WHERE id = %s RETURNING id",
+        (starts, ends, row_id),
+    )
+    return True
+
+
+def roll_periods(
+    *,
+    now: datetime,
+    group_ids: Iterable[int] | None = None,
+    key_ids: Iterable[int] | None = None,
+    limit: int | None = 500,
+) -> Program:
+    """Roll every group and key (all, or these) whose budget period ended; return how many.
+
+    Each closed period becomes a BudgetPeriod row with its exact spent and budget; spent
+    starts again at 0 in the period containing `now`. Groups first, then keys, by id: the
+    ledger's lock order. (Periods a row sat idle through leave no row: nothing was spent.)
+    """
+    ended = yield from ended_periods(now=now, group_ids=group_ids, key_ids=key_ids, limit=limit)
+    rolled = 0
+    for (table, row_id), (period, tz_name) in sorted(
+        ended.items(), key=lambda item: (item[0][0] != "group", item[0][1])
+    ):
+        rolled += yield from _roll(table, row_id, period, tz_name, now=now)
+    return rolled
+
+
+# ---------------------------------------------------------------- spend alerts
+
+
+def _alert_thresholds() -> tuple[str, str]:
+    """The account's alert percents as rows (`t`), and the percent's expression: JSON array
+    expansion is the one thing PostgreSQL and SQLite spell differently."""
+    if connection.vendor == "postgresql":
+        return (
+            "CROSS JOIN LATERAL jsonb_array_elements_text(a.budget_alert_pcts) AS t(pct)",
+            "CAST(t.pct AS integer)",
+        )
+    return "CROSS JOIN json_each(a.budget_alert_pcts) AS t", "CAST(t.value AS integer)"
+
+
+def raise_alerts(*, group_ids: Iterable[int], key_ids: Iterable[int], now: datetime) -> Program:
+    """Record each alert threshold the spent of these groups and keys reached; return the
+    ids of the alerts raised now.
+
+    One statement: threshold t of the account's budget_alert_pcts is reached when
+    spent * 100 >= t * budget_max (and something was spent). An alert exists once per
+    (group or key, period, threshold): a later batch past the same threshold adds nothing,
+    the next period raises it again.
+    """
+    from billing.models import NO_PERIOD
+
+    join, pct = _alert_thresholds()
+    parts, params = [], []
+    for table, ids in (("group", group_ids), ("key", key_ids)):
+        ids = sorted(set(ids))
+        if not ids:
+            continue
+        source, id_params = batch_rows(("bigint",), [(i,) for i in ids])
+        if table == "group":
+            owner = "g.id, CAST(NULL AS bigint), 0"
+            row, tables = "g", "accounts_group g JOIN accounts_account a ON a.id = g.account_id"
+        else:
+            owner = "k.group_id, k.id, k.id"
+            row = "k"
+            tables = (
+                "accounts_apikey k JOIN accounts_group g ON g.id = k.group_id"
+                " JOIN accounts_account a ON a.id = g.account_id"
+            )
+        parts.append(
+            f"SELECT {owner}, {row}.period_starts_at, {row}.period_ends_at,"
+            f" COALESCE({row}.period_starts_at, %s), {pct}, {row}.spent_micro,"
+            f" {row}.budget_max_micro FROM {tables} {join}"
+            f" WHERE {row}.id IN ({source}) AND {row}.budget_max_micro IS NOT NULL"
+            f" AND {row}.spent_micro > 0"
+            f" AND {row}.spent_micro * 100 >= {pct} * {row}.budget_max_micro"
+            f" AND ({row}.period_ends_at IS NULL OR {row}.period_ends_at > %s)"
+        )
+        params += [NO_PERIOD, *id_params, now]
+    if not parts:
+        return []
+    rows = yield (
+        "INSERT INTO billing_budgetalert (group_id, api_key_id, key_scope, period_starts_at,"
+        " period_ends_at, period_scope, threshold_pct, spent_micro, budget_max_micro,"
+        " created_at, delivery, delivery_attempts, last_error)"
+        f" SELECT *, %s, 'pending', 0, '' FROM ({' UNION ALL '.join(parts)}) AS reached"
+        " WHERE true ON CONFLICT (group_id, key_scope, period_scope, threshold_pct) DO NOTHING"
+        " RETURNING id",
+        (now, *params),
+        ALL,
+    )
+    return [r[0] for r in rows]
+
+
 # ---------------------------------------------------------------- composites
 
 
@@ -639,7 +844,12 @@ def settle(rows: list[Settle], *, now: datetime) -> Program:
                 )
             )
     yield from charge(owing, source="settle", now=now, moves=moves)
-    yield from move_counters(moves)
+    yield from move_counters(moves, now=now)
+    yield from raise_alerts(
+        group_ids={c.group_id for c in owing if c.group_id is not None},
+        key_ids={c.api_key_id for c in owing if c.api_key_id is not None},
+        now=now,
+    )
     return None
 
 
@@ -688,5 +898,5 @@ def reap_hold(request_id: str, *, now: datetime) -> Program:
             now=now,
             moves=moves,
         )
-    yield from move_counters(moves)
+    yield from move_counters(moves, now=now)
     return True

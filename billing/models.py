@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 from django.db import models
 from django.utils import timezone
 
@@ -171,3 +173,82 @@ class SettledRequest(models.Model):
 
     def __str__(self) -> str:
         return f"{self.request_id}: {self.bandwidth_micro} ({self.source})"
+
+
+class BudgetPeriod(models.Model):
+    """A closed budget period of a group (api_key null) or a key: what it spent (append-only).
+
+    Written by billing.ledger.roll_periods when the period ends; the group's or key's own
+    spent_micro then starts again at 0.
+    """
+
+    group = models.ForeignKey("accounts.Group", on_delete=models.CASCADE, related_name="+")
+    api_key = models.ForeignKey(
+        "accounts.ApiKey", null=True, blank=True, on_delete=models.CASCADE, related_name="+"
+    )
+    budget_period = models.CharField(max_length=8)
+    starts_at = models.DateTimeField()
+    ends_at = models.DateTimeField()
+    budget_max_micro = models.BigIntegerField(null=True, blank=True)
+    spent_micro = models.BigIntegerField()
+    closed_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["group", "api_key", "-starts_at"], name="budget_period_history")
+        ]
+
+    def __str__(self) -> str:
+        owner = f"key {self.api_key_id}" if self.api_key_id else f"group {self.group_id}"
+        return f"{owner}: {self.spent_micro} from {self.starts_at:%Y-%m-%d %H:%M}"
+
+
+# BudgetAlert's uniqueness needs non-null columns (NULLs never conflict): a group's own
+# budget is scope 0, and a budget without a period has this as its period.
+NO_PERIOD = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+class BudgetAlert(models.Model):
+    """Spend reached a threshold of a group's or key's budget: raised once per period and
+    threshold (in settlement's transaction), delivered once through the usage sink."""
+
+    class Delivery(models.TextChoices):
+        PENDING = "pending"
+        DELIVERED = "delivered"
+        FAILED = "failed"
+
+    group = models.ForeignKey("accounts.Group", on_delete=models.CASCADE, related_name="+")
+    api_key = models.ForeignKey(
+        "accounts.ApiKey", null=True, blank=True, on_delete=models.CASCADE, related_name="+"
+    )
+    key_scope = models.BigIntegerField(help_text="The key's id; 0 for the group's own budget.")
+    period_starts_at = models.DateTimeField(null=True, blank=True)
+    period_ends_at = models.DateTimeField(null=True, blank=True)
+    period_scope = models.DateTimeField(help_text="period_starts_at; 1970-01-01 for no period.")
+    threshold_pct = models.PositiveSmallIntegerField()
+    spent_micro = models.BigIntegerField()
+    budget_max_micro = models.BigIntegerField()
+    created_at = models.DateTimeField(default=timezone.now)
+    delivery = models.CharField(max_length=10, choices=Delivery.choices, default=Delivery.PENDING)
+    delivery_attempts = models.PositiveSmallIntegerField(default=0)
+    last_error = models.CharField(max_length=200, blank=True)
+    delivered_at = models.DateTimeField(null=True, blank=True)
+    # A pending alert is sent when this is past (null: now); a sender claims it by moving it.
+    next_attempt_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["group", "key_scope", "period_scope", "threshold_pct"],
+                name="budget_alert_once",
+            )
+        ]
+        indexes = [models.Index(fields=["delivery", "next_attempt_at"])]
+
+    @property
+    def public_id(self) -> str:
+        return f"balert_{self.pk}"
+
+    def __str__(self) -> str:
+        owner = f"key {self.api_key_id}" if self.api_key_id else f"group {self.group_id}"
+        return f"{owner} at {self.threshold_pct}%"

@@ -1,10 +1,11 @@
-"""Reads of money: the caller's own (scoped to their account), and settled markers."""
+"""Reads of money: the caller's own (scoped to their account), settled markers, budget
+period history and spend alerts."""
 
 from __future__ import annotations
 
 from django.db.models import QuerySet, Subquery
 
-from billing.models import LedgerEntry, SettledRequest, Wallet
+from billing.models import BudgetAlert, BudgetPeriod, LedgerEntry, SettledRequest, Wallet
 
 
 def wallets_of_user(*, user) -> QuerySet[Wallet]:
@@ -20,3 +21,24 @@ def marked_bandwidth(*, request_id) -> Subquery:
     return Subquery(
         SettledRequest.objects.filter(request_id=request_id).values("bandwidth_micro")[:1]
     )
+
+
+def budget_alerts(*, account, limit: int = 50) -> list[BudgetAlert]:
+    """Return the account's spend alerts (groups' and keys'), newest first."""
+    return list(
+        BudgetAlert.objects.filter(group__account=account)
+        .select_related("group", "api_key")
+        .order_by("-created_at", "-id")[:limit]
+    )
+
+
+def budget_periods(*, group=None, api_key=None) -> QuerySet[BudgetPeriod]:
+    """Return a key's closed budget periods (given `api_key`), else a group's own, newest
+    first."""
+    if api_key is not None:
+        periods = BudgetPeriod.objects.filter(api_key=api_key)
+    elif group is not None:
+        periods = BudgetPeriod.objects.filter(group=group, api_key__isnull=True)
+    else:
+        raise ValueError("budget_periods needs a group or an api_key")
+    return periods.order_by("-starts_at", "-id")

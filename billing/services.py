@@ -1,4 +1,5 @@
-"""Control-plane writes of money: wallets, top-ups and corrections, tenant provisioning.
+"""Control-plane writes of money: wallets, top-ups and corrections, tenant provisioning,
+budget periods' rollover and spend alerts' delivery bookkeeping.
 
 A balance changes only through a billing/ledger.py step (here `credit_wallet`); the request
 path runs them through billing/escrow.py, settlement on stored usage rows through
@@ -8,15 +9,17 @@ billing/settlement.py, the reaper is billing/reaper.py, reconciliation billing/r
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 
 from django.contrib.auth import get_user_model
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from accounts.models import Account, ApiKey, Group, Membership
 from accounts.services import account_create, api_key_create, group_create, tenant_token_create
 from billing import ledger
-from billing.models import LedgerEntry, Wallet
+from billing.models import BudgetAlert, LedgerEntry, Wallet
 from billing.sqlexec import run_sync
 
 # ---- wallets (control plane) ----
@@ -102,3 +105,67 @@ def tenant_provision(
         api_token_secret=token_secret,
         username=username,
     )
+
+
+# ---- budget periods and spend alerts ----
+
+ROLL_BATCH = 500
+
+
+def budget_periods_roll(*, now: datetime | None = None) -> int:
+    """Roll every group and key whose budget period ended (billing.ledger.roll_periods), a
+    batch per transaction; return how many were rolled."""
+    now = now or timezone.now()
+    rolled = 0
+    while True:
+        done = run_sync(ledger.roll_periods(now=now, limit=ROLL_BATCH))
+        rolled += done
+        if done < ROLL_BATCH:
+            return rolled
+
+
+def budget_alerts_due(*, now: datetime, limit: int) -> list[tuple[int, datetime | None]]:
+    """Return (id, next_attempt_at) of the pending alerts due for a delivery try, oldest first."""
+    return list(
+        BudgetAlert.objects.filter(delivery=BudgetAlert.Delivery.PENDING)
+        .filter(Q(next_attempt_at__isnull=True) | Q(next_attempt_at__lte=now))
+        .order_by("id")
+        .values_list("pk", "next_attempt_at")[:limit]
+    )
+
+
+def budget_alert_claim(
+    *, alert_id: int, due_at: datetime | None, now: datetime, lease_s: int
+) -> bool:
+    """Take an alert for one delivery try; False if another sender took it first."""
+    due = Q(next_attempt_at__isnull=True) if due_at is None else Q(next_attempt_at=due_at)
+    return bool(
+        BudgetAlert.objects.filter(due, pk=alert_id, delivery=BudgetAlert.Delivery.PENDING).update(
+            next_attempt_at=now + timedelta(seconds=lease_s)
+        )
+    )
+
+
+def budget_alert_tried(
+    *,
+    alert_id: int,
+    attempts: int,
+    error: str = "",
+    retry_at: datetime | None = None,
+) -> str:
+    """Record a delivery try: delivered (no error), pending again until `retry_at`, or failed
+    for good (an error and no `retry_at`); return the delivery state."""
+    if not error:
+        state, fields = BudgetAlert.Delivery.DELIVERED, {"delivered_at": timezone.now()}
+    elif retry_at is not None:
+        state, fields = BudgetAlert.Delivery.PENDING, {}
+    else:
+        state, fields = BudgetAlert.Delivery.FAILED, {}
+    BudgetAlert.objects.filter(pk=alert_id).update(
+        delivery=state,
+        delivery_attempts=attempts,
+        last_error=error[:200],
+        next_attempt_at=retry_at,
+        **fields,
+    )
+    return state

@@ -57,6 +57,8 @@ SCHEME: dict[str, tuple[type, object]] = {
     "TOLLGATE_USAGE_GRACE_S": (int, 30),
     "TOLLGATE_USAGE_FLUSH_MS": (int, 500),
     "TOLLGATE_USAGE_CLAIM_IDLE_MS": (int, 15_000),
+    "TOLLGATE_BUDGET_ROLL_S": (int, 60),
+    "TOLLGATE_BUDGET_ALERTS_S": (int, 10),
     "TOLLGATE_CALLER_KEY": (str, ""),
     "TOLLGATE_CALLER_WINDOW": (str, "month"),
     "TOLLGATE_LOG_LEVEL": (str, "INFO"),
@@ -187,6 +189,10 @@ TOLLGATE = {
     "USAGE_GRACE_S": env("TOLLGATE_USAGE_GRACE_S"),
     "USAGE_FLUSH_MS": env("TOLLGATE_USAGE_FLUSH_MS"),
     "USAGE_CLAIM_IDLE_MS": env("TOLLGATE_USAGE_CLAIM_IDLE_MS"),
+    # How often beat rolls the budget periods nothing charged since they ended, and sends the
+    # spend alerts settlement raised.
+    "BUDGET_ROLL_S": max(1, env("TOLLGATE_BUDGET_ROLL_S")),
+    "BUDGET_ALERTS_S": max(1, env("TOLLGATE_BUDGET_ALERTS_S")),
     "CALLER_KEY": CALLER_KEY,
     "CALLER_WINDOW": env("TOLLGATE_CALLER_WINDOW"),
     # Idempotency-Key records live this long; answers past the cap are served, not stored.
@@ -424,6 +430,16 @@ CELERY_BEAT_SCHEDULE: dict = {
     "usage-drain-journal": {
         "task": "usage.drain_journal",
         "schedule": max(1.0, TOLLGATE["USAGE_CLAIM_IDLE_MS"] / 1000),
+    },
+    # Budget periods end at midnight in each account's zone; rows nothing charged since are
+    # rolled within this lag (a hold reads an ended period as fresh anyway; settle rolls first).
+    "billing-roll-periods": {
+        "task": "billing.roll_periods",
+        "schedule": float(TOLLGATE["BUDGET_ROLL_S"]),
+    },
+    "usage-deliver-budget-alerts": {
+        "task": "usage.deliver_budget_alerts",
+        "schedule": float(TOLLGATE["BUDGET_ALERTS_S"]),
     },
     "billing-expire-stale-holds": {
         "task": "billing.expire_stale_holds",

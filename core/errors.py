@@ -135,9 +135,36 @@ class BudgetExhausted(GatewayError):
     default_message = "Budget exhausted."
 
 
+# What a tenant does about LM-4002: the wallet is funded by an operator (there is no card
+# checkout), and the tenant API shows its balance.
+FUND_THE_WALLET = (
+    "Fund the wallet: an operator tops it up in the Django admin (Billing > Wallets, select"
+    ' the account\'s wallet, action "Top up selected wallets"); the balance is at'
+    " GET /api/accounts/{account_id}/wallet."
+)
+
+
 class WalletInsufficient(GatewayError):
     code, status, error_type = "LM-4002", 402, "insufficient_quota"
-    default_message = "Wallet balance cannot cover this request."
+    default_message = "The account's wallet cannot cover this request. " + FUND_THE_WALLET.format(
+        account_id="<account id>"
+    )
+
+    @classmethod
+    def for_wallet(
+        cls, *, account_id: int, available_micro: int | None, needed_micro: int
+    ) -> WalletInsufficient:
+        """Say what the wallet holds, what the request may cost, and how to fund it."""
+        held = (
+            f"it has {available_micro} micro-USD available and "
+            if available_micro is not None
+            else ""
+        )
+        return cls(
+            f"The account's wallet cannot cover this request: {held}this request may cost up"
+            f" to {needed_micro} micro-USD (held before the call, the unused part released)."
+            f" {FUND_THE_WALLET.format(account_id=account_id)}"
+        )
 
 
 class UpstreamFailed(GatewayError):

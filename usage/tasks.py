@@ -9,7 +9,7 @@ from celery import shared_task
 from django.db import DatabaseError
 
 from billing.reaper import expire_stale_holds as reaper_expire_stale_holds
-from usage import services
+from usage import alerts, services
 
 log = logging.getLogger(__name__)
 
@@ -27,6 +27,13 @@ def flush_events() -> dict:
         "retrying": report.retrying,
         "failed": report.failed,
     }
+
+
+@shared_task(name="usage.deliver_budget_alerts", **RETRY)
+def deliver_budget_alerts() -> dict:
+    """Send the spend alerts settlement raised (once each, retried with backoff)."""
+    report = alerts.budget_alerts_deliver()
+    return {"delivered": report.delivered, "retrying": report.retrying, "failed": report.failed}
 
 
 @shared_task(name="usage.reconcile_bandwidth", **RETRY)

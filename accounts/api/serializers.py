@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
-from accounts.models import Account, ApiKey, Group
+from accounts.models import Account, ApiKey, Group, Period
 
 
 class AccountOut(serializers.ModelSerializer):
@@ -14,6 +14,8 @@ class AccountOut(serializers.ModelSerializer):
             "billing_mode",
             "bandwidth_price_micro_per_gb",
             "markup_bp",
+            "time_zone",
+            "budget_alert_pcts",
             "created_at",
         ]
 
@@ -37,6 +39,9 @@ class GroupOut(serializers.ModelSerializer):
             "caller_tpm_limit",
             "caller_budget_max_micro",
             "web_units_per_day",
+            "budget_period",
+            "period_starts_at",
+            "period_ends_at",
             "created_at",
         ]
 
@@ -48,6 +53,7 @@ class GroupIn(serializers.Serializer):
     rpm_limit = serializers.IntegerField(min_value=1, required=False, allow_null=True)
     tpm_limit = serializers.IntegerField(min_value=1, required=False, allow_null=True)
     concurrency_limit = serializers.IntegerField(min_value=1, required=False, allow_null=True)
+    budget_period = serializers.ChoiceField(choices=Period.choices, required=False)
 
 
 class GroupUpdateIn(serializers.Serializer):
@@ -59,6 +65,7 @@ class GroupUpdateIn(serializers.Serializer):
     caller_tpm_limit = serializers.IntegerField(min_value=1, required=False, allow_null=True)
     caller_budget_max_micro = serializers.IntegerField(min_value=0, required=False, allow_null=True)
     web_units_per_day = serializers.IntegerField(min_value=0, required=False, allow_null=True)
+    budget_period = serializers.ChoiceField(choices=Period.choices, required=False)
 
 
 class ApiKeyOut(serializers.ModelSerializer):
@@ -78,6 +85,9 @@ class ApiKeyOut(serializers.ModelSerializer):
             "reserved_micro",
             "rpm_limit",
             "tpm_limit",
+            "budget_period",
+            "period_starts_at",
+            "period_ends_at",
         ]
 
 
@@ -91,6 +101,7 @@ class ApiKeyIn(serializers.Serializer):
     budget_max_micro = serializers.IntegerField(min_value=0, required=False, allow_null=True)
     rpm_limit = serializers.IntegerField(min_value=1, required=False, allow_null=True)
     tpm_limit = serializers.IntegerField(min_value=1, required=False, allow_null=True)
+    budget_period = serializers.ChoiceField(choices=Period.choices, required=False)
 
 
 class ApiKeyCreatedOut(ApiKeyOut):

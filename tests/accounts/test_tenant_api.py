@@ -63,9 +63,9 @@ def test_revoke_sets_revoked_at_and_another_accounts_key_is_404():
     assert revoked.status_code == 200 and revoked.json()["revoked_at"] is not None
 
 
-def test_members_may_read_but_not_create_keys():
+def test_viewers_may_read_but_not_create_keys():
     tenant = make_tenant()
-    Membership.objects.filter(account_id=tenant.account_id).update(role=Membership.Role.MEMBER)
+    Membership.objects.filter(account_id=tenant.account_id).update(role=Membership.Role.VIEWER)
     client = client_for(tenant)
 
     assert client.get("/api/keys").status_code == 200

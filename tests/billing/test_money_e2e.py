@@ -84,11 +84,20 @@ def test_a_prepaid_platform_request_reserves_then_commits_its_measured_cost(stac
 
 def test_a_wallet_that_cannot_cover_the_hold_is_lm_4002_before_any_call(stack):
     tenant = stack.tenant(wallet_micro=10)  # far below the worst case of a 4096-token answer
+    hold = worst_case(stack, tenant)
 
     with pytest.raises(openai.APIStatusError) as refused:
         ask(stack, tenant)
 
     assert refused.value.status_code == 402 and refused.value.body["code"] == "LM-4002"
+    # The message says why and what to do about it.
+    assert refused.value.body["message"] == (
+        f"The account's wallet cannot cover this request: it has 10 micro-USD available and"
+        f" this request may cost up to {hold} micro-USD (held before the call, the unused part"
+        " released). Fund the wallet: an operator tops it up in the Django admin (Billing >"
+        ' Wallets, select the account\'s wallet, action "Top up selected wallets"); the'
+        f" balance is at GET /api/accounts/{tenant.account_id}/wallet."
+    )
     assert stack.stub.vendor_calls() == []
     wallet = Wallet.objects.get(account_id=tenant.account_id)
     assert (wallet.balance_micro, wallet.reserved_micro) == (10, 0)
