@@ -11,14 +11,17 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from accounts.models import Account, ApiKey, Group
-from billing.models import Wallet
+from billing.models import BudgetPeriod, Wallet
+from billing.selectors import budget_periods
 from byok.models import KeyPool
 from usage.models import UsageLog
 from usage.selectors import usage_zero_totals
 
+PAST_PERIODS = 6  # closed budget periods shown per group
+
 
 def account_zone(account: Account) -> ZoneInfo:
-    return ZoneInfo(getattr(account, "time_zone", "") or "UTC")
+    return ZoneInfo(account.time_zone or "UTC")
 
 
 def local_day_start(account: Account, now: datetime | None = None) -> datetime:
@@ -39,13 +42,15 @@ class GroupBudget:
     today_micro: int
     requests_today: int
     errors_today: int
+    period_micro: int  # what counts against the budget now (0 once a period has ended)
+    past_periods: list[BudgetPeriod]
 
     @property
     def left_micro(self) -> int | None:
         g = self.group
         if g.budget_max_micro is None:
             return None
-        return max(0, g.budget_max_micro - g.spent_micro - g.reserved_micro)
+        return max(0, g.budget_max_micro - self.period_micro - g.reserved_micro)
 
 
 @dataclass(frozen=True)
@@ -75,6 +80,7 @@ def _today_by_group(account: Account, since: datetime) -> dict[int, dict]:
 
 def overview(*, account: Account, now: datetime | None = None) -> Overview:
     """Return the account's wallet, each group's spend today and this period, and totals."""
+    now = now or timezone.now()
     since = local_day_start(account, now)
     today = _today_by_group(account, since)
     groups = []
@@ -86,6 +92,8 @@ def overview(*, account: Account, now: datetime | None = None) -> Overview:
                 today_micro=t.get("cost", 0) + t.get("bandwidth", 0),
                 requests_today=t.get("requests", 0),
                 errors_today=t.get("errors", 0),
+                period_micro=group.period_spent_micro(now),
+                past_periods=list(budget_periods(group=group)[:PAST_PERIODS]),
             )
         )
     return Overview(
@@ -135,8 +143,3 @@ def every_day(rows: list[dict], *, start: datetime, days: int) -> list[dict]:
         day = first + timedelta(days=offset)
         filled.append(by_day.get(day) or {**zero, "day": day})
     return filled
-
-
-def alerts_of_account(*, account: Account) -> list:
-    """Return the account's budget alerts, newest first."""
-    return []

@@ -18,7 +18,7 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_POST
 
 from accounts import services as account_services
-from billing.selectors import ledger_of_wallet
+from billing.selectors import budget_alerts, ledger_of_wallet
 from byok import services as byok_services
 from byok.models import TeamKey
 from byok.selectors import eligible_providers
@@ -59,7 +59,7 @@ def overview(request: HttpRequest, account_id: int) -> HttpResponse:
         seat,
         "dashboard/overview.html",
         figures=selectors.overview(account=seat.account),
-        alerts=selectors.alerts_of_account(account=seat.account),
+        alerts=budget_alerts(account=seat.account),
     )
 
 

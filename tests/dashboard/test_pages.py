@@ -393,3 +393,39 @@ def test_a_signed_in_member_reaches_the_tenant_api_with_the_session():
     strict.force_login(owner)
     refused = strict.post("/api/keys", {"group": tenant.group_id}, content_type="application/json")
     assert refused.status_code == 403
+
+
+def test_overview_shows_the_period_its_history_and_the_alerts_raised():
+    from billing.services import budget_periods_roll
+    from tests.billing.test_budget_periods import end_period, spend, with_period
+
+    tenant = make_tenant(budget_micro=1_000)
+    with_period(Group, tenant.group_id, "daily")
+    spend(tenant, 600)  # 60%: the 50% alert
+    client = signed_in(tenant)
+
+    html = client.get(page(tenant)).content.decode()
+    row = html.split(f'<tr data-group="{tenant.group_id}">')[1].split("</tr>")[0]
+    assert '<td class="period-spend">$0.000600</td>' in row
+    assert '<td class="used">60%</td>' in row
+    ends = Group.objects.get(pk=tenant.group_id).period_ends_at
+    assert f"Daily, resets {ends:%Y-%m-%d %H:%M} UTC" in row
+    alerts = html.split('id="alerts"')[1].split("</table>")[0]
+    assert re.findall(r"<td>(\d+)%</td><td>([^<]+)</td><td>([^<]+)</td>", alerts) == [
+        ("50", "$0.000600", "$0.001000")
+    ]
+
+    starts, ended = end_period(Group, tenant.group_id)
+    assert budget_periods_roll() == 1
+    html = client.get(page(tenant)).content.decode()
+    row = html.split(f'<tr data-group="{tenant.group_id}">')[1].split("</tr>")[0]
+    assert '<td class="period-spend">$0.000000</td>' in row
+    past = html.split(f'class="past-periods" data-group="{tenant.group_id}"')[1].split("</table>")[
+        0
+    ]
+    assert re.findall(r"<td>([^<]+)</td>", past) == [
+        f"{starts:%Y-%m-%d %H:%M} UTC",
+        f"{ended:%Y-%m-%d %H:%M} UTC",
+        "$0.000600",
+        "$0.001000",
+    ]
