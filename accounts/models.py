@@ -86,7 +86,21 @@ class Membership(models.Model):
         return f"{self.user} in {self.account} ({self.role})"
 
 
-class Group(models.Model):
+class PeriodSpend:
+    """What a budgeted row (group or key) has spent in its current budget period."""
+
+    spent_micro: int
+    period_ends_at: object
+
+    def period_spent_micro(self, now=None) -> int:
+        """Return what counts against the budget now: spent_micro, or 0 once the period
+        ended and before the ledger rolled it (the hold statements read it the same way)."""
+        if self.period_ends_at is not None and self.period_ends_at <= (now or timezone.now()):
+            return 0
+        return self.spent_micro
+
+
+class Group(PeriodSpend, models.Model):
     """A budget group: money counters and limits shared by its keys."""
 
     account = models.ForeignKey(Account, on_delete=models.CASCADE, related_name="groups")
@@ -123,15 +137,8 @@ class Group(models.Model):
     def __str__(self) -> str:
         return f"{self.account}/{self.name}"
 
-    def period_spent_micro(self, now=None) -> int:
-        """Return what counts against the budget now: spent_micro, or 0 once the period
-        ended and before the ledger rolled it (the hold statements read it the same way)."""
-        if self.period_ends_at is not None and self.period_ends_at <= (now or timezone.now()):
-            return 0
-        return self.spent_micro
 
-
-class ApiKey(models.Model):
+class ApiKey(PeriodSpend, models.Model):
     """A virtual key. Only its SHA-256 is stored; the secret is shown once at creation."""
 
     group = models.ForeignKey(Group, on_delete=models.CASCADE, related_name="api_keys")
@@ -163,13 +170,6 @@ class ApiKey(models.Model):
 
     def __str__(self) -> str:
         return f"{self.prefix}… ({self.name or self.group})"
-
-    def period_spent_micro(self, now=None) -> int:
-        """Return what counts against the budget now: spent_micro, or 0 once the period
-        ended and before the ledger rolled it (the hold statements read it the same way)."""
-        if self.period_ends_at is not None and self.period_ends_at <= (now or timezone.now()):
-            return 0
-        return self.spent_micro
 
     def is_usable(self, now=None) -> bool:
         now = now or timezone.now()

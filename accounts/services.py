@@ -155,29 +155,29 @@ def tenant_token_create(*, user) -> tuple[TenantToken, str]:
     return token, secret
 
 
-def group_update(*, group: Group, **fields) -> Group:
-    """Change a group's budget, budget period or limits and tell every replica."""
+def _budgeted_update(target: Group | ApiKey, fields: dict) -> None:
+    """Set a group's or key's fields, its budget period through budget_period_set, and save
+    only what changed (the ledger moves the counters meanwhile)."""
     changed = []
     if "budget_period" in fields:
-        changed += budget_period_set(target=group, budget_period=fields.pop("budget_period"))
+        changed += budget_period_set(target=target, budget_period=fields.pop("budget_period"))
     for name, value in fields.items():
-        setattr(group, name, value)
+        setattr(target, name, value)
     changed += list(fields)
-    group.save(update_fields=changed or None)
+    if changed:
+        target.save(update_fields=changed)
+
+
+def group_update(*, group: Group, **fields) -> Group:
+    """Change a group's budget, budget period or limits and tell every replica."""
+    _budgeted_update(group, fields)
     group_changed(group=group)
     return group
 
 
 def api_key_update(*, api_key: ApiKey, **fields) -> ApiKey:
     """Change a key's budget, budget period or limits and tell every replica."""
-    changed = []
-    if "budget_period" in fields:
-        changed += budget_period_set(target=api_key, budget_period=fields.pop("budget_period"))
-    for name, value in fields.items():
-        setattr(api_key, name, value)
-    changed += list(fields)
-    if changed:
-        api_key.save(update_fields=changed)
+    _budgeted_update(api_key, fields)
     api_key_changed(api_key=api_key)
     return api_key
 

@@ -91,8 +91,21 @@ class ReservationAdmin(admin.ModelAdmin):
         return False
 
 
+class ReadOnlyAdmin(admin.ModelAdmin):
+    """An append-only record: listed and read, never added, changed or deleted by hand."""
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
 @admin.register(LedgerEntry)
-class LedgerEntryAdmin(admin.ModelAdmin):
+class LedgerEntryAdmin(ReadOnlyAdmin):
     list_display = [
         "id",
         "wallet",
@@ -103,15 +116,6 @@ class LedgerEntryAdmin(admin.ModelAdmin):
         "created_at",
     ]
     list_filter = ["kind"]
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
 
 
 @admin.register(SpendHold)
@@ -134,17 +138,6 @@ class SpendAdjustmentAdmin(admin.ModelAdmin):
         return False
 
     def has_change_permission(self, request, obj=None):
-        return False
-
-
-class ReadOnlyAdmin(admin.ModelAdmin):
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
         return False
 
 
