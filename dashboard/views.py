@@ -13,7 +13,8 @@ from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
-from django.urls import reverse, reverse_lazy
+from django.urls import reverse_lazy
+from django.utils import timezone
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_POST
 
@@ -36,7 +37,9 @@ CHART_DAYS = (7, 30, 90)
 
 
 def _page(request: HttpRequest, seat: Seat, template: str, **context) -> HttpResponse:
-    return render(request, template, {"seat": seat, "account": seat.account, **context})
+    # Times read in the account's own zone, the one its days and budget periods are cut in.
+    with timezone.override(selectors.account_zone(seat.account)):
+        return render(request, template, {"seat": seat, "account": seat.account, **context})
 
 
 def _bytes(value: int) -> str:
@@ -296,7 +299,3 @@ class SetPasswordView(auth_views.PasswordResetConfirmView):
     def form_valid(self, form):
         messages.success(self.request, "Password set. Sign in with it.")
         return super().form_valid(form)
-
-
-def logout_done(request: HttpRequest) -> HttpResponse:
-    return redirect(reverse("dashboard:login"))

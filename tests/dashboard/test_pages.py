@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import re
+from zoneinfo import ZoneInfo
 
 import pytest
 from django.contrib.auth import get_user_model
@@ -429,3 +430,21 @@ def test_overview_shows_the_period_its_history_and_the_alerts_raised():
         "$0.000600",
         "$0.001000",
     ]
+
+
+def test_times_read_in_the_accounts_zone():
+    from accounts.models import Account
+    from tests.billing.test_budget_periods import with_period
+
+    tenant = make_tenant(budget_micro=1_000)
+    Account.objects.filter(pk=tenant.account_id).update(time_zone="Asia/Tokyo")
+    with_period(Group, tenant.group_id, "daily")
+
+    html = signed_in(tenant).get(page(tenant)).content.decode()
+    row = html.split(f'<tr data-group="{tenant.group_id}">')[1].split("</tr>")[0]
+    ends = Group.objects.get(pk=tenant.group_id).period_ends_at
+    local = ends.astimezone(ZoneInfo("Asia/Tokyo"))
+    assert (local.hour, local.minute) == (0, 0)
+    assert f"Daily, resets {local:%Y-%m-%d} 00:00 JST" in row
+    today = html.split('id="spend-today"')[1].split("</div>")[0]
+    assert "00:00 JST" in today
