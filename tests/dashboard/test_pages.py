@@ -448,3 +448,42 @@ def test_times_read_in_the_accounts_zone():
     assert f"Daily, resets {local:%Y-%m-%d} 00:00 JST" in row
     today = html.split('id="spend-today"')[1].split("</div>")[0]
     assert "00:00 JST" in today
+
+
+def test_usage_pages_keep_their_filters():
+    tenant = make_tenant()
+    store(
+        *(
+            journal_row(
+                group_id=tenant.group_id, account_id=tenant.account_id, request_id=f"req-{i:03d}"
+            )
+            for i in range(51)
+        )
+    )
+    client = signed_in(tenant)
+    first = client.get(page(tenant, "usage/?route=chat")).content.decode()
+    assert len(re.findall(r'data-request="', first)) == 50
+    assert 'href="?route=chat&page=2">older</a>' in first
+    second = client.get(page(tenant, "usage/?route=chat&page=2")).content.decode()
+    assert len(re.findall(r'data-request="', second)) == 1
+    assert 'href="?route=chat&page=1">newer</a>' in second
+
+
+def test_values_a_client_chose_are_escaped_everywhere():
+    tenant = make_tenant()
+    hostile = '<script>alert("x")</script>'
+    store(
+        journal_row(
+            group_id=tenant.group_id,
+            account_id=tenant.account_id,
+            request_id="req-x",
+            model_requested=hostile,
+            model_served="",
+            client_request_id="<b>id</b>",
+        )
+    )
+    client = signed_in(tenant)
+    for path in ("usage/", "charts/", "usage/req-x/"):
+        html = client.get(page(tenant, path)).content.decode()
+        assert hostile not in html and "<b>id</b>" not in html, path
+        assert "&lt;script&gt;" in html, path
