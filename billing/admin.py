@@ -12,6 +12,7 @@ from billing.models import (
     SpendHold,
     Wallet,
 )
+from core.admin_views import ReadOnly
 
 
 class TopUpForm(forms.Form):
@@ -91,21 +92,8 @@ class ReservationAdmin(admin.ModelAdmin):
         return False
 
 
-class ReadOnlyAdmin(admin.ModelAdmin):
-    """An append-only record: listed and read, never added, changed or deleted by hand."""
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
-
-
 @admin.register(LedgerEntry)
-class LedgerEntryAdmin(ReadOnlyAdmin):
+class LedgerEntryAdmin(ReadOnly, admin.ModelAdmin):
     list_display = [
         "id",
         "wallet",
@@ -142,7 +130,7 @@ class SpendAdjustmentAdmin(admin.ModelAdmin):
 
 
 @admin.register(BudgetPeriod)
-class BudgetPeriodAdmin(ReadOnlyAdmin):
+class BudgetPeriodAdmin(ReadOnly, admin.ModelAdmin):
     list_display = [
         "group",
         "api_key",
@@ -158,7 +146,7 @@ class BudgetPeriodAdmin(ReadOnlyAdmin):
 
 
 @admin.register(BudgetAlert)
-class BudgetAlertAdmin(ReadOnlyAdmin):
+class BudgetAlertAdmin(ReadOnly, admin.ModelAdmin):
     list_display = [
         "id",
         "group",

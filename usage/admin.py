@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from django.contrib import admin, messages
 
+from core.admin_views import ReadOnly
 from core.usage_record import ATTEMPT_FIELDS, LOG_FIELDS
 from usage.models import UsageAttempt, UsageDeadLetter, UsageEvent, UsageLog
 from usage.services import usage_events_redeliver
@@ -17,17 +18,6 @@ WEB_UNIT_LABELS = (
     ("web_rendered_pages", "rendered"),
     ("web_queries", "queries"),
 )
-
-
-class ReadOnly:
-    def has_add_permission(self, request, obj=None):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
 
 
 class UsageAttemptInline(ReadOnly, admin.TabularInline):

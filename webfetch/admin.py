@@ -5,20 +5,10 @@ from __future__ import annotations
 
 from django.contrib import admin
 
+from core.admin_views import ReadOnly
 from webfetch.models import CrawlJob, CrawlPage
 
 _PAGE_CONTENT = ("text", "markdown", "html")
-
-
-class ReadOnly:
-    def has_add_permission(self, request, obj=None):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
 
 
 @admin.register(CrawlJob)
