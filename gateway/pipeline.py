@@ -102,14 +102,19 @@ CLIENT_CLOSED = Ending(499, "client_closed")
 CRASHED = Ending(500, "internal")  # a bug: recorded, then the ASGI app answers 500
 
 
-async def serve(ex: Exchange, endpoint: Endpoint) -> None:
-    """Serve one model request: the stages in order, then `finish`, exactly once."""
-    ctx = RequestContext(
+def request_context(ex: Exchange, endpoint_name: str) -> RequestContext:
+    """Start a request's context: the gateway's id, the client's label, the byte meter."""
+    return RequestContext(
         request_id=ex.request_id,
         client_request_id=ex.client_request_id,
-        endpoint=endpoint.name,
+        endpoint=endpoint_name,
         meter=ex.meter,
     )
+
+
+async def serve(ex: Exchange, endpoint: Endpoint) -> None:
+    """Serve one model request: the stages in order, then `finish`, exactly once."""
+    ctx = request_context(ex, endpoint.name)
     ending = CRASHED
     replayed = False
     try:

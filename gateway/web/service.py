@@ -33,6 +33,7 @@ from gateway.pipeline import (
     hold,
     limit_scopes,
     refusal,
+    request_context,
 )
 from gateway.runtime import runtime
 from gateway.web import crawler, shape
@@ -61,12 +62,7 @@ INTERNAL_CRAWL = WebEndpoint("internal.crawl", CRAWL, internal=True)
 
 async def serve(ex: Exchange, endpoint: WebEndpoint) -> None:
     """Serve one scrape, search or crawl request; `finish` closes its books exactly once."""
-    ctx = RequestContext(
-        request_id=ex.request_id,
-        client_request_id=ex.client_request_id,
-        endpoint=endpoint.name,
-        meter=ex.meter,
-    )
+    ctx = request_context(ex, endpoint.name)
     ending = CRASHED
     try:
         req = await accept(ex, endpoint, ctx)
