@@ -17,6 +17,7 @@ from django.urls import reverse_lazy
 from django.utils import timezone
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_POST
+from rest_framework.exceptions import ValidationError
 
 from accounts import services as account_services
 from billing.selectors import budget_alerts, ledger_of_wallet
@@ -28,7 +29,7 @@ from dashboard.access import Seat, first_account_id, require_change, seat_of
 from dashboard.charts import Bar, bar_chart
 from dashboard.forms import FallbackForm, KeyCreateForm, TeamKeyAddForm
 from dashboard.templatetags.money import count, usd
-from usage.api.serializers import UsageQueryIn
+from usage.api.queries import usage_query_logs
 from usage.export import usage_csv_response
 from usage.selectors import usage_logs_of_user, usage_per_day, usage_per_model
 
@@ -213,22 +214,19 @@ def pool_fallback(request: HttpRequest, account_id: int) -> HttpResponse:
 
 
 def _filtered_logs(request: HttpRequest, seat: Seat):
-    """Return the account's usage rows under the API's filters, and the filter form."""
-    query = UsageQueryIn(data={k: v for k, v in request.GET.items() if v and k != "page"})
-    if not query.is_valid():
-        return None, query
-    filters = query.validated_data
-    if "group" in filters:
-        get_object_or_404(selectors.groups_of_account(account=seat.account), pk=filters["group"])
-    if "key" in filters:
-        get_object_or_404(selectors.api_keys_of_account(account=seat.account), pk=filters["key"])
-    return usage_logs_of_user(user=request.user, account=seat.account.pk, **filters), query
+    """Return the account's usage rows under the API's filters (None when they are bad), and
+    the filters' errors."""
+    params = {k: v for k, v in request.GET.items() if v and k != "page"}
+    try:
+        return usage_query_logs(user=request.user, params=params, account=seat.account.pk), {}
+    except ValidationError as exc:
+        return None, exc.detail
 
 
 @login_required
 def usage(request: HttpRequest, account_id: int) -> HttpResponse:
     seat = seat_of(user=request.user, account_id=account_id)
-    logs, query = _filtered_logs(request, seat)
+    logs, errors = _filtered_logs(request, seat)
     page = Paginator(logs if logs is not None else [], PAGE_SIZE).get_page(request.GET.get("page"))
     params = request.GET.copy()
     params.pop("page", None)
@@ -237,7 +235,7 @@ def usage(request: HttpRequest, account_id: int) -> HttpResponse:
         seat,
         "dashboard/usage.html",
         page=page,
-        errors=query.errors if logs is None else {},
+        errors=errors,
         filters=request.GET,
         groups=selectors.groups_of_account(account=seat.account),
         keys=selectors.api_keys_of_account(account=seat.account),
@@ -248,9 +246,9 @@ def usage(request: HttpRequest, account_id: int) -> HttpResponse:
 @login_required
 def usage_csv(request: HttpRequest, account_id: int) -> HttpResponse:
     seat = seat_of(user=request.user, account_id=account_id)
-    logs, query = _filtered_logs(request, seat)
+    logs, errors = _filtered_logs(request, seat)
     if logs is None:
-        return HttpResponse(f"Bad filters: {dict(query.errors)}", status=400)
+        return HttpResponse(f"Bad filters: {dict(errors)}", status=400)
     return usage_csv_response(logs)
 
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from django.db.models import QuerySet
 from django.http import Http404
-from django.shortcuts import get_object_or_404
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_view
 from rest_framework.generics import ListAPIView
@@ -15,23 +14,16 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from accounts.api.schema import error_responses
-from accounts.selectors import api_keys_of_user, groups_of_user
 from usage import selectors
 from usage.api import serializers as s
+from usage.api.queries import usage_query_logs
 from usage.export import usage_csv_response
 from usage.models import UsageLog
 
 
 def scoped_logs(request) -> QuerySet[UsageLog]:
     """Validate the query filters and return the caller's matching usage rows."""
-    query = s.UsageQueryIn(data=request.query_params)
-    query.is_valid(raise_exception=True)
-    filters = query.validated_data
-    if "group" in filters:
-        get_object_or_404(groups_of_user(user=request.user), pk=filters["group"])
-    if "key" in filters:
-        get_object_or_404(api_keys_of_user(user=request.user), pk=filters["key"])
-    return selectors.usage_logs_of_user(user=request.user, **filters)
+    return usage_query_logs(user=request.user, params=request.query_params)
 
 
 @extend_schema_view(
