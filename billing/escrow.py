@@ -15,6 +15,7 @@ import logging
 import time
 from datetime import UTC, timedelta
 
+import asyncpg
 from django.conf import settings
 from django.db import DatabaseError, connection
 from django.utils import timezone
@@ -44,6 +45,10 @@ class Coalescer:
         self._orphaned = orphaned  # called with a result whose waiter left after it was sent
         self._queues: dict = {}
         self._draining: set[asyncio.Task] = set()  # strong references to the running drains
+
+    def busy(self, key) -> bool:
+        """Say whether a statement for `key` is in flight or queued."""
+        return key in self._queues
 
     async def submit(self, key, item):
         loop = asyncio.get_running_loop()
@@ -112,15 +117,20 @@ class Escrow:
         params = postgres_params()
         self._pg = AsyncPgDriver(params) if params else None
         # A hold whose request left meanwhile is released with the request's usage row; a
-        # reservation it never saw would stay pending, marked sent, and be charged by the
-        # reaper: it is cancelled instead (its call was never made).
-        self._holds = Coalescer(self._hold_batch)
+        # reservation it never saw (alone, or taken with its hold) would stay pending, marked
+        # sent, and be charged by the reaper: it is cancelled instead (its call was never
+        # made).
+        self._holds = Coalescer(self._hold_batch, orphaned=self._cancel_reserved_ahead)
         self._reservations = Coalescer(self._reserve_batch, orphaned=self._cancel_later)
         self._cancelling: set[asyncio.Task] = set()
+        self._reserving_ahead: set[int] = set()  # wallets a hold-and-reserve statement is on
 
-    async def _hold_batch(self, group_id: int, holds: list) -> list:
+    async def _hold_batch(self, group_id: int, items: list) -> list:
         now = timezone.now()
         expires = now + timedelta(seconds=self.ttl_s)
+        holds = [hold for hold, _ in items]
+        if len(items) == 1 and items[0][1] is not None:
+            return [await self._hold_and_reserve(*items[0], now=now, expires=expires)]
         if len(holds) > 1:
             rows = await self._pg.all_rows(
                 ledger.HOLD_MANY_STATEMENT,
@@ -136,18 +146,49 @@ class Escrow:
                 return [True] * len(holds)
         return await _one_by_one(
             holds,
-            lambda h: self._pg.one_statement(
-                ledger.HOLD_ONE_STATEMENT,
+            lambda h: self._hold_one(h, now=now, expires=expires),
+            lambda row: row is not None,
+        )
+
+    async def _hold_one(self, hold: ledger.Hold, *, now, expires) -> tuple | None:
+        return await self._pg.one_statement(
+            ledger.HOLD_ONE_STATEMENT,
+            {
+                "amount": hold.amount_micro,
+                "group": hold.group_id,
+                "request": hold.request_id,
+                "now": now,
+                "expires": expires,
+            },
+        )
+
+    async def _hold_and_reserve(
+        self, hold: ledger.Hold, first: ledger.FirstReservation, *, now, expires
+    ) -> int | bool:
+        """The hold and the first reservation in one statement: the reservation's id, or
+        False (the group refused), or True (the hold alone: the wallet refused the
+        reservation, which the orchestrator then asks for, and is told, itself)."""
+        try:
+            row = await self._pg.one_statement(
+                ledger.HOLD_AND_RESERVE_STATEMENT,
                 {
-                    "amount": h.amount_micro,
-                    "group": h.group_id,
-                    "request": h.request_id,
+                    "amount": hold.amount_micro,
+                    "escrow": first.amount_micro,
+                    "account": first.account_id,
+                    "group": hold.group_id,
+                    "key": first.api_key_id,
+                    "request": hold.request_id,
                     "now": now,
                     "expires": expires,
                 },
-            ),
-            lambda row: row is not None,
-        )
+            )
+        except asyncpg.PostgresError as exc:
+            if exc.sqlstate == ledger.GROUP_REFUSED_SQLSTATE:
+                return False
+            raise
+        if row is not None:
+            return row[0]
+        return await self._hold_one(hold, now=now, expires=expires) is not None
 
     async def _reserve_batch(self, account_id: int, items: list) -> list:
         now = timezone.now()
@@ -191,23 +232,47 @@ class Escrow:
             return await self._pg.run(program, wait_s=wait_s)
         return await off_loop(run_sync)(program)
 
-    async def hold_budget(self, hold: ledger.Hold) -> None:
-        """Take the budget hold on group, key and end caller, or refuse with LM-4001.
+    async def hold_budget(
+        self, hold: ledger.Hold, *, first: ledger.FirstReservation | None = None
+    ) -> int | None:
+        """Take the budget hold on group, key and end caller, or refuse with LM-4001; return
+        the id of `first` (the first platform attempt's wallet reservation) when it was taken
+        along with the hold, else None (the orchestrator reserves it when it gets there).
 
         On PostgreSQL a hold only the group's budget bounds is one statement, shared with the
-        group's other holds queued meanwhile (the Coalescer).
+        group's other holds queued meanwhile (the Coalescer). When nothing else is in flight
+        for its group and its wallet, `first` rides in that statement: one commit before the
+        vendor call, not two. Behind other statements it is left to the orchestrator, so a
+        busy wallet still takes its reservations in batches.
         """
         try:
             if self._pg is not None and not hold.key_budgeted and hold.caller is None:
-                if not await self._holds.submit(hold.group_id, hold):
+                if first is not None and not self._may_reserve_ahead(hold, first):
+                    first = None
+                if first is not None:
+                    self._reserving_ahead.add(first.account_id)
+                try:
+                    taken = await self._holds.submit(hold.group_id, (hold, first))
+                finally:
+                    if first is not None:
+                        self._reserving_ahead.discard(first.account_id)
+                if taken is False:
                     raise ledger.Refused("group budget")
-            else:
-                await self.run(ledger.take_hold(hold, now=timezone.now(), ttl_s=self.ttl_s))
+                return None if taken is True else taken
+            await self.run(ledger.take_hold(hold, now=timezone.now(), ttl_s=self.ttl_s))
+            return None
         except ledger.Refused as refused:
             resets = await self._reset_note(hold, str(refused))
             raise errors.BudgetExhausted(f"Budget exhausted ({refused}){resets}.") from None
         except DB_ERRORS:
             raise errors.DependencyDown() from None
+
+    def _may_reserve_ahead(self, hold: ledger.Hold, first: ledger.FirstReservation) -> bool:
+        return not (
+            self._holds.busy(hold.group_id)
+            or self._reservations.busy(first.account_id)
+            or first.account_id in self._reserving_ahead
+        )
 
     async def _reset_note(self, hold: ledger.Hold, refused: str) -> str:
         """When the refusing budget has a period, say when it resets (a refusal's one read)."""
@@ -345,6 +410,10 @@ class Escrow:
                 log.warning("database unreachable: platform calls are served without crash marks")
             return hold_taken
         return True
+
+    def _cancel_reserved_ahead(self, taken: int | bool) -> None:
+        if type(taken) is int:  # a reservation taken with the hold (a bool is the hold alone)
+            self._cancel_later(taken)
 
     def _cancel_later(self, reservation_id: int) -> None:
         task = asyncio.get_running_loop().create_task(self.cancel(reservation_id))

@@ -198,6 +198,16 @@ class Hold:
 
 
 @dataclass(frozen=True, slots=True)
+class FirstReservation:
+    """A request's first platform attempt's wallet reservation (attempt 1), asked for with
+    its budget hold (`HOLD_AND_RESERVE_STATEMENT`)."""
+
+    account_id: int
+    api_key_id: int | None
+    amount_micro: int
+
+
+@dataclass(frozen=True, slots=True)
 class Held:
     """A budget hold as it was released."""
 
@@ -419,6 +429,36 @@ RESERVE_ONE_STATEMENT = (
     " expires_at)"
     " SELECT id, %(request)s, %(group)s, %(key)s, %(attempt)s, %(amount)s, 0, 0, 'pending',"
     " TRUE, FALSE, %(now)s, %(expires)s FROM wallet RETURNING id"
+)
+
+
+# HOLD_ONE_STATEMENT and the first platform attempt's RESERVE_ONE_STATEMENT (attempt 1) in one
+# statement: one commit, so one WAL flush, before the request's first vendor call. The wallet
+# is locked before the group (the ledger's lock order), and only a wallet that covers the
+# reservation lets the group be asked. No row back: the wallet refused and nothing was taken.
+# A refused group makes the statement fail on purpose (a cast of text that is no number:
+# InvalidTextRepresentation, SQLSTATE 22P02), and a failed statement takes back the wallet's
+# move with it: the two commit together or not at all.
+GROUP_REFUSED_SQLSTATE = "22P02"
+HOLD_AND_RESERVE_STATEMENT = (
+    "WITH wallet AS (UPDATE billing_wallet SET reserved_micro = reserved_micro + %(escrow)s,"
+    " updated_at = %(now)s WHERE account_id = %(account)s"
+    " AND balance_micro >= reserved_micro + %(escrow)s RETURNING id),"
+    " grp AS (UPDATE accounts_group SET reserved_micro = reserved_micro + %(amount)s"
+    " WHERE id = %(group)s AND EXISTS (SELECT 1 FROM wallet)"
+    f" AND {_room('%(amount)s', '%(now)s')} RETURNING id),"
+    " held AS (INSERT INTO billing_spendhold (request_id, group_id, api_key_id, caller_spend_id,"
+    " amount_micro, status, call_sent, created_at, expires_at)"
+    " SELECT %(request)s, id, NULL, NULL, %(amount)s, 'held', FALSE, %(now)s, %(expires)s"
+    " FROM grp RETURNING id),"
+    " reserved AS (INSERT INTO billing_reservation (wallet_id, request_id, group_id, api_key_id,"
+    " attempt_no, amount_micro, committed_micro, excess_micro, status, call_sent, unmeasured,"
+    " created_at, expires_at)"
+    " SELECT wallet.id, %(request)s, %(group)s, %(key)s, 1, %(escrow)s, 0, 0, 'pending', TRUE,"
+    " FALSE, %(now)s, %(expires)s FROM wallet, held RETURNING id)"
+    " SELECT id FROM reserved"
+    " UNION ALL SELECT (id::text || ' group budget refused')::bigint FROM wallet"
+    " WHERE NOT EXISTS (SELECT 1 FROM grp)"
 )
 
 

@@ -9,7 +9,7 @@ from core.usage_record import AttemptRecord
 from gateway.auth import Principal
 from gateway.catalog import ModelOffer
 from gateway.limits import Admission
-from gateway.plan import Plan
+from gateway.plan import Attempt, Plan
 from gateway.types import ModelRequest, StreamResult, Usage
 from gateway.web.types import WebBill
 
@@ -61,6 +61,9 @@ class RequestContext:
     # The budget hold: taken (a row exists) and marked as covering a sent platform call.
     hold_taken: bool = False
     call_marked: bool = False
+    # The first call's wallet reservation when the hold took it too: (its attempt, its id),
+    # until the orchestrator runs that attempt on it (else the finish cancels it).
+    reserved_ahead: tuple[Attempt, int] | None = None
     # How the request ended (set once, by the pipeline's finish).
     status: int = 200
     error_code: str = ""

@@ -279,7 +279,10 @@ class Orchestrator:
         offer = link.offer
         principal = ctx.principal
         reservation_id = None
-        if attempt.needs_escrow:
+        if ctx.reserved_ahead is not None and ctx.reserved_ahead[0] is attempt:
+            reservation_id = ctx.reserved_ahead[1]  # taken with the hold, for this attempt
+            ctx.reserved_ahead = None
+        elif attempt.needs_escrow:
             try:
                 reservation_id = await self.escrow.reserve(
                     account_id=principal.account_id,

@@ -33,14 +33,14 @@ from typing import TYPE_CHECKING
 import orjson
 from django.conf import settings
 
-from billing.ledger import CallerBudget, Hold
+from billing.ledger import CallerBudget, FirstReservation, Hold
 from core import errors, metrics
 from gateway import idempotency
 from gateway.auth import bearer, internal_authorized
 from gateway.breakers import Ticket
 from gateway.context import RequestContext
 from gateway.limits import Scope
-from gateway.plan import Plan, build_plan, output_bound, prompt_bound
+from gateway.plan import Attempt, Plan, build_plan, output_bound, prompt_bound
 from gateway.recording import record_and_release, usage_record
 from gateway.runtime import runtime
 from gateway.shapes import anthropic as anthropic_shape
@@ -129,7 +129,7 @@ async def serve(ex: Exchange, endpoint: Endpoint) -> None:
         # A client leaving cancels a stream at once; a non-streamed call runs to its answer
         # (its usage is what the vendor bills), but nothing more is sent to the client.
         ex.watch_disconnect(asyncio.current_task().cancel if ctx.req.stream else _ignore)
-        await hold(ctx, plan)
+        await hold(ctx, plan, first_ticket)
         ending = await execute(ex, ctx, endpoint, first_ticket)
     except errors.GatewayError as exc:
         ending = refusal(ex, exc)
@@ -278,8 +278,13 @@ def limit_scopes(ctx: RequestContext) -> tuple[Scope, ...]:
 # ---------------------------------------------------------------- 4. hold
 
 
-async def hold(ctx: RequestContext, plan: Plan) -> None:
-    """Hold the plan's worst case on the budgets that bound this request (LM-4001)."""
+async def hold(ctx: RequestContext, plan: Plan, first_ticket: Ticket | None = None) -> None:
+    """Hold the plan's worst case on the budgets that bound this request (LM-4001).
+
+    When the first call is sure to be a platform attempt on the wallet (the first link's
+    breaker already let it through), its reservation is asked for with the hold: one commit
+    before the vendor call instead of two.
+    """
     principal = ctx.principal
     if not (principal.has_budget or ctx.caller_budgeted):
         return
@@ -293,7 +298,8 @@ async def hold(ctx: RequestContext, plan: Plan) -> None:
         if ctx.caller_budgeted
         else None
     )
-    await runtime.escrow.hold_budget(
+    first = first_call_on_wallet(plan, first_ticket)
+    reservation_id = await runtime.escrow.hold_budget(
         Hold(
             request_id=ctx.request_id,
             group_id=principal.group_id,
@@ -301,9 +307,26 @@ async def hold(ctx: RequestContext, plan: Plan) -> None:
             key_budgeted=principal.key_budget_max_micro is not None,
             amount_micro=plan.budget_estimate_micro,
             caller=caller,
+        ),
+        first=FirstReservation(
+            account_id=principal.account_id,
+            api_key_id=principal.api_key_id,
+            amount_micro=first.escrow_budget_micro,
         )
+        if first is not None
+        else None,
     )
     ctx.hold_taken = True
+    if reservation_id is not None:
+        ctx.reserved_ahead = (first, reservation_id)
+
+
+def first_call_on_wallet(plan: Plan, first_ticket: Ticket | None) -> Attempt | None:
+    """Return the attempt the first vendor call is sure to be, when it reserves the wallet."""
+    if first_ticket is None:  # the first link's breaker has not let it through (yet)
+        return None
+    attempt = plan.links[0].attempts[0]
+    return attempt if attempt.needs_escrow else None
 
 
 # ---------------------------------------------------------------- 5. execute
@@ -391,6 +414,9 @@ async def finish(ex: Exchange, ctx: RequestContext, ending: Ending) -> None:
     """Record the request and release what it holds (before the client sees its end), then
     send its last bytes. The one place a request's books are closed."""
     ex.stop_watching()
+    if ctx.reserved_ahead is not None:  # its call was never made (the client left before)
+        await runtime.escrow.cancel(ctx.reserved_ahead[1])
+        ctx.reserved_ahead = None
     ctx.status, ctx.error_code = ending.status, ending.error_code
     if ctx.stream is not None:
         ctx.usage = ctx.stream.billed_usage()

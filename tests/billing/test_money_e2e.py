@@ -209,3 +209,69 @@ def test_a_failed_platform_attempt_cancels_its_reservation_and_the_next_link_hol
     wallet = Wallet.objects.get(account_id=tenant.account_id)
     assert (wallet.balance_micro, wallet.reserved_micro) == (1_000 - 34, 0)
     assert LedgerEntry.objects.filter(wallet=wallet, kind="commit").count() == 1
+
+
+# A prepaid request under a group budget takes its hold and its first platform attempt's
+# reservation in one statement (billing.ledger.HOLD_AND_RESERVE_STATEMENT): one commit, one
+# instant for both rows. Whichever of the two refuses, nothing of the other is left behind.
+
+
+def test_the_hold_and_the_first_reservation_are_taken_together_and_settle_exactly(stack):
+    tenant = stack.tenant(wallet_micro=1_000, budget_micro=1_000_000)
+    hold = worst_case(stack, tenant, max_tokens=100)
+
+    ask(stack, tenant, max_tokens=100)
+
+    [held] = SpendHold.objects.filter(group_id=tenant.group_id)
+    [reservation] = Reservation.objects.filter(wallet__account_id=tenant.account_id)
+    assert (held.created_at, held.expires_at) == (reservation.created_at, reservation.expires_at)
+    assert (held.status, held.amount_micro) == ("settled", hold)
+    assert (
+        reservation.attempt_no,
+        reservation.call_sent,
+        reservation.status,
+        reservation.amount_micro,
+        reservation.committed_micro,
+    ) == (1, True, "committed", hold, COST)
+    wallet = Wallet.objects.get(account_id=tenant.account_id)
+    assert (wallet.balance_micro, wallet.reserved_micro) == (1_000 - COST, 0)
+    group = Group.objects.get(pk=tenant.group_id)
+    assert (group.spent_micro, group.settled_micro, group.reserved_micro) == (COST, COST, 0)
+    [row] = usage_rows(group_id=tenant.group_id, expect=1)
+    assert (row.reservation_id, row.provider_cost_micro) == (reservation.pk, COST)
+
+
+def test_a_group_budget_refusal_takes_nothing_from_a_wallet_that_could_pay(stack):
+    tenant = stack.tenant(wallet_micro=1_000_000)
+    hold = worst_case(stack, tenant, max_tokens=100)
+    Group.objects.filter(pk=tenant.group_id).update(budget_max_micro=hold - 1)
+    stack.gateway.reload()
+
+    with pytest.raises(openai.APIStatusError) as refused:
+        ask(stack, tenant, max_tokens=100)
+
+    assert refused.value.status_code == 402 and refused.value.body["code"] == "LM-4001"
+    assert stack.stub.vendor_calls() == []
+    assert not Reservation.objects.filter(wallet__account_id=tenant.account_id).exists()
+    assert not SpendHold.objects.filter(group_id=tenant.group_id).exists()
+    wallet = Wallet.objects.get(account_id=tenant.account_id)
+    assert (wallet.balance_micro, wallet.reserved_micro) == (1_000_000, 0)
+    group = Group.objects.get(pk=tenant.group_id)
+    assert (group.spent_micro, group.reserved_micro) == (0, 0)
+
+
+def test_a_wallet_refusal_under_a_group_budget_is_lm_4002_and_its_hold_is_released(stack):
+    tenant = stack.tenant(wallet_micro=10, budget_micro=1_000_000)
+
+    with pytest.raises(openai.APIStatusError) as refused:
+        ask(stack, tenant)
+
+    assert refused.value.status_code == 402 and refused.value.body["code"] == "LM-4002"
+    assert stack.stub.vendor_calls() == []
+    assert not Reservation.objects.filter(wallet__account_id=tenant.account_id).exists()
+    [held] = SpendHold.objects.filter(group_id=tenant.group_id)
+    assert (held.status, held.call_sent) == ("settled", False)
+    wallet = Wallet.objects.get(account_id=tenant.account_id)
+    assert (wallet.balance_micro, wallet.reserved_micro) == (10, 0)
+    group = Group.objects.get(pk=tenant.group_id)
+    assert (group.spent_micro, group.reserved_micro) == (0, 0)

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 import pytest
-from django.db import IntegrityError, OperationalError, connection, transaction
+from django.db import DataError, IntegrityError, OperationalError, connection, transaction
 from django.utils import timezone
 
 from accounts.models import ApiKey, Group
@@ -190,6 +190,53 @@ def plan_hold(w: World):
         run,
         lambda _: w.requests.append(request),
     )
+
+
+def plan_hold_and_reserve(w: World):
+    """The request path's hold with its first reservation (a group-only hold, attempt 1), and
+    what it does when the wallet refuses: the hold alone."""
+    owner = w.rng.choice(w.owners)
+    request = Request(w.request_id(), owner, w.rng.choice(owner.key_ids))
+    amount = w.rng.choice([0, w.rng.randrange(1, 4_000), w.rng.randrange(1, 12_000)])
+    escrow = w.rng.randrange(1, 6_000)
+    now = w.now
+    expires = now + timedelta(seconds=w.rng.randrange(5, 60))
+    hold_params = {"request": request.request_id, "group": owner.group_id, "amount": amount}
+
+    def run():
+        with connection.cursor() as cursor:
+            try:
+                cursor.execute(
+                    ledger.HOLD_AND_RESERVE_STATEMENT,
+                    {
+                        **hold_params,
+                        "escrow": escrow,
+                        "account": owner.account_id,
+                        "key": request.api_key_id,
+                        "now": now,
+                        "expires": expires,
+                    },
+                )
+            except DataError as exc:
+                assert exc.__cause__.sqlstate == ledger.GROUP_REFUSED_SQLSTATE
+                raise ledger.Refused("group budget") from None
+            row = cursor.fetchone()
+            if row is not None:
+                return row[0]
+            cursor.execute(
+                ledger.HOLD_ONE_STATEMENT, {**hold_params, "now": now, "expires": expires}
+            )
+            if cursor.fetchone() is None:
+                raise ledger.Refused("group budget")
+            return None
+
+    def record(reservation_id):
+        w.requests.append(request)
+        if reservation_id is not None:
+            request.reservations.append(reservation_id)
+            w.reservations.append((reservation_id, escrow))
+
+    return f"hold {request.request_id} {amount} and reserve {escrow}", run, record
 
 
 def plan_reserve(w: World):
@@ -386,6 +433,7 @@ def plan_adjust(w: World):
 
 PLANS = [
     (plan_hold, 5),
+    (plan_hold_and_reserve, 3),
     (plan_reserve, 5),
     (plan_commit, 2),
     (plan_cancel, 2),
