@@ -10,6 +10,10 @@ TPM counters, so a concurrent burst sees what is already promised; the finish ad
 (real usage - estimate), in both vendor shapes. A scope refuses once used >= limit, so it is
 passed by at most one request's estimate.
 
+Once the fleet counts Redis returned show a scope's requests at its rpm, the rest of that
+window is refused in the process without asking Redis (a window's request count only grows;
+a raised limit is judged by Redis again).
+
 Without Redis each process judges alone, from what it last saw: per (scope, window) it
 keeps the fleet counts the script returned, and takes as its share of the window what was
 left of it then, split between replicas: (limit - seen) // replicas (limit // replicas for a
@@ -252,8 +256,8 @@ class Limiter:
             resets_at=resets_at,
             clock=self._clock,
         )
-        result = None
-        if self._shared.available:
+        result = self._known_full(scopes, window)
+        if result is None and self._shared.available:
             try:
                 if window == self._resync_window or self._syncing is not None:
                     await self._resync(window)
@@ -290,6 +294,21 @@ class Limiter:
             )
         which = "group concurrency cap" if result[1] else "fleet in-flight cap"
         raise errors.CapacityExhausted(f"The {which} is reached.", retry_after_s=1)
+
+    def _known_full(self, scopes: tuple[Scope, ...], window: int) -> list[int] | None:
+        """Refuse here what Redis is sure to refuse: the first limited scope's requests
+        this window already reached its rpm in the fleet counts Redis returned (a window's
+        request counts only grow), so a flood past its limit costs no round trip. Redis
+        checks the scopes in order, RPM before TPM: a scope before it that is limited but
+        not known full could refuse first, for another reason, so then Redis judges."""
+        for index, scope in enumerate(scopes, start=1):
+            if not (scope.rpm or scope.tpm):
+                continue
+            tally = self._tallies.get((scope.name, window))
+            if scope.rpm and tally is not None and tally.seen_requests >= scope.rpm:
+                return [RPM, index]
+            return None
+        return None
 
     async def finish(self, admission: Admission, *, tokens: int) -> None:
         """Release the slots and true up the reserved estimate to the answer's real tokens."""

@@ -98,6 +98,59 @@ def test_a_key_rpm_admits_the_limit_then_refuses_for_the_rest_of_the_window(
     assert refused.retry_after_s == 45  # +60 s, from +15 s
 
 
+def test_a_window_known_full_is_refused_without_asking_redis_until_the_limit_is_raised(
+    redis_only, tollgate, clock, tag
+):
+    tollgate(REPLICAS=1, INFLIGHT_MAX=0)
+    full = (Scope(f"key:{tag}", rpm=3, tpm=0),)
+    raised = (Scope(f"key:{tag}", rpm=5, tpm=0),)
+    key = f"tollgate:rl:rpm:key:{tag}:{WINDOW}"
+    clock.at(15.0)
+
+    async def scenario():
+        async with shared_state() as shared:
+            limiter = Limiter(shared, clock=clock)
+            for _ in range(3):
+                await admit(limiter, full)
+            # Had Redis been asked, it would admit this one (its count says 0 now).
+            client = redis.Redis.from_url(settings.REDIS_URL)
+            client.set(key, 0)
+            client.close()
+            refused = await refusal(limiter, full)
+            left = redis_get(key)
+            return refused, left, await admit(limiter, raised)
+
+    refused, left, after_raise = asyncio.run(scenario())
+
+    assert type(refused) is RequestRateLimited
+    assert (refused.code, refused.retry_after_s) == ("LM-3001", 45)
+    assert left == "0"  # no admission script ran for the refusal
+    assert (after_raise.in_shared, after_raise.requests_used) == (True, [1])
+
+
+def test_a_scope_before_the_known_full_one_is_still_judged_by_redis(
+    redis_only, tollgate, clock, tag
+):
+    tollgate(REPLICAS=1, INFLIGHT_MAX=0)
+    group = Scope(f"group:{tag}", rpm=2, tpm=0)
+    key = Scope(f"key:{tag}", rpm=0, tpm=100)  # limited, and full first: Redis says TPM
+
+    async def scenario():
+        async with shared_state() as shared:
+            limiter = Limiter(shared, clock=clock)
+            for _ in range(2):
+                await admit(limiter, (group,))
+            await admit(limiter, (key,), estimate=100)
+            return await refusal(limiter, (key, group))
+
+    refused = asyncio.run(scenario())
+
+    assert (type(refused), refused.message) == (
+        TokenRateLimited,
+        "Token rate over limit for key.",
+    )
+
+
 def test_the_next_window_admits_again_from_zero(backend, tollgate, clock, tag):
     tollgate(REPLICAS=1, INFLIGHT_MAX=0)
     scopes = (Scope(f"key:{tag}", rpm=2, tpm=0),)
