@@ -5,6 +5,7 @@ while the statement is in flight."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import uuid
 
@@ -42,6 +43,19 @@ def lock_wallet(account_id: int) -> psycopg.Connection:
     return other
 
 
+@contextlib.asynccontextmanager
+async def escrow_and_locked_wallet(account_id: int):
+    """A request path's escrow, and a session holding the wallet's row lock until it commits."""
+    escrow = Escrow()
+    await escrow.open()
+    other = lock_wallet(account_id)
+    try:
+        yield escrow, other
+    finally:
+        other.close()
+        await escrow.close()
+
+
 async def waiting_on_a_lock(statement_start: str) -> None:
     """Return once a statement starting so waits for a row lock (another session's)."""
     # Its own session, autocommit: pg_stat_activity is a snapshot per transaction.
@@ -77,10 +91,7 @@ def test_a_request_that_left_while_its_statement_was_in_flight_has_its_reservati
     hold, first = request(tenant)
 
     async def scenario():
-        escrow = Escrow()
-        await escrow.open()
-        other = lock_wallet(tenant.account_id)
-        try:
+        async with escrow_and_locked_wallet(tenant.account_id) as (escrow, other):
             waiter = asyncio.ensure_future(escrow.hold_budget(hold, first=first))
             await waiting_on_a_lock("WITH wallet AS")
             waiter.cancel()  # the client left; its statement is already with the database
@@ -97,9 +108,6 @@ def test_a_request_that_left_while_its_statement_was_in_flight_has_its_reservati
                 if row and row[0] == "cancelled":
                     break
                 await asyncio.sleep(0.01)
-        finally:
-            other.close()
-            await escrow.close()
 
     asyncio.run(scenario())
 
@@ -119,10 +127,7 @@ def test_behind_a_reservation_in_flight_on_its_wallet_a_hold_goes_alone(transact
     hold, first = request(tenant)
 
     async def scenario():
-        escrow = Escrow()
-        await escrow.open()
-        other = lock_wallet(tenant.account_id)
-        try:
+        async with escrow_and_locked_wallet(tenant.account_id) as (escrow, other):
             reserving = asyncio.ensure_future(
                 escrow.reserve(
                     account_id=tenant.account_id,
@@ -138,9 +143,6 @@ def test_behind_a_reservation_in_flight_on_its_wallet_a_hold_goes_alone(transact
             taken = await asyncio.wait_for(escrow.hold_budget(hold, first=first), timeout=5)
             other.commit()
             return taken, await reserving
-        finally:
-            other.close()
-            await escrow.close()
 
     taken, earlier_reservation = asyncio.run(scenario())
 

@@ -60,6 +60,14 @@ def redis_get(key: str) -> str | None:
         client.close()
 
 
+def redis_set(key: str, value: int) -> None:
+    client = redis.Redis.from_url(settings.REDIS_URL)
+    try:
+        client.set(key, value)
+    finally:
+        client.close()
+
+
 def redis_delete(key: str) -> None:
     client = redis.Redis.from_url(settings.REDIS_URL)
     try:
@@ -112,10 +120,7 @@ def test_a_window_known_full_is_refused_without_asking_redis_until_the_limit_is_
             limiter = Limiter(shared, clock=clock)
             for _ in range(3):
                 await admit(limiter, full)
-            # Had Redis been asked, it would admit this one (its count says 0 now).
-            client = redis.Redis.from_url(settings.REDIS_URL)
-            client.set(key, 0)
-            client.close()
+            redis_set(key, 0)  # had Redis been asked, it would admit this one now
             refused = await refusal(limiter, full)
             left = redis_get(key)
             return refused, left, await admit(limiter, raised)
