@@ -64,7 +64,7 @@ async def waiting_on_a_lock(statement_start: str) -> None:
         while time.monotonic() < deadline:
             row = watcher.execute(
                 "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
-                " AND query LIKE %s",
+                " AND datname = current_database() AND query LIKE %s",
                 (statement_start + "%",),
             ).fetchone()
             if row[0]:
