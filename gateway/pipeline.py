@@ -414,7 +414,7 @@ async def finish(ex: Exchange, ctx: RequestContext, ending: Ending) -> None:
     """Record the request and release what it holds (before the client sees its end), then
     send its last bytes. The one place a request's books are closed."""
     ex.stop_watching()
-    if ctx.reserved_ahead is not None:  # its call was never made (the client left before)
+    if ctx.reserved_ahead is not None:  # its attempt never ran: its call was never made
         await runtime.escrow.cancel(ctx.reserved_ahead[1])
         ctx.reserved_ahead = None
     ctx.status, ctx.error_code = ending.status, ending.error_code
