@@ -60,7 +60,18 @@ class Coalescer:
             self._draining.add(task)
             task.add_done_callback(self._draining.discard)
         queue.append((item, future))
-        return await future
+        try:
+            return await future
+        except asyncio.CancelledError:
+            # Cancelled after its result was set but before it woke to take it: the result
+            # has nobody to go to, as if the waiter had left before the batch came back.
+            if future.done() and not future.cancelled() and future.exception() is None:
+                self._orphan(future.result())
+            raise
+
+    def _orphan(self, result) -> None:
+        if self._orphaned is not None and result is not None:
+            self._orphaned(result)
 
     async def _drain(self, key, queue) -> None:
         batch: list = []
@@ -84,8 +95,8 @@ class Coalescer:
                             future.set_exception(result)
                         else:
                             future.set_result(result)
-                    elif self._orphaned is not None and result is not None and not failed:
-                        self._orphaned(result)
+                    elif not failed:
+                        self._orphan(result)
         except BaseException as exc:  # cancelled (shutdown): no waiter is left hanging
             for _, future in batch + queue:
                 if not future.done():

@@ -52,6 +52,29 @@ def test_a_waiter_gone_before_its_batch_is_dropped_and_after_it_its_result_is_or
     assert orphans == [10]
 
 
+def test_a_waiter_cancelled_after_its_result_came_but_before_it_woke_orphans_the_result():
+    orphans: list[int] = []
+    waiters: list[asyncio.Future] = []
+
+    async def run_batch(key, items):
+        await asyncio.sleep(0)
+        # Runs after the result is set and before the waiter wakes to take it.
+        asyncio.get_running_loop().call_soon(waiters[0].cancel)
+        return [item * 10 for item in items]
+
+    async def scenario():
+        coalescer = Coalescer(run_batch, orphaned=orphans.append)
+        waiters.append(asyncio.ensure_future(coalescer.submit("g", 1)))
+        try:
+            await waiters[0]
+        except asyncio.CancelledError:
+            return "cancelled"
+        return "took its result"
+
+    assert asyncio.run(scenario()) == "cancelled"
+    assert orphans == [10]
+
+
 def test_an_item_that_failed_raises_for_its_waiter_only():
     async def run_batch(key, items):
         await asyncio.sleep(0)
