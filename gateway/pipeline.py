@@ -299,6 +299,11 @@ async def hold(ctx: RequestContext, plan: Plan, first_ticket: Ticket | None = No
         else None
     )
     first = first_call_on_wallet(plan, first_ticket)
+    with_hold = (
+        FirstReservation(principal.account_id, principal.api_key_id, first.escrow_budget_micro)
+        if first is not None
+        else None
+    )
     reservation_id = await runtime.escrow.hold_budget(
         Hold(
             request_id=ctx.request_id,
@@ -308,13 +313,7 @@ async def hold(ctx: RequestContext, plan: Plan, first_ticket: Ticket | None = No
             amount_micro=plan.budget_estimate_micro,
             caller=caller,
         ),
-        first=FirstReservation(
-            account_id=principal.account_id,
-            api_key_id=principal.api_key_id,
-            amount_micro=first.escrow_budget_micro,
-        )
-        if first is not None
-        else None,
+        first=with_hold,
     )
     ctx.hold_taken = True
     if reservation_id is not None:
