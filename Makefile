@@ -6,14 +6,21 @@ else
 PY := .venv/bin/python
 endif
 
-.PHONY: run stop test bench bench-peer lint install
+.PHONY: run stop test bench bench-peer lint install install-dev
 
+# What the service runs on (requirements.lock), and on top of it the test, bench and lint tools.
 install: var/.installed
 
-var/.installed: requirements.txt
+install-dev: var/.installed-dev
+
+var/.installed: requirements.lock
 	@if [ -z "$$VIRTUAL_ENV" ] && [ ! -x .venv/bin/python ]; then python3 -m venv .venv; fi
-	@$(PY) -m pip install -q --disable-pip-version-check -r requirements.txt
+	@$(PY) -m pip install -q --disable-pip-version-check -r requirements.lock
 	@mkdir -p var && touch var/.installed
+
+var/.installed-dev: var/.installed requirements-dev.txt
+	@$(PY) -m pip install -q --disable-pip-version-check -r requirements-dev.txt
+	@touch var/.installed-dev
 
 run: install
 	@PY=$(PY) scripts/run.sh
@@ -21,18 +28,18 @@ run: install
 stop:
 	@scripts/stop.sh
 
-test: install
+test: install-dev
 	@PY=$(PY) scripts/test.sh
 
 # PACED_STREAMS: how many concurrent paced streams the paced-streams scenario opens (0: none).
 PACED_STREAMS ?= 1000
 
-bench: install
+bench: install-dev
 	@$(PY) bench/run.py --paced-streams $(PACED_STREAMS) $(ARGS)
 
 # The same loads also through LiteLLM's proxy (installed into var/peer-venv on first use).
-bench-peer: install
+bench-peer: install-dev
 	@$(PY) bench/run.py --peer litellm $(ARGS)
 
-lint: install
+lint: install-dev
 	@$(PY) -m ruff check .

@@ -1,7 +1,13 @@
-"""ASGI entry point: the gateway's lean app for the proxy hot path, Django for the rest.
+"""ASGI entry points: the data plane, the control plane, and both in one process.
 
-`/v1/...`, `/internal/...`, `/healthz`, `/readyz` and `/metrics` go to gateway.asgi without
-touching Django's request machinery; everything else (admin, tenant API) goes to Django.
+- `gateway_application`, the data plane: `/v1/...`, `/internal/...`, `/healthz`, `/readyz`
+  and `/metrics` on the gateway's lean app, without Django's request machinery; any other
+  path answers a JSON 404 in the gateway's error language naming the base URLs.
+- `control_application`, the control plane: Django (dashboard, Django admin, tenant API, API
+  docs, static files), plus its own `/healthz`. A password hash or an admin page run here
+  takes no CPU from proxied requests.
+- `application`, both behind one port: gateway paths to the gateway, the rest to Django. For
+  `make run`, one-process deployments and the scripts that start `config.asgi:application`.
 """
 
 from __future__ import annotations
@@ -16,7 +22,8 @@ django.setup()
 
 from django.core.asgi import get_asgi_application  # noqa: E402
 
-from gateway.asgi import gateway_app, serves  # noqa: E402
+from core import errors  # noqa: E402
+from gateway.asgi import Exchange, gateway_app, serves  # noqa: E402
 from gateway.runtime import runtime  # noqa: E402
 from gateway.startup import prepare  # noqa: E402
 
@@ -28,23 +35,83 @@ async def application(scope, receive, send):
     if kind == "http" and serves(scope["path"]):
         await gateway_app(scope, receive, send)
     elif kind == "lifespan":
-        await lifespan(receive, send)
+        await lifespan(receive, send, start_gateway=True)
     else:
         await django_app(scope, receive, send)
 
 
-async def lifespan(receive, send) -> None:
+async def gateway_application(scope, receive, send):
+    kind = scope["type"]
+    if kind == "http" and serves(scope["path"]):
+        await gateway_app(scope, receive, send)
+    elif kind == "lifespan":
+        await lifespan(receive, send, start_gateway=True)
+    elif kind == "http":
+        await Exchange(scope, receive, send).refuse(errors.NotFound(_wrong_plane(scope)))
+
+
+async def control_application(scope, receive, send):
+    kind = scope["type"]
+    if kind == "http" and scope["path"] == "/healthz":
+        await _reply_json(send, 200, b'{"status":"ok","plane":"control"}')
+    elif kind == "http" and serves(scope["path"]):
+        await Exchange(scope, receive, send).refuse(
+            errors.NotFound(
+                f"No route {scope['method']} {scope['path'][:200]} here: this is Tollgate's "
+                "control plane (dashboard, admin, tenant API). Send model requests to the "
+                "gateway's address."
+            )
+        )
+    elif kind == "lifespan":
+        await lifespan(receive, send, start_gateway=False)
+    else:
+        await django_app(scope, receive, send)
+
+
+def _wrong_plane(scope: dict) -> str:
+    host = _header(scope, b"host") or "this-gateway"
+    scheme = "https" if scope.get("scheme") == "https" else "http"
+    return (
+        f"No route {scope['method']} {scope['path'][:200]} on the Tollgate gateway. Point the "
+        f"OpenAI SDK at base URL {scheme}://{host}/v1 and the Anthropic SDK at "
+        f"{scheme}://{host}; the models are listed at GET /v1/models. The dashboard, admin "
+        "and tenant API are served by the control plane."
+    )
+
+
+def _header(scope: dict, name: bytes) -> str:
+    for key, value in scope.get("headers", ()):
+        if key == name:
+            # A client's Host header labels a message, nothing more: keep it short and printable.
+            return "".join(ch for ch in value.decode("latin-1")[:100] if ch.isprintable())
+    return ""
+
+
+async def _reply_json(send, status: int, body: bytes) -> None:
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [(b"content-type", b"application/json")],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
+async def lifespan(receive, send, *, start_gateway: bool) -> None:
     while True:
         message = await receive()
         if message["type"] == "lifespan.startup":
             try:
                 await prepare()
-                await runtime.start()
+                if start_gateway:
+                    await runtime.start()
             except Exception as exc:
                 await send({"type": "lifespan.startup.failed", "message": str(exc)})
                 raise SystemExit(3) from exc
             await send({"type": "lifespan.startup.complete"})
         elif message["type"] == "lifespan.shutdown":
-            await runtime.stop()
+            if start_gateway:
+                await runtime.stop()
             await send({"type": "lifespan.shutdown.complete"})
             return

@@ -26,6 +26,7 @@ SCHEME: dict[str, tuple[type, object]] = {
     "DEBUG": (bool, False),
     "SECRET_KEY": (str, ""),
     "ALLOWED_HOSTS": (list, ["*"]),
+    "CSRF_TRUSTED_ORIGINS": (list, []),
     "DATABASE_URL": (str, ""),
     "REDIS_URL": (str, ""),
     "CELERY_BROKER_URL": (str, ""),
@@ -35,6 +36,20 @@ SCHEME: dict[str, tuple[type, object]] = {
     "SEALING_KEYS": (str, ""),
     "PROVIDER_PROFILES_JSON": (str, ""),
     "TOLLGATE_VAR_DIR": (str, ""),
+    "TOLLGATE_PUBLIC_URL": (str, ""),
+    # Behind TLS (production): cookies, HSTS, and how a request says it came over https.
+    "TOLLGATE_SECURE_COOKIES": (str, ""),
+    "TOLLGATE_BEHIND_TLS_PROXY": (bool, False),
+    "TOLLGATE_SSL_REDIRECT": (bool, False),
+    "TOLLGATE_HSTS_SECONDS": (int, 0),
+    "TOLLGATE_HSTS_INCLUDE_SUBDOMAINS": (bool, False),
+    "TOLLGATE_HSTS_PRELOAD": (bool, False),
+    "TOLLGATE_REDIS_PERSISTENCE": (str, "check"),
+    # Sign-in throttling (dashboard, Django admin, tenant API tokens).
+    "TOLLGATE_LOGIN_FAILURES": (int, 5),
+    "TOLLGATE_LOGIN_LOCKOUT_S": (int, 60),
+    "TOLLGATE_LOGIN_LOCKOUT_MAX_S": (int, 3600),
+    "TOLLGATE_PROXY_HOPS": (int, 0),
     "TOLLGATE_BEAT_SCHEDULE": (str, ""),
     "TOLLGATE_MAX_BODY_BYTES": (int, 1_048_576),
     "TOLLGATE_MAX_ROUTE": (int, 2),
@@ -158,6 +173,44 @@ if GATEWAY_INTERNAL_TOKEN and len(GATEWAY_INTERNAL_TOKEN) < 32:
     )
 
 ALLOWED_HOSTS = env("ALLOWED_HOSTS")
+CSRF_TRUSTED_ORIGINS = env("CSRF_TRUSTED_ORIGINS")
+
+# Production is served over TLS (a reverse proxy terminates it): cookies are Secure unless the
+# operator says otherwise (`TOLLGATE_SECURE_COOKIES=false`, a plain-http trial). Embedded
+# runs on http://127.0.0.1 and keeps plain cookies.
+_secure_cookies = env("TOLLGATE_SECURE_COOKIES").strip().lower()
+if _secure_cookies not in ("", "true", "false"):
+    raise ImproperlyConfigured("Malformed setting TOLLGATE_SECURE_COOKIES: use true or false.")
+SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = (
+    _secure_cookies == "true" if _secure_cookies else not EMBEDDED
+)
+SESSION_COOKIE_HTTPONLY = True
+# The proxy in front says https in X-Forwarded-Proto; only set this behind one that always
+# overwrites that header, or a client could claim https over plain http.
+if env("TOLLGATE_BEHIND_TLS_PROXY"):
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+SECURE_SSL_REDIRECT = env("TOLLGATE_SSL_REDIRECT")
+SECURE_HSTS_SECONDS = env("TOLLGATE_HSTS_SECONDS")
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env("TOLLGATE_HSTS_INCLUDE_SUBDOMAINS")
+SECURE_HSTS_PRELOAD = env("TOLLGATE_HSTS_PRELOAD")
+if SECURE_HSTS_SECONDS < 0:
+    raise ImproperlyConfigured("Malformed setting TOLLGATE_HSTS_SECONDS: use >= 0.")
+
+# Where people reach the control plane (dashboard links such as a set-password link).
+PUBLIC_URL = env("TOLLGATE_PUBLIC_URL").rstrip("/")
+if PUBLIC_URL and not PUBLIC_URL.startswith(("http://", "https://")):
+    raise ImproperlyConfigured(
+        "Malformed setting TOLLGATE_PUBLIC_URL: an absolute URL, e.g. https://tollgate.example.com."
+    )
+
+# The usage journal lives in Redis: without persistence a Redis crash loses measured rows.
+# `check` (default) refuses to start on a Redis without AOF; `trusted` skips the check (a
+# managed Redis that hides CONFIG but persists); `none` runs without it on purpose.
+REDIS_PERSISTENCE = env("TOLLGATE_REDIS_PERSISTENCE")
+if REDIS_PERSISTENCE not in ("check", "trusted", "none"):
+    raise ImproperlyConfigured(
+        "Malformed setting TOLLGATE_REDIS_PERSISTENCE: use check, trusted or none."
+    )
 REDIS_URL = env("REDIS_URL")
 GATEWAY_PTB_ENABLED = env("GATEWAY_PTB_ENABLED")
 GATEWAY_BYOK_ENABLED = env("GATEWAY_BYOK_ENABLED")
@@ -218,7 +271,22 @@ TOLLGATE = {
     "CRAWL_MAX_DEPTH": env("TOLLGATE_CRAWL_MAX_DEPTH"),
     "CRAWL_HOST_DELAY_MS": env("TOLLGATE_CRAWL_HOST_DELAY_MS"),
     "CRAWL_LEASE_S": env("TOLLGATE_CRAWL_LEASE_S"),
+    # Sign-in throttling (accounts/throttle.py): failures per account name or client address
+    # before a lockout (0: off), the first lockout, and its cap as lockouts repeat (doubling).
+    "LOGIN_FAILURES": env("TOLLGATE_LOGIN_FAILURES"),
+    "LOGIN_LOCKOUT_S": env("TOLLGATE_LOGIN_LOCKOUT_S"),
+    "LOGIN_LOCKOUT_MAX_S": env("TOLLGATE_LOGIN_LOCKOUT_MAX_S"),
+    # How many reverse proxies in front append to X-Forwarded-For (0: the peer's address is
+    # the client's). The client is the address the outermost trusted proxy saw.
+    "PROXY_HOPS": env("TOLLGATE_PROXY_HOPS"),
 }
+if min(TOLLGATE["LOGIN_FAILURES"], TOLLGATE["PROXY_HOPS"]) < 0 or not (
+    1 <= TOLLGATE["LOGIN_LOCKOUT_S"] <= TOLLGATE["LOGIN_LOCKOUT_MAX_S"]
+):
+    raise ImproperlyConfigured(
+        "Malformed setting TOLLGATE_LOGIN_*: failures and proxy hops >= 0, and "
+        "1 <= TOLLGATE_LOGIN_LOCKOUT_S <= TOLLGATE_LOGIN_LOCKOUT_MAX_S."
+    )
 if TOLLGATE["RESERVATION_TTL_S"] < TOLLGATE["REQUEST_DEADLINE_S"]:
     # A hold must outlive the request it covers, or the reaper frees a live stream's money.
     raise ImproperlyConfigured(

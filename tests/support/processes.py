@@ -37,6 +37,11 @@ def child_env(**extra: str) -> dict[str, str]:
     }
     # Production-mode children need a caller key: the test process's (or "off").
     env["TOLLGATE_CALLER_KEY"] = settings.TOLLGATE["CALLER_KEY"] or "off"
+    # Production-mode children serve plain http on 127.0.0.1 (no TLS proxy in front) and use
+    # the machine's Redis, which keeps nothing on disk: both said explicitly, as an operator
+    # would have to.
+    env["TOLLGATE_SECURE_COOKIES"] = "false"
+    env["TOLLGATE_REDIS_PERSISTENCE"] = "none"
     env.update(extra)
     return env
 
