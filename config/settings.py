@@ -33,6 +33,8 @@ SCHEME: dict[str, tuple[type, object]] = {
     "GATEWAY_INTERNAL_TOKEN": (str, ""),
     "GATEWAY_PTB_ENABLED": (bool, True),
     "GATEWAY_BYOK_ENABLED": (bool, True),
+    # Read by the process commands (compose.yaml, Procfile), not by Django: its worker count.
+    "GATEWAY_WORKERS": (int, 2),
     "SEALING_KEYS": (str, ""),
     "PROVIDER_PROFILES_JSON": (str, ""),
     "TOLLGATE_VAR_DIR": (str, ""),
@@ -193,6 +195,8 @@ SECURE_SSL_REDIRECT = env("TOLLGATE_SSL_REDIRECT")
 SECURE_HSTS_SECONDS = env("TOLLGATE_HSTS_SECONDS")
 SECURE_HSTS_INCLUDE_SUBDOMAINS = env("TOLLGATE_HSTS_INCLUDE_SUBDOMAINS")
 SECURE_HSTS_PRELOAD = env("TOLLGATE_HSTS_PRELOAD")
+# Joining browsers' preload list is the domain owner's own submission, not a setting's gap.
+SILENCED_SYSTEM_CHECKS = [] if SECURE_HSTS_PRELOAD else ["security.W021"]
 if SECURE_HSTS_SECONDS < 0:
     raise ImproperlyConfigured("Malformed setting TOLLGATE_HSTS_SECONDS: use >= 0.")
 

@@ -15,12 +15,23 @@ RECORD=var/make-run
 
 scripts/stop.sh >/dev/null 2>&1 || true
 
+# Each run's logs are kept: the previous five runs' as NAME.log.1 (newest) to NAME.log.5.
+for name in migrate stub gateway worker; do
+  for n in 4 3 2 1; do
+    [ ! -f "$VAR/$name.log.$n" ] || mv -f "$VAR/$name.log.$n" "$VAR/$name.log.$((n + 1))"
+  done
+  [ ! -f "$VAR/$name.log" ] || mv -f "$VAR/$name.log" "$VAR/$name.log.1"
+done
+
+# The demo is one process serving both planes on one port (config.asgi:application); a
+# deployment runs them apart (docs/production.md). Links it prints point here.
+export TOLLGATE_PUBLIC_URL="http://127.0.0.1:$PORT"
 $PY manage.py migrate --noinput >"$VAR/migrate.log"
 demo_json=$($PY manage.py seed_demo --stub-url "http://127.0.0.1:$STUB_PORT")
-read -r api_key operator_user operator_password owner_user owner_password < <($PY -c '
+read -r api_key api_token operator_user operator_password owner_user owner_password < <($PY -c '
 import json, sys
 demo = json.loads(sys.argv[1])
-names = "api_key operator_username operator_password owner_username owner_password"
+names = "api_key api_token operator_username operator_password owner_username owner_password"
 print(*(demo[name] for name in names.split()))' "$demo_json")
 
 nohup $PY manage.py runstub --host 127.0.0.1 --port "$STUB_PORT" >"$VAR/stub.log" 2>&1 &
@@ -68,6 +79,12 @@ echo
 echo "Log in with a browser (fresh passwords on each make run; shown only here):"
 echo "Django admin (operators): http://127.0.0.1:$PORT/django-admin/ user $operator_user password $operator_password"
 echo "Tenant dashboard (demo owner): http://127.0.0.1:$PORT/login/ user $owner_user password $owner_password"
+echo
+echo "The demo tenant's API token (keys, groups, budgets, usage; docs at http://127.0.0.1:$PORT/api/docs/):"
+echo "curl -sS http://127.0.0.1:$PORT/api/account -H 'Authorization: Token $api_token'"
+echo
+echo "Management commands on this run (its database is in $VAR):"
+echo "cd $(pwd -P) && TOLLGATE_VAR_DIR=$VAR $(command -v "$PY" | sed "s|^\([^/]\)|$(pwd -P)/\1|") manage.py create_tenant --name acme --wallet-micro 5000000 --json"
 echo
 echo "Point the official SDKs at Tollgate:"
 echo "export OPENAI_BASE_URL=http://127.0.0.1:$PORT/v1"

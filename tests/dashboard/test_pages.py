@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import re
 from zoneinfo import ZoneInfo
 
@@ -85,8 +86,21 @@ def test_create_tenant_prints_a_set_password_link(tmp_path):
     import json
 
     data = json.loads(out.getvalue())
-    assert re.fullmatch(r"/set-password/[\w-]+/[\w-]+/", data["password_link"])
-    assert Client().get(data["password_link"], follow=True).context["validlink"] is True
+    # No TOLLGATE_PUBLIC_URL in the test settings: the link is on the default address.
+    assert re.fullmatch(r"http://127.0.0.1:8000/set-password/[\w-]+/[\w-]+/", data["password_link"])
+    path = data["password_link"].removeprefix("http://127.0.0.1:8000")
+    assert Client().get(path, follow=True).context["validlink"] is True
+
+
+def test_create_tenant_links_on_the_public_url(settings):
+    from django.core.management import call_command
+
+    settings.PUBLIC_URL = "https://tollgate.example.com"
+    out, err = io.StringIO(), io.StringIO()
+    call_command("create_tenant", "--name", "public", "--json", stdout=out, stderr=err)
+    link = json.loads(out.getvalue())["password_link"]
+    assert re.fullmatch(r"https://tollgate\.example\.com/set-password/[\w-]+/[\w-]+/", link)
+    assert err.getvalue() == ""
 
 
 def test_overview_shows_wallet_and_spend_today_exactly():

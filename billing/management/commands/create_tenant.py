@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import json
 
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 from django.db import IntegrityError
 
-from accounts.logins import password_link_issue
+from accounts.logins import password_link_url
 from billing.services import tenant_provision
 
 
@@ -39,9 +40,16 @@ class Command(BaseCommand):
         except IntegrityError:
             raise CommandError(f"A tenant named {options['name']!r} already exists.") from None
         data = tenant.as_json()
-        # The owner's one-time link (a path on this Tollgate) to set a dashboard password.
+        # The owner's one-time link to set a dashboard password, on the control plane's
+        # public address (TOLLGATE_PUBLIC_URL).
         owner = get_user_model().objects.get(username=tenant.username)
-        data["password_link"] = password_link_issue(user=owner)
+        base_url = settings.PUBLIC_URL
+        if not base_url:
+            base_url = "http://127.0.0.1:8000"
+            self.stderr.write(
+                "TOLLGATE_PUBLIC_URL is not set: the password link assumes " + base_url + "."
+            )
+        data["password_link"] = password_link_url(user=owner, base_url=base_url)
         if options["json"]:
             self.stdout.write(json.dumps(data))
         else:

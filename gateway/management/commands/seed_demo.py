@@ -1,8 +1,9 @@
 """Seed the embedded demo: stub-backed provider profiles, a funded demo tenant and two logins.
 
 Idempotent: a second run keeps everything and, since secrets are shown once, mints a fresh
-demo key (revoking the previous one) and fresh passwords for the operator (Django admin) and
-the demo tenant's owner (dashboard), so the printed lines always work.
+demo key and tenant API token (revoking the previous ones) and fresh passwords for the
+operator (Django admin) and the demo tenant's owner (dashboard), so the printed lines always
+work.
 """
 
 from __future__ import annotations
@@ -13,9 +14,10 @@ import secrets
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
 from django.db import transaction
+from django.utils import timezone
 
-from accounts.models import Account, ApiKey, Membership
-from accounts.services import api_key_create, api_key_revoke
+from accounts.models import Account, ApiKey, Membership, TenantToken
+from accounts.services import api_key_create, api_key_revoke, tenant_token_create
 from billing.services import tenant_provision
 from providers.models import ProviderProfile
 from providers.services import profile_set_platform_key, profiles_bootstrap
@@ -125,6 +127,11 @@ class Command(BaseCommand):
         owner = Membership.objects.get(
             account_id=data["account_id"], role=Membership.Role.OWNER
         ).user
+        if account is not None:
+            TenantToken.objects.filter(user=owner, revoked_at__isnull=True).update(
+                revoked_at=timezone.now()
+            )
+            data["api_token"] = tenant_token_create(user=owner)[1]
         data |= {
             "operator_username": OPERATOR_USERNAME,
             "operator_password": operator_password,
