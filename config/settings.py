@@ -33,8 +33,10 @@ SCHEME: dict[str, tuple[type, object]] = {
     "GATEWAY_INTERNAL_TOKEN": (str, ""),
     "GATEWAY_PTB_ENABLED": (bool, True),
     "GATEWAY_BYOK_ENABLED": (bool, True),
-    # Read by the process commands (compose.yaml, Procfile), not by Django: its worker count.
+    # Read by the process commands (compose.yaml, Procfile), not by Django: the gateway's
+    # worker count, and its address in the Procfile.
     "GATEWAY_WORKERS": (int, 2),
+    "GATEWAY_BIND": (str, "127.0.0.1:8000"),
     "SEALING_KEYS": (str, ""),
     "PROVIDER_PROFILES_JSON": (str, ""),
     "TOLLGATE_VAR_DIR": (str, ""),

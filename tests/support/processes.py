@@ -250,6 +250,8 @@ class RedisServer:
 
     port: int
     proc: subprocess.Popen | None = None
+    # With a folder: an append-only file there, as production runs Redis (docs/production.md).
+    aof_dir: Path | None = None
 
     @property
     def url(self) -> str:
@@ -267,8 +269,11 @@ class RedisServer:
                 "127.0.0.1",
                 "--save",
                 "",
-                "--appendonly",
-                "no",
+                *(
+                    ["--appendonly", "yes", "--dir", str(self.aof_dir)]
+                    if self.aof_dir
+                    else ["--appendonly", "no"]
+                ),
                 "--daemonize",
                 "no",
             ],
