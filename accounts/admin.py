@@ -1,7 +1,13 @@
-from django.contrib import admin
+from django.contrib import admin, messages
+from django.contrib.auth import admin as auth_admin
+from django.contrib.auth import get_user_model
 
-from accounts import services
+from accounts import services, throttle
+from accounts.forms import AdminSignInForm
 from accounts.models import Account, ApiKey, Group, Membership, TenantToken
+
+# The admin's login is throttled like the dashboard's (accounts/throttle.py).
+admin.site.login_form = AdminSignInForm
 
 
 class MembershipInline(admin.TabularInline):
@@ -109,3 +115,31 @@ class TenantTokenAdmin(admin.ModelAdmin):
 
     def has_add_permission(self, request):
         return False
+
+
+User = get_user_model()
+admin.site.unregister(User)
+
+
+@admin.register(User)
+class UserAdmin(auth_admin.UserAdmin):
+    """Django's User admin, with the operator's way out of a sign-in lockout."""
+
+    actions = ["clear_sign_in_lockouts"]
+
+    @admin.action(description="Clear sign-in lockouts for selected users")
+    def clear_sign_in_lockouts(self, request, queryset):
+        # The name's lock, failures and strikes; an address is unlocked with `unlock_login`.
+        try:
+            cleared = [
+                user.username for user in queryset if throttle.default.unlock_name(user.username)
+            ]
+        except throttle.StoreDown as exc:
+            self.message_user(request, f"Nothing cleared: {exc}.", messages.ERROR)
+            return
+        if cleared:
+            self.message_user(
+                request, f"Cleared sign-in lockouts of: {', '.join(cleared)}.", messages.SUCCESS
+            )
+        else:
+            self.message_user(request, "None of them had sign-in failures or a lockout.")

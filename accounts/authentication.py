@@ -1,11 +1,25 @@
-"""Tenant API authentication: `Authorization: Token <tenant token>`, stored hashed."""
+"""Tenant API authentication: `Authorization: Token <tenant token>`, stored hashed.
+
+A client address that sends too many unknown or revoked tokens is refused for a while
+(accounts/throttle.py), before the lookup, with LM-3001 and Retry-After.
+"""
 
 from __future__ import annotations
 
-from rest_framework import authentication, exceptions
+from rest_framework import authentication, exceptions, status
 
+from accounts import throttle
 from accounts.models import TenantToken
 from accounts.secrets import hash_secret
+
+
+class TokensThrottled(exceptions.APIException):
+    status_code = status.HTTP_429_TOO_MANY_REQUESTS
+    default_code = "throttled"
+
+    def __init__(self, wait_s: int) -> None:
+        self.wait = wait_s  # the Retry-After, as DRF's Throttled names it
+        super().__init__(throttle.token_refusal(wait_s))
 
 
 class TenantTokenAuthentication(authentication.BaseAuthentication):
@@ -19,13 +33,20 @@ class TenantTokenAuthentication(authentication.BaseAuthentication):
         secret = secret.strip()
         if not secret:
             raise exceptions.AuthenticationFailed("Missing tenant token.")
+        attempt = throttle.default.begin_token(address=throttle.client_address(request.META))
+        if attempt.wait_s:
+            raise TokensThrottled(attempt.wait_s)
         token = (
             TenantToken.objects.select_related("user")
             .filter(token_hash=hash_secret(secret), revoked_at__isnull=True)
             .first()
         )
         if token is None or not token.user.is_active:
+            wait_s = throttle.default.failed(attempt)
+            if wait_s:
+                raise TokensThrottled(wait_s)
             raise exceptions.AuthenticationFailed("Unknown or revoked tenant token.")
+        throttle.default.succeeded(attempt)
         return token.user, token
 
     def authenticate_header(self, request):

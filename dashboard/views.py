@@ -20,6 +20,7 @@ from django.views.decorators.http import require_POST
 from rest_framework.exceptions import ValidationError
 
 from accounts import services as account_services
+from accounts.forms import SignInForm
 from billing.selectors import budget_alerts, ledger_of_wallet
 from byok import services as byok_services
 from byok.models import TeamKey
@@ -285,6 +286,14 @@ def wallet(request: HttpRequest, account_id: int) -> HttpResponse:
 class LoginView(auth_views.LoginView):
     template_name = "dashboard/login.html"
     redirect_authenticated_user = True
+    authentication_form = SignInForm
+
+    def form_invalid(self, form):
+        response = super().form_invalid(form)
+        if form.throttled_s:  # locked out: the form and its message, as a 429 for scripts
+            response.status_code = 429
+            response["Retry-After"] = str(form.throttled_s)
+        return response
 
 
 class SetPasswordView(auth_views.PasswordResetConfirmView):

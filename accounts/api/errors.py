@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from django.http import Http404
 from rest_framework import exceptions, status
 from rest_framework.response import Response
@@ -13,6 +15,7 @@ CODES = {
     status.HTTP_404_NOT_FOUND: ("LM-2004", "not_found_error"),
     status.HTTP_405_METHOD_NOT_ALLOWED: ("LM-2001", "invalid_request_error"),
     status.HTTP_409_CONFLICT: ("LM-2009", "conflict_error"),
+    status.HTTP_429_TOO_MANY_REQUESTS: ("LM-3001", "rate_limit_error"),
 }
 
 
@@ -44,4 +47,6 @@ def tenant_exception_handler(exc, context):
     response = Response(body, status=exc.status_code)
     if exc.status_code == status.HTTP_401_UNAUTHORIZED:
         response["WWW-Authenticate"] = "Token"
+    if getattr(exc, "wait", None):  # a lockout (accounts/authentication.py) or DRF throttle
+        response["Retry-After"] = str(math.ceil(exc.wait))
     return response

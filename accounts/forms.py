@@ -1,0 +1,50 @@
+"""The login forms of the dashboard and the admin, throttled (accounts/throttle.py)."""
+
+from __future__ import annotations
+
+from django.contrib.admin.forms import AdminAuthenticationForm
+from django.contrib.auth.forms import AuthenticationForm
+from django.core.exceptions import ValidationError
+
+from accounts import throttle
+
+
+class ThrottledSignIn:
+    """Refuse a locked name or address before `authenticate` hashes anything; count the rest.
+
+    After `is_valid()`, `throttled_s` > 0 says the form was refused for a lockout that long
+    (the view may answer 429 with Retry-After).
+    """
+
+    throttled_s = 0
+
+    def clean(self):
+        name = self.cleaned_data.get("username")
+        password = self.cleaned_data.get("password")
+        if name is None or not password:
+            return super().clean()  # a field error already; nothing is checked
+        meta = self.request.META if self.request is not None else {}
+        attempt = throttle.default.begin_sign_in(name=name, address=throttle.client_address(meta))
+        if attempt.wait_s:
+            self._refuse(attempt.wait_s)
+        try:
+            cleaned = super().clean()
+        except ValidationError:
+            wait_s = throttle.default.failed(attempt)
+            if wait_s:
+                self._refuse(wait_s)
+            raise
+        throttle.default.succeeded(attempt)
+        return cleaned
+
+    def _refuse(self, wait_s: int):
+        self.throttled_s = wait_s
+        raise ValidationError(throttle.sign_in_refusal(wait_s), code="throttled") from None
+
+
+class SignInForm(ThrottledSignIn, AuthenticationForm):
+    """The dashboard's login form."""
+
+
+class AdminSignInForm(ThrottledSignIn, AdminAuthenticationForm):
+    """The Django admin's login form (staff only, as Django's)."""
