@@ -37,6 +37,8 @@ SCHEME: dict[str, tuple[type, object]] = {
     # worker count, and its address in the Procfile.
     "GATEWAY_WORKERS": (int, 2),
     "GATEWAY_BIND": (str, "127.0.0.1:8000"),
+    "GATEWAY_PORT": (int, 8000),  # compose.yaml: the gateway's port on 127.0.0.1
+    "TOLLGATE_IMAGE": (str, "tollgate:latest"),  # compose.yaml: the image it runs
     "SEALING_KEYS": (str, ""),
     "PROVIDER_PROFILES_JSON": (str, ""),
     "TOLLGATE_VAR_DIR": (str, ""),

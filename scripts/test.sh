@@ -46,8 +46,11 @@ first=(tests/gateway tests/scripts tests/config tests/providers tests/accounts)
 logs=$(mktemp -d)
 $PY -m pytest -rs -q "${first[@]}" >"$logs/first.log" 2>&1 &
 first_run=$!
+# The container stack's test builds an image and loads both cores: it runs alone, last.
+containers=tests/deploy/test_compose.py
 DATABASE_URL=$(echo "$second" | sed -n 1p) REDIS_URL=$(echo "$second" | sed -n 2p) \
-  $PY -m pytest -rs -q --ignore=tests/unit "${first[@]/#/--ignore=}" >"$logs/second.log" 2>&1 &
+  $PY -m pytest -rs -q --ignore=tests/unit "${first[@]/#/--ignore=}" --ignore="$containers" \
+  >"$logs/second.log" 2>&1 &
 second_run=$!
 status=0
 wait "$first_run" || status=1
@@ -57,4 +60,6 @@ cat "$logs/first.log"
 echo "--- everything else (its own test database and Redis database) ---"
 cat "$logs/second.log"
 rm -rf "$logs"
+echo "--- $containers: the image and the compose stack ---"
+$PY -m pytest -rs -q "$containers" || status=1
 exit "$status"
