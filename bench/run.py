@@ -125,6 +125,7 @@ from typing import Any
 
 import aiohttp
 import fairness
+import login_flood  # bench/login_flood.py: --login-flood, one process vs. two planes
 import orjson
 import paced  # bench/paced.py: the paced-streams scenario (the script's directory is on the path)
 
@@ -146,6 +147,8 @@ ALLOWED_PREFIXED = (
     "TOLLGATE_INFLIGHT_MAX",
     "TOLLGATE_CALLER_KEY",
     "TOLLGATE_REDIS_PERSISTENCE",
+    "TOLLGATE_LOGIN_FAILURES",  # --login-flood: sign-in throttling off
+    "TOLLGATE_SECURE_COOKIES",  # --login-flood: plain-http cookies
 )
 
 
@@ -969,6 +972,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--peer-workers", type=int, default=2, help="peer worker processes (default 2)")
     paced.add_arguments(p)
     fairness.add_arguments(p)
+    login_flood.add_arguments(p)
     args = p.parse_args(argv)
     fairness.check_arguments(p, args)
     if args.n < 1 or args.c < 1 or args.words < 1 or args.peer_workers < 1:
@@ -1052,6 +1056,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.fairness:
         return fairness.main(args)
+    if args.login_flood:
+        return login_flood.main(args)
     if args.paced_streams and (problem := paced.check_nofile(args)):
         print(f"setup failed: {problem}", file=sys.stderr)
         return 2
