@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
+import threading
+
+from django.conf import settings
 from django.contrib.admin.forms import AdminAuthenticationForm
 from django.contrib.auth.forms import AuthenticationForm
 from django.core.exceptions import ValidationError
 
 from accounts import throttle
+
+# Under ASGI each sign-in runs in a thread of its own and PBKDF2 releases the GIL: 60
+# concurrent sign-ins are 60 threads hashing at once, which starve every other process on the
+# host's cores (the gateway's included; bench/LOGIN_FLOOD.md). At most LOGIN_CONCURRENCY
+# password checks run at once per process; the rest wait their turn.
+_password_checks = threading.BoundedSemaphore(settings.TOLLGATE["LOGIN_CONCURRENCY"])
 
 
 class ThrottledSignIn:
@@ -28,7 +37,8 @@ class ThrottledSignIn:
         if attempt.wait_s:
             self._refuse(attempt.wait_s)
         try:
-            cleaned = super().clean()
+            with _password_checks:
+                cleaned = super().clean()
         except ValidationError:
             wait_s = throttle.default.failed(attempt)
             if wait_s:

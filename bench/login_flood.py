@@ -16,7 +16,8 @@ only with ``taskset``), new servers on the same database:
   ``--lf-workers`` (2) workers; chat and logins go to the same port.
 * ``two``: the data plane ``config.asgi:gateway_application`` with the same worker count on
   one port, the control plane ``config.asgi:control_application`` with
-  ``--lf-control-workers`` (1) workers on another; chat to the first, logins to the second.
+  ``--lf-control-workers`` (1) workers on another, under ``nice -n 10`` as the Procfile and
+  compose.yaml start it; chat to the first, logins to the second.
 * ``two-pinned``: as ``two``, with the data plane under ``taskset -c 0`` and the control plane
   under ``taskset -c 1``.
 
@@ -82,6 +83,8 @@ CSRF_RE = re.compile(rb'name="csrfmiddlewaretoken" value="([^"]+)"')
 WRONG_PASSWORD_MARK = b"Please enter a correct"  # Django's AuthenticationForm invalid_login
 WARMUP_S = 8.0  # before the first measured phase: chat at the rate, WARM_LOGINS logins
 WARM_LOGINS = 4
+# The control plane runs at this niceness, as the Procfile and compose.yaml start it.
+CONTROL_NICENESS = 10
 BACKGROUND_S = 3.0  # the host's busy % measured this long before each variant (others' work)
 CHAT_POOL = 512  # the chat client's connection pool (open loop: many outstanding under flood)
 LOGIN_TIMEOUT_S = 60.0
@@ -284,10 +287,13 @@ def start_server(
     tmp: Path,
     procs: list[bench.Proc],
     cpu: int | None,
+    niceness: int = 0,
 ) -> tuple[bench.Proc, str, str]:
     """Start a server, wait for its /healthz; (process, base URL, command line shown)."""
     port = bench.free_port()
     argv = server_argv(args, app, workers, port)
+    if niceness:
+        argv = ["nice", "-n", str(niceness), *argv]
     if cpu is not None:
         argv = ["taskset", "-c", str(cpu), *argv]
     proc = bench.Proc(name, argv, env, tmp)
@@ -446,6 +452,7 @@ def run_variant(
                 tmp,
                 procs,
                 CONTROL_CORE if pinned else None,
+                niceness=CONTROL_NICENESS,
             )
             commands = [cmd1, cmd2]
         for c in commands:

@@ -55,6 +55,7 @@ SCHEME: dict[str, tuple[type, object]] = {
     "TOLLGATE_LOGIN_FAILURES": (int, 5),
     "TOLLGATE_LOGIN_LOCKOUT_S": (int, 60),
     "TOLLGATE_LOGIN_LOCKOUT_MAX_S": (int, 3600),
+    "TOLLGATE_LOGIN_CONCURRENCY": (int, 1),
     "TOLLGATE_PROXY_HOPS": (int, 0),
     "TOLLGATE_BEAT_SCHEDULE": (str, ""),
     "TOLLGATE_MAX_BODY_BYTES": (int, 1_048_576),
@@ -284,16 +285,20 @@ TOLLGATE = {
     "LOGIN_FAILURES": env("TOLLGATE_LOGIN_FAILURES"),
     "LOGIN_LOCKOUT_S": env("TOLLGATE_LOGIN_LOCKOUT_S"),
     "LOGIN_LOCKOUT_MAX_S": env("TOLLGATE_LOGIN_LOCKOUT_MAX_S"),
+    # Password checks one control-plane process runs at once (each takes a core for ~0.3 s).
+    "LOGIN_CONCURRENCY": env("TOLLGATE_LOGIN_CONCURRENCY"),
     # How many reverse proxies in front append to X-Forwarded-For (0: the peer's address is
     # the client's). The client is the address the outermost trusted proxy saw.
     "PROXY_HOPS": env("TOLLGATE_PROXY_HOPS"),
 }
-if min(TOLLGATE["LOGIN_FAILURES"], TOLLGATE["PROXY_HOPS"]) < 0 or not (
-    1 <= TOLLGATE["LOGIN_LOCKOUT_S"] <= TOLLGATE["LOGIN_LOCKOUT_MAX_S"]
+if (
+    min(TOLLGATE["LOGIN_FAILURES"], TOLLGATE["PROXY_HOPS"]) < 0
+    or TOLLGATE["LOGIN_CONCURRENCY"] < 1
+    or not (1 <= TOLLGATE["LOGIN_LOCKOUT_S"] <= TOLLGATE["LOGIN_LOCKOUT_MAX_S"])
 ):
     raise ImproperlyConfigured(
-        "Malformed setting TOLLGATE_LOGIN_*: failures and proxy hops >= 0, and "
-        "1 <= TOLLGATE_LOGIN_LOCKOUT_S <= TOLLGATE_LOGIN_LOCKOUT_MAX_S."
+        "Malformed setting TOLLGATE_LOGIN_*: failures and proxy hops >= 0, concurrency >= 1, "
+        "and 1 <= TOLLGATE_LOGIN_LOCKOUT_S <= TOLLGATE_LOGIN_LOCKOUT_MAX_S."
     )
 if TOLLGATE["RESERVATION_TTL_S"] < TOLLGATE["REQUEST_DEADLINE_S"]:
     # A hold must outlive the request it covers, or the reaper frees a live stream's money.
