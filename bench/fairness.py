@@ -1142,10 +1142,7 @@ def main(args: argparse.Namespace) -> int:
             gw, gw_url = bench.start_gateway(env, tmp)
             procs.append(gw)
         except (RuntimeError, subprocess.TimeoutExpired, OSError) as exc:
-            print(f"setup failed: {exc}", file=sys.stderr)
-            for proc in procs:
-                print(f"--- {proc.name} stderr tail ---\n{proc.stderr_tail()}", file=sys.stderr)
-            return 2
+            return bench.setup_failed(exc, procs)
         print(
             f"stub {stub_url} (pid {stub.pid}), gateway {gw_url} (pid {gw.pid}), "
             f"{'external database' if args.database_url else 'embedded SQLite'}"

@@ -676,10 +676,7 @@ def main(args: argparse.Namespace) -> int:
                 pin_process(stub.pid, GATEWAY_CORE)
             key, password = seed(args, env, stub_url)
         except (RuntimeError, subprocess.TimeoutExpired, OSError) as exc:
-            print(f"setup failed: {exc}", file=sys.stderr)
-            for proc in procs:
-                print(f"--- {proc.name} stderr tail ---\n{proc.stderr_tail()}", file=sys.stderr)
-            return 2
+            return bench.setup_failed(exc, procs)
         print(
             f"stub {stub_url} (pid {stub.pid}); {os.cpu_count()} CPUs; variants "
             f"{', '.join(args.lf_variant_list)}; "

@@ -1042,6 +1042,15 @@ def start_peer(args: argparse.Namespace, servers: Servers, tmp: Path, procs: lis
     return peer.start(args, servers, tmp, procs)
 
 
+def setup_failed(exc: BaseException, procs: list[Proc]) -> int:
+    """Say why setup failed, with each started process's stderr tail; return exit code 2."""
+    print(f"setup failed: {exc}", file=sys.stderr)
+    for proc in procs:
+        if proc.stderr_tail():
+            print(f"--- {proc.name} stderr tail ---\n{proc.stderr_tail()}", file=sys.stderr)
+    return 2
+
+
 def stop_all(procs: list[Proc], tmp: Path, *, keep: bool) -> None:
     """Stop the servers, last started first, and delete the temp dir unless it is kept."""
     for proc in reversed(procs):
@@ -1077,11 +1086,7 @@ def main(argv: list[str] | None = None) -> int:
             wants_peer = any(s.target == "peer" for s in args.scenarios)
             peer = start_peer(args, servers, tmp, procs) if wants_peer else None
         except (RuntimeError, subprocess.TimeoutExpired, OSError) as exc:
-            print(f"setup failed: {exc}", file=sys.stderr)
-            for proc in procs:
-                if proc.stderr_tail():
-                    print(f"--- {proc.name} stderr tail ---\n{proc.stderr_tail()}", file=sys.stderr)
-            return 2
+            return setup_failed(exc, procs)
         print(
             f"stub {servers.stub_url} (pid {servers.stub.pid}), gateway {servers.gw_url} "
             f"(pid {servers.gateway.pid}, descendants {descendants(servers.gateway.pid)}), "
