@@ -44,15 +44,15 @@ CREATE_TENANT = (
 )
 LOAD_PROFILES = "honcho run python manage.py load_profiles"
 ADD_TEAM_KEY = (
-    'curl -sS "$TOLLGATE_URL/admin/groups/$GROUP_ID/byok/openai/keys" -H "Authorization: Token '
-    '$TOLLGATE_API_TOKEN" -H \'Content-Type: application/json\' -d "{\\"label\\": \\"prod\\", '
+    'curl -sS "$TG_URL/admin/groups/$GROUP_ID/byok/openai/keys" -H "Authorization: Token '
+    '$TG_API_TOKEN" -H \'Content-Type: application/json\' -d "{\\"label\\": \\"prod\\", '
     '\\"key\\": \\"$OPENAI_TEAM_KEY\\"}"'
 )
 FALLBACK_ON = (
-    'curl -sS -X PUT "$TOLLGATE_URL/admin/groups/$GROUP_ID/byok/openai" -H "Authorization: Token '
-    "$TOLLGATE_API_TOKEN\" -H 'Content-Type: application/json' -d '{\"fallback\": true}'"
+    'curl -sS -X PUT "$TG_URL/admin/groups/$GROUP_ID/byok/openai" -H "Authorization: Token '
+    "$TG_API_TOKEN\" -H 'Content-Type: application/json' -d '{\"fallback\": true}'"
 )
-LIST_MODELS = 'curl -sS "$OPENAI_BASE_URL/models" -H "Authorization: Bearer $TOLLGATE_KEY"'
+LIST_MODELS = 'curl -sS "$OPENAI_BASE_URL/models" -H "Authorization: Bearer $TG_KEY"'
 
 PLATFORM_KEY = "sk-platform-key-from-the-env-file"
 TEAM_KEY = "sk-team-key-of-acme-0042"
@@ -291,12 +291,12 @@ def test_an_operator_deploys_with_the_procfile_and_serves_both_key_kinds(
 
     # The tenant adds a team key with curl, as docs/providers.md shows.
     api_env = {
-        "TOLLGATE_URL": operator.control,
+        "TG_URL": operator.control,
         "GROUP_ID": str(tenant["group_id"]),
-        "TOLLGATE_API_TOKEN": tenant["api_token"],
+        "TG_API_TOKEN": tenant["api_token"],
         "OPENAI_TEAM_KEY": TEAM_KEY,
         "OPENAI_BASE_URL": f"{operator.gateway}/v1",
-        "TOLLGATE_KEY": tenant["api_key"],
+        "TG_KEY": tenant["api_key"],
     }
     added = json.loads(operator.sh(ADD_TEAM_KEY, **api_env))
     assert (added.get("label"), added.get("last4"), added.get("status")) == (
