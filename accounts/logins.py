@@ -7,7 +7,6 @@ password is set (or the user logs in), and after PASSWORD_RESET_TIMEOUT.
 
 from __future__ import annotations
 
-from django.conf import settings
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.contrib.auth.tokens import default_token_generator
 from django.urls import reverse
@@ -22,6 +21,6 @@ def password_link_issue(*, user: AbstractBaseUser) -> str:
     return reverse("dashboard:set-password", kwargs={"uidb64": uid, "token": token})
 
 
-def password_link_url(*, user: AbstractBaseUser, base_url: str = "") -> str:
-    """Return the full URL of a one-time set-password link, on `base_url` or TOLLGATE_PUBLIC_URL."""
-    return (base_url or settings.PUBLIC_URL).rstrip("/") + password_link_issue(user=user)
+def password_link_url(*, user: AbstractBaseUser, base_url: str) -> str:
+    """Return the full URL of a one-time set-password link on the control plane at `base_url`."""
+    return base_url.rstrip("/") + password_link_issue(user=user)

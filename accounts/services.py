@@ -155,6 +155,13 @@ def tenant_token_create(*, user) -> tuple[TenantToken, str]:
     return token, secret
 
 
+def tenant_tokens_revoke(*, user) -> int:
+    """Revoke every live tenant API token of `user`; return how many."""
+    return TenantToken.objects.filter(user=user, revoked_at__isnull=True).update(
+        revoked_at=timezone.now()
+    )
+
+
 def _budgeted_update(target: Group | ApiKey, fields: dict) -> None:
     """Set a group's or key's fields, its budget period through budget_period_set, and save
     only what changed (the ledger moves the counters meanwhile)."""

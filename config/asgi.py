@@ -31,6 +31,7 @@ django_app = get_asgi_application()
 
 
 async def application(scope, receive, send):
+    # Its own dispatch, not gateway_application's: a proxied request's path is tested once.
     kind = scope["type"]
     if kind == "http" and serves(scope["path"]):
         await gateway_app(scope, receive, send)
@@ -47,13 +48,14 @@ async def gateway_application(scope, receive, send):
     elif kind == "lifespan":
         await lifespan(receive, send, start_gateway=True)
     elif kind == "http":
-        await Exchange(scope, receive, send).refuse(errors.NotFound(_wrong_plane(scope)))
+        ex = Exchange(scope, receive, send)
+        await ex.refuse(errors.NotFound(_wrong_plane(ex)))
 
 
 async def control_application(scope, receive, send):
     kind = scope["type"]
     if kind == "http" and scope["path"] == "/healthz":
-        await _reply_json(send, 200, b'{"status":"ok","plane":"control"}')
+        await Exchange(scope, receive, send).reply(200, b'{"status":"ok","plane":"control"}')
     elif kind == "http" and serves(scope["path"]):
         await Exchange(scope, receive, send).refuse(
             errors.NotFound(
@@ -68,34 +70,17 @@ async def control_application(scope, receive, send):
         await django_app(scope, receive, send)
 
 
-def _wrong_plane(scope: dict) -> str:
-    host = _header(scope, b"host") or "this-gateway"
-    scheme = "https" if scope.get("scheme") == "https" else "http"
+def _wrong_plane(ex: Exchange) -> str:
+    # A client's Host header labels a message, nothing more: kept short and printable.
+    host = ex.headers.get(b"host", b"").decode("latin-1")[:100]
+    host = "".join(ch for ch in host if ch.isprintable()) or "this-gateway"
+    scheme = "https" if ex.scope.get("scheme") == "https" else "http"
     return (
-        f"No route {scope['method']} {scope['path'][:200]} on the Tollgate gateway. Point the "
-        f"OpenAI SDK at base URL {scheme}://{host}/v1 and the Anthropic SDK at "
+        f"No route {ex.scope['method']} {ex.scope['path'][:200]} on the Tollgate gateway. "
+        f"Point the OpenAI SDK at base URL {scheme}://{host}/v1 and the Anthropic SDK at "
         f"{scheme}://{host}; the models are listed at GET /v1/models. The dashboard, admin "
         "and tenant API are served by the control plane."
     )
-
-
-def _header(scope: dict, name: bytes) -> str:
-    for key, value in scope.get("headers", ()):
-        if key == name:
-            # A client's Host header labels a message, nothing more: keep it short and printable.
-            return "".join(ch for ch in value.decode("latin-1")[:100] if ch.isprintable())
-    return ""
-
-
-async def _reply_json(send, status: int, body: bytes) -> None:
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [(b"content-type", b"application/json")],
-        }
-    )
-    await send({"type": "http.response.body", "body": body})
 
 
 async def lifespan(receive, send, *, start_gateway: bool) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
 from django.conf import settings
 
 from tests.support.processes import (
@@ -48,23 +49,21 @@ def test_a_redis_without_aof_stops_the_gateway_naming_the_setting(transactional_
     assert "TOLLGATE_REDIS_PERSISTENCE=none" in output
 
 
-def test_a_redis_with_aof_passes_the_check(transactional_db, tmp_path):
-    durable = RedisServer(port=free_port(), aof_dir=tmp_path)
-    durable.start()
+@pytest.mark.parametrize(
+    ("aof", "persistence"),
+    [(True, "check"), (False, "none")],
+    ids=["a Redis with AOF passes the check", "the operator runs without it on purpose"],
+)
+def test_the_gateway_starts_when_redis_persists_or_the_operator_says_so(
+    transactional_db, tmp_path, aof, persistence
+):
+    server = RedisServer(port=free_port(), aof_dir=tmp_path if aof else None)
+    server.start()
     try:
-        gateway = start_gateway(tmp_path, REDIS_URL=durable.url, TOLLGATE_REDIS_PERSISTENCE="check")
+        gateway = start_gateway(
+            tmp_path, REDIS_URL=server.url, TOLLGATE_REDIS_PERSISTENCE=persistence
+        )
         gateway.stop()
     finally:
-        durable.stop()
-    assert "append-only" not in gateway.log()
-
-
-def test_the_operator_may_run_without_persistence_on_purpose(transactional_db, tmp_path):
-    plain = RedisServer(port=free_port())
-    plain.start()
-    try:
-        gateway = start_gateway(tmp_path, REDIS_URL=plain.url, TOLLGATE_REDIS_PERSISTENCE="none")
-        gateway.stop()
-    finally:
-        plain.stop()
+        server.stop()
     assert "append-only" not in gateway.log()

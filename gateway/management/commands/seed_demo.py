@@ -14,10 +14,14 @@ import secrets
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
 from django.db import transaction
-from django.utils import timezone
 
-from accounts.models import Account, ApiKey, Membership, TenantToken
-from accounts.services import api_key_create, api_key_revoke, tenant_token_create
+from accounts.models import Account, ApiKey, Membership
+from accounts.services import (
+    api_key_create,
+    api_key_revoke,
+    tenant_token_create,
+    tenant_tokens_revoke,
+)
 from billing.services import tenant_provision
 from providers.models import ProviderProfile
 from providers.services import profile_set_platform_key, profiles_bootstrap
@@ -128,9 +132,7 @@ class Command(BaseCommand):
             account_id=data["account_id"], role=Membership.Role.OWNER
         ).user
         if account is not None:
-            TenantToken.objects.filter(user=owner, revoked_at__isnull=True).update(
-                revoked_at=timezone.now()
-            )
+            tenant_tokens_revoke(user=owner)
             data["api_token"] = tenant_token_create(user=owner)[1]
         data |= {
             "operator_username": OPERATOR_USERNAME,
