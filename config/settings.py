@@ -508,6 +508,8 @@ CELERY_BEAT_SCHEDULE: dict = {
         "task": "usage.reconcile_bandwidth",
         "schedule": float(TOLLGATE["USAGE_WINDOW_S"]),
     },
+    # Closed days' rollups against their rows: one day's work at most once a day, so hourly.
+    "usage-reconcile-rollups": {"task": "usage.reconcile_rollups", "schedule": 3600.0},
     "usage-drain-journal": {
         "task": "usage.drain_journal",
         "schedule": max(1.0, TOLLGATE["USAGE_CLAIM_IDLE_MS"] / 1000),

@@ -137,6 +137,11 @@ RECONCILE_DRIFT = Gauge(
     registry=REGISTRY,
     multiprocess_mode="mostrecent",
 )
+ROLLUP_DRIFT = Counter(
+    "tollgate_usage_rollup_drift_days",
+    "Closed days whose usage rollups differed from the rows (rebuilt from them).",
+    registry=REGISTRY,
+)
 
 # Usage of finished requests. Labels are bounded: the served model comes from our catalog
 # (never the client's string), the group is our id, served_by is platform or team.

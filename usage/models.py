@@ -77,6 +77,87 @@ class UsageLog(models.Model):
         return self.request_id
 
 
+# The sums a rollup keeps, each the total of the usage column of the same name ("requests"
+# and "errors" count rows; an error is any status but 200).
+ROLLUP_SUMS = (
+    "tokens_in",
+    "tokens_out",
+    "byok_tokens_in",
+    "byok_tokens_out",
+    "cache_read_tokens",
+    "cache_write_tokens",
+    "reasoning_tokens",
+    "web_pages",
+    "web_rendered_pages",
+    "web_queries",
+    "provider_cost_micro",
+    "bytes_in",
+    "bytes_out",
+    "bandwidth_charge_micro",
+    "latency_ms",
+)
+# What a rollup row is per: with `hour`, the unique key (usage/rollups.py). A missing id is 0.
+ROLLUP_KEY = (
+    "account_id",
+    "group_id",
+    "api_key_id",
+    "endpoint",
+    "model_requested",
+    "model_served",
+    "served_by",
+)
+
+
+class UsageRollup(models.Model):
+    """The usage rows of one (account, group, key, endpoint, models, who paid) in one UTC hour,
+    totalled: kept in the writer's transaction as rows are stored, so always equal to them.
+
+    Hours, not days: a day in an account's time zone, and any start or end on the hour, are
+    whole buckets. Aggregates read these; rows past retention are gone, their rollups stay.
+    """
+
+    hour = models.DateTimeField()
+    account_id = models.BigIntegerField()
+    group_id = models.BigIntegerField()
+    api_key_id = models.BigIntegerField()
+    endpoint = models.CharField(max_length=32, db_column="route")
+    model_requested = models.CharField(max_length=200)
+    model_served = models.CharField(max_length=200)
+    served_by = models.CharField(max_length=8, choices=ServedBy.choices, blank=True)
+    requests = models.BigIntegerField(default=0)
+    errors = models.BigIntegerField(default=0)
+    tokens_in = models.BigIntegerField(default=0)
+    tokens_out = models.BigIntegerField(default=0)
+    byok_tokens_in = models.BigIntegerField(default=0)
+    byok_tokens_out = models.BigIntegerField(default=0)
+    cache_read_tokens = models.BigIntegerField(default=0)
+    cache_write_tokens = models.BigIntegerField(default=0)
+    reasoning_tokens = models.BigIntegerField(default=0)
+    web_pages = models.BigIntegerField(default=0)
+    web_rendered_pages = models.BigIntegerField(default=0)
+    web_queries = models.BigIntegerField(default=0)
+    provider_cost_micro = models.BigIntegerField(default=0)
+    bytes_in = models.BigIntegerField(default=0)
+    bytes_out = models.BigIntegerField(default=0)
+    bandwidth_charge_micro = models.BigIntegerField(default=0)
+    latency_ms = models.BigIntegerField(default=0, help_text="The rows' latencies, summed.")
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["account_id", "hour", *ROLLUP_KEY[1:]], name="rollup_once"
+            )
+        ]
+        indexes = [
+            models.Index(fields=["group_id", "hour"], name="rollup_group_hour"),
+            models.Index(fields=["api_key_id", "hour"], name="rollup_key_hour"),
+            models.Index(fields=["hour"], name="rollup_hour"),
+        ]
+
+    def __str__(self) -> str:
+        return f"usage of key {self.api_key_id} at {self.hour:%Y-%m-%d %H:00}"
+
+
 class UsageAttempt(models.Model):
     """One try of a request's attempt trail (core.usage_record.AttemptRecord, stored)."""
 

@@ -9,7 +9,7 @@ from celery import shared_task
 from django.db import DatabaseError
 
 from billing.reaper import expire_stale_holds as reaper_expire_stale_holds
-from usage import alerts, services
+from usage import alerts, rollups, services
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +44,13 @@ def reconcile_bandwidth() -> dict:
         "bandwidth_micro": sum(d.amount_micro for d in drifts),
         "spent_micro": sum(d.spent_micro for d in drifts),
     }
+
+
+@shared_task(name="usage.reconcile_rollups", **RETRY)
+def reconcile_rollups() -> dict:
+    """Audit closed days' hourly rollups against their rows; rebuild a day that differs."""
+    rebuilt = rollups.reconcile_rollups()
+    return {"rebuilt_days": [day.date().isoformat() for day in rebuilt]}
 
 
 @shared_task(name="usage.drain_journal", **RETRY)

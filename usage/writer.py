@@ -37,6 +37,7 @@ from core.metrics import USAGE_DEAD_LETTERS
 from core.shared_state import SharedState, SharedStateDown
 from core.usage_record import UsageRecord
 from usage.models import UsageDeadLetter
+from usage.rollups import add_to_rollups
 from usage.rows import clean_record, clean_text
 from usage.storage import insert_new
 
@@ -77,6 +78,7 @@ def _store_rows(records: list[UsageRecord]) -> int:
         stored_at = timezone.now()
         ids = insert_new(list(by_id.values()), stored_at=stored_at)
         fresh = [record for rid, record in by_id.items() if rid in ids]
+        add_to_rollups(fresh)  # rollups in the rows' transaction: always equal to them
         settle_rows(fresh, now=stored_at)  # a stored row and its money: one transaction
     return len(fresh)
 
