@@ -6,16 +6,14 @@ from dataclasses import dataclass
 from datetime import datetime, time, timedelta
 from zoneinfo import ZoneInfo
 
-from django.db.models import Count, Q, QuerySet, Sum, Value
-from django.db.models.functions import Coalesce
+from django.db.models import QuerySet
 from django.utils import timezone
 
 from accounts.models import Account, ApiKey, Group
 from billing.models import BudgetPeriod, Wallet
 from billing.selectors import budget_periods
 from byok.models import KeyPool
-from usage.models import UsageLog
-from usage.selectors import usage_zero_totals
+from usage.selectors import usage_totals, usage_zero_totals
 
 PAST_PERIODS = 6  # closed budget periods shown per group
 
@@ -64,18 +62,8 @@ class Overview:
 
 
 def _today_by_group(account: Account, since: datetime) -> dict[int, dict]:
-    rows = (
-        UsageLog.objects.filter(account_id=account.pk, created_at__gte=since)
-        .values("group_id")
-        .annotate(
-            cost=Coalesce(Sum("provider_cost_micro"), Value(0)),
-            bandwidth=Coalesce(Sum("bandwidth_charge_micro"), Value(0)),
-            requests=Count("id"),
-            errors=Count("id", filter=~Q(status=200)),
-        )
-        .order_by()
-    )
-    return {r["group_id"]: r for r in rows}
+    rows = usage_totals(accounts=[account.pk], by="group_id", start=since)
+    return {row["group_id"]: row for row in rows}
 
 
 def overview(*, account: Account, now: datetime | None = None) -> Overview:
@@ -89,7 +77,7 @@ def overview(*, account: Account, now: datetime | None = None) -> Overview:
         groups.append(
             GroupBudget(
                 group=group,
-                today_micro=t.get("cost", 0) + t.get("bandwidth", 0),
+                today_micro=t.get("provider_cost_micro", 0) + t.get("bandwidth_charge_micro", 0),
                 requests_today=t.get("requests", 0),
                 errors_today=t.get("errors", 0),
                 period_micro=group.period_spent_micro(now),

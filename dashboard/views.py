@@ -30,9 +30,9 @@ from dashboard.access import Seat, first_account_id, require_change, seat_of
 from dashboard.charts import Bar, bar_chart
 from dashboard.forms import FallbackForm, KeyCreateForm, TeamKeyAddForm
 from dashboard.templatetags.money import count, usd
-from usage.api.queries import usage_query_logs
+from usage.api.queries import UsageQuery, usage_query
 from usage.export import usage_csv_response
-from usage.selectors import usage_logs_of_user, usage_per_day, usage_per_model
+from usage.selectors import parse_mark, usage_logs_of_user, usage_page
 
 PAGE_SIZE = 50
 CHART_DAYS = (7, 30, 90)
@@ -74,9 +74,9 @@ def charts(request: HttpRequest, account_id: int) -> HttpResponse:
     asked = request.GET.get("days", "")
     days = int(asked) if asked in {str(d) for d in CHART_DAYS} else 30
     start = selectors.chart_window(days=days)
-    logs = usage_logs_of_user(user=request.user, account=seat.account.pk, start=start)
-    per_day = selectors.every_day(usage_per_day(logs=logs), start=start, days=days)
-    per_model = usage_per_model(logs=logs)
+    query = UsageQuery(accounts=[seat.account.pk], filters={"start": start})
+    per_day = selectors.every_day(query.per_day(), start=start, days=days)
+    per_model = query.per_model()
 
     def chart(rows, label, value, title, fmt, name):
         bars = [Bar(label(r), value(r), tick=label(r)[5:] if r.get("day") else None) for r in rows]
@@ -214,23 +214,31 @@ def pool_fallback(request: HttpRequest, account_id: int) -> HttpResponse:
     return redirect("dashboard:team-keys", account_id=account_id)
 
 
+PAGE_MARKS = ("older", "newer")
+
+
 def _filtered_logs(request: HttpRequest, seat: Seat):
     """Return the account's usage rows under the API's filters (None when they are bad), and
     the filters' errors."""
-    params = {k: v for k, v in request.GET.items() if v and k != "page"}
+    params = {k: v for k, v in request.GET.items() if v and k not in PAGE_MARKS}
     try:
-        return usage_query_logs(user=request.user, params=params, account=seat.account.pk), {}
+        query = usage_query(user=request.user, params=params, account=seat.account.pk)
     except ValidationError as exc:
         return None, exc.detail
+    return query.logs(), {}
 
 
 @login_required
 def usage(request: HttpRequest, account_id: int) -> HttpResponse:
     seat = seat_of(user=request.user, account_id=account_id)
     logs, errors = _filtered_logs(request, seat)
-    page = Paginator(logs if logs is not None else [], PAGE_SIZE).get_page(request.GET.get("page"))
+    page = None
+    if logs is not None:
+        older, newer = (parse_mark(request.GET.get(name)) for name in PAGE_MARKS)
+        page = usage_page(logs, older=older, newer=newer, size=PAGE_SIZE)
     params = request.GET.copy()
-    params.pop("page", None)
+    for name in PAGE_MARKS:
+        params.pop(name, None)
     return _page(
         request,
         seat,

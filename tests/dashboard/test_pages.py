@@ -19,7 +19,7 @@ from accounts.secrets import hash_secret
 from byok.models import KeyPool, TeamKey
 from tests.support.profiles import install_profiles
 from tests.support.tenants import Tenant, make_tenant
-from tests.support.usage import journal_row, store
+from tests.support.usage import journal_row, store, streamed_body
 
 pytestmark = pytest.mark.django_db
 
@@ -285,7 +285,7 @@ def test_usage_explorer_filters_like_the_api_and_downloads_csv():
     assert f'href="/dashboard/{tenant.account_id}/usage.csv?route=chat"' in html
 
     response = client.get(page(tenant, "usage.csv?route=chat"))
-    rows = list(csv.DictReader(io.StringIO(b"".join(response.streaming_content).decode())))
+    rows = list(csv.DictReader(io.StringIO(streamed_body(response).decode())))
     assert [(r["request_id"], r["provider_cost_micro"]) for r in rows] == [("req-a", "100")]
 
     bad = client.get(page(tenant, "usage/?start=yesterday")).content.decode()
@@ -477,10 +477,16 @@ def test_usage_pages_keep_their_filters():
     client = signed_in(tenant)
     first = client.get(page(tenant, "usage/?route=chat")).content.decode()
     assert len(re.findall(r'data-request="', first)) == 50
-    assert 'href="?route=chat&page=2">older</a>' in first
-    second = client.get(page(tenant, "usage/?route=chat&page=2")).content.decode()
-    assert len(re.findall(r'data-request="', second)) == 1
-    assert 'href="?route=chat&page=1">newer</a>' in second
+    [older] = re.findall(r'href="\?route=chat&older=([0-9.]+)">older</a>', first)
+    assert "newer</a>" not in first
+    second = client.get(page(tenant, f"usage/?route=chat&older={older}")).content.decode()
+    assert re.findall(r'data-request="([^"]+)"', second) == ["req-000"]
+    assert "older</a>" not in second
+    [newer] = re.findall(r'href="\?route=chat&newer=([0-9.]+)">newer</a>', second)
+    back = client.get(page(tenant, f"usage/?route=chat&newer={newer}")).content.decode()
+    assert re.findall(r'data-request="([^"]+)"', back) == re.findall(
+        r'data-request="([^"]+)"', first
+    )
 
 
 def test_values_a_client_chose_are_escaped_everywhere():

@@ -154,3 +154,14 @@ def settled(tenant: Tenant, count: int) -> list:
         what="holds to settle",
     )
     return rows
+
+
+def streamed_body(response) -> bytes:
+    """The whole body of a streamed response from Django's test client: an export streams
+    from an async iterator, read here in the test's own thread (and its database connection)."""
+    from asgiref.sync import async_to_sync
+
+    async def read() -> bytes:
+        return b"".join([chunk async for chunk in response.streaming_content])
+
+    return async_to_sync(read)()

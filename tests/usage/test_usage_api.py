@@ -11,7 +11,7 @@ import pytest
 from rest_framework.test import APIClient
 
 from tests.support.tenants import make_tenant
-from tests.support.usage import after_windows, journal_row, store
+from tests.support.usage import after_windows, journal_row, store, streamed_body
 
 pytestmark = pytest.mark.django_db
 
@@ -222,7 +222,7 @@ def test_csv_export_has_a_header_and_one_line_per_row(usage):
     assert response.status_code == 200
     assert response["Content-Type"].startswith("text/csv")
     assert "attachment" in response["Content-Disposition"]
-    lines = list(csv.DictReader(io.StringIO(b"".join(response.streaming_content).decode())))
+    lines = list(csv.DictReader(io.StringIO(streamed_body(response).decode())))
     assert [line["request_id"] for line in lines] == ["a4", "a2", "a1"]
     assert lines[2]["tokens_in"] == "10" and lines[2]["created_at"] == DAY1.isoformat()
     assert lines[0]["model_requested"] == "'=cmd|' /C calc'!A0"  # a formula is defused

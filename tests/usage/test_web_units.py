@@ -18,7 +18,7 @@ from rest_framework.test import APIClient
 
 from tests.support.services import requires_redis
 from tests.support.tenants import make_tenant
-from tests.support.usage import after_windows, journal_row, store
+from tests.support.usage import after_windows, journal_row, store, streamed_body
 from tests.support.waits import wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -415,7 +415,7 @@ def test_the_csv_export_has_a_column_per_unit(web_usage):
     response = client_for(mine).get("/api/usage/export.csv?route=web.crawl")
 
     assert response.status_code == 200
-    text = b"".join(response.streaming_content).decode()
+    text = streamed_body(response).decode()
     header = next(csv.reader(io.StringIO(text)))
     [line] = list(csv.DictReader(io.StringIO(text)))
     assert set(WEB_UNITS) <= set(header)

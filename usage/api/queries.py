@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from django.contrib.auth.models import AbstractBaseUser
 from django.db.models import QuerySet
@@ -14,12 +15,32 @@ from usage.api.serializers import UsageQueryIn
 from usage.models import UsageLog
 
 
-def usage_query_logs(
+@dataclass(frozen=True)
+class UsageQuery:
+    """Validated usage filters over the accounts the caller may read."""
+
+    accounts: list[int]
+    filters: dict = field(default_factory=dict)
+
+    def logs(self) -> QuerySet[UsageLog]:
+        return selectors.usage_logs(accounts=self.accounts, **self.filters)
+
+    def count(self) -> int | None:
+        return selectors.usage_count(accounts=self.accounts, **self.filters)
+
+    def per_day(self) -> list[dict]:
+        return selectors.usage_per_day(accounts=self.accounts, **self.filters)
+
+    def per_model(self) -> list[dict]:
+        return selectors.usage_per_model(accounts=self.accounts, **self.filters)
+
+
+def usage_query(
     *, user: AbstractBaseUser, params: Mapping, account: int | None = None
-) -> QuerySet[UsageLog]:
-    """Validate the usage filters and return the user's matching rows (in `account` only,
-    when given). Bad filters raise ValidationError (400); a group or key the user cannot
-    see there raises Http404."""
+) -> UsageQuery:
+    """Validate the usage filters for the user's accounts (`account` only, when given). Bad
+    filters raise ValidationError (400); a group or key the user cannot see there raises
+    Http404."""
     query = UsageQueryIn(data=params)
     query.is_valid(raise_exception=True)
     filters = query.validated_data
@@ -30,4 +51,5 @@ def usage_query_logs(
         get_object_or_404(groups, pk=filters["group"])
     if "key" in filters:
         get_object_or_404(keys, pk=filters["key"])
-    return selectors.usage_logs_of_user(user=user, account=account, **filters)
+    accounts = selectors.account_ids_of_user(user=user, account=account)
+    return UsageQuery(accounts=accounts, filters=dict(filters))

@@ -5,7 +5,6 @@ Every view reads through one scoped query: another account's group or key is a 4
 
 from __future__ import annotations
 
-from django.db.models import QuerySet
 from django.http import Http404
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_view
@@ -16,30 +15,32 @@ from rest_framework.views import APIView
 from accounts.api.schema import error_responses
 from usage import selectors
 from usage.api import serializers as s
-from usage.api.queries import usage_query_logs
+from usage.api.pagination import UsagePagination
+from usage.api.queries import UsageQuery, usage_query
 from usage.export import usage_csv_response
-from usage.models import UsageLog
 
 
-def scoped_logs(request) -> QuerySet[UsageLog]:
-    """Validate the query filters and return the caller's matching usage rows."""
-    return usage_query_logs(user=request.user, params=request.query_params)
+def scoped_query(request) -> UsageQuery:
+    """Validate the query filters over the caller's accounts."""
+    return usage_query(user=request.user, params=request.query_params)
 
 
 @extend_schema_view(
     get=extend_schema(
         operation_id="usage_list",
         tags=["usage"],
-        summary="The caller's usage rows, newest first, filtered",
+        summary="The caller's usage rows, newest first, filtered, by cursor (`next`)",
         parameters=[s.UsageQueryIn],
         responses={200: s.UsageLogOut(many=True), **error_responses(400, 404)},
     )
 )
 class UsageListView(ListAPIView):
     serializer_class = s.UsageLogOut
+    pagination_class = UsagePagination
 
     def get_queryset(self):
-        return scoped_logs(self.request)
+        self.usage_query = scoped_query(self.request)
+        return self.usage_query.logs()
 
 
 class UsageDetailView(APIView):
@@ -65,7 +66,7 @@ class UsagePerDayView(APIView):
         responses={200: s.DayTotalsPage, **error_responses(400, 404)},
     )
     def get(self, request):
-        rows = selectors.usage_per_day(logs=scoped_logs(request))
+        rows = scoped_query(request).per_day()
         return Response({"results": s.DayTotalsOut(rows, many=True).data})
 
 
@@ -78,7 +79,7 @@ class UsagePerModelView(APIView):
         responses={200: s.ModelTotalsPage, **error_responses(400, 404)},
     )
     def get(self, request):
-        rows = selectors.usage_per_model(logs=scoped_logs(request))
+        rows = scoped_query(request).per_model()
         return Response({"results": s.ModelTotalsOut(rows, many=True).data})
 
 
@@ -96,4 +97,4 @@ class UsageExportView(APIView):
         },
     )
     def get(self, request):
-        return usage_csv_response(scoped_logs(request))
+        return usage_csv_response(scoped_query(request).logs())
