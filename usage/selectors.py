@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from django.contrib.auth.models import AbstractBaseUser
-from django.db.models import Count, Q, QuerySet, Sum, Value
+from django.db.models import Count, F, Q, QuerySet, Sum, Value
 from django.db.models.functions import Coalesce, NullIf, TruncDate
 
 from accounts.selectors import accounts_of_user
@@ -161,9 +161,9 @@ SPLITS = {
         Coalesce(NullIf("model_served", Value("")), "model_requested"),
         Coalesce(NullIf("model_served", Value("")), "model_requested"),
     ),
-    "group_id": (Coalesce("group_id", Value(0)), "group_id"),
-    "api_key_id": (Coalesce("api_key_id", Value(0)), "api_key_id"),
-    "served_by": ("served_by", "served_by"),
+    "group_id": (Coalesce("group_id", Value(0)), F("group_id")),
+    "api_key_id": (Coalesce("api_key_id", Value(0)), F("api_key_id")),
+    "served_by": (F("served_by"), F("served_by")),
 }
 
 
