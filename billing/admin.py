@@ -12,7 +12,7 @@ from billing.models import (
     SpendHold,
     Wallet,
 )
-from core.admin_views import ReadOnly
+from core.admin_views import LargeTable, ReadOnly
 
 
 class TopUpForm(forms.Form):
@@ -23,6 +23,7 @@ class TopUpForm(forms.Form):
 @admin.register(Wallet)
 class WalletAdmin(admin.ModelAdmin):
     list_display = ["account", "balance_micro", "reserved_micro", "updated_at"]
+    list_select_related = ["account"]
     readonly_fields = ["account", "balance_micro", "reserved_micro", "updated_at"]
     actions = ["top_up"]
 
@@ -70,7 +71,7 @@ class ExcessFilter(admin.SimpleListFilter):
 
 
 @admin.register(Reservation)
-class ReservationAdmin(admin.ModelAdmin):
+class ReservationAdmin(LargeTable, admin.ModelAdmin):
     list_display = [
         "id",
         "wallet",
@@ -83,7 +84,10 @@ class ReservationAdmin(admin.ModelAdmin):
         "resolved_at",
     ]
     list_filter = ["status", ExcessFilter]
-    search_fields = ["request_id"]
+    search_fields = ["=request_id"]
+    search_help_text = "An exact request id."
+    list_select_related = ["wallet__account"]
+    ordering = ["-id"]
 
     def has_add_permission(self, request):
         return False
@@ -93,7 +97,7 @@ class ReservationAdmin(admin.ModelAdmin):
 
 
 @admin.register(LedgerEntry)
-class LedgerEntryAdmin(ReadOnly, admin.ModelAdmin):
+class LedgerEntryAdmin(LargeTable, ReadOnly, admin.ModelAdmin):
     list_display = [
         "id",
         "wallet",
@@ -104,12 +108,17 @@ class LedgerEntryAdmin(ReadOnly, admin.ModelAdmin):
         "created_at",
     ]
     list_filter = ["kind"]
+    list_select_related = ["wallet__account"]
 
 
 @admin.register(SpendHold)
-class SpendHoldAdmin(admin.ModelAdmin):
+class SpendHoldAdmin(LargeTable, admin.ModelAdmin):
     list_display = ["request_id", "group", "api_key", "amount_micro", "status", "expires_at"]
     list_filter = ["status"]
+    search_fields = ["=request_id"]
+    search_help_text = "An exact request id."
+    list_select_related = ["group", "api_key"]
+    ordering = ["-id"]
 
     def has_add_permission(self, request):
         return False

@@ -158,7 +158,7 @@ def test_totals_over_partial_hours_match_the_rows_exactly():
     assert listed.json()["count"] == 24
 
 
-def test_a_filter_only_the_rows_know_is_summed_from_the_rows():
+def test_a_filter_only_the_rows_know_is_summed_from_the_rows(monkeypatch):
     tenant = make_tenant()
     rows = mixed_rows(tenant, start=T0, count=40, step=timedelta(minutes=7))
     store(*rows)
@@ -171,8 +171,10 @@ def test_a_filter_only_the_rows_know_is_summed_from_the_rows():
     assert sum(d["tokens_out"] for d in daily) == sum(
         r["tokens_out"] for r in rows if r["caller_label"] == "alice"
     )
-    assert listed["count"] is None  # nothing counts the rows
+    assert listed["count"] == 20  # counted from the rows: few enough
     assert len(listed["results"]) == 5 and listed["next"]
+    monkeypatch.setattr("usage.selectors.ROW_COUNT_CAP", 19)  # more than that: no count
+    assert api.get("/api/usage", {"caller": "alice"}).json()["count"] is None
 
 
 def test_the_list_pages_by_cursor_through_every_row_once_newest_first():

@@ -430,7 +430,7 @@ def test_the_csv_export_has_a_column_per_unit(web_usage):
 
 
 def test_the_admin_list_shows_web_units_in_one_column_by_kind(web_usage, admin_client):
-    listing = admin_client.get("/django-admin/usage/usagelog/?endpoint=web.crawl")
+    listing = admin_client.get("/django-admin/usage/usagelog/?q=w-crawl")
 
     assert listing.status_code == 200
     page = listing.content.decode()

@@ -1,8 +1,9 @@
 """The usage list's pages: by cursor, so page 1,000 costs what page 1 does.
 
 The page keeps the shape it always had (`count`, `next`, `previous`, `results`). `count`
-comes from the rollups, exact and cheap, or is null when a filter only the rows know
-(caller, client request id) is used: nothing counts millions of rows. A client that pages
+comes from the rollups, exact and cheap; with a filter only the rows know (caller, client
+request id) it is counted from the rows up to 10,000, and is null past that: nothing counts
+millions of rows. A client that pages
 by `offset` (the earlier contract) still can, and is then answered by offset.
 """
 
@@ -53,8 +54,8 @@ class UsagePagination(CursorPagination):
             "type": "integer",
             "nullable": True,
             "example": 123,
-            "description": "Rows matching the filters; null with a caller or client request "
-            "id filter.",
+            "description": "Rows matching the filters; null when a caller or client request "
+            "id filter matches more than 10,000.",
         }
         return paged
 
