@@ -10,7 +10,6 @@ from __future__ import annotations
 from django.contrib import messages
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_required
-from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse_lazy
@@ -25,6 +24,7 @@ from billing.selectors import budget_alerts, ledger_of_wallet
 from byok import services as byok_services
 from byok.models import TeamKey
 from byok.selectors import eligible_providers
+from core.admin_views import CappedCountPaginator
 from dashboard import selectors
 from dashboard.access import Seat, first_account_id, require_change, seat_of
 from dashboard.charts import Bar, bar_chart
@@ -287,7 +287,8 @@ def wallet(request: HttpRequest, account_id: int) -> HttpResponse:
     seat = seat_of(user=request.user, account_id=account_id)
     figures = selectors.overview(account=seat.account)
     entries = ledger_of_wallet(wallet=figures.wallet) if figures.wallet else []
-    page = Paginator(entries, PAGE_SIZE).get_page(request.GET.get("page"))
+    # A busy wallet has millions of entries: the pages count up to a cap, never all of them.
+    page = CappedCountPaginator(entries, PAGE_SIZE).get_page(request.GET.get("page"))
     return _page(request, seat, "dashboard/wallet.html", wallet=figures.wallet, page=page)
 
 

@@ -216,21 +216,15 @@ def _split_hours(start: datetime | None, end: datetime | None) -> tuple[list[tup
     return row_ranges, (lo, hi)
 
 
-# A filter only the rows know is counted from the rows up to this many; past it, no count.
-ROW_COUNT_CAP = 10_000
-
-
 def usage_count(*, accounts: Sequence[int], **filters) -> int | None:
-    """The number of rows the filters match: from the rollups; or, with a filter only the
-    rows know, from the rows when at most ROW_COUNT_CAP match (None past that: nothing ever
-    counts millions of rows).
+    """The number of rows the filters match, from the rollups; None with a filter only the
+    rows know (the caller counts those rows itself, up to a cap).
 
     Rows past retention are gone while their rollups stay, so the count starts at the
     oldest row kept.
     """
     if any(filters.get(name) for name in ROW_ONLY_FILTERS):
-        counted = usage_logs(accounts=accounts, **filters)[: ROW_COUNT_CAP + 1].count()
-        return counted if counted <= ROW_COUNT_CAP else None
+        return None
     oldest = UsageLog.objects.order_by("created_at").values_list("created_at", flat=True).first()
     if oldest is None:
         return 0

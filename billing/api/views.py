@@ -6,10 +6,10 @@ from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers
 from rest_framework.generics import GenericAPIView
-from rest_framework.pagination import LimitOffsetPagination
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from accounts.api.pagination import LatestIdFirstPagination
 from accounts.api.schema import error_responses
 from accounts.selectors import groups_of_user
 from billing import selectors
@@ -68,14 +68,14 @@ class WalletView(APIView):
 
 
 class LedgerView(GenericAPIView):
-    # A generic view so the schema shows the limit/offset page this answers.
-    pagination_class = LimitOffsetPagination
+    # A generic view so the schema shows the page this answers.
+    pagination_class = LatestIdFirstPagination
     serializer_class = LedgerOut
 
     @extend_schema(
         operation_id="ledger_list",
         tags=["billing"],
-        summary="An account's wallet ledger, paginated (limit, offset)",
+        summary="An account's wallet ledger, latest first, by cursor (`next`)",
         responses={200: LedgerOut(many=True), **error_responses(404)},
     )
     def get(self, request, account_id: int):

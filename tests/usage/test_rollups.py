@@ -173,7 +173,7 @@ def test_a_filter_only_the_rows_know_is_summed_from_the_rows(monkeypatch):
     )
     assert listed["count"] == 20  # counted from the rows: few enough
     assert len(listed["results"]) == 5 and listed["next"]
-    monkeypatch.setattr("usage.selectors.ROW_COUNT_CAP", 19)  # more than that: no count
+    monkeypatch.setattr("accounts.api.pagination.COUNT_CAP", 19)  # more than that: no count
     assert api.get("/api/usage", {"caller": "alice"}).json()["count"] is None
 
 

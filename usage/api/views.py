@@ -12,10 +12,10 @@ from rest_framework.generics import ListAPIView
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from accounts.api.pagination import NewestFirstPagination, capped_count
 from accounts.api.schema import error_responses
 from usage import selectors
 from usage.api import serializers as s
-from usage.api.pagination import UsagePagination
 from usage.api.queries import UsageQuery, usage_query
 from usage.export import usage_csv_response
 
@@ -36,11 +36,15 @@ def scoped_query(request) -> UsageQuery:
 )
 class UsageListView(ListAPIView):
     serializer_class = s.UsageLogOut
-    pagination_class = UsagePagination
+    pagination_class = NewestFirstPagination
 
     def get_queryset(self):
         self.usage_query = scoped_query(self.request)
         return self.usage_query.logs()
+
+    def page_count(self, queryset) -> int | None:
+        count = self.usage_query.count()
+        return count if count is not None else capped_count(queryset)
 
 
 class UsageDetailView(APIView):

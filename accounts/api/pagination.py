@@ -1,16 +1,25 @@
-"""The usage list's pages: by cursor, so page 1,000 costs what page 1 does.
+"""Pages of the tenant API's long lists (usage rows, ledger entries): by cursor, so page
+1,000 costs what page 1 does.
 
-The page keeps the shape it always had (`count`, `next`, `previous`, `results`). `count`
-comes from the rollups, exact and cheap; with a filter only the rows know (caller, client
-request id) it is counted from the rows up to 10,000, and is null past that: nothing counts
-millions of rows. A client that pages
-by `offset` (the earlier contract) still can, and is then answered by offset.
+A page keeps the shape the lists always had (`count`, `next`, `previous`, `results`).
+`count` is what the view's `page_count(queryset)` says, when it has one (the usage list's
+comes from the rollups), else the rows counted up to COUNT_CAP: past the cap it is null,
+and nothing counts millions of rows. A client paging by `offset` (the earlier contract)
+still can, and is answered by offset.
 """
 
 from __future__ import annotations
 
 from rest_framework.pagination import CursorPagination, LimitOffsetPagination
 from rest_framework.response import Response
+
+COUNT_CAP = 10_000
+
+
+def capped_count(queryset) -> int | None:
+    """The rows of `queryset` if at most COUNT_CAP, else None (counting stops there)."""
+    counted = queryset[: COUNT_CAP + 1].count()
+    return counted if counted <= COUNT_CAP else None
 
 
 class _CountedOffsetPagination(LimitOffsetPagination):
@@ -21,13 +30,16 @@ class _CountedOffsetPagination(LimitOffsetPagination):
         return self._known_count if self._known_count is not None else queryset.count()
 
 
-class UsagePagination(CursorPagination):
-    ordering = ("-created_at", "-id")
+class CountedCursorPagination(CursorPagination):
+    """Cursor pages with a count that never scans the whole list. Subclasses set `ordering`
+    (unique with its last field)."""
+
     page_size_query_param = "limit"
     max_page_size = 1000
 
     def paginate_queryset(self, queryset, request, view=None):
-        self.count = view.usage_query.count()
+        count = getattr(view, "page_count", capped_count)
+        self.count = count(queryset)
         if LimitOffsetPagination.offset_query_param in request.query_params:
             self._offset = _CountedOffsetPagination(self.count)
             page = self._offset.paginate_queryset(queryset, request, view)
@@ -54,8 +66,8 @@ class UsagePagination(CursorPagination):
             "type": "integer",
             "nullable": True,
             "example": 123,
-            "description": "Rows matching the filters; null when a caller or client request "
-            "id filter matches more than 10,000.",
+            "description": f"Rows in the list; null when more than {COUNT_CAP:,} would have "
+            "to be counted.",
         }
         return paged
 
@@ -70,3 +82,15 @@ class UsagePagination(CursorPagination):
                 "schema": {"type": "integer"},
             },
         ]
+
+
+class NewestFirstPagination(CountedCursorPagination):
+    """Rows by creation time, newest first (usage rows)."""
+
+    ordering = ("-created_at", "-id")
+
+
+class LatestIdFirstPagination(CountedCursorPagination):
+    """Rows by id, latest first (ledger entries)."""
+
+    ordering = ("-id",)
