@@ -108,15 +108,9 @@ ROLLUP_KEY = (
 )
 
 
-class UsageRollup(models.Model):
-    """The usage rows of one (account, group, key, endpoint, models, who paid) in one UTC hour,
-    totalled: kept in the writer's transaction as rows are stored, so always equal to them.
+class RollupTotals(models.Model):
+    """What a rollup is per (ROLLUP_KEY; a missing id is 0) and what it sums (ROLLUP_SUMS)."""
 
-    Hours, not days: a day in an account's time zone, and any start or end on the hour, are
-    whole buckets. Aggregates read these; rows past retention are gone, their rollups stay.
-    """
-
-    hour = models.DateTimeField()
     account_id = models.BigIntegerField()
     group_id = models.BigIntegerField()
     api_key_id = models.BigIntegerField()
@@ -143,6 +137,20 @@ class UsageRollup(models.Model):
     latency_ms = models.BigIntegerField(default=0, help_text="The rows' latencies, summed.")
 
     class Meta:
+        abstract = True
+
+
+class UsageRollup(RollupTotals):
+    """The usage rows of one (account, group, key, endpoint, models, who paid) in one UTC hour,
+    totalled: kept in the writer's transaction as rows are stored, so always equal to them.
+
+    Hours: a day in an account's time zone, and any start or end on the hour, are whole
+    buckets. Rows past retention are gone; their rollups stay.
+    """
+
+    hour = models.DateTimeField()
+
+    class Meta:
         constraints = [
             models.UniqueConstraint(
                 fields=["account_id", "hour", *ROLLUP_KEY[1:]], name="rollup_once"
@@ -156,6 +164,28 @@ class UsageRollup(models.Model):
 
     def __str__(self) -> str:
         return f"usage of key {self.api_key_id} at {self.hour:%Y-%m-%d %H:00}"
+
+
+class UsageDailyRollup(RollupTotals):
+    """The same totals per UTC day (`day` is its 00:00), kept in the same transaction: whole
+    days of a range are read here, 24 times fewer rows than their hours."""
+
+    day = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["account_id", "day", *ROLLUP_KEY[1:]], name="daily_rollup_once"
+            )
+        ]
+        indexes = [
+            models.Index(fields=["group_id", "day"], name="daily_rollup_group_day"),
+            models.Index(fields=["api_key_id", "day"], name="daily_rollup_key_day"),
+            models.Index(fields=["day"], name="daily_rollup_day"),
+        ]
+
+    def __str__(self) -> str:
+        return f"usage of key {self.api_key_id} on {self.day:%Y-%m-%d}"
 
 
 class UsageAttempt(models.Model):

@@ -1,11 +1,14 @@
-"""Hourly usage rollups: kept exactly equal to the usage rows, and audited against them.
+"""Usage rollups per hour and per day: kept exactly equal to the usage rows, and audited.
 
-The writer adds each batch of stored rows to its hours' rollups in the batch's own
+The writer adds each batch of stored rows to its hours' and days' rollups in the batch's own
 transaction (`add_to_rollups`), so a rollup can never count a row that is not stored, nor
-miss one that is. The rows are the truth while they are kept: `reconcile_rollups` compares
-every closed day's rollups with its rows (once per day, under a cursor) and rebuilds a day
-that differs; `rebuild_rollups` recomputes any range from the rows (the migration's backfill,
-a repair, retention's last check before a partition is dropped).
+miss one that is. A range is read from the days it holds whole, the hours it holds whole
+around them, and the rows only at its partial hours (usage/selectors.py).
+
+The rows are the truth while they are kept: `reconcile_rollups` compares every closed day's
+rollups with its rows (once per day, under a cursor) and rebuilds a day that differs;
+`rebuild_rollups` recomputes whole days from the rows (the migration's backfill, a repair).
+Retention drops only rows of days audited so (`audited_until`).
 
 Upserts take row locks in one order (the unique key's), so concurrent writers never deadlock
 on them.
@@ -18,13 +21,20 @@ from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 
 from django.db import connection, transaction
-from django.db.models import Count, Q, Sum, Value
-from django.db.models.functions import Coalesce, TruncHour
+from django.db.models import Count, F, Q, Sum, Value
+from django.db.models.functions import Coalesce, TruncDay, TruncHour
 
 from core.db import values_placeholders
 from core.metrics import ROLLUP_DRIFT
 from core.usage_record import UsageRecord
-from usage.models import ROLLUP_KEY, ROLLUP_SUMS, UsageCursor, UsageLog, UsageRollup
+from usage.models import (
+    ROLLUP_KEY,
+    ROLLUP_SUMS,
+    UsageCursor,
+    UsageDailyRollup,
+    UsageLog,
+    UsageRollup,
+)
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +45,8 @@ CLOSE_AFTER = timedelta(hours=1)
 DAYS_PER_RUN = 31
 UPSERT_CHUNK = 200  # rollup rows per statement: well under SQLite's parameter limit
 
-COLUMNS = ("hour", *ROLLUP_KEY, "requests", "errors", *ROLLUP_SUMS)
+TOTAL_COLUMNS = ("requests", "errors", *ROLLUP_SUMS)
+COLUMNS = ("hour", *ROLLUP_KEY, *TOTAL_COLUMNS)  # an hourly rollup's; a daily one has `day`
 
 
 def hour_of(moment: datetime) -> datetime:
@@ -47,6 +58,17 @@ def next_hour(moment: datetime) -> datetime:
     """The first hour boundary at or after `moment`."""
     floor = hour_of(moment)
     return floor if floor == moment else floor + timedelta(hours=1)
+
+
+def day_of(moment: datetime) -> datetime:
+    """The 00:00 UTC of the day holding `moment`."""
+    return hour_of(moment).replace(hour=0)
+
+
+def next_day(moment: datetime) -> datetime:
+    """The first UTC midnight at or after `moment`."""
+    floor = day_of(moment)
+    return floor if floor == moment else floor + timedelta(days=1)
 
 
 def add_to_rollups(records: Iterable[UsageRecord]) -> int:
@@ -73,10 +95,18 @@ def add_to_rollups(records: Iterable[UsageRecord]) -> int:
         sums[1] += record.status != 200
         for i, name in enumerate(ROLLUP_SUMS, start=2):
             sums[i] += getattr(record, name) or 0
-    rows = sorted(buckets.items(), key=lambda item: _lock_order(item[0]))
-    for start in range(0, len(rows), UPSERT_CHUNK):
-        _upsert(rows[start : start + UPSERT_CHUNK])
-    return len(rows)
+    days: dict[tuple, list[int]] = {}
+    for (hour, *key), sums in buckets.items():
+        day = days.setdefault((hour.replace(hour=0), *key), [0] * len(sums))
+        for i, value in enumerate(sums):
+            day[i] += value
+    touched = 0
+    for model, grain in ((UsageRollup, buckets), (UsageDailyRollup, days)):
+        rows = sorted(grain.items(), key=lambda item: _lock_order(item[0]))
+        for start in range(0, len(rows), UPSERT_CHUNK):
+            _upsert(model, rows[start : start + UPSERT_CHUNK])
+        touched += len(rows)
+    return touched
 
 
 def _lock_order(key: tuple) -> tuple:
@@ -84,13 +114,20 @@ def _lock_order(key: tuple) -> tuple:
     return (account_id, hour, *rest)  # the unique index's column order
 
 
-def _upsert(rows: list[tuple[tuple, list[int]]]) -> None:
-    table = UsageRollup._meta.db_table
+def _time_field(model) -> str:
+    return "hour" if model is UsageRollup or model.__name__ == "UsageRollup" else "day"
+
+
+def _columns(model) -> tuple[str, ...]:
+    return (_time_field(model), *ROLLUP_KEY, *TOTAL_COLUMNS)
+
+
+def _upsert(model, rows: list[tuple[tuple, list[int]]]) -> None:
+    table = model._meta.db_table
     quote = connection.ops.quote_name
-    columns = [quote(UsageRollup._meta.get_field(name).column) for name in COLUMNS]
+    columns = [quote(model._meta.get_field(name).column) for name in _columns(model)]
     conflict = [
-        quote(UsageRollup._meta.get_field(name).column)
-        for name in UsageRollup._meta.constraints[0].fields
+        quote(model._meta.get_field(name).column) for name in model._meta.constraints[0].fields
     ]
     added = columns[1 + len(ROLLUP_KEY) :]
     adapt = connection.ops.adapt_datetimefield_value
@@ -108,32 +145,59 @@ def _upsert(rows: list[tuple[tuple, list[int]]]) -> None:
 
 
 def rollups_from_rows(
-    *, start: datetime | None = None, end: datetime | None = None, log_model=UsageLog
+    *,
+    start: datetime | None = None,
+    end: datetime | None = None,
+    grain: str = "hour",
+    log_model=UsageLog,
 ):
-    """The rollups the usage rows of hours in [start, end) make, as a values() queryset
-    whose columns are COLUMNS in order."""
+    """The rollups (per "hour" or "day") the usage rows in [start, end) make, as a values
+    queryset whose columns are COLUMNS in order (the time first, whatever the grain)."""
     rows = log_model.objects.all()
     if start is not None:
         rows = rows.filter(created_at__gte=start)
     if end is not None:
         rows = rows.filter(created_at__lt=end)
+    truncate = TruncHour if grain == "hour" else TruncDay
     key = {
-        "r_hour": TruncHour("created_at", tzinfo=UTC),
+        "r_time": truncate("created_at", tzinfo=UTC),
         "r_account_id": Coalesce("account_id", Value(0)),
         "r_group_id": Coalesce("group_id", Value(0)),
         "r_api_key_id": Coalesce("api_key_id", Value(0)),
-        "r_endpoint": Coalesce("endpoint", Value("")),
-        "r_model_requested": Coalesce("model_requested", Value("")),
-        "r_model_served": Coalesce("model_served", Value("")),
-        "r_served_by": Coalesce("served_by", Value("")),
+        **{f"r_{name}": F(name) for name in ROLLUP_KEY[3:]},
     }
     sums = {f"r_{name}": Coalesce(Sum(name), Value(0)) for name in ROLLUP_SUMS}
     return (
         rows.order_by()
         .values(**key)
         .annotate(r_requests=Count("id"), r_errors=Count("id", filter=~Q(status=200)), **sums)
-        .values_list(*(f"r_{name}" for name in COLUMNS))
+        .values_list("r_time", *(f"r_{name}" for name in COLUMNS[1:]))
     )
+
+
+def _days_from_hours(*, start: datetime | None, end: datetime | None, hourly_model):
+    """The daily rollups the hourly ones of [start, end) (whole days) add up to."""
+    hours = hourly_model.objects.all()
+    if start is not None:
+        hours = hours.filter(hour__gte=start)
+    if end is not None:
+        hours = hours.filter(hour__lt=end)
+    sums = {f"r_{name}": Sum(name) for name in TOTAL_COLUMNS}
+    return (
+        hours.order_by()
+        .values(r_time=TruncDay("hour", tzinfo=UTC), **{f"r_{n}": F(n) for n in ROLLUP_KEY})
+        .annotate(**sums)
+        .values_list("r_time", *(f"r_{name}" for name in COLUMNS[1:]))
+    )
+
+
+def _insert_select(model, select) -> int:
+    sql, params = select.query.sql_with_params()
+    quote = connection.ops.quote_name
+    columns = ", ".join(quote(model._meta.get_field(name).column) for name in _columns(model))
+    with connection.cursor() as cursor:
+        cursor.execute(f"INSERT INTO {model._meta.db_table} ({columns}) {sql}", params)
+        return cursor.rowcount
 
 
 def rebuild_rollups(
@@ -141,44 +205,58 @@ def rebuild_rollups(
     start: datetime | None = None,
     end: datetime | None = None,
     log_model=UsageLog,
-    rollup_model=UsageRollup,
+    hourly_model=UsageRollup,
+    daily_model=UsageDailyRollup,
 ) -> int:
-    """Recompute the rollups of the hours in [start, end) (on the hour) from the rows, in one
-    statement and transaction. Returns the rollup rows written.
+    """Recompute the rollups of the UTC days holding [start, end) from the rows: the hours
+    from the rows, the days from the hours, in one transaction. Returns the hourly rollup
+    rows written.
 
-    Writers adding rows to those hours meanwhile wait for it (PostgreSQL: a table lock that
-    lets readers through), so no row is counted twice or lost.
+    Writers adding rows to those days meanwhile wait for it (PostgreSQL: table locks that
+    let readers through), so no row is counted twice or lost.
     """
-    select_sql, params = rollups_from_rows(
-        start=start, end=end, log_model=log_model
-    ).query.sql_with_params()
-    table = rollup_model._meta.db_table
-    quote = connection.ops.quote_name
-    columns = ", ".join(quote(rollup_model._meta.get_field(name).column) for name in COLUMNS)
-    old = rollup_model.objects.all()
-    if start is not None:
-        old = old.filter(hour__gte=start)
-    if end is not None:
-        old = old.filter(hour__lt=end)
+    start = day_of(start) if start is not None else None
+    end = next_day(end) if end is not None else None
     with transaction.atomic():
         if connection.vendor == "postgresql":
             with connection.cursor() as cursor:
-                cursor.execute(f"LOCK TABLE {table} IN SHARE ROW EXCLUSIVE MODE")
-        old.delete()
-        with connection.cursor() as cursor:
-            cursor.execute(f"INSERT INTO {table} ({columns}) {select_sql}", params)
-            return cursor.rowcount
+                for model in (hourly_model, daily_model):
+                    cursor.execute(f"LOCK TABLE {model._meta.db_table} IN SHARE ROW EXCLUSIVE MODE")
+        for model in (hourly_model, daily_model):
+            old = model.objects.all()
+            time = _time_field(model)
+            if start is not None:
+                old = old.filter(**{f"{time}__gte": start})
+            if end is not None:
+                old = old.filter(**{f"{time}__lt": end})
+            old.delete()
+        written = _insert_select(
+            hourly_model, rollups_from_rows(start=start, end=end, log_model=log_model)
+        )
+        _insert_select(
+            daily_model, _days_from_hours(start=start, end=end, hourly_model=hourly_model)
+        )
+        return written
+
+
+def _exact(rows) -> set[tuple]:
+    """Rollup tuples compared by value (PostgreSQL sums bigints as numerics)."""
+    return {tuple(v if isinstance(v, (str, datetime)) else int(v) for v in row) for row in rows}
 
 
 def _day_differs(day: datetime) -> bool:
     end = day + timedelta(days=1)
-    expected = set(rollups_from_rows(start=day, end=end))
-    kept = set(
-        UsageRollup.objects.filter(hour__gte=day, hour__lt=end)
-        .exclude(requests=0)
-        .values_list(*COLUMNS)
-    )
-    return expected != kept
+    for model, grain in ((UsageRollup, "hour"), (UsageDailyRollup, "day")):
+        time = _time_field(model)
+        expected = _exact(rollups_from_rows(start=day, end=end, grain=grain))
+        kept = _exact(
+            model.objects.filter(**{f"{time}__gte": day, f"{time}__lt": end})
+            .exclude(requests=0)
+            .values_list(*_columns(model))
+        )
+        if expected != kept:
+            return True
+    return False
 
 
 def reconcile_rollups(*, now: datetime | None = None) -> list[datetime]:

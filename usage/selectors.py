@@ -17,8 +17,8 @@ from django.db.models import Count, F, Q, QuerySet, Sum, Value
 from django.db.models.functions import Coalesce, NullIf, TruncDate
 
 from accounts.selectors import accounts_of_user
-from usage.models import UsageLog, UsageRollup
-from usage.rollups import hour_of, next_hour
+from usage.models import UsageDailyRollup, UsageLog, UsageRollup
+from usage.rollups import day_of, hour_of, next_day, next_hour
 
 # Filters only the rows know: with one of these, totals are summed from the rows.
 ROW_ONLY_FILTERS = ("caller", "client_request_id")
@@ -129,41 +129,41 @@ def usage_zero_totals() -> dict:
 
 
 def _rollups(
+    model,
     *,
     accounts: Sequence[int],
     group: int | None = None,
     key: int | None = None,
     endpoint: str | None = None,
-    model: str | None = None,
+    model_name: str | None = None,
     start: datetime | None = None,
     end: datetime | None = None,
-) -> QuerySet[UsageRollup]:
-    rollups = _scoped(UsageRollup.objects.all(), accounts)
+) -> QuerySet:
+    rollups = _scoped(model.objects.all(), accounts)
+    time = "hour" if model is UsageRollup else "day"
     if group is not None:
         rollups = rollups.filter(group_id=group)
     if key is not None:
         rollups = rollups.filter(api_key_id=key)
     if endpoint:
         rollups = rollups.filter(endpoint=endpoint)
-    if model:
-        rollups = rollups.filter(Q(model_served=model) | Q(model_requested=model))
+    if model_name:
+        rollups = rollups.filter(Q(model_served=model_name) | Q(model_requested=model_name))
     if start is not None:
-        rollups = rollups.filter(hour__gte=start)
+        rollups = rollups.filter(**{f"{time}__gte": start})
     if end is not None:
-        rollups = rollups.filter(hour__lt=end)
+        rollups = rollups.filter(**{f"{time}__lt": end})
     return rollups
 
 
-# What totals can be split by: the expression on the rows, then on the rollups.
+_MODEL = Coalesce(NullIf("model_served", Value("")), "model_requested")
+# What totals can be split by: the expression on the rows, the hourly and the daily rollups.
 SPLITS = {
-    "day": (TruncDate("created_at"), TruncDate("hour")),
-    "model": (
-        Coalesce(NullIf("model_served", Value("")), "model_requested"),
-        Coalesce(NullIf("model_served", Value("")), "model_requested"),
-    ),
-    "group_id": (Coalesce("group_id", Value(0)), F("group_id")),
-    "api_key_id": (Coalesce("api_key_id", Value(0)), F("api_key_id")),
-    "served_by": (F("served_by"), F("served_by")),
+    "day": (TruncDate("created_at"), TruncDate("hour"), TruncDate("day")),
+    "model": (_MODEL, _MODEL, _MODEL),
+    "group_id": (Coalesce("group_id", Value(0)), F("group_id"), F("group_id")),
+    "api_key_id": (Coalesce("api_key_id", Value(0)), F("api_key_id"), F("api_key_id")),
+    "served_by": (F("served_by"), F("served_by"), F("served_by")),
 }
 
 
@@ -173,23 +173,61 @@ def _grouped(qs: QuerySet, split, totals: dict) -> list[dict]:
     return list(qs.order_by().annotate(split=split).values("split").annotate(**totals))
 
 
+@dataclass(frozen=True)
+class Spans:
+    """A range cut where each part is read: rows at partial hours, hourly rollups at whole
+    hours of partial days, daily rollups at whole days. None bounds are open."""
+
+    rows: list[tuple]
+    hours: list[tuple]
+    days: tuple | None
+
+
+def spans(start: datetime | None, end: datetime | None) -> Spans:
+    """Cut [start, end) into the parts each source serves exactly."""
+    lo_h = next_hour(start) if start is not None else None
+    hi_h = hour_of(end) if end is not None else None
+    if lo_h is not None and hi_h is not None and lo_h >= hi_h:
+        return Spans(rows=[(start, end)], hours=[], days=None)
+    rows = []
+    if start is not None and start != lo_h:
+        rows.append((start, lo_h))
+    if end is not None and end != hi_h:
+        rows.append((hi_h, end))
+    lo_d = next_day(lo_h) if lo_h is not None else None
+    hi_d = day_of(hi_h) if hi_h is not None else None
+    if lo_d is not None and hi_d is not None and lo_d >= hi_d:
+        return Spans(rows=rows, hours=[(lo_h, hi_h)], days=None)
+    hours = []
+    if lo_h is not None and lo_h != lo_d:
+        hours.append((lo_h, lo_d))
+    if hi_h is not None and hi_h != hi_d:
+        hours.append((hi_d, hi_h))
+    return Spans(rows=rows, hours=hours, days=(lo_d, hi_d))
+
+
 def usage_totals(*, accounts: Sequence[int], by: str | None = None, **filters) -> list[dict]:
     """Return the filtered usage's totals, one dict per value of `by` (a SPLITS name, sorted
     by it, the value under that name) or one dict for all (`by` None)."""
-    row_split, rollup_split = SPLITS[by] if by else (None, None)
-    parts: list[dict] = []
+    row_split, hour_split, day_split = SPLITS[by] if by else (None, None, None)
     start, end = filters.pop("start", None), filters.pop("end", None)
     if any(filters.get(name) for name in ROW_ONLY_FILTERS):
-        row_ranges, hours = [(start, end)], None
+        cut = Spans(rows=[(start, end)], hours=[], days=None)
     else:
-        row_ranges, hours = _split_hours(start, end)
-    for lo, hi in row_ranges:
+        cut = spans(start, end)
+    parts: list[dict] = []
+    for lo, hi in cut.rows:
         rows = usage_logs(accounts=accounts, start=lo, end=hi, **filters)
         parts += _grouped(rows, row_split, _row_totals())
-    if hours is not None:
-        rollup_filters = {k: v for k, v in filters.items() if k not in ROW_ONLY_FILTERS}
-        rollups = _rollups(accounts=accounts, start=hours[0], end=hours[1], **rollup_filters)
-        parts += _grouped(rollups, rollup_split, _rollup_totals())
+    rollup_filters = {k: v for k, v in filters.items() if k not in ROW_ONLY_FILTERS}
+    rollup_filters["model_name"] = rollup_filters.pop("model", None)
+    for lo, hi in cut.hours:
+        hours = _rollups(UsageRollup, accounts=accounts, start=lo, end=hi, **rollup_filters)
+        parts += _grouped(hours, hour_split, _rollup_totals())
+    if cut.days is not None:
+        lo, hi = cut.days
+        days = _rollups(UsageDailyRollup, accounts=accounts, start=lo, end=hi, **rollup_filters)
+        parts += _grouped(days, day_split, _rollup_totals())
     merged: dict = {}
     for part in parts:
         value = part.pop("split", None)
@@ -199,21 +237,6 @@ def usage_totals(*, accounts: Sequence[int], by: str | None = None, **filters) -
     if by is None:
         return [merged.get(None, usage_zero_totals())]
     return [{by: value, **merged[value]} for value in sorted(merged)]
-
-
-def _split_hours(start: datetime | None, end: datetime | None) -> tuple[list[tuple], tuple | None]:
-    """Split [start, end) into the whole hours the rollups serve and the partial hours at
-    its ends that the rows serve."""
-    lo = next_hour(start) if start is not None else None
-    hi = hour_of(end) if end is not None else None
-    if lo is not None and hi is not None and lo >= hi:
-        return [(start, end)], None
-    row_ranges = []
-    if start is not None and start != lo:
-        row_ranges.append((start, lo))
-    if end is not None and end != hi:
-        row_ranges.append((hi, end))
-    return row_ranges, (lo, hi)
 
 
 def usage_count(*, accounts: Sequence[int], **filters) -> int | None:

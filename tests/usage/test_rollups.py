@@ -26,11 +26,14 @@ def client_for(tenant) -> APIClient:
 
 
 def rollups_now(tenant) -> set[tuple]:
-    """The tenant's rollups, each as its COLUMNS."""
-    from usage.models import UsageRollup
+    """The tenant's hourly and daily rollups, each as its columns (the grain first)."""
+    from usage.models import UsageDailyRollup, UsageRollup
     from usage.rollups import COLUMNS
 
-    return set(UsageRollup.objects.filter(account_id=tenant.account_id).values_list(*COLUMNS))
+    mine = {"account_id": tenant.account_id}
+    hours = UsageRollup.objects.filter(**mine).values_list(*COLUMNS)
+    days = UsageDailyRollup.objects.filter(**mine).values_list("day", *COLUMNS[1:])
+    return {("hour", *row) for row in hours} | {("day", *row) for row in days}
 
 
 def rollups_of_rows(tenant) -> set[tuple]:
@@ -38,10 +41,11 @@ def rollups_of_rows(tenant) -> set[tuple]:
     from usage.rollups import rollups_from_rows
 
     exact = {
-        tuple(v if isinstance(v, (str, datetime)) else int(v) for v in row)
-        for row in rollups_from_rows()
+        (grain, *(v if isinstance(v, (str, datetime)) else int(v) for v in row))
+        for grain in ("hour", "day")
+        for row in rollups_from_rows(grain=grain)
     }
-    return {row for row in exact if row[1] == tenant.account_id}
+    return {row for row in exact if row[2] == tenant.account_id}
 
 
 def mixed_rows(tenant, *, start: datetime, count: int, step: timedelta) -> list[dict]:
@@ -83,7 +87,7 @@ def test_rollups_equal_the_rows_stored_in_batches_and_replays_add_nothing():
 
     assert rollups_now(tenant) == rollups_of_rows(tenant)
     # 40 rows 7 minutes apart from 10:00: 280 minutes, hours 10:00 to 14:00.
-    hours = sorted({h for (h,) in UsageRollup.objects.values_list("hour")})
+    hours = sorted(set(UsageRollup.objects.values_list("hour", flat=True)))
     assert hours == [T0 + timedelta(hours=h) for h in range(5)]
     total = sum(UsageRollup.objects.values_list("requests", flat=True))
     assert total == 40
@@ -158,6 +162,38 @@ def test_totals_over_partial_hours_match_the_rows_exactly():
     assert listed.json()["count"] == 24
 
 
+def test_totals_over_days_hours_and_partial_hours_match_the_rows_exactly():
+    tenant = make_tenant()
+    rows = mixed_rows(tenant, start=T0, count=80, step=timedelta(minutes=97))  # 5.4 days
+    store(*rows)
+    api = client_for(tenant)
+    # May 4 10:30 to May 8 03:20: rows, then hours, then whole days, then hours, then rows.
+    start, end = T0 + timedelta(minutes=30), T0 + timedelta(days=3, hours=17, minutes=20)
+    inside = [r for r in rows if start <= datetime.fromisoformat(r["created_at"]) < end]
+    when = {"start": start.isoformat(), "end": end.isoformat()}
+
+    daily = api.get("/api/usage/daily", when).json()["results"]
+    models = api.get("/api/usage/models", when).json()["results"]
+    count = api.get("/api/usage", {**when, "limit": 1}).json()["count"]
+
+    per_day: dict[str, list] = {}
+    for r in inside:
+        per_day.setdefault(r["created_at"][:10], []).append(r)
+    assert [d["day"] for d in daily] == sorted(per_day)
+    for d in daily:
+        day_rows = per_day[d["day"]]
+        assert d["requests"] == len(day_rows)
+        assert d["errors"] == sum(r["status"] != 200 for r in day_rows)
+        assert d["tokens_out"] == sum(r["tokens_out"] for r in day_rows)
+        assert d["byok_tokens_in"] == sum(r["byok_tokens_in"] for r in day_rows)
+        assert d["bytes_in"] == sum(r["bytes_in"] for r in day_rows)
+        assert d["bandwidth_charge_micro"] == sum(r["bandwidth_charge_micro"] for r in day_rows)
+    assert sum(m["provider_cost_micro"] for m in models) == sum(
+        r["provider_cost_micro"] for r in inside
+    )
+    assert count == len(inside) == 55
+
+
 def test_a_filter_only_the_rows_know_is_summed_from_the_rows(monkeypatch):
     tenant = make_tenant()
     rows = mixed_rows(tenant, start=T0, count=40, step=timedelta(minutes=7))
@@ -227,19 +263,22 @@ def test_reconciliation_rebuilds_a_closed_day_that_differs_once():
     assert reconcile_rollups(now=datetime(2026, 5, 4, 12, tzinfo=UTC)) == []
 
 
-def test_a_rebuild_of_a_range_recomputes_exactly_those_hours():
-    from usage.models import UsageRollup
+def test_a_rebuild_recomputes_the_whole_days_of_its_range_and_nothing_else():
+    from usage.models import UsageDailyRollup, UsageRollup
     from usage.rollups import rebuild_rollups
 
     tenant = make_tenant()
-    store(*mixed_rows(tenant, start=T0, count=40, step=timedelta(minutes=7)))
+    store(*mixed_rows(tenant, start=T0, count=40, step=timedelta(minutes=7)))  # May 4
+    later = T0 + timedelta(days=3)  # May 7
+    store(*mixed_rows(tenant, start=later, count=3, step=timedelta(hours=1)))
     good = rollups_now(tenant)
-    UsageRollup.objects.filter(account_id=tenant.account_id).update(requests=0, tokens_in=0)
+    for model in (UsageRollup, UsageDailyRollup):
+        model.objects.filter(account_id=tenant.account_id).update(requests=0)
 
     written = rebuild_rollups(start=T0 + timedelta(hours=1), end=T0 + timedelta(hours=3))
 
     after = rollups_now(tenant)
-    in_range = {r for r in good if T0 + timedelta(hours=1) <= r[0] < T0 + timedelta(hours=3)}
-    assert written == len(in_range)
-    assert in_range <= after
-    assert all(r[8] == 0 for r in after if r not in in_range)  # requests: the rest untouched
+    may_4 = {r for r in good if r[1].date() == T0.date()}
+    assert written == len([r for r in may_4 if r[0] == "hour"])
+    assert may_4 <= after  # the whole day holding the range is exact again
+    assert {r[9] for r in after if r[1].date() == later.date()} == {0}  # May 7 left as it was

@@ -9,7 +9,8 @@ def backfill(apps, schema_editor):
 
     rebuild_rollups(
         log_model=apps.get_model("usage", "UsageLog"),
-        rollup_model=apps.get_model("usage", "UsageRollup"),
+        hourly_model=apps.get_model("usage", "UsageRollup"),
+        daily_model=apps.get_model("usage", "UsageDailyRollup"),
     )
 
 
@@ -53,6 +54,41 @@ class Migration(migrations.Migration):
             options={
                 'indexes': [models.Index(fields=['group_id', 'hour'], name='rollup_group_hour'), models.Index(fields=['api_key_id', 'hour'], name='rollup_key_hour'), models.Index(fields=['hour'], name='rollup_hour')],
                 'constraints': [models.UniqueConstraint(fields=('account_id', 'hour', 'group_id', 'api_key_id', 'endpoint', 'model_requested', 'model_served', 'served_by'), name='rollup_once')],
+            },
+        ),
+        migrations.CreateModel(
+            name='UsageDailyRollup',
+            fields=[
+                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
+                ('day', models.DateTimeField()),
+                ('account_id', models.BigIntegerField()),
+                ('group_id', models.BigIntegerField()),
+                ('api_key_id', models.BigIntegerField()),
+                ('endpoint', models.CharField(db_column='route', max_length=32)),
+                ('model_requested', models.CharField(max_length=200)),
+                ('model_served', models.CharField(max_length=200)),
+                ('served_by', models.CharField(blank=True, choices=[('team', 'Team'), ('platform', 'Platform')], max_length=8)),
+                ('requests', models.BigIntegerField(default=0)),
+                ('errors', models.BigIntegerField(default=0)),
+                ('tokens_in', models.BigIntegerField(default=0)),
+                ('tokens_out', models.BigIntegerField(default=0)),
+                ('byok_tokens_in', models.BigIntegerField(default=0)),
+                ('byok_tokens_out', models.BigIntegerField(default=0)),
+                ('cache_read_tokens', models.BigIntegerField(default=0)),
+                ('cache_write_tokens', models.BigIntegerField(default=0)),
+                ('reasoning_tokens', models.BigIntegerField(default=0)),
+                ('web_pages', models.BigIntegerField(default=0)),
+                ('web_rendered_pages', models.BigIntegerField(default=0)),
+                ('web_queries', models.BigIntegerField(default=0)),
+                ('provider_cost_micro', models.BigIntegerField(default=0)),
+                ('bytes_in', models.BigIntegerField(default=0)),
+                ('bytes_out', models.BigIntegerField(default=0)),
+                ('bandwidth_charge_micro', models.BigIntegerField(default=0)),
+                ('latency_ms', models.BigIntegerField(default=0, help_text="The rows' latencies, summed.")),
+            ],
+            options={
+                'indexes': [models.Index(fields=['group_id', 'day'], name='daily_rollup_group_day'), models.Index(fields=['api_key_id', 'day'], name='daily_rollup_key_day'), models.Index(fields=['day'], name='daily_rollup_day')],
+                'constraints': [models.UniqueConstraint(fields=('account_id', 'day', 'group_id', 'api_key_id', 'endpoint', 'model_requested', 'model_served', 'served_by'), name='daily_rollup_once')],
             },
         ),
         migrations.RunPython(backfill, migrations.RunPython.noop),

@@ -1,4 +1,4 @@
-"""Recompute the hourly usage rollups from the usage rows (all of them, or a range of days)."""
+"""Recompute the usage rollups (hourly and daily) from the usage rows: all, or a range of days."""
 
 from __future__ import annotations
 
@@ -14,7 +14,9 @@ def _day(value: str) -> datetime:
 
 
 class Command(BaseCommand):
-    help = "Recompute the hourly usage rollups of [--from, --to) (UTC days) from the rows."
+    help = (
+        "Recompute the usage rollups (hourly, daily) of the UTC days [--from, --to) from the rows."
+    )
 
     def add_arguments(self, parser) -> None:
         parser.add_argument("--from", dest="start", type=_day, help="first day, YYYY-MM-DD")
@@ -22,4 +24,4 @@ class Command(BaseCommand):
 
     def handle(self, *args, start: datetime | None, end: datetime | None, **options) -> None:
         written = rebuild_rollups(start=start, end=end)
-        self.stdout.write(f"{written} rollup rows written")
+        self.stdout.write(f"{written} hourly rollup rows written")
