@@ -128,6 +128,7 @@ import fairness
 import login_flood  # bench/login_flood.py: --login-flood, one process vs. two planes
 import orjson
 import paced  # bench/paced.py: the paced-streams scenario (the script's directory is on the path)
+import scale  # bench/scale.py: --scale, a bulk-loaded ledger
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_WORDS = 8  # the stub's default answer length, the only one the gateway ever gets
@@ -973,6 +974,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     paced.add_arguments(p)
     fairness.add_arguments(p)
     login_flood.add_arguments(p)
+    scale.add_arguments(p)
     args = p.parse_args(argv)
     fairness.check_arguments(p, args)
     if args.n < 1 or args.c < 1 or args.words < 1 or args.peer_workers < 1:
@@ -1067,6 +1069,8 @@ def main(argv: list[str] | None = None) -> int:
         return fairness.main(args)
     if args.login_flood:
         return login_flood.main(args)
+    if args.scale:
+        return scale.main(args)
     if args.paced_streams and (problem := paced.check_nofile(args)):
         print(f"setup failed: {problem}", file=sys.stderr)
         return 2

@@ -1,0 +1,95 @@
+"""bench/scale.py at a tiny size: it loads exactly what it generated and every call answers."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+import psycopg
+import pytest
+from django.conf import settings
+
+from tests.support.services import requires_postgres, requires_redis
+
+ROOT = Path(__file__).resolve().parents[2]
+ROWS = 3000
+BENCH_REDIS_DB = 6  # its own Redis database: the bench clears its tollgate:* keys
+
+pytestmark = [requires_postgres, requires_redis, pytest.mark.timeout(900)]
+
+
+def server_url() -> str:
+    """The test database's server (the bench creates and drops its own databases there)."""
+    return urlunsplit(urlsplit(os.environ["DATABASE_URL"])._replace(path="/postgres"))
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory) -> dict:
+    out = tmp_path_factory.mktemp("scale") / "scale.json"
+    redis = urlsplit(settings.REDIS_URL)._replace(path=f"/{BENCH_REDIS_DB}")
+    done = subprocess.run(
+        [
+            sys.executable, "bench/run.py", "--scale", "--scale-rows", str(ROWS),
+            "--scale-requests", "100", "--database-url", server_url(),
+            "--redis-url", urlunsplit(redis), "--json", str(out),
+        ],
+        cwd=ROOT, capture_output=True, text=True, timeout=840,
+    )  # fmt: skip
+    assert out.exists(), (
+        f"no report ({done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    )
+    doc = json.loads(out.read_text())
+    doc["exit_code"] = done.returncode
+    doc["output"] = done.stdout[-3000:] + done.stderr[-3000:]
+    return doc
+
+
+def test_it_loads_exactly_the_rows_it_generated(report):
+    load = report["load"]
+    assert load["counted"]["usage_usagelog"] == ROWS
+    assert load["written"]["usage_usagelog"] == ROWS
+    assert load["counted"] == load["written"]
+    assert load["written"]["billing_settledrequest"] == ROWS
+
+
+def test_the_books_come_in_the_documented_proportions(report):
+    written = report["load"]["written"]
+    assert 1.0 < written["usage_usageattempt"] / ROWS < 1.07
+    assert 0.6 < written["billing_reservation"] / ROWS < 0.9
+    assert written["billing_ledgerentry"] == written["billing_reservation"]
+    assert 0.7 < written["billing_spendhold"] / ROWS < 0.9
+
+
+def test_the_rebuilt_rollups_count_every_row(report):
+    if not (ROOT / "usage/management/commands/rebuild_usage_rollups.py").is_file():
+        pytest.skip("this code has no rollups")
+    assert report["load"]["rollup_requests"] == ROWS
+
+
+def test_every_timed_call_answered_200(report):
+    calls = report["calls"]
+    assert len(calls) == 2 * 12 + 4  # per tenant: 7 API calls, 5 pages; 4 admin lists
+    bad = [(c["tenant"], c["name"], c["statuses"]) for c in calls if set(c["statuses"]) != {200}]
+    assert not bad, report["output"]
+    assert report["export"]["status"] == 200
+    assert report["export"]["rows"] > 0
+
+
+def test_the_hot_path_served_every_request(report):
+    assert [h["database"] for h in report["hot_path"]] == ["empty", "loaded"]
+    for run in report["hot_path"]:
+        assert (run["ok"], run["failed"]) == (100, 0), run["failure_kinds"]
+    assert report["exit_code"] == 0, report["output"]
+
+
+def test_it_drops_its_databases(report):
+    with psycopg.connect(server_url(), autocommit=True) as conn:
+        left = conn.execute(
+            "SELECT datname FROM pg_database WHERE datname = ANY(%s)", (report["databases"],)
+        ).fetchall()
+    assert len(report["databases"]) == 2
+    assert left == []
