@@ -41,7 +41,7 @@ class Reservation(models.Model):
         EXPIRED = "expired"
 
     wallet = models.ForeignKey(Wallet, on_delete=models.PROTECT, related_name="reservations")
-    request_id = models.CharField(max_length=64, db_index=True)
+    request_id = models.CharField(max_length=64)
     group_id = models.BigIntegerField(null=True)
     api_key_id = models.BigIntegerField(null=True)
     attempt_no = models.PositiveSmallIntegerField(default=1)
@@ -62,7 +62,17 @@ class Reservation(models.Model):
     resolved_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
-        indexes = [models.Index(fields=["status", "expires_at"])]
+        # Indexes declared here, not with db_index on the field: that adds a
+        # varchar_pattern_ops twin on PostgreSQL, which no query uses.
+        indexes = [
+            models.Index(fields=["request_id"], name="reservation_request"),
+            # The reaper's walk: only open rows, a small index however long the history.
+            models.Index(
+                fields=["expires_at"],
+                condition=models.Q(status="pending"),
+                name="reservation_open_expiry",
+            ),
+        ]
 
     def __str__(self) -> str:
         return f"reservation {self.pk} ({self.status})"
@@ -103,7 +113,7 @@ class SpendHold(models.Model):
         EXPIRED = "expired"  # released at 0: its vendor call was never sent
         CHARGED = "charged"  # charged unmeasured by the reaper: its call was sent
 
-    request_id = models.CharField(max_length=64, unique=True)
+    request_id = models.CharField(max_length=64)
     group = models.ForeignKey("accounts.Group", on_delete=models.CASCADE)
     api_key = models.ForeignKey("accounts.ApiKey", null=True, on_delete=models.CASCADE)
     caller_spend = models.ForeignKey("CallerSpend", null=True, on_delete=models.CASCADE)
@@ -116,7 +126,15 @@ class SpendHold(models.Model):
     expires_at = models.DateTimeField()
 
     class Meta:
-        indexes = [models.Index(fields=["status", "expires_at"])]
+        constraints = [models.UniqueConstraint(fields=["request_id"], name="spend_hold_once")]
+        # The reaper's walk: only held rows.
+        indexes = [
+            models.Index(
+                fields=["expires_at"],
+                condition=models.Q(status="held"),
+                name="spend_hold_open_expiry",
+            )
+        ]
 
 
 class CallerSpend(models.Model):
@@ -163,13 +181,16 @@ class SettledRequest(models.Model):
         REAPER = "reaper"
         RECONCILE = "reconcile"
 
-    request_id = models.CharField(max_length=64, unique=True)
+    request_id = models.CharField(max_length=64)
     group_id = models.BigIntegerField()
     api_key_id = models.BigIntegerField(null=True)
     bandwidth_micro = models.BigIntegerField()
     provider_cost_micro = models.BigIntegerField(default=0)
     source = models.CharField(max_length=10, choices=Source.choices)
     created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["request_id"], name="settled_request_once")]
 
     def __str__(self) -> str:
         return f"{self.request_id}: {self.bandwidth_micro} ({self.source})"

@@ -79,6 +79,7 @@ SCHEME: dict[str, tuple[type, object]] = {
     "TOLLGATE_USAGE_GRACE_S": (int, 30),
     "TOLLGATE_USAGE_FLUSH_MS": (int, 500),
     "TOLLGATE_USAGE_CLAIM_IDLE_MS": (int, 15_000),
+    "TOLLGATE_USAGE_RETENTION_DAYS": (int, 0),
     "TOLLGATE_BUDGET_ROLL_S": (int, 60),
     "TOLLGATE_BUDGET_ALERTS_S": (int, 10),
     "TOLLGATE_CALLER_KEY": (str, ""),
@@ -251,6 +252,9 @@ TOLLGATE = {
     "USAGE_GRACE_S": env("TOLLGATE_USAGE_GRACE_S"),
     "USAGE_FLUSH_MS": env("TOLLGATE_USAGE_FLUSH_MS"),
     "USAGE_CLAIM_IDLE_MS": env("TOLLGATE_USAGE_CLAIM_IDLE_MS"),
+    # Usage rows (and attempts) older than this many days are dropped, a month at a time on
+    # PostgreSQL, once their rollups are audited (usage/partitions.py). 0 keeps them forever.
+    "USAGE_RETENTION_DAYS": max(0, env("TOLLGATE_USAGE_RETENTION_DAYS")),
     # How often beat rolls the budget periods nothing charged since they ended, and sends the
     # spend alerts settlement raised.
     "BUDGET_ROLL_S": max(1, env("TOLLGATE_BUDGET_ROLL_S")),
@@ -510,6 +514,10 @@ CELERY_BEAT_SCHEDULE: dict = {
     },
     # Closed days' rollups against their rows: one day's work at most once a day, so hourly.
     "usage-reconcile-rollups": {"task": "usage.reconcile_rollups", "schedule": 3600.0},
+    # The usage log's monthly partitions (PostgreSQL), made ahead of the rows that need them;
+    # retention drops whole months past TOLLGATE_USAGE_RETENTION_DAYS (0: never).
+    "usage-ensure-partitions": {"task": "usage.ensure_partitions", "schedule": 6 * 3600.0},
+    "usage-apply-retention": {"task": "usage.apply_retention", "schedule": 3600.0},
     "usage-drain-journal": {
         "task": "usage.drain_journal",
         "schedule": max(1.0, TOLLGATE["USAGE_CLAIM_IDLE_MS"] / 1000),

@@ -20,17 +20,19 @@ class UsageLog(models.Model):
 
     # Minted by the gateway: it alone keys the request's books (holds, reservations,
     # settlement, slots). The client's X-Request-Id is only a label, scoped to its account.
-    request_id = models.CharField(max_length=64, unique=True)
+    # Unique with created_at (Meta): on PostgreSQL the table is partitioned by month of
+    # created_at, and a partitioned table's unique keys must hold the partition key.
+    request_id = models.CharField(max_length=64)
     client_request_id = models.CharField(max_length=64, blank=True)
     created_at = models.DateTimeField(default=timezone.now, db_index=True)
     # When the row reached the database. Events and reconciliation walk windows of this
     # time, so a row journaled late (a killed gateway's, claimed later) still lands in
     # exactly one window: the one it arrived in.
     stored_at = models.DateTimeField(default=timezone.now, db_index=True)
-    account_id = models.BigIntegerField(null=True, db_index=True)
-    group_id = models.BigIntegerField(null=True, db_index=True)
-    api_key_id = models.BigIntegerField(null=True, db_index=True)
-    caller_label = models.CharField(max_length=64, blank=True, db_index=True)
+    account_id = models.BigIntegerField(null=True)
+    group_id = models.BigIntegerField(null=True)
+    api_key_id = models.BigIntegerField(null=True)
+    caller_label = models.CharField(max_length=64, blank=True)
     # "chat", "messages", "internal.complete", "web.scrape", "internal.crawl", ...: named
     # `route` in the table and the API.
     endpoint = models.CharField(max_length=32, db_column="route")
@@ -68,9 +70,23 @@ class UsageLog(models.Model):
     reservation_id = models.BigIntegerField(null=True, blank=True)
 
     class Meta:
+        # Declared here, not with db_index / unique on the fields: on PostgreSQL those add a
+        # varchar_pattern_ops twin to every text index, which no query here uses. The unique
+        # key leads with request_id, so it serves lookups by request id as well.
+        constraints = [
+            models.UniqueConstraint(fields=["request_id", "created_at"], name="usage_log_once")
+        ]
+        # What the usage API, the dashboard and the reports filter by, each over a time range.
         indexes = [
-            models.Index(fields=["group_id", "created_at"]),
-            models.Index(fields=["account_id", "client_request_id"]),
+            models.Index(fields=["account_id", "created_at"], name="usage_log_account_time"),
+            models.Index(fields=["group_id", "created_at"], name="usage_usage_group_i_bc2155_idx"),
+            models.Index(fields=["api_key_id", "created_at"], name="usage_log_key_time"),
+            models.Index(
+                fields=["account_id", "caller_label", "created_at"], name="usage_log_caller_time"
+            ),
+            models.Index(
+                fields=["account_id", "client_request_id"], name="usage_usage_account_975e9f_idx"
+            ),
         ]
 
     def __str__(self) -> str:
@@ -191,7 +207,15 @@ class UsageDailyRollup(RollupTotals):
 class UsageAttempt(models.Model):
     """One try of a request's attempt trail (core.usage_record.AttemptRecord, stored)."""
 
-    log = models.ForeignKey(UsageLog, on_delete=models.CASCADE, related_name="attempts")
+    # No database constraint: on PostgreSQL the log is partitioned, and its id alone is not a
+    # key there (ids come from one sequence, so they are unique all the same). Attempts go
+    # with their row: stored in its statement, dropped with its month (usage/partitions.py).
+    log = models.ForeignKey(
+        UsageLog, db_constraint=False, on_delete=models.DO_NOTHING, related_name="attempts"
+    )
+    # The row's created_at: attempts are partitioned by it, so a month of rows and a month
+    # of attempts are dropped together.
+    created_at = models.DateTimeField()
     order = models.PositiveSmallIntegerField()
     provider = models.CharField(max_length=64)
     model = models.CharField(max_length=200)
@@ -255,7 +279,7 @@ class UsageDeadLetter(models.Model):
     here, fixes what is wrong and stores it by hand.
     """
 
-    request_id = models.CharField(max_length=64, blank=True, db_index=True)
+    request_id = models.CharField(max_length=64, blank=True)
     # The journal entry as it was (JSON text, or the bytes escaped when it was not JSON).
     # Text, not JSON: PostgreSQL's jsonb refuses the very \u0000 a poison row may carry.
     row = models.TextField()
@@ -263,6 +287,9 @@ class UsageDeadLetter(models.Model):
     tries = models.PositiveIntegerField(default=0)
     created_at = models.DateTimeField(default=timezone.now, db_index=True)
     last_tried_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        indexes = [models.Index(fields=["request_id"], name="usage_dead_letter_request")]
 
     def __str__(self) -> str:
         return f"dead usage row {self.request_id or '(no request id)'}"

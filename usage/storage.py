@@ -6,6 +6,11 @@ unpacked by `json_to_recordset`: the statement's text is the same for every batc
 parsed once, and rows and attempts go in together. Elsewhere (embedded SQLite) it is a
 multi-row INSERT. Either way a request id stored already (a replay, or another writer's
 claim) is skipped by the insert itself (ON CONFLICT DO NOTHING), even a concurrent one.
+
+The conflict target is (request_id, created_at), on both vendors: on PostgreSQL the log is
+partitioned by month of created_at, and a unique key there must hold it. A replay carries
+the record's own created_at, so it still meets the stored row. Each attempt is written with
+its row's created_at, which partitions attempts the same way.
 """
 
 from __future__ import annotations
@@ -21,6 +26,8 @@ from core.db import values_placeholders
 from core.usage_record import ATTEMPT_FIELDS, LOG_FIELDS, UsageRecord
 from usage.models import UsageAttempt, UsageLog
 
+# The log's unique key (UsageLog.Meta): a request id stored already is skipped.
+_CONFLICT = "(request_id, created_at)"
 _INTEGERS = tuple(
     name for name in LOG_FIELDS if isinstance(UsageLog._meta.get_field(name), IntegerField)
 )
@@ -66,16 +73,19 @@ def _typed(model, names) -> str:
 def _postgres_insert() -> str:
     log_columns = ", ".join(_column(UsageLog, name) for name in ("stored_at", *LOG_FIELDS))
     picked = ", ".join(f"r.{connection.ops.quote_name(name)}" for name in LOG_FIELDS)
-    attempt_columns = ", ".join(_column(UsageAttempt, name) for name in ("log", *ATTEMPT_FIELDS))
+    attempt_columns = ", ".join(
+        _column(UsageAttempt, name) for name in ("log", "created_at", *ATTEMPT_FIELDS)
+    )
     attempt_picked = ", ".join(f"a.{connection.ops.quote_name(name)}" for name in ATTEMPT_FIELDS)
     return (
         f"WITH r AS (SELECT * FROM json_to_recordset(%s::json) AS r({_typed(UsageLog, LOG_FIELDS)},"
         " attempts json)),"
         f" logs AS (INSERT INTO {UsageLog._meta.db_table} ({log_columns})"
-        f" SELECT %s, {picked} FROM r ON CONFLICT (request_id) DO NOTHING"
-        " RETURNING id, request_id),"
+        f" SELECT %s, {picked} FROM r ON CONFLICT {_CONFLICT} DO NOTHING"
+        " RETURNING id, request_id, created_at),"
         f" attempts AS (INSERT INTO {UsageAttempt._meta.db_table} ({attempt_columns})"
-        f" SELECT logs.id, {attempt_picked} FROM logs JOIN r ON r.request_id = logs.request_id"
+        f" SELECT logs.id, logs.created_at, {attempt_picked}"
+        " FROM logs JOIN r ON r.request_id = logs.request_id"
         f" CROSS JOIN LATERAL json_to_recordset(r.attempts) AS a("
         f"{_typed(UsageAttempt, ATTEMPT_FIELDS)}) RETURNING 1)"
         " SELECT id, request_id FROM logs"
@@ -93,7 +103,7 @@ def _insert_portable(cursor, records: list[UsageRecord], stored_at: datetime) ->
     cursor.execute(
         f"INSERT INTO {UsageLog._meta.db_table} ({', '.join(columns)})"
         f" VALUES {values_placeholders(len(records), len(columns))}"
-        " ON CONFLICT (request_id) DO NOTHING RETURNING id, request_id",
+        f" ON CONFLICT {_CONFLICT} DO NOTHING RETURNING id, request_id",
         values,
     )
     ids = {request_id: pk for pk, request_id in cursor.fetchall()}
@@ -102,11 +112,17 @@ def _insert_portable(cursor, records: list[UsageRecord], stored_at: datetime) ->
         for record in records
         if record.request_id in ids
         for a in record.attempts
-        for value in (ids[record.request_id], *(getattr(a, name) for name in ATTEMPT_FIELDS))
+        for value in (
+            ids[record.request_id],
+            adapt(record.created_at),
+            *(getattr(a, name) for name in ATTEMPT_FIELDS),
+        )
     ]
     if attempts:
-        width = 1 + len(ATTEMPT_FIELDS)
-        attempt_columns = [_column(UsageAttempt, name) for name in ("log", *ATTEMPT_FIELDS)]
+        width = 2 + len(ATTEMPT_FIELDS)
+        attempt_columns = [
+            _column(UsageAttempt, name) for name in ("log", "created_at", *ATTEMPT_FIELDS)
+        ]
         cursor.execute(
             f"INSERT INTO {UsageAttempt._meta.db_table} ({', '.join(attempt_columns)})"
             f" VALUES {values_placeholders(len(attempts) // width, width)}",

@@ -9,7 +9,7 @@ from celery import shared_task
 from django.db import DatabaseError
 
 from billing.reaper import expire_stale_holds as reaper_expire_stale_holds
-from usage import alerts, rollups, services
+from usage import alerts, partitions, rollups, services
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +51,23 @@ def reconcile_rollups() -> dict:
     """Audit closed days' hourly rollups against their rows; rebuild a day that differs."""
     rebuilt = rollups.reconcile_rollups()
     return {"rebuilt_days": [day.date().isoformat() for day in rebuilt]}
+
+
+@shared_task(name="usage.ensure_partitions", **RETRY)
+def ensure_partitions() -> list[str]:
+    """Create the usage log's partitions of this month through two ahead (PostgreSQL)."""
+    return partitions.ensure_months_ahead()
+
+
+@shared_task(name="usage.apply_retention", **RETRY)
+def apply_retention() -> dict:
+    """Drop the usage months past TOLLGATE_USAGE_RETENTION_DAYS whose rollups were audited."""
+    report = partitions.apply_retention()
+    return {
+        "cutoff": report.cutoff.isoformat() if report.cutoff else None,
+        "dropped": report.dropped,
+        "deleted_rows": report.deleted_rows,
+    }
 
 
 @shared_task(name="usage.drain_journal", **RETRY)

@@ -1,0 +1,276 @@
+"""Monthly partitions of the usage log and its attempts, and retention.
+
+On PostgreSQL usage_usagelog and usage_usageattempt are partitioned by RANGE of created_at
+(migration usage 0009): one partition per UTC month, named <table>_pYYYY_MM, and
+<table>_default for a row whose month has no partition yet, so its insert never fails. An
+attempt carries its row's created_at, so a month of rows and its attempts sit in partitions
+of the same name and go together. `ensure_partitions` creates months ahead (the beat task
+usage.ensure_partitions, the command ensure_usage_partitions); `apply_retention` drops whole
+months past TOLLGATE_USAGE_RETENTION_DAYS whose rollups were audited (usage.apply_retention).
+
+SQLite (the embedded mode) keeps plain tables: there `ensure_partitions` does nothing and
+retention deletes old rows in batches.
+
+Both take one transaction-level advisory lock, so runs on several workers take turns. They
+lock the log's tables before the attempts', the order the writer inserts in, so they never
+deadlock with it.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+
+from django.conf import settings
+from django.db import connection, transaction
+from django.utils import timezone
+
+from usage.models import UsageAttempt, UsageLog
+from usage.rollups import audited_until, reconcile_rollups
+
+log = logging.getLogger(__name__)
+
+# Log first, then attempts: the writer's insert order, so lock waits never cross.
+TABLES = (UsageLog._meta.db_table, UsageAttempt._meta.db_table)
+MONTHS_AHEAD = 2
+# pg_advisory_xact_lock's key for partition changes: any constant no other lock uses.
+LOCK_KEY = 0x7573616765_01  # "usage", 1
+# Attaching and detaching wait for readers of the parent, and writers queue behind the wait:
+# give up instead (the task retries), so a long report never stalls the writer for long.
+LOCK_TIMEOUT = "5s"
+DELETE_BATCH = 1_000  # SQLite retention: rows per transaction
+
+
+def month_of(moment: datetime) -> datetime:
+    """The first instant of the UTC month holding `moment` (naive: taken as UTC)."""
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    moment = moment.astimezone(UTC)
+    return datetime(moment.year, moment.month, 1, tzinfo=UTC)
+
+
+def add_months(month: datetime, count: int) -> datetime:
+    """The month `count` months after `month` (a first of the month)."""
+    index = month.year * 12 + month.month - 1 + count
+    return month.replace(year=index // 12, month=index % 12 + 1)
+
+
+def months_between(start: datetime, end: datetime) -> list[datetime]:
+    """The UTC months overlapping [start, end)."""
+    end = end if end.tzinfo else end.replace(tzinfo=UTC)
+    months = []
+    month = month_of(start)
+    while month < end:
+        months.append(month)
+        month = add_months(month, 1)
+    return months
+
+
+def partition_name(table: str, month: datetime) -> str:
+    return f"{table}_p{month:%Y_%m}"
+
+
+def is_partitioned() -> bool:
+    """Whether the usage log is a partitioned table here (PostgreSQL, migrated)."""
+    if connection.vendor != "postgresql":
+        return False
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT relkind FROM pg_class WHERE oid = to_regclass(%s)", [TABLES[0]])
+        row = cursor.fetchone()
+    return row is not None and row[0] == "p"
+
+
+def ensure_partitions(*, start: datetime, end: datetime) -> list[str]:
+    """Create the monthly partitions of both tables covering [start, end) that are missing;
+    return their names (none on SQLite). Idempotent, and safe to run concurrently.
+
+    A row already in the default partition for a month created here is moved into it.
+    """
+    if not is_partitioned():
+        return []
+    months = months_between(start, end)
+    created: list[str] = []
+    with transaction.atomic(), connection.cursor() as cursor:
+        _lock(cursor)
+        for table in TABLES:
+            existing = _partitions(cursor, table)
+            for month in months:
+                name = partition_name(table, month)
+                if name not in existing:
+                    _create_partition(cursor, table, month)
+                    created.append(name)
+    if created:
+        log.info("created usage partitions %s", ", ".join(created))
+    return created
+
+
+def ensure_months_ahead(
+    *, start: datetime | None = None, months_ahead: int = MONTHS_AHEAD
+) -> list[str]:
+    """Create the partitions from `start`'s month (now's by default) through `months_ahead`
+    months after the current one."""
+    now = timezone.now()
+    start = start or now
+    return ensure_partitions(
+        start=start, end=add_months(month_of(max(month_of(start), now)), months_ahead + 1)
+    )
+
+
+@dataclass(frozen=True)
+class RetentionReport:
+    """What one retention run removed. `cutoff`: rows created before it were due (None:
+    retention is off, or no rollup was audited yet, so nothing was)."""
+
+    cutoff: datetime | None = None
+    dropped: list[str] = field(default_factory=list)  # partitions (PostgreSQL)
+    deleted_rows: int = 0  # log rows deleted one by one (SQLite; PostgreSQL's default partition)
+
+
+def apply_retention(*, now: datetime | None = None, days: int | None = None) -> RetentionReport:
+    """Remove usage rows (and their attempts) older than `days` (TOLLGATE_USAGE_RETENTION_DAYS;
+    0 keeps everything) whose hours' rollups were audited against them.
+
+    The rollups are audited first (usage.rollups.reconcile_rollups), so a row goes only once
+    its rollups are known to count it. On PostgreSQL whole months go: a month's partitions of
+    both tables are detached and dropped when the month ended at or before the cutoff. On
+    SQLite the rows before the cutoff are deleted in batches.
+    """
+    days = settings.TOLLGATE["USAGE_RETENTION_DAYS"] if days is None else days
+    if days <= 0:
+        return RetentionReport()
+    now = now or timezone.now()
+    reconcile_rollups(now=now)
+    audited = audited_until()
+    if audited is None:
+        return RetentionReport()
+    cutoff = min(now - timedelta(days=days), audited)
+    if is_partitioned():
+        # Whole months only: the month holding the cutoff stays until it is all past.
+        before = month_of(cutoff)
+        dropped = _drop_months(before=before)
+        report = RetentionReport(
+            cutoff=before, dropped=dropped, deleted_rows=_delete_from_defaults(before=before)
+        )
+    else:
+        report = RetentionReport(cutoff=cutoff, deleted_rows=_delete_rows(before=cutoff))
+    if report.dropped or report.deleted_rows:
+        log.info(
+            "usage retention before %s: dropped %s, deleted %d row(s)",
+            report.cutoff.isoformat(),
+            ", ".join(report.dropped) or "no partition",
+            report.deleted_rows,
+        )
+    return report
+
+
+def _lock(cursor) -> None:
+    cursor.execute("SELECT pg_advisory_xact_lock(%s)", [LOCK_KEY])
+    cursor.execute(f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT}'")
+
+
+def _partitions(cursor, table: str) -> set[str]:
+    cursor.execute(
+        "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid"
+        " WHERE i.inhparent = %s::regclass",
+        [table],
+    )
+    return {name for (name,) in cursor.fetchall()}
+
+
+def _columns(cursor, table: str) -> str:
+    cursor.execute(
+        "SELECT quote_ident(attname) FROM pg_attribute WHERE attrelid = %s::regclass"
+        " AND attnum > 0 AND NOT attisdropped ORDER BY attnum",
+        [table],
+    )
+    return ", ".join(name for (name,) in cursor.fetchall())
+
+
+def _bound(month: datetime) -> str:
+    return f"'{month:%Y-%m-%d} 00:00:00+00'"
+
+
+def _create_partition(cursor, table: str, month: datetime) -> None:
+    """Create the month's table on its own, move the month's rows out of the default
+    partition into it, then attach it (the parent's indexes are built on it then).
+
+    Attaching takes a lighter lock on the parent than CREATE TABLE ... PARTITION OF, so the
+    writer goes on meanwhile; the default partition stays locked from the move to the attach,
+    so no row of the month lands there in between.
+    """
+    name, default = partition_name(table, month), f"{table}_default"
+    start, end = month, add_months(month, 1)
+    cursor.execute(f"CREATE TABLE {name} (LIKE {table} INCLUDING DEFAULTS INCLUDING CONSTRAINTS)")
+    if default in _partitions(cursor, table):
+        cursor.execute(f"LOCK TABLE {default} IN ACCESS EXCLUSIVE MODE")
+        columns = _columns(cursor, table)
+        cursor.execute(
+            f"WITH moved AS (DELETE FROM {default} WHERE created_at >= %s AND created_at < %s"
+            f" RETURNING {columns}) INSERT INTO {name} ({columns}) SELECT {columns} FROM moved",
+            [start, end],
+        )
+        if cursor.rowcount:
+            log.warning("moved %d row(s) of %s out of %s", cursor.rowcount, name, default)
+    cursor.execute(
+        f"ALTER TABLE {table} ATTACH PARTITION {name}"
+        f" FOR VALUES FROM ({_bound(start)}) TO ({_bound(end)})"
+    )
+
+
+def _drop_months(*, before: datetime) -> list[str]:
+    """Detach and drop both tables' partitions of the months ending at or before `before`."""
+    dropped: list[str] = []
+    with transaction.atomic(), connection.cursor() as cursor:
+        _lock(cursor)
+        for table in TABLES:
+            for name in sorted(_partitions(cursor, table)):
+                month = _month_of_partition(table, name)
+                if month is None or add_months(month, 1) > before:
+                    continue
+                cursor.execute(f"ALTER TABLE {table} DETACH PARTITION {name}")
+                cursor.execute(f"DROP TABLE {name}")
+                dropped.append(name)
+    return dropped
+
+
+def _month_of_partition(table: str, name: str) -> datetime | None:
+    """The month a partition named by partition_name holds (None: the default, or a table
+    someone else attached)."""
+    try:
+        moment = datetime.strptime(name.removeprefix(f"{table}_p"), "%Y_%m")
+    except ValueError:
+        return None
+    return moment.replace(tzinfo=UTC) if name == partition_name(table, moment) else None
+
+
+def _delete_from_defaults(*, before: datetime) -> int:
+    """Delete the rows before `before` that sit in the default partitions (a late row of a
+    month dropped already, say). Returns the log rows deleted."""
+    deleted = {}
+    with transaction.atomic(), connection.cursor() as cursor:
+        _lock(cursor)
+        for table in TABLES:
+            default = f"{table}_default"
+            if default in _partitions(cursor, table):
+                cursor.execute(f"DELETE FROM {default} WHERE created_at < %s", [before])
+                deleted[table] = cursor.rowcount
+    return deleted.get(TABLES[0], 0)
+
+
+def _delete_rows(*, before: datetime) -> int:
+    """Delete the log rows created before `before` and their attempts, a batch per
+    transaction; return the rows deleted."""
+    deleted = 0
+    while True:
+        with transaction.atomic():
+            ids = list(
+                UsageLog.objects.filter(created_at__lt=before)
+                .order_by("id")
+                .values_list("id", flat=True)[:DELETE_BATCH]
+            )
+            if not ids:
+                return deleted
+            UsageAttempt.objects.filter(log_id__in=ids).delete()
+            UsageLog.objects.filter(id__in=ids).delete()
+        deleted += len(ids)
