@@ -7,7 +7,7 @@ import pytest
 
 from tests.support.processes import start_worker
 from tests.support.services import requires_redis
-from tests.support.usage import chat, usage_rows
+from tests.support.usage import chat, journal_row, store, usage_rows
 from tests.support.waits import wait_until
 
 pytestmark = requires_redis
@@ -100,3 +100,44 @@ def test_a_real_worker_turns_real_requests_into_delivered_events(stack, celery_w
             timeout_s=10,
             what=f"{task} to run",
         )
+
+
+def test_a_real_worker_audits_the_rollups_and_rebuilds_a_day_that_differs(stack, celery_worker):
+    from datetime import UTC, datetime, timedelta
+
+    from config.celery import app
+    from usage.models import UsageCursor, UsageDailyRollup, UsageRollup
+    from usage.rollups import RECONCILE_CURSOR
+
+    tenant = stack.tenant()
+    day = datetime(2026, 4, 1, tzinfo=UTC)
+    rows = [
+        journal_row(
+            group_id=tenant.group_id,
+            account_id=tenant.account_id,
+            created_at=day + timedelta(hours=h),
+            tokens_in=10 * h,
+            provider_cost_micro=3 * h,
+        )
+        for h in range(6)
+    ]
+    store(*rows)
+    UsageCursor.objects.update_or_create(name=RECONCILE_CURSOR, defaults={"position": day})
+    mine = {"account_id": tenant.account_id}
+    UsageRollup.objects.filter(**mine, hour=day + timedelta(hours=2)).update(tokens_in=1)
+    UsageDailyRollup.objects.filter(**mine).update(provider_cost_micro=0)
+
+    # Sent once the worker listens: its --purge at start would erase an earlier message.
+    wait_until(lambda: " ready." in celery_worker.log(), timeout_s=30, what="the worker")
+    app.send_task("usage.reconcile_rollups")  # what beat does once an hour
+
+    def rebuilt():
+        if celery_worker.poll() is not None:
+            pytest.fail(f"the worker exited:\n{celery_worker.log()[-3000:]}")
+        [daily] = UsageDailyRollup.objects.filter(**mine)
+        return daily.provider_cost_micro == 3 * sum(range(6))
+
+    wait_until(rebuilt, timeout_s=30, what="the worker to rebuild April 1's rollups")
+    hour_2 = UsageRollup.objects.get(**mine, hour=day + timedelta(hours=2))
+    assert (hour_2.requests, hour_2.tokens_in) == (1, 20)
+    assert UsageCursor.objects.get(name=RECONCILE_CURSOR).position > day
