@@ -336,9 +336,15 @@ def throwaway_database(db):
 
 
 @requires_postgres
+def _truncated(moment: datetime, grain: str) -> datetime:
+    hour = moment.replace(minute=0, second=0, microsecond=0)
+    return hour.replace(hour=0) if grain == "day" else hour
+
+
 def test_migration_converts_a_populated_database_keeping_every_id(throwaway_database):
     name, url = throwaway_database
-    _manage(url, "migrate", "usage", "0008_usage_rollup")
+    # The release before the rollups: their migration backfills them from these rows.
+    _manage(url, "migrate", "usage", "0007_web_units")
     _manage(url, "migrate", "billing", "0005_budget_periods_and_alerts")
     months = [datetime(2025, 10, 5, tzinfo=UTC), datetime(2025, 11, 6, tzinfo=UTC)]
     months.append(datetime(2025, 12, 31, 23, 59, 59, tzinfo=UTC))
@@ -436,6 +442,16 @@ def test_migration_converts_a_populated_database_keeping_every_id(throwaway_data
             " 'billing_spendhold', 'billing_settledrequest')"
         ).fetchall()
         assert twins == []
+        # The rollups were backfilled from the rows: each moment holds two of them.
+        for table, grain in (("usage_usagerollup", "hour"), ("usage_usagedailyrollup", "day")):
+            rollups = db.execute(
+                f"SELECT {grain}, account_id, group_id, api_key_id, requests, errors, tokens_in"
+                f" FROM {table} ORDER BY {grain}"
+            ).fetchall()
+            assert rollups == [
+                (_truncated(moment, grain), 1, 2, 0, 2, 0, i + (i + 3))
+                for i, moment in enumerate(months)
+            ]
 
 
 SQLITE_SCRIPT = """
