@@ -282,3 +282,25 @@ def test_a_rebuild_recomputes_the_whole_days_of_its_range_and_nothing_else():
     assert written == len([r for r in may_4 if r[0] == "hour"])
     assert may_4 <= after  # the whole day holding the range is exact again
     assert {r[9] for r in after if r[1].date() == later.date()} == {0}  # May 7 left as it was
+
+
+def test_the_rebuild_command_recomputes_the_days_it_is_given():
+    import io
+
+    from django.core.management import call_command
+
+    from usage.models import UsageDailyRollup
+
+    tenant = make_tenant()
+    store(*mixed_rows(tenant, start=T0, count=40, step=timedelta(minutes=7)))
+    good = rollups_now(tenant)
+    UsageDailyRollup.objects.filter(account_id=tenant.account_id).update(tokens_out=0)
+    out = io.StringIO()
+
+    call_command("rebuild_usage_rollups", "--from", "2026-05-04", "--to", "2026-05-05", stdout=out)
+
+    assert rollups_now(tenant) == good
+    assert (
+        out.getvalue().strip()
+        == f"{len([r for r in good if r[0] == 'hour'])} hourly rollup rows written"
+    )
