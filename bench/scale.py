@@ -690,6 +690,11 @@ def cold_warm(client: httpx.Client, name: str, tenant: str, url: str, **kw: Any)
     t = Timed(name, tenant, url)
     status, t.cold_ms, t.bytes = timed_get(client, url, **kw)
     t.statuses.append(status)
+    return _warm(t, client, url, **kw)
+
+
+def _warm(t: Timed, client: httpx.Client, url: str, **kw: Any) -> Timed:
+    """Time `url` WARM_REPEATS more times into `t` (the median is its warm figure); print it."""
     warm = []
     for _ in range(WARM_REPEATS):
         status, elapsed, _ = timed_get(client, url, **kw)
@@ -697,9 +702,10 @@ def cold_warm(client: httpx.Client, name: str, tenant: str, url: str, **kw: Any)
         warm.append(elapsed)
     t.warm_ms = statistics.median(warm)
     t.status = max(t.statuses, key=lambda s: s != 200)
+    note = f"  ({t.note})" if t.note else ""
     print(
-        f"  {tenant:5s} {name:34s} cold {t.cold_ms:9.1f} ms  warm {t.warm_ms:9.1f} ms"
-        f"  {t.bytes:>9d} B  {t.status}",
+        f"  {t.tenant:5s} {t.name:34s} cold {t.cold_ms:9.1f} ms  warm {t.warm_ms:9.1f} ms"
+        f"  {t.bytes:>9d} B  {t.status}{note}",
         flush=True,
     )
     return t
@@ -727,19 +733,7 @@ def deep_page(client: httpx.Client, tenant: str, url: str, **kw: Any) -> Timed:
     t.note = (t.note + " " if t.note else "") + (
         f"walk {walk_ms:.0f} ms, page {DEEP_PAGES} {last_ms:.0f} ms"
     )
-    warm = []
-    for _ in range(WARM_REPEATS):
-        status, elapsed, _ = timed_get(client, url, **kw)
-        t.statuses.append(status)
-        warm.append(elapsed)
-    t.warm_ms = statistics.median(warm)
-    t.status = max(t.statuses, key=lambda s: s != 200)
-    print(
-        f"  {tenant:5s} {t.name:34s} cold {t.cold_ms:9.1f} ms  warm {t.warm_ms:9.1f} ms"
-        f"  {t.bytes:>9d} B  {t.status}  ({t.note})",
-        flush=True,
-    )
-    return t
+    return _warm(t, client, url, **kw)
 
 
 def form_login(client: httpx.Client, url: str, username: str, password: str) -> None:
