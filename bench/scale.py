@@ -446,7 +446,8 @@ def generate(
             group_id, key_id = rng.choices(tenant_keys[ti], weights=key_weights[ti])[0]
             endpoint, model_req, model_srv, provider, tin, tout, pin, pout, _ = kinds[j]
             created = t0 + span * (i + rng.random()) / rows
-            rid = f"{rng.getrandbits(128):032x}"
+            # As the gateway mints them (core/ids.py): the millisecond, then 80 random bits.
+            rid = f"{int(created * 1000):012x}{rng.getrandbits(80):020x}"
             if i >= half and account_id not in middle:
                 middle[account_id] = rid
             web = endpoint.startswith("web.")

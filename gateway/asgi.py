@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import hmac
 import logging
-import uuid
 from collections.abc import Awaitable, Callable
 from functools import partial
 
@@ -20,6 +19,7 @@ from django.conf import settings
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from core import errors, metrics
+from core.ids import time_ordered_id
 from gateway import count_tokens, pipeline
 from gateway.auth import bearer, internal_authorized
 from gateway.context import Meter
@@ -67,7 +67,7 @@ class Exchange:
         self._watcher: asyncio.Task | None = None
         self.idem = None  # an idempotency.Claim: keeps the answer of a keyed request
         # The minted id alone keys the request's books; the client's id is only a label.
-        self.request_id = uuid.uuid4().hex
+        self.request_id = time_ordered_id()
         given = self.headers.get(b"x-request-id", b"").decode("latin-1")
         self.client_request_id = given if REQUEST_ID_OK.match(given) else ""
         self.caller_header: bytes | None = None

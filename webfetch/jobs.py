@@ -9,7 +9,6 @@ page is fetched twice; recording a page locks its job row, so the frontier's bou
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterable
 from datetime import timedelta
 from typing import TYPE_CHECKING
@@ -20,6 +19,7 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from accounts.models import Account, ApiKey, Group
+from core.ids import time_ordered_id
 from webfetch.frontier import in_scope, normalise, validate_patterns
 from webfetch.models import URL_MAX_CHARS, CrawlJob, CrawlPage
 
@@ -167,7 +167,7 @@ def next_page(job: CrawlJob, *, worker: str) -> CrawlPage | None:
             return None
         page.state = PageState.FETCHING
         # Kept when already set: see claim_job on a refetch after a crash.
-        page.request_id = page.request_id or uuid.uuid4().hex
+        page.request_id = page.request_id or time_ordered_id()
         page.save(update_fields=["state", "request_id"])
     return page
 

@@ -26,6 +26,7 @@ from django.conf import settings
 from accounts.models import ApiKey, Group
 from core import errors
 from core.db import off_loop
+from core.ids import time_ordered_id
 from gateway.auth import Principal
 from gateway.context import Meter, RequestContext
 from gateway.pipeline import hold
@@ -170,7 +171,7 @@ class PageFetcher:
 
     async def __call__(self, job: CrawlJob, page: CrawlPage) -> PageOutcome:
         ctx = RequestContext(
-            request_id=uuid.uuid4().hex,
+            request_id=time_ordered_id(),
             client_request_id=job.public_id,
             endpoint=PAGE_ENDPOINT,
             meter=Meter(),
