@@ -1,9 +1,10 @@
 """Reads of the usage log, scoped to the caller's accounts.
 
-Totals come from the hourly rollups (usage/rollups.py) for whole hours and from the rows only
-for the partial hours at a range's ends, so they cost the same whatever the history; a
-filter the rollups do not keep (caller, client request id) reads the rows. Lists are read
-newest first through the `(account_id, created_at)`-style indexes, by cursor.
+Totals come from the daily rollups for a range's whole days, the hourly ones for the whole
+hours around them, and the rows only for the partial hours at its ends (usage/rollups.py,
+`spans`), so they cost the same whatever the history; a filter the rollups do not keep
+(caller, client request id) reads the rows. Lists are read newest first through the
+`(account_id, created_at)`-style indexes, by cursor or by mark, never by offset.
 """
 
 from __future__ import annotations
