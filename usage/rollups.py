@@ -114,12 +114,13 @@ def _lock_order(key: tuple) -> tuple:
     return (account_id, hour, *rest)  # the unique index's column order
 
 
-def _time_field(model) -> str:
-    return "hour" if model is UsageRollup or model.__name__ == "UsageRollup" else "day"
+def time_field(model) -> str:
+    """The rollup model's time column: "hour" or "day" (historical models in migrations too)."""
+    return "hour" if any(field.name == "hour" for field in model._meta.fields) else "day"
 
 
 def _columns(model) -> tuple[str, ...]:
-    return (_time_field(model), *ROLLUP_KEY, *TOTAL_COLUMNS)
+    return (time_field(model), *ROLLUP_KEY, *TOTAL_COLUMNS)
 
 
 def _upsert(model, rows: list[tuple[tuple, list[int]]]) -> None:
@@ -224,7 +225,7 @@ def rebuild_rollups(
                     cursor.execute(f"LOCK TABLE {model._meta.db_table} IN SHARE ROW EXCLUSIVE MODE")
         for model in (hourly_model, daily_model):
             old = model.objects.all()
-            time = _time_field(model)
+            time = time_field(model)
             if start is not None:
                 old = old.filter(**{f"{time}__gte": start})
             if end is not None:
@@ -247,7 +248,7 @@ def _exact(rows) -> set[tuple]:
 def _day_differs(day: datetime) -> bool:
     end = day + timedelta(days=1)
     for model, grain in ((UsageRollup, "hour"), (UsageDailyRollup, "day")):
-        time = _time_field(model)
+        time = time_field(model)
         expected = _exact(rollups_from_rows(start=day, end=end, grain=grain))
         kept = _exact(
             model.objects.filter(**{f"{time}__gte": day, f"{time}__lt": end})

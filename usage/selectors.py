@@ -19,7 +19,7 @@ from django.db.models.functions import Coalesce, NullIf, TruncDate
 
 from accounts.selectors import accounts_of_user
 from usage.models import UsageDailyRollup, UsageLog, UsageRollup
-from usage.rollups import day_of, hour_of, next_day, next_hour
+from usage.rollups import day_of, hour_of, next_day, next_hour, time_field
 
 # Filters only the rows know: with one of these, totals are summed from the rows.
 ROW_ONLY_FILTERS = ("caller", "client_request_id")
@@ -141,7 +141,7 @@ def _rollups(
     end: datetime | None = None,
 ) -> QuerySet:
     rollups = _scoped(model.objects.all(), accounts)
-    time = "hour" if model is UsageRollup else "day"
+    time = time_field(model)
     if group is not None:
         rollups = rollups.filter(group_id=group)
     if key is not None:
