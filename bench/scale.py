@@ -556,19 +556,25 @@ def generate(
 def ensure_partitions(
     args: argparse.Namespace, env: dict[str, str], start: datetime, end: datetime
 ) -> list[str]:
-    """The project's usage.partitions.ensure_partitions over the window, when it has one."""
+    """The project's monthly partitions over the window, when it has them: the usage log's
+    (usage.partitions) and the billing tables' (billing.partitions, made from the window's
+    first month on: the database is empty, as if it had run partitioned all along)."""
     project = args.project
-    if not (
-        (project / "usage" / "partitions.py").is_file()
-        or (project / "usage" / "partitions").is_dir()
-    ):
+    calls = []
+    if (project / "usage" / "partitions.py").exists():
+        calls.append("usage.partitions.ensure_partitions(start=start, end=end)")
+    if (project / "billing" / "partitions.py").is_file():
+        calls.append("billing.partitions.ensure_partitions(start=start, end=end, now=start)")
+    if not calls:
         return []
     script = (
         "import json; from datetime import datetime; "
-        "from usage.partitions import ensure_partitions; "
-        f"made = ensure_partitions(start=datetime.fromisoformat({start.isoformat()!r}), "
-        f"end=datetime.fromisoformat({end.isoformat()!r})); "
-        "print(json.dumps(list(made or [])))"
+        "import usage.partitions; "
+        + ("import billing.partitions; " if len(calls) > 1 else "")
+        + f"start = datetime.fromisoformat({start.isoformat()!r}); "
+        f"end = datetime.fromisoformat({end.isoformat()!r}); "
+        f"made = [name for names in ({', '.join(calls)},) for name in names or []]; "
+        "print(json.dumps(made))"
     )
     out = bench.run_manage(["shell", "-c", script], env)
     lines = [x for x in out.splitlines() if x.startswith("[")]

@@ -91,8 +91,15 @@ class LedgerEntry(models.Model):
     kind = models.CharField(max_length=12, choices=Kind.choices)
     amount_micro = models.BigIntegerField(help_text="Signed: credits positive, debits negative.")
     balance_after_micro = models.BigIntegerField()
+    # No database constraint: a month of reservations is dropped by retention (its
+    # partition, billing/partitions.py) while its entries stay, the balances' history.
     reservation = models.OneToOneField(
-        Reservation, null=True, blank=True, on_delete=models.PROTECT, related_name="ledger_entry"
+        Reservation,
+        null=True,
+        blank=True,
+        on_delete=models.DO_NOTHING,
+        db_constraint=False,
+        related_name="ledger_entry",
     )
     reason = models.CharField(max_length=200, blank=True)
     created_at = models.DateTimeField(default=timezone.now)

@@ -253,7 +253,9 @@ TOLLGATE = {
     "USAGE_FLUSH_MS": env("TOLLGATE_USAGE_FLUSH_MS"),
     "USAGE_CLAIM_IDLE_MS": env("TOLLGATE_USAGE_CLAIM_IDLE_MS"),
     # Usage rows (and attempts) older than this many days are dropped, a month at a time on
-    # PostgreSQL, once their rollups are audited (usage/partitions.py). 0 keeps them forever.
+    # PostgreSQL, once their rollups are audited (usage/partitions.py); so are the closed
+    # holds, reservations and settled markers, never under 7 days (billing/partitions.py).
+    # Ledger entries and rollups stay. 0 keeps everything forever.
     "USAGE_RETENTION_DAYS": max(0, env("TOLLGATE_USAGE_RETENTION_DAYS")),
     # How often beat rolls the budget periods nothing charged since they ended, and sends the
     # spend alerts settlement raised.

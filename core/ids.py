@@ -12,9 +12,21 @@ from __future__ import annotations
 
 import secrets
 import time
+from datetime import UTC, datetime
 
 
 def time_ordered_id(now_ns: int | None = None) -> str:
     """A new request id: the millisecond of `now_ns` (default: now), then 80 random bits."""
     millis = (time.time_ns() if now_ns is None else now_ns) // 1_000_000
     return f"{millis:012x}{secrets.token_hex(10)}"
+
+
+def time_prefix(moment: datetime) -> str:
+    """The 12 hex digits every id minted at `moment` starts with (naive: taken as UTC).
+
+    Compared as strings (collation "C"), ids minted in [a, b) are exactly those from
+    time_prefix(a) up to, not including, time_prefix(b): ranges of ids are ranges of time.
+    """
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return f"{int(moment.timestamp() * 1000):012x}"

@@ -7,6 +7,7 @@ import time
 
 import pytest
 
+from tests.support.databases import throwaway_database  # noqa: F401  (a fixture)
 from tests.support.processes import Gateway, RedisServer, free_port, start_gateway, start_stub
 from tests.support.profiles import install_profiles
 from tests.support.rates import RateWindow

@@ -20,12 +20,25 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
+from core import partitions as core_partitions
+from core.partitions import (
+    add_months,
+    create_partition,
+    default_partition,
+    drop_partition,
+    lock,
+    month_of,
+    month_of_partition,
+    months_between,
+    partition_name,
+    partitions_of,
+)
 from usage.models import UsageAttempt, UsageLog
 from usage.rollups import audited_until, reconcile_rollups
 
@@ -36,49 +49,12 @@ TABLES = (UsageLog._meta.db_table, UsageAttempt._meta.db_table)
 MONTHS_AHEAD = 2
 # pg_advisory_xact_lock's key for partition changes: any constant no other lock uses.
 LOCK_KEY = 0x7573616765_01  # "usage", 1
-# Attaching and detaching wait for readers of the parent, and writers queue behind the wait:
-# give up instead (the task retries), so a long report never stalls the writer for long.
-LOCK_TIMEOUT = "5s"
 DELETE_BATCH = 1_000  # SQLite retention: rows per transaction
-
-
-def month_of(moment: datetime) -> datetime:
-    """The first instant of the UTC month holding `moment` (naive: taken as UTC)."""
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    moment = moment.astimezone(UTC)
-    return datetime(moment.year, moment.month, 1, tzinfo=UTC)
-
-
-def add_months(month: datetime, count: int) -> datetime:
-    """The month `count` months after `month` (a first of the month)."""
-    index = month.year * 12 + month.month - 1 + count
-    return month.replace(year=index // 12, month=index % 12 + 1)
-
-
-def months_between(start: datetime, end: datetime) -> list[datetime]:
-    """The UTC months overlapping [start, end)."""
-    end = end if end.tzinfo else end.replace(tzinfo=UTC)
-    months = []
-    month = month_of(start)
-    while month < end:
-        months.append(month)
-        month = add_months(month, 1)
-    return months
-
-
-def partition_name(table: str, month: datetime) -> str:
-    return f"{table}_p{month:%Y_%m}"
 
 
 def is_partitioned() -> bool:
     """Whether the usage log is a partitioned table here (PostgreSQL, migrated)."""
-    if connection.vendor != "postgresql":
-        return False
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT relkind FROM pg_class WHERE oid = to_regclass(%s)", [TABLES[0]])
-        row = cursor.fetchone()
-    return row is not None and row[0] == "p"
+    return core_partitions.is_partitioned(TABLES[0])
 
 
 def ensure_partitions(*, start: datetime, end: datetime) -> list[str]:
@@ -92,9 +68,9 @@ def ensure_partitions(*, start: datetime, end: datetime) -> list[str]:
     months = months_between(start, end)
     created: list[str] = []
     with transaction.atomic(), connection.cursor() as cursor:
-        _lock(cursor)
+        lock(cursor, LOCK_KEY)
         for table in TABLES:
-            existing = _partitions(cursor, table)
+            existing = partitions_of(cursor, table)
             for month in months:
                 name = partition_name(table, month)
                 if name not in existing:
@@ -164,84 +140,36 @@ def apply_retention(*, now: datetime | None = None, days: int | None = None) -> 
     return report
 
 
-def _lock(cursor) -> None:
-    cursor.execute("SELECT pg_advisory_xact_lock(%s)", [LOCK_KEY])
-    cursor.execute(f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT}'")
-
-
-def _partitions(cursor, table: str) -> set[str]:
-    cursor.execute(
-        "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid"
-        " WHERE i.inhparent = %s::regclass",
-        [table],
-    )
-    return {name for (name,) in cursor.fetchall()}
-
-
-def _columns(cursor, table: str) -> str:
-    cursor.execute(
-        "SELECT quote_ident(attname) FROM pg_attribute WHERE attrelid = %s::regclass"
-        " AND attnum > 0 AND NOT attisdropped ORDER BY attnum",
-        [table],
-    )
-    return ", ".join(name for (name,) in cursor.fetchall())
-
-
 def _bound(month: datetime) -> str:
     return f"'{month:%Y-%m-%d} 00:00:00+00'"
 
 
 def _create_partition(cursor, table: str, month: datetime) -> None:
-    """Create the month's table on its own, move the month's rows out of the default
-    partition into it, then attach it (the parent's indexes are built on it then).
-
-    Attaching takes a lighter lock on the parent than CREATE TABLE ... PARTITION OF, so the
-    writer goes on meanwhile; the default partition stays locked from the move to the attach,
-    so no row of the month lands there in between.
-    """
-    name, default = partition_name(table, month), f"{table}_default"
-    start, end = month, add_months(month, 1)
-    cursor.execute(f"CREATE TABLE {name} (LIKE {table} INCLUDING DEFAULTS INCLUDING CONSTRAINTS)")
-    if default in _partitions(cursor, table):
-        cursor.execute(f"LOCK TABLE {default} IN ACCESS EXCLUSIVE MODE")
-        columns = _columns(cursor, table)
-        cursor.execute(
-            f"WITH moved AS (DELETE FROM {default} WHERE created_at >= %s AND created_at < %s"
-            f" RETURNING {columns}) INSERT INTO {name} ({columns}) SELECT {columns} FROM moved",
-            [start, end],
-        )
-        if cursor.rowcount:
-            log.warning("moved %d row(s) of %s out of %s", cursor.rowcount, name, default)
-    cursor.execute(
-        f"ALTER TABLE {table} ATTACH PARTITION {name}"
-        f" FOR VALUES FROM ({_bound(start)}) TO ({_bound(end)})"
+    moved = create_partition(
+        cursor,
+        table,
+        month,
+        column="created_at",
+        start=_bound(month),
+        end=_bound(add_months(month, 1)),
     )
+    if moved:
+        log.warning("moved %d row(s) of %s out of its default partition", moved, table)
 
 
 def _drop_months(*, before: datetime) -> list[str]:
     """Detach and drop both tables' partitions of the months ending at or before `before`."""
     dropped: list[str] = []
     with transaction.atomic(), connection.cursor() as cursor:
-        _lock(cursor)
+        lock(cursor, LOCK_KEY)
         for table in TABLES:
-            for name in sorted(_partitions(cursor, table)):
-                month = _month_of_partition(table, name)
+            for name in sorted(partitions_of(cursor, table)):
+                month = month_of_partition(table, name)
                 if month is None or add_months(month, 1) > before:
                     continue
-                cursor.execute(f"ALTER TABLE {table} DETACH PARTITION {name}")
-                cursor.execute(f"DROP TABLE {name}")
+                drop_partition(cursor, table, name)
                 dropped.append(name)
     return dropped
-
-
-def _month_of_partition(table: str, name: str) -> datetime | None:
-    """The month a partition named by partition_name holds (None: the default, or a table
-    someone else attached)."""
-    try:
-        moment = datetime.strptime(name.removeprefix(f"{table}_p"), "%Y_%m")
-    except ValueError:
-        return None
-    return moment.replace(tzinfo=UTC) if name == partition_name(table, moment) else None
 
 
 def _delete_from_defaults(*, before: datetime) -> int:
@@ -249,10 +177,10 @@ def _delete_from_defaults(*, before: datetime) -> int:
     month dropped already, say). Returns the log rows deleted."""
     deleted = {}
     with transaction.atomic(), connection.cursor() as cursor:
-        _lock(cursor)
+        lock(cursor, LOCK_KEY)
         for table in TABLES:
-            default = f"{table}_default"
-            if default in _partitions(cursor, table):
+            default = default_partition(table)
+            if default in partitions_of(cursor, table):
                 cursor.execute(f"DELETE FROM {default} WHERE created_at < %s", [before])
                 deleted[table] = cursor.rowcount
     return deleted.get(TABLES[0], 0)

@@ -8,6 +8,7 @@ import logging
 from celery import shared_task
 from django.db import DatabaseError
 
+from billing import partitions as billing_partitions
 from billing.reaper import expire_stale_holds as reaper_expire_stale_holds
 from usage import alerts, partitions, rollups, services
 
@@ -55,18 +56,27 @@ def reconcile_rollups() -> dict:
 
 @shared_task(name="usage.ensure_partitions", **RETRY)
 def ensure_partitions() -> list[str]:
-    """Create the usage log's partitions of this month through two ahead (PostgreSQL)."""
-    return partitions.ensure_months_ahead()
+    """Create the monthly partitions of the usage log and of the per-request billing tables,
+    this month through two ahead (PostgreSQL)."""
+    return partitions.ensure_months_ahead() + billing_partitions.ensure_months_ahead()
 
 
 @shared_task(name="usage.apply_retention", **RETRY)
 def apply_retention() -> dict:
-    """Drop the usage months past TOLLGATE_USAGE_RETENTION_DAYS whose rollups were audited."""
+    """Drop the usage months past TOLLGATE_USAGE_RETENTION_DAYS whose rollups were audited,
+    and the per-request billing rows as old with none of their month's still open."""
     report = partitions.apply_retention()
+    books = billing_partitions.apply_retention()
     return {
         "cutoff": report.cutoff.isoformat() if report.cutoff else None,
         "dropped": report.dropped,
         "deleted_rows": report.deleted_rows,
+        "billing": {
+            "cutoff": books.cutoff.isoformat() if books.cutoff else None,
+            "dropped": books.dropped,
+            "kept_open": books.kept_open,
+            "deleted_rows": books.deleted_rows,
+        },
     }
 
 

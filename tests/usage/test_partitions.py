@@ -14,11 +14,11 @@ import sys
 import uuid
 from datetime import UTC, datetime, timedelta
 
-import psycopg
 import pytest
 from django.conf import settings
 from django.db import connection
 
+from tests.support.databases import admin_connection, manage
 from tests.support.processes import ROOT, child_env
 from tests.support.services import requires_postgres
 from tests.support.tenants import make_tenant
@@ -137,7 +137,12 @@ def test_command_makes_past_months_and_tasks_keep_months_ahead(db):
     assert out.getvalue().endswith("all there already\n")
 
     assert tasks.ensure_partitions() == []  # the migration made them
-    assert tasks.apply_retention() == {"cutoff": None, "dropped": [], "deleted_rows": 0}
+    assert tasks.apply_retention() == {
+        "cutoff": None,
+        "dropped": [],
+        "deleted_rows": 0,
+        "billing": {"cutoff": None, "dropped": [], "kept_open": [], "deleted_rows": 0},
+    }
 
 
 @requires_postgres
@@ -270,85 +275,20 @@ def test_retention_is_off_by_default_and_deletes_old_rows_left_in_default(tenant
     assert _counts() == ({f"{LOG}_default": 1}, {f"{ATTEMPT}_default": 2})
 
 
-@requires_postgres
-def test_reaper_queries_can_use_the_partial_indexes(db):
-    from django.db import transaction
-    from django.utils import timezone
-
-    from billing.models import Reservation, SpendHold
-
-    now = timezone.now()
-    with transaction.atomic(), connection.cursor() as cursor:
-        # Tables this small are read whole; forbid that, so the plan shows whether the
-        # partial index's condition matches the reaper's query at all.
-        cursor.execute("SET LOCAL enable_seqscan = off")
-        reservations = Reservation.objects.filter(
-            status=Reservation.Status.PENDING, expires_at__lt=now
-        ).explain()
-        holds = SpendHold.objects.filter(status=SpendHold.Status.HELD, expires_at__lt=now).explain()
-    assert "reservation_open_expiry" in reservations
-    assert "spend_hold_open_expiry" in holds
-
-
-def _admin_connection(dbname: str = "postgres") -> psycopg.Connection:
-    db = connection.settings_dict
-    return psycopg.connect(
-        host=db.get("HOST") or "127.0.0.1",
-        port=db.get("PORT") or 5432,
-        user=db.get("USER") or None,
-        password=db.get("PASSWORD") or None,
-        dbname=dbname,
-        autocommit=True,
-    )
-
-
-def _manage(database_url: str, *args: str) -> None:
-    result = subprocess.run(
-        [sys.executable, "manage.py", *args],
-        cwd=ROOT,
-        env=child_env(
-            DATABASE_URL=database_url,
-            SECRET_KEY=settings.SECRET_KEY,
-            SEALING_KEYS=settings.SEALING_KEYS,
-        ),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
-
-
-@pytest.fixture
-def throwaway_database(db):
-    """A database of its own on the test server (named after the test database), dropped
-    after the test."""
-    name = f"{connection.settings_dict['NAME']}_convert"[:63]
-    with _admin_connection() as admin:
-        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        admin.execute(f'CREATE DATABASE "{name}"')
-    db = connection.settings_dict
-    auth = db.get("USER") or ""
-    auth += f":{db['PASSWORD']}" if db.get("PASSWORD") else ""
-    host = f"{db.get('HOST') or '127.0.0.1'}:{db.get('PORT') or 5432}"
-    yield name, f"postgres://{auth}{'@' if auth else ''}{host}/{name}"
-    with _admin_connection() as admin:
-        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-
-
-@requires_postgres
 def _truncated(moment: datetime, grain: str) -> datetime:
     hour = moment.replace(minute=0, second=0, microsecond=0)
     return hour.replace(hour=0) if grain == "day" else hour
 
 
+@requires_postgres
 def test_migration_converts_a_populated_database_keeping_every_id(throwaway_database):
     name, url = throwaway_database
     # The release before the rollups: their migration backfills them from these rows.
-    _manage(url, "migrate", "usage", "0007_web_units")
-    _manage(url, "migrate", "billing", "0005_budget_periods_and_alerts")
+    manage(url, "migrate", "usage", "0007_web_units")
+    manage(url, "migrate", "billing", "0005_budget_periods_and_alerts")
     months = [datetime(2025, 10, 5, tzinfo=UTC), datetime(2025, 11, 6, tzinfo=UTC)]
     months.append(datetime(2025, 12, 31, 23, 59, 59, tzinfo=UTC))
-    with _admin_connection(name) as db:
+    with admin_connection(name) as db:
         rows = {}
         for n, moment in enumerate(months * 2):
             request_id = f"req-{uuid.uuid4().hex}"
@@ -385,9 +325,9 @@ def test_migration_converts_a_populated_database_keeping_every_id(throwaway_data
         ).fetchone()
         db.execute("DELETE FROM usage_usagelog WHERE id = %s", [gone])
 
-    _manage(url, "migrate")
+    manage(url, "migrate")
 
-    with _admin_connection(name) as db:
+    with admin_connection(name) as db:
         stored = {
             log_id: (request_id, created_at, partition)
             for log_id, request_id, created_at, partition in db.execute(
