@@ -7,15 +7,11 @@ deletes closed rows instead; the migration converts a populated database keeping
 
 from __future__ import annotations
 
-import json
 import re
-import subprocess
-import sys
 import uuid
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
@@ -23,8 +19,7 @@ from billing import ledger
 from billing.models import LedgerEntry, Reservation, SettledRequest, SpendHold, Wallet
 from billing.sqlexec import run_sync
 from core.ids import time_ordered_id
-from tests.support.databases import admin_connection, manage
-from tests.support.processes import ROOT, child_env
+from tests.support.databases import admin_connection, manage, run_on_sqlite
 from tests.support.services import requires_postgres
 from tests.support.tenants import make_tenant
 
@@ -362,21 +357,7 @@ print(json.dumps({
 
 
 def test_retention_on_sqlite_deletes_closed_rows_in_batches(tmp_path):
-    result = subprocess.run(
-        [sys.executable, "-c", SQLITE_SCRIPT],
-        cwd=ROOT,
-        env=child_env(
-            DJANGO_SETTINGS_MODULE="config.settings",
-            DATABASE_URL=f"sqlite:///{tmp_path / 'embedded.sqlite3'}",
-            SECRET_KEY="sqlite-retention-test-secret-key-not-for-production",
-            SEALING_KEYS=settings.SEALING_KEYS,
-        ),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
-    report = json.loads(result.stdout.strip().splitlines()[-1])
+    report = run_on_sqlite(SQLITE_SCRIPT, tmp_path)
     assert report["partitions"] == []
     # Three old settled requests: a hold, a reservation and a marker each; the open one stays.
     assert report["deleted_rows"] == 9

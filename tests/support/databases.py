@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -56,3 +57,23 @@ def throwaway_database(db):
     yield name, f"postgres://{auth}{'@' if auth else ''}{host}/{name}"
     with admin_connection() as admin:
         admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def run_on_sqlite(script: str, tmp_path) -> dict:
+    """Run `script` (Python that sets Django up itself) in a child process on an embedded
+    SQLite database of its own; return the JSON of its last printed line."""
+    result = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=ROOT,
+        env=child_env(
+            DJANGO_SETTINGS_MODULE="config.settings",
+            DATABASE_URL=f"sqlite:///{tmp_path / 'embedded.sqlite3'}",
+            SECRET_KEY="sqlite-test-secret-key-not-for-production-use",
+            SEALING_KEYS=settings.SEALING_KEYS,
+        ),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    return json.loads(result.stdout.strip().splitlines()[-1])

@@ -2,24 +2,19 @@
 partition (or the default one, moved out when the month is made), partitions are made ahead
 and idempotently, retention drops exactly the old months whose rollups were audited, a
 replayed row is stored once; SQLite's retention deletes rows in batches; the migration
-converts a populated database keeping every id; the reaper's queries use their partial
-indexes."""
+converts a populated database keeping every id."""
 
 from __future__ import annotations
 
 import io
 import json
-import subprocess
-import sys
 import uuid
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from django.conf import settings
 from django.db import connection
 
-from tests.support.databases import admin_connection, manage
-from tests.support.processes import ROOT, child_env
+from tests.support.databases import admin_connection, manage, run_on_sqlite
 from tests.support.services import requires_postgres
 from tests.support.tenants import make_tenant
 from tests.support.usage import journal_row, store
@@ -468,21 +463,7 @@ def test_retention_on_sqlite_deletes_old_rows_and_attempts_in_batches(tmp_path):
             datetime(2025, 3, 1, tzinfo=UTC),
         )
     ]
-    result = subprocess.run(
-        [sys.executable, "-c", f"ROWS = {json.dumps(json.dumps(rows))}\n{SQLITE_SCRIPT}"],
-        cwd=ROOT,
-        env=child_env(
-            DJANGO_SETTINGS_MODULE="config.settings",
-            DATABASE_URL=f"sqlite:///{tmp_path / 'embedded.sqlite3'}",
-            SECRET_KEY="sqlite-retention-test-secret-key-not-for-production",
-            SEALING_KEYS=settings.SEALING_KEYS,
-        ),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
-    report = json.loads(result.stdout.strip().splitlines()[-1])
+    report = run_on_sqlite(f"ROWS = {json.dumps(json.dumps(rows))}\n{SQLITE_SCRIPT}", tmp_path)
 
     # The migration gave the attempt stored before it its row's created_at.
     assert report["migrated_attempt_created_at"] == "2024-12-05T10:00:00+00:00"
