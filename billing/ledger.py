@@ -100,6 +100,18 @@ def batch_rows(types: tuple[str, ...], rows: list[tuple]) -> tuple[str, tuple]:
     return f"VALUES {values_placeholders(len(rows), len(types))}", params
 
 
+def request_span(request_ids: Iterable[str]) -> tuple[str, str]:
+    """The lowest and highest of a batch's request ids, for `request_id BETWEEN %s AND %s`.
+
+    The per-request tables are partitioned by month of request id (billing/partitions.py).
+    A batch's ids arrive as one JSON parameter, which PostgreSQL cannot prune by; two plain
+    bounds it can, even in the generic plan a prepared statement settles on, so a batch
+    reads the month or two it spans instead of every month kept.
+    """
+    ids = sorted(request_ids)
+    return ids[0], ids[-1]
+
+
 # ---------------------------------------------------------------- counters
 
 
@@ -356,9 +368,9 @@ def release_holds(
     requests, params = batch_rows(("text",), [(request_id,) for request_id in ids])
     rows = yield (
         f"UPDATE billing_spendhold SET status = {status} WHERE status = 'held'"
-        f" AND request_id IN ({requests})"
+        f" AND request_id IN ({requests}) AND request_id BETWEEN %s AND %s"
         " RETURNING request_id, amount_micro, group_id, api_key_id, caller_spend_id, status",
-        params,
+        (*params, *request_span(ids)),
         ALL,
     )
     own = moves is None
@@ -486,9 +498,12 @@ _LEDGER_ENTRY_TYPES = ("bigint", "text", "bigint", "bigint", "bigint", "text")
 
 
 def commit_reservations(
-    costs: dict[int, int], *, now: datetime, unmeasured: bool = False
+    costs: dict[int, tuple[str, int]], *, now: datetime, unmeasured: bool = False
 ) -> Program:
     """Commit pending reservations at their cost, once; return the ids committed.
+
+    `costs`: reservation id -> (its request id, measured cost). The request ids bound the
+    reservation partitions the statement reads (see `request_span`).
 
     The wallet is debited the cost capped at the hold (the excess is recorded, never
     debited) and its hold released; one commit ledger entry each. `unmeasured` marks the
@@ -497,18 +512,24 @@ def commit_reservations(
     """
     if not costs:
         return []
-    served, params = batch_rows(("bigint", "bigint"), sorted(costs.items()))
+    served, params = batch_rows(
+        ("bigint", "text", "bigint"),
+        sorted((id_, request_id, cost) for id_, (request_id, cost) in costs.items()),
+    )
     rows = yield (
-        f"WITH served (id, cost) AS ({served})"
+        f"WITH served (id, request_id, cost) AS ({served})"
         " UPDATE billing_reservation SET status = 'committed',"
         " committed_micro = CASE WHEN served.cost < amount_micro THEN served.cost"
         " ELSE amount_micro END,"
         " excess_micro = CASE WHEN served.cost > amount_micro THEN served.cost - amount_micro"
         " ELSE 0 END, unmeasured = %s, resolved_at = %s"
         " FROM served WHERE billing_reservation.id = served.id"
+        " AND billing_reservation.request_id = served.request_id"
         " AND billing_reservation.status = 'pending'"
-        " RETURNING billing_reservation.id, wallet_id, amount_micro, committed_micro, request_id",
-        (*params, unmeasured, now),
+        " AND billing_reservation.request_id BETWEEN %s AND %s"
+        " RETURNING billing_reservation.id, wallet_id, amount_micro, committed_micro,"
+        " billing_reservation.request_id",
+        (*params, unmeasured, now, *request_span(r for r, _ in costs.values())),
         ALL,
     )
     wallets: dict[int, list[int]] = defaultdict(lambda: [0, 0])  # released, debited
@@ -865,7 +886,12 @@ def settle(rows: list[Settle], *, now: datetime) -> Program:
     if not rows:
         return None
     yield from commit_reservations(
-        {r.reservation_id: r.cost_micro for r in rows if r.reservation_id is not None}, now=now
+        {
+            r.reservation_id: (r.request_id, r.cost_micro)
+            for r in rows
+            if r.reservation_id is not None
+        },
+        now=now,
     )
     moves = Moves()
     held = yield from release_holds([r.request_id for r in rows], moves=moves)
@@ -910,7 +936,10 @@ def reap_reservation(reservation_id: int, *, now: datetime) -> Program:
     sent, amount, request_id, group_id, api_key_id = row
     if not sent:
         return (yield from cancel_reservation(reservation_id, now=now, status="expired"))
-    if not (yield from commit_reservations({reservation_id: amount}, now=now, unmeasured=True)):
+    committed = yield from commit_reservations(
+        {reservation_id: (request_id, amount)}, now=now, unmeasured=True
+    )
+    if not committed:
         return False
     hold = yield ("SELECT id FROM billing_spendhold WHERE request_id = %s", (request_id,))
     if hold is None and group_id is not None:

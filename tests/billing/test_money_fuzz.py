@@ -73,7 +73,8 @@ class World:
     owners: list[Owner]
     now: object
     requests: list[Request] = field(default_factory=list)
-    reservations: list[tuple[int, int]] = field(default_factory=list)  # (id, amount)
+    # (id, its request id, amount)
+    reservations: list[tuple[int, str, int]] = field(default_factory=list)
     prefix: str = "fuzz"
     counter: int = 0
     outcomes: dict[str, int] = field(default_factory=lambda: defaultdict(int))
@@ -234,7 +235,7 @@ def plan_hold_and_reserve(w: World):
         w.requests.append(request)
         if reservation_id is not None:
             request.reservations.append(reservation_id)
-            w.reservations.append((reservation_id, escrow))
+            w.reservations.append((reservation_id, request.request_id, escrow))
 
     return f"hold {request.request_id} {amount} and reserve {escrow}", run, record
 
@@ -290,7 +291,7 @@ def plan_reserve(w: World):
         if new:
             w.requests.append(request)
         request.reservations.append(reservation_id)
-        w.reservations.append((reservation_id, amount))
+        w.reservations.append((reservation_id, request.request_id, amount))
 
     return f"reserve {request.request_id} {amount}", run, record
 
@@ -298,12 +299,12 @@ def plan_reserve(w: World):
 def plan_commit(w: World):
     if not w.reservations:
         return plan_reserve(w)
-    reservation_id, amount = w.rng.choice(w.reservations)
+    reservation_id, request_id, amount = w.rng.choice(w.reservations)
     cost = w.rng.randrange(0, 2 * amount + 1)  # above the hold too: the excess is recorded
     now = w.now
     return (
         f"commit {reservation_id} at {cost}",
-        lambda: run_sync(ledger.commit_reservations({reservation_id: cost}, now=now)),
+        lambda: run_sync(ledger.commit_reservations({reservation_id: (request_id, cost)}, now=now)),
         None,
     )
 
@@ -311,7 +312,7 @@ def plan_commit(w: World):
 def plan_cancel(w: World):
     if not w.reservations:
         return plan_reserve(w)
-    reservation_id, _ = w.rng.choice(w.reservations)
+    reservation_id, _, _ = w.rng.choice(w.reservations)
     now = w.now
     return (
         f"cancel {reservation_id}",
@@ -633,7 +634,8 @@ def settle_one_step_at_a_time(row: UsageRecord, *, now) -> None:
     """Settle one usage row through the single steps, each its own transaction."""
     reservation_id = row.reservation_id
     if reservation_id is not None:
-        run_sync(ledger.commit_reservations({reservation_id: row.provider_cost_micro}, now=now))
+        cost = (row.request_id, row.provider_cost_micro)
+        run_sync(ledger.commit_reservations({reservation_id: cost}, now=now))
     held = run_sync(ledger.release_holds([row.request_id]))
     if row.provider_cost_micro or row.bandwidth_charge_micro:
         hold = held.get(row.request_id)

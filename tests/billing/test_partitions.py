@@ -71,7 +71,7 @@ def served(tenant, request_id: str, *, cost: int, settle: bool = True) -> int:
         )
     )
     if settle:
-        run_sync(ledger.commit_reservations({reservation_id: cost}, now=now))
+        run_sync(ledger.commit_reservations({reservation_id: (request_id, cost)}, now=now))
         run_sync(ledger.release_holds([request_id]))
         charge = ledger.Charge(request_id, tenant.group_id, tenant.api_key_id, cost_micro=cost)
         assert run_sync(ledger.charge([charge], source="settle", now=now)) == {request_id}
@@ -226,6 +226,49 @@ def test_reaper_queries_can_use_the_partial_indexes(db):
                 [sorted(used)],
             )
             assert cursor.fetchall() == [(parent,)]
+
+
+def first_statement(program) -> tuple[str, tuple]:
+    sql, params, *_ = next(program)
+    return sql, params
+
+
+@requires_postgres
+@pytest.mark.parametrize(
+    "table, statement",
+    [
+        (
+            RESERVATION,
+            lambda ids: ledger.commit_reservations(
+                {n: (request_id, 5) for n, request_id in enumerate(ids)}, now=timezone.now()
+            ),
+        ),
+        (HOLD, lambda ids: ledger.release_holds(ids)),
+    ],
+    ids=["commit_reservations", "release_holds"],
+)
+def test_a_settle_batch_reads_only_the_partitions_its_requests_span(db, table, statement):
+    """The gateway's driver prepares statements, and after five runs PostgreSQL may keep a
+    generic plan: the batch's bounds must prune partitions in that plan too."""
+    this_month = datetime.now(UTC)
+    ids = [minted(this_month + timedelta(seconds=n)) for n in range(3)]
+    sql, params = first_statement(statement(ids))
+    numbered = iter(range(1, len(params) + 1))
+    prepared = re.sub(r"%s", lambda _: f"${next(numbered)}", sql)
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("SET LOCAL plan_cache_mode = force_generic_plan")
+        cursor.execute(f"PREPARE settle_batch AS {prepared}")
+        try:
+            placeholders = ", ".join(["%s"] * len(params))
+            cursor.execute(f"EXPLAIN EXECUTE settle_batch({placeholders})", params)
+            plan = "\n".join(row for (row,) in cursor.fetchall())
+        finally:
+            cursor.execute("DEALLOCATE settle_batch")
+    kept = len(partitions(table))
+    assert kept >= 4, plan  # this month, two ahead, and the default
+    scanned = set(re.findall(rf"Scan (?:using \S+ )?on ({table}_\w+)", plan))
+    assert scanned == {f"{table}_p{this_month:%Y_%m}"}, plan
+    assert f"Subplans Removed: {kept - 1}" in plan, plan
 
 
 @requires_postgres

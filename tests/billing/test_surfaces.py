@@ -39,7 +39,10 @@ def reserve(tenant, request_id: str, amount_micro: int) -> int:
 
 def resolve(reservation_id: int, status: str, cost_micro: int) -> bool:
     if status == "committed":
-        program = ledger.commit_reservations({reservation_id: cost_micro}, now=timezone.now())
+        request_id = Reservation.objects.get(pk=reservation_id).request_id
+        program = ledger.commit_reservations(
+            {reservation_id: (request_id, cost_micro)}, now=timezone.now()
+        )
     else:
         program = ledger.cancel_reservation(reservation_id, now=timezone.now(), status=status)
     return bool(run_sync(program))

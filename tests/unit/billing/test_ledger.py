@@ -150,8 +150,10 @@ def test_a_commit_debits_the_cost_capped_at_the_hold_records_the_excess_and_happ
     tenant = make_tenant(wallet_micro=1_000)
     under, over = reserve(tenant, 300), reserve(tenant, 200)
 
-    committed = run_sync(ledger.commit_reservations({under: 250, over: 260}, now=NOW))
-    again = run_sync(ledger.commit_reservations({under: 250, over: 260}, now=NOW))
+    request_of = dict(Reservation.objects.values_list("pk", "request_id"))
+    costs = {under: (request_of[under], 250), over: (request_of[over], 260)}
+    committed = run_sync(ledger.commit_reservations(costs, now=NOW))
+    again = run_sync(ledger.commit_reservations(costs, now=NOW))
 
     assert (sorted(committed), again) == (sorted([under, over]), [])
     assert wallet(tenant) == (550, 0)  # 1000 - 250 - 200: the 60 over the hold is not debited
