@@ -40,7 +40,9 @@ def eligible_provider(provider: str) -> ProviderProfile:
 
 
 def _pools_changed(**payload) -> None:
-    bus.publish(bus.Topic.POOL, payload, wait="evict_key_id" in payload)
+    # Returns once every replica has reloaded the group's pools: the next request anywhere
+    # is served by the keys as they are now (an added key, a removed one, a fallback flag).
+    bus.publish(bus.Topic.POOL, payload, wait=True)
 
 
 @transaction.atomic

@@ -2,8 +2,11 @@
 
 A publish reaches this process's subscribers directly and, with Redis configured, every
 other replica over a Redis channel. `publish(..., wait=True)` also waits until each replica
-listening has applied the message (used where "evicted before DELETE returns" matters).
-Lost messages are covered by each replica's periodic reload.
+listening has applied the message (used where "live before the write returns" matters: a
+team key added or removed). A subscriber applies a message when it returns, or, when it
+returns an awaitable (work on the replica's event loop, such as reloading its pools), when
+that completes: the replica acknowledges only then. Lost messages are covered by each
+replica's periodic reload.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ import logging
 import os
 import uuid
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 import orjson
 import redis
@@ -35,21 +38,51 @@ class Topic(enum.StrEnum):
     POOL = "pool"
 
 
-Subscriber = Callable[[dict], None]
+Subscriber = Callable[[dict], Awaitable | None]
 _subscribers: dict[str, list[Subscriber]] = defaultdict(list)
+
+# How long a replica gives its subscribers' work on one message before it stops waiting (and
+# does not acknowledge: the publisher then logs the replica as silent).
+APPLY_TIMEOUT_S = 5.0
 
 
 def subscribe(topic: Topic, callback: Subscriber) -> None:
-    """Call `callback(payload)` in this process whenever `topic` is published."""
+    """Call `callback(payload)` in this process whenever `topic` is published.
+
+    Called on the replica's event loop for a message from another replica, and in the
+    publishing thread for one published in this process. On the loop it may return an
+    awaitable: the message counts as applied once that completes.
+    """
     _subscribers[topic].append(callback)
 
 
-def deliver(topic: str, payload: dict) -> None:
+def deliver(topic: str, payload: dict) -> list[Awaitable]:
+    """Call the topic's subscribers; return the work they left to await."""
+    pending = []
     for callback in _subscribers.get(topic, ()):
         try:
-            callback(payload)
+            work = callback(payload)
         except Exception:
             log.exception("bus subscriber failed on %s", topic)
+            continue
+        if work is not None:
+            pending.append(work)
+    return pending
+
+
+async def _apply(topic: str, payload: dict) -> bool:
+    """Deliver a remote message and await what its subscribers left; whether all of it
+    completed in time."""
+    pending = deliver(topic, payload)
+    if not pending:
+        return True
+    try:
+        async with asyncio.timeout(APPLY_TIMEOUT_S):
+            await asyncio.gather(*pending)
+    except Exception:
+        log.exception("applying %s failed; the periodic reload will catch up", topic)
+        return False
+    return True
 
 
 def _sync_redis(*, read_timeout_s: float = 2.0):
@@ -69,7 +102,10 @@ def publish(topic: Topic, payload: dict, *, wait: bool = False, timeout_s: float
     With `wait`, block until every receiving replica acknowledged applying it, so the caller
     can promise the change is live fleet-wide (a replica silent for `timeout_s` is logged).
     """
-    deliver(topic, payload)
+    for work in deliver(topic, payload):
+        # A subscriber returns work only on its own event loop: published from a coroutine
+        # in this process, which cannot block on it; it completes in the background.
+        asyncio.ensure_future(work)
     if not settings.REDIS_URL:
         return 0
     message_id = uuid.uuid4().hex
@@ -115,9 +151,10 @@ async def listen(redis_factory: Callable, on_reconnect: Callable[[], None]) -> N
                 if message.get("type") != "message":
                     continue
                 data = orjson.loads(message["data"])
+                applied = True
                 if data.get("origin") != REPLICA_ID:
-                    deliver(data["topic"], data["payload"])
-                if data.get("ack"):
+                    applied = await _apply(data["topic"], data["payload"])
+                if data.get("ack") and applied:
                     await client.rpush(ACK_PREFIX + data["id"], REPLICA_ID)
                     await client.expire(ACK_PREFIX + data["id"], 30)
         except asyncio.CancelledError:

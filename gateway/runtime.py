@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+from collections.abc import Awaitable
 
 import aiohttp
 from django.conf import settings
@@ -49,6 +50,7 @@ class Runtime:
         self.pools = PoolRegistry()
         self.principals = PrincipalCache()
         self._tasks: list[asyncio.Task] = []
+        self._subscribed = False
 
     async def start(self) -> None:
         """Build everything once per process (lifespan startup, or the first request)."""
@@ -120,15 +122,36 @@ class Runtime:
         self.catalog = await off_loop(load_catalog)(self.session)
         self.pools.replace(await off_loop(load_pools)())
 
-    def _reload_soon(self) -> None:
-        """Schedule a reload on this process's loop (bus callbacks may run in a thread)."""
+    async def _reload_pools(self) -> None:
+        self.pools.replace(await off_loop(load_pools)())
+
+    def _on_loop(self) -> bool:
         try:
-            running = asyncio.get_running_loop()
+            return asyncio.get_running_loop() is self._loop
         except RuntimeError:
-            running = None
-        if running is not self._loop:
-            self._loop.call_soon_threadsafe(self._reload_soon)
-            return
+            return False
+
+    def _apply_change(self, *, pools_only: bool) -> Awaitable | None:
+        """Reload what a bus message says went stale, so it is live when the message counts
+        as applied.
+
+        On this process's loop (a message from another replica) the reload is returned for
+        the bus to await before it acknowledges. From another thread (a control-plane write
+        in this same process: the embedded demo serves both planes) it runs right there, in
+        that sync thread, so the write's response leaves with its change live. The loop sees
+        the new pools in one reference swap.
+        """
+        if not self.started:
+            return None
+        if self._on_loop():
+            return self._reload_pools() if pools_only else self.reload()
+        if not pools_only:
+            self.catalog = load_catalog(self.session)
+        self.pools.replace(load_pools())
+        return None
+
+    def _reload_soon(self) -> None:
+        """Schedule a reload on this process's loop (after the bus reconnects)."""
         task = self._loop.create_task(self._safe_reload())
         self._tasks.append(task)
         task.add_done_callback(lambda t: t in self._tasks and self._tasks.remove(t))
@@ -145,16 +168,19 @@ class Runtime:
             await self._safe_reload()
 
     def _subscribe(self) -> None:
+        if self._subscribed:  # once per process: a restarted runtime keeps its subscriptions
+            return
+        self._subscribed = True
         bus.subscribe(bus.Topic.API_KEY, self.principals.evict_key)
         bus.subscribe(bus.Topic.GROUP, self.principals.evict_group)
-        bus.subscribe(bus.Topic.PROFILES, lambda _: self._reload_soon())
+        bus.subscribe(bus.Topic.PROFILES, lambda _: self._apply_change(pools_only=False))
         bus.subscribe(bus.Topic.POOL, self._on_pool_change)
 
-    def _on_pool_change(self, payload: dict) -> None:
+    def _on_pool_change(self, payload: dict) -> Awaitable | None:
         if payload.get("evict_key_id") is not None:
-            # Synchronous: the key is gone from memory before the publisher is acknowledged.
+            # At once, before any reload: the key is out of memory whatever the database says.
             self.pools.evict_key({"key_id": payload["evict_key_id"]})
-        self._reload_soon()
+        return self._apply_change(pools_only=True)
 
 
 runtime = Runtime()

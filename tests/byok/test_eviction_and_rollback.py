@@ -34,6 +34,31 @@ def test_delete_evicts_the_key_from_every_replica_before_it_returns(stack, spawn
     assert [c["key"] for c in stack.stub.vendor_calls()] == ["sk-team-doomed"]
 
 
+@requires_redis
+def test_an_added_key_serves_the_next_request_on_every_replica(stack, spawn_gateway):
+    """No reload asked for: the add returns once every replica's pools hold the key."""
+    other = spawn_gateway()
+    tenant = stack.tenant()
+    api = Byok(stack, tenant)
+    via = {
+        "first": stack.openai(tenant),
+        "other": openai.OpenAI(base_url=f"{other.url}/v1", api_key=tenant.api_key, max_retries=0),
+    }
+
+    added = api.add("stub-openai", "fresh", "sk-team-fresh")
+    assert added.status_code == 201, added.text
+    for client in via.values():
+        client.chat.completions.create(model="gpt-4o-mini", messages=HELLO)
+    assert [c["key"] for c in stack.stub.vendor_calls()] == ["sk-team-fresh"] * 2
+
+    stack.stub.clear()
+    assert api.fallback("stub-openai", True).status_code == 200
+    assert api.delete(added.json()["id"]).status_code == 204
+    for client in via.values():  # the emptied pool now falls back to the platform's keys
+        client.chat.completions.create(model="gpt-4o-mini", messages=HELLO)
+    assert [c["key"] for c in stack.stub.vendor_calls()] == [PLATFORM_KEY] * 2
+
+
 def test_disabling_byok_serves_everyone_on_platform_keys_and_says_so(
     transactional_db, spawn_gateway, stub
 ):

@@ -8,10 +8,7 @@ which is not committed, so a failure can be seen.
 from __future__ import annotations
 
 import dataclasses
-import os
 import re
-import shutil
-from pathlib import Path
 
 import httpx
 import pytest
@@ -19,56 +16,24 @@ import pytest
 from accounts.logins import password_link_issue
 from accounts.models import Membership
 from byok.models import TeamKey
+from tests.support.browser import ARTIFACTS as BROWSER_ARTIFACTS
+from tests.support.browser import open_page, requires_chromium
 from tests.support.stacks import Stack
 from tests.support.tenants import make_tenant
 from tests.support.usage import usage_rows
 
-CHROMIUM = os.environ.get("TEST_CHROMIUM", "/usr/bin/chromium")
-ARTIFACTS = Path(os.environ.get("TEST_ARTIFACTS_DIR", "var/test-artifacts")) / "dashboard"
+ARTIFACTS = BROWSER_ARTIFACTS / "dashboard"
 PASSWORD = "browser-tested-password-7"
-# Debian's Chromium in a closed network: no background fetches, no sandbox as root.
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 
-HAS_CHROMIUM = shutil.which(CHROMIUM) is not None
-# CI (TEST_REQUIRE_SERVICES=1) installs Chromium and skips nothing: a missing one fails there.
-pytestmark = pytest.mark.skipif(
-    not HAS_CHROMIUM and os.environ.get("TEST_REQUIRE_SERVICES") != "1",
-    reason=f"needs Chromium at {CHROMIUM} (Debian package chromium)",
-)
-
-
-@pytest.fixture(scope="module")
-def browser():
-    from playwright.sync_api import sync_playwright
-
-    # Playwright's sync API keeps an event loop running in this thread; the test's own
-    # database reads in between are plain synchronous calls, never inside that loop.
-    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
-    with sync_playwright() as p:
-        chromium = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield chromium
-        chromium.close()
-    os.environ.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
+pytestmark = requires_chromium
 
 
 @pytest.fixture
 def page(browser, request):
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
-    tab = context.new_page()
-    shots = ARTIFACTS / request.node.name
-    shots.mkdir(parents=True, exist_ok=True)
-    tab.shot = lambda name: tab.screenshot(path=str(shots / f"{name}.png"), full_page=True)
+    tab = open_page(browser, ARTIFACTS / request.node.name)
     yield tab
     tab.shot("last")
-    context.close()
+    tab.context.close()
 
 
 def sign_in(page, stack: Stack, tenant) -> str:

@@ -6,66 +6,11 @@ real one is left alone) with the test's Python environment active.
 
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
 import sys
-from pathlib import Path
 
-import pytest
-
-from tests.support.processes import ROOT, child_env, free_port
-
-
-def running(pid: int) -> bool:
-    """Whether `pid` is a live process (a zombie has exited; only its parent reaps it)."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except FileNotFoundError:
-        return False
-    return state != "Z"
-
-
-@pytest.fixture
-def checkout(tmp_path: Path):
-    if not Path("/proc/self").is_dir():
-        pytest.skip("needs /proc to tell a live process from a zombie")
-    copy = tmp_path / "checkout"
-    listed = subprocess.run(
-        ["git", "ls-files", "-co", "--exclude-standard", "-z"],
-        cwd=ROOT,
-        capture_output=True,
-        check=True,
-    ).stdout.decode()
-    for name in filter(None, listed.split("\0")):
-        if (ROOT / name).is_file():
-            (copy / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(ROOT / name, copy / name)
-    # The environment is installed already: `make` need not run pip.
-    (copy / "var").mkdir()
-    (copy / "var/.installed").touch()
-    yield copy
-    subprocess.run(["scripts/stop.sh"], cwd=copy, env=make_env(), capture_output=True)
-
-
-def make_env(**extra: str) -> dict[str, str]:
-    env = child_env(**extra)
-    for name in ("SECRET_KEY", "SEALING_KEYS", "TEST_REQUIRE_SERVICES"):
-        env.pop(name, None)
-    env["VIRTUAL_ENV"] = sys.prefix
-    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"
-    return env
-
-
-def make(checkout: Path, target: str, **env: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        ["make", "--no-print-directory", target],
-        cwd=checkout,
-        env=make_env(**env),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+from tests.support.checkouts import make, running
+from tests.support.processes import free_port
 
 
 def test_stop_from_a_shell_with_another_var_dir_stops_the_run(checkout, tmp_path):
