@@ -6,8 +6,10 @@
 - `control_application`, the control plane: Django (dashboard, Django admin, tenant API, API
   docs, static files), plus its own `/healthz`. A password hash or an admin page run here
   takes no CPU from proxied requests.
-- `application`, both behind one port: gateway paths to the gateway, the rest to Django. For
-  `make run`, one-process deployments and the scripts that start `config.asgi:application`.
+- `application`, both behind one port: gateway paths to the gateway, the rest to Django
+  (except a gateway route without its /v1, which an SDK given the bare host sends: a JSON
+  404 naming the base URLs). For `make run`, one-process deployments and the scripts that
+  start `config.asgi:application`.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ django.setup()
 from django.core.asgi import get_asgi_application  # noqa: E402
 
 from core import errors  # noqa: E402
-from gateway.asgi import Exchange, gateway_app, serves  # noqa: E402
+from gateway.asgi import Exchange, base_urls, gateway_app, lacks_v1, no_route, serves  # noqa: E402
 from gateway.runtime import runtime  # noqa: E402
 from gateway.startup import prepare  # noqa: E402
 
@@ -35,6 +37,10 @@ async def application(scope, receive, send):
     kind = scope["type"]
     if kind == "http" and serves(scope["path"]):
         await gateway_app(scope, receive, send)
+    elif kind == "http" and lacks_v1(scope["path"]):
+        # An SDK pointed at the bare host: answered in its error language, not Django's page.
+        ex = Exchange(scope, receive, send)
+        await ex.refuse(errors.NotFound(no_route(ex)))
     elif kind == "lifespan":
         await lifespan(receive, send, start_gateway=True)
     else:
@@ -49,7 +55,8 @@ async def gateway_application(scope, receive, send):
         await lifespan(receive, send, start_gateway=True)
     elif kind == "http":
         ex = Exchange(scope, receive, send)
-        await ex.refuse(errors.NotFound(_wrong_plane(ex)))
+        message = no_route(ex) if lacks_v1(scope["path"]) else _wrong_plane(ex)
+        await ex.refuse(errors.NotFound(message))
 
 
 async def control_application(scope, receive, send):
@@ -71,15 +78,9 @@ async def control_application(scope, receive, send):
 
 
 def _wrong_plane(ex: Exchange) -> str:
-    # A client's Host header labels a message, nothing more: kept short and printable.
-    host = ex.headers.get(b"host", b"").decode("latin-1")[:100]
-    host = "".join(ch for ch in host if ch.isprintable()) or "this-gateway"
-    scheme = "https" if ex.scope.get("scheme") == "https" else "http"
     return (
         f"No route {ex.scope['method']} {ex.scope['path'][:200]} on the Tollgate gateway. "
-        f"Point the OpenAI SDK at base URL {scheme}://{host}/v1 and the Anthropic SDK at "
-        f"{scheme}://{host}; the models are listed at GET /v1/models. The dashboard, admin "
-        "and tenant API are served by the control plane."
+        f"{base_urls(ex)} The dashboard, admin and tenant API are served by the control plane."
     )
 
 

@@ -31,6 +31,8 @@ from __future__ import annotations
 
 import orjson
 
+from core.money import format_usd_exact
+
 
 class GatewayError(Exception):
     code = "LM-5001"
@@ -135,12 +137,12 @@ class BudgetExhausted(GatewayError):
     default_message = "Budget exhausted."
 
 
-# What a tenant does about LM-4002: the wallet is funded by an operator (there is no card
-# checkout), and the tenant API shows its balance.
+# What a tenant does about LM-4002: the wallet is funded by the gateway's operator (there is
+# no card checkout), and the tenant API and dashboard show its balance.
 FUND_THE_WALLET = (
-    "Fund the wallet: an operator tops it up in the Django admin (Billing > Wallets, select"
-    ' the account\'s wallet, action "Top up selected wallets"); the balance is at'
-    " GET /api/accounts/{account_id}/wallet."
+    "Ask this gateway's operator to top up the wallet. The balance is at"
+    " GET /api/accounts/{account_id}/wallet (tenant API token) and on the dashboard's"
+    " Wallet page."
 )
 
 
@@ -154,16 +156,16 @@ class WalletInsufficient(GatewayError):
     def for_wallet(
         cls, *, account_id: int, available_micro: int | None, needed_micro: int
     ) -> WalletInsufficient:
-        """Say what the wallet holds, what the request may cost, and how to fund it."""
+        """Say in dollars what the wallet holds, what the request may cost, and who funds it."""
         held = (
-            f"it has {available_micro} micro-USD available and "
+            f"it has {format_usd_exact(available_micro)} available and "
             if available_micro is not None
             else ""
         )
         return cls(
             f"The account's wallet cannot cover this request: {held}this request may cost up"
-            f" to {needed_micro} micro-USD (held before the call, the unused part released)."
-            f" {FUND_THE_WALLET.format(account_id=account_id)}"
+            f" to {format_usd_exact(needed_micro)} (held before the call; what it does not"
+            f" use is released). {FUND_THE_WALLET.format(account_id=account_id)}"
         )
 
 

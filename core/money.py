@@ -57,3 +57,66 @@ def gateway_rate_micro_per_gb(*, price_micro_per_gb: int, markup_bp: int) -> int
 def prompt_tokens_bound(*, prompt_bytes: int, messages: int) -> int:
     """Return an upper bound on prompt tokens: a BPE token covers at least one byte."""
     return prompt_bytes + 8 * messages + 8
+
+
+MICRO_PER_USD = 1_000_000
+MICRO_PER_CENT = 10_000
+
+
+def format_usd(micro: int) -> str:
+    """Micro-USD as a person reads dollars: cents, and more digits only under a cent.
+
+    1_234_567_890 -> "$1,234.57", 2_520 -> "$0.00252", 0 -> "$0.00", -5_000 -> "-$0.005".
+    Cents are rounded half away from zero; `format_usd_exact` rounds nothing.
+    """
+    sign = "-" if micro < 0 else ""
+    size = abs(int(micro))
+    if 0 < size < MICRO_PER_CENT:
+        return f"{sign}$0.{size:06d}".rstrip("0")
+    cents = (size + MICRO_PER_CENT // 2) // MICRO_PER_CENT
+    return f"{sign}${cents // 100:,}.{cents % 100:02d}"
+
+
+def format_usd_exact(micro: int) -> str:
+    """Micro-USD in dollars to the last digit that is not zero, cents at least:
+    99_989_770 -> "$99.98977", 2_520 -> "$0.00252", 5_000_000 -> "$5.00"."""
+    sign = "-" if micro < 0 else ""
+    dollars, rest = divmod(abs(int(micro)), MICRO_PER_USD)
+    decimals = f"{rest:06d}".rstrip("0").ljust(2, "0")
+    return f"{sign}${dollars:,}.{decimals}"
+
+
+# The most one typed amount may be: a billion dollars, far inside a bigint of micro-USD.
+MAX_TYPED_MICRO = 1_000_000_000 * MICRO_PER_USD
+
+
+class AmountInvalid(ValueError):
+    """A typed dollar amount that is not one: says what was wrong in words."""
+
+
+def parse_usd(text: str, *, allow_negative: bool = False) -> int:
+    """A dollar amount a person typed, in micro-USD: "5" and "$5.00" -> 5_000_000.
+
+    Takes an optional "$" and thousands commas; at most six decimals (a micro-dollar), so
+    nothing typed is ever rounded. Refuses anything else with `AmountInvalid`.
+    """
+    cleaned = (text or "").strip().replace(",", "").replace(" ", "")
+    negative = cleaned.startswith("-")
+    cleaned = cleaned.removeprefix("-").removeprefix("$")
+    whole, dot, fraction = cleaned.partition(".")
+    if not whole and not fraction:
+        raise AmountInvalid("Type an amount in dollars, such as 5.00.")
+    if not _digits(whole or "0") or (dot and not _digits(fraction or "0")):
+        raise AmountInvalid(f"{text.strip()!r} is not an amount in dollars, such as 5.00.")
+    if len(fraction) > 6:
+        raise AmountInvalid("An amount has at most six decimals (one micro-dollar).")
+    micro = int(whole or "0") * MICRO_PER_USD + int(fraction.ljust(6, "0"))
+    if micro > MAX_TYPED_MICRO:
+        raise AmountInvalid(f"An amount is at most {format_usd(MAX_TYPED_MICRO)}.")
+    if negative and not allow_negative:
+        raise AmountInvalid("The amount must be positive.")
+    return -micro if negative else micro
+
+
+def _digits(text: str) -> bool:
+    return text.isascii() and text.isdigit()

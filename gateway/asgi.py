@@ -277,6 +277,34 @@ def serves(path: str) -> bool:
     return path in GATEWAY_PATHS or path.startswith(GATEWAY_PREFIXES)
 
 
+def lacks_v1(path: str) -> bool:
+    """Whether `path` is a gateway route without its /v1: an SDK given the bare host."""
+    return ("/v1" + (path.rstrip("/") or "/")) in GATEWAY_PATHS
+
+
+def base_urls(ex: Exchange) -> str:
+    """Which base URL each SDK takes, on the host the client used."""
+    # A client's Host header labels a message, nothing more: kept short and printable.
+    host = ex.headers.get(b"host", b"").decode("latin-1")[:100]
+    host = "".join(ch for ch in host if ch.isprintable()) or "this-gateway"
+    scheme = "https" if ex.scope.get("scheme") == "https" else "http"
+    return (
+        f"Point the OpenAI SDK at base URL {scheme}://{host}/v1 and the Anthropic SDK at "
+        f"{scheme}://{host} (it adds /v1 itself); the models are listed at GET /v1/models."
+    )
+
+
+def no_route(ex: Exchange) -> str:
+    """No route here: say so, and which base URL the client most likely meant."""
+    method, path = ex.scope["method"], ex.scope["path"]
+    said = f"No route {method} {path[:200]}."
+    if lacks_v1(path):
+        return f"{said} The base URL is missing /v1. {base_urls(ex)}"
+    if path.startswith("/v1/v1/"):
+        return f"{said} The base URL ends in /v1 and the SDK added another. {base_urls(ex)}"
+    return said
+
+
 async def gateway_app(scope: Scope, receive: Receive, send: Send) -> None:
     await runtime.start()
     ex = Exchange(scope, receive, send)
@@ -293,7 +321,7 @@ async def gateway_app(scope: Scope, receive: Receive, send: Send) -> None:
             if path.startswith(prefix) and path.count("/") == prefix.count("/"):
                 handler = partial(web.job, internal=internal)
     if handler is None:
-        await ex.refuse(errors.InvalidRequest(f"No route {scope['method']} {scope['path']}."))
+        await ex.refuse(errors.InvalidRequest(no_route(ex)))
         return
     try:
         await handler(ex)

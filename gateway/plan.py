@@ -12,6 +12,7 @@ LM-3021 without calling upstream, so a chain never silently reaches the platform
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -152,6 +153,15 @@ def vendor_payload(req: ModelRequest, profile: Profile) -> tuple[str, dict]:
     return vendor.shape, translate.anthropic_request_to_openai(body, vendor_kind=profile.kind)
 
 
+def unknown_model_message(model: str, principal: Principal, catalog: Catalog) -> str:
+    """Name the unknown model, the nearest this key may use if one is close, and where the
+    list is. Only names the key may use are suggested: a hint never reveals another's."""
+    usable = [name for name in catalog.model_names() if principal.may_use(name)]
+    close = difflib.get_close_matches(model[:200], usable, n=1, cutoff=0.75)
+    hint = f" Did you mean {close[0]!r}?" if close else ""
+    return f"Unknown model {model!r}.{hint} GET /v1/models lists the models this key may use."
+
+
 def offers_for(
     model: str, principal: Principal, catalog: Catalog, *, kind: str = ModelKind.CHAT
 ) -> list[ModelOffer]:
@@ -160,7 +170,7 @@ def offers_for(
     key)."""
     resolved = catalog.resolve(model)
     if not resolved:
-        raise InvalidRequest(f"Unknown model {model!r}.")
+        raise InvalidRequest(unknown_model_message(model, principal, catalog))
     if not principal.may_use(model) and not principal.may_use(resolved[0].name):
         raise Forbidden(f"This key may not use model {model!r}.")
     if resolved[0].kind != kind:  # a name is one kind (gateway/catalog.py)

@@ -91,12 +91,13 @@ def test_a_wallet_that_cannot_cover_the_hold_is_lm_4002_before_any_call(stack):
 
     assert refused.value.status_code == 402 and refused.value.body["code"] == "LM-4002"
     # The message says why and what to do about it.
+    dollars = f"{hold // 1_000_000}.{hold % 1_000_000:06d}".rstrip("0")
     assert refused.value.body["message"] == (
-        f"The account's wallet cannot cover this request: it has 10 micro-USD available and"
-        f" this request may cost up to {hold} micro-USD (held before the call, the unused part"
-        " released). Fund the wallet: an operator tops it up in the Django admin (Billing >"
-        ' Wallets, select the account\'s wallet, action "Top up selected wallets"); the'
-        f" balance is at GET /api/accounts/{tenant.account_id}/wallet."
+        "The account's wallet cannot cover this request: it has $0.00001 available and"
+        f" this request may cost up to ${dollars} (held before the call; what it does not use"
+        " is released). Ask this gateway's operator to top up the wallet. The balance is at"
+        f" GET /api/accounts/{tenant.account_id}/wallet (tenant API token) and on the"
+        " dashboard's Wallet page."
     )
     assert stack.stub.vendor_calls() == []
     wallet = Wallet.objects.get(account_id=tenant.account_id)

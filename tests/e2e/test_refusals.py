@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import anthropic
 import httpx
+import openai
 import pytest
 from django.utils import timezone
 
@@ -156,3 +158,52 @@ def test_request_id_is_taken_from_the_client_and_echoed(stack):
     assert response.headers["x-request-id"] == "my-req-1"
     [row] = usage_rows(["my-req-1"], expect=1)
     assert row.status == 200
+
+
+def test_an_sdk_given_the_bare_host_is_told_the_base_url_in_json(stack):
+    """The OpenAI SDK pointed at the host without /v1 posts /chat/completions: it reads our
+    error, not an HTML page it can only show as "Error code: 404"."""
+    tenant = stack.tenant()
+    bare = openai.OpenAI(base_url=stack.url, api_key=tenant.api_key, max_retries=0)
+
+    with pytest.raises(openai.NotFoundError) as refused:
+        bare.chat.completions.create(**BODY)
+
+    host = stack.url.removeprefix("http://")
+    assert refused.value.body == {
+        "message": "No route POST /chat/completions. The base URL is missing /v1. Point the"
+        f" OpenAI SDK at base URL http://{host}/v1 and the Anthropic SDK at http://{host} (it"
+        " adds /v1 itself); the models are listed at GET /v1/models.",
+        "type": "invalid_request_error",
+        "code": "LM-2004",
+    }
+    # Pages of the control plane on the same port are still Django's.
+    assert httpx.get(f"{stack.url}/login/").status_code == 200
+    assert stack.stub.vendor_calls() == []
+
+
+def test_the_anthropic_sdk_given_v1_is_told_it_adds_v1_itself(stack):
+    tenant = stack.tenant()
+    doubled = anthropic.Anthropic(base_url=f"{stack.url}/v1", api_key=tenant.api_key, max_retries=0)
+
+    with pytest.raises(anthropic.BadRequestError) as refused:
+        doubled.messages.create(
+            model="claude-3-5-haiku", max_tokens=16, messages=[{"role": "user", "content": "hi"}]
+        )
+
+    message = refused.value.body["error"]["message"]
+    assert message.startswith("No route POST /v1/v1/messages. The base URL ends in /v1 and")
+    assert f"the Anthropic SDK at {stack.url} (it adds /v1 itself)" in message
+
+
+def test_a_misspelt_model_names_the_nearest_and_the_model_list(stack):
+    tenant = stack.tenant()
+
+    with pytest.raises(openai.BadRequestError) as refused:
+        stack.openai(tenant).chat.completions.create(**{**BODY, "model": "gpt-4o-mnii"})
+
+    assert refused.value.body["code"] == "LM-2001"
+    assert refused.value.body["message"] == (
+        "Unknown model 'gpt-4o-mnii'. Did you mean 'gpt-4o-mini'?"
+        " GET /v1/models lists the models this key may use."
+    )

@@ -218,7 +218,8 @@ def test_unknown_model_anywhere_in_the_chain_is_refused_before_any_call(fstack):
         assert (response.status_code, response.json()["error"]) == (
             400,
             {
-                "message": "Unknown model 'no-such-model'.",
+                "message": "Unknown model 'no-such-model'."
+                " GET /v1/models lists the models this key may use.",
                 "type": "invalid_request_error",
                 "code": "LM-2001",
             },

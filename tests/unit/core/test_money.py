@@ -1,5 +1,10 @@
 from __future__ import annotations
 
+import re
+
+import pytest
+
+from core import money
 from core.money import (
     bandwidth_charge_micro,
     ceil_div,
@@ -77,3 +82,61 @@ def test_prompt_bound_counts_every_byte_plus_eight_per_message_and_eight():
     assert prompt_tokens_bound(prompt_bytes=0, messages=0) == 8
     assert prompt_tokens_bound(prompt_bytes=11, messages=1) == 27
     assert prompt_tokens_bound(prompt_bytes=13, messages=2) == 37
+
+
+@pytest.mark.parametrize(
+    "micro, shown, exact",
+    [
+        (0, "$0.00", "$0.00"),
+        (1, "$0.000001", "$0.000001"),
+        (2_520, "$0.00252", "$0.00252"),
+        (9_999, "$0.009999", "$0.009999"),
+        (10_000, "$0.01", "$0.01"),
+        (994_999, "$0.99", "$0.994999"),
+        (995_000, "$1.00", "$0.995"),  # half a cent rounds away from zero
+        (99_989_770, "$99.99", "$99.98977"),
+        (1_234_567_890, "$1,234.57", "$1,234.56789"),
+        (-5_000, "-$0.005", "-$0.005"),
+        (-2_500_000, "-$2.50", "-$2.50"),
+    ],
+)
+def test_dollars_for_people_show_cents_and_more_digits_only_under_a_cent(micro, shown, exact):
+    assert (money.format_usd(micro), money.format_usd_exact(micro)) == (shown, exact)
+
+
+@pytest.mark.parametrize(
+    "typed, micro",
+    [
+        ("5", 5_000_000),
+        ("5.00", 5_000_000),
+        (" $5.00 ", 5_000_000),
+        ("1,234.5", 1_234_500_000),
+        ("0.000001", 1),
+        (".5", 500_000),
+        ("5.", 5_000_000),
+    ],
+)
+def test_a_typed_dollar_amount_is_read_exactly(typed, micro):
+    assert money.parse_usd(typed) == micro
+
+
+@pytest.mark.parametrize(
+    "typed, says",
+    [
+        ("", "Type an amount"),
+        ("$", "Type an amount"),
+        ("abc", "is not an amount"),
+        ("5.00.1", "is not an amount"),
+        ("²", "is not an amount"),
+        ("1.0000001", "at most six decimals"),
+        ("-2", "must be positive"),
+        ("1000000001", "at most $1,000,000,000.00"),
+    ],
+)
+def test_a_typed_amount_that_is_not_one_is_refused_in_words(typed, says):
+    with pytest.raises(money.AmountInvalid, match=re.escape(says)):
+        money.parse_usd(typed)
+
+
+def test_an_adjustment_may_be_negative_when_asked_for():
+    assert money.parse_usd("-2.50", allow_negative=True) == -2_500_000

@@ -171,7 +171,28 @@ def test_an_unknown_model_is_refused_lm_2001():
     with pytest.raises(InvalidRequest) as refused:
         build_plan(request("gpt-4o-mini", "nope"), principal(), catalog(), no_pools)
 
-    assert (refused.value.code, refused.value.message) == ("LM-2001", "Unknown model 'nope'.")
+    assert (refused.value.code, refused.value.message) == (
+        "LM-2001",
+        "Unknown model 'nope'. GET /v1/models lists the models this key may use.",
+    )
+
+
+def test_a_misspelt_model_is_answered_with_the_nearest_one_the_key_may_use():
+    with pytest.raises(InvalidRequest) as refused:
+        build_plan(request("gpt-4o-mini", "gpt-4o-mnii"), principal(), catalog(), no_pools)
+
+    assert refused.value.message == (
+        "Unknown model 'gpt-4o-mnii'. Did you mean 'gpt-4o-mini'?"
+        " GET /v1/models lists the models this key may use."
+    )
+
+
+def test_the_hint_never_names_a_model_the_key_may_not_use():
+    only_claude = principal(allowed_models=frozenset({"claude-3-5-haiku"}))
+    with pytest.raises(InvalidRequest) as refused:
+        build_plan(request("claude-3-5-haiku", "gpt-4o-mnii"), only_claude, catalog(), no_pools)
+
+    assert "Did you mean" not in refused.value.message
 
 
 def test_a_model_the_key_may_not_use_is_refused_lm_1003():
