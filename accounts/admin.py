@@ -5,6 +5,7 @@ from django.contrib.auth import get_user_model
 from accounts import services, throttle
 from accounts.forms import AdminSignInForm
 from accounts.models import Account, ApiKey, Group, Membership, TenantToken
+from core.admin_views import Dollars
 
 # The admin's login is throttled like the dashboard's (accounts/throttle.py).
 admin.site.login_form = AdminSignInForm
@@ -16,7 +17,7 @@ class MembershipInline(admin.TabularInline):
 
 
 @admin.register(Account)
-class AccountAdmin(admin.ModelAdmin):
+class AccountAdmin(Dollars, admin.ModelAdmin):
     list_display = [
         "name",
         "billing_mode",
@@ -34,7 +35,7 @@ class AccountAdmin(admin.ModelAdmin):
 
 
 @admin.register(Group)
-class GroupAdmin(admin.ModelAdmin):
+class GroupAdmin(Dollars, admin.ModelAdmin):
     list_display = [
         "name",
         "account",
@@ -73,7 +74,7 @@ def _save_changed(obj, form, change) -> None:
 
 
 @admin.register(ApiKey)
-class ApiKeyAdmin(admin.ModelAdmin):
+class ApiKeyAdmin(Dollars, admin.ModelAdmin):
     list_display = [
         "prefix",
         "name",

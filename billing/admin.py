@@ -2,7 +2,7 @@ from django import forms
 from django.contrib import admin, messages
 from django.shortcuts import redirect, render
 
-from billing import services
+from billing import ledger, services
 from billing.models import (
     BudgetAlert,
     BudgetPeriod,
@@ -12,51 +12,116 @@ from billing.models import (
     SpendHold,
     Wallet,
 )
-from core.admin_views import LargeTable, ReadOnly
+from core.admin_views import DollarField, Dollars, LargeTable, ReadOnly, dollars
+from core.money import format_usd_exact
 
 
-class TopUpForm(forms.Form):
-    amount_micro = forms.IntegerField(min_value=1, help_text="micro-USD (1 USD = 1,000,000)")
-    reason = forms.CharField(max_length=200)
+class WalletCreditForm(forms.Form):
+    """A top-up or a correction, typed in dollars, with the reason the ledger keeps."""
+
+    kind = forms.ChoiceField(
+        choices=[
+            (LedgerEntry.Kind.TOPUP, "Top-up: money the tenant paid for"),
+            (LedgerEntry.Kind.ADJUSTMENT, "Adjustment: a correction, either way"),
+        ],
+        initial=LedgerEntry.Kind.TOPUP,
+        widget=forms.RadioSelect,
+    )
+    amount = DollarField(
+        allow_negative=True,
+        help_text="In dollars: 5.00 is five dollars. A negative adjustment takes money away.",
+    )
+    reason = forms.CharField(max_length=200, help_text="Kept in the ledger with your name.")
+
+    def clean(self):
+        cleaned = super().clean()
+        amount = cleaned.get("amount")
+        if amount == 0:
+            self.add_error("amount", "The amount must not be zero.")
+        elif amount is not None and amount < 0 and cleaned.get("kind") == LedgerEntry.Kind.TOPUP:
+            self.add_error("amount", "A top-up adds money; take money away with an adjustment.")
+        return cleaned
 
 
 @admin.register(Wallet)
-class WalletAdmin(admin.ModelAdmin):
-    list_display = ["account", "balance_micro", "reserved_micro", "updated_at"]
+class WalletAdmin(Dollars, admin.ModelAdmin):
+    list_display = ["account", "balance_micro", "reserved_micro", "available", "updated_at"]
     list_select_related = ["account"]
     readonly_fields = ["account", "balance_micro", "reserved_micro", "updated_at"]
-    actions = ["top_up"]
+    search_fields = ["account__name"]
+    actions = ["credit"]
 
     def has_add_permission(self, request):
         return False
 
-    @admin.action(description="Top up selected wallets (writes a ledger entry)")
-    def top_up(self, request, queryset):
-        if "apply" in request.POST:
-            form = TopUpForm(request.POST)
-            if form.is_valid():
-                for wallet in queryset:
-                    services.wallet_credit(
-                        wallet=wallet,
-                        amount_micro=form.cleaned_data["amount_micro"],
-                        reason=form.cleaned_data["reason"],
-                    )
-                self.message_user(
-                    request, f"Topped up {queryset.count()} wallet(s).", messages.SUCCESS
-                )
+    @admin.display(description="available (USD)")
+    def available(self, wallet: Wallet) -> str:
+        return dollars(wallet.balance_micro - wallet.reserved_micro)
+
+    @admin.action(description="Top up or adjust selected wallets (asks to confirm)")
+    def credit(self, request, queryset):
+        """Three steps: the form, a confirmation of each wallet's balance before and after,
+        then one ledger entry per wallet, signed with the operator's username."""
+        wallets = list(queryset.select_related("account").order_by("account__name"))
+        form = WalletCreditForm(request.POST if "amount" in request.POST else None)
+        confirmed = "apply" in request.POST
+        if form.is_bound and form.is_valid():
+            amount, kind = form.cleaned_data["amount"], form.cleaned_data["kind"]
+            if confirmed:
+                self._apply_credit(request, wallets, form.cleaned_data)
                 return redirect(request.get_full_path())
+            step = "confirm"
         else:
-            form = TopUpForm()
+            amount, kind, step = None, None, "form"
         return render(
             request,
-            "admin/billing/top_up.html",
+            "admin/billing/credit.html",
             {
+                **self.admin_site.each_context(request),
+                "title": "Top up or adjust wallets",
+                "step": step,
                 "form": form,
-                "wallets": queryset,
+                "kind": dict(form.fields["kind"].choices).get(kind, ""),
+                "amount": dollars(amount) if amount is not None else "",
+                "wallets": [
+                    {
+                        "wallet": w,
+                        "balance": dollars(w.balance_micro),
+                        "after": dollars(w.balance_micro + amount) if amount else "",
+                    }
+                    for w in wallets
+                ],
                 "opts": self.model._meta,
                 "action_checkbox_name": admin.helpers.ACTION_CHECKBOX_NAME,
             },
         )
+
+    def _apply_credit(self, request, wallets: list[Wallet], data: dict) -> None:
+        amount = data["amount"]
+        verb = "Topped up" if data["kind"] == LedgerEntry.Kind.TOPUP else "Adjusted"
+        for wallet in wallets:
+            try:
+                entry = services.wallet_credit(
+                    wallet=wallet,
+                    amount_micro=amount,
+                    kind=data["kind"],
+                    reason=data["reason"],
+                    actor=request.user.get_username(),
+                )
+            except ledger.Refused:
+                self.message_user(
+                    request,
+                    f"{wallet.account}'s wallet was not changed: {format_usd_exact(amount)}"
+                    " would take it below what its requests in flight hold.",
+                    messages.ERROR,
+                )
+                continue
+            self.message_user(
+                request,
+                f"{verb} {wallet.account}'s wallet by {format_usd_exact(amount)}: balance now"
+                f" {format_usd_exact(entry.balance_after_micro)} (ledger entry {entry.pk}).",
+                messages.SUCCESS,
+            )
 
 
 class ExcessFilter(admin.SimpleListFilter):
@@ -71,7 +136,7 @@ class ExcessFilter(admin.SimpleListFilter):
 
 
 @admin.register(Reservation)
-class ReservationAdmin(LargeTable, admin.ModelAdmin):
+class ReservationAdmin(Dollars, LargeTable, admin.ModelAdmin):
     list_display = [
         "id",
         "wallet",
@@ -97,7 +162,7 @@ class ReservationAdmin(LargeTable, admin.ModelAdmin):
 
 
 @admin.register(LedgerEntry)
-class LedgerEntryAdmin(LargeTable, ReadOnly, admin.ModelAdmin):
+class LedgerEntryAdmin(Dollars, LargeTable, ReadOnly, admin.ModelAdmin):
     list_display = [
         "id",
         "wallet",
@@ -112,7 +177,7 @@ class LedgerEntryAdmin(LargeTable, ReadOnly, admin.ModelAdmin):
 
 
 @admin.register(SpendHold)
-class SpendHoldAdmin(LargeTable, admin.ModelAdmin):
+class SpendHoldAdmin(Dollars, LargeTable, admin.ModelAdmin):
     list_display = ["request_id", "group", "api_key", "amount_micro", "status", "expires_at"]
     list_filter = ["status"]
     search_fields = ["=request_id"]
@@ -128,7 +193,7 @@ class SpendHoldAdmin(LargeTable, admin.ModelAdmin):
 
 
 @admin.register(SpendAdjustment)
-class SpendAdjustmentAdmin(admin.ModelAdmin):
+class SpendAdjustmentAdmin(Dollars, admin.ModelAdmin):
     list_display = ["group", "window_start", "amount_micro", "reason", "created_at"]
 
     def has_add_permission(self, request):
@@ -139,7 +204,7 @@ class SpendAdjustmentAdmin(admin.ModelAdmin):
 
 
 @admin.register(BudgetPeriod)
-class BudgetPeriodAdmin(ReadOnly, admin.ModelAdmin):
+class BudgetPeriodAdmin(Dollars, ReadOnly, admin.ModelAdmin):
     list_display = [
         "group",
         "api_key",
@@ -155,7 +220,7 @@ class BudgetPeriodAdmin(ReadOnly, admin.ModelAdmin):
 
 
 @admin.register(BudgetAlert)
-class BudgetAlertAdmin(ReadOnly, admin.ModelAdmin):
+class BudgetAlertAdmin(Dollars, ReadOnly, admin.ModelAdmin):
     list_display = [
         "id",
         "group",

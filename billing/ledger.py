@@ -674,12 +674,12 @@ def charge_bandwidth(
 
 
 def credit_wallet(
-    wallet_id: int, *, amount_micro: int, kind: str, reason: str, now: datetime
+    wallet_id: int, *, amount_micro: int, kind: str, reason: str, now: datetime, actor: str = ""
 ) -> Program:
     """Add to (or, negative, correct) a wallet's balance with a ledger entry; return its id.
 
     Kinds: 'opening', 'topup', 'adjustment'. Refused if a correction would take the balance
-    below what the wallet holds.
+    below what the wallet holds. `actor`: the operator who typed it, if one did.
     """
     row = yield (
         "UPDATE billing_wallet SET balance_micro = balance_micro + %s, updated_at = %s"
@@ -690,8 +690,9 @@ def credit_wallet(
         raise Refused("the correction would take the wallet below its holds")
     entry = yield (
         "INSERT INTO billing_ledgerentry (wallet_id, kind, amount_micro, balance_after_micro,"
-        " reservation_id, reason, created_at) VALUES (%s, %s, %s, %s, NULL, %s, %s) RETURNING id",
-        (wallet_id, kind, amount_micro, row[0], reason, now),
+        " reservation_id, reason, actor, created_at) VALUES (%s, %s, %s, %s, NULL, %s, %s, %s)"
+        " RETURNING id",
+        (wallet_id, kind, amount_micro, row[0], reason, actor, now),
     )
     return entry[0]
 

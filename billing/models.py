@@ -102,10 +102,14 @@ class LedgerEntry(models.Model):
         related_name="ledger_entry",
     )
     reason = models.CharField(max_length=200, blank=True)
+    # Who wrote it by hand (an operator's username); blank for Tollgate's own entries. The
+    # database default covers the ledger's raw inserts.
+    actor = models.CharField(max_length=150, blank=True, default="", db_default="")
     created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
         ordering = ["-id"]
+        verbose_name_plural = "ledger entries"
 
     def __str__(self) -> str:
         return f"{self.kind} {self.amount_micro}"

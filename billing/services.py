@@ -39,7 +39,12 @@ def wallet_open(*, account: Account, opening_micro: int = 0) -> Wallet:
 
 
 def wallet_credit(
-    *, wallet: Wallet, amount_micro: int, kind: str = LedgerEntry.Kind.TOPUP, reason: str = ""
+    *,
+    wallet: Wallet,
+    amount_micro: int,
+    kind: str = LedgerEntry.Kind.TOPUP,
+    reason: str = "",
+    actor: str = "",
 ) -> LedgerEntry:
     """Add to (or, negative, correct) a wallet's balance with a ledger entry.
 
@@ -47,7 +52,12 @@ def wallet_credit(
     """
     entry_id = run_sync(
         ledger.credit_wallet(
-            wallet.pk, amount_micro=amount_micro, kind=kind, reason=reason, now=timezone.now()
+            wallet.pk,
+            amount_micro=amount_micro,
+            kind=kind,
+            reason=reason,
+            now=timezone.now(),
+            actor=actor,
         )
     )
     return LedgerEntry.objects.get(pk=entry_id)

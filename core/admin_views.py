@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+from django import forms
+from django.contrib.admin.utils import flatten_fieldsets
+from django.core.exceptions import ValidationError
 from django.core.paginator import Paginator
 from django.db.models import IntegerField, Q
 from django.utils.functional import cached_property
+from django.utils.html import format_html
+
+from core.money import AmountInvalid, format_usd, format_usd_exact, parse_usd
 
 
 class ReadOnly:
@@ -55,3 +63,145 @@ class LargeTable:
             else:
                 match |= Q(**{name: term})
         return (queryset.filter(match) if match else queryset.none()), False
+
+
+# ---------------------------------------------------------------- dollars
+
+
+def is_money(name: str) -> bool:
+    """Whether a field holds micro-USD (every such field's name says `micro`)."""
+    return "micro" in name
+
+
+def money_label(name: str) -> str:
+    """A money field's name as a person reads it: "input_micro_per_mtok" -> "input (USD per 1M
+    tokens)", "budget_max_micro" -> "budget max (USD)"."""
+    base, unit = name, "USD"
+    for suffix, per in (("_per_mtok", "USD per 1M tokens"), ("_per_gb", "USD per GB")):
+        if base.endswith(suffix):
+            base, unit = base.removesuffix(suffix), per
+    base = base.replace("_micro_usd", "").replace("_micro", "").replace("_", " ")
+    return f"{base} ({unit})"
+
+
+def dollars(micro: int | None) -> str:
+    """An amount for a page: cents, with every digit in its tooltip where they differ."""
+    if micro is None:
+        return "–"
+    shown, exact = format_usd(micro), format_usd_exact(micro)
+    if shown == exact:
+        return shown
+    return format_html('<span title="{}">{}</span>', exact, shown)
+
+
+_COLUMNS: dict[tuple[type, str], Callable] = {}
+
+
+def money_column(model: type, name: str) -> Callable:
+    """A list column or read-only field showing `name` in dollars, sorted by the field."""
+    key = (model, name)
+    if key not in _COLUMNS:
+
+        def show(obj) -> str:
+            return dollars(getattr(obj, name))
+
+        show.short_description = money_label(name)
+        show.admin_order_field = name
+        show.__name__ = f"{name}_usd"
+        _COLUMNS[key] = show
+    return _COLUMNS[key]
+
+
+class DollarField(forms.CharField):
+    """A money input: a person types dollars ("5.00"), the model keeps micro-USD."""
+
+    def __init__(self, *, allow_negative: bool = False, **kwargs) -> None:
+        self.allow_negative = allow_negative
+        kwargs.pop("max_value", None), kwargs.pop("min_value", None)
+        kwargs.pop("step_size", None)
+        super().__init__(**kwargs)
+
+    def prepare_value(self, value):
+        if isinstance(value, int):
+            return format_usd_exact(value).replace("$", "").replace(",", "")
+        return value
+
+    def to_python(self, value):
+        text = super().to_python(value)
+        if text in self.empty_values:
+            return None
+        try:
+            return parse_usd(text, allow_negative=self.allow_negative)
+        except AmountInvalid as exc:
+            raise ValidationError(str(exc), code="invalid") from None
+
+
+class Dollars:
+    """Admin mixin: every micro-USD field is read and typed in dollars (see core/money.py).
+
+    List columns and read-only fields show cents (all digits in a tooltip); form fields take
+    "5.00" as five dollars. Storage stays integer micro-USD.
+    """
+
+    def get_list_display(self, request):
+        return [
+            money_column(self.model, n) if isinstance(n, str) and is_money(n) else n
+            for n in super().get_list_display(request)
+        ]
+
+    def get_readonly_fields(self, request, obj=None):
+        names = list(super().get_readonly_fields(request, obj))
+        return names + [
+            money_column(self.model, n) for n in names if isinstance(n, str) and is_money(n)
+        ]
+
+    def get_fieldsets(self, request, obj=None):
+        # A money field shown read-only is shown by its dollars column instead (the name
+        # stays in get_readonly_fields, so the form never takes it).
+        readonly = set(self.get_readonly_fields(request, obj))
+        if obj is not None and not self.has_change_permission(request, obj):
+            readonly = None  # a view-only page: every field is read-only
+        return [
+            (
+                title,
+                {
+                    **options,
+                    "fields": [
+                        money_column(self.model, n)
+                        if isinstance(n, str)
+                        and is_money(n)
+                        and (readonly is None or n in readonly)
+                        else n
+                        for n in options["fields"]
+                    ],
+                },
+            )
+            for title, options in super().get_fieldsets(request, obj)
+        ]
+
+    # The form takes the fields' names only: the dollars columns above are read-only displays.
+    # (`fields=None` is Django asking for every form field, to build the fieldsets from.)
+    def get_form(self, request, obj=None, change=False, **kwargs):
+        if "fields" not in kwargs:
+            kwargs["fields"] = flatten_fieldsets(self.get_fieldsets(request, obj))
+        kwargs["fields"] = _names(kwargs["fields"])
+        return super().get_form(request, obj, change, **kwargs)
+
+    def get_formset(self, request, obj=None, **kwargs):
+        if "fields" not in kwargs:
+            kwargs["fields"] = flatten_fieldsets(self.get_fieldsets(request, obj))
+        kwargs["fields"] = _names(kwargs["fields"])
+        return super().get_formset(request, obj, **kwargs)
+
+    def formfield_for_dbfield(self, db_field, request, **kwargs):
+        if is_money(db_field.name) and db_field.editable:
+            return DollarField(
+                label=money_label(db_field.name).capitalize(),
+                required=not (db_field.null or db_field.blank),
+                help_text=db_field.help_text or "In dollars, e.g. 5.00.",
+            )
+        return super().formfield_for_dbfield(db_field, request, **kwargs)
+
+
+def _names(fields: list | None) -> list[str] | None:
+    return None if fields is None else [name for name in fields if isinstance(name, str)]

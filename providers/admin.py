@@ -2,6 +2,7 @@ from django import forms
 from django.contrib import admin
 from django.db import transaction
 
+from core.admin_views import Dollars
 from providers import services
 from providers.models import ProviderModel, ProviderProfile
 
@@ -63,7 +64,7 @@ class ProviderModelFormSet(forms.BaseInlineFormSet):
             )
 
 
-class ProviderModelInline(admin.TabularInline):
+class ProviderModelInline(Dollars, admin.TabularInline):
     model = ProviderModel
     form = ProviderModelForm
     formset = ProviderModelFormSet
@@ -110,7 +111,7 @@ class ProviderProfileForm(forms.ModelForm):
 
 
 @admin.register(ProviderProfile)
-class ProviderProfileAdmin(admin.ModelAdmin):
+class ProviderProfileAdmin(Dollars, admin.ModelAdmin):
     form = ProviderProfileForm
     list_display = [
         "name",

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from django.contrib import admin, messages
 
-from core.admin_views import LargeTable, ReadOnly
+from core.admin_views import Dollars, LargeTable, ReadOnly
 from core.usage_record import ATTEMPT_FIELDS, LOG_FIELDS
 from usage.models import (
     ROLLUP_KEY,
@@ -28,7 +28,7 @@ WEB_UNIT_LABELS = (
 )
 
 
-class UsageAttemptInline(ReadOnly, admin.TabularInline):
+class UsageAttemptInline(Dollars, ReadOnly, admin.TabularInline):
     model = UsageAttempt
     extra = 0
     can_delete = False
@@ -76,7 +76,7 @@ class EndpointFilter(admin.SimpleListFilter):
 
 
 @admin.register(UsageLog)
-class UsageLogAdmin(LargeTable, ReadOnly, admin.ModelAdmin):
+class UsageLogAdmin(Dollars, LargeTable, ReadOnly, admin.ModelAdmin):
     list_display = [
         "request_id",
         "created_at",
@@ -116,7 +116,7 @@ class UsageLogAdmin(LargeTable, ReadOnly, admin.ModelAdmin):
 
 
 @admin.register(UsageRollup)
-class UsageRollupAdmin(LargeTable, ReadOnly, admin.ModelAdmin):
+class UsageRollupAdmin(Dollars, LargeTable, ReadOnly, admin.ModelAdmin):
     """Usage per hour and key: the totals every summary reads, kept with the rows."""
 
     list_display = [
@@ -142,7 +142,7 @@ class UsageRollupAdmin(LargeTable, ReadOnly, admin.ModelAdmin):
 
 
 @admin.register(UsageEvent)
-class UsageEventAdmin(LargeTable, ReadOnly, admin.ModelAdmin):
+class UsageEventAdmin(Dollars, LargeTable, ReadOnly, admin.ModelAdmin):
     list_display = [
         "window_start",
         "window_s",

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 from django.contrib import admin
 
-from core.admin_views import ReadOnly
+from core.admin_views import Dollars, ReadOnly
 from webfetch.models import CrawlJob, CrawlPage
 
 _PAGE_CONTENT = ("text", "markdown", "html")
 
 
 @admin.register(CrawlJob)
-class CrawlJobAdmin(ReadOnly, admin.ModelAdmin):
+class CrawlJobAdmin(Dollars, ReadOnly, admin.ModelAdmin):
     list_display = [
         "public_id",
         "created_at",
@@ -36,7 +36,7 @@ class CrawlJobAdmin(ReadOnly, admin.ModelAdmin):
 
 
 @admin.register(CrawlPage)
-class CrawlPageAdmin(ReadOnly, admin.ModelAdmin):
+class CrawlPageAdmin(Dollars, ReadOnly, admin.ModelAdmin):
     list_display = [
         "id",
         "job",

@@ -4,17 +4,16 @@ from __future__ import annotations
 
 from django import template
 
+from core.admin_views import dollars
+
 register = template.Library()
 
 
 @register.filter
 def usd(micro: int | None) -> str:
-    """Format micro-USD as dollars with all six decimals: 2520 -> "$0.002520"."""
-    if micro is None:
-        return "–"
-    sign = "-" if micro < 0 else ""
-    dollars, rest = divmod(abs(int(micro)), 1_000_000)
-    return f"{sign}${dollars:,}.{rest:06d}"
+    """Micro-USD as dollars for people: cents, more digits only under a cent, and every digit
+    in a tooltip where the cents round (core/money.py)."""
+    return dollars(None if micro is None else int(micro))
 
 
 @register.filter

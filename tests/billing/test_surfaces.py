@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from django.contrib.auth import get_user_model
+from django.contrib.messages import get_messages
+from django.http import HttpResponse
 from django.test import Client
 from django.utils import timezone
 from rest_framework.test import APIClient
@@ -126,36 +130,88 @@ def test_reserving_never_takes_available_below_zero():
     assert Reservation.objects.filter(wallet=wallet).count() == 2
 
 
-def test_the_admin_top_up_action_writes_a_ledger_entry_with_its_reason():
-    tenant = make_tenant(wallet_micro=100)
+def wallet_balance(wallet: Wallet) -> int:
+    wallet.refresh_from_db()
+    return wallet.balance_micro
+
+
+def credit(client, wallet_ids: list[int], **fields) -> HttpResponse:
+    return client.post(
+        "/django-admin/billing/wallet/",
+        {"action": "credit", "_selected_action": wallet_ids, **fields},
+    )
+
+
+def test_an_operator_tops_up_in_dollars_confirms_and_the_ledger_says_who():
+    tenant = make_tenant(wallet_micro=1_250_000)
     wallet = Wallet.objects.get(account_id=tenant.account_id)
     client = operator("op")
+    typed = {"kind": "topup", "amount": "5.00", "reason": "invoice 42 paid"}
 
-    form = client.post(
-        "/django-admin/billing/wallet/", {"action": "top_up", "_selected_action": [wallet.pk]}
-    )
-    assert form.status_code == 200 and b"amount_micro" in form.content
-    done = client.post(
-        "/django-admin/billing/wallet/",
-        {
-            "action": "top_up",
-            "_selected_action": [wallet.pk],
-            "apply": "1",
-            "amount_micro": "2500",
-            "reason": "invoice 42 paid",
-        },
-    )
+    form = credit(client, [wallet.pk])
+    assert form.status_code == 200 and b'name="amount"' in form.content
+    assert b"$1.25" in form.content  # the balance now, in dollars
+    review = credit(client, [wallet.pk], preview="1", **typed)
+    assert review.status_code == 200
+    row = re.search(rb'<tr data-wallet="\d+">(.*?)</tr>', review.content).group(1)
+    assert re.findall(rb"<td>(.*?)</td>", row)[1:] == [b"$1.25", b"$6.25"]
+    assert wallet_balance(wallet) == 1_250_000  # nothing written before the confirmation
+
+    done = credit(client, [wallet.pk], apply="1", **typed)
 
     assert done.status_code == 302
-    wallet.refresh_from_db()
-    assert wallet.balance_micro == 2_600
+    assert wallet_balance(wallet) == 6_250_000
     entry = LedgerEntry.objects.filter(wallet=wallet).order_by("-id").first()
-    assert (entry.kind, entry.amount_micro, entry.balance_after_micro, entry.reason) == (
+    assert (entry.kind, entry.amount_micro, entry.balance_after_micro) == (
         "topup",
-        2_500,
-        2_600,
-        "invoice 42 paid",
+        5_000_000,
+        6_250_000,
     )
+    assert (entry.reason, entry.actor) == ("invoice 42 paid", "op")
+    said = [str(m) for m in get_messages(done.wsgi_request)]
+    assert said == [
+        f"Topped up {wallet.account}'s wallet by $5.00: balance now $6.25"
+        f" (ledger entry {entry.pk})."
+    ]
+
+
+def test_an_adjustment_may_take_money_away_but_never_below_what_is_held():
+    tenant = make_tenant(wallet_micro=3_000_000)
+    wallet = Wallet.objects.get(account_id=tenant.account_id)
+    reserve(tenant, "in-flight", 1_000_000)
+    client = operator("op")
+
+    refused = credit(
+        client, [wallet.pk], apply="1", kind="adjustment", amount="-2.000001", reason="x"
+    )
+    assert [str(m) for m in get_messages(refused.wsgi_request)] == [
+        f"{wallet.account}'s wallet was not changed: -$2.000001 would take it below what its"
+        " requests in flight hold."
+    ]
+    assert wallet_balance(wallet) == 3_000_000
+
+    credit(client, [wallet.pk], apply="1", kind="adjustment", amount="-2", reason="refund")
+    assert wallet_balance(wallet) == 1_000_000
+
+
+@pytest.mark.parametrize(
+    "typed, says",
+    [
+        ({"kind": "topup", "amount": "-5"}, "A top-up adds money"),
+        ({"kind": "topup", "amount": "0"}, "must not be zero"),
+        ({"kind": "topup", "amount": "5.0000001"}, "at most six decimals"),
+        ({"kind": "topup", "amount": "five"}, "is not an amount in dollars"),
+    ],
+)
+def test_a_top_up_that_is_not_one_is_shown_again_with_the_reason(typed, says):
+    tenant = make_tenant(wallet_micro=100)
+    wallet = Wallet.objects.get(account_id=tenant.account_id)
+
+    page = credit(operator("op"), [wallet.pk], apply="1", reason="r", **typed)
+
+    assert page.status_code == 200 and says in page.content.decode()
+    assert wallet_balance(wallet) == 100
+    assert LedgerEntry.objects.filter(wallet=wallet).count() == 1  # the opening entry only
 
 
 def test_operators_can_list_recorded_excess():

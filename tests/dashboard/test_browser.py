@@ -56,7 +56,7 @@ def sign_in(page, stack: Stack, tenant) -> str:
 def test_login_create_a_key_and_use_it_against_v1(stack, page):
     tenant = stack.tenant(wallet_micro=50_000_000)
     sign_in(page, stack, tenant)
-    assert page.inner_text("#wallet-balance .big") == "$50.000000"
+    assert page.inner_text("#wallet-balance .big") == "$50.00"
 
     page.click("text=Keys")
     page.fill("#create-key input[name=name]", "from the browser")

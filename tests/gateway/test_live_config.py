@@ -11,6 +11,7 @@ import httpx
 import pytest
 from django.test import Client
 
+from tests.support.money import typed_dollars
 from tests.support.profiles import PLATFORM_KEY, stub_profiles
 from tests.support.services import HAS_REDIS, requires_redis
 from tests.support.stacks import own_stack
@@ -139,8 +140,13 @@ def test_profile_changed_in_the_admin_reaches_every_replica(fleet, replicas):
                 prefix + "name": model.name if model else "admin-model",
                 prefix + "kind": model.kind if model else "chat",
                 prefix + "upstream": model.upstream if model else "admin-upstream",
-                prefix + "input_micro_per_mtok": str(model.input_micro_per_mtok if model else 1),
-                prefix + "output_micro_per_mtok": str(model.output_micro_per_mtok if model else 1),
+                # Prices are typed in dollars per million tokens.
+                prefix + "input_micro_per_mtok": typed_dollars(
+                    model.input_micro_per_mtok if model else 1
+                ),
+                prefix + "output_micro_per_mtok": typed_dollars(
+                    model.output_micro_per_mtok if model else 1
+                ),
                 prefix + "max_output_tokens": str(model.max_output_tokens if model else 4096),
             }
         )

@@ -15,6 +15,7 @@ from django.test import Client
 
 from providers.models import ProviderModel, ProviderProfile
 from providers.services import profiles_bootstrap, read_profiles_spec
+from tests.support.money import typed_dollars
 
 pytestmark = pytest.mark.django_db
 
@@ -203,8 +204,9 @@ def admin_form(profile: ProviderProfile, **model_values: dict) -> dict:
             "upstream": model.upstream,
             "kind": model.kind,
             "aliases": ", ".join(model.aliases),
-            "input_micro_per_mtok": str(model.input_micro_per_mtok),
-            "output_micro_per_mtok": str(model.output_micro_per_mtok),
+            # Prices are typed in dollars per million tokens.
+            "input_micro_per_mtok": typed_dollars(model.input_micro_per_mtok),
+            "output_micro_per_mtok": typed_dollars(model.output_micro_per_mtok),
             "cached_input_micro_per_mtok": "",
             "cache_write_micro_per_mtok": "",
             "max_output_tokens": str(model.max_output_tokens),
@@ -221,7 +223,8 @@ def test_the_admin_shows_and_saves_the_new_fields(admin_client):
     page = admin_client.get(url).content.decode()
     assert 'name="passthrough"' in page
     assert 'value="claude-3-5-haiku-latest, haiku"' in page
-    assert 'name="models-0-cached_input_micro_per_mtok" value="80000"' in page
+    # $0.08 per million tokens (80,000 micro-USD), shown and typed in dollars.
+    assert 'name="models-0-cached_input_micro_per_mtok" value="0.08"' in page
     assert 'name="models-0-cache_write_micro_per_mtok"' in page
 
     saved = admin_client.post(
@@ -231,7 +234,7 @@ def test_the_admin_shows_and_saves_the_new_fields(admin_client):
             **{
                 "claude-3-5-haiku": {
                     "aliases": "haiku-latest ,, haiku",
-                    "cached_input_micro_per_mtok": "90000",
+                    "cached_input_micro_per_mtok": "0.09",
                 }
             },
         ),
