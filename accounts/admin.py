@@ -1,41 +1,24 @@
 from django.contrib import admin, messages
 from django.contrib.auth import admin as auth_admin
 from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group as PermissionGroup
+from django.db.models import Q
+from django.utils import timezone
 
 from accounts import services, throttle
 from accounts.forms import AdminSignInForm
-from accounts.models import Account, ApiKey, Group, Membership, TenantToken
+from accounts.models import ApiKey, Group, TenantToken
 from core.admin_views import Dollars
 
 # The admin's login is throttled like the dashboard's (accounts/throttle.py).
 admin.site.login_form = AdminSignInForm
 
 
-class MembershipInline(admin.TabularInline):
-    model = Membership
-    extra = 0
-
-
-@admin.register(Account)
-class AccountAdmin(Dollars, admin.ModelAdmin):
-    list_display = [
-        "name",
-        "billing_mode",
-        "bandwidth_price_micro_per_gb",
-        "markup_bp",
-        "time_zone",
-        "budget_alert_pcts",
-    ]
-    inlines = [MembershipInline]
-
-    def save_model(self, request, obj, form, change):
-        super().save_model(request, obj, form, change)
-        if change and {"bandwidth_price_micro_per_gb", "markup_bp"} & set(form.changed_data):
-            services.account_billing_changed(account=obj)
-
-
 @admin.register(Group)
 class GroupAdmin(Dollars, admin.ModelAdmin):
+    search_fields = ["name", "account__name"]
+    list_filter = ["budget_period"]
+    list_select_related = ["account"]
     list_display = [
         "name",
         "account",
@@ -73,8 +56,31 @@ def _save_changed(obj, form, change) -> None:
         obj.save(update_fields=sorted(set(fields)))
 
 
+class KeyStateFilter(admin.SimpleListFilter):
+    title = "state"
+    parameter_name = "state"
+
+    def lookups(self, request, model_admin):
+        return [("active", "Active"), ("revoked", "Revoked"), ("expired", "Expired")]
+
+    def queryset(self, request, queryset):
+        now = timezone.now()
+        if self.value() == "active":
+            live = Q(expires_at__isnull=True) | Q(expires_at__gt=now)
+            return queryset.filter(live, revoked_at__isnull=True)
+        if self.value() == "revoked":
+            return queryset.filter(revoked_at__isnull=False)
+        if self.value() == "expired":
+            return queryset.filter(revoked_at__isnull=True, expires_at__lte=now)
+        return queryset
+
+
 @admin.register(ApiKey)
 class ApiKeyAdmin(Dollars, admin.ModelAdmin):
+    search_fields = ["prefix", "name", "group__name", "group__account__name"]
+    search_help_text = "A key's prefix (tg-…), its name, its group's or account's name."
+    list_filter = [KeyStateFilter, "budget_period"]
+    list_select_related = ["group"]
     list_display = [
         "prefix",
         "name",
@@ -111,6 +117,8 @@ class ApiKeyAdmin(Dollars, admin.ModelAdmin):
 @admin.register(TenantToken)
 class TenantTokenAdmin(admin.ModelAdmin):
     list_display = ["prefix", "user", "created_at", "revoked_at"]
+    search_fields = ["prefix", "user__username"]
+    list_filter = [("revoked_at", admin.EmptyFieldListFilter)]
     exclude = ["token_hash"]
     readonly_fields = ["prefix", "user", "created_at"]
 
@@ -144,3 +152,13 @@ class UserAdmin(auth_admin.UserAdmin):
             )
         else:
             self.message_user(request, "None of them had sign-in failures or a lockout.")
+
+
+admin.site.unregister(PermissionGroup)
+
+
+@admin.register(PermissionGroup)
+class PermissionGroupAdmin(auth_admin.GroupAdmin):
+    """Django's permission groups for staff who are not superusers."""
+
+    list_filter = ["permissions__content_type__app_label"]

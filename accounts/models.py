@@ -61,6 +61,9 @@ class Account(models.Model):
         validators=[validate_alert_pcts],
         help_text="Percents of a budget that raise an alert, e.g. [50, 80, 100].",
     )
+    # Set by an operator: every key of the account is refused (LM-1004) until resumed.
+    suspended_at = models.DateTimeField(null=True, blank=True, editable=False)
+    suspended_reason = models.CharField(max_length=200, blank=True, editable=False)
     created_at = models.DateTimeField(default=timezone.now)
 
     def __str__(self) -> str:

@@ -212,6 +212,31 @@ def account_governance_update(
     return account
 
 
+def account_suspend(*, account: Account, reason: str) -> bool:
+    """Refuse every key of the account (LM-1004) on every replica before this returns;
+    False if it was suspended already."""
+    changed = Account.objects.filter(pk=account.pk, suspended_at__isnull=True).update(
+        suspended_at=timezone.now(), suspended_reason=reason[:200]
+    )
+    _account_changed(account)
+    return bool(changed)
+
+
+def account_resume(*, account: Account) -> bool:
+    """Serve the account's keys again, on every replica before this returns; False if it
+    was not suspended."""
+    changed = Account.objects.filter(pk=account.pk, suspended_at__isnull=False).update(
+        suspended_at=None, suspended_reason=""
+    )
+    _account_changed(account)
+    return bool(changed)
+
+
+def _account_changed(account: Account) -> None:
+    for group_id in Group.objects.filter(account=account).values_list("pk", flat=True):
+        bus.publish(bus.Topic.GROUP, {"group_id": group_id}, wait=True)
+
+
 def account_billing_changed(*, account: Account) -> int:
     """Push floor(customer price / markup) to every group of the account; return the rate."""
     rate = account_bandwidth_rate_micro(account=account)

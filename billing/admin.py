@@ -1,5 +1,6 @@
 from django import forms
 from django.contrib import admin, messages
+from django.db.models import F
 from django.shortcuts import redirect, render
 
 from billing import ledger, services
@@ -13,7 +14,7 @@ from billing.models import (
     Wallet,
 )
 from core.admin_views import DollarField, Dollars, LargeTable, ReadOnly, dollars
-from core.money import format_usd_exact
+from core.money import MICRO_PER_USD, format_usd_exact
 
 
 class WalletCreditForm(forms.Form):
@@ -43,12 +44,38 @@ class WalletCreditForm(forms.Form):
         return cleaned
 
 
+class AvailableFilter(admin.SimpleListFilter):
+    """Which wallets need money: what is available is the balance less what is held."""
+
+    title = "available"
+    parameter_name = "available"
+
+    def lookups(self, request, model_admin):
+        return [
+            ("none", "Nothing ($0.00 or less)"),
+            ("low", "Under $1.00"),
+            ("funded", "$1.00 or more"),
+        ]
+
+    def queryset(self, request, queryset):
+        available = F("balance_micro") - F("reserved_micro")
+        queryset = queryset.alias(available=available)
+        if self.value() == "none":
+            return queryset.filter(available__lte=0)
+        if self.value() == "low":
+            return queryset.filter(available__gt=0, available__lt=MICRO_PER_USD)
+        if self.value() == "funded":
+            return queryset.filter(available__gte=MICRO_PER_USD)
+        return queryset
+
+
 @admin.register(Wallet)
 class WalletAdmin(Dollars, admin.ModelAdmin):
     list_display = ["account", "balance_micro", "reserved_micro", "available", "updated_at"]
     list_select_related = ["account"]
     readonly_fields = ["account", "balance_micro", "reserved_micro", "updated_at"]
     search_fields = ["account__name"]
+    list_filter = [AvailableFilter]
     actions = ["credit"]
 
     def has_add_permission(self, request):
@@ -170,9 +197,12 @@ class LedgerEntryAdmin(Dollars, LargeTable, ReadOnly, admin.ModelAdmin):
         "amount_micro",
         "balance_after_micro",
         "reason",
+        "actor",
         "created_at",
     ]
     list_filter = ["kind"]
+    search_fields = ["=wallet_id", "=actor", "=reservation_id"]
+    search_help_text = "A wallet id, an operator's username, or a reservation id."
     list_select_related = ["wallet__account"]
 
 
@@ -195,6 +225,8 @@ class SpendHoldAdmin(Dollars, LargeTable, admin.ModelAdmin):
 @admin.register(SpendAdjustment)
 class SpendAdjustmentAdmin(Dollars, admin.ModelAdmin):
     list_display = ["group", "window_start", "amount_micro", "reason", "created_at"]
+    search_fields = ["group__name", "reason"]
+    list_filter = ["created_at"]
 
     def has_add_permission(self, request):
         return False
@@ -216,6 +248,7 @@ class BudgetPeriodAdmin(Dollars, ReadOnly, admin.ModelAdmin):
         "closed_at",
     ]
     list_filter = ["budget_period"]
+    search_fields = ["group__name", "api_key__name"]
     list_select_related = ["group", "api_key"]
 
 
@@ -235,5 +268,6 @@ class BudgetAlertAdmin(Dollars, ReadOnly, admin.ModelAdmin):
         "delivered_at",
     ]
     list_filter = ["delivery", "threshold_pct"]
+    search_fields = ["group__name", "api_key__name"]
     list_select_related = ["group", "api_key"]
     exclude = ["key_scope", "period_scope"]

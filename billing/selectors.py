@@ -3,9 +3,17 @@ period history and spend alerts."""
 
 from __future__ import annotations
 
-from django.db.models import QuerySet, Subquery
+from django.db.models import Count, QuerySet, Subquery, Sum
 
-from billing.models import BudgetAlert, BudgetPeriod, LedgerEntry, SettledRequest, Wallet
+from billing.models import (
+    BudgetAlert,
+    BudgetPeriod,
+    LedgerEntry,
+    Reservation,
+    SettledRequest,
+    SpendHold,
+    Wallet,
+)
 
 
 def wallets_of_user(*, user) -> QuerySet[Wallet]:
@@ -42,3 +50,21 @@ def budget_periods(*, group=None, api_key=None) -> QuerySet[BudgetPeriod]:
     else:
         raise ValueError("budget_periods needs a group or an api_key")
     return periods.order_by("-starts_at", "-id")
+
+
+def in_flight(*, account) -> dict[str, tuple[int, int]]:
+    """What the account's requests in flight hold now: (count, micro-USD) of open budget
+    holds and of pending wallet reservations. Reads only open rows (partial indexes)."""
+    holds = SpendHold.objects.filter(status=SpendHold.Status.HELD, group__account=account)
+    reservations = Reservation.objects.filter(
+        status=Reservation.Status.PENDING, wallet__account=account
+    )
+    return {
+        "holds": _count_and_sum(holds),
+        "reservations": _count_and_sum(reservations),
+    }
+
+
+def _count_and_sum(rows: QuerySet) -> tuple[int, int]:
+    totals = rows.aggregate(n=Count("pk"), micro=Sum("amount_micro"))
+    return totals["n"], totals["micro"] or 0

@@ -17,6 +17,8 @@ class TeamKeyInline(admin.TabularInline):
 @admin.register(KeyPool)
 class KeyPoolAdmin(admin.ModelAdmin):
     list_display = ["group", "provider", "fallback", "updated_at"]
+    search_fields = ["group__name", "group__account__name", "provider"]
+    list_filter = ["provider", "fallback"]
     readonly_fields = ["group", "provider", "fallback", "updated_at"]
     inlines = [TeamKeyInline]
 
@@ -27,6 +29,8 @@ class KeyPoolAdmin(admin.ModelAdmin):
 @admin.register(TeamKey)
 class TeamKeyAdmin(admin.ModelAdmin):
     list_display = ["label", "last4", "status", "benched_until", "pool", "created_at"]
+    search_fields = ["label", "last4", "pool__group__name"]
+    list_filter = ["status", "pool__provider"]
     fields = ["pool", "label", "last4", "status", "benched_until", "created_at"]
     readonly_fields = fields
 

@@ -56,7 +56,7 @@ class LargeTable:
         for name in self.search_fields:
             name = name.lstrip("=")
             field = queryset.model._meta.get_field(name)
-            if isinstance(field, IntegerField):
+            if isinstance(getattr(field, "target_field", field), IntegerField):  # a key too
                 if not term.isdigit():
                     continue
                 match |= Q(**{name: int(term)})

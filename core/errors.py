@@ -6,6 +6,7 @@ stable code. The tree:
     GatewayError                      (code, HTTP status, optional Retry-After)
     ├── Unauthorized                  LM-1001 401
     ├── Forbidden                     LM-1003 403
+    ├── AccountSuspended              LM-1004 403
     ├── InvalidRequest                LM-2001 400
     ├── IdempotencyConflict           LM-2009 409  (Retry-After while the first still runs)
     ├── BodyTooLarge                  LM-2013 413
@@ -65,6 +66,14 @@ class Unauthorized(GatewayError):
 class Forbidden(GatewayError):
     code, status, error_type = "LM-1003", 403, "permission_error"
     default_message = "This key may not use this model or route."
+
+
+class AccountSuspended(GatewayError):
+    code, status, error_type = "LM-1004", 403, "permission_error"
+    default_message = (
+        "This account is suspended by the gateway's operator: its keys are refused until it"
+        " is resumed. Ask the operator."
+    )
 
 
 class InvalidRequest(GatewayError):

@@ -1,11 +1,223 @@
-"""Operators issue dashboard logins from the Django admin: a one-time set-password link."""
+"""The operator's view of a tenant, in the Django admin: the account page (its wallet, groups,
+keys, money in flight and spend; suspend and resume) and dashboard logins (a one-time
+set-password link). Here, the top layer, because the page reads every app's records."""
 
 from __future__ import annotations
 
+from django import forms
 from django.contrib import admin, messages
+from django.shortcuts import redirect, render
+from django.utils import timezone
+from django.utils.html import format_html, format_html_join
 
+from accounts import services
 from accounts.logins import password_link_issue
-from accounts.models import Membership
+from accounts.models import Account, Membership
+from billing.selectors import in_flight
+from core.admin_views import Dollars, dollars
+from dashboard.selectors import api_keys_of_account, overview
+from usage.selectors import usage_totals
+
+
+class MembershipInline(admin.TabularInline):
+    model = Membership
+    extra = 0
+
+
+class SuspendedFilter(admin.SimpleListFilter):
+    title = "state"
+    parameter_name = "state"
+
+    def lookups(self, request, model_admin):
+        return [("active", "Active"), ("suspended", "Suspended")]
+
+    def queryset(self, request, queryset):
+        if self.value() == "active":
+            return queryset.filter(suspended_at__isnull=True)
+        if self.value() == "suspended":
+            return queryset.filter(suspended_at__isnull=False)
+        return queryset
+
+
+class SuspendForm(forms.Form):
+    reason = forms.CharField(
+        max_length=200, help_text="Kept on the account and shown to operators, not to clients."
+    )
+
+
+def _table(headers: list[str], rows: list[tuple], empty: str) -> str:
+    if not rows:
+        return format_html("<p>{}</p>", empty)
+    head = format_html_join("", '<th scope="col">{}</th>', ((h,) for h in headers))
+    body = format_html_join(
+        "",
+        "<tr>{}</tr>",
+        ((format_html_join("", "<td>{}</td>", ((cell,) for cell in row)),) for row in rows),
+    )
+    return format_html(
+        '<table class="overview"><thead><tr>{}</tr></thead><tbody>{}</tbody></table>', head, body
+    )
+
+
+OVERVIEW = ["state", "wallet_now", "money_in_flight", "spend", "groups_now", "keys_now"]
+
+
+@admin.register(Account)
+class AccountAdmin(Dollars, admin.ModelAdmin):
+    list_display = ["name", "state", "billing_mode", "bandwidth_price_micro_per_gb", "time_zone"]
+    list_filter = [SuspendedFilter, "billing_mode"]
+    search_fields = ["name"]
+    inlines = [MembershipInline]
+    actions = ["suspend", "resume"]
+    readonly_fields = OVERVIEW
+    fieldsets = [
+        ("Overview", {"fields": OVERVIEW}),
+        (
+            "Settings",
+            {
+                "fields": [
+                    "name",
+                    "billing_mode",
+                    "bandwidth_price_micro_per_gb",
+                    "markup_bp",
+                    "time_zone",
+                    "budget_alert_pcts",
+                ]
+            },
+        ),
+    ]
+
+    def get_fieldsets(self, request, obj=None):
+        fieldsets = super().get_fieldsets(request, obj)
+        return fieldsets if obj is not None else fieldsets[1:]  # nothing to show before it exists
+
+    def save_model(self, request, obj, form, change):
+        super().save_model(request, obj, form, change)
+        if change and {"bandwidth_price_micro_per_gb", "markup_bp"} & set(form.changed_data):
+            services.account_billing_changed(account=obj)
+
+    # ------------------------------------------------------------ the overview
+
+    @admin.display(description="state")
+    def state(self, account: Account) -> str:
+        if account.suspended_at is None:
+            return "active"
+        return format_html(
+            '<strong class="suspended">suspended</strong> since {} UTC: {}',
+            f"{account.suspended_at:%Y-%m-%d %H:%M}",
+            account.suspended_reason or "no reason given",
+        )
+
+    @admin.display(description="wallet")
+    def wallet_now(self, account: Account) -> str:
+        wallet = overview(account=account).wallet
+        if wallet is None:
+            return "no wallet (invoiced: bounded by its budgets)"
+        return format_html(
+            "balance {}, held by requests in flight {}, available {}",
+            dollars(wallet.balance_micro),
+            dollars(wallet.reserved_micro),
+            dollars(wallet.balance_micro - wallet.reserved_micro),
+        )
+
+    @admin.display(description="in flight")
+    def money_in_flight(self, account: Account) -> str:
+        held = in_flight(account=account)
+        (holds, held_micro), (reserved, reserved_micro) = held["holds"], held["reservations"]
+        return format_html(
+            "{} budget hold(s) of {}; {} wallet reservation(s) of {}",
+            holds,
+            dollars(held_micro),
+            reserved,
+            dollars(reserved_micro),
+        )
+
+    @admin.display(description="spend")
+    def spend(self, account: Account) -> str:
+        now = timezone.now()
+        month = now.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+        view = overview(account=account, now=now)
+        [totals] = usage_totals(accounts=[account.pk], start=month, end=now)
+        return format_html(
+            "today {} ({} requests); this month (UTC) {} ({} requests)",
+            dollars(view.today_micro),
+            view.requests_today,
+            dollars(totals["provider_cost_micro"] + totals["bandwidth_charge_micro"]),
+            totals["requests"],
+        )
+
+    @admin.display(description="groups")
+    def groups_now(self, account: Account) -> str:
+        rows = [
+            (
+                g.group.name,
+                dollars(g.group.budget_max_micro) if g.group.budget_max_micro else "no budget",
+                dollars(g.period_micro),
+                dollars(g.group.reserved_micro),
+                dollars(g.today_micro),
+            )
+            for g in overview(account=account).groups
+        ]
+        headers = ["group", "budget", "spent this period", "held in flight", "spent today"]
+        return _table(headers, rows, "no groups")
+
+    @admin.display(description="keys")
+    def keys_now(self, account: Account) -> str:
+        now = timezone.now()
+        rows = [
+            (
+                f"{key.prefix}…",
+                key.name or "—",
+                key.group.name,
+                "revoked"
+                if key.revoked_at
+                else "expired"
+                if key.expires_at and key.expires_at <= now
+                else "active",
+                dollars(key.budget_max_micro) if key.budget_max_micro else "no budget",
+            )
+            for key in api_keys_of_account(account=account)[:50]
+        ]
+        return _table(["key", "name", "group", "state", "budget"], rows, "no keys")
+
+    # ------------------------------------------------------------ suspend and resume
+
+    @admin.action(description="Suspend selected accounts (their keys are refused at once)")
+    def suspend(self, request, queryset):
+        form = SuspendForm(request.POST if "apply" in request.POST else None)
+        if form.is_bound and form.is_valid():
+            for account in queryset:
+                if services.account_suspend(account=account, reason=form.cleaned_data["reason"]):
+                    self.message_user(
+                        request,
+                        f"Suspended {account}: its keys are refused (LM-1004) on every replica.",
+                        messages.SUCCESS,
+                    )
+                else:
+                    self.message_user(request, f"{account} was suspended already.")
+            return redirect(request.get_full_path())
+        return render(
+            request,
+            "admin/accounts/suspend.html",
+            {
+                **self.admin_site.each_context(request),
+                "title": "Suspend accounts",
+                "form": form,
+                "accounts": list(queryset),
+                "opts": self.model._meta,
+                "action_checkbox_name": admin.helpers.ACTION_CHECKBOX_NAME,
+            },
+        )
+
+    @admin.action(description="Resume selected accounts")
+    def resume(self, request, queryset):
+        for account in queryset:
+            if services.account_resume(account=account):
+                self.message_user(
+                    request, f"Resumed {account}: its keys are served again.", messages.SUCCESS
+                )
+            else:
+                self.message_user(request, f"{account} was not suspended.")
 
 
 @admin.register(Membership)

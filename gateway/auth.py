@@ -33,7 +33,13 @@ from accounts.models import ApiKey, Group
 from accounts.secrets import hash_secret
 from core import metrics
 from core.db import off_loop
-from core.errors import DependencyDown, InvalidRequest, RequestRateLimited, Unauthorized
+from core.errors import (
+    AccountSuspended,
+    DependencyDown,
+    InvalidRequest,
+    RequestRateLimited,
+    Unauthorized,
+)
 
 NEGATIVE_TTL_S = 30.0
 MAX_NEGATIVE = 10_000
@@ -69,6 +75,7 @@ class Principal:
     key_tpm: int | None = None
     allowed_models: frozenset[str] = frozenset()
     expires_at: float | None = None
+    suspended: bool = False  # the account's, set by an operator: every request refused
 
     def may_use(self, model: str) -> bool:
         return not self.allowed_models or model in self.allowed_models
@@ -92,6 +99,7 @@ def _principal_for_group(group: Group, **key_fields) -> Principal:
         caller_tpm=group.caller_tpm_limit,
         caller_budget_max_micro=group.caller_budget_max_micro,
         web_units_per_day=group.web_units_per_day,
+        suspended=group.account.suspended_at is not None,
         **key_fields,
     )
 
@@ -204,6 +212,8 @@ class PrincipalCache:
         principal = entry[0]
         if principal.expires_at is not None and principal.expires_at <= time.time():
             raise Unauthorized("API key expired.")
+        if principal.suspended:
+            raise AccountSuspended()
         return principal
 
     async def _lookup(self, key_hash: str, address: str) -> Principal:
@@ -262,6 +272,8 @@ class PrincipalCache:
                 raise InvalidRequest("Unknown group.")
             entry = (principal, now)
             self._groups[group_id] = entry
+        if entry[0].suspended:
+            raise AccountSuspended()
         return entry[0]
 
     @staticmethod

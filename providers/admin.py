@@ -123,6 +123,8 @@ class ProviderProfileAdmin(Dollars, admin.ModelAdmin):
         "key_last4",
     ]
     readonly_fields = ["key_last4"]
+    search_fields = ["name", "base_url", "models__name"]
+    list_filter = ["kind", "enabled", "allows_platform"]
     inlines = [ProviderModelInline]
 
     @admin.display(description="platform key")

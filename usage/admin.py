@@ -168,6 +168,7 @@ class UsageEventAdmin(Dollars, LargeTable, ReadOnly, admin.ModelAdmin):
 @admin.register(UsageDeadLetter)
 class UsageDeadLetterAdmin(ReadOnly, admin.ModelAdmin):
     list_display = ["request_id", "created_at", "last_tried_at", "tries", "error"]
+    list_filter = ["created_at"]
     search_fields = ["=request_id", "error"]
     date_hierarchy = "created_at"  # a handful of rows: the drill-down costs nothing
     fields = ["request_id", "created_at", "last_tried_at", "tries", "error", "row"]

@@ -12,7 +12,7 @@ from django.contrib.auth import get_user_model
 from django.test import Client
 from django.urls import reverse
 
-from accounts.models import Group
+from accounts.models import ApiKey, Group
 from billing.models import Wallet
 from tests.support.tenants import make_tenant
 
@@ -27,18 +27,25 @@ def operator() -> Client:
     return client
 
 
-def test_every_changelist_and_change_page_opens(operator):
-    make_tenant(wallet_micro=1_250_000, budget_micro=5_000_000)
+def test_every_page_opens_searches_filters_and_shows_no_secret(operator):
+    tenant = make_tenant(wallet_micro=1_250_000, budget_micro=5_000_000)
+    key = ApiKey.objects.get(pk=tenant.api_key_id)
+    secrets = [tenant.api_key, key.key_hash, tenant.api_token]
     opened = []
-    for model in admin.site._registry:
+    for model, model_admin in admin.site._registry.items():
         meta = model._meta
-        listing = operator.get(reverse(f"admin:{meta.app_label}_{meta.model_name}_changelist"))
-        assert listing.status_code == 200, (meta.label, listing.content[:500])
+        changelist = reverse(f"admin:{meta.app_label}_{meta.model_name}_changelist")
+        assert model_admin.search_fields, f"{meta.label}: no search"
+        assert model_admin.list_filter, f"{meta.label}: no filters"
+        pages = [operator.get(changelist), operator.get(changelist, {"q": "1"})]
         first = model.objects.order_by("pk").first()
         if first is not None:
             url = reverse(f"admin:{meta.app_label}_{meta.model_name}_change", args=[first.pk])
-            page = operator.get(url)
+            pages.append(operator.get(url))
+        for page in pages:
             assert page.status_code == 200, (meta.label, page.content[:500])
+            html = page.content.decode()
+            assert not [s for s in secrets if s in html], meta.label
         opened.append(meta.label)
     assert {"billing.Wallet", "accounts.Group", "billing.LedgerEntry"} <= set(opened)
 
@@ -81,3 +88,29 @@ def test_a_budget_is_typed_in_dollars_and_stored_in_micro_usd(operator):
     assert refused.status_code == 200
     assert "An amount has at most six decimals (one micro-dollar)." in refused.content.decode()
     assert Group.objects.get(pk=tenant.group_id).budget_max_micro == 7_500_000
+
+
+def test_wallets_are_filtered_by_what_they_have_available(operator):
+    empty, low, funded = (make_tenant(wallet_micro=m) for m in (0, 999_999, 1_000_000))
+
+    def listed(value: str) -> set[int]:
+        page = operator.get("/django-admin/billing/wallet/", {"available": value})
+        ids = re.findall(r'name="_selected_action" value="(\d+)"', page.content.decode())
+        return {Wallet.objects.get(pk=int(i)).account_id for i in ids}
+
+    assert listed("none") == {empty.account_id}
+    assert listed("low") == {low.account_id}
+    assert listed("funded") == {funded.account_id}
+
+
+def test_the_ledger_is_searched_by_the_operator_who_wrote_an_entry(operator):
+    from billing.services import wallet_credit
+
+    tenant = make_tenant(wallet_micro=100)
+    wallet = Wallet.objects.get(account_id=tenant.account_id)
+    entry = wallet_credit(wallet=wallet, amount_micro=5, reason="goodwill", actor="alice")
+
+    page = operator.get("/django-admin/billing/ledgerentry/", {"q": "alice"}).content.decode()
+
+    assert re.findall(r'<td class="field-actor">([^<]*)</td>', page) == ["alice"]
+    assert f"/django-admin/billing/ledgerentry/{entry.pk}/change/" in page
