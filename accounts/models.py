@@ -50,12 +50,15 @@ class Account(models.Model):
     # Customer bandwidth price and provider-cost markup; groups get floor(price / markup).
     bandwidth_price_micro_per_gb = models.BigIntegerField(default=0)
     markup_bp = models.PositiveIntegerField(
-        default=10_000, help_text="Provider-cost markup in basis points: 12500 = 1.25x."
+        "markup (basis points)",
+        default=10_000,
+        help_text="Provider-cost markup in basis points: 12500 = 1.25x.",
     )
     # Budget periods reset at midnight here; an IANA name.
     time_zone = models.CharField(max_length=64, default="UTC", validators=[validate_time_zone])
     # Spend alerts fire once per period when spent reaches each percent of a budget.
     budget_alert_pcts = models.JSONField(
+        "budget alert percents",
         default=default_alert_pcts,
         blank=True,
         validators=[validate_alert_pcts],
@@ -164,6 +167,7 @@ class ApiKey(PeriodSpend, models.Model):
     period_ends_at = models.DateTimeField(null=True, blank=True, editable=False)
 
     class Meta:
+        verbose_name = "API key"
         indexes = [models.Index(fields=["period_ends_at"], name="key_period_ends")]
         constraints = [
             models.CheckConstraint(
@@ -191,6 +195,9 @@ class TenantToken(models.Model):
     token_hash = models.CharField(max_length=64, unique=True, editable=False)
     created_at = models.DateTimeField(default=timezone.now)
     revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        verbose_name = "tenant API token"
 
     def __str__(self) -> str:
         return f"{self.prefix}… ({self.user})"

@@ -108,7 +108,7 @@ class WalletAdmin(Dollars, admin.ModelAdmin):
                 "title": "Top up or adjust wallets",
                 "step": step,
                 "form": form,
-                "kind": dict(form.fields["kind"].choices).get(kind, ""),
+                "kind": {"topup": "A top-up", "adjustment": "An adjustment"}.get(kind, ""),
                 "amount": dollars(amount) if amount is not None else "",
                 "wallets": [
                     {

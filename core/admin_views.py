@@ -196,7 +196,7 @@ class Dollars:
     def formfield_for_dbfield(self, db_field, request, **kwargs):
         if is_money(db_field.name) and db_field.editable:
             return DollarField(
-                label=money_label(db_field.name).capitalize(),
+                label=_first_upper(money_label(db_field.name)),
                 required=not (db_field.null or db_field.blank),
                 help_text=db_field.help_text or "In dollars, e.g. 5.00.",
             )
@@ -205,3 +205,7 @@ class Dollars:
 
 def _names(fields: list | None) -> list[str] | None:
     return None if fields is None else [name for name in fields if isinstance(name, str)]
+
+
+def _first_upper(text: str) -> str:
+    return text[:1].upper() + text[1:]  # "USD" stays upper case, unlike str.capitalize
