@@ -4,12 +4,15 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from django.contrib.auth import get_user_model
+from django.db import transaction
 from django.utils import timezone
 
 from accounts.models import (
     Account,
     ApiKey,
     Group,
+    Membership,
     Period,
     TenantToken,
     validate_alert_pcts,
@@ -254,3 +257,46 @@ def account_billing_update(*, account: Account, price_micro_per_gb: int, markup_
     account.markup_bp = markup_bp
     account.save(update_fields=["bandwidth_price_micro_per_gb", "markup_bp"])
     return account_billing_changed(account=account)
+
+
+# ---- members ----
+
+
+class MembershipRefused(Exception):
+    """A change of members that would leave the account without an owner, or a clash."""
+
+
+def membership_invite(*, account: Account, username: str, email: str, role: str) -> Membership:
+    """Add a person to the account with a role. A new user has no password: they set one
+    through a one-time link (accounts.logins.password_link_issue)."""
+    User = get_user_model()
+    user = User.objects.filter(username=username).first()
+    if user is None:
+        user = User.objects.create_user(username=username, email=email or "")
+        user.set_unusable_password()
+        user.save(update_fields=["password"])
+    if Membership.objects.filter(account=account, user=user).exists():
+        raise MembershipRefused(f"{username} is a member already.")
+    return Membership.objects.create(account=account, user=user, role=role)
+
+
+@transaction.atomic
+def membership_set_role(*, membership: Membership, role: str) -> Membership:
+    _keep_an_owner(membership, leaving=role != Membership.Role.OWNER)
+    membership.role = role
+    membership.save(update_fields=["role"])
+    return membership
+
+
+@transaction.atomic
+def membership_remove(*, membership: Membership) -> None:
+    _keep_an_owner(membership, leaving=True)
+    membership.delete()
+
+
+def _keep_an_owner(membership: Membership, *, leaving: bool) -> None:
+    owners = Membership.objects.select_for_update().filter(
+        account_id=membership.account_id, role=Membership.Role.OWNER
+    )
+    if leaving and membership.role == Membership.Role.OWNER and owners.count() <= 1:
+        raise MembershipRefused("An account keeps at least one owner.")

@@ -90,6 +90,15 @@ def team_key_delete(*, team_key: TeamKey) -> None:
     _pools_changed(evict_key_id=key_id)
 
 
+def pool_delete(*, pool: KeyPool) -> None:
+    """Remove a group's pool for a provider with its keys: the group's requests for it go to
+    the platform's keys again (as with no pool). Evicted from every replica before returning."""
+    with transaction.atomic():
+        TeamKey.objects.filter(pool=pool).delete()
+        KeyPool.objects.filter(pk=pool.pk).delete()
+    _pools_changed(group_id=pool.group_id)
+
+
 def team_keys_reseal(*, batch: int = 100) -> int:
     """Re-seal every key not under the newest master key; safe to interrupt and re-run."""
     newest = keyring().newest

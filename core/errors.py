@@ -40,6 +40,7 @@ class GatewayError(Exception):
     status = 500
     error_type = "api_error"
     default_message = "Internal error."
+    summary: str | None = None  # one sentence for a log's reader, where default_message is long
     refusal = True  # decided by the gateway, not an upstream outcome: never billed
 
     def __init__(self, message: str | None = None, *, retry_after_s: int | None = None):
@@ -160,6 +161,7 @@ class WalletInsufficient(GatewayError):
     default_message = "The account's wallet cannot cover this request. " + FUND_THE_WALLET.format(
         account_id="<account id>"
     )
+    summary = "The account's wallet could not cover the request's worst-case cost."
 
     @classmethod
     def for_wallet(
@@ -206,3 +208,14 @@ def _leaves(cls: type[GatewayError]) -> list[type[GatewayError]]:
 
 # The codes a request may end with that bill nothing (bandwidth included).
 REFUSAL_CODES = frozenset(c.code for c in _leaves(GatewayError)[1:] if c.refusal)
+
+
+def meanings() -> dict[str, str]:
+    """Every error code with what it means in one sentence (for the usage log's readers)."""
+
+    def family(cls: type[GatewayError]):
+        for sub in cls.__subclasses__():
+            yield sub
+            yield from family(sub)
+
+    return {cls.code: cls.summary or cls.default_message for cls in family(GatewayError)}

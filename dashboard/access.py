@@ -27,6 +27,10 @@ class Seat:
     def can_change(self) -> bool:
         return self.role in MANAGERS
 
+    @property
+    def is_owner(self) -> bool:
+        return self.role == Membership.Role.OWNER
+
 
 def seat_of(*, user, account_id: int) -> Seat:
     """Return the user's seat in the account, or raise 404 if they hold none."""
@@ -47,6 +51,12 @@ def first_account_id(*, user) -> int | None:
         .order_by("account_id")
         .values_list("account_id", flat=True)
     ).first()
+
+
+def require_owner(seat: Seat) -> None:
+    """Refuse (403) anyone but an owner: members and roles are the owners' to change."""
+    if seat.role != Membership.Role.OWNER:
+        raise PermissionDenied("Only the account's owners may change its members.")
 
 
 def require_change(seat: Seat) -> None:

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from django import forms
 
-from accounts.models import Account
+from accounts.models import Account, Membership, Period
 from byok.models import LABEL_MAX_CHARS
+from core.admin_views import DollarField
 from dashboard.selectors import groups_of_account
 
 
@@ -45,3 +46,114 @@ class FallbackForm(forms.Form):
     def __init__(self, *args, account: Account, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.fields = {"group": _group_field(account), **self.fields}
+
+
+class LimitsForm(forms.Form):
+    """A budget in dollars, its period, and rate limits: what a group and a key share."""
+
+    budget = DollarField(
+        required=False, help_text="In dollars, e.g. 25.00. Empty: no budget of its own."
+    )
+    budget_period = forms.ChoiceField(choices=Period.choices, initial=Period.NONE, required=False)
+    rpm_limit = forms.IntegerField(
+        label="Requests per minute", min_value=1, required=False, help_text="Empty: no limit."
+    )
+    tpm_limit = forms.IntegerField(
+        label="Tokens per minute", min_value=1, required=False, help_text="Empty: no limit."
+    )
+
+    def limits(self) -> dict:
+        data = self.cleaned_data
+        return {
+            "budget_max_micro": data["budget"],
+            "budget_period": data["budget_period"] or Period.NONE,
+            "rpm_limit": data["rpm_limit"],
+            "tpm_limit": data["tpm_limit"],
+        }
+
+    @staticmethod
+    def initial_of(row) -> dict:
+        return {
+            "budget": row.budget_max_micro,
+            "budget_period": row.budget_period,
+            "rpm_limit": row.rpm_limit,
+            "tpm_limit": row.tpm_limit,
+        }
+
+
+class KeyForm(LimitsForm):
+    """A virtual key's name, models, limits and expiry (the group only when creating)."""
+
+    name = forms.CharField(max_length=200, required=False)
+    models = forms.CharField(
+        required=False,
+        max_length=2000,
+        help_text="Model names separated by commas. Empty: every model.",
+    )
+    expires_at = forms.DateTimeField(
+        label="Expires",
+        required=False,
+        widget=forms.DateTimeInput(attrs={"type": "datetime-local"}),
+        help_text="In the account's time zone. Empty: never.",
+    )
+    field_order = ["group", "name", "models", "budget", "budget_period", "rpm_limit"]
+
+    def __init__(self, *args, account: Account, creating: bool, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        if creating:
+            self.fields = {"group": _group_field(account), **self.fields}
+
+    def clean_models(self) -> list[str]:
+        names = [name.strip() for name in self.cleaned_data["models"].split(",")]
+        return list(dict.fromkeys(name for name in names if name))
+
+    def key_fields(self) -> dict:
+        data = self.cleaned_data
+        return {
+            **self.limits(),
+            "name": data["name"],
+            "allowed_models": data["models"],
+            "expires_at": data["expires_at"],
+        }
+
+    @staticmethod
+    def initial_of(row) -> dict:
+        return {
+            **LimitsForm.initial_of(row),
+            "name": row.name,
+            "models": ", ".join(row.allowed_models or []),
+            "expires_at": row.expires_at,
+        }
+
+
+class GroupForm(LimitsForm):
+    name = forms.CharField(max_length=200)
+    concurrency_limit = forms.IntegerField(
+        label="Requests in flight", min_value=1, required=False, help_text="Empty: no limit."
+    )
+    field_order = ["name", "budget", "budget_period"]
+
+    def group_fields(self) -> dict:
+        return {
+            **self.limits(),
+            "name": self.cleaned_data["name"],
+            "concurrency_limit": self.cleaned_data["concurrency_limit"],
+        }
+
+    @staticmethod
+    def initial_of(row) -> dict:
+        return {
+            **LimitsForm.initial_of(row),
+            "name": row.name,
+            "concurrency_limit": row.concurrency_limit,
+        }
+
+
+class InviteForm(forms.Form):
+    username = forms.CharField(max_length=150, help_text="Their sign-in name.")
+    email = forms.EmailField(required=False)
+    role = forms.ChoiceField(choices=Membership.Role.choices, initial=Membership.Role.VIEWER)
+
+
+class RoleForm(forms.Form):
+    role = forms.ChoiceField(choices=Membership.Role.choices)

@@ -9,10 +9,11 @@ from zoneinfo import ZoneInfo
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from accounts.models import Account, ApiKey, Group
+from accounts.models import Account, ApiKey, Group, Membership
 from billing.models import BudgetPeriod, Wallet
 from billing.selectors import budget_periods
-from byok.models import KeyPool
+from byok.models import KeyPool, TeamKey
+from providers.models import ProviderModel
 from usage.selectors import usage_totals, usage_zero_totals
 
 PAST_PERIODS = 6  # closed budget periods shown per group
@@ -131,3 +132,45 @@ def every_day(rows: list[dict], *, start: datetime, days: int) -> list[dict]:
         day = first + timedelta(days=offset)
         filled.append(by_day.get(day) or {**zero, "day": day})
     return filled
+
+
+def model_names() -> list[str]:
+    """Every model name clients may ask for (enabled profiles), for the key form's hints."""
+    return sorted(
+        set(ProviderModel.objects.filter(profile__enabled=True).values_list("name", flat=True))
+    )
+
+
+@dataclass(frozen=True)
+class PoolState:
+    """A team key pool as its group's requests meet it now."""
+
+    pool: KeyPool
+    keys: list[TeamKey]
+    usable: int  # active keys not benched after a vendor refusal
+
+    @property
+    def refuses_everything(self) -> bool:
+        """No usable key and no fallback: every request for this provider is LM-3021."""
+        return self.usable == 0 and not self.pool.fallback
+
+
+def pool_states(*, account: Account, now: datetime | None = None) -> list[PoolState]:
+    now = now or timezone.now()
+    states = []
+    for pool in pools_of_account(account=account):
+        keys = sorted(pool.keys.all(), key=lambda k: k.pk)
+        usable = sum(
+            1
+            for k in keys
+            if k.status == TeamKey.Status.ACTIVE
+            and (k.benched_until is None or k.benched_until <= now)
+        )
+        states.append(PoolState(pool=pool, keys=keys, usable=usable))
+    return states
+
+
+def members_of_account(*, account: Account) -> QuerySet[Membership]:
+    return (
+        Membership.objects.filter(account=account).select_related("user").order_by("user__username")
+    )

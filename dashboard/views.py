@@ -20,15 +20,25 @@ from rest_framework.exceptions import ValidationError
 
 from accounts import services as account_services
 from accounts.forms import SignInForm
+from accounts.logins import password_link_issue
+from accounts.models import Membership
 from billing.selectors import budget_alerts, ledger_of_wallet
 from byok import services as byok_services
 from byok.models import TeamKey
 from byok.selectors import eligible_providers
 from core.admin_views import CappedCountPaginator
+from core.errors import meanings
 from dashboard import selectors
-from dashboard.access import Seat, first_account_id, require_change, seat_of
+from dashboard.access import Seat, first_account_id, require_change, require_owner, seat_of
 from dashboard.charts import Bar, bar_chart
-from dashboard.forms import FallbackForm, KeyCreateForm, TeamKeyAddForm
+from dashboard.forms import (
+    FallbackForm,
+    GroupForm,
+    InviteForm,
+    KeyForm,
+    RoleForm,
+    TeamKeyAddForm,
+)
 from dashboard.templatetags.money import count, usd
 from usage.api.queries import UsageQuery, usage_query
 from usage.export import usage_csv_response
@@ -116,15 +126,15 @@ def charts(request: HttpRequest, account_id: int) -> HttpResponse:
 @login_required
 def keys(request: HttpRequest, account_id: int) -> HttpResponse:
     seat = seat_of(user=request.user, account_id=account_id)
-    form = KeyCreateForm(request.POST or None, account=seat.account)
+    form = KeyForm(request.POST or None, account=seat.account, creating=True)
     created = secret = None
     if request.method == "POST":
         require_change(seat)
         if form.is_valid():
             created, secret = account_services.api_key_create(
-                group=form.cleaned_data["group"], name=form.cleaned_data["name"]
+                group=form.cleaned_data["group"], **form.key_fields()
             )
-            form = KeyCreateForm(account=seat.account)
+            form = KeyForm(account=seat.account, creating=True)
     # The secret is in this one response only (never in the session or a redirect), and the
     # page is not cached.
     return _page(
@@ -135,18 +145,148 @@ def keys(request: HttpRequest, account_id: int) -> HttpResponse:
         created=created,
         secret=secret,
         keys=selectors.api_keys_of_account(account=seat.account),
+        models=selectors.model_names(),
+        now=timezone.now(),
+    )
+
+
+@login_required
+def key_edit(request: HttpRequest, account_id: int, key_id: int) -> HttpResponse:
+    seat = seat_of(user=request.user, account_id=account_id)
+    api_key = get_object_or_404(selectors.api_keys_of_account(account=seat.account), pk=key_id)
+    initial = KeyForm.initial_of(api_key)
+    form = KeyForm(request.POST or None, initial=initial, account=seat.account, creating=False)
+    if request.method == "POST":
+        require_change(seat)
+        if form.is_valid():
+            account_services.api_key_update(api_key=api_key, **form.key_fields())
+            messages.success(request, f"Key {api_key.prefix}… saved: in force on every replica.")
+            return redirect("dashboard:keys", account_id=account_id)
+    return _page(
+        request,
+        seat,
+        "dashboard/key_edit.html",
+        form=form,
+        key=api_key,
+        models=selectors.model_names(),
+    )
+
+
+@login_required
+def key_revoke(request: HttpRequest, account_id: int, key_id: int) -> HttpResponse:
+    """GET asks to confirm; POST revokes (refused at once on every replica)."""
+    seat = seat_of(user=request.user, account_id=account_id)
+    api_key = get_object_or_404(selectors.api_keys_of_account(account=seat.account), pk=key_id)
+    require_change(seat)
+    if request.method != "POST":
+        return _page(request, seat, "dashboard/key_revoke.html", key=api_key)
+    account_services.api_key_revoke(api_key=api_key)
+    messages.success(request, f"Key {api_key.prefix}… revoked: its requests are refused now.")
+    return redirect("dashboard:keys", account_id=account_id)
+
+
+# ---------------------------------------------------------------- groups
+
+
+@login_required
+def groups(request: HttpRequest, account_id: int) -> HttpResponse:
+    seat = seat_of(user=request.user, account_id=account_id)
+    form = GroupForm(request.POST or None)
+    if request.method == "POST":
+        require_change(seat)
+        if form.is_valid():
+            fields = form.group_fields()
+            name = fields.pop("name")
+            account_services.group_create(account=seat.account, name=name, **fields)
+            messages.success(request, f"Group {name} created.")
+            return redirect("dashboard:groups", account_id=account_id)
+    figures = selectors.overview(account=seat.account)
+    return _page(request, seat, "dashboard/groups.html", form=form, budgets=figures.groups)
+
+
+@login_required
+def group_edit(request: HttpRequest, account_id: int, group_id: int) -> HttpResponse:
+    seat = seat_of(user=request.user, account_id=account_id)
+    group = get_object_or_404(selectors.groups_of_account(account=seat.account), pk=group_id)
+    form = GroupForm(request.POST or None, initial=GroupForm.initial_of(group))
+    if request.method == "POST":
+        require_change(seat)
+        if form.is_valid():
+            account_services.group_update(group=group, **form.group_fields())
+            messages.success(request, f"Group {group.name} saved: in force on every replica.")
+            return redirect("dashboard:groups", account_id=account_id)
+    return _page(request, seat, "dashboard/group_edit.html", form=form, group=group)
+
+
+# ---------------------------------------------------------------- members
+
+
+@never_cache
+@login_required
+def members(request: HttpRequest, account_id: int) -> HttpResponse:
+    seat = seat_of(user=request.user, account_id=account_id)
+    form = InviteForm(request.POST or None)
+    link = None
+    if request.method == "POST":
+        require_owner(seat)
+        if form.is_valid():
+            data = form.cleaned_data
+            try:
+                invited = account_services.membership_invite(
+                    account=seat.account,
+                    username=data["username"],
+                    email=data["email"],
+                    role=data["role"],
+                )
+            except account_services.MembershipRefused as exc:
+                form.add_error("username", str(exc))
+            else:
+                # Shown in this response only, like a key's secret: hand it to the person.
+                link = request.build_absolute_uri(password_link_issue(user=invited.user))
+                form = InviteForm()
+    return _page(
+        request,
+        seat,
+        "dashboard/members.html",
+        form=form,
+        link=link,
+        members=selectors.members_of_account(account=seat.account),
+        roles=Membership.Role.choices,
     )
 
 
 @require_POST
 @login_required
-def key_revoke(request: HttpRequest, account_id: int, key_id: int) -> HttpResponse:
+def member_role(request: HttpRequest, account_id: int, member_id: int) -> HttpResponse:
     seat = seat_of(user=request.user, account_id=account_id)
-    api_key = get_object_or_404(selectors.api_keys_of_account(account=seat.account), pk=key_id)
-    require_change(seat)
-    account_services.api_key_revoke(api_key=api_key)
-    messages.success(request, f"Key {api_key.prefix}… revoked.")
-    return redirect("dashboard:keys", account_id=account_id)
+    member = get_object_or_404(selectors.members_of_account(account=seat.account), pk=member_id)
+    require_owner(seat)
+    form = RoleForm(request.POST)
+    if form.is_valid():
+        try:
+            account_services.membership_set_role(membership=member, role=form.cleaned_data["role"])
+        except account_services.MembershipRefused as exc:
+            messages.error(request, str(exc))
+        else:
+            messages.success(request, f"{member.user} is now {member.role}.")
+    return redirect("dashboard:members", account_id=account_id)
+
+
+@login_required
+def member_remove(request: HttpRequest, account_id: int, member_id: int) -> HttpResponse:
+    """GET asks to confirm; POST removes the person from this account."""
+    seat = seat_of(user=request.user, account_id=account_id)
+    member = get_object_or_404(selectors.members_of_account(account=seat.account), pk=member_id)
+    require_owner(seat)
+    if request.method != "POST":
+        return _page(request, seat, "dashboard/member_remove.html", member=member)
+    try:
+        account_services.membership_remove(membership=member)
+    except account_services.MembershipRefused as exc:
+        messages.error(request, str(exc))
+    else:
+        messages.success(request, f"{member.user} removed from {seat.account}.")
+    return redirect("dashboard:members", account_id=account_id)
 
 
 @login_required
@@ -176,8 +316,26 @@ def team_keys(request: HttpRequest, account_id: int) -> HttpResponse:
         "dashboard/team_keys.html",
         form=form,
         providers=providers,
-        pools=selectors.pools_of_account(account=seat.account),
+        pools=selectors.pool_states(account=seat.account),
+        now=timezone.now(),
     )
+
+
+@login_required
+def pool_remove(request: HttpRequest, account_id: int, pool_id: int) -> HttpResponse:
+    """GET asks to confirm; POST removes the pool and its keys (the platform serves again)."""
+    seat = seat_of(user=request.user, account_id=account_id)
+    pool = get_object_or_404(selectors.pools_of_account(account=seat.account), pk=pool_id)
+    require_change(seat)
+    if request.method != "POST":
+        return _page(request, seat, "dashboard/pool_remove.html", pool=pool)
+    byok_services.pool_delete(pool=pool)
+    messages.success(
+        request,
+        f"Pool {pool.group.name} · {pool.provider} removed: its requests go to the platform's"
+        " keys, billed to the wallet.",
+    )
+    return redirect("dashboard:team-keys", account_id=account_id)
 
 
 @require_POST
@@ -209,8 +367,17 @@ def pool_fallback(request: HttpRequest, account_id: int) -> HttpResponse:
     except byok_services.TeamKeyRefused as exc:
         messages.error(request, str(exc))
     else:
-        state = "on" if data["fallback"] else "off"
-        messages.success(request, f"Platform fallback for {data['provider']} is {state}.")
+        if data["fallback"]:
+            said = (
+                f"Platform fallback for {data['provider']} is on: when every team key fails,"
+                " requests are served on the platform's keys and paid from your wallet."
+            )
+        else:
+            said = (
+                f"Platform fallback for {data['provider']} is off: when every team key fails,"
+                " requests are refused (LM-3021) and platform money is never spent."
+            )
+        messages.success(request, said)
     return redirect("dashboard:team-keys", account_id=account_id)
 
 
@@ -239,6 +406,8 @@ def usage(request: HttpRequest, account_id: int) -> HttpResponse:
     params = request.GET.copy()
     for name in PAGE_MARKS:
         params.pop(name, None)
+    groups = list(selectors.groups_of_account(account=seat.account))
+    keys = list(selectors.api_keys_of_account(account=seat.account))
     return _page(
         request,
         seat,
@@ -246,8 +415,11 @@ def usage(request: HttpRequest, account_id: int) -> HttpResponse:
         page=page,
         errors=errors,
         filters=request.GET,
-        groups=selectors.groups_of_account(account=seat.account),
-        keys=selectors.api_keys_of_account(account=seat.account),
+        groups=groups,
+        keys=keys,
+        group_names={g.pk: g.name for g in groups},
+        key_names={k.pk: f"{k.prefix}… {k.name}".strip() for k in keys},
+        error_meanings=meanings(),
         query_string=params.urlencode(),
     )
 
