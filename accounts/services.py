@@ -138,18 +138,20 @@ def api_key_revoke(*, api_key: ApiKey) -> ApiKey:
     if api_key.revoked_at is None:
         api_key.revoked_at = timezone.now()
         api_key.save(update_fields=["revoked_at"])
-    bus.publish(bus.Topic.API_KEY, {"key_hash": api_key.key_hash})
+    bus.publish(bus.Topic.API_KEY, {"key_hash": api_key.key_hash}, wait=True)
     return api_key
 
 
 def api_key_changed(*, api_key: ApiKey) -> None:
-    """Tell every replica a key's limits, models or expiry changed."""
-    bus.publish(bus.Topic.API_KEY, {"key_hash": api_key.key_hash})
+    """Tell every replica a key's limits, models or expiry changed; returns once they all
+    dropped the old ones."""
+    bus.publish(bus.Topic.API_KEY, {"key_hash": api_key.key_hash}, wait=True)
 
 
 def group_changed(*, group: Group) -> None:
-    """Tell every replica a group's limits changed: its keys' cached contexts are stale."""
-    bus.publish(bus.Topic.GROUP, {"group_id": group.pk})
+    """Tell every replica a group's limits changed: its keys' cached contexts are stale.
+    Returns once they all dropped them."""
+    bus.publish(bus.Topic.GROUP, {"group_id": group.pk}, wait=True)
 
 
 def tenant_token_create(*, user) -> tuple[TenantToken, str]:
@@ -236,8 +238,8 @@ def account_resume(*, account: Account) -> bool:
 
 
 def _account_changed(account: Account) -> None:
-    for group_id in Group.objects.filter(account=account).values_list("pk", flat=True):
-        bus.publish(bus.Topic.GROUP, {"group_id": group_id}, wait=True)
+    for group in Group.objects.filter(account=account):
+        group_changed(group=group)
 
 
 def account_billing_changed(*, account: Account) -> int:

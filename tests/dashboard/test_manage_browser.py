@@ -1,0 +1,68 @@
+"""The key's whole life on the dashboard in a real browser, at a desktop and a phone width,
+against a real gateway: created with a model list and a budget, used through the OpenAI SDK,
+narrowed (the next request is refused at once), revoked after the confirmation (refused)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import openai
+import pytest
+
+from accounts.models import ApiKey
+from tests.dashboard.test_browser import sign_in
+from tests.support.browser import ARTIFACTS, DESKTOP, PHONE, open_page, requires_chromium
+
+pytestmark = requires_chromium
+HELLO = [{"role": "user", "content": "hello"}]
+
+
+@pytest.fixture(params=[DESKTOP, PHONE], ids=["desktop", "phone"])
+def page(browser, request):
+    tab = open_page(browser, ARTIFACTS / "dashboard" / request.node.name, viewport=request.param)
+    yield tab
+    tab.shot("last")
+    tab.context.close()
+
+
+def test_create_use_narrow_and_revoke_a_key(stack, page):
+    tenant = stack.tenant()
+    sign_in(page, stack, tenant)
+
+    page.click("nav >> text=Keys")
+    if not page.is_visible("#create-key"):
+        page.click("#create-key-box summary")
+    page.fill("#create-key input[name=name]", "browser")
+    page.fill("#create-key input[name=models]", "gpt-4o-mini, claude-3-5-haiku")
+    page.fill("#create-key input[name=budget]", "3.00")
+    page.fill("#create-key input[name=rpm_limit]", "100")
+    page.click("#create-key button[type=submit]")
+    secret = page.inner_text("#secret")
+    page.shot("1-created")
+    key = ApiKey.objects.get(group_id=tenant.group_id, name="browser")
+    assert (key.allowed_models, key.budget_max_micro, key.rpm_limit) == (
+        ["gpt-4o-mini", "claude-3-5-haiku"],
+        3_000_000,
+        100,
+    )
+    client = stack.openai(dataclasses.replace(tenant, api_key=secret))
+    client.chat.completions.create(model="gpt-4o-mini", messages=HELLO)
+
+    page.click(f"tr[data-key='{key.pk}'] >> text=Edit")
+    page.fill("input[name=models]", "claude-3-5-haiku")
+    page.click("#edit-key button[type=submit]")
+    page.shot("2-narrowed")
+    with pytest.raises(openai.PermissionDeniedError) as narrowed:
+        client.chat.completions.create(model="gpt-4o-mini", messages=HELLO)
+    assert narrowed.value.body["code"] == "LM-1003"
+
+    page.click(f"tr[data-key='{key.pk}'] >> text=Revoke")
+    assert "stops working at once" in page.inner_text("#revoke-warning")
+    page.shot("3-confirm-revoke")
+    page.click("#confirm-revoke button[type=submit]")
+    page.shot("4-revoked")
+    assert "revoked" in page.inner_text(f"tr[data-key='{key.pk}'] .status")
+    with pytest.raises(openai.AuthenticationError) as revoked:
+        client.chat.completions.create(model="claude-3-5-haiku", messages=HELLO)
+    assert revoked.value.body["code"] == "LM-1001"
+    assert page.evaluate("document.documentElement.scrollWidth") <= page.viewport_size["width"]
