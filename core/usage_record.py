@@ -72,6 +72,7 @@ class UsageRecord:
     web_pages: int = 0  # fetched without rendering: our direct fetcher, or a vendor's
     web_rendered_pages: int = 0  # rendered with JavaScript by a rendering vendor
     web_queries: int = 0  # search queries
+    web_url: str = ""  # the page a scrape or crawl page asked for (the tenant's own label)
     attempts: tuple[AttemptRecord, ...] = ()
 
     def log_columns(self) -> dict:

@@ -92,6 +92,7 @@ def usage_record(ctx: RequestContext, *, bytes_out: int) -> UsageRecord:
         web_pages=web.pages if web else 0,
         web_rendered_pages=web.rendered_pages if web else 0,
         web_queries=web.queries if web else 0,
+        web_url=web.url if web else "",
         attempts=tuple(ctx.trail),
     )
     return clean_record(record)  # bounded before it is journaled: no client text jams storage

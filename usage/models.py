@@ -5,6 +5,8 @@ from __future__ import annotations
 from django.db import models
 from django.utils import timezone
 
+from webfetch.models import URL_MAX_CHARS
+
 
 class ServedBy(models.TextChoices):
     TEAM = "team"
@@ -56,6 +58,8 @@ class UsageLog(models.Model):
     web_pages = models.BigIntegerField(default=0, db_default=0)
     web_rendered_pages = models.BigIntegerField(default=0, db_default=0)
     web_queries = models.BigIntegerField(default=0, db_default=0)
+    # The URL a scrape or a crawl's page asked for; empty for every other route.
+    web_url = models.CharField(max_length=URL_MAX_CHARS, blank=True, default="", db_default="")
     provider_cost_micro = models.BigIntegerField(default=0)
     bytes_in = models.BigIntegerField(default=0)
     bytes_out = models.BigIntegerField(default=0)

@@ -84,6 +84,7 @@ class AcquisitionOrchestrator:
         """Walk the plan; return what served. `await keep_page(answer)` says whether a
         direct page may be the answer (False: scripts write its content, try a renderer)."""
         ctx.web = ctx.web or WebBill()
+        ctx.web.url = ctx.web.url or req.url
         failures: list[_LinkFailed] = []
         kept: Answered | None = None
         for index, link in enumerate(plan.links):

@@ -79,6 +79,7 @@ class WebTarget:
 class WebBill:
     """What a web request used and owes, filled in as its tries run (the usage record's)."""
 
+    url: str = ""  # the page asked for (a scrape's, a crawl page's); empty for a search
     provider: str = ""  # the profile that served (or the last that billed)
     served_by: str = ""  # plan.TEAM or plan.PLATFORM
     pages: int = 0

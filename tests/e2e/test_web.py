@@ -102,6 +102,7 @@ def test_a_page_is_fetched_by_our_fetcher_extracted_and_billed_one_page(full, si
         200,
     )
     assert (row.web_pages, row.web_rendered_pages, row.web_queries) == (1, 0, 0)
+    assert row.web_url == f"{site.url}/"  # the page asked for: the usage log's readers see it
     assert (row.provider_cost_micro, row.tokens_in, row.tokens_out) == (PAGE_MICRO, 0, 0)
     assert row.bytes_out == len(response.content)
     assert wallet_of(tenant) == WALLET - PAGE_MICRO
