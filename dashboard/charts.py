@@ -1,79 +1,310 @@
-"""Bar charts as server-rendered SVG: no JavaScript, nothing vendored, readable in tests.
+"""The Charts page's figures: usage totals shaped into the series the browser draws.
 
-Why SVG from the server: the figures are already exact integers in the view; drawing them
-as rects needs a few lines, works without scripts, and each bar carries its label and value
-(`<title>`, `data-value`) for screen readers and for the browser tests.
+The page embeds `ChartsPage.payload()` with `json_script`; dashboard/static/dashboard/charts.js
+draws it with the vendored Chart.js. Every value is an integer (micro-USD for money, a count
+for tokens) and is formatted only for display, so the numbers a chart, its tooltip and its
+table show are the usage totals to the micro-dollar. The figures come from
+usage.selectors.usage_totals (rollup-backed), never from the rows one by one.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime
 
-from django.utils.html import format_html, format_html_join
-from django.utils.safestring import SafeString
+from accounts.models import Account, ApiKey
+from core.money import format_usd
+from dashboard.selectors import chart_window, every_day, spend_micro
+from dashboard.templatetags.money import count, usd
+from usage.models import ServedBy
+from usage.selectors import usage_totals
 
-WIDTH = 640
-HEIGHT = 180
-AXIS_BOTTOM = 24  # room for the labels under the bars
-GAP = 4
-MAX_BAR_W = 48
+MONEY = "usd"  # values in micro-USD
+TOKENS = "tokens"
+PER_DAY = "days"  # vertical bars, one a day, stacked by who paid
+RANKING = "ranking"  # horizontal bars, largest first: long names read across
+RANKED_BARS = 10  # a ranking draws this many bars, the rest summed as one
+SUMMARY_ITEMS = 3  # a ranking's screen-reader summary names this many
+
+# Who paid the vendor: the platform (billed to the wallet) or the tenant's own team key.
+# A request no attempt served (refused, failed) has no payer; its spend is bandwidth only.
+PAYERS = (
+    (ServedBy.PLATFORM.value, "Platform"),
+    (ServedBy.TEAM.value, "Team keys"),
+    ("", "Not served"),
+)
+PAYER_KEYS = {name: payer for payer, name in PAYERS}
+NO_KEY = "internal (no key)"
+WEB = "(web)"  # a web action has no model
 
 
 @dataclass(frozen=True)
-class Bar:
+class Series:
+    key: str  # what charts.js colours it by: a payer, or "total"
+    name: str
+    values: list[int]
+
+
+@dataclass(frozen=True)
+class TableRow:
     label: str
-    value: int
-    tick: str | None = None  # the label under the bar, if shorter than `label`
+    cells: list[str]  # one per series, formatted for display
+    total: str
 
 
-def bar_chart(
-    bars: Sequence[Bar], *, title: str, fmt: Callable[[int], str] = str, name: str = ""
-) -> SafeString:
-    """Return an SVG bar chart of `bars` (values >= 0), scaled to the largest."""
-    if not bars:
-        return format_html('<p class="empty" data-chart="{}">No data yet.</p>', name)
-    top = max(bar.value for bar in bars) or 1
-    plot_h = HEIGHT - AXIS_BOTTOM
-    slot = WIDTH / len(bars)
-    bar_w = max(1.0, min(slot - GAP, MAX_BAR_W))
-    label_every = max(1, len(bars) // 10)
-    rects = []
-    for i, bar in enumerate(bars):
-        h = round(plot_h * bar.value / top, 1)
-        x = round(i * slot + (slot - bar_w) / 2, 1)
-        label = (bar.tick or bar.label) if i % label_every == 0 else ""
-        rects.append(
-            (
-                x,
-                plot_h - h,
-                bar_w,
-                h,
-                bar.label,
-                bar.value,
-                bar.label,
-                fmt(bar.value),
-                x + bar_w / 2,
-                HEIGHT - 8,
-                label,
+@dataclass(frozen=True)
+class Chart:
+    """One chart: its labels, its series (stacked when several) and how to say it in words."""
+
+    slug: str  # the canvas's data-chart and the element ids
+    title: str
+    unit: str  # MONEY or TOKENS
+    layout: str  # PER_DAY or RANKING
+    heading: str  # what a label is: the table's first column
+    labels: list[str]
+    series: list[Series]
+    empty: str  # said instead of drawing when every value is 0
+    days: int
+    bar_keys: list[str] | None = None  # what colours each bar (a payer), else its series
+
+    def totals(self) -> list[int]:
+        return [sum(values) for values in zip(*(s.values for s in self.series), strict=True)]
+
+    @property
+    def is_empty(self) -> bool:
+        return not any(any(s.values) for s in self.series)
+
+    def show(self, value: int) -> str:
+        return format_usd(value) if self.unit == MONEY else f"{value:,} tokens"
+
+    @property
+    def summary(self) -> str:
+        """Return what the chart shows in a sentence: the canvas's aria-label."""
+        if self.is_empty:
+            return self.empty
+        window = f"last {self.days} days"
+        totals = self.totals()
+        if self.layout == PER_DAY:
+            parts = ", ".join(
+                f"{s.name.lower()} {self.show(sum(s.values))}" for s in self.series if any(s.values)
             )
-        )
-    body = format_html_join(
-        "",
-        '<g class="bar"><rect x="{}" y="{}" width="{}" height="{}" data-label="{}"'
-        ' data-value="{}"><title>{}: {}</title></rect>'
-        '<text x="{}" y="{}" text-anchor="middle" font-size="10">{}</text></g>',
-        rects,
+            top = max(range(len(totals)), key=totals.__getitem__)
+            return (
+                f"{self.title}, {window}: {self.show(sum(totals))} in all ({parts}); "
+                f"most on {self.labels[top]}: {self.show(totals[top])}."
+            )
+        named = [f"{label} {self.show(v)}" for label, v in zip(self.labels, totals, strict=True)]
+        more = len(named) - SUMMARY_ITEMS
+        tail = f", and {more} more" if more > 0 else ""
+        return f"{self.title}, {window}: {', '.join(named[:SUMMARY_ITEMS])}{tail}."
+
+    def table(self) -> list[TableRow]:
+        """Return the chart's numbers as table rows, for screen readers and to copy."""
+        fmt = usd if self.unit == MONEY else count
+        rows = []
+        for i, label in enumerate(self.labels):
+            values = [s.values[i] for s in self.series]
+            rows.append(TableRow(label, [fmt(v) for v in values], fmt(sum(values))))
+        return rows
+
+    def as_json(self) -> dict:
+        return {
+            "slug": self.slug,
+            "title": self.title,
+            "unit": self.unit,
+            "layout": self.layout,
+            "labels": self.labels,
+            "series": [{"key": s.key, "name": s.name, "values": s.values} for s in self.series],
+            "bar_keys": self.bar_keys,
+        }
+
+
+@dataclass(frozen=True)
+class ChartsPage:
+    days: int
+    requests: int  # in the window: none means one sentence instead of the charts
+    charts: list[Chart]
+    per_model: list[dict]  # the per-model table: usage totals with spend_micro
+
+    @property
+    def empty(self) -> str:
+        return f"No spend in the last {self.days} days."
+
+    def payload(self) -> dict:
+        """Return what the page embeds for charts.js (json_script): the charts worth drawing."""
+        return {"days": self.days, "charts": [c.as_json() for c in self.charts if not c.is_empty]}
+
+
+def platform_tokens(row: dict) -> int:
+    return row["tokens_in"] + row["tokens_out"]
+
+
+def team_tokens(row: dict) -> int:
+    return row["byok_tokens_in"] + row["byok_tokens_out"]
+
+
+def charts_page(*, account: Account, days: int, now: datetime | None = None) -> ChartsPage:
+    """Return the account's charts over the last `days` UTC days (today included)."""
+    start = chart_window(days=days, now=now)
+    accounts = [account.pk]
+    per_day = every_day(
+        usage_totals(accounts=accounts, by="day", start=start), start=start, days=days
     )
-    return format_html(
-        '<figure class="chart"><figcaption>{} <span class="max">max {}</span></figcaption>'
-        '<svg role="img" aria-label="{}" data-chart="{}" viewBox="0 0 {} {}"'
-        ">{}</svg></figure>",
-        title,
-        fmt(top),
-        title,
-        name,
-        WIDTH,
-        HEIGHT,
-        body,
+    per_model = usage_totals(accounts=accounts, by="model", start=start)
+    per_key = usage_totals(accounts=accounts, by="api_key_id", start=start)
+    per_payer = {
+        row["served_by"]: spend_micro(row)
+        for row in usage_totals(accounts=accounts, by="served_by", start=start)
+    }
+    labels = [row["day"].isoformat() for row in per_day]
+    by_payer = ranking(
+        slug="spend-payer",
+        title="Platform vs team keys",
+        heading="Paid by",
+        named=((name, per_payer.get(payer, 0)) for payer, name in PAYERS),
+        empty=f"No spend in the last {days} days.",
+        days=days,
+        ranked=False,  # two or three payers, always in PAYERS' order
+    )
+    # Each payer in its own colour, the one it has in the per-day charts.
+    by_payer = replace(by_payer, bar_keys=[PAYER_KEYS[label] for label in by_payer.labels])
+    charts = [
+        Chart(
+            slug="spend-day",
+            title="Spend per day",
+            unit=MONEY,
+            layout=PER_DAY,
+            heading="Day (UTC)",
+            labels=labels,
+            series=spend_per_day_by_payer(
+                accounts=accounts, start=start, per_day=per_day, by_payer=per_payer
+            ),
+            empty=f"No spend in the last {days} days.",
+            days=days,
+        ),
+        Chart(
+            slug="tokens-day",
+            title="Tokens per day",
+            unit=TOKENS,
+            layout=PER_DAY,
+            heading="Day (UTC)",
+            labels=labels,
+            series=[
+                Series("platform", "Platform", [platform_tokens(r) for r in per_day]),
+                Series("team", "Team keys", [team_tokens(r) for r in per_day]),
+            ],
+            empty=f"No tokens in the last {days} days.",
+            days=days,
+        ),
+        ranking(
+            slug="spend-model",
+            title="Spend by model",
+            heading="Model",
+            named=((row["model"] or WEB, spend_micro(row)) for row in per_model),
+            empty=f"No spend on any model in the last {days} days.",
+            days=days,
+        ),
+        ranking(
+            slug="spend-key",
+            title="Spend by key",
+            heading="Key",
+            named=zip(
+                key_names(account=account, key_ids=[row["api_key_id"] for row in per_key]),
+                (spend_micro(row) for row in per_key),
+                strict=True,
+            ),
+            empty=f"No spend by any key in the last {days} days.",
+            days=days,
+        ),
+        by_payer,
+    ]
+    return ChartsPage(
+        days=days,
+        requests=sum(row["requests"] for row in per_day),
+        charts=charts,
+        per_model=[{**row, "spend_micro": spend_micro(row)} for row in per_model],
+    )
+
+
+def spend_per_day_by_payer(
+    *, accounts: Sequence[int], start: datetime, per_day: list[dict], by_payer: dict[str, int]
+) -> list[Series]:
+    """Return each payer's spend per day of the window ("Not served" only if it cost something).
+
+    `per_day` is the window's totals a day, `by_payer` its spend by payer: when one payer
+    spent everything, each day's spend is theirs; otherwise one per-day read per payer that
+    spent (rollups filtered by who paid: at most three reads, whatever the window).
+    """
+    daily = [spend_micro(row) for row in per_day]
+    spent: dict[str, list[int]] = {payer: [0] * len(daily) for payer, _ in PAYERS}
+    paying = [payer for payer, _ in PAYERS if by_payer.get(payer)]
+    if len(paying) == 1:
+        spent[paying[0]] = daily
+    else:
+        for payer in paying:
+            rows = usage_totals(accounts=accounts, by="day", start=start, served_by=payer)
+            spent[payer] = [
+                spend_micro(row) for row in every_day(rows, start=start, days=len(daily))
+            ]
+    return [
+        Series(payer, name, spent[payer])
+        for payer, name in PAYERS
+        if any(spent[payer]) or payer != ""
+    ]
+
+
+def key_names(*, account: Account, key_ids: Sequence[int]) -> list[str]:
+    """Return a name for each key id: the key's name (its prefix when two share a name or it
+    has none), NO_KEY for 0 (internal calls), "deleted key" for one that is gone."""
+    keys = {
+        key.pk: key
+        for key in ApiKey.objects.filter(group__account=account, pk__in=[k for k in key_ids if k])
+    }
+    shared = Counter(key.name for key in keys.values())
+    names = []
+    for key_id in key_ids:
+        key = keys.get(key_id)
+        if not key_id:
+            names.append(NO_KEY)
+        elif key is None:
+            names.append(f"deleted key #{key_id}")
+        elif not key.name:
+            names.append(key.prefix)
+        elif shared[key.name] > 1:
+            names.append(f"{key.name} ({key.prefix})")
+        else:
+            names.append(key.name)
+    return names
+
+
+def ranking(
+    *,
+    slug: str,
+    title: str,
+    heading: str,
+    named: Iterable[tuple[str, int]],
+    empty: str,
+    days: int,
+    ranked: bool = True,
+) -> Chart:
+    """Return a horizontal bar chart of (label, micro-USD) pairs: those above 0, largest first,
+    past RANKED_BARS the rest summed into one bar so the chart stays readable."""
+    pairs = [(label, value) for label, value in named if value]
+    if ranked:
+        pairs.sort(key=lambda pair: (-pair[1], pair[0]))
+    if len(pairs) > RANKED_BARS:
+        rest = pairs[RANKED_BARS - 1 :]
+        pairs = [*pairs[: RANKED_BARS - 1], (f"{len(rest)} others", sum(v for _, v in rest))]
+    return Chart(
+        slug=slug,
+        title=title,
+        unit=MONEY,
+        layout=RANKING,
+        heading=heading,
+        labels=[label for label, _ in pairs],
+        series=[Series("total", "Spend", [value for _, value in pairs])],
+        empty=empty,
+        days=days,
     )

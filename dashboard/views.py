@@ -30,7 +30,7 @@ from core.admin_views import CappedCountPaginator
 from core.errors import meanings
 from dashboard import selectors
 from dashboard.access import Seat, first_account_id, require_change, require_owner, seat_of
-from dashboard.charts import Bar, bar_chart
+from dashboard.charts import charts_page
 from dashboard.forms import (
     FallbackForm,
     GroupForm,
@@ -39,8 +39,7 @@ from dashboard.forms import (
     RoleForm,
     TeamKeyAddForm,
 )
-from dashboard.templatetags.money import count, usd
-from usage.api.queries import UsageQuery, usage_query
+from usage.api.queries import usage_query
 from usage.export import usage_csv_response
 from usage.selectors import parse_mark, usage_logs_of_user, usage_page
 
@@ -54,8 +53,12 @@ def _page(request: HttpRequest, seat: Seat, template: str, **context) -> HttpRes
         return render(request, template, {"seat": seat, "account": seat.account, **context})
 
 
-def _bytes(value: int) -> str:
-    return f"{value:,} B"
+def _asked_first(request: HttpRequest, seat: Seat, template: str, **context):
+    """A destructive change asks first: GET answers its confirmation page (returned), the
+    confirmation's POST goes on (None)."""
+    if request.method == "POST":
+        return None
+    return _page(request, seat, template, **context)
 
 
 @login_required
@@ -83,42 +86,14 @@ def charts(request: HttpRequest, account_id: int) -> HttpResponse:
     seat = seat_of(user=request.user, account_id=account_id)
     asked = request.GET.get("days", "")
     days = int(asked) if asked in {str(d) for d in CHART_DAYS} else 30
-    start = selectors.chart_window(days=days)
-    query = UsageQuery(accounts=[seat.account.pk], filters={"start": start})
-    per_day = selectors.every_day(query.per_day(), start=start, days=days)
-    per_model = query.per_model()
-
-    def chart(rows, label, value, title, fmt, name):
-        bars = [Bar(label(r), value(r), tick=label(r)[5:] if r.get("day") else None) for r in rows]
-        return bar_chart(bars, title=title, fmt=fmt, name=name)
-
-    def day(r):
-        return r["day"].isoformat()
-
-    def model(r):
-        return r["model"] or "(web)"
-
-    def tokens(r):
-        return r["tokens_in"] + r["tokens_out"] + r["byok_tokens_in"] + r["byok_tokens_out"]
-
-    def size(r):
-        return r["bytes_in"] + r["bytes_out"]
-
+    page = charts_page(account=seat.account, days=days)
     return _page(
         request,
         seat,
         "dashboard/charts.html",
-        days=days,
+        page=page,
+        payload=page.payload(),
         choices=CHART_DAYS,
-        charts=[
-            chart(per_day, day, selectors.spend_micro, "Spend per day", usd, "spend-day"),
-            chart(per_day, day, tokens, "Tokens per day", count, "tokens-day"),
-            chart(per_day, day, size, "Bytes per day", _bytes, "bytes-day"),
-            chart(per_model, model, selectors.spend_micro, "Spend per model", usd, "spend-model"),
-            chart(per_model, model, tokens, "Tokens per model", count, "tokens-model"),
-            chart(per_model, model, size, "Bytes per model", _bytes, "bytes-model"),
-        ],
-        per_model=[{**r, "spend_micro": selectors.spend_micro(r)} for r in per_model],
     )
 
 
@@ -178,8 +153,8 @@ def key_revoke(request: HttpRequest, account_id: int, key_id: int) -> HttpRespon
     seat = seat_of(user=request.user, account_id=account_id)
     api_key = get_object_or_404(selectors.api_keys_of_account(account=seat.account), pk=key_id)
     require_change(seat)
-    if request.method != "POST":
-        return _page(request, seat, "dashboard/key_revoke.html", key=api_key)
+    if asking := _asked_first(request, seat, "dashboard/key_revoke.html", key=api_key):
+        return asking
     account_services.api_key_revoke(api_key=api_key)
     messages.success(request, f"Key {api_key.prefix}… revoked: its requests are refused now.")
     return redirect("dashboard:keys", account_id=account_id)
@@ -278,8 +253,8 @@ def member_remove(request: HttpRequest, account_id: int, member_id: int) -> Http
     seat = seat_of(user=request.user, account_id=account_id)
     member = get_object_or_404(selectors.members_of_account(account=seat.account), pk=member_id)
     require_owner(seat)
-    if request.method != "POST":
-        return _page(request, seat, "dashboard/member_remove.html", member=member)
+    if asking := _asked_first(request, seat, "dashboard/member_remove.html", member=member):
+        return asking
     try:
         account_services.membership_remove(membership=member)
     except account_services.MembershipRefused as exc:
@@ -327,8 +302,8 @@ def pool_remove(request: HttpRequest, account_id: int, pool_id: int) -> HttpResp
     seat = seat_of(user=request.user, account_id=account_id)
     pool = get_object_or_404(selectors.pools_of_account(account=seat.account), pk=pool_id)
     require_change(seat)
-    if request.method != "POST":
-        return _page(request, seat, "dashboard/pool_remove.html", pool=pool)
+    if asking := _asked_first(request, seat, "dashboard/pool_remove.html", pool=pool):
+        return asking
     byok_services.pool_delete(pool=pool)
     messages.success(
         request,
@@ -450,6 +425,7 @@ def usage_detail(request: HttpRequest, account_id: int, request_id: str) -> Http
         "dashboard/usage_detail.html",
         log=log,
         spend_micro=log.provider_cost_micro + log.bandwidth_charge_micro,
+        error_meaning=meanings().get(log.error_code, ""),
         attempts=log.attempts.order_by("order"),
     )
 

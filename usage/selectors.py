@@ -64,11 +64,15 @@ def usage_logs(
     endpoint: str | None = None,
     client_request_id: str | None = None,
     model: str | None = None,
+    served_by: str | None = None,
     start: datetime | None = None,
     end: datetime | None = None,
 ) -> QuerySet[UsageLog]:
-    """Return the accounts' usage rows, newest first, filtered (end is exclusive)."""
+    """Return the accounts' usage rows, newest first, filtered (end is exclusive).
+    `served_by` "" is the rows no attempt served (refusals)."""
     logs = _scoped(UsageLog.objects.all(), accounts)
+    if served_by is not None:
+        logs = logs.filter(served_by=served_by)
     if group is not None:
         logs = logs.filter(group_id=group)
     if key is not None:
@@ -137,11 +141,14 @@ def _rollups(
     key: int | None = None,
     endpoint: str | None = None,
     model_name: str | None = None,
+    served_by: str | None = None,
     start: datetime | None = None,
     end: datetime | None = None,
 ) -> QuerySet:
     rollups = _scoped(model.objects.all(), accounts)
     time = time_field(model)
+    if served_by is not None:
+        rollups = rollups.filter(served_by=served_by)
     if group is not None:
         rollups = rollups.filter(group_id=group)
     if key is not None:

@@ -58,7 +58,8 @@ def test_login_create_a_key_and_use_it_against_v1(stack, page):
     sign_in(page, stack, tenant)
     assert page.inner_text("#wallet-balance .big") == "$50.00"
 
-    page.click("text=Keys")
+    page.click('nav >> text="Keys"')
+    page.click("#create-key-box summary")  # the form folds away once the account has keys
     page.fill("#create-key input[name=name]", "from the browser")
     page.click("#create-key button[type=submit]")
     secret = page.inner_text("#secret")
@@ -66,7 +67,7 @@ def test_login_create_a_key_and_use_it_against_v1(stack, page):
     assert secret.startswith("tg-")
 
     # The secret is shown once: the next visit of the page does not carry it.
-    page.click("text=Keys")
+    page.click('nav >> text="Keys"')
     assert secret not in page.content()
 
     reply = stack.openai(dataclasses.replace(tenant, api_key=secret))
@@ -81,6 +82,9 @@ def test_add_and_remove_a_team_key(stack, page):
     sign_in(page, stack, tenant)
     page.click("text=Team keys")
     assert "stub-openai" in page.inner_text("#eligible")
+
+    if not page.is_visible("#add-team-key"):  # folded away once a pool exists
+        page.click("#add-team-key-box summary")
 
     page.select_option("#add-team-key select[name=provider]", "stub-openai")
     page.fill("#add-team-key input[name=label]", "browser key")
@@ -102,6 +106,9 @@ def test_add_and_remove_a_team_key(stack, page):
 
 
 def test_charts_render_the_tenants_traffic(stack, page):
+    from core.money import format_usd, format_usd_exact
+    from tests.dashboard.test_charts import chart_data, hover, values
+
     tenant = stack.tenant()
     client = stack.openai(tenant)
     for _ in range(3):
@@ -115,19 +122,28 @@ def test_charts_render_the_tenants_traffic(stack, page):
 
     sign_in(page, stack, tenant)
     page.click("text=Charts")
-    page.wait_for_selector("svg[data-chart=spend-day]")
+    page.wait_for_function("() => window.TollgateCharts?.drawn['spend-day'] !== undefined")
     page.shot("3-charts")
-    assert page.locator("svg[data-chart=spend-day] rect").count() == 30
-    day_bars = page.locator("svg[data-chart=spend-day] rect:not([data-value='0'])")
-    assert day_bars.count() == 1
-    assert int(day_bars.get_attribute("data-value")) == spend
-    tokens_bar = page.locator("svg[data-chart=tokens-day] rect:not([data-value='0'])")
-    assert int(tokens_bar.get_attribute("data-value")) == tokens
-    model_bars = page.locator("svg[data-chart=spend-model] rect")
-    assert model_bars.get_attribute("data-label") == "gpt-4o-mini"
-    # The bar is drawn: a real box on the page, as tall as the largest value's bar.
-    box = day_bars.bounding_box()
-    assert box is not None and box["height"] > 50 and box["width"] > 5
+    charts = chart_data(page.content())
+    assert values(charts["spend-day"]) == {"Platform": [0] * 29 + [spend], "Team keys": [0] * 30}
+    assert values(charts["tokens-day"])["Platform"][-1] == tokens
+    assert (charts["spend-model"]["labels"], values(charts["spend-model"])) == (
+        ["gpt-4o-mini"],
+        {"Spend": [spend]},
+    )
+    # The chart is drawn: a canvas of real size, summarised for screen readers.
+    canvas = page.locator("canvas[data-chart=spend-day]")
+    box = canvas.bounding_box()
+    assert box is not None and box["width"] > 600 and box["height"] > 200
+    assert canvas.get_attribute("role") == "img"
+    assert format_usd(spend) in canvas.get_attribute("aria-label")
+    # Hovering today's bar shows the day's spend as people read dollars.
+    tip = hover(page, "spend-day", index=29)
+    page.shot("4-tooltip")
+    shown, exact = format_usd(spend), format_usd_exact(spend)
+    every_digit = [f"  exactly {exact}"] if exact != shown else []
+    assert tip["lines"] == [f"Platform: {shown}", *every_digit, "Team keys: $0.00"]
+    assert tip["footer"] == [f"Total: {shown}"]
 
     page.click("text=Usage")
     request_ids = [r.request_id for r in rows]
@@ -136,7 +152,7 @@ def test_charts_render_the_tenants_traffic(stack, page):
         request_ids
     )
     listed.first.locator("a").click()
-    page.shot("4-request-detail")
+    page.shot("5-request-detail")
     assert page.inner_text("#paid-by") == "platform"
     assert page.locator("#attempts .served-by").all_inner_texts() == ["platform"]
 

@@ -249,3 +249,25 @@ def test_the_request_log_names_key_and_group_latency_cost_and_what_an_error_mean
     assert '<td class="num cost">$0.00252</td>' in ok
     refused = html.split('<tr data-request="req-refused"')[1].split("</tr>")[0]
     assert "402" in refused and ": Budget exhausted.</span>" in refused
+
+
+def test_a_requests_detail_shows_the_url_it_fetched_and_what_its_error_means():
+    tenant = make_tenant()
+    store(
+        journal_row(
+            group_id=tenant.group_id,
+            account_id=tenant.account_id,
+            request_id="req-scrape",
+            endpoint="web.scrape",
+            web_url="https://example.com/pricing?plan=team",
+            status=429,
+            error_code="LM-3004",
+        )
+    )
+
+    html = signed_in(tenant).get(page(tenant, "usage/req-scrape/")).content.decode()
+
+    assert '<dd id="web-url" class="id">https://example.com/pricing?plan=team</dd>' in html
+    assert "429 LM-3004: The group&#x27;s daily web unit budget is exhausted." in html
+    listing = signed_in(tenant).get(page(tenant, "usage/")).content.decode()
+    assert 'title="https://example.com/pricing?plan=team"' in listing

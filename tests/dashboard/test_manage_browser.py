@@ -29,7 +29,7 @@ def test_create_use_narrow_and_revoke_a_key(stack, page):
     tenant = stack.tenant()
     sign_in(page, stack, tenant)
 
-    page.click("nav >> text=Keys")
+    page.click('nav >> text="Keys"')
     if not page.is_visible("#create-key"):
         page.click("#create-key-box summary")
     page.fill("#create-key input[name=name]", "browser")

@@ -333,11 +333,15 @@ def test_request_detail_shows_the_attempt_trail_and_who_paid():
 
 
 def test_charts_draw_a_bar_per_day_and_model_with_exact_values():
+    from tests.dashboard.test_charts import chart_data, values
+    from usage.models import UsageLog
+
     tenant = make_tenant()
     store(
         journal_row(
             group_id=tenant.group_id,
             account_id=tenant.account_id,
+            api_key_id=tenant.api_key_id,
             provider_cost_micro=40,
             tokens_in=3,
             tokens_out=4,
@@ -347,24 +351,41 @@ def test_charts_draw_a_bar_per_day_and_model_with_exact_values():
         journal_row(
             group_id=tenant.group_id,
             account_id=tenant.account_id,
+            api_key_id=tenant.api_key_id,
             provider_cost_micro=2,
+            bandwidth_charge_micro=1,
             model_served="gpt-4o",
-            tokens_in=1,
-            tokens_out=1,
+            served_by="team",
+            byok_tokens_in=1,
+            byok_tokens_out=1,
         ),
     )
     html = signed_in(tenant).get(page(tenant, "charts/")).content.decode()
+    charts = chart_data(html)
 
-    def bars(name: str) -> list[tuple[str, str]]:
-        svg = html.split(f'data-chart="{name}"')[1].split("</svg>")[0]
-        return re.findall(r'data-label="([^"]+)" data-value="(\d+)"', svg)
-
+    rows = UsageLog.objects.filter(account_id=tenant.account_id)
+    spend = sum(r.provider_cost_micro + r.bandwidth_charge_micro for r in rows)
     today = timezone.now().date().isoformat()
-    assert len(bars("spend-day")) == 30  # every day of the window, the quiet ones at 0
-    assert [b for b in bars("spend-day") if b[1] != "0"] == [(today, "42")]
-    assert [b for b in bars("tokens-day") if b[1] != "0"] == [(today, "9")]
-    assert [b for b in bars("bytes-day") if b[1] != "0"] == [(today, "150")]
-    assert bars("spend-model") == [("gpt-4o", "2"), ("gpt-4o-mini", "40")]
+    per_day = charts["spend-day"]
+    assert len(per_day["labels"]) == 30 and per_day["labels"][-1] == today  # quiet days at 0
+    assert values(per_day) == {"Platform": [0] * 29 + [40], "Team keys": [0] * 29 + [3]}
+    assert sum(map(sum, values(per_day).values())) == spend == 43
+    assert values(charts["tokens-day"]) == {"Platform": [0] * 29 + [7], "Team keys": [0] * 29 + [2]}
+    assert charts["spend-model"]["labels"] == ["gpt-4o-mini", "gpt-4o"]  # largest first
+    assert values(charts["spend-model"]) == {"Spend": [40, 3]}
+    assert (charts["spend-key"]["labels"], values(charts["spend-key"])) == (
+        ["default"],
+        {"Spend": [43]},
+    )
+    assert charts["spend-day"]["unit"] == "usd" and charts["tokens-day"]["unit"] == "tokens"
+    # Each chart says what it shows to a screen reader, and its table has the same numbers.
+    assert 'aria-label="Spend per day, last 30 days: $0.000043 in all (platform $0.00004, ' in html
+    day_table = html.split('id="chart-spend-day"')[1].split("</table>")[0]
+    assert (
+        f'<tr><th scope="row">{today}</th><td class="num">$0.00004</td>'
+        '<td class="num">$0.000003</td><td class="num">$0.000043</td></tr>'
+    ) in day_table
+    assert "<svg" not in html and "max $" not in html
 
 
 def test_wallet_page_lists_the_ledger():
