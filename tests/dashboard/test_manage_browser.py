@@ -9,7 +9,7 @@ import dataclasses
 import openai
 import pytest
 
-from accounts.models import ApiKey
+from accounts.models import ApiKey, Group
 from tests.dashboard.test_browser import sign_in
 from tests.support.browser import ARTIFACTS, DESKTOP, PHONE, open_page, requires_chromium
 
@@ -65,4 +65,51 @@ def test_create_use_narrow_and_revoke_a_key(stack, page):
     with pytest.raises(openai.AuthenticationError) as revoked:
         client.chat.completions.create(model="claude-3-5-haiku", messages=HELLO)
     assert revoked.value.body["code"] == "LM-1001"
+    assert page.evaluate("document.documentElement.scrollWidth") <= page.viewport_size["width"]
+
+
+def test_set_a_group_budget_and_invite_a_member_who_signs_in(stack, page, browser, request):
+    tenant = stack.tenant()
+    sign_in(page, stack, tenant)
+
+    page.click('nav >> text="Groups"')
+    page.click(f"tr[data-group='{tenant.group_id}'] >> text=Edit")
+    page.fill("#edit-group input[name=budget]", "12.50")
+    page.select_option("#edit-group select[name=budget_period]", "monthly")
+    page.click("#edit-group button[type=submit]")
+    page.shot("1-group-budget")
+    row = f"tr[data-group='{tenant.group_id}']"
+    assert page.inner_text(f"{row} .budget") == "$12.50"
+    assert page.inner_text(f"{row} .left") == "$12.50"
+    group = Group.objects.get(pk=tenant.group_id)
+    assert (group.budget_max_micro, group.budget_period) == (12_500_000, "monthly")
+
+    page.click('nav >> text="Members"')
+    if not page.is_visible("#invite"):
+        page.click("#invite-box summary")
+    page.fill("#invite input[name=username]", f"casey-{tenant.account_id}")
+    page.select_option("#invite select[name=role]", "viewer")
+    page.click("#invite button[type=submit]")
+    page.shot("2-invited")
+    link = page.inner_text("#link")
+    assert "/set-password/" in link
+
+    # The invited person, in their own browser: sets a password through the link, signs in,
+    # and as a viewer sees no way to change the account's keys.
+    guest = open_page(browser, ARTIFACTS / "dashboard" / f"{request.node.name}-guest")
+    try:
+        guest.goto(link)
+        guest.fill("input[name=new_password1]", "casey-long-password-3")
+        guest.fill("input[name=new_password2]", "casey-long-password-3")
+        guest.click("button[type=submit]")
+        guest.fill("input[name=username]", f"casey-{tenant.account_id}")
+        guest.fill("input[name=password]", "casey-long-password-3")
+        guest.click("button[type=submit]")
+        guest.wait_for_url(f"{stack.url}/dashboard/{tenant.account_id}/")
+        guest.click('nav >> text="Keys"')
+        guest.shot("3-viewer-keys")
+        assert guest.locator("#create-key").count() == 0
+        assert guest.locator("text=Revoke").count() == 0
+    finally:
+        guest.context.close()
     assert page.evaluate("document.documentElement.scrollWidth") <= page.viewport_size["width"]
