@@ -268,17 +268,20 @@ class MembershipRefused(Exception):
     """A change of members that would leave the account without an owner, or a clash."""
 
 
+@transaction.atomic
 def membership_invite(*, account: Account, username: str, email: str, role: str) -> Membership:
-    """Add a person to the account with a role. A new user has no password: they set one
-    through a one-time link (accounts.logins.password_link_issue)."""
+    """Add a new person to the account with a role. They have no password: they set one
+    through a one-time link (accounts.logins.password_link_issue).
+
+    Only a new username: a set-password link for an existing user would hand the inviter
+    that person's sign-in (an operator adds an existing user to another account in the
+    admin, under Memberships)."""
     User = get_user_model()
-    user = User.objects.filter(username=username).first()
-    if user is None:
-        user = User.objects.create_user(username=username, email=email or "")
-        user.set_unusable_password()
-        user.save(update_fields=["password"])
-    if Membership.objects.filter(account=account, user=user).exists():
-        raise MembershipRefused(f"{username} is a member already.")
+    if User.objects.filter(username__iexact=username).exists():
+        raise MembershipRefused(f"The username {username!r} is taken: choose another.")
+    user = User.objects.create_user(username=username, email=email or "")
+    user.set_unusable_password()
+    user.save(update_fields=["password"])
     return Membership.objects.create(account=account, user=user, role=role)
 
 

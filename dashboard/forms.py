@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from django import forms
+from django.contrib.auth.validators import UnicodeUsernameValidator
 
 from accounts.models import Account, Membership, Period
 from byok.models import LABEL_MAX_CHARS
@@ -150,7 +151,11 @@ class GroupForm(LimitsForm):
 
 
 class InviteForm(forms.Form):
-    username = forms.CharField(max_length=150, help_text="Their sign-in name.")
+    username = forms.CharField(
+        max_length=150,
+        validators=[UnicodeUsernameValidator()],
+        help_text="A new sign-in name for them: letters, digits and @ . + - _ only.",
+    )
     email = forms.EmailField(required=False)
     role = forms.ChoiceField(choices=Membership.Role.choices, initial=Membership.Role.VIEWER)
 

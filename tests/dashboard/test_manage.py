@@ -271,3 +271,18 @@ def test_a_requests_detail_shows_the_url_it_fetched_and_what_its_error_means():
     assert "429 LM-3004: The group&#x27;s daily web unit budget is exhausted." in html
     listing = signed_in(tenant).get(page(tenant, "usage/")).content.decode()
     assert 'title="https://example.com/pricing?plan=team"' in listing
+
+
+def test_inviting_an_existing_username_is_refused_and_issues_no_link_for_it():
+    """A set-password link for somebody else's user would be their sign-in: never issued."""
+    mine, theirs = make_tenant(), make_tenant()
+    their_owner = Membership.objects.get(account_id=theirs.account_id, role="owner").user
+
+    refused = signed_in(mine).post(
+        page(mine, "members/"), {"username": their_owner.username.upper(), "role": "owner"}
+    )
+
+    assert refused.status_code == 200
+    assert "is taken: choose another." in refused.content.decode()
+    assert 'id="link"' not in refused.content.decode()
+    assert not Membership.objects.filter(account_id=mine.account_id, user=their_owner).exists()
