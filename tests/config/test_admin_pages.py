@@ -15,6 +15,8 @@ from django.urls import reverse
 from accounts.models import ApiKey, Group
 from billing.models import Wallet
 from tests.support.tenants import make_tenant
+from tests.support.usage import journal_row, store
+from usage.models import UsageLog
 
 pytestmark = pytest.mark.django_db
 
@@ -29,6 +31,26 @@ def operator() -> Client:
 
 def test_every_page_opens_searches_filters_and_shows_no_secret(operator):
     tenant = make_tenant(wallet_micro=1_250_000, budget_micro=5_000_000)
+    store(  # a usage row with its attempt: the log's page and its attempts inline
+        journal_row(
+            group_id=tenant.group_id,
+            account_id=tenant.account_id,
+            provider_cost_micro=2_520,
+            attempts=[
+                {
+                    "order": 1,
+                    "provider": "stub-openai",
+                    "model": "gpt-4o-mini",
+                    "served_by": "platform",
+                    "source": "platform",
+                    "outcome": "ok",
+                    "upstream_status": 200,
+                    "latency_ms": 9,
+                    "reservation_id": None,
+                }
+            ],
+        )
+    )
     key = ApiKey.objects.get(pk=tenant.api_key_id)
     secrets = [tenant.api_key, key.key_hash, tenant.api_token]
     opened = []
@@ -48,6 +70,9 @@ def test_every_page_opens_searches_filters_and_shows_no_secret(operator):
             assert not [s for s in secrets if s in html], meta.label
         opened.append(meta.label)
     assert {"billing.Wallet", "accounts.Group", "billing.LedgerEntry"} <= set(opened)
+    log = UsageLog.objects.get(group_id=tenant.group_id)
+    detail = operator.get(f"/django-admin/usage/usagelog/{log.pk}/change/").content.decode()
+    assert "$0.00252" in detail  # a read-only page's money is in dollars too
 
 
 def test_money_columns_show_cents_with_every_digit_in_the_tooltip(operator):
