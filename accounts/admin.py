@@ -106,8 +106,12 @@ class ApiKeyAdmin(Dollars, admin.ModelAdmin):
 
     @admin.action(description="Revoke selected keys")
     def revoke(self, request, queryset):
-        for api_key in queryset:
-            services.api_key_revoke(api_key=api_key)
+        revoked = [services.api_key_revoke(api_key=api_key) for api_key in queryset]
+        self.message_user(
+            request,
+            f"Revoked {', '.join(f'{k.prefix}…' for k in revoked)}: refused on every replica now.",
+            messages.SUCCESS,
+        )
 
     def save_model(self, request, obj, form, change):
         _save_changed(obj, form, change)

@@ -8,6 +8,7 @@ import openai
 import pytest
 from django.contrib.auth import get_user_model
 
+from accounts.models import ApiKey
 from billing.models import LedgerEntry, Wallet
 from tests.support.browser import ARTIFACTS, DESKTOP, PHONE, open_page, requires_chromium
 
@@ -94,3 +95,33 @@ def no_page_scroll(page) -> None:
     """The page itself never scrolls sideways (tables may, inside their own box)."""
     width = page.evaluate("document.documentElement.scrollWidth")
     assert width <= page.viewport_size["width"], width
+
+
+def test_revoke_a_key_from_the_admin_and_find_a_wallet_by_what_it_has(stack, admin_page):
+    page = admin_page
+    tenant = stack.tenant()
+    empty = stack.tenant(wallet_micro=0)
+    key = ApiKey.objects.get(pk=tenant.api_key_id)
+
+    page.goto(f"{stack.url}/django-admin/accounts/apikey/?q={key.prefix}")
+    page.check("input[name=_selected_action]")
+    page.select_option("select[name=action]", "revoke")
+    page.click("button[name=index]")
+    page.shot("1-revoked")
+    assert f"Revoked {key.prefix}…: refused on every replica now." in page.inner_text(
+        ".messagelist"
+    )
+    key.refresh_from_db()
+    assert key.revoked_at is not None
+    with pytest.raises(openai.AuthenticationError):
+        stack.openai(tenant).chat.completions.create(
+            model="gpt-4o-mini", messages=[{"role": "user", "content": "hi"}]
+        )
+
+    page.goto(f"{stack.url}/django-admin/billing/wallet/?available=none")
+    page.shot("2-empty-wallets")
+    listed = page.locator("input[name=_selected_action]").evaluate_all(
+        "boxes => boxes.map(b => b.value)"
+    )
+    assert str(Wallet.objects.get(account_id=empty.account_id).pk) in listed
+    assert str(Wallet.objects.get(account_id=tenant.account_id).pk) not in listed
