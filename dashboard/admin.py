@@ -19,7 +19,7 @@ from dashboard.selectors import api_keys_of_account, overview
 from usage.selectors import usage_totals
 
 
-class MembershipInline(admin.TabularInline):
+class MembershipInline(admin.StackedInline):  # labelled fields: the tabular one has none
     model = Membership
     extra = 0
 

@@ -10,6 +10,7 @@ from django.contrib.auth import get_user_model
 
 from accounts.models import ApiKey
 from billing.models import LedgerEntry, Wallet
+from tests.support.a11y import summary, violations
 from tests.support.browser import ARTIFACTS, DESKTOP, PHONE, open_page, requires_chromium
 
 pytestmark = requires_chromium
@@ -125,3 +126,26 @@ def test_revoke_a_key_from_the_admin_and_find_a_wallet_by_what_it_has(stack, adm
     )
     assert str(Wallet.objects.get(account_id=empty.account_id).pk) in listed
     assert str(Wallet.objects.get(account_id=tenant.account_id).pk) not in listed
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/django-admin/",
+        "/django-admin/accounts/account/",
+        "/django-admin/accounts/account/{account}/change/",
+        "/django-admin/billing/wallet/",
+        "/django-admin/billing/ledgerentry/",
+        "/django-admin/usage/usagelog/",
+    ],
+)
+def test_the_operators_pages_have_no_serious_accessibility_violation(stack, admin_page, path):
+    tenant = stack.tenant()
+    admin_page.goto(stack.url + path.format(account=tenant.account_id))
+    admin_page.shot("page")
+
+    found = violations(admin_page)
+
+    assert found == [], summary(found)
+    width = admin_page.evaluate("document.documentElement.scrollWidth")
+    assert width <= admin_page.viewport_size["width"], width
