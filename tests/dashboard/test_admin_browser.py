@@ -85,6 +85,17 @@ def test_suspend_an_account_and_its_key_is_refused(stack, admin_page):
         )
     assert refused.value.body["code"] == "LM-1004"
 
+    page.goto(f"{stack.url}/django-admin/accounts/account/?state=suspended&q={tenant_name(tenant)}")
+    page.check("input[name=_selected_action]")
+    page.select_option("select[name=action]", "resume")
+    page.click("button[name=index]")
+    page.shot("3-resumed")
+    assert "its keys are served again" in page.inner_text(".messagelist")
+    answer = stack.openai(tenant).chat.completions.create(
+        model="gpt-4o-mini", messages=[{"role": "user", "content": "hi"}]
+    )
+    assert answer.usage.completion_tokens > 0
+
 
 def tenant_name(tenant) -> str:
     from accounts.models import Account

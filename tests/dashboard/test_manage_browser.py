@@ -80,6 +80,14 @@ def test_set_a_group_budget_and_invite_a_member_who_signs_in(stack, page, browse
     sign_in(page, stack, tenant)
 
     page.click('nav >> text="Groups"')
+    page.click("#create-group-box summary")
+    page.fill("#create-group input[name=name]", "research")
+    page.fill("#create-group input[name=budget]", "0.000001")
+    page.click("#create-group button[type=submit]")
+    research = Group.objects.get(account_id=tenant.account_id, name="research")
+    assert research.budget_max_micro == 1
+    assert page.inner_text(f"tr[data-group='{research.pk}'] .budget") == "$0.000001"
+
     page.click(f"tr[data-group='{tenant.group_id}'] >> text=Edit")
     page.fill("#edit-group input[name=budget]", "12.50")
     page.select_option("#edit-group select[name=budget_period]", "monthly")
