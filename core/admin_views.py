@@ -117,8 +117,6 @@ class DollarField(forms.CharField):
 
     def __init__(self, *, allow_negative: bool = False, **kwargs) -> None:
         self.allow_negative = allow_negative
-        kwargs.pop("max_value", None), kwargs.pop("min_value", None)
-        kwargs.pop("step_size", None)
         super().__init__(**kwargs)
 
     def prepare_value(self, value):
