@@ -40,9 +40,9 @@ from core import partitions as core_partitions
 from core.ids import time_prefix
 from core.partitions import (
     add_months,
-    create_partition,
     default_partition,
     drop_partition,
+    ensure_months,
     lock,
     month_of,
     month_of_partition,
@@ -86,30 +86,14 @@ def ensure_partitions(*, start: datetime, end: datetime, now: datetime | None = 
     if not is_partitioned():
         return []
     first = max(month_of(start), month_of(now or timezone.now()))
-    months = months_between(first, end)
-    created: list[str] = []
-    with transaction.atomic(), connection.cursor() as cursor:
-        lock(cursor, LOCK_KEY)
-        for table in TABLES:
-            existing = partitions_of(cursor, table)
-            for month in months:
-                name = partition_name(table, month)
-                if name in existing:
-                    continue
-                moved = create_partition(
-                    cursor,
-                    table,
-                    month,
-                    column="request_id",
-                    start=f"'{time_prefix(month)}'",
-                    end=f"'{time_prefix(add_months(month, 1))}'",
-                )
-                if moved:
-                    log.warning("moved %d row(s) of %s out of its default partition", moved, name)
-                created.append(name)
-    if created:
-        log.info("created billing partitions %s", ", ".join(created))
-    return created
+    return ensure_months(
+        TABLES, months_between(first, end), lock_key=LOCK_KEY, column="request_id", bounds=_bounds
+    )
+
+
+def _bounds(month: datetime) -> tuple[str, str]:
+    """A month's request ids: those minted from its first to its last instant."""
+    return f"'{time_prefix(month)}'", f"'{time_prefix(add_months(month, 1))}'"
 
 
 def ensure_months_ahead(*, months_ahead: int = MONTHS_AHEAD) -> list[str]:

@@ -9,9 +9,13 @@ a month's bounds are (a time range, a range of time-ordered ids) is the caller's
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
 from datetime import UTC, datetime
 
-from django.db import connection
+from django.db import connection, transaction
+
+log = logging.getLogger(__name__)
 
 # Attaching and detaching wait for readers of the parent, and writers queue behind the wait:
 # give up instead (the task retries), so a long report never stalls the writers for long.
@@ -130,3 +134,33 @@ def create_partition(
 def drop_partition(cursor, table: str, name: str) -> None:
     cursor.execute(f"ALTER TABLE {table} DETACH PARTITION {name}")
     cursor.execute(f"DROP TABLE {name}")
+
+
+def ensure_months(
+    tables: tuple[str, ...],
+    months: list[datetime],
+    *,
+    lock_key: int,
+    column: str,
+    bounds: Callable[[datetime], tuple[str, str]],
+) -> list[str]:
+    """Create each table's partitions of `months` that are missing, under the tables' advisory
+    lock; return their names. `bounds(month)`: the month's [start, end) as SQL literals of
+    `column`. Idempotent, and safe to run concurrently."""
+    created: list[str] = []
+    with transaction.atomic(), connection.cursor() as cursor:
+        lock(cursor, lock_key)
+        for table in tables:
+            existing = partitions_of(cursor, table)
+            for month in months:
+                name = partition_name(table, month)
+                if name in existing:
+                    continue
+                start, end = bounds(month)
+                moved = create_partition(cursor, table, month, column=column, start=start, end=end)
+                if moved:
+                    log.warning("moved %d row(s) of %s out of its default partition", moved, name)
+                created.append(name)
+    if created:
+        log.info("created partitions %s", ", ".join(created))
+    return created

@@ -29,14 +29,13 @@ from django.utils import timezone
 from core import partitions as core_partitions
 from core.partitions import (
     add_months,
-    create_partition,
     default_partition,
     drop_partition,
+    ensure_months,
     lock,
     month_of,
     month_of_partition,
     months_between,
-    partition_name,
     partitions_of,
 )
 from usage.models import UsageAttempt, UsageLog
@@ -65,20 +64,13 @@ def ensure_partitions(*, start: datetime, end: datetime) -> list[str]:
     """
     if not is_partitioned():
         return []
-    months = months_between(start, end)
-    created: list[str] = []
-    with transaction.atomic(), connection.cursor() as cursor:
-        lock(cursor, LOCK_KEY)
-        for table in TABLES:
-            existing = partitions_of(cursor, table)
-            for month in months:
-                name = partition_name(table, month)
-                if name not in existing:
-                    _create_partition(cursor, table, month)
-                    created.append(name)
-    if created:
-        log.info("created usage partitions %s", ", ".join(created))
-    return created
+    return ensure_months(
+        TABLES,
+        months_between(start, end),
+        lock_key=LOCK_KEY,
+        column="created_at",
+        bounds=lambda month: (_bound(month), _bound(add_months(month, 1))),
+    )
 
 
 def ensure_months_ahead(
@@ -142,19 +134,6 @@ def apply_retention(*, now: datetime | None = None, days: int | None = None) -> 
 
 def _bound(month: datetime) -> str:
     return f"'{month:%Y-%m-%d} 00:00:00+00'"
-
-
-def _create_partition(cursor, table: str, month: datetime) -> None:
-    moved = create_partition(
-        cursor,
-        table,
-        month,
-        column="created_at",
-        start=_bound(month),
-        end=_bound(add_months(month, 1)),
-    )
-    if moved:
-        log.warning("moved %d row(s) of %s out of its default partition", moved, table)
 
 
 def _drop_months(*, before: datetime) -> list[str]:
