@@ -30,6 +30,8 @@ LM-5002) is billed nothing, bandwidth included, even if a team key was tried on 
 
 from __future__ import annotations
 
+import functools
+
 import orjson
 
 from core.money import format_usd_exact
@@ -210,6 +212,7 @@ def _leaves(cls: type[GatewayError]) -> list[type[GatewayError]]:
 REFUSAL_CODES = frozenset(c.code for c in _leaves(GatewayError)[1:] if c.refusal)
 
 
+@functools.cache
 def meanings() -> dict[str, str]:
     """Every error code with what it means in one sentence (for the usage log's readers)."""
 

@@ -15,7 +15,7 @@ from accounts.logins import password_link_issue
 from accounts.models import Account, Membership
 from billing.selectors import in_flight
 from core.admin_views import Dollars, dollars
-from dashboard.selectors import api_keys_of_account, overview
+from dashboard.selectors import Overview, api_keys_of_account, overview
 from usage.selectors import usage_totals
 
 
@@ -57,6 +57,14 @@ def _table(headers: list[str], rows: list[tuple], empty: str) -> str:
     return format_html(
         '<table class="overview"><thead><tr>{}</tr></thead><tbody>{}</tbody></table>', head, body
     )
+
+
+def _overview(account: Account) -> Overview:
+    """The account's overview, read once per page: its fields share one (the page's own
+    account object carries it)."""
+    if not hasattr(account, "_overview"):
+        account._overview = overview(account=account)
+    return account._overview
 
 
 OVERVIEW = ["state", "wallet_now", "money_in_flight", "spend", "groups_now", "keys_now"]
@@ -110,7 +118,7 @@ class AccountAdmin(Dollars, admin.ModelAdmin):
 
     @admin.display(description="wallet")
     def wallet_now(self, account: Account) -> str:
-        wallet = overview(account=account).wallet
+        wallet = _overview(account).wallet
         if wallet is None:
             return "no wallet (invoiced: bounded by its budgets)"
         return format_html(
@@ -136,7 +144,7 @@ class AccountAdmin(Dollars, admin.ModelAdmin):
     def spend(self, account: Account) -> str:
         now = timezone.now()
         month = now.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
-        view = overview(account=account, now=now)
+        view = _overview(account)
         [totals] = usage_totals(accounts=[account.pk], start=month, end=now)
         return format_html(
             "today {} ({} requests); this month (UTC) {} ({} requests)",
@@ -156,7 +164,7 @@ class AccountAdmin(Dollars, admin.ModelAdmin):
                 dollars(g.group.reserved_micro),
                 dollars(g.today_micro),
             )
-            for g in overview(account=account).groups
+            for g in _overview(account).groups
         ]
         headers = ["group", "budget", "spent this period", "held in flight", "spent today"]
         return _table(headers, rows, "no groups")

@@ -15,7 +15,7 @@ from django.urls import reverse
 from accounts.models import ApiKey, Group
 from billing.models import Wallet
 from tests.support.tenants import make_tenant
-from tests.support.usage import journal_row, store
+from tests.support.usage import attempt, journal_row, store
 from usage.models import UsageLog
 
 pytestmark = pytest.mark.django_db
@@ -36,19 +36,7 @@ def test_every_page_opens_searches_filters_and_shows_no_secret(operator):
             group_id=tenant.group_id,
             account_id=tenant.account_id,
             provider_cost_micro=2_520,
-            attempts=[
-                {
-                    "order": 1,
-                    "provider": "stub-openai",
-                    "model": "gpt-4o-mini",
-                    "served_by": "platform",
-                    "source": "platform",
-                    "outcome": "ok",
-                    "upstream_status": 200,
-                    "latency_ms": 9,
-                    "reservation_id": None,
-                }
-            ],
+            attempts=[attempt()],
         )
     )
     key = ApiKey.objects.get(pk=tenant.api_key_id)

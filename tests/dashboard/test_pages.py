@@ -19,7 +19,7 @@ from accounts.secrets import hash_secret
 from byok.models import KeyPool, TeamKey
 from tests.support.profiles import install_profiles
 from tests.support.tenants import Tenant, make_tenant
-from tests.support.usage import journal_row, store, streamed_body
+from tests.support.usage import attempt, journal_row, store, streamed_body
 
 pytestmark = pytest.mark.django_db
 
@@ -302,28 +302,15 @@ def test_request_detail_shows_the_attempt_trail_and_who_paid():
             provider_cost_micro=2_520,
             served_by="platform",
             attempts=[
-                {
-                    "order": 1,
-                    "provider": "stub-openai",
-                    "model": "gpt-4o-mini",
-                    "served_by": "team",
-                    "source": "team:ci",
-                    "outcome": "upstream_429",
-                    "upstream_status": 429,
-                    "latency_ms": 3,
-                    "reservation_id": None,
-                },
-                {
-                    "order": 2,
-                    "provider": "stub-openai",
-                    "model": "gpt-4o-mini",
-                    "served_by": "platform",
-                    "source": "platform",
-                    "outcome": "ok",
-                    "upstream_status": 200,
-                    "latency_ms": 9,
-                    "reservation_id": None,
-                },
+                attempt(
+                    1,
+                    served_by="team",
+                    source="team:ci",
+                    outcome="upstream_429",
+                    upstream_status=429,
+                    latency_ms=3,
+                ),
+                attempt(2),
             ],
         )
     )

@@ -97,6 +97,22 @@ def journal_row(
     return row
 
 
+def attempt(order: int = 1, **fields) -> dict:
+    """One attempt of a journaled row's trail: served on the platform unless `fields` say."""
+    return {
+        "order": order,
+        "provider": "stub-openai",
+        "model": "gpt-4o-mini",
+        "served_by": "platform",
+        "source": "platform",
+        "outcome": "ok",
+        "upstream_status": 200,
+        "latency_ms": 9,
+        "reservation_id": None,
+        **fields,
+    }
+
+
 def store(*rows: dict) -> None:
     """Store journaled rows the way every flusher does (JSON round trip included)."""
     from core.usage_record import UsageRecord
