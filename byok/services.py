@@ -93,9 +93,7 @@ def team_key_delete(*, team_key: TeamKey) -> None:
 def pool_delete(*, pool: KeyPool) -> None:
     """Remove a group's pool for a provider with its keys: the group's requests for it go to
     the platform's keys again (as with no pool). Evicted from every replica before returning."""
-    with transaction.atomic():
-        TeamKey.objects.filter(pool=pool).delete()
-        KeyPool.objects.filter(pk=pool.pk).delete()
+    KeyPool.objects.filter(pk=pool.pk).delete()  # its keys with it (on_delete CASCADE)
     _pools_changed(group_id=pool.group_id)
 
 

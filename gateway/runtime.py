@@ -120,7 +120,7 @@ class Runtime:
     async def reload(self) -> None:
         """Rebuild config and pools from the database, off the request path."""
         self.catalog = await off_loop(load_catalog)(self.session)
-        self.pools.replace(await off_loop(load_pools)())
+        await self._reload_pools()
 
     async def _reload_pools(self) -> None:
         self.pools.replace(await off_loop(load_pools)())
