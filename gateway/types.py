@@ -2,9 +2,9 @@
 
 A request keeps the client's body in the client's shape (`ModelRequest.body`): on a
 same-shape route it goes to the vendor as it came, but for the fields Tollgate owns; across
-shapes it is translated (gateway/shapes/translate.py). Answers and stream events likewise
-keep the vendor's own JSON (`Completion.data`, `Chunk.event`) beside what Tollgate reads
-from them (text, finish reason, usage).
+shapes it is translated (gateway/shapes/requests_to_*.py, responses_requests.py). Answers and
+stream events likewise keep the vendor's own JSON (`Completion.data`, `Chunk.event`) beside
+what Tollgate reads from them (text, finish reason, usage).
 """
 
 from __future__ import annotations

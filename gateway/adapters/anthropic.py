@@ -5,7 +5,8 @@ from __future__ import annotations
 import orjson
 
 from gateway.adapters.base import CallTarget, HttpProvider, ProviderError
-from gateway.shapes import anthropic as shape
+from gateway.shapes import anthropic as anthropic_shape
+from gateway.shapes.anthropic import ANTHROPIC_SHAPE
 from gateway.types import ANTHROPIC, Chunk, Completion, ModelRequest
 
 
@@ -22,7 +23,7 @@ class AnthropicStream:
             raise ProviderError("upstream stream error event", retryable=True, status=529)
         if event == "ping":
             return None  # a keep-alive: ours are the bytes we send
-        return shape.chunk_from_event(event, orjson.loads(data))
+        return anthropic_shape.chunk_from_event(event, orjson.loads(data))
 
 
 class AnthropicProvider(HttpProvider):
@@ -35,12 +36,12 @@ class AnthropicProvider(HttpProvider):
     def headers(self, api_key: str) -> dict[str, str]:
         return {
             "x-api-key": api_key,
-            "anthropic-version": shape.API_VERSION,
+            "anthropic-version": anthropic_shape.API_VERSION,
             "content-type": "application/json",
         }
 
     def body(self, req: ModelRequest, target: CallTarget) -> bytes:
-        return shape.vendor_body(
+        return ANTHROPIC_SHAPE.vendor_body(
             target.payload,
             upstream_model=target.upstream_model,
             max_tokens=target.max_tokens,
@@ -49,7 +50,7 @@ class AnthropicProvider(HttpProvider):
         )
 
     def completion(self, data: dict, req: ModelRequest, target: CallTarget) -> Completion:
-        return shape.completion_from_vendor(data, model=req.model)
+        return ANTHROPIC_SHAPE.completion_from_vendor(data, model=req.model)
 
     def decoder(self, target: CallTarget) -> AnthropicStream:
         return AnthropicStream()

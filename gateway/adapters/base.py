@@ -7,7 +7,7 @@ ProviderError. Retries, deadlines, breakers, keys and money belong to the orches
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -54,8 +54,9 @@ class Provider(Protocol):
 
     async def complete(self, req: ModelRequest, target: CallTarget) -> Completion: ...
 
-    def stream(self, req: ModelRequest, target: CallTarget) -> AsyncIterator[list[Chunk]]:
-        """The answer's chunks, in lists: those that arrived together (never an empty list)."""
+    def stream(self, req: ModelRequest, target: CallTarget) -> AsyncGenerator[list[Chunk], None]:
+        """The answer's chunks, in lists: those that arrived together (never an empty list).
+        An async generator: the orchestrator closes it (`aclose`) when it gives up on it."""
         ...
 
 
@@ -214,7 +215,9 @@ class HttpProvider:
             raise ProviderError("upstream sent malformed JSON", retryable=True)
         return data
 
-    async def stream(self, req: ModelRequest, target: CallTarget) -> AsyncIterator[list[Chunk]]:
+    async def stream(
+        self, req: ModelRequest, target: CallTarget
+    ) -> AsyncGenerator[list[Chunk], None]:
         try:
             response = await self._post(req, target)
         except (*TRANSPORT_ERRORS, TimeoutError) as exc:

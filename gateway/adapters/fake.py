@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 
 from gateway.adapters.base import CallTarget, ProviderError, error_for_status
@@ -105,17 +105,22 @@ class FakeProvider:
             shape=OPENAI, data=data, text=text, finish_reason=finish, usage=usage, model=req.model
         )
 
-    async def stream(self, req: ModelRequest, target: CallTarget) -> AsyncIterator[list[Chunk]]:
+    async def stream(
+        self, req: ModelRequest, target: CallTarget
+    ) -> AsyncGenerator[list[Chunk], None]:
         self.calls.append(Call(target.api_key, target.upstream_model, stream=True))
         fault = self._take_fault(target)
         await self._before_answer(fault)
         words, finish, usage = self._answer(req, target)
-        kind = fault.kind if fault is not None else ""
         yield [_chunk({"role": "assistant", "content": ""})]
         for sent, word in enumerate(words):
-            if kind == "fail_after_tokens" and sent == fault.after_tokens:
+            if (
+                fault is not None
+                and fault.kind == "fail_after_tokens"
+                and sent == fault.after_tokens
+            ):
                 raise ProviderError("the fake vendor's stream broke", retryable=False)
-            if kind == "slow":
+            if fault is not None and fault.kind == "slow":
                 await asyncio.sleep(fault.delay_ms / 1000)
             yield [_chunk({"content": word}, text=word)]
         done = _chunk({}, finish=finish)

@@ -7,21 +7,22 @@ request reaches it translated into chat completions.
 
 from __future__ import annotations
 
-from types import ModuleType
-
 import orjson
 
 from gateway.adapters.base import CallTarget, HttpProvider, ProviderError
-from gateway.shapes import embeddings as embeddings_shape
 from gateway.shapes import openai as chat_shape
 from gateway.shapes import responses as responses_shape
+from gateway.shapes.embeddings import EMBEDDINGS_SHAPE
+from gateway.shapes.openai import OPENAI_SHAPE
+from gateway.shapes.protocols import VendorShape
+from gateway.shapes.responses import RESPONSES_SHAPE
 from gateway.types import EMBEDDINGS, OPENAI, RESPONSES, Chunk, Completion, ModelRequest
 
-# Each API: its path under the base URL, and the shape module that speaks its bodies.
-APIS: dict[str, tuple[str, ModuleType]] = {
-    OPENAI: ("/chat/completions", chat_shape),
-    RESPONSES: ("/responses", responses_shape),
-    EMBEDDINGS: ("/embeddings", embeddings_shape),
+# Each API: its path under the base URL, and the shape that speaks its bodies.
+APIS: dict[str, tuple[str, VendorShape]] = {
+    OPENAI: ("/chat/completions", OPENAI_SHAPE),
+    RESPONSES: ("/responses", RESPONSES_SHAPE),
+    EMBEDDINGS: ("/embeddings", EMBEDDINGS_SHAPE),
 }
 
 

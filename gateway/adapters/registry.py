@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Protocol
+
 import aiohttp
 
 from gateway.adapters.anthropic import AnthropicProvider
@@ -11,7 +13,14 @@ from gateway.adapters.openai import OpenAICompatibleProvider, OpenAIProvider
 from gateway.adapters.openrouter import OpenRouterProvider
 from providers.models import ProviderKind
 
-ADAPTERS = {
+
+class AdapterClass(Protocol):
+    """What every adapter class is: built from a profile's base URL and the shared session."""
+
+    def __call__(self, *, base_url: str, session: aiohttp.ClientSession) -> Provider: ...
+
+
+ADAPTERS: dict[str, AdapterClass] = {
     ProviderKind.OPENAI: OpenAIProvider,
     ProviderKind.OPENAI_COMPATIBLE: OpenAICompatibleProvider,
     ProviderKind.ANTHROPIC: AnthropicProvider,

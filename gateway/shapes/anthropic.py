@@ -7,12 +7,14 @@ Refusals on these routes come back in Anthropic's error shape, carrying our code
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import orjson
 
 from core.errors import GatewayError, InvalidRequest
-from gateway.shapes import translate
+from gateway.shapes.chat_answers import openai_completion_to_anthropic
+from gateway.shapes.chat_streams import OpenAIStreamToAnthropic
 from gateway.shapes.common import (
     ANTHROPIC_OWNED,
     PromptMeasure,
@@ -56,7 +58,8 @@ ROLES = frozenset({"user", "assistant"})
 SURCHARGED_TOOLS = ("web_search", "web_fetch", "code_execution")
 SURCHARGED_FIELDS = ("mcp_servers", "container")
 METADATA_FIELDS = frozenset({"user_id"})
-STOP_FROM_VENDOR = {
+# Looked up with the vendor's `stop_reason`, which may be null.
+STOP_FROM_VENDOR: dict[str | None, str] = {
     "end_turn": "stop",
     "stop_sequence": "stop",
     "pause_turn": "stop",
@@ -235,7 +238,7 @@ def chunk_from_event(event: str, data: dict) -> Chunk | None:
 
 
 def render_completion(c: Completion, *, request_id: str, req: ModelRequest) -> bytes:
-    data = c.data if c.shape == ANTHROPIC else translate.openai_completion_to_anthropic(c.data)
+    data = c.data if c.shape == ANTHROPIC else openai_completion_to_anthropic(c.data)
     return orjson.dumps({**data, "id": f"msg_{request_id}", "model": c.model})
 
 
@@ -265,16 +268,17 @@ class StreamRenderer:
 
     def __init__(self, *, request_id: str, model: str) -> None:
         self._ids = {"id": f"msg_{request_id}", "model": model}
-        self._translator: translate.OpenAIStreamToAnthropic | None = None
+        self._translator: OpenAIStreamToAnthropic | None = None
 
     def chunk(self, chunk: Chunk) -> bytes:
         if chunk.event is None:
             return b""
+        events: Sequence[dict]
         if chunk.shape == ANTHROPIC:
             events = (chunk.event,)
         else:
             if self._translator is None:
-                self._translator = translate.OpenAIStreamToAnthropic()
+                self._translator = OpenAIStreamToAnthropic()
             events = self._translator.feed(chunk.event)
         return b"".join(_event(self._named(event)) for event in events)
 
@@ -294,3 +298,16 @@ class StreamRenderer:
 
 def stream_renderer(req: ModelRequest, *, request_id: str, model: str) -> StreamRenderer:
     return StreamRenderer(request_id=request_id, model=model)
+
+
+class AnthropicShape:
+    """The messages shape, as the pipeline (ClientShape) and the adapters (VendorShape) use it."""
+
+    parse_request = staticmethod(parse_request)
+    render_completion = staticmethod(render_completion)
+    stream_renderer = staticmethod(stream_renderer)
+    vendor_body = staticmethod(vendor_body)
+    completion_from_vendor = staticmethod(completion_from_vendor)
+
+
+ANTHROPIC_SHAPE = AnthropicShape()

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.conf import settings
-
 from core.errors import InvalidRequest
+
+# The most distinct models a caller's chain may name (TOLLGATE_MAX_ROUTE, whose default this
+# is). The shapes read no settings: gateway/apps.py sets it from the setting at start-up.
+MAX_ROUTE = 2
 
 TEXT_PART_FIELDS = frozenset({"type", "text"})
 # Set by Tollgate on every vendor call, in either shape: the model mapped, the output cap
@@ -203,8 +205,8 @@ def _decoded_bytes(part: dict) -> int:
 def model_chain(model: Any, fallback: Any) -> tuple[str, ...]:
     """Return the client's chain: `"a,b"` in order, then the fallback model(s).
 
-    The whole chain holds at most TOLLGATE_MAX_ROUTE distinct models: each link may cost
-    two vendor calls and its own hold, so a long list is refused before any vendor sees it.
+    The whole chain holds at most MAX_ROUTE distinct models: each link may cost two vendor
+    calls and its own hold, so a long list is refused before any vendor sees it.
     """
     if not isinstance(model, str) or not model.strip():
         raise InvalidRequest("'model' is required.")
@@ -216,7 +218,7 @@ def model_chain(model: Any, fallback: Any) -> tuple[str, ...]:
     if not chain:
         raise InvalidRequest("'model' is required.")
     models = tuple(dict.fromkeys(chain))
-    limit = settings.TOLLGATE["MAX_ROUTE"]
+    limit = MAX_ROUTE
     if len(models) > limit:
         raise InvalidRequest(
             f"The route list names {len(models)} models; at most {limit} are allowed "

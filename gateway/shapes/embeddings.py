@@ -8,7 +8,7 @@ token; there are no output tokens, so the hold is the prompt's bound alone.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NoReturn
 
 import orjson
 
@@ -115,3 +115,22 @@ def completion_from_vendor(data: dict, *, model: str) -> Completion:
 
 def render_completion(c: Completion, *, request_id: str, req: ModelRequest) -> bytes:
     return orjson.dumps({**c.data, "model": c.model})
+
+
+def stream_renderer(req: ModelRequest, *, request_id: str, model: str) -> NoReturn:
+    """Refuse: an embeddings answer is never streamed (parse_request never asks for one)."""
+    raise ValueError("An embeddings answer is never streamed.")
+
+
+class EmbeddingsShape:
+    """The embeddings shape, as the pipeline (ClientShape) and the adapters (VendorShape) use
+    it."""
+
+    parse_request = staticmethod(parse_request)
+    render_completion = staticmethod(render_completion)
+    stream_renderer = staticmethod(stream_renderer)
+    vendor_body = staticmethod(vendor_body)
+    completion_from_vendor = staticmethod(completion_from_vendor)
+
+
+EMBEDDINGS_SHAPE = EmbeddingsShape()

@@ -14,10 +14,12 @@ from gateway.types import Chunk, Completion, ModelRequest, Usage
 ENVELOPE_FIELDS = ("group", "request_id")
 
 
-def parse_request(data: dict, *, stream: bool | None) -> ModelRequest:
+def parse_request(
+    data: dict, *, stream: bool | None = None, fallback_header: str | None = None
+) -> ModelRequest:
     """Parse the body without its envelope; `stream`, unless None, is the route's choice."""
     body = {k: v for k, v in data.items() if k not in ENVELOPE_FIELDS}
-    req = openai_shape.parse_text_request(body)
+    req = openai_shape.parse_text_request(body, fallback_header=fallback_header)
     return req if stream is None else replace(req, stream=stream)
 
 
@@ -61,3 +63,14 @@ class StreamRenderer:
 
 def stream_renderer(req: ModelRequest, *, request_id: str, model: str) -> StreamRenderer:
     return StreamRenderer(request_id=request_id, model=model)
+
+
+class InternalShape:
+    """The internal routes' shape, as the pipeline uses it (a ClientShape)."""
+
+    parse_request = staticmethod(parse_request)
+    render_completion = staticmethod(render_completion)
+    stream_renderer = staticmethod(stream_renderer)
+
+
+INTERNAL_SHAPE = InternalShape()

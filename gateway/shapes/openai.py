@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import orjson
 
 from core.errors import GatewayError, InvalidRequest
-from gateway.shapes import translate
+from gateway.shapes.chat_answers import anthropic_message_to_openai
+from gateway.shapes.chat_streams import AnthropicStreamToOpenAI
 from gateway.shapes.common import (
     OPENAI_OWNED,
     PromptMeasure,
@@ -141,7 +143,7 @@ def surcharged(body: dict) -> str | None:
     return None
 
 
-def parse_text_request(body: dict) -> ModelRequest:
+def parse_text_request(body: dict, *, fallback_header: str | None = None) -> ModelRequest:
     """Parse a body of plain text turns only (the internal routes answer text)."""
     refuse_unknown(body, TEXT_FIELDS)
     if body.get("n") not in (None, 1):
@@ -149,7 +151,7 @@ def parse_text_request(body: dict) -> ModelRequest:
     for index, message in enumerate(checked_messages(body, roles=TEXT_ROLES)):
         refuse_unknown(message, frozenset({"role", "content"}), where=f"messages[{index}]: ")
         text_of(message.get("content"), where=f"messages[{index}]")
-    return parse_request(body)
+    return parse_request(body, fallback_header=fallback_header)
 
 
 # ---- vendor side: what an OpenAI-shaped upstream is sent and answers ----
@@ -265,7 +267,7 @@ def chunk_from_vendor(data: dict) -> Chunk:
 
 
 def render_completion(c: Completion, *, request_id: str, req: ModelRequest) -> bytes:
-    data = c.data if c.shape == OPENAI else translate.anthropic_message_to_openai(c.data)
+    data = c.data if c.shape == OPENAI else anthropic_message_to_openai(c.data)
     return orjson.dumps({**data, "id": f"chatcmpl-{request_id}", "model": c.model})
 
 
@@ -282,18 +284,17 @@ class StreamRenderer:
         }
         self._ids = {"id": self._head["id"], "model": model}  # over the vendor's own
         self._include_usage = include_usage
-        self._translator: translate.AnthropicStreamToOpenAI | None = None
+        self._translator: AnthropicStreamToOpenAI | None = None
 
     def chunk(self, chunk: Chunk) -> bytes:
         if chunk.event is None:
             return b""
+        events: Sequence[dict]
         if chunk.shape == OPENAI:
             events = (chunk.event,)
         else:
             if self._translator is None:
-                self._translator = translate.AnthropicStreamToOpenAI(
-                    include_usage=self._include_usage
-                )
+                self._translator = AnthropicStreamToOpenAI(include_usage=self._include_usage)
             events = self._translator.feed(chunk.event)
         out = []
         for event in events:
@@ -313,3 +314,17 @@ class StreamRenderer:
 
 def stream_renderer(req: ModelRequest, *, request_id: str, model: str) -> StreamRenderer:
     return StreamRenderer(request_id=request_id, model=model, include_usage=req.include_usage)
+
+
+class OpenAIShape:
+    """The chat-completions shape, as the pipeline (ClientShape) and the adapters (VendorShape)
+    use it."""
+
+    parse_request = staticmethod(parse_request)
+    render_completion = staticmethod(render_completion)
+    stream_renderer = staticmethod(stream_renderer)
+    vendor_body = staticmethod(vendor_body)
+    completion_from_vendor = staticmethod(completion_from_vendor)
+
+
+OPENAI_SHAPE = OpenAIShape()

@@ -4,7 +4,8 @@ Served natively by OpenAI-kind vendors: the body goes as it came but for the fie
 Tollgate owns (the model mapped, the output cap the hold assumed, the caller label as the
 safety identifier, `store` false), and the answer and its typed events come back with only
 the response's id and model mapped. On vendors that speak chat completions only, and on
-Anthropic's, it is translated (gateway/shapes/responses_chat.py, then translate.py).
+Anthropic's, it is translated (gateway/shapes/responses_requests.py, then
+requests_to_anthropic.py; answers back through responses_answers.py and responses_streams.py).
 
 Tollgate keeps no responses. `store` goes to every vendor as false: a response kept at the
 vendor under the platform's key would be another tenant's to read. So a client asking to
@@ -21,7 +22,8 @@ from typing import Any
 import orjson
 
 from core.errors import GatewayError, InvalidRequest
-from gateway.shapes import responses_chat, translate
+from gateway.shapes.chat_answers import anthropic_message_to_openai
+from gateway.shapes.chat_streams import AnthropicStreamToOpenAI
 from gateway.shapes.common import (
     RESPONSES_OWNED,
     RESPONSES_STATEFUL,
@@ -32,6 +34,8 @@ from gateway.shapes.common import (
     optional_max_tokens,
     unknown_fields,
 )
+from gateway.shapes.responses_answers import chat_completion_to_response
+from gateway.shapes.responses_streams import ChatStreamToResponses
 from gateway.types import ANTHROPIC, OPENAI, RESPONSES, Chunk, Completion, ModelRequest, Usage
 
 OWNED = RESPONSES_OWNED
@@ -251,11 +255,9 @@ def render_completion(c: Completion, *, request_id: str, req: ModelRequest) -> b
     rid = response_id(request_id)
     if c.shape == RESPONSES:
         return orjson.dumps({**c.data, "id": rid, "model": c.model})
-    chat = c.data if c.shape == OPENAI else translate.anthropic_message_to_openai(c.data)
+    chat = c.data if c.shape == OPENAI else anthropic_message_to_openai(c.data)
     return orjson.dumps(
-        responses_chat.chat_completion_to_response(
-            chat, response_id=rid, model=c.model, request=req.body
-        )
+        chat_completion_to_response(chat, response_id=rid, model=c.model, request=req.body)
     )
 
 
@@ -269,8 +271,8 @@ class StreamRenderer:
         self._model = model
         self._request = request
         self._next_sequence = 0
-        self._to_responses: responses_chat.ChatStreamToResponses | None = None
-        self._to_chat: translate.AnthropicStreamToOpenAI | None = None
+        self._to_responses: ChatStreamToResponses | None = None
+        self._to_chat: AnthropicStreamToOpenAI | None = None
 
     def chunk(self, chunk: Chunk) -> bytes:
         if chunk.event is None:
@@ -280,14 +282,14 @@ class StreamRenderer:
         chats = [chunk.event]
         if chunk.shape == ANTHROPIC:
             if self._to_chat is None:
-                self._to_chat = translate.AnthropicStreamToOpenAI(include_usage=True)
+                self._to_chat = AnthropicStreamToOpenAI(include_usage=True)
             chats = self._to_chat.feed(chunk.event)
         translator = self._translator()
         return self._events([event for chat in chats for event in translator.feed(chat)])
 
-    def _translator(self) -> responses_chat.ChatStreamToResponses:
+    def _translator(self) -> ChatStreamToResponses:
         if self._to_responses is None:
-            self._to_responses = responses_chat.ChatStreamToResponses(
+            self._to_responses = ChatStreamToResponses(
                 response_id=self._id, model=self._model, request=self._request
             )
         return self._to_responses
@@ -338,3 +340,17 @@ class StreamRenderer:
 
 def stream_renderer(req: ModelRequest, *, request_id: str, model: str) -> StreamRenderer:
     return StreamRenderer(request_id=request_id, model=model, request=req.body)
+
+
+class ResponsesShape:
+    """The Responses API's shape, as the pipeline (ClientShape) and the adapters (VendorShape)
+    use it."""
+
+    parse_request = staticmethod(parse_request)
+    render_completion = staticmethod(render_completion)
+    stream_renderer = staticmethod(stream_renderer)
+    vendor_body = staticmethod(vendor_body)
+    completion_from_vendor = staticmethod(completion_from_vendor)
+
+
+RESPONSES_SHAPE = ResponsesShape()

@@ -26,13 +26,10 @@ from openai.types.responses import Response, ResponseStreamEvent, ResponseTextCo
 from openai.types.responses.response_create_params import ResponseCreateParamsNonStreaming
 from pydantic import BaseModel
 
-from gateway.shapes.responses_chat import (
-    ChatStreamToResponses,
-    chat_completion_to_response,
-    responses_request_to_chat,
-    usage_from_chat,
-)
-from gateway.shapes.translate import openai_request_to_anthropic
+from gateway.shapes.requests_to_anthropic import openai_request_to_anthropic
+from gateway.shapes.responses_answers import chat_completion_to_response, usage_from_chat
+from gateway.shapes.responses_requests import responses_request_to_chat
+from gateway.shapes.responses_streams import ChatStreamToResponses
 from tests.unit.gateway.test_translate import refusal, sdk_errors
 
 VENDOR = "groq"

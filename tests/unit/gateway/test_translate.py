@@ -22,17 +22,15 @@ from pydantic import TypeAdapter
 from typing_extensions import get_type_hints, is_typeddict
 
 from core.errors import InvalidRequest
-from gateway.shapes.translate import (
-    JSON_TOOL,
-    AnthropicStreamToOpenAI,
-    OpenAIStreamToAnthropic,
+from gateway.shapes.chat_answers import (
     anthropic_message_to_openai,
-    anthropic_request_to_openai,
     anthropic_usage_from_openai,
     openai_completion_to_anthropic,
-    openai_request_to_anthropic,
     openai_usage_from_anthropic,
 )
+from gateway.shapes.chat_streams import AnthropicStreamToOpenAI, OpenAIStreamToAnthropic
+from gateway.shapes.requests_to_anthropic import JSON_TOOL, openai_request_to_anthropic
+from gateway.shapes.requests_to_openai import anthropic_request_to_openai
 
 # ---------------------------------------------------------------- SDK shapes, strictly
 
