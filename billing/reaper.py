@@ -8,7 +8,7 @@ from django.utils import timezone
 
 from billing import ledger
 from billing.models import Reservation, SpendHold
-from billing.sqlexec import run_sync
+from core.sqlexec import run_sync
 
 
 def expire_stale_holds(*, now: datetime | None = None) -> tuple[int, int]:
@@ -18,8 +18,9 @@ def expire_stale_holds(*, now: datetime | None = None) -> tuple[int, int]:
     same transaction), so what is still pending past its expiry belongs to a request whose
     row never arrived. One whose vendor call was sent was served: it is charged at its hold,
     marked unmeasured (billing.ledger.reap_reservation / reap_hold); one whose call never
-    left is released at 0. Run after draining the usage journal (usage.tasks does), so late
-    rows settle at their measured cost first.
+    left is released at 0. Run after storing the usage journal (the task billing
+    .expire_stale_holds does, through billing.feed), so late rows settle at their measured
+    cost first.
     """
     now = now or timezone.now()
     reservations = sum(

@@ -1,15 +1,16 @@
-"""Bandwidth reconciliation's money: correct the counters to what stored usage rows say.
+"""Bandwidth reconciliation: correct the counters to what stored usage rows say.
 
 A usage row is settled in the transaction that stores it (billing/settlement.py): its
 settled-request marker is inserted and the counters move by what the row says; whoever
 inserts a request's marker charges it, nobody charges it again. Reconciliation is handed,
 per window, the rows whose marker is missing or disagrees (usage walks the windows and reads
-its rows; billing never reads usage): a charged row without a marker (stored by a path that
-did not settle: an older release during a rolling deploy, an import, a bug) is charged now,
-token cost included (billing.ledger.charge); a marker whose bandwidth disagrees with its row
-is corrected by the difference (billing.ledger.charge_bandwidth). Both decide under their
-own compare-and-set, so a row handed in needlessly, or twice, changes nothing. Each group's
-correction is one transaction with one SpendAdjustment row recording it.
+its rows through billing.feed; billing never reads usage): a charged row without a marker
+(stored by a path that did not settle: an older release during a rolling deploy, an import,
+a bug) is charged now, token cost included (billing.ledger.charge); a marker whose bandwidth
+disagrees with its row is corrected by the difference (billing.ledger.charge_bandwidth).
+Both decide under their own compare-and-set, so a row handed in needlessly, or twice,
+changes nothing. Each group's correction is one transaction with one SpendAdjustment row
+recording it; the drift of a run is set on core.metrics.RECONCILE_DRIFT.
 """
 
 from __future__ import annotations
@@ -25,22 +26,13 @@ from django.utils import timezone
 
 from accounts.models import Group
 from billing import ledger
+from billing.feed import LoggedCharge, usage_feed
 from billing.models import SettledRequest, SpendAdjustment
-from billing.sqlexec import run_sync
+from core import metrics
+from core.money import spend_micro
+from core.sqlexec import run_sync
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class LoggedCharge:
-    """What one stored usage row says its request was charged."""
-
-    request_id: str
-    group_id: int
-    api_key_id: int | None
-    bandwidth_micro: int
-    cost_micro: int
-    marked_bandwidth_micro: int | None  # the marker's bandwidth when read; None: no marker
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,7 +54,7 @@ class Drift:
     @property
     def spent_micro(self) -> int:
         """What the correction added to the group's spent."""
-        return self.amount_micro + self.unsettled_cost_micro
+        return spend_micro(cost_micro=self.unsettled_cost_micro, bandwidth_micro=self.amount_micro)
 
 
 def _correct(rows: list[LoggedCharge], *, now: datetime) -> ledger.Program:
@@ -151,4 +143,20 @@ def reconcile_window(
             cost,
         )
         drifts.append(drift)
+    return drifts
+
+
+def bandwidth_reconcile(*, now: datetime | None = None) -> list[Drift]:
+    """Reconcile every closed window of the usage log not reconciled yet; report the drift
+    as a metric."""
+    drifts = usage_feed().reconcile_windows(reconcile_window, now=now)
+    total = sum(d.amount_micro for d in drifts)
+    metrics.RECONCILE_DRIFT.set(total)
+    log.info(
+        "bandwidth reconciliation: %d window-group(s) drifted, %d micro-USD of bandwidth "
+        "and %d of unsettled token cost corrected",
+        len(drifts),
+        total,
+        sum(d.unsettled_cost_micro for d in drifts),
+    )
     return drifts

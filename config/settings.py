@@ -510,8 +510,8 @@ CELERY_BEAT_SCHEDULE: dict = {
         "task": "usage.flush_events",
         "schedule": float(TOLLGATE["USAGE_WINDOW_S"]),
     },
-    "usage-reconcile-bandwidth": {
-        "task": "usage.reconcile_bandwidth",
+    "billing-reconcile-bandwidth": {
+        "task": "billing.reconcile_bandwidth",
         "schedule": float(TOLLGATE["USAGE_WINDOW_S"]),
     },
     # Closed days' rollups against their rows: one day's work at most once a day, so hourly.
@@ -530,8 +530,8 @@ CELERY_BEAT_SCHEDULE: dict = {
         "task": "billing.roll_periods",
         "schedule": float(TOLLGATE["BUDGET_ROLL_S"]),
     },
-    "usage-deliver-budget-alerts": {
-        "task": "usage.deliver_budget_alerts",
+    "billing-deliver-budget-alerts": {
+        "task": "billing.deliver_budget_alerts",
         "schedule": float(TOLLGATE["BUDGET_ALERTS_S"]),
     },
     "billing-expire-stale-holds": {

@@ -44,6 +44,12 @@ def bandwidth_charge_micro(*, total_bytes: int, micro_per_gb: int) -> int:
     return ceil_div(total_bytes * micro_per_gb, BYTES_PER_GB)
 
 
+def spend_micro(*, cost_micro: int, bandwidth_micro: int) -> int:
+    """Return what requests cost their tenant, the spend budgets count: the provider cost
+    plus the bandwidth charge."""
+    return cost_micro + bandwidth_micro
+
+
 def with_margin_micro(amount_micro: int, *, margin_pct: int) -> int:
     """Return an amount times a safety margin given in percent (120 = x1.2), rounded up."""
     return ceil_div(amount_micro * margin_pct, 100)

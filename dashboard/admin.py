@@ -15,7 +15,7 @@ from accounts.logins import password_link_issue
 from accounts.models import Account, Membership
 from billing.selectors import in_flight
 from core.admin_views import Dollars, dollars
-from dashboard.selectors import Overview, api_keys_of_account, overview
+from dashboard.selectors import Overview, api_keys_of_account, overview, spend_micro
 from usage.selectors import usage_totals
 
 
@@ -150,7 +150,7 @@ class AccountAdmin(Dollars, admin.ModelAdmin):
             "today {} ({} requests); this month (UTC) {} ({} requests)",
             dollars(view.today_micro),
             view.requests_today,
-            dollars(totals["provider_cost_micro"] + totals["bandwidth_charge_micro"]),
+            dollars(spend_micro(totals)),
             totals["requests"],
         )
 

@@ -13,6 +13,7 @@ from accounts.models import Account, ApiKey, Group, Membership
 from billing.models import BudgetPeriod, Wallet
 from billing.selectors import budget_periods
 from byok.models import KeyPool, TeamKey
+from core import money
 from providers.models import ProviderModel
 from usage.selectors import usage_totals, usage_zero_totals
 
@@ -31,8 +32,10 @@ def local_day_start(account: Account, now: datetime | None = None) -> datetime:
 
 
 def spend_micro(row: dict) -> int:
-    """What a usage total cost the tenant: provider cost plus bandwidth charge."""
-    return row["provider_cost_micro"] + row["bandwidth_charge_micro"]
+    """What a usage total cost the tenant (core.money.spend_micro)."""
+    return money.spend_micro(
+        cost_micro=row["provider_cost_micro"], bandwidth_micro=row["bandwidth_charge_micro"]
+    )
 
 
 @dataclass(frozen=True)
@@ -78,7 +81,7 @@ def overview(*, account: Account, now: datetime | None = None) -> Overview:
         groups.append(
             GroupBudget(
                 group=group,
-                today_micro=t.get("provider_cost_micro", 0) + t.get("bandwidth_charge_micro", 0),
+                today_micro=spend_micro(t) if t else 0,
                 requests_today=t.get("requests", 0),
                 errors_today=t.get("errors", 0),
                 period_micro=group.period_spent_micro(now),

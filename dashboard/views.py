@@ -424,7 +424,6 @@ def usage_detail(request: HttpRequest, account_id: int, request_id: str) -> Http
         seat,
         "dashboard/usage_detail.html",
         log=log,
-        spend_micro=log.provider_cost_micro + log.bandwidth_charge_micro,
         error_meaning=meanings().get(log.error_code, ""),
         attempts=log.attempts.order_by("order"),
     )

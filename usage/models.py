@@ -5,6 +5,7 @@ from __future__ import annotations
 from django.db import models
 from django.utils import timezone
 
+from core.money import spend_micro
 from webfetch.models import URL_MAX_CHARS
 
 
@@ -95,6 +96,13 @@ class UsageLog(models.Model):
 
     def __str__(self) -> str:
         return self.request_id
+
+    @property
+    def spend_micro(self) -> int:
+        """What the request cost its tenant: provider cost plus bandwidth charge."""
+        return spend_micro(
+            cost_micro=self.provider_cost_micro, bandwidth_micro=self.bandwidth_charge_micro
+        )
 
 
 # The sums a rollup keeps, each the total of the usage column of the same name ("requests"

@@ -22,11 +22,11 @@ import logging
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
 from core import partitions as core_partitions
+from core.config import tollgate
 from core.partitions import (
     add_months,
     default_partition,
@@ -104,7 +104,7 @@ def apply_retention(*, now: datetime | None = None, days: int | None = None) -> 
     both tables are detached and dropped when the month ended at or before the cutoff. On
     SQLite the rows before the cutoff are deleted in batches.
     """
-    days = settings.TOLLGATE["USAGE_RETENTION_DAYS"] if days is None else days
+    days = tollgate().usage_retention_days if days is None else days
     if days <= 0:
         return RetentionReport()
     now = now or timezone.now()

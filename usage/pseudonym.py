@@ -15,7 +15,7 @@ import logging
 import secrets
 from datetime import UTC, datetime
 
-from django.conf import settings
+from core.config import tollgate
 
 log = logging.getLogger(__name__)
 _warned = False
@@ -23,7 +23,7 @@ _warned = False
 
 def window_id(now: datetime | None = None, *, window: str | None = None) -> str:
     now = now or datetime.now(UTC)
-    window = window or settings.TOLLGATE["CALLER_WINDOW"]
+    window = window or tollgate().caller_window
     return f"{now.year:04d}" if window == "year" else f"{now.year:04d}-{now.month:02d}"
 
 
@@ -32,7 +32,7 @@ def caller_label(raw_id: str | None, *, now: datetime | None = None) -> str | No
     global _warned
     if not raw_id:
         return None
-    key = settings.TOLLGATE["CALLER_KEY"]
+    key = tollgate().caller_key
     if not key:
         if not _warned:
             _warned = True

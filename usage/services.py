@@ -1,5 +1,5 @@
-"""Usage writes run by the periodic tasks: events per window, their delivery, bandwidth
-reconciliation, and the journal drain.
+"""Usage writes run by the periodic tasks: events per window, their delivery, the journal
+drain, and the usage log as billing's periodic work reads it (billing.feed).
 
 Windows. Both the event flush and reconciliation walk the usage log in windows of
 TOLLGATE_USAGE_WINDOW_S seconds of `stored_at` (when a row reached the database), aligned to
@@ -13,10 +13,11 @@ and advances the cursor in the same transaction, so a retried task or a second w
 the window done. UsageEvent's unique (window_start, group_id) is the backstop where row locks
 do not exist (SQLite): a second insert of a window's events is ignored, never duplicated.
 
-Reconciliation. Its money lives in billing (billing/reconcile.py: a row nobody settled is
-charged, a marker that disagrees with its row corrected, one SpendAdjustment per group and
-window); usage walks the windows and hands each window's rows to it, then sets the drift
-on core.metrics.RECONCILE_DRIFT. A rerun of a window finds nothing to do.
+Reconciliation is billing's (billing/reconcile.py, the task billing.reconcile_bandwidth: a
+row nobody settled is charged, a marker that disagrees with its row corrected, one
+SpendAdjustment per group and window). Usage walks the windows under its cursor and hands
+each window's rows whose charge may be off to billing's reconciler. A rerun of a window
+finds nothing to do.
 """
 
 from __future__ import annotations
@@ -37,11 +38,21 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 from jsonschema import Draft202012Validator
 
-from billing.reconcile import Drift, LoggedCharge, reconcile_window
+from billing.feed import LoggedCharge, WindowReconciler
 from billing.selectors import marked_bandwidth
-from core import metrics
+from core.config import tollgate
+from core.sinks import (
+    DELIVERY_BATCH,
+    DELIVERY_LEASE_S,
+    MAX_DELIVERY_ATTEMPTS,
+    DeliveryReport,
+    Sink,
+    SinkError,
+    backoff_s,
+    configured_sink,
+    rfc3339,
+)
 from usage.models import UsageCursor, UsageEvent, UsageLog
-from usage.sinks import Sink, SinkError, configured_sink
 from usage.writer import drain_journal_sync
 
 log = logging.getLogger(__name__)
@@ -63,11 +74,6 @@ UNITS = (
     "web_rendered_pages",
     "web_queries",
 )
-MAX_DELIVERY_ATTEMPTS = 10
-BACKOFF_BASE_S = 30
-BACKOFF_MAX_S = 3600
-DELIVERY_LEASE_S = 120  # a sender that died mid-delivery gives the event back after this
-DELIVERY_BATCH = 200
 
 T = TypeVar("T")
 
@@ -93,7 +99,7 @@ def window_floor(moment: datetime, *, window_s: int) -> datetime:
 
 def _next_closed_window(position: datetime | None, *, now: datetime) -> Window | None:
     """Return the first window after `position` that has rows and is closed, or None."""
-    window_s = settings.TOLLGATE["USAGE_WINDOW_S"]
+    window_s = tollgate().usage_window_s
     rows = UsageLog.objects.filter(group_id__isnull=False)
     if position is not None:
         rows = rows.filter(stored_at__gte=position)
@@ -104,7 +110,7 @@ def _next_closed_window(position: datetime | None, *, now: datetime) -> Window |
     window = Window(
         start=max(start, position) if position else start, end=start + timedelta(seconds=window_s)
     )
-    if window.end + timedelta(seconds=settings.TOLLGATE["USAGE_GRACE_S"]) > now:
+    if window.end + timedelta(seconds=tollgate().usage_grace_s) > now:
         return None
     return window
 
@@ -143,12 +149,6 @@ def event_schema_validator() -> Draft202012Validator:
     schema = orjson.loads(SCHEMA_PATH.read_bytes())
     Draft202012Validator.check_schema(schema)
     return Draft202012Validator(schema)
-
-
-def rfc3339(moment: datetime) -> str:
-    moment = moment.astimezone(UTC)
-    spec = "microseconds" if moment.microsecond else "seconds"
-    return moment.replace(tzinfo=None).isoformat(timespec=spec) + "Z"
 
 
 def _sum(field: str, **extra) -> Coalesce:
@@ -227,18 +227,6 @@ def usage_events_flush(*, now: datetime | None = None) -> int:
 
 
 # ---------------------------------------------------------------- delivery
-
-
-@dataclass(frozen=True, slots=True)
-class DeliveryReport:
-    delivered: int = 0
-    retrying: int = 0
-    failed: int = 0
-
-
-def backoff_s(attempts: int) -> int:
-    """Return the wait before the next try after `attempts` failed ones (30 s, 60 s, ... 1 h)."""
-    return min(BACKOFF_MAX_S, BACKOFF_BASE_S * 2 ** max(0, attempts - 1))
 
 
 def event_body(event: UsageEvent) -> bytes:
@@ -328,11 +316,11 @@ def usage_events_redeliver(*, event_ids: Iterable[int]) -> int:
 # ---------------------------------------------------------------- reconciliation
 
 
-def bandwidth_reconcile_window(window: Window) -> list[Drift]:
-    """Hand a window's rows whose charge may be off to billing to correct; return the drift.
+def bandwidth_reconcile_window(window: Window, *, reconcile: WindowReconciler) -> list:
+    """Hand a window's rows whose charge may be off to billing's `reconcile`; return the drift.
 
     The database narrows the window to rows without a settled marker that owe something and
-    rows whose marker's bandwidth disagrees; billing.reconcile decides under its own locks.
+    rows whose marker's bandwidth disagrees; billing decides under its own locks.
     """
     rows = _rows_in(window)
     off = list(
@@ -359,30 +347,27 @@ def bandwidth_reconcile_window(window: Window) -> list[Drift]:
         .annotate(total=_sum("bandwidth_charge_micro"))
         .values_list("group_id", "total")
     )
-    return reconcile_window(
+    return reconcile(
         window_start=window.start,
         rows=[LoggedCharge(*row) for row in off],
         logged_by_group=logged_by_group,
     )
 
 
-def bandwidth_reconcile(*, now: datetime | None = None) -> list[Drift]:
-    """Reconcile every closed window not reconciled yet; report the drift as a metric."""
-    drifts = [
-        d
-        for window_drifts in _walk(RECONCILE_CURSOR, bandwidth_reconcile_window, now=now)
-        for d in window_drifts
+def bandwidth_windows_reconcile(
+    reconcile: WindowReconciler, *, now: datetime | None = None
+) -> list:
+    """Hand every closed window not reconciled yet to `reconcile`, once each, in order;
+    return the drift found."""
+    return [
+        drift
+        for drifts in _walk(
+            RECONCILE_CURSOR,
+            lambda window: bandwidth_reconcile_window(window, reconcile=reconcile),
+            now=now,
+        )
+        for drift in drifts
     ]
-    total = sum(d.amount_micro for d in drifts)
-    metrics.RECONCILE_DRIFT.set(total)
-    log.info(
-        "bandwidth reconciliation: %d window-group(s) drifted, %d micro-USD of bandwidth "
-        "and %d of unsettled token cost corrected",
-        len(drifts),
-        total,
-        sum(d.unsettled_cost_micro for d in drifts),
-    )
-    return drifts
 
 
 # ---------------------------------------------------------------- the journal
@@ -393,3 +378,19 @@ def usage_journal_drain() -> int:
     if not settings.REDIS_URL:
         return 0  # no journal: embedded gateways flush their own memory
     return drain_journal_sync(settings.REDIS_URL)
+
+
+# ---------------------------------------------------------------- billing's view of usage
+
+
+class UsageLogFeed:
+    """The usage log as billing's periodic work reads it (billing.feed.UsageFeed), registered
+    by usage/apps.py: billing never imports usage."""
+
+    def store_journaled(self) -> int:
+        return usage_journal_drain()
+
+    def reconcile_windows(
+        self, reconcile: WindowReconciler, *, now: datetime | None = None
+    ) -> list:
+        return bandwidth_windows_reconcile(reconcile, now=now)

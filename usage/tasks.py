@@ -3,16 +3,11 @@ and to run on several workers at once."""
 
 from __future__ import annotations
 
-import logging
-
 from celery import shared_task
 from django.db import DatabaseError
 
 from billing import partitions as billing_partitions
-from billing.reaper import expire_stale_holds as reaper_expire_stale_holds
-from usage import alerts, partitions, rollups, services
-
-log = logging.getLogger(__name__)
+from usage import partitions, rollups, services
 
 RETRY = {"autoretry_for": (DatabaseError,), "retry_backoff": True, "max_retries": 3}
 
@@ -27,23 +22,6 @@ def flush_events() -> dict:
         "delivered": report.delivered,
         "retrying": report.retrying,
         "failed": report.failed,
-    }
-
-
-@shared_task(name="usage.deliver_budget_alerts", **RETRY)
-def deliver_budget_alerts() -> dict:
-    """Send the spend alerts settlement raised (once each, retried with backoff)."""
-    report = alerts.budget_alerts_deliver()
-    return {"delivered": report.delivered, "retrying": report.retrying, "failed": report.failed}
-
-
-@shared_task(name="usage.reconcile_bandwidth", **RETRY)
-def reconcile_bandwidth() -> dict:
-    drifts = services.bandwidth_reconcile()
-    return {
-        "drifted": len(drifts),
-        "bandwidth_micro": sum(d.amount_micro for d in drifts),
-        "spent_micro": sum(d.spent_micro for d in drifts),
     }
 
 
@@ -82,17 +60,5 @@ def apply_retention() -> dict:
 
 @shared_task(name="usage.drain_journal", **RETRY)
 def drain_journal() -> int:
+    """Store every journaled usage row, claiming those a dead gateway read."""
     return services.usage_journal_drain()
-
-
-# The reaper is billing's (billing/reaper.py); its task is registered here, by its billing
-# name, because it drains the usage journal first and billing never imports usage.
-@shared_task(name="billing.expire_stale_holds", **RETRY)
-def expire_stale_holds() -> dict:
-    """Drain the journal first: a late row settles its holds at measured cost; the reaper
-    charges the rest that were sent (unmeasured) and releases those that never left."""
-    services.usage_journal_drain()
-    reservations, holds = reaper_expire_stale_holds()
-    if reservations or holds:
-        log.info("reaped %d reservation(s) and %d spend hold(s)", reservations, holds)
-    return {"reservations": reservations, "holds": holds}

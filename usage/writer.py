@@ -4,10 +4,13 @@ With Redis, each finished request is journaled (one XADD, before the client sees
 of its answer) to a Redis stream; every replica's flusher reads the stream through a
 consumer group and bulk-inserts rows, acknowledging them only after the insert commits.
 Entries a dead replica read but never acknowledged are claimed by the survivors (and by the
-Celery drain task) after TOLLGATE_USAGE_CLAIM_IDLE_MS. Without Redis (embedded runs) rows
-wait in memory. Every replica flushes every TOLLGATE_USAGE_FLUSH_MS. Inserts skip request ids
-already stored, so a replay never duplicates a row; each row gets `stored_at`, the time it
-reached the database, which is what usage events and reconciliation walk.
+Celery drain task) after TOLLGATE_USAGE_CLAIM_IDLE_MS. Both read the stream with one
+consumer, `consume_journal`, written once as a program of steps: the flusher runs it on the
+event loop (Redis through SharedState, the database off the loop), the drain task with a
+plain Redis client. Without Redis (embedded runs) rows wait in memory. Every replica flushes
+every TOLLGATE_USAGE_FLUSH_MS. Inserts skip request ids already stored, so a replay never
+duplicates a row; each row gets `stored_at`, the time it reached the database, which is what
+usage events and reconciliation walk.
 
 No row holds back another. A batch the database refuses for a row's content is stored again
 one row at a time, each with its settlement; a row that still fails DEAD_AFTER_TRIES times
@@ -20,11 +23,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
+from typing import Any
 
 import orjson
 import redis
-from django.conf import settings
 from django.db import DataError, IntegrityError, transaction
 from django.db.models import F
 from django.utils import timezone
@@ -32,6 +36,7 @@ from redis.exceptions import ResponseError
 
 from billing.settlement import settle_rows
 from core import bus
+from core.config import tollgate
 from core.db import off_loop
 from core.metrics import USAGE_DEAD_LETTERS
 from core.shared_state import SharedState, SharedStateDown
@@ -55,12 +60,12 @@ ROW_ERRORS = (DataError, IntegrityError, ValueError, TypeError, KeyError)
 
 
 def flush_every_s() -> float:
-    return settings.TOLLGATE["USAGE_FLUSH_MS"] / 1000
+    return tollgate().usage_flush_ms / 1000
 
 
 def claim_idle_ms() -> int:
     """How long a journal entry read by a replica may stay unacknowledged before others take it."""
-    return settings.TOLLGATE["USAGE_CLAIM_IDLE_MS"]
+    return tollgate().usage_claim_idle_ms
 
 
 def store_rows(records: list[UsageRecord]) -> int:
@@ -240,36 +245,110 @@ class UsageWriter:
 
     async def _drain_journal(self) -> None:
         if not self._group_ready:
-            await self._shared.call(lambda r: ensure_group(r))
+            await self._run(create_group())
             self._group_ready = True
+        program = consume_journal(
+            consumer=bus.REPLICA_ID, idle_ms=claim_idle_ms(), until_empty=False
+        )
+        await self._run(program)
+
+    async def _run(self, program: JournalProgram) -> int:
+        """Run a journal program: Redis through SharedState, the database off the loop."""
+        reply: Any = None
+        failure: Exception | None = None
         while True:
-            entries = await self._shared.call(
-                lambda r: r.xreadgroup(GROUP, bus.REPLICA_ID, {JOURNAL: ">"}, count=BATCH)
-            )
-            messages = entries[0][1] if entries else []
-            claimed = await self._shared.call(
-                lambda r: r.xautoclaim(
-                    JOURNAL, GROUP, bus.REPLICA_ID, claim_idle_ms(), "0-0", count=BATCH
-                )
-            )
-            messages = messages + list(claimed[1])
-            if not messages:
-                return
-            entries = [fields.get(b"row") for _, fields in messages if fields]
-            await off_loop(store_journaled)(entries)
-            ids = [message_id for message_id, _ in messages]
-            await self._shared.call(lambda r, ids=ids: r.xack(JOURNAL, GROUP, *ids))
-            await self._shared.call(lambda r, ids=ids: r.xdel(JOURNAL, *ids))
-            if len(messages) < BATCH:
-                return
+            try:
+                step = program.throw(failure) if failure else program.send(reply)
+            except StopIteration as done:
+                return done.value
+            reply, failure = None, None
+            try:
+                if isinstance(step, RedisStep):
+                    reply = await self._shared.call(step.call)
+                else:
+                    reply = await off_loop(store_journaled)(step.entries)
+            except Exception as exc:
+                failure = exc
 
 
-async def ensure_group(client) -> None:
+# ---------------------------------------------------------------- the journal's one consumer
+
+
+@dataclass(frozen=True, slots=True)
+class RedisStep:
+    """One redis-py call on the journal: the same code for a plain client and an asyncio one."""
+
+    call: Callable[[Any], Any]
+
+
+@dataclass(frozen=True, slots=True)
+class StoreStep:
+    """Store journal entries' rows (store_journaled); the reply is the rows stored."""
+
+    entries: list[bytes | None]
+
+
+# A program yields steps, is sent each step's reply (or thrown its error) and returns the
+# rows it stored; UsageWriter._run and run_journal_sync drive it.
+JournalProgram = Generator[RedisStep | StoreStep, Any, int]
+
+
+def create_group() -> JournalProgram:
+    """Create the writers' consumer group (and the stream) unless it exists."""
     try:
-        await client.xgroup_create(JOURNAL, GROUP, id="0", mkstream=True)
-    except Exception as exc:  # BUSYGROUP: it exists already
-        if "BUSYGROUP" not in str(exc):
+        yield RedisStep(lambda r: r.xgroup_create(JOURNAL, GROUP, id="0", mkstream=True))
+    except ResponseError as exc:
+        if "BUSYGROUP" not in str(exc):  # BUSYGROUP: it exists already
             raise
+    return 0
+
+
+def consume_journal(*, consumer: str, idle_ms: int, until_empty: bool) -> JournalProgram:
+    """Move journaled rows into the database a batch at a time; return the rows stored.
+
+    A batch is the consumer's new entries and those another consumer read but left
+    unacknowledged for `idle_ms` (that reader is taken for dead). Entries are acknowledged and
+    deleted once their rows are stored or dead-lettered; a database that is down raises and
+    leaves them in the journal. The pass ends on a batch that finds nothing, or, unless
+    `until_empty`, on one short of BATCH (the flusher comes back within USAGE_FLUSH_MS).
+    """
+    stored = 0
+    while True:
+        entries = yield RedisStep(
+            lambda r: r.xreadgroup(GROUP, consumer, {JOURNAL: ">"}, count=BATCH)
+        )
+        messages = list(entries[0][1]) if entries else []
+        claimed = yield RedisStep(
+            lambda r: r.xautoclaim(JOURNAL, GROUP, consumer, idle_ms, "0-0", count=BATCH)
+        )
+        messages += list(claimed[1])
+        if not messages:
+            return stored
+        stored += yield StoreStep([fields.get(b"row") for _, fields in messages if fields])
+        ids = [message_id for message_id, _ in messages]
+        yield RedisStep(lambda r, ids=ids: r.xack(JOURNAL, GROUP, *ids))
+        yield RedisStep(lambda r, ids=ids: r.xdel(JOURNAL, *ids))
+        if not until_empty and len(messages) < BATCH:
+            return stored
+
+
+def run_journal_sync(program: JournalProgram, client: redis.Redis) -> int:
+    """Run a journal program with a plain Redis client, in this thread."""
+    reply: Any = None
+    failure: Exception | None = None
+    while True:
+        try:
+            step = program.throw(failure) if failure else program.send(reply)
+        except StopIteration as done:
+            return done.value
+        reply, failure = None, None
+        try:
+            if isinstance(step, RedisStep):
+                reply = step.call(client)
+            else:
+                reply = store_journaled(step.entries)
+        except Exception as exc:
+            failure = exc
 
 
 def drain_journal_sync(
@@ -281,25 +360,10 @@ def drain_journal_sync(
     TOLLGATE_USAGE_CLAIM_IDLE_MS) are claimed: that reader is taken for dead.
     """
     idle_ms = claim_idle_ms() if idle_ms is None else idle_ms
-
     client = redis.Redis.from_url(redis_url)
     try:
-        try:
-            client.xgroup_create(JOURNAL, GROUP, id="0", mkstream=True)
-        except redis.ResponseError as exc:
-            if "BUSYGROUP" not in str(exc):
-                raise
-        stored = 0
-        while True:
-            entries = client.xreadgroup(GROUP, consumer, {JOURNAL: ">"}, count=BATCH)
-            messages = list(entries[0][1]) if entries else []
-            claimed = client.xautoclaim(JOURNAL, GROUP, consumer, idle_ms, "0-0", count=BATCH)
-            messages += list(claimed[1])
-            if not messages:
-                return stored
-            stored += store_journaled([f.get(b"row") for _, f in messages if f])
-            ids = [message_id for message_id, _ in messages]
-            client.xack(JOURNAL, GROUP, *ids)
-            client.xdel(JOURNAL, *ids)
+        run_journal_sync(create_group(), client)
+        program = consume_journal(consumer=consumer, idle_ms=idle_ms, until_empty=True)
+        return run_journal_sync(program, client)
     finally:
         client.close()

@@ -2,7 +2,7 @@
 
 (a) killed after the vendor call left, while the vendor thinks; (b) killed mid-stream, on a
 prepaid budgeted and an invoiced unbudgeted group; (c) killed after the vendor answered and
-the client got it, but before the commit landed. The reaper (billing.services.
+the client got it, but before the commit landed. The reaper (billing.reaper.
 expire_stale_holds, the Celery beat task's body) runs once the holds expire: where the
 request's usage row reached the database it charges what the row says; where it did not and
 the call was sent, it charges the hold, marked unmeasured; a call never sent costs nothing.
@@ -207,7 +207,7 @@ def test_killed_mid_stream_charges_every_served_request(doomed):
 def test_a_hold_whose_call_never_left_is_released_at_zero(transactional_db):
     """The other half of the rule, on the ledger itself: unsent holds cost nothing."""
     from billing import ledger
-    from billing.sqlexec import run_sync
+    from core.sqlexec import run_sync
     from tests.support.tenants import make_tenant
 
     tenant = make_tenant(wallet_micro=WALLET, budget_micro=WALLET)

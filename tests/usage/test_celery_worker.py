@@ -94,7 +94,7 @@ def test_a_real_worker_turns_real_requests_into_delivered_events(stack, celery_w
     log = celery_worker.log()
     for event in events:
         assert f"usage event {event.payload['event_id']} " in log  # the log sink's line
-    for task in ("usage.flush_events", "usage.reconcile_bandwidth", "usage.drain_journal"):
+    for task in ("usage.flush_events", "billing.reconcile_bandwidth", "usage.drain_journal"):
         wait_until(
             lambda task=task: f"Task {task}[" in celery_worker.log(),
             timeout_s=10,

@@ -316,9 +316,9 @@ def one_event():
 
 
 def test_webhook_gets_a_signed_body_and_failures_retry_with_backoff(webhook):
+    from core.sinks import WebhookSink
     from usage.models import UsageEvent
     from usage.services import usage_events_deliver
-    from usage.sinks import WebhookSink
 
     receiver = webhook(500, 503)
     sink = WebhookSink(url=receiver.url, secret=SECRET)
@@ -358,8 +358,8 @@ def test_webhook_gets_a_signed_body_and_failures_retry_with_backoff(webhook):
 
 
 def test_a_refused_webhook_fails_the_event_until_an_operator_queues_it_again(webhook):
+    from core.sinks import WebhookSink
     from usage.services import usage_events_deliver, usage_events_redeliver
-    from usage.sinks import WebhookSink
 
     receiver = webhook(400)
     sink = WebhookSink(url=receiver.url, secret=SECRET)
@@ -376,8 +376,8 @@ def test_a_refused_webhook_fails_the_event_until_an_operator_queues_it_again(web
 
 
 def test_an_unreachable_webhook_gives_up_after_the_last_try():
-    from usage.services import MAX_DELIVERY_ATTEMPTS, backoff_s, usage_events_deliver
-    from usage.sinks import WebhookSink
+    from core.sinks import MAX_DELIVERY_ATTEMPTS, WebhookSink, backoff_s
+    from usage.services import usage_events_deliver
 
     sink = WebhookSink(url="http://127.0.0.1:9/nothing-listens-here", secret=SECRET)
     event = one_event()
@@ -398,8 +398,8 @@ def test_an_unreachable_webhook_gives_up_after_the_last_try():
 
 @requires_postgres
 def test_two_senders_at_once_deliver_each_event_once(webhook):
+    from core.sinks import WebhookSink
     from usage.services import usage_events_deliver, usage_events_flush
-    from usage.sinks import WebhookSink
 
     tenants = [make_tenant() for _ in range(5)]
     store(*[platform_row(t, tokens_in=1) for t in tenants])
@@ -428,18 +428,18 @@ def test_two_senders_at_once_deliver_each_event_once(webhook):
 
 
 def test_the_log_sink_is_the_default_and_counts_as_delivered(caplog):
+    from core.sinks import LogSink, WebhookSink, configured_sink
     from usage.services import usage_events_deliver
-    from usage.sinks import LogSink, WebhookSink, configured_sink
 
     event = one_event()
 
-    with caplog.at_level("INFO", logger="usage.sinks"):
+    with caplog.at_level("INFO", logger="core.sinks"):
         assert isinstance(configured_sink(), LogSink)
         assert usage_events_deliver().delivered == 1
 
     event.refresh_from_db()
     assert event.delivery == "delivered"
-    [line] = [r.getMessage() for r in caplog.records if r.name == "usage.sinks"]
+    [line] = [r.getMessage() for r in caplog.records if r.name == "core.sinks"]
     assert line.startswith(f"usage event {event.payload['event_id']} {{")
     with override_settings(
         TOLLGATE={

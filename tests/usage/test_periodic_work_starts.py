@@ -23,7 +23,7 @@ from tests.support.waits import wait_until
 pytestmark = requires_redis
 
 # The schedule's shortest intervals, through the settings that set them: the usage window
-# (usage.flush_events, usage.reconcile_bandwidth) and the hold TTL (the reaper's period is
+# (usage.flush_events, billing.reconcile_bandwidth) and the hold TTL (the reaper's period is
 # min(60 s, TOLLGATE_RESERVATION_TTL_S), which may not be under the request deadline).
 FAST = {
     "TOLLGATE_USAGE_WINDOW_S": "1",

@@ -63,7 +63,7 @@ def store_unsettled(*rows: dict) -> None:
 
 def test_requests_served_through_a_gateway_reconcile_to_zero_drift(stack):
     from billing.models import SettledRequest, SpendAdjustment
-    from usage.services import bandwidth_reconcile
+    from billing.reconcile import bandwidth_reconcile
 
     tenant = stack.tenant()
     set_bandwidth_rate(tenant)
@@ -93,8 +93,9 @@ def test_a_row_the_counters_never_saw_is_charged_once_and_a_rerun_changes_nothin
 ):
     from accounts.models import Group
     from billing.models import SettledRequest, SpendAdjustment
+    from billing.reconcile import bandwidth_reconcile, reconcile_window
     from core.metrics import RECONCILE_DRIFT
-    from usage.services import Window, bandwidth_reconcile, bandwidth_reconcile_window
+    from usage.services import Window, bandwidth_reconcile_window
 
     tenant, bystander = make_tenant(), make_tenant()
     settled = charged_row(tenant, bandwidth_micro=500)
@@ -147,16 +148,17 @@ def test_a_row_the_counters_never_saw_is_charged_once_and_a_rerun_changes_nothin
         drift.window_start,
         drift.window_start + timedelta(seconds=settings.TOLLGATE["USAGE_WINDOW_S"]),
     )
-    assert bandwidth_reconcile_window(window) == []  # recomputing the window finds no drift
+    # Recomputing the window finds no drift.
+    assert bandwidth_reconcile_window(window, reconcile=reconcile_window) == []
     assert SpendAdjustment.objects.count() == 1
     assert spent(tenant) == (2040, 2040)
     assert RECONCILE_DRIFT._value.get() == 0
 
 
 def test_settling_a_row_after_reconciliation_charged_it_charges_nothing(transactional_db):
+    from billing.reconcile import bandwidth_reconcile
     from billing.settlement import settle_rows
     from core.usage_record import UsageRecord
-    from usage.services import bandwidth_reconcile
 
     tenant = make_tenant(invoiced=True)
     row = charged_row(tenant, bandwidth_micro=900, provider_cost_micro=40)
@@ -172,7 +174,7 @@ def test_settling_a_row_after_reconciliation_charged_it_charges_nothing(transact
 
 def test_a_marker_that_disagrees_with_its_row_is_corrected_by_the_difference(transactional_db):
     from billing.models import SettledRequest, SpendAdjustment
-    from usage.services import bandwidth_reconcile
+    from billing.reconcile import bandwidth_reconcile
 
     tenant = make_tenant()
     row = charged_row(tenant, bandwidth_micro=700)
@@ -200,7 +202,7 @@ def test_a_gateway_killed_right_after_answering_is_charged_once_with_its_row(
     transactional_db, gateway_factory, stub
 ):
     from billing.models import SettledRequest, SpendAdjustment
-    from usage.services import bandwidth_reconcile
+    from billing.reconcile import bandwidth_reconcile
     from usage.writer import drain_journal_sync
 
     # The doomed gateway never stores (nor settles) a row itself: it only journals them.

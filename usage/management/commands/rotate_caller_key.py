@@ -6,9 +6,9 @@ prints a fresh key and what deploying it does, and refuses without --confirm.
 
 from __future__ import annotations
 
-from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
+from core.config import tollgate
 from usage.pseudonym import new_caller_key, window_id
 
 CONSEQUENCES = (
@@ -33,7 +33,7 @@ class Command(BaseCommand):
             raise CommandError(
                 f"Refusing to rotate the caller key without --confirm. {CONSEQUENCES}"
             )
-        configured = "set" if settings.TOLLGATE["CALLER_KEY"] else "not set"
+        configured = "set" if tollgate().caller_key else "not set"
         self.stdout.write(
             "\n".join(
                 [
@@ -44,7 +44,7 @@ class Command(BaseCommand):
                     f"The current TOLLGATE_CALLER_KEY is {configured}; nothing has changed yet.",
                     "To rotate: set this value on every gateway replica and Celery worker, then "
                     "restart them together (replicas on different keys label one user twice).",
-                    f"{CONSEQUENCES} Labels are per {settings.TOLLGATE['CALLER_WINDOW']} "
+                    f"{CONSEQUENCES} Labels are per {tollgate().caller_window} "
                     f"(now {window_id()}); rotating at the start of a window loses least.",
                     "",
                 ]

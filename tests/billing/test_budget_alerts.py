@@ -14,13 +14,13 @@ from django.test import override_settings
 from django.utils import timezone
 
 from accounts.models import Account, ApiKey, Group
+from billing.alerts import budget_alerts_deliver
 from billing.models import BudgetAlert
 from billing.selectors import budget_alerts
 from billing.services import budget_periods_roll
 from tests.billing.test_budget_periods import spend, with_period
 from tests.support.tenants import make_tenant
 from tests.usage.test_events import SECRET, webhook  # noqa: F401 (the receiver fixture)
-from usage.alerts import budget_alerts_deliver
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

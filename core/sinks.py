@@ -1,7 +1,10 @@
-"""Where usage events go: a signed webhook, or the log (the default).
+"""Where outbound events go (usage events, spend alerts): a signed webhook, or the log (the
+default), and the retry policy their deliveries share.
 
-A sink sends one event's body or raises SinkError, saying whether trying again can help. The
-delivery loop (usage.services.usage_events_deliver) owns retries, backoff and bookkeeping.
+A sink sends one event's body or raises SinkError, saying whether trying again can help. Each
+delivery loop (usage.services.usage_events_deliver, billing.alerts.budget_alerts_deliver)
+claims what is due for a lease, sends it and records the outcome; a failure is tried again
+after `backoff_s`, up to MAX_DELIVERY_ATTEMPTS, a permanent one fails at once.
 """
 
 from __future__ import annotations
@@ -9,11 +12,20 @@ from __future__ import annotations
 import hashlib
 import hmac
 import logging
+from dataclasses import dataclass
+from datetime import UTC, datetime
 
 import httpx
-from django.conf import settings
+
+from core.config import tollgate
 
 log = logging.getLogger(__name__)
+
+MAX_DELIVERY_ATTEMPTS = 10
+BACKOFF_BASE_S = 30
+BACKOFF_MAX_S = 3600
+DELIVERY_LEASE_S = 120  # a sender that died mid-delivery gives the event back after this
+DELIVERY_BATCH = 200
 
 SIGNATURE_HEADER = "X-Tollgate-Signature"
 EVENT_ID_HEADER = "X-Tollgate-Event-Id"
@@ -79,7 +91,26 @@ class WebhookSink(Sink):
 
 
 def configured_sink() -> Sink:
-    url = settings.TOLLGATE["USAGE_SINK_URL"]
+    url = tollgate().usage_sink_url
     if url:
-        return WebhookSink(url=url, secret=settings.TOLLGATE["USAGE_SINK_SECRET"])
+        return WebhookSink(url=url, secret=tollgate().usage_sink_secret)
     return LogSink()
+
+
+@dataclass(frozen=True, slots=True)
+class DeliveryReport:
+    delivered: int = 0
+    retrying: int = 0
+    failed: int = 0
+
+
+def backoff_s(attempts: int) -> int:
+    """Return the wait before the next try after `attempts` failed ones (30 s, 60 s, ... 1 h)."""
+    return min(BACKOFF_MAX_S, BACKOFF_BASE_S * 2 ** max(0, attempts - 1))
+
+
+def rfc3339(moment: datetime) -> str:
+    """Return an instant as receivers read it: UTC, `Z`, microseconds only when there are some."""
+    moment = moment.astimezone(UTC)
+    spec = "microseconds" if moment.microsecond else "seconds"
+    return moment.replace(tzinfo=None).isoformat(timespec=spec) + "Z"

@@ -1,12 +1,11 @@
-"""Spend alerts' delivery: each BudgetAlert billing raised (in settlement, billing.ledger
-.raise_alerts) is sent once through the configured usage sink, signed like usage events.
+"""Spend alerts' delivery: each BudgetAlert settlement raised (billing.ledger.raise_alerts)
+is sent once through the configured sink (core.sinks), signed like usage events.
 
-Delivery lives in usage because the sink does (billing never imports usage). It follows the
-events' rules (usage.services.usage_events_deliver): a sender claims an alert by moving its
-next try past a lease, so two workers never send one alert at once; a failure is tried again
-with backoff up to MAX_DELIVERY_ATTEMPTS, a permanent one (a 4xx that waiting cannot change)
-fails at once. The `X-Tollgate-Event-Id` header carries the alert's id, so a receiver that
-saw it already (a retry after a lost answer) can drop it.
+It follows the events' rules (core.sinks, usage.services.usage_events_deliver): a sender
+claims an alert by moving its next try past a lease, so two workers never send one alert at
+once; a failure is tried again with backoff up to MAX_DELIVERY_ATTEMPTS, a permanent one (a
+4xx that waiting cannot change) fails at once. The `X-Tollgate-Event-Id` header carries the
+alert's id, so a receiver that saw it already (a retry after a lost answer) can drop it.
 """
 
 from __future__ import annotations
@@ -17,17 +16,19 @@ from datetime import datetime, timedelta
 import orjson
 from django.utils import timezone
 
-from billing import services as billing
+from billing import services
 from billing.models import BudgetAlert
-from usage.services import (
+from core.sinks import (
     DELIVERY_BATCH,
     DELIVERY_LEASE_S,
     MAX_DELIVERY_ATTEMPTS,
     DeliveryReport,
+    Sink,
+    SinkError,
     backoff_s,
+    configured_sink,
     rfc3339,
 )
-from usage.sinks import Sink, SinkError, configured_sink
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +39,8 @@ def alert_payload(alert: BudgetAlert) -> dict:
     """The alert as its receiver sees it."""
     period = None
     if alert.period_starts_at is not None:
+        # A budget period has both bounds (raise_alerts copies them from the same row).
+        assert alert.period_ends_at is not None
         period = {
             "starts_at": rfc3339(alert.period_starts_at),
             "ends_at": rfc3339(alert.period_ends_at),
@@ -78,13 +81,13 @@ def budget_alert_deliver(*, alert: BudgetAlert, sink: Sink, now: datetime) -> st
             error,
             "; giving up" if failed else "",
         )
-        return billing.budget_alert_tried(
+        return services.budget_alert_tried(
             alert_id=alert.pk,
             attempts=attempts,
             error=str(error) or type(error).__name__,
             retry_at=None if failed else now + timedelta(seconds=backoff_s(attempts)),
         )
-    return billing.budget_alert_tried(alert_id=alert.pk, attempts=attempts)
+    return services.budget_alert_tried(alert_id=alert.pk, attempts=attempts)
 
 
 def budget_alerts_deliver(
@@ -94,8 +97,8 @@ def budget_alerts_deliver(
     now = now or timezone.now()
     sink = sink or configured_sink()
     counts = {state: 0 for state in BudgetAlert.Delivery.values}
-    for alert_id, due_at in billing.budget_alerts_due(now=now, limit=DELIVERY_BATCH):
-        if not billing.budget_alert_claim(
+    for alert_id, due_at in services.budget_alerts_due(now=now, limit=DELIVERY_BATCH):
+        if not services.budget_alert_claim(
             alert_id=alert_id, due_at=due_at, now=now, lease_s=DELIVERY_LEASE_S
         ):
             continue
