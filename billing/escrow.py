@@ -13,23 +13,44 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from dataclasses import dataclass
 from datetime import UTC, timedelta
 
-import asyncpg
-from django.conf import settings
 from django.db import DatabaseError, connection
 from django.utils import timezone
 
 from billing import ledger
-from billing.sqlexec import ASYNC_DB_ERRORS, AsyncPgDriver, postgres_params, run_sync
+from billing.request_money import RequestMoney
 from core import errors, metrics
+from core.config import tollgate
 from core.db import off_loop
+from core.sqlexec import ASYNC_DB_ERRORS, Database, Program, R
 
 log = logging.getLogger(__name__)
 DB_ERRORS = (DatabaseError, *ASYNC_DB_ERRORS)
 # A crash mark is worth a short wait, not an outage's: after a failure, skip marks a while.
 MARK_WAIT_S = 1.0
 MARKS_OFF_S = 5.0
+
+
+@dataclass(frozen=True, slots=True)
+class HoldTaken:
+    """A budget hold taken, with the first call's reservation when it was taken along."""
+
+    reservation_id: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """A step the books refused: which budget said no."""
+
+    budget: str
+
+
+GROUP_REFUSED = Refusal("group budget")
+# The coalesced statements (`Escrow._hold_batch`, `_reserve_batch` and theirs) run only on
+# PostgreSQL: `hold_budget` and `reserve` submit to the coalescers only when `_pg` is set.
+PG_ONLY = "a PostgreSQL-only escrow path ran without PostgreSQL"
 
 
 class Coalescer:
@@ -121,12 +142,14 @@ async def _one_by_one(items: list, statement, result) -> list:
 
 
 class Escrow:
-    def __init__(self) -> None:
-        self.ttl_s = settings.TOLLGATE["RESERVATION_TTL_S"]
+    def __init__(self, db: Database | None = None) -> None:
+        # The request path's database (gateway/runtime.py shares one); without one, its own.
+        self.db = db or Database()
+        self._owns_db = db is None
+        self._pg = self.db.pg
+        self.ttl_s = tollgate().reservation_ttl_s
         self._unmarked_warned_at = -3600.0
         self._marks_off_until = 0.0
-        params = postgres_params()
-        self._pg = AsyncPgDriver(params) if params else None
         # A hold whose request left meanwhile is released with the request's usage row; a
         # reservation it never saw (alone, or taken with its hold) would stay pending, marked
         # sent, and be charged by the reaper: it is cancelled instead (its call was never
@@ -136,14 +159,16 @@ class Escrow:
         self._cancelling: set[asyncio.Task] = set()
         self._reserving_ahead: set[int] = set()  # wallets a hold-and-reserve statement is on
 
-    async def _hold_batch(self, group_id: int, items: list) -> list:
+    async def _hold_batch(self, group_id: int, items: list) -> list[HoldTaken | Refusal]:
         now = timezone.now()
         expires = now + timedelta(seconds=self.ttl_s)
         holds = [hold for hold, _ in items]
         if len(items) == 1 and items[0][1] is not None:
             return [await self._hold_and_reserve(*items[0], now=now, expires=expires)]
         if len(holds) > 1:
-            rows = await self._pg.all_rows(
+            pg = self._pg
+            assert pg is not None, PG_ONLY
+            rows = await pg.all_rows(
                 ledger.HOLD_MANY_STATEMENT,
                 {
                     "requests": [h.request_id for h in holds],
@@ -154,15 +179,17 @@ class Escrow:
                 },
             )
             if rows:
-                return [True] * len(holds)
+                return [HoldTaken()] * len(holds)
         return await _one_by_one(
             holds,
             lambda h: self._hold_one(h, now=now, expires=expires),
-            lambda row: row is not None,
+            lambda row: HoldTaken() if row is not None else GROUP_REFUSED,
         )
 
     async def _hold_one(self, hold: ledger.Hold, *, now, expires) -> tuple | None:
-        return await self._pg.one_statement(
+        pg = self._pg
+        assert pg is not None, PG_ONLY
+        return await pg.one_statement(
             ledger.HOLD_ONE_STATEMENT,
             {
                 "amount": hold.amount_micro,
@@ -175,37 +202,43 @@ class Escrow:
 
     async def _hold_and_reserve(
         self, hold: ledger.Hold, first: ledger.FirstReservation, *, now, expires
-    ) -> int | bool:
-        """The hold and the first reservation in one statement: the reservation's id, or
-        False (the group refused), or True (the hold alone: the wallet refused the
-        reservation, which the orchestrator then asks for, and is told, itself)."""
-        try:
-            row = await self._pg.one_statement(
-                ledger.HOLD_AND_RESERVE_STATEMENT,
-                {
-                    "amount": hold.amount_micro,
-                    "escrow": first.amount_micro,
-                    "account": first.account_id,
-                    "group": hold.group_id,
-                    "key": first.api_key_id,
-                    "request": hold.request_id,
-                    "now": now,
-                    "expires": expires,
-                },
-            )
-        except asyncpg.PostgresError as exc:
-            if exc.sqlstate == ledger.GROUP_REFUSED_SQLSTATE:
-                return False
-            raise
-        if row is not None:
-            return row[0]
-        return await self._hold_one(hold, now=now, expires=expires) is not None
+    ) -> HoldTaken | Refusal:
+        """The hold and the first reservation in one statement (ledger's
+        `hold_and_reserve_statement`). When it takes nothing, the hold alone is asked for: a
+        group that refuses says so, and a wallet that refused leaves the hold alone (the
+        orchestrator then asks for the reservation, and is told, itself). A group that
+        filled up meanwhile leaves a reservation with no call sent, given back at once."""
+        pg = self._pg
+        assert pg is not None, PG_ONLY
+        row = await pg.one_statement(
+            ledger.HOLD_AND_RESERVE_STATEMENT,
+            {
+                "amount": hold.amount_micro,
+                "escrow": first.amount_micro,
+                "account": first.account_id,
+                "group": hold.group_id,
+                "key": first.api_key_id,
+                "request": hold.request_id,
+                "now": now,
+                "expires": expires,
+            },
+        )
+        if row is None:
+            taken = await self._hold_one(hold, now=now, expires=expires) is not None
+            return HoldTaken() if taken else GROUP_REFUSED
+        reservation_id, held = row
+        if held:
+            return HoldTaken(reservation_id)
+        await self.cancel(reservation_id)
+        return GROUP_REFUSED
 
     async def _reserve_batch(self, account_id: int, items: list) -> list:
         now = timezone.now()
         expires = now + timedelta(seconds=self.ttl_s)
+        pg = self._pg
+        assert pg is not None, PG_ONLY
         if len(items) > 1:
-            rows = await self._pg.all_rows(
+            rows = await pg.all_rows(
                 ledger.RESERVE_MANY_STATEMENT,
                 {
                     "requests": [i["request"] for i in items],
@@ -223,7 +256,7 @@ class Escrow:
                 return [ids[(i["request"], i["attempt"])] for i in items]
         return await _one_by_one(
             items,
-            lambda i: self._pg.one_statement(
+            lambda i: pg.one_statement(
                 ledger.RESERVE_ONE_STATEMENT,
                 {**i, "account": account_id, "now": now, "expires": expires},
             ),
@@ -231,17 +264,34 @@ class Escrow:
         )
 
     async def open(self) -> None:
-        if self._pg is not None:
-            await self._pg.open()
+        if self._owns_db:
+            await self.db.open()
 
     async def close(self) -> None:
-        if self._pg is not None:
-            await self._pg.close()
+        if self._owns_db:
+            await self.db.close()
 
-    async def run(self, program: ledger.Program, *, wait_s: float | None = None):
-        if self._pg is not None:
-            return await self._pg.run(program, wait_s=wait_s)
-        return await off_loop(run_sync)(program)
+    async def run(self, program: Program[R], *, wait_s: float | None = None) -> R:
+        return await self.db.run(program, wait_s=wait_s)
+
+    def open_request(
+        self,
+        *,
+        request_id: str,
+        account_id: int,
+        group_id: int,
+        api_key_id: int | None,
+        estimate_micro: int,
+    ) -> RequestMoney:
+        """Open one request's money handle (billing/request_money.py)."""
+        return RequestMoney(
+            self,
+            request_id=request_id,
+            account_id=account_id,
+            group_id=group_id,
+            api_key_id=api_key_id,
+            estimate_micro=estimate_micro,
+        )
 
     async def hold_budget(
         self, hold: ledger.Hold, *, first: ledger.FirstReservation | None = None
@@ -267,9 +317,9 @@ class Escrow:
                 finally:
                     if first is not None:
                         self._reserving_ahead.discard(first.account_id)
-                if taken is False:
-                    raise ledger.Refused("group budget")
-                return None if taken is True else taken
+                if isinstance(taken, Refusal):
+                    raise ledger.Refused(taken.budget)
+                return taken.reservation_id
             await self.run(ledger.take_hold(hold, now=timezone.now(), ttl_s=self.ttl_s))
             return None
         except ledger.Refused as refused:
@@ -287,13 +337,10 @@ class Escrow:
 
     async def _reset_note(self, hold: ledger.Hold, refused: str) -> str:
         """When the refusing budget has a period, say when it resets (a refusal's one read)."""
-        table, row_id = {
-            "group budget": ("accounts_group", hold.group_id),
-            "key budget": ("accounts_apikey", hold.api_key_id),
-        }.get(refused, (None, None))
-        if table is None:
+        sql = ledger.BUDGET_RESET_READS.get(refused)
+        if sql is None:
             return ""
-        sql = f"SELECT budget_period, period_ends_at FROM {table} WHERE id = %(id)s"
+        row_id = hold.group_id if refused == "group budget" else hold.api_key_id
         try:
             row = await self._read(sql, {"id": row_id})
         except DB_ERRORS:
@@ -355,11 +402,7 @@ class Escrow:
             )
         except ledger.Refused:
             try:
-                row = await self._read(
-                    "SELECT balance_micro - reserved_micro FROM billing_wallet"
-                    " WHERE account_id = %(account)s",
-                    {"account": account_id},
-                )
+                row = await self._read(ledger.WALLET_AVAILABLE_READ, {"account": account_id})
             except DB_ERRORS:
                 row = None
             raise errors.WalletInsufficient.for_wallet(
@@ -422,9 +465,9 @@ class Escrow:
             return hold_taken
         return True
 
-    def _cancel_reserved_ahead(self, taken: int | bool) -> None:
-        if type(taken) is int:  # a reservation taken with the hold (a bool is the hold alone)
-            self._cancel_later(taken)
+    def _cancel_reserved_ahead(self, taken: HoldTaken | Refusal) -> None:
+        if isinstance(taken, HoldTaken) and taken.reservation_id is not None:
+            self._cancel_later(taken.reservation_id)
 
     def _cancel_later(self, reservation_id: int) -> None:
         task = asyncio.get_running_loop().create_task(self.cancel(reservation_id))

@@ -14,6 +14,12 @@ roll_periods          group, key spent -> 0 at a period's end,      settle, reap
                       the closing spent recorded (BudgetPeriod)     (billing.tasks)
 raise_alerts          nothing: records thresholds spend reached     settle
 
+The request path runs the fused forms of two steps, built here from the same checks (`room`,
+`wallet_covers`) and rows: `take_hold_statement` (and `take_holds_statement` for a group's
+batch), `reserve_statement` (`reserve_many_statement`), and `hold_and_reserve_statement`
+(both at once, before a request's first call). Each is one statement, so it commits alone;
+each says a refusal by what it returns, never by failing. Table names come from the models.
+
 Nothing else in Tollgate writes a balance, a counter, a hold, a reservation, a settled-request
 marker or a ledger entry. The composites below only chain these steps: `settle` (a batch of
 stored usage rows, run by billing/settlement.py in the writer's transaction), `reap_hold`
@@ -27,7 +33,7 @@ updated once per transaction, after the holds and markers that justify the move.
 
 Programs. Each is a generator: it yields `(sql, params)` and receives the statement's first
 row (or None), or yields `(sql, params, ALL)` and receives every row; it raises Refused to
-roll back. A driver (billing/sqlexec.py) runs it in one transaction: on PostgreSQL with
+roll back. A driver (core/sqlexec.py) runs it in one transaction: on PostgreSQL with
 async psycopg on the event loop (no thread hop), elsewhere through Django's connection.
 Every balance changes by a compare-and-set UPDATE (`... WHERE <room> RETURNING`), never
 check-then-write, so concurrent requests can never take a balance below zero or past a
@@ -55,35 +61,83 @@ statement has a RETURNING clause (the async driver always fetches).
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Generator, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 import orjson
 from django.db import connection
 
+from accounts.models import Account, ApiKey, Group
 from accounts.periods import period_bounds
+from billing.models import (
+    BudgetAlert,
+    BudgetPeriod,
+    CallerSpend,
+    LedgerEntry,
+    Reservation,
+    SettledRequest,
+    SpendHold,
+    Wallet,
+)
 from core.db import values_placeholders
+from core.money import spend_micro
+from core.sqlexec import ALL, Program
 
-Program = Generator[tuple, object, object]
-ALL = "all"  # third element of a yielded statement: receive every row, not the first
+# Every table a step writes or reads, named by its model.
+ACCOUNTS = Account._meta.db_table
+GROUPS = Group._meta.db_table
+KEYS = ApiKey._meta.db_table
+WALLETS = Wallet._meta.db_table
+RESERVATIONS = Reservation._meta.db_table
+LEDGER_ENTRIES = LedgerEntry._meta.db_table
+HOLDS = SpendHold._meta.db_table
+SETTLED = SettledRequest._meta.db_table
+CALLER_SPENDS = CallerSpend._meta.db_table
+PERIODS = BudgetPeriod._meta.db_table
+ALERTS = BudgetAlert._meta.db_table
+
+_HOLD_COLUMNS = (
+    "request_id, group_id, api_key_id, caller_spend_id, amount_micro, status, call_sent,"
+    " created_at, expires_at"
+)
+_RESERVATION_COLUMNS = (
+    "wallet_id, request_id, group_id, api_key_id, attempt_no, amount_micro, committed_micro,"
+    " excess_micro, status, call_sent, unmeasured, created_at, expires_at"
+)
 
 
 class Refused(Exception):
     """A money step was refused: the budget or wallet cannot cover it."""
 
 
-def _room(amount: str, now: str, row: str = "") -> str:
-    """The budget room check of a hold of `amount`: spent reads 0 once the period ended."""
-    spent = f"(CASE WHEN {row}period_ends_at <= {now} THEN 0 ELSE {row}spent_micro END)"
-    return (
-        f"({row}budget_max_micro IS NULL OR ({row}budget_max_micro > {spent}"
-        f" + {row}reserved_micro AND {row}budget_max_micro >= {spent} + {row}reserved_micro"
-        f" + {amount}))"
+def room(
+    *, amount: str, now: str | None, row: str = "", budget: str | None = None, ahead: str = ""
+) -> str:
+    """The budget room check of a hold of `amount`: refused once spent + reserved reached the
+    budget (zero credit is a hard stop, even for a zero hold) or when the hold would pass it.
+
+    `now`: spent reads 0 once the row's period ended (None: a row without periods). `budget`:
+    the budget's expression (default the row's budget_max_micro, where NULL means none).
+    `ahead`: what a batch holds before its largest hold, which must still find room first.
+    """
+    spent = (
+        f"{row}spent_micro"
+        if now is None
+        else f"(CASE WHEN {row}period_ends_at <= {now} THEN 0 ELSE {row}spent_micro END)"
     )
+    limit = budget or f"{row}budget_max_micro"
+    taken = f"{spent} + {row}reserved_micro"
+    check = f"{limit} > {taken}{f' + {ahead}' if ahead else ''} AND {limit} >= {taken} + {amount}"
+    return f"({check})" if budget else f"({limit} IS NULL OR ({check}))"
 
 
-ROOM = _room("%s", "%s")  # parameters: now, now, amount
+def wallet_covers(amount: str, *, row: str = "") -> str:
+    """The wallet check of a reservation of `amount`: the balance covers what it holds."""
+    return f"{row}balance_micro >= {row}reserved_micro + {amount}"
+
+
+ROOM = room(amount="%s", now="%s")  # parameters: now, now, amount
 
 
 def batch_rows(types: tuple[str, ...], rows: list[tuple]) -> tuple[str, tuple]:
@@ -125,7 +179,7 @@ class Moves:
 
     def charged(self, c: Charge, *, bandwidth_micro: int | None = None) -> None:
         bandwidth = c.bandwidth_micro if bandwidth_micro is None else bandwidth_micro
-        spent = c.cost_micro + bandwidth
+        spent = spend_micro(cost_micro=c.cost_micro, bandwidth_micro=bandwidth)
         g = self.groups[c.group_id]
         g[0] += spent
         g[1] += c.cost_micro
@@ -142,14 +196,14 @@ class Moves:
             self.callers[h.caller_spend_id][1] -= h.amount_micro
 
 
-def move_counters(moves: Moves, *, now: datetime | None = None) -> Program:
+def move_counters(moves: Moves, *, now: datetime | None = None) -> Program[None]:
     """Apply a transaction's counter moves: one UPDATE per group, key and caller, by id.
 
     With `now` (a charge of fresh spend), each group and key whose budget period ended is
     rolled right before its own move (one read finds them), so the charge lands in the
     period it was made in and every row is still locked in the ledger's order.
     """
-    ended: dict = {}
+    ended: dict[tuple[str, int], tuple[str, str]] = {}
     if now is not None:
         charged_groups = [g for g, (spent, _, _) in moves.groups.items() if spent]
         charged_keys = [k for k, (spent, _) in moves.keys.items() if spent]
@@ -159,27 +213,29 @@ def move_counters(moves: Moves, *, now: datetime | None = None) -> Program:
             )
     for group_id, (spent, settled, reserved) in sorted(moves.groups.items()):
         if ("group", group_id) in ended:
+            assert now is not None  # `ended` is only filled when `now` is given
             yield from _roll("group", group_id, *ended["group", group_id], now=now)
         if spent or settled or reserved:
             yield (
-                "UPDATE accounts_group SET spent_micro = spent_micro + %s,"
+                f"UPDATE {GROUPS} SET spent_micro = spent_micro + %s,"
                 " settled_micro = settled_micro + %s, reserved_micro = reserved_micro + %s"
                 " WHERE id = %s RETURNING id",
                 (spent, settled, reserved, group_id),
             )
     for key_id, (spent, reserved) in sorted(moves.keys.items()):
         if ("key", key_id) in ended:
+            assert now is not None  # `ended` is only filled when `now` is given
             yield from _roll("key", key_id, *ended["key", key_id], now=now)
         if spent or reserved:
             yield (
-                "UPDATE accounts_apikey SET spent_micro = spent_micro + %s,"
+                f"UPDATE {KEYS} SET spent_micro = spent_micro + %s,"
                 " reserved_micro = reserved_micro + %s WHERE id = %s RETURNING id",
                 (spent, reserved, key_id),
             )
     for caller_spend_id, (spent, reserved) in sorted(moves.callers.items()):
         if spent or reserved:
             yield (
-                "UPDATE billing_callerspend SET spent_micro = spent_micro + %s,"
+                f"UPDATE {CALLER_SPENDS} SET spent_micro = spent_micro + %s,"
                 " reserved_micro = reserved_micro + %s WHERE id = %s RETURNING id",
                 (spent, reserved, caller_spend_id),
             )
@@ -231,7 +287,7 @@ class Held:
     status: str
 
 
-def take_hold(h: Hold, *, now: datetime, ttl_s: int, call_sent: bool = False) -> Program:
+def take_hold(h: Hold, *, now: datetime, ttl_s: int, call_sent: bool = False) -> Program[bool]:
     """Hold the request's worst case on group, key and caller, or refuse (LM-4001).
 
     Refused when spent + reserved >= budget_max (zero credit is a hard stop, even for a
@@ -240,7 +296,7 @@ def take_hold(h: Hold, *, now: datetime, ttl_s: int, call_sent: bool = False) ->
     """
     amount = h.amount_micro
     row = yield (
-        f"UPDATE accounts_group SET reserved_micro = reserved_micro + %s WHERE id = %s AND {ROOM}"
+        f"UPDATE {GROUPS} SET reserved_micro = reserved_micro + %s WHERE id = %s AND {ROOM}"
         " RETURNING id",
         (amount, h.group_id, now, now, amount),
     )
@@ -248,7 +304,7 @@ def take_hold(h: Hold, *, now: datetime, ttl_s: int, call_sent: bool = False) ->
         raise Refused("group budget")
     if h.key_budgeted:
         row = yield (
-            f"UPDATE accounts_apikey SET reserved_micro = reserved_micro + %s WHERE id = %s"
+            f"UPDATE {KEYS} SET reserved_micro = reserved_micro + %s WHERE id = %s"
             f" AND {ROOM} RETURNING id",
             (amount, h.api_key_id, now, now, amount),
         )
@@ -258,24 +314,22 @@ def take_hold(h: Hold, *, now: datetime, ttl_s: int, call_sent: bool = False) ->
     if h.caller is not None:
         c = h.caller
         yield (
-            "INSERT INTO billing_callerspend (group_id, caller_label, period, spent_micro,"
+            f"INSERT INTO {CALLER_SPENDS} (group_id, caller_label, period, spent_micro,"
             " reserved_micro) VALUES (%s, %s, %s, 0, 0)"
             " ON CONFLICT (group_id, caller_label, period) DO NOTHING RETURNING id",
             (c.group_id, c.label, c.period),
         )
         row = yield (
-            "UPDATE billing_callerspend SET reserved_micro = reserved_micro + %s"
+            f"UPDATE {CALLER_SPENDS} SET reserved_micro = reserved_micro + %s"
             " WHERE group_id = %s AND caller_label = %s AND period = %s"
-            " AND %s > spent_micro + reserved_micro AND %s >= spent_micro + reserved_micro + %s"
-            " RETURNING id",
+            f" AND {room(amount='%s', now=None, budget='%s')} RETURNING id",
             (amount, c.group_id, c.label, c.period, c.budget_max_micro, c.budget_max_micro, amount),
         )
         if row is None:
             raise Refused("caller budget")
         caller_spend_id = row[0]
     yield (
-        "INSERT INTO billing_spendhold (request_id, group_id, api_key_id, caller_spend_id,"
-        " amount_micro, status, call_sent, created_at, expires_at)"
+        f"INSERT INTO {HOLDS} ({_HOLD_COLUMNS})"
         " VALUES (%s, %s, %s, %s, %s, 'held', %s, %s, %s) RETURNING id",
         (
             h.request_id,
@@ -291,71 +345,79 @@ def take_hold(h: Hold, *, now: datetime, ttl_s: int, call_sent: bool = False) ->
     return True
 
 
-def mark_hold_sent(request_id: str) -> Program:
+def mark_hold_sent(request_id: str) -> Program[bool]:
     """Record, before a platform vendor call is sent, that the request's hold is being served."""
     row = yield (
-        "UPDATE billing_spendhold SET call_sent = TRUE WHERE request_id = %s AND status = 'held'"
+        f"UPDATE {HOLDS} SET call_sent = TRUE WHERE request_id = %s AND status = 'held'"
         " RETURNING id",
         (request_id,),
     )
     return row is not None
 
 
-# `take_hold` of a hold only the group's budget bounds (no key budget, no caller budget), in
-# one statement (PostgreSQL's data-modifying CTE): no row back is the refusal, and a refused
-# group update inserts nothing, so the two commit together or not at all.
-HOLD_ONE_STATEMENT = (
-    "WITH grp AS (UPDATE accounts_group SET reserved_micro = reserved_micro + %(amount)s"
-    f" WHERE id = %(group)s AND {_room('%(amount)s', '%(now)s')} RETURNING id)"
-    " INSERT INTO billing_spendhold (request_id, group_id, api_key_id, caller_spend_id,"
-    " amount_micro, status, call_sent, created_at, expires_at)"
-    " SELECT %(request)s, id, NULL, NULL, %(amount)s, 'held', FALSE, %(now)s, %(expires)s"
-    " FROM grp RETURNING id"
-)
-
-_SPENT_G = "(CASE WHEN g.period_ends_at <= %(now)s THEN 0 ELSE g.spent_micro END)"
-
-# HOLD_ONE_STATEMENT for many holds on one group at once (arrays of request ids and amounts):
-# all are taken, or none (then each is taken on its own, for its own verdict). The room check
-# is the one the holds would pass one by one, the largest last.
-HOLD_MANY_STATEMENT = (
-    "WITH req AS (SELECT * FROM unnest(%(requests)s::text[], %(amounts)s::bigint[])"
-    " AS r(request_id, amount)),"
-    " tot AS (SELECT sum(amount) AS total, max(amount) AS largest FROM req),"
-    " grp AS (UPDATE accounts_group g SET reserved_micro = g.reserved_micro + tot.total FROM tot"
-    " WHERE g.id = %(group)s AND (g.budget_max_micro IS NULL OR (g.budget_max_micro"
-    f" > {_SPENT_G} + g.reserved_micro + tot.total - tot.largest AND g.budget_max_micro"
-    f" >= {_SPENT_G} + g.reserved_micro + tot.total)) RETURNING g.id)"
-    " INSERT INTO billing_spendhold (request_id, group_id, api_key_id, caller_spend_id,"
-    " amount_micro, status, call_sent, created_at, expires_at)"
-    " SELECT req.request_id, grp.id, NULL, NULL, req.amount, 'held', FALSE, %(now)s,"
-    " %(expires)s FROM req, grp RETURNING request_id"
-)
+# The request path's fused forms of `take_hold` and `reserve`: each step's compare-and-set and
+# its row in one statement (PostgreSQL's data-modifying CTE), so they commit together, in one
+# round trip. Built here from the same checks and rows as the programs above and below.
 
 
-# `take_hold(call_sent=True)` of a group without a budget, in one statement (PostgreSQL's
-# data-modifying CTE): the request path takes this crash marker right before a platform call.
-SENT_HOLD_ONE_STATEMENT = (
-    "WITH grp AS (UPDATE accounts_group SET reserved_micro = reserved_micro + %(amount)s"
-    " WHERE id = %(group)s RETURNING id)"
-    " INSERT INTO billing_spendhold (request_id, group_id, api_key_id, caller_spend_id,"
-    " amount_micro, status, call_sent, created_at, expires_at)"
-    " SELECT %(request)s, id, NULL, NULL, %(amount)s, 'held', TRUE, %(now)s, %(expires)s"
-    " FROM grp RETURNING id"
-)
+def _group_hold(*, checked: bool, when: str = "") -> str:
+    """The CTE `grp` moving the group's reserved by %(amount)s (`checked`: within its room)."""
+    guard = f" AND {room(amount='%(amount)s', now='%(now)s')}" if checked else ""
+    return (
+        f"grp AS (UPDATE {GROUPS} SET reserved_micro = reserved_micro + %(amount)s"
+        f" WHERE id = %(group)s{when}{guard} RETURNING id)"
+    )
+
+
+def _hold_row(*, call_sent: str, source: str = "grp") -> str:
+    """The INSERT of the request's hold for the group `source` returned (group-only holds)."""
+    return (
+        f"INSERT INTO {HOLDS} ({_HOLD_COLUMNS}) SELECT %(request)s, {source}.id, NULL, NULL,"
+        f" %(amount)s, 'held', {call_sent}, %(now)s, %(expires)s FROM {source}"
+    )
+
+
+def take_hold_statement(*, call_sent: bool = False) -> str:
+    """`take_hold` of a hold only the group's budget bounds, in one statement: no row back is
+    the refusal, and a refused group inserts nothing. `call_sent`: the crash marker of a
+    platform call about to be sent, for a group without a budget (nothing to refuse)."""
+    grp = _group_hold(checked=not call_sent)
+    return f"WITH {grp} {_hold_row(call_sent='TRUE' if call_sent else 'FALSE')} RETURNING id"
+
+
+def take_holds_statement() -> str:
+    """`take_hold` for many group-only holds on one group (arrays of request ids and amounts):
+    all are taken, or none (then each on its own, for its own verdict). The room check is the
+    one the holds would pass one by one, the largest last. Returns their request ids."""
+    check = room(amount="tot.total", now="%(now)s", row="g.", ahead="tot.total - tot.largest")
+    return (
+        "WITH req AS (SELECT * FROM unnest(%(requests)s::text[], %(amounts)s::bigint[])"
+        " AS r(request_id, amount)),"
+        " tot AS (SELECT sum(amount) AS total, max(amount) AS largest FROM req),"
+        f" grp AS (UPDATE {GROUPS} g SET reserved_micro = g.reserved_micro + tot.total FROM tot"
+        f" WHERE g.id = %(group)s AND {check} RETURNING g.id)"
+        f" INSERT INTO {HOLDS} ({_HOLD_COLUMNS})"
+        " SELECT req.request_id, grp.id, NULL, NULL, req.amount, 'held', FALSE, %(now)s,"
+        " %(expires)s FROM req, grp RETURNING request_id"
+    )
+
+
+HOLD_ONE_STATEMENT = take_hold_statement()
+HOLD_MANY_STATEMENT = take_holds_statement()
+SENT_HOLD_ONE_STATEMENT = take_hold_statement(call_sent=True)
 
 # A reaped hold is charged if a platform call was sent for it: marked before the call, or
 # the request reserved its wallet (a reservation is taken right before its call).
 _REAPED_STATUS = (
-    "CASE WHEN call_sent OR EXISTS (SELECT 1 FROM billing_reservation r"
-    " WHERE r.request_id = billing_spendhold.request_id AND r.call_sent)"
+    f"CASE WHEN call_sent OR EXISTS (SELECT 1 FROM {RESERVATIONS} r"
+    f" WHERE r.request_id = {HOLDS}.request_id AND r.call_sent)"
     " THEN 'charged' ELSE 'expired' END"
 )
 
 
 def release_holds(
     request_ids: Iterable[str], *, reaped: bool = False, moves: Moves | None = None
-) -> Program:
+) -> Program[dict[str, Held]]:
     """Release the requests' budget holds still held, once; return them by request id.
 
     Settled by their usage rows (status 'settled'), or `reaped`: 'charged' if their call was
@@ -367,14 +429,15 @@ def release_holds(
     status = _REAPED_STATUS if reaped else "'settled'"
     requests, params = batch_rows(("text",), [(request_id,) for request_id in ids])
     rows = yield (
-        f"UPDATE billing_spendhold SET status = {status} WHERE status = 'held'"
+        f"UPDATE {HOLDS} SET status = {status} WHERE status = 'held'"
         f" AND request_id IN ({requests}) AND request_id BETWEEN %s AND %s"
         " RETURNING request_id, amount_micro, group_id, api_key_id, caller_spend_id, status",
         (*params, *request_span(ids)),
         ALL,
     )
     own = moves is None
-    moves = Moves() if own else moves
+    if moves is None:
+        moves = Moves()
     held = {}
     for row in rows:
         h = Held(*row)
@@ -398,23 +461,21 @@ def reserve(
     amount_micro: int,
     now: datetime,
     ttl_s: int,
-) -> Program:
+) -> Program[int]:
     """Hold a platform attempt's worst case on the wallet, or refuse (LM-4002).
 
     Taken right before the vendor call, so the reservation records the call as sent: a
     crash from here on leaves a served request, which the reaper commits.
     """
     row = yield (
-        "UPDATE billing_wallet SET reserved_micro = reserved_micro + %s, updated_at = %s"
-        " WHERE account_id = %s AND balance_micro >= reserved_micro + %s RETURNING id",
+        f"UPDATE {WALLETS} SET reserved_micro = reserved_micro + %s, updated_at = %s"
+        f" WHERE account_id = %s AND {wallet_covers('%s')} RETURNING id",
         (amount_micro, now, account_id, amount_micro),
     )
     if row is None:
         raise Refused("wallet")
     row = yield (
-        "INSERT INTO billing_reservation (wallet_id, request_id, group_id, api_key_id,"
-        " attempt_no, amount_micro, committed_micro, excess_micro, status, call_sent,"
-        " unmeasured, created_at, expires_at)"
+        f"INSERT INTO {RESERVATIONS} ({_RESERVATION_COLUMNS})"
         " VALUES (%s, %s, %s, %s, %s, %s, 0, 0, 'pending', TRUE, FALSE, %s, %s) RETURNING id",
         (
             row[0],
@@ -430,67 +491,77 @@ def reserve(
     return row[0]
 
 
-# `reserve` in one statement (PostgreSQL's data-modifying CTE): the wallet's compare-and-set
-# and the reservation row commit together, in one round trip on the request path.
-RESERVE_ONE_STATEMENT = (
-    "WITH wallet AS (UPDATE billing_wallet SET reserved_micro = reserved_micro + %(amount)s,"
-    " updated_at = %(now)s WHERE account_id = %(account)s"
-    " AND balance_micro >= reserved_micro + %(amount)s RETURNING id)"
-    " INSERT INTO billing_reservation (wallet_id, request_id, group_id, api_key_id, attempt_no,"
-    " amount_micro, committed_micro, excess_micro, status, call_sent, unmeasured, created_at,"
-    " expires_at)"
-    " SELECT id, %(request)s, %(group)s, %(key)s, %(attempt)s, %(amount)s, 0, 0, 'pending',"
-    " TRUE, FALSE, %(now)s, %(expires)s FROM wallet RETURNING id"
-)
+def _wallet_reserve(amount: str, *, row: str = "", source: str = "", when: str = "") -> str:
+    """The CTE `wallet` moving the account's wallet reserved by `amount`, if it covers it
+    (and `when` holds)."""
+    return (
+        f"wallet AS (UPDATE {WALLETS}{f' {row[:-1]}' if row else ''} SET reserved_micro ="
+        f" {row}reserved_micro + {amount}, updated_at = %(now)s{source}"
+        f" WHERE {row}account_id = %(account)s AND {wallet_covers(amount, row=row)}{when}"
+        f" RETURNING {row}id)"
+    )
 
 
-# HOLD_ONE_STATEMENT and the first platform attempt's RESERVE_ONE_STATEMENT (attempt 1) in one
-# statement: one commit, so one WAL flush, before the request's first vendor call. The wallet
-# is locked before the group (the ledger's lock order), and only a wallet that covers the
-# reservation lets the group be asked. No row back: the wallet refused and nothing was taken.
-# A refused group makes the statement fail on purpose (a cast of text that is no number:
-# InvalidTextRepresentation, SQLSTATE 22P02), and a failed statement takes back the wallet's
-# move with it: the two commit together or not at all.
-GROUP_REFUSED_SQLSTATE = "22P02"
-HOLD_AND_RESERVE_STATEMENT = (
-    "WITH wallet AS (UPDATE billing_wallet SET reserved_micro = reserved_micro + %(escrow)s,"
-    " updated_at = %(now)s WHERE account_id = %(account)s"
-    " AND balance_micro >= reserved_micro + %(escrow)s RETURNING id),"
-    " grp AS (UPDATE accounts_group SET reserved_micro = reserved_micro + %(amount)s"
-    " WHERE id = %(group)s AND EXISTS (SELECT 1 FROM wallet)"
-    f" AND {_room('%(amount)s', '%(now)s')} RETURNING id),"
-    " held AS (INSERT INTO billing_spendhold (request_id, group_id, api_key_id, caller_spend_id,"
-    " amount_micro, status, call_sent, created_at, expires_at)"
-    " SELECT %(request)s, id, NULL, NULL, %(amount)s, 'held', FALSE, %(now)s, %(expires)s"
-    " FROM grp RETURNING id),"
-    " reserved AS (INSERT INTO billing_reservation (wallet_id, request_id, group_id, api_key_id,"
-    " attempt_no, amount_micro, committed_micro, excess_micro, status, call_sent, unmeasured,"
-    " created_at, expires_at)"
-    " SELECT wallet.id, %(request)s, %(group)s, %(key)s, 1, %(escrow)s, 0, 0, 'pending', TRUE,"
-    " FALSE, %(now)s, %(expires)s FROM wallet, held RETURNING id)"
-    " SELECT id FROM reserved"
-    " UNION ALL SELECT (id::text || ' group budget refused')::bigint FROM wallet"
-    " WHERE NOT EXISTS (SELECT 1 FROM grp)"
-)
+def reserve_statement() -> str:
+    """`reserve` in one statement: the wallet's compare-and-set and the reservation row
+    commit together. No row back: the wallet refused."""
+    return (
+        f"WITH {_wallet_reserve('%(amount)s')}"
+        f" INSERT INTO {RESERVATIONS} ({_RESERVATION_COLUMNS})"
+        " SELECT id, %(request)s, %(group)s, %(key)s, %(attempt)s, %(amount)s, 0, 0, 'pending',"
+        " TRUE, FALSE, %(now)s, %(expires)s FROM wallet RETURNING id"
+    )
 
 
-# RESERVE_ONE_STATEMENT for many reservations on one wallet at once: all or none (then each
-# on its own). Returns (id, request_id, attempt_no) per reservation.
-RESERVE_MANY_STATEMENT = (
-    "WITH req AS (SELECT * FROM unnest(%(requests)s::text[], %(groups)s::bigint[],"
-    " %(keys)s::bigint[], %(attempts)s::int[], %(amounts)s::bigint[])"
-    " AS r(request_id, group_id, api_key_id, attempt_no, amount)),"
-    " tot AS (SELECT sum(amount) AS total FROM req),"
-    " wallet AS (UPDATE billing_wallet w SET reserved_micro = w.reserved_micro + tot.total,"
-    " updated_at = %(now)s FROM tot WHERE w.account_id = %(account)s"
-    " AND w.balance_micro >= w.reserved_micro + tot.total RETURNING w.id)"
-    " INSERT INTO billing_reservation (wallet_id, request_id, group_id, api_key_id, attempt_no,"
-    " amount_micro, committed_micro, excess_micro, status, call_sent, unmeasured, created_at,"
-    " expires_at)"
-    " SELECT wallet.id, req.request_id, req.group_id, req.api_key_id, req.attempt_no,"
-    " req.amount, 0, 0, 'pending', TRUE, FALSE, %(now)s, %(expires)s FROM req, wallet"
-    " RETURNING id, request_id, attempt_no"
-)
+def reserve_many_statement() -> str:
+    """`reserve` for many reservations on one wallet at once: all or none (then each on its
+    own). Returns (id, request_id, attempt_no) per reservation."""
+    return (
+        "WITH req AS (SELECT * FROM unnest(%(requests)s::text[], %(groups)s::bigint[],"
+        " %(keys)s::bigint[], %(attempts)s::int[], %(amounts)s::bigint[])"
+        " AS r(request_id, group_id, api_key_id, attempt_no, amount)),"
+        " tot AS (SELECT sum(amount) AS total FROM req),"
+        f" {_wallet_reserve('tot.total', row='w.', source=' FROM tot')}"
+        f" INSERT INTO {RESERVATIONS} ({_RESERVATION_COLUMNS})"
+        " SELECT wallet.id, req.request_id, req.group_id, req.api_key_id, req.attempt_no,"
+        " req.amount, 0, 0, 'pending', TRUE, FALSE, %(now)s, %(expires)s FROM req, wallet"
+        " RETURNING id, request_id, attempt_no"
+    )
+
+
+def hold_and_reserve_statement() -> str:
+    """`take_hold` (group-only) and the first platform attempt's `reserve` (attempt 1) in one
+    statement: one commit, so one WAL flush, before the request's first vendor call.
+
+    The wallet is locked before the group (the ledger's lock order). The wallet moves only
+    if it covers the reservation and the group's budget, as the statement's snapshot reads
+    it, has room for the hold; the group is then asked under its lock. Returns
+    (reservation id, held):
+    - no row: the wallet or the group refused, and nothing was taken (the escrow then asks
+      for the hold alone, which says which);
+    - held: both were taken;
+    - not held: the group filled up between the snapshot and its lock (a concurrent hold).
+      A statement cannot take back its own wallet move, so the reservation is recorded with
+      no call sent and is cancelled at once (`cancel_reservation`); a gateway dying first
+      leaves it to the reaper, which expires a reservation whose call was never sent.
+    """
+    group_room = room(amount="%(amount)s", now="%(now)s")
+    has_room = f" AND EXISTS (SELECT 1 FROM {GROUPS} WHERE id = %(group)s AND {group_room})"
+    return (
+        f"WITH {_wallet_reserve('%(escrow)s', when=has_room)},"
+        f" {_group_hold(checked=True, when=' AND EXISTS (SELECT 1 FROM wallet)')},"
+        f" held AS ({_hold_row(call_sent='FALSE')} RETURNING id),"
+        f" reserved AS (INSERT INTO {RESERVATIONS} ({_RESERVATION_COLUMNS})"
+        " SELECT wallet.id, %(request)s, %(group)s, %(key)s, 1, %(escrow)s, 0, 0, 'pending',"
+        " EXISTS (SELECT 1 FROM held), FALSE, %(now)s, %(expires)s FROM wallet"
+        " RETURNING id, call_sent)"
+        " SELECT id, call_sent FROM reserved"
+    )
+
+
+RESERVE_ONE_STATEMENT = reserve_statement()
+RESERVE_MANY_STATEMENT = reserve_many_statement()
+HOLD_AND_RESERVE_STATEMENT = hold_and_reserve_statement()
 
 
 # wallet, kind, amount, balance after, reservation, reason (created_at is the statement's own)
@@ -499,7 +570,7 @@ _LEDGER_ENTRY_TYPES = ("bigint", "text", "bigint", "bigint", "bigint", "text")
 
 def commit_reservations(
     costs: dict[int, tuple[str, int]], *, now: datetime, unmeasured: bool = False
-) -> Program:
+) -> Program[list[int]]:
     """Commit pending reservations at their cost, once; return the ids committed.
 
     `costs`: reservation id -> (its request id, measured cost). The request ids bound the
@@ -518,17 +589,17 @@ def commit_reservations(
     )
     rows = yield (
         f"WITH served (id, request_id, cost) AS ({served})"
-        " UPDATE billing_reservation SET status = 'committed',"
+        f" UPDATE {RESERVATIONS} SET status = 'committed',"
         " committed_micro = CASE WHEN served.cost < amount_micro THEN served.cost"
         " ELSE amount_micro END,"
         " excess_micro = CASE WHEN served.cost > amount_micro THEN served.cost - amount_micro"
         " ELSE 0 END, unmeasured = %s, resolved_at = %s"
-        " FROM served WHERE billing_reservation.id = served.id"
-        " AND billing_reservation.request_id = served.request_id"
-        " AND billing_reservation.status = 'pending'"
-        " AND billing_reservation.request_id BETWEEN %s AND %s"
-        " RETURNING billing_reservation.id, wallet_id, amount_micro, committed_micro,"
-        " billing_reservation.request_id",
+        f" FROM served WHERE {RESERVATIONS}.id = served.id"
+        f" AND {RESERVATIONS}.request_id = served.request_id"
+        f" AND {RESERVATIONS}.status = 'pending'"
+        f" AND {RESERVATIONS}.request_id BETWEEN %s AND %s"
+        f" RETURNING {RESERVATIONS}.id, wallet_id, amount_micro, committed_micro,"
+        f" {RESERVATIONS}.request_id",
         (*params, unmeasured, now, *request_span(r for r, _ in costs.values())),
         ALL,
     )
@@ -541,7 +612,7 @@ def commit_reservations(
     label = "unmeasured: request" if unmeasured else "request"
     for wallet_id, (released, debited) in sorted(wallets.items()):
         row = yield (
-            "UPDATE billing_wallet SET reserved_micro = reserved_micro - %s,"
+            f"UPDATE {WALLETS} SET reserved_micro = reserved_micro - %s,"
             " balance_micro = balance_micro - %s, updated_at = %s WHERE id = %s"
             " RETURNING balance_micro",
             (released, debited, now, wallet_id),
@@ -557,7 +628,7 @@ def commit_reservations(
             ("bigint", "text", "bigint", "bigint", "bigint", "text"), commits
         )
         yield (
-            "INSERT INTO billing_ledgerentry (wallet_id, kind, amount_micro,"
+            f"INSERT INTO {LEDGER_ENTRIES} (wallet_id, kind, amount_micro,"
             " balance_after_micro, reservation_id, reason, created_at)"
             f" SELECT *, %s FROM ({source}) AS commits RETURNING id",
             (now, *params),
@@ -566,17 +637,19 @@ def commit_reservations(
     return [row[0] for row in rows]
 
 
-def cancel_reservation(reservation_id: int, *, now: datetime, status: str = "cancelled") -> Program:
+def cancel_reservation(
+    reservation_id: int, *, now: datetime, status: str = "cancelled"
+) -> Program[bool]:
     """Release a pending reservation at 0, once: 'cancelled' (its call failed) or 'expired'."""
     row = yield (
-        "UPDATE billing_reservation SET status = %s, committed_micro = 0, excess_micro = 0,"
+        f"UPDATE {RESERVATIONS} SET status = %s, committed_micro = 0, excess_micro = 0,"
         " resolved_at = %s WHERE id = %s AND status = 'pending' RETURNING wallet_id, amount_micro",
         (status, now, reservation_id),
     )
     if row is None:
         return False  # resolved already (by settle, the reaper, or a cancel)
     yield (
-        "UPDATE billing_wallet SET reserved_micro = reserved_micro - %s, updated_at = %s"
+        f"UPDATE {WALLETS} SET reserved_micro = reserved_micro - %s, updated_at = %s"
         " WHERE id = %s RETURNING id",
         (row[1], now, row[0]),
     )
@@ -600,7 +673,7 @@ class Charge:
 
 def charge(
     charges: list[Charge], *, source: str, now: datetime, moves: Moves | None = None
-) -> Program:
+) -> Program[set[str]]:
     """Charge requests once each; return the ids charged now.
 
     Each request's settled marker is inserted (ON CONFLICT DO NOTHING): only its inserter
@@ -618,7 +691,7 @@ def charge(
         ],
     )
     rows = yield (
-        "INSERT INTO billing_settledrequest (request_id, group_id, api_key_id, bandwidth_micro,"
+        f"INSERT INTO {SETTLED} (request_id, group_id, api_key_id, bandwidth_micro,"
         f" provider_cost_micro, source, created_at) SELECT *, %s, %s FROM ({owed}) AS owed"
         " WHERE true ON CONFLICT (request_id) DO NOTHING RETURNING request_id",
         (source, now, *params),
@@ -626,7 +699,8 @@ def charge(
     )
     marked = {row[0] for row in rows}
     own = moves is None
-    moves = Moves() if own else moves
+    if moves is None:
+        moves = Moves()
     pending = set(marked)
     for c in charges:
         if c.request_id in pending:
@@ -639,7 +713,7 @@ def charge(
 
 def charge_bandwidth(
     request_id: str, *, bandwidth_micro: int, moves: Moves | None = None
-) -> Program:
+) -> Program[int]:
     """Make a charged request's bandwidth `bandwidth_micro`; return the difference charged.
 
     The marker moves by compare-and-set on its old value; the group and key it was charged
@@ -647,22 +721,22 @@ def charge_bandwidth(
     """
     while True:
         row = yield (
-            "SELECT bandwidth_micro, group_id, api_key_id FROM billing_settledrequest"
-            " WHERE request_id = %s",
+            f"SELECT bandwidth_micro, group_id, api_key_id FROM {SETTLED} WHERE request_id = %s",
             (request_id,),
         )
         if row is None or row[0] == bandwidth_micro:
             return 0
         was, group_id, api_key_id = row
         done = yield (
-            "UPDATE billing_settledrequest SET bandwidth_micro = %s"
+            f"UPDATE {SETTLED} SET bandwidth_micro = %s"
             " WHERE request_id = %s AND bandwidth_micro = %s RETURNING id",
             (bandwidth_micro, request_id, was),
         )
         if done is not None:
             break  # else corrected concurrently: read it again
     own = moves is None
-    moves = Moves() if own else moves
+    if moves is None:
+        moves = Moves()
     delta = bandwidth_micro - was
     moves.charged(Charge(request_id, group_id, api_key_id), bandwidth_micro=delta)
     if own:
@@ -675,21 +749,21 @@ def charge_bandwidth(
 
 def credit_wallet(
     wallet_id: int, *, amount_micro: int, kind: str, reason: str, now: datetime, actor: str = ""
-) -> Program:
+) -> Program[int]:
     """Add to (or, negative, correct) a wallet's balance with a ledger entry; return its id.
 
     Kinds: 'opening', 'topup', 'adjustment'. Refused if a correction would take the balance
     below what the wallet holds. `actor`: the operator who typed it, if one did.
     """
     row = yield (
-        "UPDATE billing_wallet SET balance_micro = balance_micro + %s, updated_at = %s"
+        f"UPDATE {WALLETS} SET balance_micro = balance_micro + %s, updated_at = %s"
         " WHERE id = %s AND balance_micro + %s >= reserved_micro RETURNING balance_micro",
         (amount_micro, now, wallet_id, amount_micro),
     )
     if row is None:
         raise Refused("the correction would take the wallet below its holds")
     entry = yield (
-        "INSERT INTO billing_ledgerentry (wallet_id, kind, amount_micro, balance_after_micro,"
+        f"INSERT INTO {LEDGER_ENTRIES} (wallet_id, kind, amount_micro, balance_after_micro,"
         " reservation_id, reason, actor, created_at) VALUES (%s, %s, %s, %s, NULL, %s, %s, %s)"
         " RETURNING id",
         (wallet_id, kind, amount_micro, row[0], reason, actor, now),
@@ -699,16 +773,16 @@ def credit_wallet(
 
 # ---------------------------------------------------------------- budget periods
 
-_PERIOD_TABLES = {"group": "accounts_group", "key": "accounts_apikey"}
+_PERIOD_TABLES = {"group": GROUPS, "key": KEYS}
 _ENDED = {
     "group": (
-        "SELECT 'group', g.id, g.budget_period, a.time_zone FROM accounts_group g"
-        " JOIN accounts_account a ON a.id = g.account_id WHERE g.period_ends_at <= %s"
+        f"SELECT 'group', g.id, g.budget_period, a.time_zone FROM {GROUPS} g"
+        f" JOIN {ACCOUNTS} a ON a.id = g.account_id WHERE g.period_ends_at <= %s"
     ),
     "key": (
-        "SELECT 'key', k.id, k.budget_period, a.time_zone FROM accounts_apikey k"
-        " JOIN accounts_group g ON g.id = k.group_id"
-        " JOIN accounts_account a ON a.id = g.account_id WHERE k.period_ends_at <= %s"
+        f"SELECT 'key', k.id, k.budget_period, a.time_zone FROM {KEYS} k"
+        f" JOIN {GROUPS} g ON g.id = k.group_id"
+        f" JOIN {ACCOUNTS} a ON a.id = g.account_id WHERE k.period_ends_at <= %s"
     ),
 }
 
@@ -719,7 +793,7 @@ def ended_periods(
     group_ids: Iterable[int] | None = None,
     key_ids: Iterable[int] | None = None,
     limit: int | None = None,
-) -> Program:
+) -> Program[dict[tuple[str, int], tuple[str, str]]]:
     """Find the groups and keys (all, or these) whose budget period ended by `now`.
 
     A plain read, no lock: `_roll` checks again under the row's lock. Returns
@@ -746,7 +820,7 @@ def ended_periods(
     return {(table, row_id): (period, tz) for table, row_id, period, tz in rows}
 
 
-def _roll(table: str, row_id: int, period: str, tz_name: str, *, now: datetime) -> Program:
+def _roll(table: str, row_id: int, period: str, tz_name: str, *, now: datetime) -> Program[bool]:
     """Close a group's or key's ended period: record its spent, start the current one at 0."""
     name = _PERIOD_TABLES[table]
     locked = yield (
@@ -758,7 +832,7 @@ def _roll(table: str, row_id: int, period: str, tz_name: str, *, now: datetime) 
         return False  # rolled meanwhile, or its period was changed
     group, key = ("id", "CAST(NULL AS bigint)") if table == "group" else ("group_id", "id")
     yield (
-        "INSERT INTO billing_budgetperiod (group_id, api_key_id, budget_period, starts_at,"
+        f"INSERT INTO {PERIODS} (group_id, api_key_id, budget_period, starts_at,"
         " ends_at, budget_max_micro, spent_micro, closed_at)"
         f" SELECT {group}, {key}, budget_period, period_starts_at, period_ends_at,"
         f" budget_max_micro, spent_micro, %s FROM {name} WHERE id = %s RETURNING id",
@@ -779,7 +853,7 @@ def roll_periods(
     group_ids: Iterable[int] | None = None,
     key_ids: Iterable[int] | None = None,
     limit: int | None = 500,
-) -> Program:
+) -> Program[int]:
     """Roll every group and key (all, or these) whose budget period ended; return how many.
 
     Each closed period becomes a BudgetPeriod row with its exact spent and budget; spent
@@ -809,7 +883,9 @@ def _alert_thresholds() -> tuple[str, str]:
     return "CROSS JOIN json_each(a.budget_alert_pcts) AS t", "CAST(t.value AS integer)"
 
 
-def raise_alerts(*, group_ids: Iterable[int], key_ids: Iterable[int], now: datetime) -> Program:
+def raise_alerts(
+    *, group_ids: Iterable[int], key_ids: Iterable[int], now: datetime
+) -> Program[list[int]]:
     """Record each alert threshold the spent of these groups and keys reached; return the
     ids of the alerts raised now.
 
@@ -829,13 +905,13 @@ def raise_alerts(*, group_ids: Iterable[int], key_ids: Iterable[int], now: datet
         source, id_params = batch_rows(("bigint",), [(i,) for i in ids])
         if table == "group":
             owner = "g.id, CAST(NULL AS bigint), 0"
-            row, tables = "g", "accounts_group g JOIN accounts_account a ON a.id = g.account_id"
+            row, tables = "g", f"{GROUPS} g JOIN {ACCOUNTS} a ON a.id = g.account_id"
         else:
             owner = "k.group_id, k.id, k.id"
             row = "k"
             tables = (
-                "accounts_apikey k JOIN accounts_group g ON g.id = k.group_id"
-                " JOIN accounts_account a ON a.id = g.account_id"
+                f"{KEYS} k JOIN {GROUPS} g ON g.id = k.group_id"
+                f" JOIN {ACCOUNTS} a ON a.id = g.account_id"
             )
         parts.append(
             f"SELECT {owner}, {row}.period_starts_at, {row}.period_ends_at,"
@@ -850,7 +926,7 @@ def raise_alerts(*, group_ids: Iterable[int], key_ids: Iterable[int], now: datet
     if not parts:
         return []
     rows = yield (
-        "INSERT INTO billing_budgetalert (group_id, api_key_id, key_scope, period_starts_at,"
+        f"INSERT INTO {ALERTS} (group_id, api_key_id, key_scope, period_starts_at,"
         " period_ends_at, period_scope, threshold_pct, spent_micro, budget_max_micro,"
         " created_at, delivery, delivery_attempts, last_error)"
         f" SELECT *, %s, 'pending', 0, '' FROM ({' UNION ALL '.join(parts)}) AS reached"
@@ -877,7 +953,7 @@ class Settle:
     reservation_id: int | None = None  # the served attempt's reservation, if it held one
 
 
-def settle(rows: list[Settle], *, now: datetime) -> Program:
+def settle(rows: list[Settle], *, now: datetime) -> Program[None]:
     """Apply the money of a batch of stored usage rows, each once.
 
     The served reservations are committed at measured cost, the requests' budget holds
@@ -899,6 +975,9 @@ def settle(rows: list[Settle], *, now: datetime) -> Program:
     owing = []
     for r in rows:
         if r.cost_micro or r.bandwidth_micro:
+            # Only a request with a principal owes (gateway/recording.py: no principal, no
+            # platform call and no bandwidth charge), so an owing row has its group.
+            assert r.group_id is not None
             h = held.get(r.request_id)
             owing.append(
                 Charge(
@@ -920,7 +999,7 @@ def settle(rows: list[Settle], *, now: datetime) -> Program:
     return None
 
 
-def reap_reservation(reservation_id: int, *, now: datetime) -> Program:
+def reap_reservation(reservation_id: int, *, now: datetime) -> Program[bool]:
     """Resolve an expired reservation: committed at the hold if its call was sent, else expired.
 
     A sent call whose usage never arrived was served by a gateway that died: the wallet is
@@ -929,7 +1008,7 @@ def reap_reservation(reservation_id: int, *, now: datetime) -> Program:
     """
     row = yield (
         "SELECT call_sent, amount_micro, request_id, group_id, api_key_id"
-        " FROM billing_reservation WHERE id = %s AND status = 'pending'",
+        f" FROM {RESERVATIONS} WHERE id = %s AND status = 'pending'",
         (reservation_id,),
     )
     if row is None:
@@ -942,7 +1021,7 @@ def reap_reservation(reservation_id: int, *, now: datetime) -> Program:
     )
     if not committed:
         return False
-    hold = yield ("SELECT id FROM billing_spendhold WHERE request_id = %s", (request_id,))
+    hold = yield (f"SELECT id FROM {HOLDS} WHERE request_id = %s", (request_id,))
     if hold is None and group_id is not None:
         yield from charge(
             [Charge(request_id, group_id, api_key_id, cost_micro=amount)], source="reaper", now=now
@@ -950,7 +1029,7 @@ def reap_reservation(reservation_id: int, *, now: datetime) -> Program:
     return True
 
 
-def reap_hold(request_id: str, *, now: datetime) -> Program:
+def reap_hold(request_id: str, *, now: datetime) -> Program[bool]:
     """Resolve an expired budget hold: charged if a platform call was sent, else released at 0.
 
     The charge is the hold (the request's worst case), unmeasured, to the group and to the
@@ -970,3 +1049,17 @@ def reap_hold(request_id: str, *, now: datetime) -> Program:
         )
     yield from move_counters(moves, now=now)
     return True
+
+
+# ---------------------------------------------------------------- what a refusal says
+
+
+# A refused reservation's one read: what the wallet has available.
+WALLET_AVAILABLE_READ = (
+    f"SELECT balance_micro - reserved_micro FROM {WALLETS} WHERE account_id = %(account)s"
+)
+# A refused hold's one read: when the refusing budget's period resets.
+BUDGET_RESET_READS = {
+    "group budget": f"SELECT budget_period, period_ends_at FROM {GROUPS} WHERE id = %(id)s",
+    "key budget": f"SELECT budget_period, period_ends_at FROM {KEYS} WHERE id = %(id)s",
+}

@@ -20,7 +20,7 @@ from accounts.models import Account, ApiKey, Group, Membership
 from accounts.services import account_create, api_key_create, group_create, tenant_token_create
 from billing import ledger
 from billing.models import BudgetAlert, LedgerEntry, Wallet
-from billing.sqlexec import run_sync
+from core.sqlexec import run_sync
 
 # ---- wallets (control plane) ----
 

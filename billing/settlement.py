@@ -24,7 +24,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from billing import ledger
-from billing.sqlexec import run_here
+from core.sqlexec import run_here
 from core.usage_record import UsageRecord
 
 

@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from accounts.models import Account, ApiKey
 from billing import ledger
-from billing.sqlexec import run_sync
+from core.sqlexec import run_sync
 from tests.config.admin_client import CSRF_FIELD, admin_login
 from tests.support.services import requires_redis
 

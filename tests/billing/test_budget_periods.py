@@ -23,7 +23,7 @@ from billing import ledger
 from billing.models import SpendHold
 from billing.selectors import budget_periods
 from billing.services import budget_periods_roll
-from billing.sqlexec import run_sync
+from core.sqlexec import run_sync
 from tests.billing.test_money_e2e import COST, ask, worst_case
 from tests.support.processes import start_worker
 from tests.support.services import requires_postgres, requires_redis

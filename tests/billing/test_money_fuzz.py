@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 import pytest
-from django.db import DataError, IntegrityError, OperationalError, connection, transaction
+from django.db import IntegrityError, OperationalError, connection, transaction
 from django.utils import timezone
 
 from accounts.models import ApiKey, Group
@@ -36,7 +36,7 @@ from billing.reaper import expire_stale_holds
 from billing.reconcile import LoggedCharge, reconcile_window
 from billing.services import wallet_credit
 from billing.settlement import settle_rows
-from billing.sqlexec import run_sync
+from core.sqlexec import run_sync
 from core.usage_record import UsageRecord
 from tests.support.services import requires_postgres
 from tests.support.tenants import make_tenant
@@ -206,24 +206,26 @@ def plan_hold_and_reserve(w: World):
 
     def run():
         with connection.cursor() as cursor:
-            try:
-                cursor.execute(
-                    ledger.HOLD_AND_RESERVE_STATEMENT,
-                    {
-                        **hold_params,
-                        "escrow": escrow,
-                        "account": owner.account_id,
-                        "key": request.api_key_id,
-                        "now": now,
-                        "expires": expires,
-                    },
-                )
-            except DataError as exc:
-                assert exc.__cause__.sqlstate == ledger.GROUP_REFUSED_SQLSTATE
-                raise ledger.Refused("group budget") from None
+            cursor.execute(
+                ledger.HOLD_AND_RESERVE_STATEMENT,
+                {
+                    **hold_params,
+                    "escrow": escrow,
+                    "account": owner.account_id,
+                    "key": request.api_key_id,
+                    "now": now,
+                    "expires": expires,
+                },
+            )
             row = cursor.fetchone()
             if row is not None:
-                return row[0]
+                reservation_id, held = row
+                if held:
+                    return reservation_id
+                # The group refused: the reservation was recorded with no call sent, and is
+                # given back at once, as the escrow does.
+                run_sync(ledger.cancel_reservation(reservation_id, now=now))
+                raise ledger.Refused("group budget")
             cursor.execute(
                 ledger.HOLD_ONE_STATEMENT, {**hold_params, "now": now, "expires": expires}
             )

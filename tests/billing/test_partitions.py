@@ -17,8 +17,8 @@ from django.utils import timezone
 
 from billing import ledger
 from billing.models import LedgerEntry, Reservation, SettledRequest, SpendHold, Wallet
-from billing.sqlexec import run_sync
 from core.ids import time_ordered_id
+from core.sqlexec import run_sync
 from tests.support.databases import admin_connection, manage, run_on_sqlite
 from tests.support.services import requires_postgres
 from tests.support.tenants import make_tenant

@@ -14,7 +14,7 @@ from rest_framework.test import APIClient
 
 from billing import ledger
 from billing.models import LedgerEntry, Reservation, Wallet
-from billing.sqlexec import run_sync
+from core.sqlexec import run_sync
 from tests.support.tenants import make_tenant
 
 pytestmark = pytest.mark.django_db

@@ -9,7 +9,7 @@ from django.utils import timezone
 from accounts.models import Group
 from billing import ledger
 from billing.models import Reservation, Wallet
-from billing.sqlexec import run_sync
+from core.sqlexec import run_sync
 from tests.support.processes import INTERNAL_TOKEN
 from tests.support.profiles import stub_profiles
 from tests.support.stacks import own_stack

@@ -1,4 +1,4 @@
-"""The money steps of billing/ledger.py, each run through billing.sqlexec.run_sync against
+"""The money steps of billing/ledger.py, each run through core.sqlexec.run_sync against
 the test database in this process: what each one moves, to the micro-USD, and what it
 refuses (rolling back everything it did)."""
 
@@ -13,7 +13,7 @@ from django.utils import timezone
 from accounts.models import ApiKey, Group
 from billing import ledger
 from billing.models import CallerSpend, LedgerEntry, Reservation, SettledRequest, SpendHold, Wallet
-from billing.sqlexec import run_sync
+from core.sqlexec import run_sync
 from tests.support.tenants import make_tenant
 
 pytestmark = pytest.mark.django_db

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from billing.sqlexec import _bound, dollar_sql
+from core.sqlexec import _bound, dollar_sql
 
 
 def test_positional_placeholders_are_numbered_in_order():
