@@ -4,14 +4,19 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from core.usage_record import AttemptRecord
 from gateway.auth import Principal
 from gateway.catalog import ModelOffer
 from gateway.limits import Admission
-from gateway.plan import Attempt, Plan
+from gateway.plan import Plan
 from gateway.types import ModelRequest, StreamResult, Usage
+from gateway.web.plan import WebPlan
 from gateway.web.types import WebBill
+
+if TYPE_CHECKING:
+    from billing.request_money import RequestMoney
 
 
 @dataclass(slots=True)
@@ -28,7 +33,7 @@ class Served:
     """The attempt that answered: who served it, at what prices, on which reservation."""
 
     offer: ModelOffer  # its provider, model and prices
-    served_by: str  # plan.TEAM or plan.PLATFORM
+    served_by: str  # attempts.TEAM or attempts.PLATFORM
     reservation_id: int | None  # the wallet reservation settlement commits
 
     @property
@@ -42,28 +47,19 @@ class Served:
 
 @dataclass(slots=True)
 class RequestContext:
+    """What every request carries, model or web: who calls, its admission, its money, its
+    attempt trail and how it ended."""
+
     request_id: str  # minted by the gateway: keys every book of the request
-    endpoint: str  # "chat", "messages", "internal.complete", ...
+    endpoint: str  # "chat", "messages", "internal.complete", "web.scrape", ...
     meter: Meter
     client_request_id: str = ""  # the client's X-Request-Id: a label, never a key
     started: float = field(default_factory=time.monotonic)
     principal: Principal | None = None
     caller_label: str | None = None
-    req: ModelRequest | None = None
-    plan: Plan | None = None  # a web action's: gateway.web.plan.WebPlan
     admission: Admission | None = None  # until the finish releases it
+    money: RequestMoney | None = None  # opened by the hold stage, closed by the finish
     trail: list[AttemptRecord] = field(default_factory=list)
-    served: Served | None = None
-    usage: Usage = field(default_factory=Usage)
-    web: WebBill | None = None  # a web action's units and cost (gateway/web/)
-    stream: StreamResult | None = None  # a streamed answer as far as it got
-    ttft_ms: int | None = None
-    # The budget hold: taken (a row exists) and marked as covering a sent platform call.
-    hold_taken: bool = False
-    call_marked: bool = False
-    # The first call's wallet reservation when the hold took it too: (its attempt, its id),
-    # until the orchestrator runs that attempt on it (else the finish cancels it).
-    reserved_ahead: tuple[Attempt, int] | None = None
     # How the request ended (set once, by the pipeline's finish).
     status: int = 200
     error_code: str = ""
@@ -78,3 +74,23 @@ class RequestContext:
 
     def elapsed_ms(self) -> int:
         return int((time.monotonic() - self.started) * 1000)
+
+
+@dataclass(slots=True)
+class ModelContext(RequestContext):
+    """A model request's own: what it asked, its plan, what served it and what it used."""
+
+    req: ModelRequest | None = None
+    plan: Plan | None = None
+    served: Served | None = None
+    usage: Usage = field(default_factory=Usage)
+    stream: StreamResult | None = None  # a streamed answer as far as it got
+    ttft_ms: int | None = None
+
+
+@dataclass(slots=True)
+class WebContext(RequestContext):
+    """A web action's own: its plan and its bill (the units, their cost, its reservation)."""
+
+    plan: WebPlan | None = None
+    web: WebBill = field(default_factory=WebBill)

@@ -34,10 +34,11 @@ import orjson
 
 from core import errors
 from gateway.adapters.base import ProviderError
+from gateway.attempts import platform_serves, team_pool
 from gateway.auth import Principal, bearer
 from gateway.catalog import ModelOffer, Profile
 from gateway.pipeline import parse_json
-from gateway.plan import offers_for, platform_serves, team_pool
+from gateway.plan import offers_for
 from gateway.runtime import runtime
 
 if TYPE_CHECKING:  # the plumbing hands its exchange in

@@ -37,11 +37,11 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 import orjson
-from django.conf import settings
 from django.utils import timezone
 
 from billing.escrow import DB_ERRORS
 from core import errors, metrics
+from core.config import tollgate
 from gateway.context import RequestContext
 from gateway.runtime import runtime
 
@@ -75,7 +75,7 @@ def claim_program(
     Returns ("claimed", record id), ("found", row) or ("gone", None) when the record was
     released between the insert and the read.
     """
-    expires = now + timedelta(seconds=settings.TOLLGATE["IDEMPOTENCY_TTL_S"])
+    expires = now + timedelta(seconds=tollgate().idempotency_ttl_s)
     row = yield (
         f"INSERT INTO {TABLE} (account_id, key, fingerprint, state, request_id, status,"
         " headers, body, created_at, expires_at)"
@@ -91,7 +91,7 @@ def claim_program(
             (now,),
         )
         return "claimed", row[0]
-    abandoned = now - timedelta(seconds=settings.TOLLGATE["REQUEST_DEADLINE_S"] + ABANDON_MARGIN_S)
+    abandoned = now - timedelta(seconds=tollgate().request_deadline_s + ABANDON_MARGIN_S)
     row = yield (
         f"UPDATE {TABLE} SET fingerprint = %s, state = %s, request_id = %s, status = NULL,"
         " headers = '', body = NULL, created_at = %s, expires_at = %s"
@@ -169,7 +169,7 @@ class Claim:
         """
         if not self.overflow:
             self.size += len(data)
-            if self.size > settings.TOLLGATE["IDEMPOTENCY_MAX_BYTES"]:
+            if self.size > tollgate().idempotency_max_bytes:
                 self.overflow, self.parts = True, []
             else:
                 self.parts.append(data)
@@ -199,7 +199,7 @@ class Claim:
         )
         self.parts = []
         try:
-            await runtime.escrow.run(program)
+            await runtime.db.run(program)
         except DB_ERRORS:
             # The record stays running: duplicates get 409 until it counts as abandoned.
             log.error("could not store the answer of idempotency record %s", self.record_id)
@@ -212,7 +212,7 @@ class Claim:
             return
         self.parts = []
         try:
-            await runtime.escrow.run(
+            await runtime.db.run(
                 release_program(record_id=self.record_id, request_id=self.ctx.request_id)
             )
         except DB_ERRORS:
@@ -232,16 +232,17 @@ async def begin(ex, ctx: RequestContext, body: bytes) -> bool:
     raw = ex.headers[HEADER]
     if not KEY_OK.fullmatch(raw):
         raise errors.InvalidRequest("Idempotency-Key must be 1 to 255 printable ASCII characters.")
+    assert ctx.principal is not None  # keys are per account: the claim comes after auth
     params = {
         "account_id": ctx.principal.account_id,
         "key": raw.decode("ascii"),
         "fingerprint": fingerprint(ctx.endpoint, body),
         "request_id": ctx.request_id,
-        "sweep_locked": settings.DATABASES["default"]["ENGINE"].endswith("postgresql"),
+        "sweep_locked": runtime.db.pg is not None,  # PostgreSQL: skip swept rows locked
     }
     for _ in range(3):
         try:
-            outcome, found = await runtime.escrow.run(claim_program(now=timezone.now(), **params))
+            outcome, found = await runtime.db.run(claim_program(now=timezone.now(), **params))
         except DB_ERRORS:
             raise errors.DependencyDown() from None
         if outcome == "claimed":

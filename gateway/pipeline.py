@@ -27,32 +27,35 @@ import asyncio
 import re
 import time
 from dataclasses import dataclass
-from types import ModuleType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 import orjson
-from django.conf import settings
 
 from billing.ledger import CallerBudget, FirstReservation, Hold
 from core import errors, metrics
+from core.config import tollgate
 from gateway import idempotency
+from gateway.attempts import Attempt
 from gateway.auth import bearer, internal_authorized
 from gateway.breakers import Ticket
-from gateway.context import RequestContext
+from gateway.context import ModelContext, RequestContext
 from gateway.limits import Scope
-from gateway.plan import Attempt, Plan, build_plan, output_bound, prompt_bound
+from gateway.plan import Plan, build_plan, output_bound, prompt_bound
 from gateway.recording import record_and_release, usage_record
 from gateway.runtime import runtime
-from gateway.shapes import anthropic as anthropic_shape
-from gateway.shapes import embeddings as embeddings_shape
 from gateway.shapes import internal as internal_shape
-from gateway.shapes import openai as openai_shape
-from gateway.shapes import responses as responses_shape
+from gateway.shapes.anthropic import ANTHROPIC_SHAPE
+from gateway.shapes.embeddings import EMBEDDINGS_SHAPE
+from gateway.shapes.internal import INTERNAL_SHAPE
+from gateway.shapes.openai import OPENAI_SHAPE
+from gateway.shapes.protocols import ClientShape
+from gateway.shapes.responses import RESPONSES_SHAPE
 from gateway.types import ModelRequest, StreamResult
 from usage.pseudonym import caller_label, window_id
 
 if TYPE_CHECKING:  # the plumbing hands its exchange in; nothing here builds one
     from gateway.asgi import Exchange
+    from gateway.web.plan import WebPlan
 
 JSON = (b"content-type", b"application/json")
 SSE = (b"content-type", b"text/event-stream")
@@ -68,18 +71,18 @@ class Endpoint:
     """A route into the pipeline: its name in the books, its shape, who may call it."""
 
     name: str  # as usage records and metrics name it
-    shape: ModuleType  # parse_request, render_completion, stream_renderer
+    shape: ClientShape
     internal: bool = False  # trusted services: the internal token, a group, their own ids
     stream: bool | None = None  # set by an internal route; None: the client's body says
 
 
-CHAT = Endpoint("chat", openai_shape)
-MESSAGES = Endpoint("messages", anthropic_shape)
-RESPONSES = Endpoint("responses", responses_shape)
-EMBEDDINGS = Endpoint("embeddings", embeddings_shape)  # its shape never streams
-INTERNAL_COMPLETE = Endpoint("internal.complete", internal_shape, internal=True, stream=False)
-INTERNAL_STREAM = Endpoint("internal.stream", internal_shape, internal=True, stream=True)
-INTERNAL_DECIDE = Endpoint("internal.decide", internal_shape, internal=True)
+CHAT = Endpoint("chat", OPENAI_SHAPE)
+MESSAGES = Endpoint("messages", ANTHROPIC_SHAPE)
+RESPONSES = Endpoint("responses", RESPONSES_SHAPE)
+EMBEDDINGS = Endpoint("embeddings", EMBEDDINGS_SHAPE)  # its shape never streams
+INTERNAL_COMPLETE = Endpoint("internal.complete", INTERNAL_SHAPE, internal=True, stream=False)
+INTERNAL_STREAM = Endpoint("internal.stream", INTERNAL_SHAPE, internal=True, stream=True)
+INTERNAL_DECIDE = Endpoint("internal.decide", INTERNAL_SHAPE, internal=True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,10 +104,17 @@ class Ending:
 CLIENT_CLOSED = Ending(499, "client_closed")
 CRASHED = Ending(500, "internal")  # a bug: recorded, then the ASGI app answers 500
 
+# The stages run in order, so what an earlier stage set is there for the later ones: the
+# principal and the request (`accept`), the admission (`admit`, released only by `finish`).
+# The asserts below say so to the type checker.
+ACCEPTED = "a later stage ran before accept"
+ADMITTED = "a later stage ran before admit"
+C = TypeVar("C", bound=RequestContext)
 
-def request_context(ex: Exchange, endpoint_name: str) -> RequestContext:
+
+def request_context(ex: Exchange, endpoint_name: str, kind: type[C]) -> C:
     """Start a request's context: the gateway's id, the client's label, the byte meter."""
-    return RequestContext(
+    return kind(
         request_id=ex.request_id,
         client_request_id=ex.client_request_id,
         endpoint=endpoint_name,
@@ -114,7 +124,7 @@ def request_context(ex: Exchange, endpoint_name: str) -> RequestContext:
 
 async def serve(ex: Exchange, endpoint: Endpoint) -> None:
     """Serve one model request: the stages in order, then `finish`, exactly once."""
-    ctx = request_context(ex, endpoint.name)
+    ctx = request_context(ex, endpoint.name, ModelContext)
     ending = CRASHED
     replayed = False
     try:
@@ -128,7 +138,9 @@ async def serve(ex: Exchange, endpoint: Endpoint) -> None:
         first_ticket = await admit(ctx, plan)
         # A client leaving cancels a stream at once; a non-streamed call runs to its answer
         # (its usage is what the vendor bills), but nothing more is sent to the client.
-        ex.watch_disconnect(asyncio.current_task().cancel if ctx.req.stream else _ignore)
+        task = asyncio.current_task()
+        assert task is not None  # serve runs in the server's task for the request
+        ex.watch_disconnect(task.cancel if accepted.request.stream else _ignore)
         await hold(ctx, plan, first_ticket)
         ending = await execute(ex, ctx, endpoint, first_ticket)
     except errors.GatewayError as exc:
@@ -136,7 +148,9 @@ async def serve(ex: Exchange, endpoint: Endpoint) -> None:
     except asyncio.CancelledError:
         if not ex.disconnected:
             raise
-        asyncio.current_task().uncancel()  # our own watcher's cancel: finish the books
+        task = asyncio.current_task()
+        assert task is not None  # serve runs in the server's task for the request
+        task.uncancel()  # our own watcher's cancel: finish the books
         ending = CLIENT_CLOSED
     finally:
         if not replayed:
@@ -147,7 +161,7 @@ async def serve(ex: Exchange, endpoint: Endpoint) -> None:
 
 async def decide(ex: Exchange) -> None:
     """Serve /internal/decide: the plan a request would run. It calls and records nothing."""
-    ctx = RequestContext(request_id=ex.request_id, endpoint=INTERNAL_DECIDE.name, meter=ex.meter)
+    ctx = ModelContext(request_id=ex.request_id, endpoint=INTERNAL_DECIDE.name, meter=ex.meter)
     try:
         accepted = await accept(ex, INTERNAL_DECIDE, ctx)
         plan = plan_request(ctx, accepted.request)
@@ -160,7 +174,7 @@ async def decide(ex: Exchange) -> None:
 # ---------------------------------------------------------------- 1. accept
 
 
-async def accept(ex: Exchange, endpoint: Endpoint, ctx: RequestContext) -> Accepted:
+async def accept(ex: Exchange, endpoint: Endpoint, ctx: ModelContext) -> Accepted:
     """Authenticate, read and validate the request; the raw end-user id stops here."""
     body, data = await authenticate(ex, ctx, internal=endpoint.internal)
     if endpoint.internal:
@@ -217,8 +231,9 @@ def label_caller(ex: Exchange, ctx: RequestContext, req: ModelRequest) -> None:
 # ---------------------------------------------------------------- 2. plan
 
 
-def plan_request(ctx: RequestContext, req: ModelRequest) -> Plan:
+def plan_request(ctx: ModelContext, req: ModelRequest) -> Plan:
     """Build the attempt plan (LM-2001 / LM-1003 for unknown or forbidden models)."""
+    assert ctx.principal is not None, ACCEPTED
     ctx.plan = build_plan(req, ctx.principal, runtime.catalog, runtime.pools.get)
     return ctx.plan
 
@@ -226,13 +241,14 @@ def plan_request(ctx: RequestContext, req: ModelRequest) -> Plan:
 # ---------------------------------------------------------------- 3. admit
 
 
-async def admit(ctx: RequestContext, plan: Plan) -> Ticket | None:
+async def admit(ctx: ModelContext, plan: Plan) -> Ticket | None:
     """Admit the request against its limits and caps (LM-3001 / LM-3002 / LM-3003).
 
     The same Redis round trip reads the first link's breaker; when it is closed and clean
     the breakers grant that link's ticket now, and its call needs no round trip of its own.
     """
-    principal = ctx.principal
+    principal, req = ctx.principal, ctx.req
+    assert principal is not None and req is not None, ACCEPTED
     first = plan.links[0] if plan.links and plan.links[0].calls_upstream else None
     ctx.admission = await runtime.limiter.admit(
         request_id=ctx.request_id,
@@ -241,8 +257,8 @@ async def admit(ctx: RequestContext, plan: Plan) -> Ticket | None:
         concurrency=principal.group_concurrency,
         lease_s=max((link.offer.profile.timeout_s for link in plan.links), default=60) + 30,
         # Reserved in the token counts until the finish trues it up: a burst cannot pass TPM.
-        tokens_estimate=prompt_bound(ctx.req)
-        + max((output_bound(ctx.req, link.max_tokens) for link in plan.links), default=0),
+        tokens_estimate=prompt_bound(req)
+        + max((output_bound(req, link.max_tokens) for link in plan.links), default=0),
         peek=runtime.breakers.peek(first.breaker_key, first.offer.name) if first else None,
     )
     metrics.IN_FLIGHT.inc()
@@ -256,6 +272,7 @@ async def admit(ctx: RequestContext, plan: Plan) -> Ticket | None:
 def limit_scopes(ctx: RequestContext) -> tuple[Scope, ...]:
     """Return the rate scopes of a request: its key, its group, and its end caller."""
     principal = ctx.principal
+    assert principal is not None, ACCEPTED
     scopes = []
     if principal.api_key_id is not None:
         scopes.append(
@@ -278,24 +295,36 @@ def limit_scopes(ctx: RequestContext) -> tuple[Scope, ...]:
 # ---------------------------------------------------------------- 4. hold
 
 
-async def hold(ctx: RequestContext, plan: Plan, first_ticket: Ticket | None = None) -> None:
-    """Hold the plan's worst case on the budgets that bound this request (LM-4001).
+async def hold(
+    ctx: RequestContext, plan: Plan | WebPlan, first_ticket: Ticket | None = None
+) -> None:
+    """Open the request's money handle and hold the plan's worst case on the budgets that
+    bound this request (LM-4001).
 
     When the first call is sure to be a platform attempt on the wallet (the first link's
     breaker already let it through), its reservation is asked for with the hold: one commit
     before the vendor call instead of two.
     """
     principal = ctx.principal
+    assert principal is not None, ACCEPTED
+    ctx.money = runtime.escrow.open_request(
+        request_id=ctx.request_id,
+        account_id=principal.account_id,
+        group_id=principal.group_id,
+        api_key_id=principal.api_key_id,
+        estimate_micro=plan.budget_estimate_micro,
+    )
     if not (principal.has_budget or ctx.caller_budgeted):
         return
+    caller_budget = principal.caller_budget_max_micro
     caller = (
         CallerBudget(
             group_id=principal.group_id,
             label=ctx.caller_label,
             period=window_id(),
-            budget_max_micro=principal.caller_budget_max_micro,
+            budget_max_micro=caller_budget,
         )
-        if ctx.caller_budgeted
+        if ctx.caller_label and caller_budget is not None  # ctx.caller_budgeted
         else None
     )
     first = first_call_on_wallet(plan, first_ticket)
@@ -304,7 +333,7 @@ async def hold(ctx: RequestContext, plan: Plan, first_ticket: Ticket | None = No
         if first is not None
         else None
     )
-    reservation_id = await runtime.escrow.hold_budget(
+    await ctx.money.hold(
         Hold(
             request_id=ctx.request_id,
             group_id=principal.group_id,
@@ -314,13 +343,11 @@ async def hold(ctx: RequestContext, plan: Plan, first_ticket: Ticket | None = No
             caller=caller,
         ),
         first=with_hold,
+        first_call=first,
     )
-    ctx.hold_taken = True
-    if reservation_id is not None:
-        ctx.reserved_ahead = (first, reservation_id)
 
 
-def first_call_on_wallet(plan: Plan, first_ticket: Ticket | None) -> Attempt | None:
+def first_call_on_wallet(plan: Plan | WebPlan, first_ticket: Ticket | None) -> Attempt | None:
     """Return the attempt the first vendor call is sure to be, when it reserves the wallet."""
     if first_ticket is None:  # the first link's breaker has not let it through (yet)
         return None
@@ -332,10 +359,13 @@ def first_call_on_wallet(plan: Plan, first_ticket: Ticket | None) -> Attempt | N
 
 
 async def execute(
-    ex: Exchange, ctx: RequestContext, endpoint: Endpoint, first_ticket: Ticket | None
+    ex: Exchange, ctx: ModelContext, endpoint: Endpoint, first_ticket: Ticket | None
 ) -> Ending:
     """Run the plan and send the answer as it comes; vendor failures arrive as GatewayError."""
-    if ctx.req.stream:
+    req, admission = ctx.req, ctx.admission
+    assert req is not None, ACCEPTED
+    assert admission is not None, ADMITTED
+    if req.stream:
         return await stream(ex, ctx, endpoint, first_ticket)
     try:
         async with asyncio.timeout(deadline_left_s(ctx)):
@@ -345,26 +375,31 @@ async def execute(
     ctx.usage = completion.usage
     return Ending(
         final=endpoint.shape.render_completion(
-            completion, request_id=answer_id(ctx, endpoint), req=ctx.req
+            completion, request_id=answer_id(ctx, endpoint), req=req
         ),
-        headers=(JSON, *ctx.admission.headers(completion.usage.total_tokens)),
+        headers=(JSON, *admission.headers(completion.usage.total_tokens)),
     )
 
 
 async def stream(
-    ex: Exchange, ctx: RequestContext, endpoint: Endpoint, first_ticket: Ticket | None
+    ex: Exchange, ctx: ModelContext, endpoint: Endpoint, first_ticket: Ticket | None
 ) -> Ending:
     """Stream the answer; once its first chunk is out, a failure is told in-band, not retried."""
+    req, admission = ctx.req, ctx.admission
+    assert req is not None, ACCEPTED
+    assert admission is not None, ADMITTED
     try:
         async with asyncio.timeout(deadline_left_s(ctx)):
             chunks = await runtime.orchestrator.open_stream(ctx, first_ticket=first_ticket)
     except TimeoutError:
         raise errors.UpstreamTimeout("The request passed its deadline.") from None
+    served = ctx.served
+    assert served is not None  # an open stream has its served attempt (the orchestrator's)
     renderer = endpoint.shape.stream_renderer(
-        ctx.req, request_id=answer_id(ctx, endpoint), model=ctx.served.model
+        req, request_id=answer_id(ctx, endpoint), model=served.model
     )
-    result = ctx.stream = StreamResult(prompt_tokens_estimate=prompt_bound(ctx.req))
-    await ex.start(200, [SSE, NO_CACHE, *ctx.admission.headers()])
+    result = ctx.stream = StreamResult(prompt_tokens_estimate=prompt_bound(req))
+    await ex.start(200, [SSE, NO_CACHE, *admission.headers()])
     try:
         async with asyncio.timeout(deadline_left_s(ctx)):
             async for arrived in chunks:
@@ -392,7 +427,7 @@ def answer_id(ctx: RequestContext, endpoint: Endpoint) -> str:
 
 def deadline_left_s(ctx: RequestContext) -> float:
     """Return what is left of the request's overall deadline (reservations outlive it)."""
-    return ctx.started + settings.TOLLGATE["REQUEST_DEADLINE_S"] - time.monotonic()
+    return ctx.started + tollgate().request_deadline_s - time.monotonic()
 
 
 def refusal(ex: Exchange, exc: errors.GatewayError) -> Ending:
@@ -413,11 +448,10 @@ async def finish(ex: Exchange, ctx: RequestContext, ending: Ending) -> None:
     """Record the request and release what it holds (before the client sees its end), then
     send its last bytes. The one place a request's books are closed."""
     ex.stop_watching()
-    if ctx.reserved_ahead is not None:  # its attempt never ran: its call was never made
-        await runtime.escrow.cancel(ctx.reserved_ahead[1])
-        ctx.reserved_ahead = None
+    if ctx.money is not None:  # a reservation taken ahead for a call never made goes back
+        await ctx.money.close()
     ctx.status, ctx.error_code = ending.status, ending.error_code
-    if ctx.stream is not None:
+    if isinstance(ctx, ModelContext) and ctx.stream is not None:
         ctx.usage = ctx.stream.billed_usage()
     if ctx.admission is not None:
         metrics.IN_FLIGHT.dec()

@@ -2,12 +2,10 @@
 
 Links follow the client's chain (the model, then its route list or one fallback model, in
 the client's order); a canonical model served by several providers with no pin fans out
-ranked by per-token cost. Each link has a team attempt when the group has a usable pool of
-an eligible kind for its provider, then a platform attempt only when platform serving is on
-for the deployment, the profile allows it, and any pool's fallback flag is on.
-
-Chain lock: once a fallback-off team link is reached, later links with no team pool refuse
-LM-3021 without calling upstream, so a chain never silently reaches the platform's keys.
+ranked by per-token cost. Who may pay for each link (team first, the platform when allowed,
+the chain lock, the breaker's scope, the margin) is gateway/attempts.py's billing boundary,
+shared with web plans; a link's worst case here is its prompt's bound and its output cap at
+the offer's prices.
 """
 
 from __future__ import annotations
@@ -16,28 +14,24 @@ import difflib
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from django.conf import settings
-
 from byok.pools import Pool
+from core.config import tollgate
 from core.errors import Forbidden, InvalidRequest
-from core.money import prompt_tokens_bound, token_cost_micro, with_margin_micro
+from core.money import prompt_tokens_bound, token_cost_micro
+from gateway.attempts import (
+    Attempt,
+    ChainLock,
+    billing_boundary,
+    platform_serves,
+    team_pool,
+)
 from gateway.auth import Principal
 from gateway.catalog import Catalog, ModelOffer, Profile
-from gateway.shapes import responses_chat, translate
+from gateway.shapes.requests_to_anthropic import openai_request_to_anthropic
+from gateway.shapes.requests_to_openai import anthropic_request_to_openai
+from gateway.shapes.responses_requests import responses_request_to_chat
 from gateway.types import ANTHROPIC, RESPONSES, ModelRequest
 from providers.models import ModelKind
-
-TEAM = "team"
-PLATFORM = "platform"
-
-
-@dataclass(frozen=True, slots=True)
-class Attempt:
-    served_by: str  # TEAM or PLATFORM
-    source: str  # e.g. "openai-main:gpt-4o-mini:team"
-    needs_escrow: bool
-    escrow_budget_micro: int
-    pool: Pool | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +48,10 @@ class Link:
     team_scoped: bool
     locked: bool = False  # refused by the chain lock: LM-3021 without an upstream call
     pool_exhausted_refusal: bool = False  # a fallback-off team link: LM-3021 when keys run out
+
+    @property
+    def profile(self) -> Profile:
+        return self.offer.profile
 
     @property
     def calls_upstream(self) -> bool:
@@ -103,7 +101,7 @@ def prompt_bound(req: ModelRequest) -> int:
     """Return an upper bound on the request's prompt tokens (images: a fixed bound each)."""
     return (
         prompt_tokens_bound(prompt_bytes=req.prompt_bytes, messages=req.prompt_parts)
-        + req.media * settings.TOLLGATE["IMAGE_TOKENS_BOUND"]
+        + req.media * tollgate().image_tokens_bound
     )
 
 
@@ -143,14 +141,14 @@ def vendor_payload(req: ModelRequest, profile: Profile) -> tuple[str, dict]:
         raise InvalidRequest(f"'{req.unknown[0]}' cannot be translated for {profile.kind} vendors.")
     body = req.body
     if req.shape == RESPONSES:
-        body = responses_chat.responses_request_to_chat(body, vendor_kind=profile.kind)
+        body = responses_request_to_chat(body, vendor_kind=profile.kind)
         if vendor.shape != ANTHROPIC:
             return vendor.shape, body
     elif req.embeds:  # offers_for keeps embedding models to vendors that serve them
         raise InvalidRequest(f"Profile {profile.name} serves no embeddings.")
     if vendor.shape == ANTHROPIC:
-        return ANTHROPIC, translate.openai_request_to_anthropic(body, vendor_kind=profile.kind)
-    return vendor.shape, translate.anthropic_request_to_openai(body, vendor_kind=profile.kind)
+        return ANTHROPIC, openai_request_to_anthropic(body, vendor_kind=profile.kind)
+    return vendor.shape, anthropic_request_to_openai(body, vendor_kind=profile.kind)
 
 
 def unknown_model_message(model: str, principal: Principal, catalog: Catalog) -> str:
@@ -180,25 +178,6 @@ def offers_for(
     return sorted(resolved, key=price_rank) if len(resolved) > 1 else list(resolved)
 
 
-def team_pool(
-    profile: Profile, group_id: int, pool_for: Callable[[int, str], Pool | None]
-) -> Pool | None:
-    """Return the group's team keys for a profile, when team serving is on and its kind
-    takes plain API keys."""
-    if not (settings.GATEWAY_BYOK_ENABLED and profile.team_key_eligible):
-        return None
-    return pool_for(group_id, profile.name)
-
-
-def platform_serves(profile: Profile) -> bool:
-    """Say whether the platform's own key may serve this profile."""
-    return (
-        settings.GATEWAY_PTB_ENABLED
-        and profile.allows_platform
-        and profile.platform_key is not None
-    )
-
-
 def build_plan(
     req: ModelRequest,
     principal: Principal,
@@ -206,7 +185,6 @@ def build_plan(
     pool_for: Callable[[int, str], Pool | None],
 ) -> Plan:
     """Build the attempt plan; refuse unknown or disallowed models (LM-2001 / LM-1003)."""
-    margin_pct = settings.TOLLGATE["ESCROW_MARGIN_PCT"]
     prepaid = principal.billing_mode == "prepaid"
     kind = ModelKind.EMBEDDING if req.embeds else ModelKind.CHAT
     offers = [
@@ -215,7 +193,7 @@ def build_plan(
 
     links: list[Link] = []
     budget_estimate = 0
-    chain_locked = False
+    lock = ChainLock()
     for order, offer in enumerate(offers, start=1):
         profile = offer.profile
         # An embedding has no output: its hold is its prompt's bound alone.
@@ -229,44 +207,34 @@ def build_plan(
                 f"'max_tokens' {req.max_tokens} is over {offer.name}'s cap of "
                 f"{offer.max_output_tokens}."
             )
-        worst_micro = with_margin_micro(
-            worst_case_cost_micro(req, offer, max_tokens=max_tokens), margin_pct=margin_pct
+        boundary = billing_boundary(
+            profile=profile,
+            stem=f"{profile.name}:{offer.name}",
+            group_id=principal.group_id,
+            pool=team_pool(profile, principal.group_id, pool_for),
+            # The platform pays only for what its prices cover.
+            platform_ok=platform_serves(profile) and not req.surcharged,
+            prepaid=prepaid,
+            worst_micro=worst_case_cost_micro(req, offer, max_tokens=max_tokens),
+            lock=lock,
         )
-        pool = team_pool(profile, principal.group_id, pool_for)
-        # The platform pays only for what its prices cover.
-        platform_ok = platform_serves(profile) and not req.surcharged
-        attempts: list[Attempt] = []
-        stem = f"{profile.name}:{offer.name}"
-        if pool is not None:
-            attempts.append(Attempt(TEAM, f"{stem}:team", False, 0, pool))
-            if pool.fallback and platform_ok:
-                attempts.append(
-                    Attempt(PLATFORM, f"{stem}:platform-fallback", prepaid, worst_micro)
-                )
-        elif platform_ok and not chain_locked:
-            attempts.append(Attempt(PLATFORM, f"{stem}:platform", prepaid, worst_micro))
-        if any(a.served_by == PLATFORM for a in attempts):
-            budget_estimate = max(budget_estimate, worst_micro)
-        team_scoped = pool is not None
+        if boundary.platform_pays:
+            budget_estimate = max(budget_estimate, boundary.escrow_micro)
         payload_shape, payload = vendor_payload(req, profile)
         links.append(
             Link(
                 order=order,
                 offer=offer,
                 max_tokens=max_tokens,
-                attempts=tuple(attempts),
+                attempts=boundary.attempts,
                 payload=payload,
                 payload_shape=payload_shape,
-                breaker_key=(
-                    f"{profile.name}#group:{principal.group_id}" if team_scoped else profile.name
-                ),
-                team_scoped=team_scoped,
-                locked=chain_locked and pool is None,
-                pool_exhausted_refusal=pool is not None and not pool.fallback,
+                breaker_key=boundary.breaker_key,
+                team_scoped=boundary.team_scoped,
+                locked=boundary.locked,
+                pool_exhausted_refusal=boundary.pool_exhausted_refusal,
             )
         )
-        if pool is not None and not pool.fallback:
-            chain_locked = True
     if req.surcharged and not any(link.attempts for link in links):
         raise InvalidRequest(
             f"'{req.surcharged}' is billed by the vendor beyond tokens: Tollgate serves it "

@@ -17,45 +17,48 @@ from core.errors import REFUSAL_CODES
 from core.money import bandwidth_charge_micro, token_cost_micro
 from core.shared_state import SharedStateDown
 from core.usage_record import UsageRecord
-from gateway.context import RequestContext
-from gateway.plan import PLATFORM, TEAM
+from gateway.attempts import PLATFORM, TEAM
+from gateway.context import ModelContext, RequestContext, WebContext
 from gateway.runtime import runtime
+from gateway.types import Usage
 from usage.rows import clean_record
+
+NO_USAGE = Usage()  # a web action's tokens
 
 
 def usage_record(ctx: RequestContext, *, bytes_out: int) -> UsageRecord:
     """Price the request and return its usage record (attempts included), cleaned."""
     principal = ctx.principal
-    served = ctx.served
-    usage = ctx.usage
-    web = ctx.web
-    platform = served is not None and served.served_by == PLATFORM
+    model = ctx if isinstance(ctx, ModelContext) else None
+    web = ctx.web if isinstance(ctx, WebContext) else None
+    served = model.served if model else None
+    usage = model.usage if model else NO_USAGE
+    # Platform-served: priced at the served offer's prices.
+    priced = served.offer if served is not None and served.served_by == PLATFORM else None
+    platform = priced is not None
     team = served is not None and served.served_by == TEAM
     provider_cost_micro = (
         token_cost_micro(
             tokens_in=usage.input_tokens,
             tokens_out=usage.output_tokens,
-            input_micro_per_mtok=served.offer.input_micro_per_mtok,
-            output_micro_per_mtok=served.offer.output_micro_per_mtok,
+            input_micro_per_mtok=priced.input_micro_per_mtok,
+            output_micro_per_mtok=priced.output_micro_per_mtok,
             cache_read_tokens=usage.cache_read_tokens,
-            cached_input_micro_per_mtok=served.offer.cached_input_micro_per_mtok,
+            cached_input_micro_per_mtok=priced.cached_input_micro_per_mtok,
             cache_write_tokens=usage.cache_write_tokens,
-            cache_write_micro_per_mtok=served.offer.cache_write_micro_per_mtok,
+            cache_write_micro_per_mtok=priced.cache_write_micro_per_mtok,
         )
-        if platform
+        if priced is not None
         else 0
     )
     if web is not None:  # a web action: its units, priced as they were billed
         provider_cost_micro = web.cost_micro
-    billed_bandwidth = (
-        principal is not None and ctx.meter.upstream_sent and ctx.error_code not in REFUSAL_CODES
-    )
     bandwidth_micro = (
         bandwidth_charge_micro(
             total_bytes=ctx.meter.bytes_in + bytes_out,
             micro_per_gb=principal.bandwidth_micro_per_gb,
         )
-        if billed_bandwidth
+        if principal is not None and ctx.meter.upstream_sent and ctx.error_code not in REFUSAL_CODES
         else 0
     )
     record = UsageRecord(
@@ -67,7 +70,7 @@ def usage_record(ctx: RequestContext, *, bytes_out: int) -> UsageRecord:
         api_key_id=principal.api_key_id if principal else None,
         caller_label=ctx.caller_label or "",
         endpoint=ctx.endpoint,
-        model_requested=ctx.req.model if ctx.req else "",
+        model_requested=model.req.model if model and model.req else "",
         model_served=served.model if served else "",
         provider=served.provider if served else (web.provider if web else ""),
         served_by=served.served_by if served else (web.served_by if web else ""),
@@ -86,8 +89,8 @@ def usage_record(ctx: RequestContext, *, bytes_out: int) -> UsageRecord:
         status=ctx.status,
         error_code=ctx.error_code,
         latency_ms=ctx.elapsed_ms(),
-        ttft_ms=ctx.ttft_ms,
-        streamed=ctx.req.stream if ctx.req else False,
+        ttft_ms=model.ttft_ms if model else None,
+        streamed=model.req.stream if model and model.req else False,
         reservation_id=served.reservation_id if served else (web.reservation_id if web else None),
         web_pages=web.pages if web else 0,
         web_rendered_pages=web.rendered_pages if web else 0,
@@ -106,22 +109,23 @@ async def record_and_release(ctx: RequestContext, record: UsageRecord) -> None:
     """
     metrics.count_usage(record)
     admission, ctx.admission = ctx.admission, None
-    tokens = ctx.usage.total_tokens
+    tokens = ctx.usage.total_tokens if isinstance(ctx, ModelContext) else 0
     journal = ctx.principal is not None
-    shared_admission = admission is not None and admission.in_shared
-    if runtime.shared.available and (journal or shared_admission):
+    # The admission when it took shared (Redis) slots, else None.
+    shared = admission if admission is not None and admission.in_shared else None
+    if runtime.shared.available and (journal or shared is not None):
         commands = [runtime.usage.journal_command(record)] if journal else []
-        if shared_admission:
-            commands += runtime.limiter.finish_commands(admission, tokens=tokens)
+        if shared is not None:
+            commands += runtime.limiter.finish_commands(shared, tokens=tokens)
         try:
             await runtime.shared.run(*commands)
             journal = False
-            admission = None if shared_admission else admission
+            admission = None if shared is not None else admission
         except SharedStateDown:
-            if shared_admission:
-                runtime.limiter.release_later(admission)
-    elif shared_admission:  # Redis went down mid-request: retry freeing its shared slots
-        runtime.limiter.release_later(admission)
+            if shared is not None:
+                runtime.limiter.release_later(shared)
+    elif shared is not None:  # Redis went down mid-request: retry freeing its shared slots
+        runtime.limiter.release_later(shared)
     if journal:
         runtime.usage.keep(record)
     if admission is not None:

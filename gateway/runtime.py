@@ -10,14 +10,15 @@ import logging
 from collections.abc import Awaitable
 
 import aiohttp
-from django.conf import settings
 
 from billing.escrow import Escrow
 from byok.pools import PoolRegistry, load_pools
 from byok.routing import KeyRotation
 from core import bus
+from core.config import tollgate
 from core.db import off_loop
 from core.shared_state import SharedState
+from core.sqlexec import Database
 from gateway.auth import PrincipalCache
 from gateway.breakers import BreakerBoard
 from gateway.catalog import EMPTY, Catalog, load_catalog
@@ -38,6 +39,7 @@ class Runtime:
     breakers: BreakerBoard
     keys: KeyRotation
     limiter: Limiter
+    db: Database  # the request path's database (asyncpg on PostgreSQL)
     escrow: Escrow
     orchestrator: Orchestrator
     web: AcquisitionOrchestrator  # web acquisition's (gateway/web/)
@@ -71,21 +73,17 @@ class Runtime:
             self.breakers = BreakerBoard(self.shared)
             self.keys = KeyRotation(self.shared)
             self.limiter = Limiter(self.shared)
-            self.escrow = Escrow()
-            await self.escrow.open()
-            self.orchestrator = Orchestrator(
-                breakers=self.breakers, keys=self.keys, escrow=self.escrow
-            )
+            self.db = Database()
+            await self.db.open()
+            self.escrow = Escrow(self.db)
+            self.orchestrator = Orchestrator(breakers=self.breakers, keys=self.keys)
             self.web = AcquisitionOrchestrator(
-                breakers=self.breakers,
-                keys=self.keys,
-                escrow=self.escrow,
-                units=DailyUnits(self.shared),
+                breakers=self.breakers, keys=self.keys, units=DailyUnits(self.shared)
             )
             self.usage = UsageWriter(self.shared)
             self._subscribe()
             await self.reload()
-            if not settings.GATEWAY_BYOK_ENABLED:
+            if not tollgate().byok_enabled:
                 log.warning(
                     "GATEWAY_BYOK_ENABLED is off: team key pools are inert; every request is "
                     "served and billed on platform keys"
@@ -111,7 +109,7 @@ class Runtime:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         await self.usage.flush()
         await self.session.close()
-        await self.escrow.close()
+        await self.db.close()
         await self.shared.close()
         self._tasks.clear()
         self._starting = None  # a worker's next event loop builds everything anew
@@ -154,7 +152,11 @@ class Runtime:
         """Schedule a reload on this process's loop (after the bus reconnects)."""
         task = self._loop.create_task(self._safe_reload())
         self._tasks.append(task)
-        task.add_done_callback(lambda t: t in self._tasks and self._tasks.remove(t))
+        task.add_done_callback(self._forget_task)
+
+    def _forget_task(self, task: asyncio.Task) -> None:
+        if task in self._tasks:
+            self._tasks.remove(task)
 
     async def _safe_reload(self) -> None:
         try:
@@ -164,7 +166,7 @@ class Runtime:
 
     async def _reload_periodically(self) -> None:
         while True:
-            await asyncio.sleep(settings.TOLLGATE["CONFIG_RELOAD_S"])
+            await asyncio.sleep(tollgate().config_reload_s)
             await self._safe_reload()
 
     def _subscribe(self) -> None:

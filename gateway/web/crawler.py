@@ -21,21 +21,20 @@ import socket
 import uuid
 from urllib.parse import urlsplit
 
-from django.conf import settings
-
 from accounts.models import ApiKey, Group
 from core import errors
+from core.config import tollgate
 from core.db import off_loop
 from core.ids import time_ordered_id
 from gateway.auth import Principal
-from gateway.context import Meter, RequestContext
+from gateway.context import Meter, WebContext
 from gateway.pipeline import hold
 from gateway.recording import record_and_release, usage_record
 from gateway.runtime import runtime
 from gateway.tasks import run_crawls
 from gateway.web.pages import links_of, page_is_whole, page_json
 from gateway.web.plan import build_web_plan
-from gateway.web.types import SCRAPE, WebRequest
+from gateway.web.types import SCRAPE, PageAnswer, WebRequest
 from webfetch import jobs, selectors
 from webfetch.crawl import PageOutcome, StopCrawl, run_job
 from webfetch.fetcher import FetchRefused, limits_from_settings
@@ -154,7 +153,7 @@ class RobotsCheck:
                     runtime.session,
                     origin,
                     limits=limits_from_settings(10.0),
-                    user_agent=settings.TOLLGATE["WEB_USER_AGENT"],
+                    user_agent=tollgate().web_user_agent,
                 )
             except FetchRefused:
                 return False, None  # an origin we may not reach is not crawled
@@ -170,7 +169,7 @@ class PageFetcher:
         self.formats = frozenset(job.formats or ("text",)) | {"text"}
 
     async def __call__(self, job: CrawlJob, page: CrawlPage) -> PageOutcome:
-        ctx = RequestContext(
+        ctx = WebContext(
             request_id=time_ordered_id(),
             client_request_id=job.public_id,
             endpoint=PAGE_ENDPOINT,
@@ -181,7 +180,7 @@ class PageFetcher:
             ctx.principal = await runtime.principals.for_group(job.group_id)
             plan = ctx.plan = build_web_plan(req, ctx.principal, runtime.catalog, runtime.pools.get)
             await hold(ctx, plan)
-            async with asyncio.timeout(settings.TOLLGATE["WEB_ACTION_TIMEOUT_S"]):
+            async with asyncio.timeout(tollgate().web_action_timeout_s):
                 served = await runtime.web.run(ctx, plan, req, keep_page=page_is_whole)
         except TimeoutError:
             ctx.status, ctx.error_code = 504, errors.UpstreamTimeout.code
@@ -194,8 +193,10 @@ class PageFetcher:
             return self._failed(ctx, exc.code)
         finally:
             await record_and_release(ctx, usage_record(ctx, bytes_out=0))
-        body = await asyncio.to_thread(page_json, req, served.answer)
-        links = await asyncio.to_thread(links_of, served.answer)
+        answer = served.answer
+        assert isinstance(answer, PageAnswer)  # a scrape is answered with a page
+        body = await asyncio.to_thread(page_json, req, answer)
+        links = await asyncio.to_thread(links_of, answer)
         return PageOutcome(
             state="fetched",
             status=body["status"],
@@ -216,7 +217,7 @@ class PageFetcher:
         )
 
     @staticmethod
-    def _failed(ctx: RequestContext, code: str) -> PageOutcome:
+    def _failed(ctx: WebContext, code: str) -> PageOutcome:
         web = ctx.web
         return PageOutcome(
             state="failed",

@@ -2,9 +2,8 @@
 
 Scrape: direct fetchers first (our own, then fakes), then renderers; `render_js` goes
 straight to the renderers. Search: the search profiles. Within each group, by name. Each
-profile is a link with a team attempt when the group has a pool for it, then a platform
-attempt when platform serving is on, the profile allows it and any pool's fallback flag is
-on; the chain lock of model plans holds here too (gateway/plan.py).
+profile is a link whose attempts are gateway/attempts.py's billing boundary, as for model
+plans (the chain lock included); a link's worst case is one unit at its price.
 """
 
 from __future__ import annotations
@@ -12,14 +11,19 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from django.conf import settings
-
 from byok.pools import Pool
 from core.errors import InvalidRequest
 from core.money import with_margin_micro
+from gateway.attempts import (
+    Attempt,
+    ChainLock,
+    billing_boundary,
+    escrow_margin_pct,
+    platform_serves,
+    team_pool,
+)
 from gateway.auth import Principal
 from gateway.catalog import Catalog, WebProfile
-from gateway.plan import PLATFORM, TEAM, Attempt, team_pool
 from gateway.web.types import SCRAPE, WebRequest
 
 
@@ -86,30 +90,25 @@ def build_web_plan(
     if not profiles:
         wanted = "a renderer (render_js)" if req.render_js else f"{req.action}"
         raise InvalidRequest(f"No web profile serves {wanted}.")
-    margin_pct = settings.TOLLGATE["ESCROW_MARGIN_PCT"]
     prepaid = principal.billing_mode == "prepaid"
     links = []
     worst = 0
-    chain_locked = False
+    lock = ChainLock()
     for order, profile in enumerate(profiles, start=1):
         unit = profile.unit_for(req.action)
+        assert unit is not None  # `candidates` keeps only the profiles that serve the action
         price = profile.prices[unit]
-        pool = team_pool(profile, principal.group_id, pool_for)
-        platform_ok = (
-            settings.GATEWAY_PTB_ENABLED
-            and profile.allows_platform
-            and (profile.platform_key is not None or profile.adapter.keyless)
+        boundary = billing_boundary(
+            profile=profile,
+            stem=f"{profile.name}:{unit}",
+            group_id=principal.group_id,
+            pool=team_pool(profile, principal.group_id, pool_for),
+            platform_ok=platform_serves(profile, keyless=profile.adapter.keyless),
+            prepaid=prepaid,
+            worst_micro=price,  # a unit billed: what a success costs
+            lock=lock,
         )
-        escrow = with_margin_micro(price, margin_pct=margin_pct)
-        stem = f"{profile.name}:{unit}"
-        attempts: list[Attempt] = []
-        if pool is not None:
-            attempts.append(Attempt(TEAM, f"{stem}:team", False, 0, pool))
-            if pool.fallback and platform_ok:
-                attempts.append(Attempt(PLATFORM, f"{stem}:platform-fallback", prepaid, escrow))
-        elif platform_ok and not chain_locked:
-            attempts.append(Attempt(PLATFORM, f"{stem}:platform", prepaid, escrow))
-        if any(a.served_by == PLATFORM for a in attempts):
+        if boundary.platform_pays:
             worst += price
         links.append(
             WebLink(
@@ -117,16 +116,13 @@ def build_web_plan(
                 profile=profile,
                 unit=unit,
                 price_micro=price,
-                attempts=tuple(attempts),
-                breaker_key=(
-                    f"{profile.name}#group:{principal.group_id}" if pool else profile.name
-                ),
-                locked=chain_locked and pool is None,
-                pool_exhausted_refusal=pool is not None and not pool.fallback,
+                attempts=boundary.attempts,
+                breaker_key=boundary.breaker_key,
+                locked=boundary.locked,
+                pool_exhausted_refusal=boundary.pool_exhausted_refusal,
             )
         )
-        if pool is not None and not pool.fallback:
-            chain_locked = True
     return WebPlan(
-        links=tuple(links), budget_estimate_micro=with_margin_micro(worst, margin_pct=margin_pct)
+        links=tuple(links),
+        budget_estimate_micro=with_margin_micro(worst, margin_pct=escrow_margin_pct()),
     )

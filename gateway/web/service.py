@@ -14,17 +14,19 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl
 
 import orjson
-from django.conf import settings
 
 from core import errors, metrics
+from core.config import tollgate
 from core.db import off_loop
 from gateway.auth import bearer, internal_authorized
-from gateway.context import RequestContext
+from gateway.context import RequestContext, WebContext
 from gateway.pipeline import (
+    ACCEPTED,
+    ADMITTED,
     CRASHED,
     JSON,
     Ending,
@@ -39,7 +41,7 @@ from gateway.runtime import runtime
 from gateway.web import crawler, shape
 from gateway.web.pages import page_is_whole, page_json
 from gateway.web.plan import WebPlan, build_web_plan
-from gateway.web.types import CRAWL, SCRAPE, SEARCH, WebRequest
+from gateway.web.types import CRAWL, SCRAPE, SEARCH, PageAnswer, SearchAnswer, WebRequest
 
 if TYPE_CHECKING:
     from gateway.asgi import Exchange
@@ -62,13 +64,14 @@ INTERNAL_CRAWL = WebEndpoint("internal.crawl", CRAWL, internal=True)
 
 async def serve(ex: Exchange, endpoint: WebEndpoint) -> None:
     """Serve one scrape, search or crawl request; `finish` closes its books exactly once."""
-    ctx = request_context(ex, endpoint.name)
+    ctx = request_context(ex, endpoint.name, WebContext)
     ending = CRASHED
     try:
         req = await accept(ex, endpoint, ctx)
         if req.action == CRAWL:
             ending = await start_crawl(ctx, req)  # queued: each page has its own usage row
             return
+        assert ctx.principal is not None, ACCEPTED
         plan = build_web_plan(req, ctx.principal, runtime.catalog, runtime.pools.get)
         ctx.plan = plan
         await admit(ctx, plan)
@@ -88,39 +91,44 @@ async def accept(ex: Exchange, endpoint: WebEndpoint, ctx: RequestContext) -> We
 async def admit(ctx: RequestContext, plan: WebPlan) -> None:
     """Rates and caps (LM-3001 / LM-3003), as for model requests; a web action has no tokens."""
     principal = ctx.principal
+    assert principal is not None, ACCEPTED
     ctx.admission = await runtime.limiter.admit(
         request_id=ctx.request_id,
         group_id=principal.group_id,
         scopes=limit_scopes(ctx),
         concurrency=principal.group_concurrency,
-        lease_s=settings.TOLLGATE["WEB_ACTION_TIMEOUT_S"] + 30,
+        lease_s=tollgate().web_action_timeout_s + 30,
         tokens_estimate=0,
         peek=None,
     )
     metrics.IN_FLIGHT.inc()
 
 
-async def execute(
-    ctx: RequestContext, endpoint: WebEndpoint, plan: WebPlan, req: WebRequest
-) -> Ending:
+async def execute(ctx: WebContext, endpoint: WebEndpoint, plan: WebPlan, req: WebRequest) -> Ending:
     try:
-        async with asyncio.timeout(settings.TOLLGATE["WEB_ACTION_TIMEOUT_S"]):
+        async with asyncio.timeout(tollgate().web_action_timeout_s):
             served = await runtime.web.run(ctx, plan, req, keep_page=page_is_whole)
     except TimeoutError:
         raise errors.UpstreamTimeout("The web action passed its deadline.") from None
     # Trusted internal callers get their own id back; a tenant gets ours (its X-Request-Id is
     # echoed as a header, a label only).
-    body = {"request_id": ctx.client_request_id if endpoint.internal else ctx.request_id}
+    body: dict[str, Any] = {
+        "request_id": ctx.client_request_id if endpoint.internal else ctx.request_id
+    }
+    answer = served.answer
     if req.action == SEARCH:
-        body |= {"query": req.query, "results": list(served.answer.results)}
+        assert isinstance(answer, SearchAnswer)  # a search's adapters answer searches
+        body |= {"query": req.query, "results": list(answer.results)}
     else:
-        body |= await asyncio.to_thread(page_json, req, served.answer)
+        assert isinstance(answer, PageAnswer)  # a scrape's adapters answer pages
+        body |= await asyncio.to_thread(page_json, req, answer)
     body |= {
         "provider": ctx.web.provider,
         "served_by": ctx.web.served_by,
         "units": shape.units_json(ctx.web),
         "cost_micro": ctx.web.cost_micro,
     }
+    assert ctx.admission is not None, ADMITTED
     return Ending(final=orjson.dumps(body), headers=(JSON, *ctx.admission.headers()))
 
 
@@ -129,14 +137,16 @@ async def execute(
 
 async def start_crawl(ctx: RequestContext, req: WebRequest) -> Ending:
     """Queue a crawl job (202 with its id); refused before queuing when nothing could fetch it."""
+    principal = ctx.principal
+    assert principal is not None, ACCEPTED
     build_web_plan(
         WebRequest(action=SCRAPE, url=req.url, render_js=req.render_js),
-        ctx.principal,
+        principal,
         runtime.catalog,
         runtime.pools.get,
     )
     try:
-        job = await off_loop(crawler.queue_job)(ctx.principal, req, ctx.client_request_id)
+        job = await off_loop(crawler.queue_job)(principal, req, ctx.client_request_id)
     except ValueError as exc:
         raise errors.InvalidRequest(str(exc)) from None
     return Ending(status=202, final=orjson.dumps(job), headers=(JSON,))

@@ -22,7 +22,7 @@ from gateway.adapters.fake import FakeProvider, Fault
 from gateway.auth import Principal
 from gateway.breakers import BreakerBoard
 from gateway.catalog import Catalog, ModelOffer, Profile
-from gateway.context import Meter, RequestContext
+from gateway.context import Meter, ModelContext
 from gateway.orchestrator import Orchestrator
 from gateway.plan import build_plan
 from gateway.shapes import openai as openai_shape
@@ -62,6 +62,7 @@ class World:
             },
         )
         self.pools: dict[tuple[int, str], Pool] = {}
+        self.contexts: list[ModelContext] = []
         self.principal = Principal(
             account_id=self.tenant.account_id,
             billing_mode="invoiced" if invoiced else "prepaid",
@@ -101,7 +102,7 @@ class World:
         self.pools[(self.tenant.group_id, provider)] = pool
         return pool
 
-    def context(self, *chain: str, stream: bool = False) -> RequestContext:
+    def context(self, *chain: str, stream: bool = False) -> ModelContext:
         req = openai_shape.parse_request(
             {
                 "model": ",".join(chain),
@@ -110,9 +111,10 @@ class World:
                 "stream": stream,
             }
         )
-        ctx = RequestContext(
+        ctx = ModelContext(
             request_id=uuid.uuid4().hex, endpoint="chat", meter=Meter(), principal=self.principal
         )
+        self.contexts.append(ctx)
         ctx.req = req
         ctx.plan = build_plan(
             req,
@@ -124,15 +126,22 @@ class World:
 
     def run(self, coro_of):
         """Run `coro_of(orchestrator)` on a fresh loop, with an escrow of its own (a pool
-        belongs to one loop), and let background work (a benched key's status) finish."""
+        belongs to one loop) on which each request's money handle opens, as the pipeline's
+        hold stage opens it; then let background work (a benched key's status) finish."""
 
         async def main():
             escrow = Escrow()
             await escrow.open()
-            try:
-                return await coro_of(
-                    Orchestrator(breakers=self.breakers, keys=self.keys, escrow=escrow)
+            for ctx in self.contexts:
+                ctx.money = escrow.open_request(
+                    request_id=ctx.request_id,
+                    account_id=self.principal.account_id,
+                    group_id=self.principal.group_id,
+                    api_key_id=self.principal.api_key_id,
+                    estimate_micro=ctx.plan.budget_estimate_micro,
                 )
+            try:
+                return await coro_of(Orchestrator(breakers=self.breakers, keys=self.keys))
             finally:
                 await escrow.close()
                 others = asyncio.all_tasks() - {asyncio.current_task()}
@@ -141,11 +150,11 @@ class World:
 
         return asyncio.run(main())
 
-    def complete(self, ctx: RequestContext):
+    def complete(self, ctx: ModelContext):
         return self.run(lambda o: o.complete(ctx, first_ticket=None))
 
 
-def outcomes(ctx: RequestContext) -> list[tuple[str, str, str]]:
+def outcomes(ctx: ModelContext) -> list[tuple[str, str, str]]:
     return [(a.provider, a.served_by, a.outcome) for a in ctx.trail]
 
 

@@ -16,9 +16,10 @@ import pytest
 from byok.pools import Pool, PoolKey
 from core.errors import Forbidden, InvalidRequest
 from gateway.adapters.fake import FakeProvider
+from gateway.attempts import PLATFORM, TEAM
 from gateway.auth import Principal
 from gateway.catalog import Catalog, ModelOffer, Profile
-from gateway.plan import PLATFORM, TEAM, build_plan
+from gateway.plan import build_plan
 from gateway.shapes import openai as openai_shape
 from gateway.types import ModelRequest
 

@@ -12,9 +12,9 @@ from byok.pools import Pool, PoolKey
 from core.errors import DailyUnitsExhausted, InvalidRequest
 from core.money import with_margin_micro
 from core.shared_state import SharedState
+from gateway.attempts import PLATFORM, TEAM
 from gateway.auth import Principal
 from gateway.catalog import Catalog, WebProfile
-from gateway.plan import PLATFORM, TEAM
 from gateway.web.adapters import WEB_ADAPTERS, FakeWeb
 from gateway.web.plan import build_web_plan
 from gateway.web.types import PAGE, QUERY, RENDERED_PAGE, SCRAPE, SEARCH, WebRequest, WebTarget

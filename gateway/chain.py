@@ -1,0 +1,457 @@
+"""Running a chain of links, the same for every request kind; each kind's rules are a policy.
+
+Rules, once, here:
+- a link refused by the chain lock, or with no attempt, refuses LM-3021 without a call;
+- a judged link asks its breaker first (an open circuit: LM-3030, no call); a failure that
+  says something about the provider opens it, a success closes it;
+- team attempts rotate keys round-robin: a 429 benches the key for max(Retry-After, 30 s),
+  a 401/403 marks it failing for 10 minutes, and the next key is tried (a key-specific
+  refusal does not use up a try); with no usable key the next attempt (the platform's, if
+  the link has one) runs;
+- at most two tries of an attempt, the second only when the policy says the failure may be
+  retried; a platform attempt's call is covered first by the request's money handle
+  (billing/request_money.py), and a failed call's own reservation is given back;
+- every try and every refusal before a call is one line of the attempt trail;
+- the client gets the last link's error, except that a chain-lock or open-circuit refusal
+  yields to an earlier upstream failure.
+
+A `ChainPolicy` says what differs between model and web requests: how one call is made and
+what a failure means, which failures are retried, how a platform call is covered, which
+links are judged, and when an answer ends the chain (gateway/orchestrator.py,
+gateway/web/orchestrator.py).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar
+
+from core import errors, metrics
+from core.usage_record import AttemptRecord
+from gateway.adapters.base import ProviderError
+from gateway.attempts import PLATFORM, TEAM, Attempt
+from gateway.breakers import Ticket
+from gateway.catalog import Profile
+from gateway.context import RequestContext
+
+TEAM_BENCH_429_MIN_S = 30.0
+TEAM_BENCH_AUTH_S = 600.0
+TRIES_PER_ATTEMPT = 2
+UPSTREAM_ERRORS = (errors.UpstreamFailed, errors.UpstreamTimeout, errors.UpstreamRateLimited)
+# The request context a policy works on (ModelContext, WebContext): the runner hands its
+# policy the context it was given.
+C = TypeVar("C", bound=RequestContext)
+C_in = TypeVar("C_in", bound=RequestContext, contravariant=True)
+
+
+def upstream_error(exc: ProviderError, *, mid_stream: bool = False) -> errors.GatewayError:
+    """Say in our language what a vendor failure means: the one place this is decided."""
+    if exc.timeout:
+        return errors.UpstreamTimeout()
+    if mid_stream:  # after the first chunk there is no status to speak of, only a cut
+        return errors.UpstreamFailed("The upstream stream broke.")
+    if exc.status == 429:
+        # Waiting helps: say so in our language, with the vendor's wait (or a second).
+        retry_after_s = math.ceil(exc.retry_after_s) if exc.retry_after_s else 1
+        return errors.UpstreamRateLimited(
+            f"The upstream provider is rate limiting (HTTP 429); retry after {retry_after_s} s.",
+            retry_after_s=retry_after_s,
+        )
+    if exc.status is not None:
+        return errors.UpstreamFailed(f"The upstream provider failed (HTTP {exc.status}).")
+    return errors.UpstreamFailed()
+
+
+def judges_provider(exc: ProviderError, *, served_by: str) -> bool:
+    """Say whether a failure counts against the breaker (client faults do not)."""
+    if exc.status is None or exc.status >= 500 or exc.status in (408, 429):
+        return True
+    # A platform key refused is the platform's problem; a team key refused is the key's.
+    return exc.status in (401, 403) and served_by == PLATFORM
+
+
+class AttemptFailed(Exception):
+    """One attempt failed: its error, whether the breaker hears of it, whether it ends the
+    request (no other profile may try: a URL our fetcher refuses)."""
+
+    def __init__(
+        self, error: errors.GatewayError, *, judged: bool, ends_request: bool = False
+    ) -> None:
+        super().__init__(error.message)
+        self.error = error
+        self.judged = judged
+        self.ends_request = ends_request
+
+
+def vendor_failure(exc: ProviderError, *, served_by: str) -> AttemptFailed:
+    """The attempt failure a vendor's error makes, in our language."""
+    return AttemptFailed(upstream_error(exc), judged=judges_provider(exc, served_by=served_by))
+
+
+class LinkFailed(Exception):
+    """One link failed: its error, whether a vendor was called and failed (`upstream`), and
+    whether it was a refusal before any call that an earlier upstream failure beats."""
+
+    def __init__(
+        self,
+        error: errors.GatewayError,
+        *,
+        upstream: bool,
+        defers: bool = False,
+        ends_request: bool = False,
+    ) -> None:
+        super().__init__(error.message)
+        self.error = error
+        self.upstream = upstream
+        self.defers = defers
+        self.ends_request = ends_request
+
+    @classmethod
+    def of(cls, failed: AttemptFailed | None) -> LinkFailed:
+        if failed is None:
+            return cls(errors.UpstreamFailed(), upstream=False)
+        return cls(
+            failed.error,
+            upstream=isinstance(failed.error, UPSTREAM_ERRORS),
+            ends_request=failed.ends_request,
+        )
+
+
+def pick_error(failures: list[LinkFailed], *, none: str) -> errors.GatewayError:
+    """Return the error a failed chain answers: the last link's, except that a refusal before
+    any call (a chain lock, an open circuit) yields to an earlier upstream failure. `none`:
+    the message when nothing was tried."""
+    if not failures:
+        return errors.UpstreamFailed(none)
+    last = failures[-1]
+    if last.defers:
+        earlier_upstream = [f for f in failures[:-1] if f.upstream]
+        if earlier_upstream:
+            return earlier_upstream[-1].error
+    return last.error
+
+
+def record_attempt(
+    ctx: RequestContext,
+    *,
+    provider: str,
+    model: str,
+    attempt: Attempt | None,
+    outcome: str,
+    exc: ProviderError | None = None,
+    started: float | None = None,
+    reservation_id: int | None = None,
+) -> None:
+    """Add one try (or a link refused before any call) to the request's attempt trail."""
+    if exc is not None and exc.timeout:
+        outcome = "timeout"
+    latency_ms = 0
+    if started is not None:  # a failed call's wait counts too (a timeout: the deadline)
+        waited_s = time.monotonic() - started
+        metrics.UPSTREAM_LATENCY.labels(provider).observe(waited_s)
+        latency_ms = int(waited_s * 1000)
+    ctx.trail.append(
+        AttemptRecord(
+            order=len(ctx.trail) + 1,
+            provider=provider,
+            model=model,
+            served_by=attempt.served_by if attempt else "",
+            source=attempt.source if attempt else f"{provider}:{model}",
+            outcome=outcome,
+            upstream_status=200 if outcome == "ok" else (exc.status if exc else None),
+            latency_ms=latency_ms,
+            reservation_id=reservation_id,
+        )
+    )
+
+
+async def bench_refused_key(keys, pool_key, exc: ProviderError) -> bool:
+    """Bench a team key the vendor refused (429: max(Retry-After, 30 s); 401/403: failing for
+    10 minutes) and say so: the next key is tried, and the refusal uses up no try."""
+    if exc.status == 429:
+        await keys.bench(pool_key, max(exc.retry_after_s or 0, TEAM_BENCH_429_MIN_S))
+        return True
+    if exc.status in (401, 403):
+        await keys.mark_failing(pool_key, TEAM_BENCH_AUTH_S)
+        return True
+    return False
+
+
+class ChainLink(Protocol):
+    """What the runner reads of a link (gateway.plan.Link, gateway.web.plan.WebLink)."""
+
+    @property
+    def profile(self) -> Profile: ...
+    @property
+    def attempts(self) -> tuple[Attempt, ...]: ...
+    @property
+    def breaker_key(self) -> str: ...
+    @property
+    def locked(self) -> bool: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What served: the link, the attempt, and the policy's answer."""
+
+    link: Any
+    attempt: Attempt
+    answer: Any
+
+
+class ChainPolicy(Protocol[C_in]):
+    """What a request kind decides while the shared runner walks its chain (on its kind of
+    request context)."""
+
+    none_served: str  # the failed chain's message when no link was tried
+
+    def trail_model(self, link: Any) -> str:
+        """Name the link's model (or unit) as the attempt trail records it."""
+
+    def breaker_model(self, link: Any) -> str | None:
+        """Name what the link's breaker judges, or None when no breaker judges it."""
+
+    def may_retry(self, exc: ProviderError) -> bool:
+        """Say whether a failed try may be tried again."""
+
+    def failure(self, exc: ProviderError, *, served_by: str) -> AttemptFailed:
+        """Say what a vendor failure means for this kind."""
+
+    async def cover(self, ctx: C_in, link: Any, attempt: Attempt) -> int | None:
+        """Cover a platform call before it is sent; return its reservation, if any."""
+
+    async def uncovered(self, ctx: C_in, reservation_id: int) -> None:
+        """Settle what a platform attempt that served nothing reserved."""
+
+    async def call(
+        self,
+        ctx: C_in,
+        link: Any,
+        attempt: Attempt,
+        *,
+        api_key: str | None,
+        reservation_id: int | None,
+    ) -> Any:
+        """Make one vendor call; raise ProviderError when it fails."""
+
+    def skips(self, link: Any) -> bool:
+        """Say whether the chain passes this link by."""
+
+    async def answers(self, outcome: Outcome, rest: tuple) -> bool:
+        """Say whether what served ends the chain (False: try the links after it)."""
+
+    def held_back(self, refusal: errors.GatewayError | None) -> Outcome | None:
+        """Return an answer held back that still serves when the chain ends (`refusal`: a
+        refusal mid-chain, e.g. the day's units spent; None: the links ran out), if any."""
+
+
+class ChainRunner:
+    """Walk a chain under a policy: breakers, key rotation, tries, the trail, the error."""
+
+    def __init__(self, *, breakers, keys) -> None:
+        self.breakers = breakers
+        self.keys = keys
+
+    async def run(
+        self,
+        ctx: C,
+        links: tuple,
+        policy: ChainPolicy[C],
+        *,
+        first_ticket: Ticket | None = None,
+    ) -> Outcome:
+        """Run the links in order until one answers; `first_ticket` is the first link's
+        breaker admission when the breakers granted it with the request's admission."""
+        failures: list[LinkFailed] = []
+        for index, link in enumerate(links):
+            if policy.skips(link):
+                continue
+            ticket, first_ticket = first_ticket, None
+            try:
+                outcome = await self.run_link(ctx, link, policy, ticket=ticket)
+            except LinkFailed as failed:
+                if failed.ends_request:
+                    raise failed.error from None
+                failures.append(failed)
+                continue
+            except errors.GatewayError as refusal:
+                held_back = policy.held_back(refusal)
+                if held_back is None:
+                    raise
+                return held_back
+            if await policy.answers(outcome, links[index + 1 :]):
+                return outcome
+        held_back = policy.held_back(None)
+        if held_back is not None:
+            return held_back
+        raise pick_error(failures, none=policy.none_served)
+
+    async def run_link(
+        self, ctx: C, link: ChainLink, policy: ChainPolicy[C], *, ticket: Ticket | None
+    ) -> Outcome:
+        """Run one link's attempts in order; raise LinkFailed when none serves."""
+        profile = link.profile
+        if link.locked:
+            self._trail(ctx, link, policy, None, "chain_locked")
+            raise LinkFailed(
+                errors.TeamKeysExhausted(
+                    f"Chain locked: no team key for {profile.name} and platform fallback is off."
+                ),
+                upstream=False,
+                defers=True,
+            )
+        if not link.attempts:
+            self._trail(ctx, link, policy, None, "no_attempt")
+            raise LinkFailed(
+                errors.TeamKeysExhausted(
+                    f"No team key for {profile.name} and platform serving is off."
+                ),
+                upstream=False,
+            )
+        judged_as = policy.breaker_model(link)
+        if judged_as is not None and ticket is None:
+            # A probe's lease outlasts every try the link may make, so a slow probe is never
+            # joined by a second one; a probe that hangs fails at its last deadline.
+            lease_s = profile.timeout_s * TRIES_PER_ATTEMPT * len(link.attempts) + 5
+            ticket = await self.breakers.acquire(link.breaker_key, judged_as, lease_s=lease_s)
+            if ticket is None:
+                self._trail(ctx, link, policy, None, "circuit_open")
+                raise LinkFailed(
+                    errors.CircuitOpen(retry_after_s=self.breakers.cooldown_s),
+                    upstream=False,
+                    defers=True,
+                )
+        last: AttemptFailed | None = None
+        try:
+            for attempt in link.attempts:
+                try:
+                    if attempt.served_by == TEAM:
+                        answer = await self._run_team(ctx, link, policy, attempt)
+                    else:
+                        answer = await self._run_platform(ctx, link, policy, attempt)
+                except AttemptFailed as failed:
+                    last = failed
+                    if failed.ends_request:
+                        break
+                    if failed.judged and ticket is not None:
+                        await self.breakers.failure(ticket)
+                        ticket = None
+                        break
+                    continue
+                if ticket is not None:
+                    await self.breakers.success(ticket)
+                    ticket = None
+                return Outcome(link=link, attempt=attempt, answer=answer)
+        finally:
+            if ticket is not None:
+                await self.breakers.release(ticket)
+        raise LinkFailed.of(last)
+
+    async def _run_team(
+        self, ctx: C, link: ChainLink, policy: ChainPolicy[C], attempt: Attempt
+    ) -> Any:
+        candidates = await self.keys.candidates(attempt.pool)
+        tries = 0
+        index = 0
+        last: AttemptFailed | None = None
+        while index < len(candidates):
+            pool_key = candidates[index]
+            try:
+                return await self._try(
+                    ctx, link, policy, attempt, api_key=pool_key.secret, reservation_id=None
+                )
+            except ProviderError as exc:
+                if await bench_refused_key(self.keys, pool_key, exc):
+                    index += 1
+                    continue
+                last = policy.failure(exc, served_by=TEAM)
+                tries += 1
+                if not policy.may_retry(exc) or tries >= TRIES_PER_ATTEMPT:
+                    raise last from None
+                # The one retry goes to the next usable key, or the same one if it is alone.
+                index = min(index + 1, len(candidates) - 1)
+        if last is not None:
+            raise last
+        raise AttemptFailed(
+            errors.TeamKeysExhausted(
+                f"Every team key for {link.profile.name} is benched or failing."
+            ),
+            judged=False,
+        )
+
+    async def _run_platform(
+        self, ctx: C, link: ChainLink, policy: ChainPolicy[C], attempt: Attempt
+    ) -> Any:
+        try:
+            reservation_id = await policy.cover(ctx, link, attempt)
+        except errors.WalletInsufficient as exc:
+            self._trail(ctx, link, policy, attempt, "wallet_insufficient")
+            raise AttemptFailed(exc, judged=False) from None
+        served = False
+        try:
+            for try_no in range(1, TRIES_PER_ATTEMPT + 1):
+                try:
+                    answer = await self._try(
+                        ctx,
+                        link,
+                        policy,
+                        attempt,
+                        api_key=link.profile.platform_key,
+                        reservation_id=reservation_id,
+                    )
+                except ProviderError as exc:
+                    if try_no < TRIES_PER_ATTEMPT and policy.may_retry(exc):
+                        continue
+                    raise policy.failure(exc, served_by=PLATFORM) from None
+                served = True
+                return answer
+        finally:
+            if reservation_id is not None and not served:
+                await policy.uncovered(ctx, reservation_id)
+        raise AssertionError("unreachable")
+
+    async def _try(
+        self,
+        ctx: C,
+        link: ChainLink,
+        policy: ChainPolicy[C],
+        attempt: Attempt,
+        *,
+        api_key: str | None,
+        reservation_id: int | None,
+    ) -> Any:
+        """One call, and its line of the trail."""
+        started = time.monotonic()
+        try:
+            answer = await policy.call(
+                ctx, link, attempt, api_key=api_key, reservation_id=reservation_id
+            )
+        except ProviderError as exc:
+            self._trail(ctx, link, policy, attempt, "upstream_error", exc, started, reservation_id)
+            raise
+        self._trail(ctx, link, policy, attempt, "ok", None, started, reservation_id)
+        return answer
+
+    @staticmethod
+    def _trail(
+        ctx: C,
+        link: ChainLink,
+        policy: ChainPolicy[C],
+        attempt: Attempt | None,
+        outcome: str,
+        exc: ProviderError | None = None,
+        started: float | None = None,
+        reservation_id: int | None = None,
+    ) -> None:
+        record_attempt(
+            ctx,
+            provider=link.profile.name,
+            model=policy.trail_model(link),
+            attempt=attempt,
+            outcome=outcome,
+            exc=exc,
+            started=started,
+            reservation_id=reservation_id,
+        )
