@@ -4,18 +4,18 @@ from __future__ import annotations
 
 import threading
 
-from django.conf import settings
 from django.contrib.admin.forms import AdminAuthenticationForm
 from django.contrib.auth.forms import AuthenticationForm
 from django.core.exceptions import ValidationError
 
 from accounts import throttle
+from core.config import tollgate
 
 # Under ASGI each sign-in runs in a thread of its own and PBKDF2 releases the GIL: 60
 # concurrent sign-ins are 60 threads hashing at once, which starve every other process on the
 # host's cores (the gateway's included; bench/LOGIN_FLOOD.md). At most LOGIN_CONCURRENCY
 # password checks run at once per process; the rest wait their turn.
-_password_checks = threading.BoundedSemaphore(settings.TOLLGATE["LOGIN_CONCURRENCY"])
+_password_checks = threading.BoundedSemaphore(tollgate().login_concurrency)
 
 
 class ThrottledSignIn:

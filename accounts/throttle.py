@@ -1,6 +1,6 @@
 """Sign-in throttling: per account name and per client address, fleet-wide through Redis.
 
-The rules (numbers from settings.TOLLGATE):
+The rules (numbers from core.config.tollgate()):
 
 - A sign-in (the dashboard's and the admin's login form) is an attempt by an account name
   from a client address. A tenant API request with `Authorization: Token ...` is an attempt
@@ -44,6 +44,8 @@ from dataclasses import dataclass
 
 import redis
 from django.conf import settings
+
+from core.config import tollgate
 
 log = logging.getLogger(__name__)
 
@@ -134,11 +136,11 @@ class Rules:
 
     @classmethod
     def from_settings(cls) -> Rules:
-        conf = settings.TOLLGATE
+        conf = tollgate()
         return cls(
-            failures=conf["LOGIN_FAILURES"],
-            lockout_ms=conf["LOGIN_LOCKOUT_S"] * 1000,
-            lockout_max_ms=conf["LOGIN_LOCKOUT_MAX_S"] * 1000,
+            failures=conf.login_failures,
+            lockout_ms=conf.login_lockout_s * 1000,
+            lockout_max_ms=conf.login_lockout_max_s * 1000,
         )
 
     def lockout_for(self, strike: int) -> int:
@@ -217,7 +219,7 @@ def address_subject(raw: str) -> str:
 
 def client_address(meta: Mapping[str, str]) -> str:
     """Return the client's address subject from a request's META (see PROXY_HOPS)."""
-    hops = settings.TOLLGATE["PROXY_HOPS"]
+    hops = tollgate().proxy_hops
     raw = meta.get("REMOTE_ADDR") or ""
     if hops:
         seen = [part.strip() for part in meta.get("HTTP_X_FORWARDED_FOR", "").split(",")]
@@ -333,7 +335,7 @@ class RedisStore:
     """The shared state: one connection pool per process and Redis URL, three scripts."""
 
     def __init__(self, url: str) -> None:
-        timeout_s = settings.TOLLGATE["REDIS_TIMEOUT_MS"] / 1000
+        timeout_s = tollgate().redis_timeout_ms / 1000
         self.client = redis.Redis.from_url(
             url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s
         )

@@ -31,12 +31,12 @@ import logging
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
 from billing.models import Reservation, SettledRequest, SpendHold
 from core import partitions as core_partitions
+from core.config import tollgate
 from core.ids import time_prefix
 from core.partitions import (
     add_months,
@@ -121,7 +121,7 @@ def apply_retention(*, now: datetime | None = None, days: int | None = None) -> 
     cutoff and none of its rows is open; the default partitions, and SQLite's tables, lose
     their closed rows created before the cutoff.
     """
-    days = settings.TOLLGATE["USAGE_RETENTION_DAYS"] if days is None else days
+    days = tollgate().usage_retention_days if days is None else days
     if days <= 0:
         return RetentionReport()
     now = now or timezone.now()

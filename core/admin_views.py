@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any, ClassVar
 
 from django import forms
+from django.contrib.admin import display
 from django.contrib.admin.utils import flatten_fieldsets
 from django.core.exceptions import ValidationError
 from django.core.paginator import Paginator
-from django.db.models import IntegerField, Q
+from django.db.models import IntegerField, Q, QuerySet
 from django.utils.functional import cached_property
 from django.utils.html import format_html
 
@@ -34,6 +36,7 @@ class CappedCountPaginator(Paginator):
     them all (the pages after the cap are reached from the last one's filters)."""
 
     COUNT_CAP = 10_000
+    object_list: QuerySet[Any]  # the admin's changelist pages a QuerySet
 
     @cached_property
     def count(self) -> int:
@@ -45,8 +48,9 @@ class LargeTable:
     and a search that matches `search_fields` exactly, as stored (Django's `=field` compares
     upper-cased values, which no index serves). Pair it with fixed-choice list filters."""
 
-    paginator = CappedCountPaginator
+    paginator: ClassVar[type[Paginator]] = CappedCountPaginator
     show_full_result_count = False
+    search_fields: ClassVar[list[str] | tuple[str, ...]]  # the ModelAdmin's
 
     def get_search_results(self, request, queryset, search_term: str):
         term = search_term.strip()
@@ -102,11 +106,10 @@ def money_column(model: type, name: str) -> Callable:
     key = (model, name)
     if key not in _COLUMNS:
 
+        @display(description=money_label(name), ordering=name)
         def show(obj) -> str:
             return dollars(getattr(obj, name))
 
-        show.short_description = money_label(name)
-        show.admin_order_field = name
         show.__name__ = f"{name}_usd"
         _COLUMNS[key] = show
     return _COLUMNS[key]

@@ -24,7 +24,6 @@ import re
 import shutil
 from pathlib import Path
 
-from django.conf import settings
 from prometheus_client import (
     CollectorRegistry,
     Counter,
@@ -35,6 +34,7 @@ from prometheus_client import (
     values,
 )
 
+from core.config import tollgate
 from core.usage_record import WEB_UNIT_FIELDS, UsageRecord
 
 FLEET_DIR_NAME = re.compile(r"^(\d+)-(\d*)$")
@@ -77,7 +77,7 @@ def _fleet_dir() -> Path | None:
     server = _server_pid()
     if server is None:
         return None
-    base = Path(settings.TOLLGATE["METRICS_DIR"])
+    base = tollgate().metrics_dir
     base.mkdir(parents=True, exist_ok=True)
     for old in base.iterdir():
         match = FLEET_DIR_NAME.match(old.name)

@@ -29,6 +29,7 @@ from django.conf import settings
 from redis.exceptions import ResponseError
 
 from core import metrics
+from core.config import tollgate
 
 log = logging.getLogger(__name__)
 RETRY_AFTER_FAILURE_S = 1.0
@@ -49,7 +50,9 @@ class Script:
 class ScriptCall(tuple):
     """An EVALSHA command that remembers its script, to resend as EVAL after NOSCRIPT."""
 
-    def __new__(cls, script: Script, command: tuple):
+    script: Script
+
+    def __new__(cls, script: Script, command: tuple) -> ScriptCall:
         call = super().__new__(cls, command)
         call.script = script
         return call
@@ -87,7 +90,8 @@ class _Wire(asyncio.Protocol):
             try:
                 reply = self._reader.gets()
             except hiredis.ProtocolError:  # not Redis speaking: fail the waiting calls
-                self._transport.close()
+                if self._transport is not None:
+                    self._transport.close()
                 return
             if reply is False:
                 return
@@ -111,8 +115,11 @@ class _Wire(asyncio.Protocol):
 
     def _flush(self) -> None:
         out, self._out = self._out, []
-        if not self.closed:
-            self._transport.write(b"".join(out))
+        if self.closed:
+            return
+        # create_connection() calls connection_made() before any send: never None here.
+        assert self._transport is not None
+        self._transport.write(b"".join(out))
 
     def close(self) -> None:
         if self._transport is not None:
@@ -122,7 +129,7 @@ class _Wire(asyncio.Protocol):
 class SharedState:
     def __init__(self) -> None:
         self.client: aioredis.Redis | None = None
-        self.timeout_s = settings.TOLLGATE["REDIS_TIMEOUT_MS"] / 1000
+        self.timeout_s = tollgate().redis_timeout_ms / 1000
         self.degraded = False
         self._down_until = 0.0
         self._dropping: asyncio.Task | None = None
@@ -171,13 +178,17 @@ class SharedState:
                 wire = await self._connected()
             replies = await self._within_timeout(wire, commands)
             unknown = [
-                i
-                for i, reply in enumerate(replies)
-                if isinstance(reply, ResponseError) and str(reply).startswith("NOSCRIPT")
+                (i, command)
+                for i, (command, reply) in enumerate(zip(commands, replies, strict=True))
+                if isinstance(command, ScriptCall)
+                and isinstance(reply, ResponseError)
+                and str(reply).startswith("NOSCRIPT")
             ]
             if unknown:  # a Redis that restarted (or never saw the script): teach it
-                again = await self._within_timeout(wire, [commands[i].as_eval() for i in unknown])
-                for i, reply in zip(unknown, again, strict=True):
+                again = await self._within_timeout(
+                    wire, [command.as_eval() for _, command in unknown]
+                )
+                for (i, _), reply in zip(unknown, again, strict=True):
                     replies[i] = reply
         except FAILURES as exc:
             self._failed(exc)
@@ -279,13 +290,14 @@ class SharedState:
         if self._wire is not None:
             self._wire.close()
             self._wire = None
-        if self._dropping is not None and not self._dropping.done():
+        client = self.client
+        if client is None or (self._dropping is not None and not self._dropping.done()):
             return
 
         async def drop() -> None:
             try:
                 async with asyncio.timeout(RETRY_AFTER_FAILURE_S):
-                    await self.client.connection_pool.disconnect(inuse_connections=False)
+                    await client.connection_pool.disconnect(inuse_connections=False)
             except Exception:
                 pass
 

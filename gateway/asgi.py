@@ -11,14 +11,14 @@ from __future__ import annotations
 import asyncio
 import hmac
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 
 import orjson
-from django.conf import settings
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from core import errors, metrics
+from core.config import tollgate
 from core.ids import time_ordered_id
 from gateway import count_tokens, pipeline
 from gateway.auth import bearer, internal_authorized
@@ -78,7 +78,7 @@ class Exchange:
         A client leaving meanwhile cancels the request (asyncio.CancelledError), like a
         client leaving later does.
         """
-        cap = settings.TOLLGATE["MAX_BODY_BYTES"]
+        cap = tollgate().max_body_bytes
         declared = self.headers.get(b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > cap:
             raise errors.BodyTooLarge(f"Request body is over the {cap}-byte cap.")
@@ -98,7 +98,7 @@ class Exchange:
             if not message.get("more_body"):
                 return b"".join(parts)
 
-    def watch_disconnect(self, on_disconnect: Callable[[], None]) -> None:
+    def watch_disconnect(self, on_disconnect: Callable[[], object]) -> None:
         """Notice a client leaving (after the body was read) without polling."""
 
         async def watch() -> None:
@@ -145,7 +145,7 @@ class Exchange:
         await self._send({"type": "http.response.body", "body": data, "more_body": more})
 
     async def reply(
-        self, status: int, data: bytes, headers: list[tuple[bytes, bytes]] = ()
+        self, status: int, data: bytes, headers: Sequence[tuple[bytes, bytes]] = ()
     ) -> None:
         await self.start(status, [JSON, *headers])
         await self.body(data, more=False)
@@ -234,7 +234,7 @@ async def readyz(ex: Exchange) -> None:
 
 async def metrics_endpoint(ex: Exchange) -> None:
     """Serve every worker's metrics, behind TOLLGATE_METRICS_TOKEN when it is set."""
-    token = settings.TOLLGATE["METRICS_TOKEN"]
+    token = tollgate().metrics_token
     given = bearer(ex.headers) if token else None
     # Bytes: compare_digest refuses non-ASCII str, and a header may carry any latin-1.
     if token and (given is None or not hmac.compare_digest(given.encode(), token.encode())):

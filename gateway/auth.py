@@ -26,12 +26,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from django.conf import settings
 from django.db import DatabaseError
 
 from accounts.models import ApiKey, Group
 from accounts.secrets import hash_secret
 from core import metrics
+from core.config import tollgate
 from core.db import off_loop
 from core.errors import (
     AccountSuspended,
@@ -141,7 +141,7 @@ def bearer(headers: dict[bytes, bytes]) -> str | None:
 
 
 def internal_authorized(headers: dict[bytes, bytes]) -> bool:
-    token = settings.GATEWAY_INTERNAL_TOKEN
+    token = tollgate().internal_token
     given = bearer(headers)
     return (
         bool(token)
@@ -188,10 +188,9 @@ class PrincipalCache:
         self._groups: dict[int, tuple[Principal, float]] = {}
         self._unknown: dict[str, float] = {}  # key hash -> when the database did not know it
         self._pending: dict[str, asyncio.Future] = {}
-        self._failures = FailedLookups(
-            settings.TOLLGATE["AUTH_FAIL_PER_MIN"], epoch_s=settings.TOLLGATE["RATE_EPOCH_S"]
-        )
-        self._ttl_s = float(settings.TOLLGATE["AUTH_CACHE_TTL_S"])
+        conf = tollgate()
+        self._failures = FailedLookups(conf.auth_fail_per_min, epoch_s=conf.rate_epoch_s)
+        self._ttl_s = float(conf.auth_cache_ttl_s)
 
     async def for_secret(
         self, secret: str | None, *, client: tuple[str, int] | None = None
@@ -291,6 +290,8 @@ class PrincipalCache:
 
     def evict_group(self, payload: dict) -> None:
         group_id = payload.get("group_id")
+        if group_id is None:
+            return
         self._groups.pop(group_id, None)
         for key_hash in [h for h, (c, _) in self._keys.items() if c.group_id == group_id]:
             self._keys.pop(key_hash, None)

@@ -15,9 +15,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from django.conf import settings
-
 from core import bus, metrics
+from core.config import tollgate
 from core.shared_state import Script, SharedState, SharedStateDown
 
 CLOSED, HALF_OPEN, OPEN = 0, 1, 2
@@ -101,8 +100,8 @@ class BreakerBoard:
     def __init__(self, shared: SharedState, *, clock: Callable[[], float] = time.time) -> None:
         self._shared = shared
         self._clock = clock  # wall time: shared by replicas through Redis
-        self.threshold = settings.TOLLGATE["BREAKER_FAILURES"]
-        self.cooldown_s = settings.TOLLGATE["BREAKER_COOLDOWN_S"]
+        self.threshold = tollgate().breaker_failures
+        self.cooldown_s = tollgate().breaker_cooldown_s
         self._local: dict[str, _LocalBreaker] = {}
         self._counter = 0
 

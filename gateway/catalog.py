@@ -177,7 +177,7 @@ def _platform_key(profile: ProviderProfile) -> str | None:
     if profile.api_key_sealed:
         try:
             return unseal(
-                profile.api_key_sealed,
+                bytes(profile.api_key_sealed),  # a memoryview from some database drivers
                 version=profile.api_key_seal_version,
                 bound_to=profile.seal_binding,
             )
@@ -246,8 +246,9 @@ def load_catalog(session: aiohttp.ClientSession) -> Catalog:
                     input_micro_per_mtok=m.input_micro_per_mtok,
                     output_micro_per_mtok=m.output_micro_per_mtok,
                     max_output_tokens=m.max_output_tokens,
-                    cached_input_micro_per_mtok=m.cached_input_micro_per_mtok,
-                    cache_write_micro_per_mtok=m.cache_write_micro_per_mtok,
+                    # No cache price of its own: ModelOffer charges the input price.
+                    cached_input_micro_per_mtok=m.cached_input_micro_per_mtok,  # type: ignore[arg-type]
+                    cache_write_micro_per_mtok=m.cache_write_micro_per_mtok,  # type: ignore[arg-type]
                     aliases=tuple(a for a in m.aliases or () if isinstance(a, str) and a),
                     kind=m.kind,
                 )

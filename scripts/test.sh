@@ -17,6 +17,8 @@ fi
 [ -n "${REDIS_URL:-}" ] || echo "REDIS_URL unset: Redis-only tests are skipped."
 # Dependencies run one way (pyproject.toml [tool.importlinter]): a new cycle fails here.
 "$(dirname "$(command -v "$PY")")/lint-imports" --no-cache | tail -n 6
+# Types (pyproject.toml [tool.mypy], with django-stubs): the modules listed there are clean.
+$PY -m mypy
 # With arguments: one pytest run of exactly those (`scripts/test.sh tests/gateway -k rpm`).
 [ "$#" -eq 0 ] || exec $PY -m pytest -rs -q "$@"
 # First the fast layer (in-process, no servers; under 30 s), stopping at its first failure,

@@ -16,8 +16,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from django.conf import settings
-
+from core.config import tollgate
 from core.db import off_loop
 from webfetch import jobs
 from webfetch.frontier import host_of
@@ -123,7 +122,7 @@ async def run_job(
     decides (the job asks it, or a profile that may serve the job does).
     """
     if host_delay_s is None:
-        host_delay_s = settings.TOLLGATE["CRAWL_HOST_DELAY_MS"] / 1000
+        host_delay_s = tollgate().crawl_host_delay_ms / 1000
     last_fetch_end: dict[str, float] = {}
     while True:
         # Renewal fails when the job was cancelled or taken over: this worker stops.

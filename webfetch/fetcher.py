@@ -51,9 +51,9 @@ from urllib.parse import urlsplit
 
 import aiohttp
 from aiohttp.abc import AbstractResolver, ResolveResult
-from django.conf import settings
 from yarl import URL
 
+from core.config import tollgate
 from webfetch.addresses import IPAddress, Network, allowed_networks, literal_host, refusal
 
 SCHEMES = frozenset({"http", "https"})
@@ -85,13 +85,13 @@ class FetchLimits:
 
 def limits_from_settings(timeout_s: float) -> FetchLimits:
     """Build the limits of the TOLLGATE_WEB_* settings, with the caller's deadline."""
-    config = settings.TOLLGATE
+    config = tollgate()
     return FetchLimits(
-        max_redirects=config["WEB_MAX_REDIRECTS"],
-        max_bytes=config["WEB_MAX_BYTES"],
-        max_decompressed_bytes=config["WEB_MAX_DECOMPRESSED_BYTES"],
+        max_redirects=config.web_max_redirects,
+        max_bytes=config.web_max_bytes,
+        max_decompressed_bytes=config.web_max_decompressed_bytes,
         timeout_s=timeout_s,
-        allow=allowed_networks(config["WEB_ALLOW_NETS"]),
+        allow=allowed_networks(config.web_allow_nets),
     )
 
 

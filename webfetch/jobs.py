@@ -13,12 +13,12 @@ from collections.abc import Iterable
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
-from django.conf import settings
 from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
 from accounts.models import Account, ApiKey, Group
+from core.config import tollgate
 from core.ids import time_ordered_id
 from webfetch.frontier import in_scope, normalise, validate_patterns
 from webfetch.models import URL_MAX_CHARS, CrawlJob, CrawlPage
@@ -32,10 +32,6 @@ _LINKS_PER_PAGE_MAX = 5_000  # a page's links considered: bounds the work of one
 
 State = CrawlJob.State
 PageState = CrawlPage.State
-
-
-def _limits() -> dict:
-    return settings.TOLLGATE
 
 
 def _validated_formats(formats: Iterable[str]) -> list[str]:
@@ -69,7 +65,7 @@ def create_job(
     client_request_id: str = "",
 ) -> CrawlJob:
     """Insert a queued job and its seed page (depth 0); ValueError says what a client got wrong."""
-    pages_cap, depth_cap = _limits()["CRAWL_MAX_PAGES"], _limits()["CRAWL_MAX_DEPTH"]
+    pages_cap, depth_cap = tollgate().crawl_max_pages, tollgate().crawl_max_depth
     if isinstance(max_pages, bool) or not isinstance(max_pages, int):
         raise ValueError("max_pages must be an integer")
     if isinstance(max_depth, bool) or not isinstance(max_depth, int):
@@ -130,7 +126,7 @@ def claim_job(*, worker: str) -> CrawlJob | None:
             return None
         job.state = State.RUNNING
         job.worker = worker
-        job.lease_until = now + timedelta(seconds=_limits()["CRAWL_LEASE_S"])
+        job.lease_until = now + timedelta(seconds=tollgate().crawl_lease_s)
         job.started_at = job.started_at or now
         job.save(update_fields=["state", "worker", "lease_until", "started_at"])
         CrawlPage.objects.filter(job=job, state=PageState.FETCHING).update(state=PageState.QUEUED)
@@ -139,7 +135,7 @@ def claim_job(*, worker: str) -> CrawlJob | None:
 
 def renew_lease(job: CrawlJob, *, worker: str) -> bool:
     """Extend the worker's lease; False when the job was taken over or ended (the worker stops)."""
-    lease_until = timezone.now() + timedelta(seconds=_limits()["CRAWL_LEASE_S"])
+    lease_until = timezone.now() + timedelta(seconds=tollgate().crawl_lease_s)
     renewed = CrawlJob.objects.filter(pk=job.pk, state=State.RUNNING, worker=worker).update(
         lease_until=lease_until
     )

@@ -17,8 +17,8 @@ import re
 
 import aiohttp
 import orjson
-from django.conf import settings
 
+from core.config import tollgate
 from gateway.adapters.base import ProviderError, connection_error, error_for_status
 from gateway.web.types import (
     PAGE,
@@ -127,7 +127,7 @@ class DirectHttp(WebAdapter):
                 self.session,
                 url,
                 limits=limits_from_settings(target.timeout_s),
-                user_agent=settings.TOLLGATE["WEB_USER_AGENT"],
+                user_agent=tollgate().web_user_agent,
             )
         except FetchRefused as refused:
             if refused.reason in REFUSED_REASONS:

@@ -12,8 +12,7 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import urlsplit
 
-from django.conf import settings
-
+from core.config import tollgate
 from core.errors import InvalidRequest
 from gateway.web.types import CRAWL, FORMATS, SCRAPE, SEARCH, WebRequest
 from webfetch.addresses import allowed_networks, literal_host, refusal
@@ -65,10 +64,10 @@ def checked_url(value: object) -> str:
     except ValueError:
         raise InvalidRequest("'url' has a malformed address.") from None
     if address is not None:
-        why = refusal(address, allow=allowed_networks(settings.TOLLGATE["WEB_ALLOW_NETS"]))
+        why = refusal(address, allow=allowed_networks(tollgate().web_allow_nets))
         if why:
             raise InvalidRequest(f"'url' points at a non-public address ({why}).")
-    elif _local_name(host) and not settings.TOLLGATE["WEB_ALLOW_NETS"]:
+    elif _local_name(host) and not tollgate().web_allow_nets:
         raise InvalidRequest("'url' points at a non-public host.")
     return url
 
@@ -87,7 +86,7 @@ def _query(data: dict) -> str:
 
 
 def _max_results(data: dict) -> int:
-    cap = settings.TOLLGATE["WEB_MAX_RESULTS"]
+    cap = tollgate().web_max_results
     value = data.get("max_results", min(DEFAULT_RESULTS, cap))
     if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= cap:
         raise InvalidRequest(f"'max_results' must be an integer from 1 to {cap}.")
