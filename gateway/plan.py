@@ -184,7 +184,17 @@ def build_plan(
     catalog: Catalog,
     pool_for: Callable[[int, str], Pool | None],
 ) -> Plan:
-    """Build the attempt plan; refuse unknown or disallowed models (LM-2001 / LM-1003)."""
+    """Build the attempt plan; refuse unknown or disallowed models (LM-2001 / LM-1003).
+
+    The whole chain holds at most TOLLGATE_MAX_ROUTE distinct models: each link may cost two
+    vendor calls and its own hold, so a long list is refused before any vendor sees it.
+    """
+    limit = tollgate().max_route
+    if len(req.chain) > limit:
+        raise InvalidRequest(
+            f"The route list names {len(req.chain)} models; at most {limit} are allowed "
+            "(the model and its fallbacks together)."
+        )
     prepaid = principal.billing_mode == "prepaid"
     kind = ModelKind.EMBEDDING if req.embeds else ModelKind.CHAT
     offers = [

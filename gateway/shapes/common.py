@@ -6,10 +6,6 @@ from typing import Any
 
 from core.errors import InvalidRequest
 
-# The most distinct models a caller's chain may name (TOLLGATE_MAX_ROUTE, whose default this
-# is). The shapes read no settings: gateway/apps.py sets it from the setting at start-up.
-MAX_ROUTE = 2
-
 TEXT_PART_FIELDS = frozenset({"type", "text"})
 # Set by Tollgate on every vendor call, in either shape: the model mapped, the output cap
 # the hold assumed, the caller label instead of the end user's id, usage on streams. Never
@@ -203,11 +199,8 @@ def _decoded_bytes(part: dict) -> int:
 
 
 def model_chain(model: Any, fallback: Any) -> tuple[str, ...]:
-    """Return the client's chain: `"a,b"` in order, then the fallback model(s).
-
-    The whole chain holds at most MAX_ROUTE distinct models: each link may cost two vendor
-    calls and its own hold, so a long list is refused before any vendor sees it.
-    """
+    """Return the client's chain: `"a,b"` in order, then the fallback model(s), each named
+    once (how long a chain may be is the plan's rule: gateway/plan.py)."""
     if not isinstance(model, str) or not model.strip():
         raise InvalidRequest("'model' is required.")
     chain = [name.strip() for name in model.split(",") if name.strip()]
@@ -217,11 +210,4 @@ def model_chain(model: Any, fallback: Any) -> tuple[str, ...]:
         chain.extend(name.strip() for name in fallback.split(",") if name.strip())
     if not chain:
         raise InvalidRequest("'model' is required.")
-    models = tuple(dict.fromkeys(chain))
-    limit = MAX_ROUTE
-    if len(models) > limit:
-        raise InvalidRequest(
-            f"The route list names {len(models)} models; at most {limit} are allowed "
-            "(the model and its fallbacks together)."
-        )
-    return models
+    return tuple(dict.fromkeys(chain))

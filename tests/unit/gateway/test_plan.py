@@ -168,6 +168,22 @@ def test_the_escrow_margin_setting_scales_every_worst_case(settings):
 # ---------------------------------------------------------------- refusals
 
 
+def test_a_route_list_over_the_setting_is_refused_before_any_offer_is_looked_up(settings):
+    # Three models, the last unknown: the length is refused first, by its setting.
+    with pytest.raises(InvalidRequest) as refused:
+        build_plan(request("gpt-4o-mini", "llama", "nope"), principal(), catalog(), no_pools)
+    assert refused.value.message == (
+        "The route list names 3 models; at most 2 are allowed "
+        "(the model and its fallbacks together)."
+    )
+
+    settings.TOLLGATE = {**settings.TOLLGATE, "MAX_ROUTE": 3}
+    plan = build_plan(
+        request("gpt-4o-mini", "gpt-4o", "claude-3-5-haiku"), principal(), catalog(), no_pools
+    )
+    assert [link.offer.name for link in plan.links] == ["gpt-4o-mini", "gpt-4o", "claude-3-5-haiku"]
+
+
 def test_an_unknown_model_is_refused_lm_2001():
     with pytest.raises(InvalidRequest) as refused:
         build_plan(request("gpt-4o-mini", "nope"), principal(), catalog(), no_pools)
