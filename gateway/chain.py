@@ -133,40 +133,6 @@ def pick_error(failures: list[LinkFailed], *, none: str) -> errors.GatewayError:
     return last.error
 
 
-def record_attempt(
-    ctx: RequestContext,
-    *,
-    provider: str,
-    model: str,
-    attempt: Attempt | None,
-    outcome: str,
-    exc: ProviderError | None = None,
-    started: float | None = None,
-    reservation_id: int | None = None,
-) -> None:
-    """Add one try (or a link refused before any call) to the request's attempt trail."""
-    if exc is not None and exc.timeout:
-        outcome = "timeout"
-    latency_ms = 0
-    if started is not None:  # a failed call's wait counts too (a timeout: the deadline)
-        waited_s = time.monotonic() - started
-        metrics.UPSTREAM_LATENCY.labels(provider).observe(waited_s)
-        latency_ms = int(waited_s * 1000)
-    ctx.trail.append(
-        AttemptRecord(
-            order=len(ctx.trail) + 1,
-            provider=provider,
-            model=model,
-            served_by=attempt.served_by if attempt else "",
-            source=attempt.source if attempt else f"{provider}:{model}",
-            outcome=outcome,
-            upstream_status=200 if outcome == "ok" else (exc.status if exc else None),
-            latency_ms=latency_ms,
-            reservation_id=reservation_id,
-        )
-    )
-
-
 async def bench_refused_key(keys, pool_key, exc: ProviderError) -> bool:
     """Bench a team key the vendor refused (429: max(Retry-After, 30 s); 401/403: failing for
     10 minutes) and say so: the next key is tried, and the refusal uses up no try."""
@@ -445,13 +411,25 @@ class ChainRunner:
         started: float | None = None,
         reservation_id: int | None = None,
     ) -> None:
-        record_attempt(
-            ctx,
-            provider=link.profile.name,
-            model=policy.trail_model(link),
-            attempt=attempt,
-            outcome=outcome,
-            exc=exc,
-            started=started,
-            reservation_id=reservation_id,
+        """Add one try (or a link refused before any call) to the request's attempt trail."""
+        provider, model = link.profile.name, policy.trail_model(link)
+        if exc is not None and exc.timeout:
+            outcome = "timeout"
+        latency_ms = 0
+        if started is not None:  # a failed call's wait counts too (a timeout: the deadline)
+            waited_s = time.monotonic() - started
+            metrics.UPSTREAM_LATENCY.labels(provider).observe(waited_s)
+            latency_ms = int(waited_s * 1000)
+        ctx.trail.append(
+            AttemptRecord(
+                order=len(ctx.trail) + 1,
+                provider=provider,
+                model=model,
+                served_by=attempt.served_by if attempt else "",
+                source=attempt.source if attempt else f"{provider}:{model}",
+                outcome=outcome,
+                upstream_status=200 if outcome == "ok" else (exc.status if exc else None),
+                latency_ms=latency_ms,
+                reservation_id=reservation_id,
+            )
         )

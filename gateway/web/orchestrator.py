@@ -67,7 +67,9 @@ class WebPolicy:
         return BREAKER_MODEL if link.judged else None
 
     def may_retry(self, exc: ProviderError) -> bool:
-        return _may_retry(exc)
+        """A second try only after a retryable failure that billed nothing (the seed's rule)."""
+        billed = exc.billed_units if isinstance(exc, WebProviderError) else 0
+        return exc.retryable and not billed
 
     def failure(self, exc: ProviderError, *, served_by: str) -> AttemptFailed:
         if isinstance(exc, WebProviderError) and exc.refused:
@@ -172,12 +174,6 @@ class AcquisitionOrchestrator:
         return Answered(
             link=outcome.link, served_by=outcome.attempt.served_by, answer=outcome.answer
         )
-
-
-def _may_retry(exc: ProviderError) -> bool:
-    """A second try only after a retryable failure that billed nothing (the seed's rule)."""
-    billed = exc.billed_units if isinstance(exc, WebProviderError) else 0
-    return exc.retryable and not billed
 
 
 async def _bounded(call, timeout_s: float):

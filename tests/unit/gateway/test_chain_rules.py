@@ -13,16 +13,11 @@ import uuid
 import pytest
 
 from billing.escrow import Escrow
-from byok.pools import Pool, PoolKey
-from byok.routing import KeyRotation
 from core import errors
 from core.money import with_margin_micro
-from core.shared_state import SharedState
 from gateway.adapters.base import error_for_status
 from gateway.adapters.fake import STATUS_FAULTS, Call, FakeProvider, Fault
 from gateway.attempts import PLATFORM, TEAM
-from gateway.auth import Principal
-from gateway.breakers import BreakerBoard
 from gateway.catalog import Catalog, ModelOffer, Profile, WebProfile
 from gateway.context import Meter, ModelContext, RequestContext, WebContext
 from gateway.orchestrator import Orchestrator
@@ -33,7 +28,7 @@ from gateway.web.orchestrator import AcquisitionOrchestrator
 from gateway.web.plan import build_web_plan
 from gateway.web.types import QUERY, SEARCH, SearchAnswer, WebRequest, WebTarget
 from gateway.web.units import DailyUnits
-from tests.support.tenants import make_tenant
+from tests.support.chains import ChainWorld
 
 PLATFORM_KEY = "sk-platform-chain"
 PRICE = 1_000  # a web query's price; a model's: 1 micro-USD per input token, 2 per output
@@ -66,30 +61,12 @@ class ScriptedSearch(WebAdapter):
         return SearchAnswer(results=({"url": "https://a.example/", "title": query, "snippet": ""},))
 
 
-class World:
-    """Two vendors `a` and `b` of one request kind, tried in that order; a tenant with a
-    prepaid wallet or an invoiced account; the gateway's breakers and key rotation."""
+class World(ChainWorld):
+    """Two vendors `a` and `b` of one request kind, tried in that order."""
 
     def __init__(self, kind: str, *, invoiced: bool = True) -> None:
+        super().__init__(invoiced=invoiced)
         self.kind = kind
-        self.tenant = make_tenant(invoiced=invoiced, wallet_micro=1_000_000)
-        self.pools: dict[tuple[int, str], Pool] = {}
-        self.principal = Principal(
-            account_id=self.tenant.account_id,
-            billing_mode="invoiced" if invoiced else "prepaid",
-            group_id=self.tenant.group_id,
-            group_budget_max_micro=None,
-            group_rpm=None,
-            group_tpm=None,
-            group_concurrency=None,
-            bandwidth_micro_per_gb=0,
-            api_key_id=self.tenant.api_key_id,
-        )
-        shared = SharedState()
-        shared.client = None  # the per-process fallback: nothing shared between tests
-        self.shared = shared
-        self.breakers = BreakerBoard(shared)
-        self.keys = KeyRotation(shared)
         if kind == "model":
             self.vendors = {"a": FakeProvider(), "b": FakeProvider()}
             profiles = {name: self._model_profile(name) for name in self.vendors}
@@ -143,26 +120,10 @@ class World:
             max_output_tokens=100,
         )
 
-    def team_pool(self, provider: str, *secrets: str, fallback: bool) -> Pool:
-        pool = Pool(
-            group_id=self.tenant.group_id,
-            provider=provider,
-            fallback=fallback,
-            keys=tuple(
-                PoolKey(key_id=800_000 + n, label=f"key-{n}", secret=s)
-                for n, s in enumerate(secrets)
-            ),
-        )
-        self.pools[(self.tenant.group_id, provider)] = pool
-        return pool
-
-    def _pool_for(self, group: int, provider: str) -> Pool | None:
-        return self.pools.get((group, provider))
-
     def plan(self):
         if self.kind == "model":
-            return build_plan(self._model_request(), self.principal, self.catalog, self._pool_for)
-        return build_web_plan(self._web_request(), self.principal, self.catalog, self._pool_for)
+            return build_plan(self._model_request(), self.principal, self.catalog, self.pool_for)
+        return build_web_plan(self._web_request(), self.principal, self.catalog, self.pool_for)
 
     @staticmethod
     def _model_request():

@@ -14,19 +14,14 @@ import pytest
 
 from billing.escrow import Escrow
 from billing.models import Reservation
-from byok.pools import Pool, PoolKey
-from byok.routing import KeyRotation
 from core import errors
-from core.shared_state import SharedState
 from gateway.adapters.fake import FakeProvider, Fault
-from gateway.auth import Principal
-from gateway.breakers import BreakerBoard
 from gateway.catalog import Catalog, ModelOffer, Profile
 from gateway.context import Meter, ModelContext
 from gateway.orchestrator import Orchestrator
 from gateway.plan import build_plan
 from gateway.shapes import openai as openai_shape
-from tests.support.tenants import make_tenant
+from tests.support.chains import ChainWorld
 
 PLATFORM_KEY = "sk-platform-unit"
 # 1 micro-USD per input token, 2 per output token: worst cases are easy to read.
@@ -35,11 +30,11 @@ PRICE_IN, PRICE_OUT = 1_000_000, 2_000_000
 pytestmark = pytest.mark.usefixtures("transactional_db")
 
 
-class World:
+class World(ChainWorld):
     """Two fake vendors `a` and `b`, each serving model `m` (a) or `n` (b)."""
 
     def __init__(self, *, invoiced: bool = True, timeout_s: float = 1.0) -> None:
-        self.tenant = make_tenant(invoiced=invoiced, wallet_micro=1_000_000)
+        super().__init__(invoiced=invoiced)
         self.vendors = {"a": FakeProvider(), "b": FakeProvider()}
         self.profiles = {
             name: Profile(
@@ -61,23 +56,7 @@ class World:
                 "n": (self._offer("b", "n"),),
             },
         )
-        self.pools: dict[tuple[int, str], Pool] = {}
         self.contexts: list[ModelContext] = []
-        self.principal = Principal(
-            account_id=self.tenant.account_id,
-            billing_mode="invoiced" if invoiced else "prepaid",
-            group_id=self.tenant.group_id,
-            group_budget_max_micro=None,
-            group_rpm=None,
-            group_tpm=None,
-            group_concurrency=None,
-            bandwidth_micro_per_gb=0,
-            api_key_id=self.tenant.api_key_id,
-        )
-        shared = SharedState()
-        shared.client = None  # the per-process fallback: nothing shared between tests
-        self.breakers = BreakerBoard(shared)
-        self.keys = KeyRotation(shared)
 
     def _offer(self, profile: str, model: str) -> ModelOffer:
         return ModelOffer(
@@ -88,19 +67,6 @@ class World:
             output_micro_per_mtok=PRICE_OUT,
             max_output_tokens=100,
         )
-
-    def team_pool(self, provider: str, *secrets: str, fallback: bool) -> Pool:
-        pool = Pool(
-            group_id=self.tenant.group_id,
-            provider=provider,
-            fallback=fallback,
-            keys=tuple(
-                PoolKey(key_id=900_000 + n, label=f"key-{n}", secret=s)
-                for n, s in enumerate(secrets)
-            ),
-        )
-        self.pools[(self.tenant.group_id, provider)] = pool
-        return pool
 
     def context(self, *chain: str, stream: bool = False) -> ModelContext:
         req = openai_shape.parse_request(
@@ -120,7 +86,7 @@ class World:
             req,
             self.principal,
             self.catalog,
-            lambda group, provider: self.pools.get((group, provider)),
+            self.pool_for,
         )
         return ctx
 

@@ -1,0 +1,53 @@
+"""A tenant, its principal and the gateway's own breakers and key rotation, in this process:
+what the orchestrator tests of tests/unit run a chain against."""
+
+from __future__ import annotations
+
+from byok.pools import Pool, PoolKey
+from byok.routing import KeyRotation
+from core.shared_state import SharedState
+from gateway.auth import Principal
+from gateway.breakers import BreakerBoard
+from tests.support.tenants import make_tenant
+
+
+class ChainWorld:
+    """A tenant with a prepaid wallet or an invoiced account, its principal, its team pools,
+    and breakers and key benches on their per-process fallback (no Redis), so what one test
+    opens or benches no other test sees."""
+
+    def __init__(self, *, invoiced: bool = True) -> None:
+        self.tenant = make_tenant(invoiced=invoiced, wallet_micro=1_000_000)
+        self.pools: dict[tuple[int, str], Pool] = {}
+        self.principal = Principal(
+            account_id=self.tenant.account_id,
+            billing_mode="invoiced" if invoiced else "prepaid",
+            group_id=self.tenant.group_id,
+            group_budget_max_micro=None,
+            group_rpm=None,
+            group_tpm=None,
+            group_concurrency=None,
+            bandwidth_micro_per_gb=0,
+            api_key_id=self.tenant.api_key_id,
+        )
+        self.shared = SharedState()
+        self.shared.client = None  # the per-process fallback: nothing shared between tests
+        self.breakers = BreakerBoard(self.shared)
+        self.keys = KeyRotation(self.shared)
+
+    def team_pool(self, provider: str, *secrets: str, fallback: bool) -> Pool:
+        """Give the group a team pool for `provider` with these keys, in this order."""
+        pool = Pool(
+            group_id=self.tenant.group_id,
+            provider=provider,
+            fallback=fallback,
+            keys=tuple(
+                PoolKey(key_id=900_000 + n, label=f"key-{n}", secret=s)
+                for n, s in enumerate(secrets)
+            ),
+        )
+        self.pools[(self.tenant.group_id, provider)] = pool
+        return pool
+
+    def pool_for(self, group_id: int, provider: str) -> Pool | None:
+        return self.pools.get((group_id, provider))
