@@ -953,15 +953,36 @@ class Settle:
     reservation_id: int | None = None  # the served attempt's reservation, if it held one
 
 
-def settle(rows: list[Settle], *, now: datetime) -> Program[None]:
+@dataclass(frozen=True, slots=True)
+class TrueUp:
+    """A request charged at its hold by the reaper, corrected now that its row arrived."""
+
+    cost_micro: int  # what its settled cost moved by (negative: refunded)
+    bandwidth_micro: int  # what its bandwidth charge moved by
+    wallet_micro: int  # what its wallet got back
+    charged_before_micro: int  # what the reaper had charged its settled cost
+    counters: bool  # the reaper had charged its counters (else only its wallet: it is
+    # charged as any stored row is)
+
+
+@dataclass(frozen=True, slots=True)
+class Settled:
+    """What a settled batch did to each request: charged now, or trued up."""
+
+    charged: set[str]
+    trued_up: dict[str, TrueUp]
+
+
+def settle(rows: list[Settle], *, now: datetime) -> Program[Settled]:
     """Apply the money of a batch of stored usage rows, each once.
 
     The served reservations are committed at measured cost, the requests' budget holds
     released, each request owing something charged (its caller through its hold): the
-    batch's counters move once per group, key and caller.
+    batch's counters move once per group, key and caller. A request the reaper charged at
+    its hold before its row arrived is trued up to the row's measured cost (`true_up`).
     """
     if not rows:
-        return None
+        return Settled(set(), {})
     yield from commit_reservations(
         {
             r.reservation_id: (r.request_id, r.cost_micro)
@@ -972,9 +993,12 @@ def settle(rows: list[Settle], *, now: datetime) -> Program[None]:
     )
     moves = Moves()
     held = yield from release_holds([r.request_id for r in rows], moves=moves)
+    trued = yield from true_up(rows, now=now, moves=moves)
     owing = []
     for r in rows:
-        if r.cost_micro or r.bandwidth_micro:
+        if (r.cost_micro or r.bandwidth_micro) and not (
+            r.request_id in trued and trued[r.request_id].counters
+        ):
             # Only a request with a principal owes (gateway/recording.py: no principal, no
             # platform call and no bandwidth charge), so an owing row has its group.
             assert r.group_id is not None
@@ -989,14 +1013,101 @@ def settle(rows: list[Settle], *, now: datetime) -> Program[None]:
                     r.bandwidth_micro,
                 )
             )
-    yield from charge(owing, source="settle", now=now, moves=moves)
+    charged = yield from charge(owing, source="settle", now=now, moves=moves)
     yield from move_counters(moves, now=now)
     yield from raise_alerts(
         group_ids={c.group_id for c in owing if c.group_id is not None},
         key_ids={c.api_key_id for c in owing if c.api_key_id is not None},
         now=now,
     )
-    return None
+    return Settled(charged, trued)
+
+
+def true_up(rows: list[Settle], *, now: datetime, moves: Moves) -> Program[dict[str, TrueUp]]:
+    """Correct what the reaper charged at the hold to what the late rows measured, once.
+
+    Two halves, each resolved once by its own flag: the settled marker the reaper wrote
+    (source 'reaper' -> 'trueup', its group, key and caller counters moved by the difference)
+    and the reservations it committed unmeasured (committed again at the measured cost, as a
+    settle would have, the difference given back to the wallet with one 'trueup' ledger
+    entry). The reaper may have done either half before the row arrived, or both.
+    """
+    by_id = {r.request_id: r for r in rows}
+    ids = sorted(by_id)
+    wanted, params = batch_rows(("text",), [(i,) for i in ids])
+    lock = " FOR UPDATE OF s" if connection.vendor == "postgresql" else ""
+    markers = yield (
+        "SELECT s.request_id, s.provider_cost_micro, s.bandwidth_micro, s.group_id,"
+        f" s.api_key_id, h.caller_spend_id FROM {SETTLED} s"
+        f" LEFT JOIN {HOLDS} h ON h.request_id = s.request_id"
+        f" WHERE s.source = 'reaper' AND s.request_id IN (SELECT * FROM ({wanted}) AS w)"
+        f" AND s.request_id BETWEEN %s AND %s{lock}",
+        (*params, *request_span(ids)),
+        ALL,
+    )
+    lock = " FOR UPDATE" if connection.vendor == "postgresql" else ""
+    reaped = yield (
+        f"SELECT id, request_id, wallet_id, amount_micro, committed_micro FROM {RESERVATIONS}"
+        f" WHERE status = 'committed' AND unmeasured"
+        f" AND request_id IN (SELECT * FROM ({wanted}) AS w)"
+        f" AND request_id BETWEEN %s AND %s ORDER BY id{lock}",
+        (*params, *request_span(ids)),
+        ALL,
+    )
+    if not markers and not reaped:
+        return {}
+    counters: dict[str, tuple[int, int, int]] = {}
+    for request_id, cost, bandwidth, group_id, api_key_id, caller_spend_id in markers:
+        r = by_id[request_id]
+        yield (
+            f"UPDATE {SETTLED} SET source = 'trueup', provider_cost_micro = %s,"
+            " bandwidth_micro = %s WHERE request_id = %s AND source = 'reaper' RETURNING id",
+            (r.cost_micro, r.bandwidth_micro, request_id),
+        )
+        difference = Charge(
+            request_id,
+            group_id,
+            api_key_id,
+            caller_spend_id,
+            r.cost_micro - cost,
+            r.bandwidth_micro - bandwidth,
+        )
+        moves.charged(difference)
+        counters[request_id] = (difference.cost_micro, difference.bandwidth_micro, cost)
+    wallets: dict[str, int] = defaultdict(int)
+    for reservation_id, request_id, wallet_id, amount, committed in reaped:
+        r = by_id[request_id]
+        measured = r.cost_micro if reservation_id == r.reservation_id else 0
+        now_committed = min(measured, amount)
+        yield (
+            f"UPDATE {RESERVATIONS} SET committed_micro = %s, excess_micro = %s,"
+            " unmeasured = false WHERE id = %s AND request_id = %s RETURNING id",
+            (now_committed, max(measured - amount, 0), reservation_id, request_id),
+        )
+        back = committed - now_committed
+        wallets[request_id] += back
+        if back:
+            balance = yield (
+                f"UPDATE {WALLETS} SET balance_micro = balance_micro + %s, updated_at = %s"
+                " WHERE id = %s RETURNING balance_micro",
+                (back, now, wallet_id),
+            )
+            yield (
+                f"INSERT INTO {LEDGER_ENTRIES} (wallet_id, kind, amount_micro,"
+                " balance_after_micro, reason, created_at) VALUES (%s, 'trueup', %s, %s, %s, %s)"
+                " RETURNING id",
+                (wallet_id, back, balance[0], f"trueup: request {request_id}", now),
+            )
+    return {
+        request_id: TrueUp(
+            cost_micro=counters.get(request_id, (0, 0, 0))[0],
+            bandwidth_micro=counters.get(request_id, (0, 0, 0))[1],
+            wallet_micro=wallets.get(request_id, 0),
+            charged_before_micro=counters.get(request_id, (0, 0, 0))[2],
+            counters=request_id in counters,
+        )
+        for request_id in sorted(set(counters) | set(wallets))
+    }
 
 
 def reap_reservation(reservation_id: int, *, now: datetime) -> Program[bool]:

@@ -86,6 +86,7 @@ class LedgerEntry(models.Model):
         TOPUP = "topup"
         COMMIT = "commit"
         ADJUSTMENT = "adjustment"
+        TRUEUP = "trueup"  # a commit at the hold corrected to the measured cost
 
     wallet = models.ForeignKey(Wallet, on_delete=models.PROTECT, related_name="ledger")
     kind = models.CharField(max_length=12, choices=Kind.choices)
@@ -191,6 +192,8 @@ class SettledRequest(models.Model):
         SETTLE = "settle"
         REAPER = "reaper"
         RECONCILE = "reconcile"
+        # A reaper charge at the hold, trued up to the measured cost when the row arrived.
+        TRUEUP = "trueup"
 
     request_id = models.CharField(max_length=64)
     group_id = models.BigIntegerField()
@@ -284,3 +287,59 @@ class BudgetAlert(models.Model):
     def __str__(self) -> str:
         owner = f"key {self.api_key_id}" if self.api_key_id else f"group {self.group_id}"
         return f"{owner} at {self.threshold_pct}%"
+
+
+class Receipt(models.Model):
+    """The signed proof of one charge (billing/receipts.py): append-only, chained per account.
+
+    `body` is the canonical JSON the hash covers; the other columns repeat what it says so
+    receipts can be found and summed. `cost_micro` is what this receipt moved the group's
+    settled cost by (negative for a true-up refund), `bandwidth_micro` what it moved spent by
+    on top. The last receipt of each account in a settled batch carries the signature; it
+    covers every receipt before it through the chain.
+    """
+
+    class Kind(models.TextChoices):
+        CHARGE = "charge"  # a usage row stored: its measured cost
+        UNMEASURED = "unmeasured"  # the reaper: a served request whose row never arrived
+        TRUEUP = "trueup"  # that row arrived late: the difference to its measured cost
+
+    account_id = models.BigIntegerField()
+    seq = models.BigIntegerField()
+    request_id = models.CharField(max_length=64)
+    kind = models.CharField(max_length=12, choices=Kind.choices)
+    group_id = models.BigIntegerField(null=True)
+    api_key_id = models.BigIntegerField(null=True)
+    cost_micro = models.BigIntegerField()
+    bandwidth_micro = models.BigIntegerField()
+    settled_at = models.DateTimeField()
+    body = models.TextField()
+    prev_hash = models.CharField(max_length=64)
+    hash = models.CharField(max_length=64)
+    signature = models.CharField(max_length=128, blank=True, default="")
+    key_id = models.CharField(max_length=32, blank=True, default="")
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["account_id", "seq"], name="receipt_seq_once")
+        ]
+        indexes = [
+            models.Index(fields=["account_id", "settled_at"], name="receipt_account_time"),
+            models.Index(fields=["request_id"], name="receipt_request"),
+            models.Index(fields=["settled_at"], name="receipt_time"),
+        ]
+
+    def __str__(self) -> str:
+        return f"receipt {self.account_id}/{self.seq} ({self.kind} {self.request_id})"
+
+
+class ReceiptChain(models.Model):
+    """The head of an account's receipt chain: locked while a batch appends to it."""
+
+    account_id = models.BigIntegerField(primary_key=True)
+    seq = models.BigIntegerField(default=0)
+    head_hash = models.CharField(max_length=64)
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    def __str__(self) -> str:
+        return f"receipt chain of account {self.account_id} at {self.seq}"

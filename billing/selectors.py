@@ -3,12 +3,15 @@ period history and spend alerts."""
 
 from __future__ import annotations
 
-from django.db.models import Count, QuerySet, Subquery, Sum
+from datetime import datetime
+
+from django.db.models import Count, Q, QuerySet, Subquery, Sum
 
 from billing.models import (
     BudgetAlert,
     BudgetPeriod,
     LedgerEntry,
+    Receipt,
     Reservation,
     SettledRequest,
     SpendHold,
@@ -68,3 +71,48 @@ def in_flight(*, account) -> dict[str, tuple[int, int]]:
 def _count_and_sum(rows: QuerySet) -> tuple[int, int]:
     totals = rows.aggregate(n=Count("pk"), micro=Sum("amount_micro"))
     return totals["n"], totals["micro"] or 0
+
+
+# ---------------------------------------------------------------- charges without a usage row
+
+
+def corrections_between(start: datetime, end: datetime) -> dict[tuple[int, int], tuple[int, int]]:
+    """What charges no usage row states moved each (account, group)'s settled cost by in
+    [start, end): the reaper's charges at the hold and true-ups of late rows. Returns
+    (account, group) -> (cost micro-USD, requests charged without a row)."""
+    rows = (
+        Receipt.objects.filter(
+            settled_at__gte=start,
+            settled_at__lt=end,
+            kind__in=(Receipt.Kind.UNMEASURED, Receipt.Kind.TRUEUP),
+            group_id__isnull=False,
+        )
+        .values("account_id", "group_id")
+        .annotate(
+            cost=Sum("cost_micro"), unmeasured=Count("id", filter=Q(kind=Receipt.Kind.UNMEASURED))
+        )
+    )
+    found = {}
+    for r in rows:
+        group_id = r["group_id"]
+        assert group_id is not None  # filtered above
+        found[r["account_id"], group_id] = (r["cost"], r["unmeasured"])
+    return found
+
+
+def trued_up_between(start: datetime, end: datetime) -> list[str]:
+    """The requests trued up in [start, end): their rows, stored then, charged only the
+    difference to what the reaper had charged (their `trueup` receipts)."""
+    return list(
+        Receipt.objects.filter(
+            settled_at__gte=start, settled_at__lt=end, kind=Receipt.Kind.TRUEUP
+        ).values_list("request_id", flat=True)
+    )
+
+
+def first_correction_at(after: datetime | None) -> datetime | None:
+    """When the first charge without a usage row at or after `after` was made, if any."""
+    corrections = Receipt.objects.filter(kind__in=(Receipt.Kind.UNMEASURED, Receipt.Kind.TRUEUP))
+    if after is not None:
+        corrections = corrections.filter(settled_at__gte=after)
+    return corrections.order_by("settled_at").values_list("settled_at", flat=True).first()

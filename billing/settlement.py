@@ -12,7 +12,10 @@ stored row and its settlement never exist one without the other:
 - a settled-request marker per charged request (INSERT ... ON CONFLICT DO NOTHING): only
   the inserter charges, so a replayed row or a late reconciliation never charges twice;
 - group / key / caller counters moved once per row owner (spent += cost + bandwidth,
-  settled += cost, reserved -= hold).
+  settled += cost, reserved -= hold);
+- a request the reaper charged at its hold before its row arrived trued up to the row's
+  measured cost (billing.ledger.true_up);
+- a signed receipt per row of an account, proving what was charged (billing/receipts.py).
 
 Until a row is stored its hold and reservation stay in place: budget and wallet checks only
 ever see more held than will be spent, never less. Holds whose row never arrives (a gateway
@@ -23,26 +26,65 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from billing import ledger
-from core.sqlexec import run_here
+from billing import ledger, receipts
+from billing.models import Receipt
+from core.sqlexec import Program, run_here
 from core.usage_record import UsageRecord
 
 
 def settle_rows(records: list[UsageRecord], *, now: datetime) -> None:
-    """Apply the money of freshly stored usage records (call inside their transaction)."""
-    run_here(
-        ledger.settle(
-            [
-                ledger.Settle(
-                    request_id=record.request_id,
-                    group_id=record.group_id,
-                    api_key_id=record.api_key_id,
-                    cost_micro=record.provider_cost_micro,
-                    bandwidth_micro=record.bandwidth_charge_micro,
-                    reservation_id=record.reservation_id,
-                )
-                for record in records
-            ],
-            now=now,
-        )
+    """Apply the money of freshly stored usage records and write their receipts (call inside
+    their transaction)."""
+    run_here(_settle(records, now=now))
+
+
+def _settle(records: list[UsageRecord], *, now: datetime) -> Program[None]:
+    settled = yield from ledger.settle(
+        [
+            ledger.Settle(
+                request_id=record.request_id,
+                group_id=record.group_id,
+                api_key_id=record.api_key_id,
+                cost_micro=record.provider_cost_micro,
+                bandwidth_micro=record.bandwidth_charge_micro,
+                reservation_id=record.reservation_id,
+            )
+            for record in records
+        ],
+        now=now,
+    )
+    yield from receipts.append(
+        [
+            receipt_of(record, settled)
+            for record in records
+            if record.account_id is not None and record.group_id is not None
+        ],
+        now=now,
+    )
+
+
+def receipt_of(record: UsageRecord, settled: ledger.Settled) -> receipts.Draft:
+    """The receipt of a stored row: what settling it charged (or trued up)."""
+    assert record.account_id is not None  # only rows of an account get receipts
+    detail = receipts.request_detail(record)
+    kind, cost, bandwidth = Receipt.Kind.CHARGE, 0, 0
+    if record.request_id in settled.charged:
+        cost, bandwidth = record.provider_cost_micro, record.bandwidth_charge_micro
+    trued = settled.trued_up.get(record.request_id)
+    if trued is not None:
+        detail["trued_up"] = {
+            "charged_at_hold_micro": trued.charged_before_micro,
+            "wallet_returned_micro": trued.wallet_micro,
+        }
+        if trued.counters:
+            kind, cost, bandwidth = Receipt.Kind.TRUEUP, trued.cost_micro, trued.bandwidth_micro
+    return receipts.Draft(
+        account_id=record.account_id,
+        request_id=record.request_id,
+        kind=kind,
+        group_id=record.group_id,
+        api_key_id=record.api_key_id,
+        cost_micro=cost,
+        bandwidth_micro=bandwidth,
+        detail=detail,
     )

@@ -15,6 +15,7 @@ from pathlib import Path
 import environ
 from django.core.exceptions import ImproperlyConfigured
 
+from billing.receipt_keys import parse_receipt_keys as _parse_receipt_keys
 from core.sealing import parse_keyring as _parse_keyring
 from webfetch.addresses import allowed_networks as _allowed_networks
 
@@ -40,6 +41,7 @@ SCHEME: dict[str, tuple[type, object]] = {
     "GATEWAY_PORT": (int, 8000),  # compose.yaml: the gateway's port on 127.0.0.1
     "TOLLGATE_IMAGE": (str, "tollgate:latest"),  # compose.yaml: the image it runs
     "SEALING_KEYS": (str, ""),
+    "TOLLGATE_RECEIPT_KEYS": (str, ""),
     "PROVIDER_PROFILES_JSON": (str, ""),
     "TOLLGATE_VAR_DIR": (str, ""),
     "TOLLGATE_PUBLIC_URL": (str, ""),
@@ -173,6 +175,22 @@ if not CALLER_KEY:
     CALLER_KEY = _embedded_secret("caller_key", _random_secret)
 elif CALLER_KEY == "off":
     CALLER_KEY = ""
+
+
+def _random_receipt_key() -> str:
+    return "r1:" + base64.urlsafe_b64encode(secrets.token_bytes(32)).decode()
+
+
+# The Ed25519 keys receipts are signed with (billing/receipts.py), newest first.
+RECEIPT_KEYS = env("TOLLGATE_RECEIPT_KEYS")
+if not RECEIPT_KEYS:
+    if not EMBEDDED:
+        raise ImproperlyConfigured(
+            "Missing setting TOLLGATE_RECEIPT_KEYS: required with DATABASE_URL (receipts are"
+            " signed with it)."
+        )
+    RECEIPT_KEYS = _embedded_secret("receipt_keys", _random_receipt_key)
+_parse_receipt_keys(RECEIPT_KEYS)  # a malformed signing key stops the process here
 
 GATEWAY_INTERNAL_TOKEN = env("GATEWAY_INTERNAL_TOKEN")
 if GATEWAY_INTERNAL_TOKEN and len(GATEWAY_INTERNAL_TOKEN) < 32:

@@ -9,7 +9,7 @@ import only downwards, and all of them need it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from datetime import datetime
 
 import orjson
@@ -74,6 +74,9 @@ class UsageRecord:
     web_queries: int = 0  # search queries
     web_url: str = ""  # the page a scrape or crawl page asked for (the tenant's own label)
     attempts: tuple[AttemptRecord, ...] = ()
+    # The prices the served attempt was charged at (`input_micro_per_mtok`, ..., or a web
+    # unit's `page_micro`, ...): its receipt states them (billing/receipts.py); not a column.
+    prices: dict[str, int] = field(default_factory=dict)
 
     def log_columns(self) -> dict:
         """Return the UsageLog columns of this record (everything but the attempts)."""
@@ -114,7 +117,7 @@ class UsageRecord:
 
 
 ATTEMPT_FIELDS = tuple(f.name for f in fields(AttemptRecord))
-LOG_FIELDS = tuple(f.name for f in fields(UsageRecord) if f.name != "attempts")
+LOG_FIELDS = tuple(f.name for f in fields(UsageRecord) if f.name not in ("attempts", "prices"))
 # What a tenant sees of its rows (the API, the CSV export): the books' plumbing stays out.
 TENANT_FIELDS = tuple(f for f in LOG_FIELDS if f not in ("upstream_sent", "reservation_id"))
 WEB_UNIT_FIELDS = ("web_pages", "web_rendered_pages", "web_queries")

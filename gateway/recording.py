@@ -51,8 +51,19 @@ def usage_record(ctx: RequestContext, *, bytes_out: int) -> UsageRecord:
         if priced is not None
         else 0
     )
+    prices = (
+        {
+            "input_micro_per_mtok": priced.input_micro_per_mtok,
+            "output_micro_per_mtok": priced.output_micro_per_mtok,
+            "cached_input_micro_per_mtok": priced.cached_input_micro_per_mtok,
+            "cache_write_micro_per_mtok": priced.cache_write_micro_per_mtok,
+        }
+        if priced is not None
+        else {}
+    )
     if web is not None:  # a web action: its units, priced as they were billed
         provider_cost_micro = web.cost_micro
+        prices = dict(web.prices)
     bandwidth_micro = (
         bandwidth_charge_micro(
             total_bytes=ctx.meter.bytes_in + bytes_out,
@@ -97,6 +108,7 @@ def usage_record(ctx: RequestContext, *, bytes_out: int) -> UsageRecord:
         web_queries=web.queries if web else 0,
         web_url=web.url if web else "",
         attempts=tuple(ctx.trail),
+        prices=prices,
     )
     return clean_record(record)  # bounded before it is journaled: no client text jams storage
 

@@ -11,6 +11,7 @@ if [ -n "${DATABASE_URL:-}" ]; then
   # Plain http on 127.0.0.1 and a Redis that keeps nothing on disk: said explicitly.
   export TOLLGATE_SECURE_COOKIES=${TOLLGATE_SECURE_COOKIES:-false}
   export TOLLGATE_REDIS_PERSISTENCE=${TOLLGATE_REDIS_PERSISTENCE:-none}
+  export TOLLGATE_RECEIPT_KEYS=${TOLLGATE_RECEIPT_KEYS:-r1:Vb3sQk1n0pL5sXw9eT6yU4iO2aS1dF3gH5jkq7Zr8Kc}
   export SEALING_KEYS=${SEALING_KEYS:-v2:2Pc1W2pQn0l6t1mS1cYl0oWcJ5rU3b3m9h8xq0a4y7I,v1:q7Zr8Kc2b1Vv3nM0pL5sXw9eT6yU4iO2aS1dF3gH5jk}
 fi
 [ -n "${DATABASE_URL:-}" ] || echo "DATABASE_URL unset: running on embedded SQLite (PostgreSQL-only tests are skipped)."

@@ -39,7 +39,12 @@ from django.utils import timezone
 from jsonschema import Draft202012Validator
 
 from billing.feed import LoggedCharge, WindowReconciler
-from billing.selectors import marked_bandwidth
+from billing.selectors import (
+    corrections_between,
+    first_correction_at,
+    marked_bandwidth,
+    trued_up_between,
+)
 from core.config import tollgate
 from core.sinks import (
     DELIVERY_BATCH,
@@ -98,15 +103,23 @@ def window_floor(moment: datetime, *, window_s: int) -> datetime:
 
 
 def _next_closed_window(position: datetime | None, *, now: datetime) -> Window | None:
-    """Return the first window after `position` that has rows and is closed, or None."""
+    """Return the first window after `position` that has rows (or charges without a row:
+    billing's corrections) and is closed, or None."""
     window_s = tollgate().usage_window_s
     rows = UsageLog.objects.filter(group_id__isnull=False)
     if position is not None:
         rows = rows.filter(stored_at__gte=position)
-    first = rows.order_by("stored_at").values_list("stored_at", flat=True).first()
-    if first is None:
+    starts = [
+        moment
+        for moment in (
+            rows.order_by("stored_at").values_list("stored_at", flat=True).first(),
+            first_correction_at(position),
+        )
+        if moment is not None
+    ]
+    if not starts:
         return None
-    start = window_floor(first, window_s=window_s)
+    start = window_floor(min(starts), window_s=window_s)
     window = Window(
         start=max(start, position) if position else start, end=start + timedelta(seconds=window_s)
     )
@@ -156,7 +169,14 @@ def _sum(field: str, **extra) -> Coalesce:
 
 
 def window_usage(window: Window) -> list[dict]:
-    """Return one event payload per (account, group) with rows stored in the window."""
+    """Return one event payload per (account, group) with rows stored in the window, or a
+    charge made in it without a row.
+
+    `provider_cost_micro_usd` is what the window moved the group's settled cost by: its rows'
+    cost, plus the reaper's charges at the hold of served requests whose row never arrived,
+    plus the true-ups of those that arrived late (negative when the hold was more than the
+    measured cost). `requests` counts the charges without a row too.
+    """
     billable = Q(upstream_sent=True)  # bytes of refusals are never billed
     totals = (
         _rows_in(window)
@@ -177,10 +197,30 @@ def window_usage(window: Window) -> list[dict]:
             first_request_at=Min("created_at"),
             last_request_at=Max("created_at"),
         )
-        .order_by("group_id")
     )
-    return [
-        {
+    by_owner: dict[tuple[int, int], dict] = {
+        (row["account_id"], row["group_id"]): row for row in totals
+    }
+    # A trued-up row charged only the difference to the hold charged before (its receipt,
+    # counted with the corrections below), not its own cost.
+    trued_up = (
+        _rows_in(window)
+        .filter(request_id__in=trued_up_between(window.start, window.end))
+        .values("account_id", "group_id")
+        .annotate(cost=_sum("provider_cost_micro"))
+    )
+    for row in trued_up:
+        by_owner[row["account_id"], row["group_id"]]["provider_cost_micro_usd"] -= row["cost"]
+    for owner, (cost, unmeasured) in corrections_between(window.start, window.end).items():
+        row = by_owner.setdefault(
+            owner,
+            {"account_id": owner[0], "group_id": owner[1], "requests": 0} | dict.fromkeys(UNITS, 0),
+        )
+        row["provider_cost_micro_usd"] += cost
+        row["requests"] += unmeasured
+    payloads = []
+    for _, row in sorted(by_owner.items(), key=lambda item: item[0][1]):
+        payload = {
             "schema": SCHEMA_ID,
             "event_id": f"ue_{row['group_id']}_{int(window.start.timestamp())}",
             "account_id": row["account_id"],
@@ -189,12 +229,13 @@ def window_usage(window: Window) -> list[dict]:
             "window_end": rfc3339(window.end),
             "window_s": window.seconds,
             "requests": row["requests"],
-            "first_request_at": rfc3339(row["first_request_at"]),
-            "last_request_at": rfc3339(row["last_request_at"]),
             "units": {unit: int(row[unit]) for unit in UNITS},
         }
-        for row in totals
-    ]
+        if row.get("first_request_at") is not None:  # a window of corrections has no rows
+            payload["first_request_at"] = rfc3339(row["first_request_at"])
+            payload["last_request_at"] = rfc3339(row["last_request_at"])
+        payloads.append(payload)
+    return payloads
 
 
 def _emit(window: Window) -> int:

@@ -87,6 +87,7 @@ class WebBill:
     queries: int = 0
     cost_micro: int = 0  # platform-served units only: team-served units cost 0
     reservation_id: int | None = None
+    prices: dict[str, int] = field(default_factory=dict)  # each billed unit's price (receipts)
 
     def add(self, unit: str, count: int, *, price_micro: int, platform: bool) -> None:
         if unit == PAGE:
@@ -97,6 +98,7 @@ class WebBill:
             self.queries += count
         if platform:
             self.cost_micro += count * price_micro
+            self.prices[f"{unit}_micro"] = price_micro
 
     @property
     def units(self) -> int:

@@ -95,6 +95,25 @@ def run_settings(**env):
             },
             "TOLLGATE_CALLER_KEY",
         ),
+        (
+            {
+                "DATABASE_URL": "postgres://x@127.0.0.1/db",
+                "SECRET_KEY": "k",
+                "SEALING_KEYS": "v1:" + "A" * 43 + "=",
+                "TOLLGATE_CALLER_KEY": "off",
+            },
+            "TOLLGATE_RECEIPT_KEYS",
+        ),
+        (
+            {
+                "DATABASE_URL": "postgres://x@127.0.0.1/db",
+                "SECRET_KEY": "k",
+                "SEALING_KEYS": "v1:" + "A" * 43 + "=",
+                "TOLLGATE_CALLER_KEY": "off",
+                "TOLLGATE_RECEIPT_KEYS": "r1:short",
+            },
+            "TOLLGATE_RECEIPT_KEYS",
+        ),
     ],
 )
 def test_bad_settings_stop_the_process_naming_the_variable(env, named, tmp_path):
@@ -114,6 +133,7 @@ def test_production_runs_without_caller_labels_only_when_told_so(tmp_path):
         "DATABASE_URL": "postgres://x@127.0.0.1/db",
         "SECRET_KEY": "k",
         "SEALING_KEYS": "v1:" + "A" * 43 + "=",
+        "TOLLGATE_RECEIPT_KEYS": "r1:" + "B" * 43 + "=",
         "TOLLGATE_VAR_DIR": str(tmp_path / "absent"),
     }
     assert run_settings(**production, TOLLGATE_CALLER_KEY="off").returncode == 0

@@ -22,7 +22,14 @@ from django.db import connection
 from django.utils import timezone
 
 from accounts.models import Group
-from billing.models import LedgerEntry, Reservation, SettledRequest, SpendHold, Wallet
+from billing.models import (
+    LedgerEntry,
+    Receipt,
+    Reservation,
+    SettledRequest,
+    SpendHold,
+    Wallet,
+)
 from billing.reaper import expire_stale_holds
 from tests.support.processes import INTERNAL_TOKEN
 from tests.support.profiles import install_profiles
@@ -202,6 +209,11 @@ def test_killed_mid_stream_charges_every_served_request(doomed):
         assert sorted(holds.values_list("status", flat=True)) == ["charged"] * STREAMS
         markers = SettledRequest.objects.filter(group_id=tenant.group_id, source="reaper")
         assert sorted(markers.values_list("provider_cost_micro", flat=True)) == [hold] * STREAMS
+        receipts = Receipt.objects.filter(group_id=tenant.group_id)
+        assert (
+            sorted(receipts.values_list("kind", "cost_micro")) == [("unmeasured", hold)] * STREAMS
+        )
+        assert {r.request_id for r in receipts} == set(markers.values_list("request_id", flat=True))
 
 
 def test_a_hold_whose_call_never_left_is_released_at_zero(transactional_db):

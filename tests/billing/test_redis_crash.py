@@ -14,14 +14,16 @@ from datetime import timedelta
 
 import httpx
 import pytest
+from django.db.models import Sum
 from django.utils import timezone
 
 from accounts.models import Group
-from billing.models import Reservation, SettledRequest, SpendHold, Wallet
+from billing.models import Receipt, Reservation, SettledRequest, SpendHold, Wallet
 from billing.reaper import expire_stale_holds
 from tests.support.services import requires_postgres, requires_redis
 from tests.support.stacks import own_stack
-from usage.models import UsageLog
+from usage.models import UsageEvent, UsageLog
+from usage.services import usage_events_flush
 
 pytestmark = [requires_postgres, requires_redis, pytest.mark.timeout(120)]
 TTL_S = 4
@@ -102,3 +104,19 @@ def test_redis_killed_under_load_leaves_every_answer_stored_or_charged(
     assert not Reservation.objects.filter(
         wallet__account_id=prepaid.account_id, status="pending"
     ).exists()
+    # Every charge has its receipt, and the usage events count the reaper's charges too: their
+    # cost sums to what each group's settled cost moved.
+    usage_events_flush(now=timezone.now() + timedelta(minutes=10))
+    for tenant in (prepaid, invoiced):
+        group = Group.objects.get(pk=tenant.group_id)
+        receipts = Receipt.objects.filter(group_id=tenant.group_id)
+        assert receipts.aggregate(cost=Sum("cost_micro"))["cost"] == group.settled_micro
+        assert set(receipts.filter(kind="unmeasured").values_list("request_id", flat=True)) == {
+            rid
+            for rid in charged
+            if SettledRequest.objects.get(request_id=rid).group_id == group.pk
+        }
+        events = UsageEvent.objects.filter(group_id=tenant.group_id)
+        assert sum(e.payload["units"]["provider_cost_micro_usd"] for e in events) == (
+            group.settled_micro
+        )

@@ -34,6 +34,7 @@ def production_env(**overrides: str) -> dict[str, str]:
         "SECRET_KEY": secrets.token_urlsafe(50),
         "SEALING_KEYS": "v1:" + base64.urlsafe_b64encode(secrets.token_bytes(32)).decode(),
         "TOLLGATE_CALLER_KEY": secrets.token_urlsafe(32),
+        "TOLLGATE_RECEIPT_KEYS": "r1:" + base64.urlsafe_b64encode(secrets.token_bytes(32)).decode(),
     }
     # `python` is this virtualenv's, as in an operator's activated one.
     env = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin"}

@@ -175,6 +175,8 @@ class Stack:
             "SECRET_KEY": secrets.token_urlsafe(50),
             "SEALING_KEYS": "v1:" + base64.urlsafe_b64encode(secrets.token_bytes(32)).decode(),
             "TOLLGATE_CALLER_KEY": secrets.token_urlsafe(32),
+            "TOLLGATE_RECEIPT_KEYS": "r1:"
+            + base64.urlsafe_b64encode(secrets.token_bytes(32)).decode(),
             "ALLOWED_HOSTS": "127.0.0.1,localhost",
             # The test plays the operator's TLS proxy: it says https in X-Forwarded-Proto, so
             # production's Secure cookies stay on (and the browser below keeps them itself).

@@ -198,6 +198,7 @@ def operator(tmp_path, aof_redis, stub):
             "SECRET_KEY": settings.SECRET_KEY,
             "SEALING_KEYS": settings.SEALING_KEYS,
             "TOLLGATE_CALLER_KEY": "caller-key-of-the-walkthrough-0123456789",
+            "TOLLGATE_RECEIPT_KEYS": settings.RECEIPT_KEYS,
             "ALLOWED_HOSTS": "127.0.0.1",
             "CSRF_TRUSTED_ORIGINS": f"http://127.0.0.1:{control_port}",
             "TOLLGATE_PUBLIC_URL": f"http://127.0.0.1:{control_port}",

@@ -51,7 +51,7 @@ def checkout(tmp_path: Path):
 
 def make_env(**extra: str) -> dict[str, str]:
     env = child_env(**extra)
-    for name in ("SECRET_KEY", "SEALING_KEYS", "TEST_REQUIRE_SERVICES"):
+    for name in ("SECRET_KEY", "SEALING_KEYS", "TOLLGATE_RECEIPT_KEYS", "TEST_REQUIRE_SERVICES"):
         env.pop(name, None)
     env["VIRTUAL_ENV"] = sys.prefix
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"

@@ -37,6 +37,8 @@ def child_env(**extra: str) -> dict[str, str]:
     }
     # Production-mode children need a caller key: the test process's (or "off").
     env["TOLLGATE_CALLER_KEY"] = settings.TOLLGATE["CALLER_KEY"] or "off"
+    # ...and the receipt signing keys: the test process's, so its checks verify theirs.
+    env["TOLLGATE_RECEIPT_KEYS"] = settings.RECEIPT_KEYS
     # Production-mode children serve plain http on 127.0.0.1 (no TLS proxy in front) and use
     # the machine's Redis, which keeps nothing on disk: both said explicitly, as an operator
     # would have to.

@@ -1,0 +1,308 @@
+"""Receipts: every charge proven, chained per account and signed with the operator's key.
+
+A receipt is written in the transaction that moves the money it proves (the usage writer's
+settlement, the reaper, reconciliation): a crash leaves both or neither. Its body is
+canonical JSON (sorted keys, no spaces) naming the request, its attempts and who paid each,
+tokens by kind, prices, bytes and the amounts; `hash` is the SHA-256 of those bytes and the
+body carries the account's previous receipt's hash (`prev`) and its place in the chain
+(`seq`), so a changed, missing or reordered receipt breaks the chain.
+
+Signing is batched: an Ed25519 signature (over the 32 bytes of the hash) costs ~45 µs, so
+only the last receipt an account gets in each batch is signed; through the chain it covers
+every receipt before it. A batch's receipts share one `settled_at`, so the last receipt of
+any period is a signed one: a period's statement is that signed head (`statement`).
+
+Keys: TOLLGATE_RECEIPT_KEYS lists Ed25519 private keys newest first as
+`id:base64url(32-byte seed)`, comma separated; new receipts are signed with the newest, and
+the public part of every listed key is published (GET /api/receipts/keys), so receipts signed
+before a rotation still verify.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import orjson
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+from django.db import connection
+
+from billing.ledger import GROUPS, batch_rows
+from billing.models import Receipt, ReceiptChain
+from billing.receipt_keys import receipt_keys
+from core.sinks import rfc3339
+from core.sqlexec import ALL, Program
+from core.usage_record import UsageRecord
+
+RECEIPTS = Receipt._meta.db_table
+CHAINS = ReceiptChain._meta.db_table
+GENESIS = "0" * 64  # the `prev` of an account's first receipt
+VERSION = 1
+
+# ---------------------------------------------------------------- what a receipt says
+
+
+def canonical(body: Mapping[str, Any]) -> bytes:
+    """The bytes a receipt's hash covers: sorted keys, no whitespace, UTF-8."""
+    return orjson.dumps(body, option=orjson.OPT_SORT_KEYS)
+
+
+def digest(body_bytes: bytes) -> str:
+    return hashlib.sha256(body_bytes).hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class Draft:
+    """A receipt to append: the charge it proves and what the body says about the request."""
+
+    account_id: int
+    request_id: str
+    kind: str  # Receipt.Kind
+    group_id: int | None
+    api_key_id: int | None
+    cost_micro: int  # what the charge moved the group's settled cost by
+    bandwidth_micro: int  # what it moved spent by on top (bandwidth)
+    detail: dict[str, Any]
+
+
+def request_detail(record: UsageRecord) -> dict[str, Any]:
+    """What a receipt says about a stored request: its attempts, tokens, prices and bytes."""
+    served_by = record.served_by
+    platform = served_by == "platform"
+    return {
+        "client_request_id": record.client_request_id,
+        "created_at": rfc3339(record.created_at),
+        "endpoint": record.endpoint,
+        "model_requested": record.model_requested,
+        "model_served": record.model_served,
+        "provider": record.provider,
+        "paid_by": served_by,
+        "status": record.status,
+        "error_code": record.error_code,
+        "attempts": [
+            {
+                "order": a.order,
+                "provider": a.provider,
+                "model": a.model,
+                "paid_by": a.served_by,
+                "outcome": a.outcome,
+                "upstream_status": a.upstream_status,
+            }
+            for a in record.attempts
+        ],
+        "tokens": {
+            "input": record.tokens_in if platform else record.byok_tokens_in,
+            "output": record.tokens_out if platform else record.byok_tokens_out,
+            "cache_read": record.cache_read_tokens,
+            "cache_write": record.cache_write_tokens,
+            "reasoning": record.reasoning_tokens,
+        },
+        "web_units": {
+            "pages": record.web_pages,
+            "rendered_pages": record.web_rendered_pages,
+            "queries": record.web_queries,
+        },
+        "prices": dict(record.prices),
+        "bytes": {"in": record.bytes_in, "out": record.bytes_out},
+        "measured": {
+            "provider_cost_micro": record.provider_cost_micro,
+            "bandwidth_micro": record.bandwidth_charge_micro,
+        },
+    }
+
+
+def _body(draft: Draft, *, seq: int, prev: str, settled_at: str) -> dict[str, Any]:
+    return {
+        **draft.detail,
+        "v": VERSION,
+        "account_id": draft.account_id,
+        "seq": seq,
+        "prev": prev,
+        "request_id": draft.request_id,
+        "kind": draft.kind,
+        "group_id": draft.group_id,
+        "api_key_id": draft.api_key_id,
+        "settled_at": settled_at,
+        "amounts": {
+            "provider_cost_micro": draft.cost_micro,
+            "bandwidth_micro": draft.bandwidth_micro,
+            "total_micro": draft.cost_micro + draft.bandwidth_micro,
+        },
+    }
+
+
+# ---------------------------------------------------------------- appending
+
+
+_RECEIPT_COLUMNS = (
+    "account_id, seq, request_id, kind, group_id, api_key_id, cost_micro, bandwidth_micro,"
+    " body, prev_hash, hash, signature, key_id"
+)
+_RECEIPT_TYPES = (
+    "bigint", "bigint", "text", "text", "bigint", "bigint", "bigint", "bigint",
+    "text", "text", "text", "text", "text",
+)  # fmt: skip
+
+
+def append(drafts: list[Draft], *, now: datetime) -> Program[int]:
+    """Append receipts to their accounts' chains (in the caller's transaction); return how many.
+
+    Each account's chain head is locked (accounts in id order, so batches never deadlock),
+    the receipts hashed in order from it, the last of each account signed, and the heads
+    moved: three statements and one signature per account, whatever the batch's size.
+    """
+    if not drafts:
+        return 0
+    by_account: dict[int, list[Draft]] = defaultdict(list)
+    for draft in drafts:
+        by_account[draft.account_id].append(draft)
+    accounts = sorted(by_account)
+    fresh, params = batch_rows(("bigint",), [(a,) for a in accounts])
+    yield (
+        f"INSERT INTO {CHAINS} (account_id, seq, head_hash, updated_at)"
+        f" SELECT a.*, 0, %s, %s FROM ({fresh}) AS a WHERE true"
+        " ON CONFLICT (account_id) DO NOTHING",
+        (GENESIS, now, *params),
+    )
+    locked = " ORDER BY account_id FOR UPDATE" if connection.vendor == "postgresql" else ""
+    wanted, params = batch_rows(("bigint",), [(a,) for a in accounts])
+    heads = yield (
+        f"SELECT account_id, seq, head_hash FROM {CHAINS}"
+        f" WHERE account_id IN (SELECT * FROM ({wanted}) AS a){locked}",
+        params,
+        ALL,
+    )
+    keys = receipt_keys()
+    signer = keys.private[keys.newest]
+    settled_at = rfc3339(now)
+    rows: list[tuple] = []
+    moved: list[tuple] = []
+    for account_id, seq, head in sorted(heads):
+        chain = by_account[account_id]
+        for n, draft in enumerate(chain, start=1):
+            seq += 1
+            body = canonical(_body(draft, seq=seq, prev=head, settled_at=settled_at))
+            prev, head = head, digest(body)
+            signature = signer.sign(bytes.fromhex(head)).hex() if n == len(chain) else ""
+            rows.append(
+                (
+                    account_id, seq, draft.request_id, draft.kind, draft.group_id,
+                    draft.api_key_id, draft.cost_micro, draft.bandwidth_micro, body.decode(),
+                    prev, head, signature, keys.newest if signature else "",
+                )
+            )  # fmt: skip
+        moved.append((account_id, seq, head))
+    source, params = batch_rows(_RECEIPT_TYPES, rows)
+    yield (
+        f"INSERT INTO {RECEIPTS} ({_RECEIPT_COLUMNS}, settled_at)"
+        f" SELECT *, %s FROM ({source}) AS r",
+        (now, *params),
+    )
+    source, params = batch_rows(("bigint", "bigint", "text"), moved)
+    yield (
+        f"WITH moved (account_id, seq, head_hash) AS ({source})"
+        f" UPDATE {CHAINS} SET seq = moved.seq, head_hash = moved.head_hash, updated_at = %s"
+        f" FROM moved WHERE {CHAINS}.account_id = moved.account_id",
+        (*params, now),
+    )
+    return len(rows)
+
+
+def accounts_of_groups(group_ids: Iterable[int]) -> Program[dict[int, int]]:
+    """The account of each group (a reaper or reconciliation charge knows only the group)."""
+    ids = sorted(set(group_ids))
+    if not ids:
+        return {}
+    wanted, params = batch_rows(("bigint",), [(g,) for g in ids])
+    rows = yield (
+        f"SELECT id, account_id FROM {GROUPS} WHERE id IN (SELECT * FROM ({wanted}) AS g)",
+        params,
+        ALL,
+    )
+    return dict(rows)
+
+
+# ---------------------------------------------------------------- verifying
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    seq: int | None
+    what: str
+
+    def __str__(self) -> str:
+        return f"receipt {self.seq}: {self.what}" if self.seq is not None else self.what
+
+
+def verify_chain(
+    receipts: Iterable[Mapping[str, Any]],
+    public_keys: Mapping[str, str],
+    *,
+    head: tuple[int, str] | None = None,
+) -> list[Problem]:
+    """Check an account's receipts, in chain order; return what is wrong (nothing: valid).
+
+    Each receipt: `body` (the canonical JSON text), `hash`, `signature`, `key_id`. Detects a
+    changed body (its hash), a missing or reordered receipt (`seq` and `prev` must follow on),
+    a forged or changed signature, and an unsigned tail (the last receipt must be signed).
+    `head`: the chain's head (seq, hash) as its store says, to detect receipts cut off the end.
+    The first receipt's `prev` is taken on trust (a listing may start mid-chain).
+    """
+    problems: list[Problem] = []
+    last: tuple[int, str] | None = None
+    signed = True
+    for receipt in receipts:
+        body_text = receipt["body"]
+        body = orjson.loads(body_text)
+        seq = body.get("seq")
+        if digest(body_text.encode()) != receipt["hash"]:
+            problems.append(Problem(seq, "its body does not match its hash (changed)"))
+        if last is not None:
+            if seq != last[0] + 1:
+                problems.append(Problem(seq, f"follows receipt {last[0]} (missing or reordered)"))
+            elif body.get("prev") != last[1]:
+                problems.append(Problem(seq, "its prev is not the hash before it"))
+        signature = receipt.get("signature") or ""
+        if signature:
+            problems += _check_signature(seq, receipt, public_keys)
+        signed = bool(signature)
+        last = (seq, receipt["hash"])
+    if last is not None and not signed:
+        problems.append(Problem(last[0], "the chain ends on an unsigned receipt"))
+    if head is not None and last is not None and head[0] and (last[0], last[1]) != head:
+        problems.append(Problem(head[0], f"the chain's head is receipt {head[0]}: cut off"))
+    return problems
+
+
+def _check_signature(
+    seq: int | None, receipt: Mapping[str, Any], public_keys: Mapping[str, str]
+) -> list[Problem]:
+    encoded = public_keys.get(receipt.get("key_id") or "")
+    if encoded is None:
+        return [Problem(seq, f"signed with an unknown key {receipt.get('key_id')!r}")]
+    raw = base64.urlsafe_b64decode(encoded + "=" * (-len(encoded) % 4))
+    try:
+        Ed25519PublicKey.from_public_bytes(raw).verify(
+            bytes.fromhex(receipt["signature"]), bytes.fromhex(receipt["hash"])
+        )
+    except (InvalidSignature, ValueError):
+        return [Problem(seq, "its signature does not verify")]
+    return []
+
+
+def sign_statement(statement: dict[str, Any]) -> dict[str, Any]:
+    """Sign a period's statement (its totals and its chain's signed head) with the newest key."""
+    keys = receipt_keys()
+    body = canonical(statement)
+    return {
+        **statement,
+        "hash": digest(body),
+        "key_id": keys.newest,
+        "signature": keys.private[keys.newest].sign(bytes.fromhex(digest(body))).hex(),
+    }
