@@ -303,6 +303,7 @@ class Receipt(models.Model):
         CHARGE = "charge"  # a usage row stored: its measured cost
         UNMEASURED = "unmeasured"  # the reaper: a served request whose row never arrived
         TRUEUP = "trueup"  # that row arrived late: the difference to its measured cost
+        CORRECTION = "correction"  # reconciliation: a row stored unsettled, or its bandwidth
 
     account_id = models.BigIntegerField()
     seq = models.BigIntegerField()

@@ -25,9 +25,9 @@ from django.db import transaction
 from django.utils import timezone
 
 from accounts.models import Group
-from billing import ledger
+from billing import ledger, receipts
 from billing.feed import LoggedCharge, usage_feed
-from billing.models import SettledRequest, SpendAdjustment
+from billing.models import Receipt, SettledRequest, SpendAdjustment
 from core import metrics
 from core.money import spend_micro
 from core.sqlexec import run_sync
@@ -77,6 +77,7 @@ def _correct(rows: list[LoggedCharge], *, now: datetime) -> ledger.Program:
         moves=moves,
     )
     bandwidth = cost = corrected = 0
+    bandwidth_moved: dict[str, int] = {}
     for r in rows:
         if r.request_id in charged:
             bandwidth, cost, corrected = (
@@ -89,9 +90,52 @@ def _correct(rows: list[LoggedCharge], *, now: datetime) -> ledger.Program:
         delta = yield from ledger.charge_bandwidth(
             r.request_id, bandwidth_micro=r.bandwidth_micro, moves=moves
         )
+        bandwidth_moved[r.request_id] = delta
         bandwidth, corrected = bandwidth + delta, corrected + bool(delta)
     yield from ledger.move_counters(moves)
+    yield from _receipts(rows, charged, bandwidth_moved, now=now)
     return bandwidth, cost, corrected
+
+
+def _receipts(
+    rows: list[LoggedCharge], charged: set[str], bandwidth_moved: dict[str, int], *, now: datetime
+) -> ledger.Program:
+    """The receipts of what reconciliation charged, in its transaction (billing/receipts.py)."""
+    owed = {
+        r.request_id: (
+            (r.cost_micro, r.bandwidth_micro)
+            if r.request_id in charged
+            else (0, bandwidth_moved.get(r.request_id, 0))
+        )
+        for r in rows
+    }
+    proven = [r for r in rows if any(owed[r.request_id])]
+    if not proven:
+        return None
+    accounts = yield from receipts.accounts_of_groups(r.group_id for r in proven)
+    yield from receipts.append(
+        [
+            receipts.Draft(
+                account_id=accounts[r.group_id],
+                request_id=r.request_id,
+                kind=Receipt.Kind.CORRECTION,
+                group_id=r.group_id,
+                api_key_id=r.api_key_id,
+                cost_micro=owed[r.request_id][0],
+                bandwidth_micro=owed[r.request_id][1],
+                detail={
+                    "reason": (
+                        "stored without its charge: charged by reconciliation"
+                        if r.request_id in charged
+                        else "bandwidth charge corrected to what its usage row says"
+                    ),
+                },
+            )
+            for r in proven
+        ],
+        now=now,
+    )
+    return None
 
 
 def reconcile_window(

@@ -5,53 +5,91 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('billing', '0008_ledger_actor'),
+        ("billing", "0008_ledger_actor"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='ReceiptChain',
+            name="ReceiptChain",
             fields=[
-                ('account_id', models.BigIntegerField(primary_key=True, serialize=False)),
-                ('seq', models.BigIntegerField(default=0)),
-                ('head_hash', models.CharField(max_length=64)),
-                ('updated_at', models.DateTimeField(default=django.utils.timezone.now)),
+                ("account_id", models.BigIntegerField(primary_key=True, serialize=False)),
+                ("seq", models.BigIntegerField(default=0)),
+                ("head_hash", models.CharField(max_length=64)),
+                ("updated_at", models.DateTimeField(default=django.utils.timezone.now)),
             ],
         ),
         migrations.AlterField(
-            model_name='ledgerentry',
-            name='kind',
-            field=models.CharField(choices=[('opening', 'Opening'), ('topup', 'Topup'), ('commit', 'Commit'), ('adjustment', 'Adjustment'), ('trueup', 'Trueup')], max_length=12),
+            model_name="ledgerentry",
+            name="kind",
+            field=models.CharField(
+                choices=[
+                    ("opening", "Opening"),
+                    ("topup", "Topup"),
+                    ("commit", "Commit"),
+                    ("adjustment", "Adjustment"),
+                    ("trueup", "Trueup"),
+                ],
+                max_length=12,
+            ),
         ),
         migrations.AlterField(
-            model_name='settledrequest',
-            name='source',
-            field=models.CharField(choices=[('settle', 'Settle'), ('reaper', 'Reaper'), ('reconcile', 'Reconcile'), ('trueup', 'Trueup')], max_length=10),
+            model_name="settledrequest",
+            name="source",
+            field=models.CharField(
+                choices=[
+                    ("settle", "Settle"),
+                    ("reaper", "Reaper"),
+                    ("reconcile", "Reconcile"),
+                    ("trueup", "Trueup"),
+                ],
+                max_length=10,
+            ),
         ),
         migrations.CreateModel(
-            name='Receipt',
+            name="Receipt",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('account_id', models.BigIntegerField()),
-                ('seq', models.BigIntegerField()),
-                ('request_id', models.CharField(max_length=64)),
-                ('kind', models.CharField(choices=[('charge', 'Charge'), ('unmeasured', 'Unmeasured'), ('trueup', 'Trueup')], max_length=12)),
-                ('group_id', models.BigIntegerField(null=True)),
-                ('api_key_id', models.BigIntegerField(null=True)),
-                ('cost_micro', models.BigIntegerField()),
-                ('bandwidth_micro', models.BigIntegerField()),
-                ('settled_at', models.DateTimeField()),
-                ('body', models.TextField()),
-                ('prev_hash', models.CharField(max_length=64)),
-                ('hash', models.CharField(max_length=64)),
-                ('signature', models.CharField(blank=True, default='', max_length=128)),
-                ('key_id', models.CharField(blank=True, default='', max_length=32)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("account_id", models.BigIntegerField()),
+                ("seq", models.BigIntegerField()),
+                ("request_id", models.CharField(max_length=64)),
+                (
+                    "kind",
+                    models.CharField(
+                        choices=[
+                            ("charge", "Charge"),
+                            ("unmeasured", "Unmeasured"),
+                            ("trueup", "Trueup"),
+                            ("correction", "Correction"),
+                        ],
+                        max_length=12,
+                    ),
+                ),
+                ("group_id", models.BigIntegerField(null=True)),
+                ("api_key_id", models.BigIntegerField(null=True)),
+                ("cost_micro", models.BigIntegerField()),
+                ("bandwidth_micro", models.BigIntegerField()),
+                ("settled_at", models.DateTimeField()),
+                ("body", models.TextField()),
+                ("prev_hash", models.CharField(max_length=64)),
+                ("hash", models.CharField(max_length=64)),
+                ("signature", models.CharField(blank=True, default="", max_length=128)),
+                ("key_id", models.CharField(blank=True, default="", max_length=32)),
             ],
             options={
-                'indexes': [models.Index(fields=['account_id', 'settled_at'], name='receipt_account_time'), models.Index(fields=['request_id'], name='receipt_request'), models.Index(fields=['settled_at'], name='receipt_time')],
-                'constraints': [models.UniqueConstraint(fields=('account_id', 'seq'), name='receipt_seq_once')],
+                "indexes": [
+                    models.Index(fields=["account_id", "settled_at"], name="receipt_account_time"),
+                    models.Index(fields=["request_id"], name="receipt_request"),
+                    models.Index(fields=["settled_at"], name="receipt_time"),
+                ],
+                "constraints": [
+                    models.UniqueConstraint(fields=("account_id", "seq"), name="receipt_seq_once")
+                ],
             },
         ),
     ]

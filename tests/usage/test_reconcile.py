@@ -92,7 +92,7 @@ def test_a_row_the_counters_never_saw_is_charged_once_and_a_rerun_changes_nothin
     transactional_db,
 ):
     from accounts.models import Group
-    from billing.models import SettledRequest, SpendAdjustment
+    from billing.models import Receipt, SettledRequest, SpendAdjustment
     from billing.reconcile import bandwidth_reconcile, reconcile_window
     from core.metrics import RECONCILE_DRIFT
     from usage.services import Window, bandwidth_reconcile_window
@@ -142,6 +142,12 @@ def test_a_row_the_counters_never_saw_is_charged_once_and_a_rerun_changes_nothin
     assert sorted(
         SettledRequest.objects.values_list("bandwidth_micro", "provider_cost_micro", "source")
     ) == [(500, 0, "settle"), (766, 40, "reconcile"), (1234, 0, "reconcile")]
+    # What reconciliation charged has its receipts, on the tenant's chain.
+    proven = Receipt.objects.filter(account_id=tenant.account_id)
+    assert sorted(proven.values_list("kind", "cost_micro", "bandwidth_micro")) == [
+        ("correction", 0, 1234),
+        ("correction", 40, 766),
+    ]
 
     assert bandwidth_reconcile() == []
     window = Window(
@@ -153,6 +159,7 @@ def test_a_row_the_counters_never_saw_is_charged_once_and_a_rerun_changes_nothin
     assert SpendAdjustment.objects.count() == 1
     assert spent(tenant) == (2040, 2040)
     assert RECONCILE_DRIFT._value.get() == 0
+    assert proven.count() == 2  # nothing charged again, nothing receipted again
 
 
 def test_settling_a_row_after_reconciliation_charged_it_charges_nothing(transactional_db):
@@ -173,7 +180,7 @@ def test_settling_a_row_after_reconciliation_charged_it_charges_nothing(transact
 
 
 def test_a_marker_that_disagrees_with_its_row_is_corrected_by_the_difference(transactional_db):
-    from billing.models import SettledRequest, SpendAdjustment
+    from billing.models import Receipt, SettledRequest, SpendAdjustment
     from billing.reconcile import bandwidth_reconcile
 
     tenant = make_tenant()
@@ -194,6 +201,9 @@ def test_a_marker_that_disagrees_with_its_row_is_corrected_by_the_difference(tra
     assert SpendAdjustment.objects.get().amount_micro == -50
     assert spent(tenant) == (-50, -50)
     assert SettledRequest.objects.get().bandwidth_micro == 700
+    assert list(Receipt.objects.values_list("kind", "cost_micro", "bandwidth_micro")) == [
+        ("correction", 0, -50)
+    ]
     assert bandwidth_reconcile() == []
 
 
