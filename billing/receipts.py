@@ -72,9 +72,22 @@ class Draft:
 
 
 def request_detail(record: UsageRecord) -> dict[str, Any]:
-    """What a receipt says about a stored request: its attempts, tokens, prices and bytes."""
-    served_by = record.served_by
-    platform = served_by == "platform"
+    """What a receipt says about a stored request: each attempt (who paid it, and for the one
+    that served, its tokens by kind, prices and amount), the bytes and the measured totals."""
+    platform = record.served_by == "platform"
+    tokens = {
+        "input": record.tokens_in if platform else record.byok_tokens_in,
+        "output": record.tokens_out if platform else record.byok_tokens_out,
+        "cache_read": record.cache_read_tokens,
+        "cache_write": record.cache_write_tokens,
+        "reasoning": record.reasoning_tokens,
+    }
+    web_units = {
+        "pages": record.web_pages,
+        "rendered_pages": record.web_rendered_pages,
+        "queries": record.web_queries,
+    }
+    served = [a.order for a in record.attempts if a.outcome == "ok"]
     return {
         "client_request_id": record.client_request_id,
         "created_at": rfc3339(record.created_at),
@@ -82,7 +95,7 @@ def request_detail(record: UsageRecord) -> dict[str, Any]:
         "model_requested": record.model_requested,
         "model_served": record.model_served,
         "provider": record.provider,
-        "paid_by": served_by,
+        "paid_by": record.served_by,
         "status": record.status,
         "error_code": record.error_code,
         "attempts": [
@@ -93,21 +106,21 @@ def request_detail(record: UsageRecord) -> dict[str, Any]:
                 "paid_by": a.served_by,
                 "outcome": a.outcome,
                 "upstream_status": a.upstream_status,
+                **(
+                    {
+                        "tokens": tokens,
+                        "web_units": web_units,
+                        "prices": dict(record.prices),
+                        "provider_cost_micro": record.provider_cost_micro,
+                    }
+                    if served and a.order == served[-1]
+                    else {"provider_cost_micro": 0}
+                ),
             }
             for a in record.attempts
         ],
-        "tokens": {
-            "input": record.tokens_in if platform else record.byok_tokens_in,
-            "output": record.tokens_out if platform else record.byok_tokens_out,
-            "cache_read": record.cache_read_tokens,
-            "cache_write": record.cache_write_tokens,
-            "reasoning": record.reasoning_tokens,
-        },
-        "web_units": {
-            "pages": record.web_pages,
-            "rendered_pages": record.web_rendered_pages,
-            "queries": record.web_queries,
-        },
+        "tokens": tokens,
+        "web_units": web_units,
         "prices": dict(record.prices),
         "bytes": {"in": record.bytes_in, "out": record.bytes_out},
         "measured": {

@@ -179,3 +179,37 @@ def test_a_gateway_killed_before_its_receipt_commits_leaves_neither_charge_nor_r
         (second, row.provider_cost_micro),
     ]
     assert verify_chain(as_dicts(receipts), receipt_keys().public()) == []
+    # What the receipt says: the attempt that served, who paid, its tokens, prices and amount.
+    body = orjson.loads(receipts[1].body)
+    prices = {
+        "input_micro_per_mtok": 150_000,
+        "output_micro_per_mtok": 600_000,
+        "cached_input_micro_per_mtok": 150_000,
+        "cache_write_micro_per_mtok": 150_000,
+    }
+    tokens = {
+        "input": row.tokens_in,
+        "output": row.tokens_out,
+        "cache_read": 0,
+        "cache_write": 0,
+        "reasoning": 0,
+    }
+    assert [
+        (a["provider"], a["model"], a["paid_by"], a["outcome"], a["tokens"], a["prices"])
+        for a in body["attempts"]
+    ] == [(row.provider, "gpt-4o-mini", "platform", "ok", tokens, prices)]
+    assert row.provider_cost_micro == -(
+        -(row.tokens_in * 150_000 + row.tokens_out * 600_000) // 1_000_000
+    )
+    assert (body["request_id"], body["account_id"], body["group_id"], body["api_key_id"]) == (
+        second,
+        tenant.account_id,
+        tenant.group_id,
+        tenant.api_key_id,
+    )
+    assert body["amounts"] == {
+        "provider_cost_micro": row.provider_cost_micro,
+        "bandwidth_micro": row.bandwidth_charge_micro,
+        "total_micro": row.provider_cost_micro + row.bandwidth_charge_micro,
+    }
+    assert body["bytes"] == {"in": row.bytes_in, "out": row.bytes_out}
