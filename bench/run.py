@@ -147,6 +147,7 @@ ALLOWED_PREFIXED = (
     "TOLLGATE_LOG_LEVEL",
     "TOLLGATE_INFLIGHT_MAX",
     "TOLLGATE_CALLER_KEY",
+    "TOLLGATE_RECEIPT_KEYS",
     "TOLLGATE_REDIS_PERSISTENCE",
     "TOLLGATE_LOGIN_FAILURES",  # --login-flood: sign-in throttling off
     "TOLLGATE_SECURE_COOKIES",  # --login-flood: plain-http cookies
@@ -256,6 +257,9 @@ def child_env(var_dir: str, database_url: str | None, redis_url: str | None) -> 
         env["SECRET_KEY"] = "bench-secret-key-" + secrets.token_urlsafe(32)
         env["SEALING_KEYS"] = "v1:" + base64.urlsafe_b64encode(secrets.token_bytes(32)).decode()
         env["TOLLGATE_CALLER_KEY"] = "bench-caller-key-" + secrets.token_urlsafe(32)
+        env["TOLLGATE_RECEIPT_KEYS"] = (
+            "r1:" + base64.urlsafe_b64encode(secrets.token_bytes(32)).decode()
+        )
     if redis_url:
         env["REDIS_URL"] = redis_url
         # The benchmark measures the request path, not Redis's disk: any Redis is fine here.
