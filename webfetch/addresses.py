@@ -1,9 +1,11 @@
-"""Which IP addresses the direct fetcher may reach, and what counts as an IP literal.
+"""Which IP addresses the direct fetcher (and the renderer) may reach; what is an IP literal.
 
 The fetcher asks `refusal(ip)` of every address a host resolves to and of every IP literal
-(parsed by `literal_host` in each encoding a resolver accepts) before it connects. An address
-is refused unless it is public, or inside a network the operator allowed
-(`TOLLGATE_WEB_ALLOW_NETS`, parsed by `allowed_networks`; the test suite allows 127.0.0.1/32).
+(parsed by `literal_host` in each encoding a resolver accepts) before it connects; the same
+check runs on a URL before the rendering vendor is asked to load it, and on where it ended
+(`fetcher.destination`). An address is refused unless it is public, or inside a network the
+operator allowed (`TOLLGATE_WEB_ALLOW_NETS`, parsed by `allowed_networks`; a process setting,
+never a tenant's: the test suite allows 127.0.0.1/32).
 IPv6 forms that carry an IPv4 address (mapped, compatible, 6to4, NAT64, Teredo) are judged as
 that IPv4 address: `::ffff:127.0.0.1` reaches loopback like `127.0.0.1` does.
 """

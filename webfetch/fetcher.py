@@ -10,6 +10,8 @@ What makes it safe (server-side request forgery):
   nothing else, so a second lookup (DNS rebinding) cannot happen. TLS still verifies the
   certificate against the host name (SNI = the name), because aiohttp connects by name.
 * Redirects are followed by hand, at most `max_redirects`, each hop checked like the first.
+* `destination(url)` runs the same checks and lookup without fetching, for a URL handed to
+  the rendering vendor (gateway/web/adapters.py): before it is asked, and on its final URL.
 * The wire body stops at `max_bytes`, the decompressed body at `max_decompressed_bytes`
   (gzip and deflate, inflated incrementally with a bound), and all hops together at
   `timeout_s`.
@@ -186,8 +188,32 @@ def _checked_url(text: str, *, base: URL | None = None) -> URL:
     return url.with_fragment(None)
 
 
+@dataclass(frozen=True, slots=True)
+class Destination:
+    """Where a URL leads: its host as written, its port, every address the host resolved to."""
+
+    host: str
+    port: int
+    addresses: tuple[IPAddress, ...]  # each one checked; the fetcher connects to the first
+
+
+async def destination(url: str, *, allow: tuple[Network, ...]) -> Destination:
+    """Check `url` as the fetcher checks every hop and resolve its host once, without fetching.
+
+    For a URL handed to someone else to load (the rendering vendor): the same rules, the same
+    FetchRefused (bad_url, scheme, private_address, dns).
+    """
+    checked = _checked_url(url)
+    addresses = await _checked_addresses(checked, allow)
+    return Destination(host=checked.raw_host or "", port=checked.port or 0, addresses=addresses)
+
+
 async def _pinned_address(url: URL, allow: tuple[Network, ...]) -> IPAddress:
     """Resolve the URL's host once and return the address to connect to, all answers checked."""
+    return (await _checked_addresses(url, allow))[0]
+
+
+async def _checked_addresses(url: URL, allow: tuple[Network, ...]) -> tuple[IPAddress, ...]:
     host = url.raw_host or ""
     try:
         literal = literal_host(host)
@@ -195,7 +221,7 @@ async def _pinned_address(url: URL, allow: tuple[Network, ...]) -> IPAddress:
         raise FetchRefused("bad_url", str(exc)) from None
     if literal is not None:
         _check_address(literal, host, allow)
-        return literal
+        return (literal,)
     loop = asyncio.get_running_loop()
     try:
         infos = await loop.getaddrinfo(host, url.port, type=socket.SOCK_STREAM)
@@ -206,7 +232,7 @@ async def _pinned_address(url: URL, allow: tuple[Network, ...]) -> IPAddress:
         raise FetchRefused("dns", f"{host} did not resolve")
     for address in addresses:
         _check_address(address, host, allow)
-    return addresses[0]
+    return tuple(addresses)
 
 
 def _check_address(address: IPAddress, host: str, allow: tuple[Network, ...]) -> None:

@@ -5,8 +5,10 @@ to ProviderError (gateway/adapters/base.py), or WebProviderError for what only t
 path knows. Retries, breakers, units and money are the web orchestrator's.
 
 Wire shapes of the two vendor kinds (the stub speaks them: stubvendor/web.py):
-- render_api: POST {base_url}/render {"url"} -> {"final_url", "status", "content_type",
-  "html", "rendered", "credits"}; Authorization: Bearer <key>.
+- render_api: POST {base_url}/render {"url", "resolve": {"host", "port", "addresses"}} ->
+  {"final_url", "status", "content_type", "html", "rendered", "credits"}; Authorization:
+  Bearer <key>. `resolve` pins the URL's host to the addresses we checked (curl's --resolve),
+  so the vendor's browser does no lookup of its own that could answer otherwise.
 - search_api: POST {base_url}/search {"query", "max_results"} -> {"results": [{"url",
   "title", "snippet"}], "credits"}; Authorization: Bearer <key>.
 """
@@ -32,7 +34,8 @@ from gateway.web.types import (
     WebTarget,
 )
 from providers.models import ProviderKind
-from webfetch.fetcher import FetchRefused, fetch, limits_from_settings
+from webfetch.addresses import Network, allowed_networks
+from webfetch.fetcher import Destination, FetchRefused, destination, fetch, limits_from_settings
 
 # What the fetcher's refusals mean here: the URL itself may not be fetched (no profile may
 # try it), or the site failed in a way worth one more try.
@@ -145,26 +148,54 @@ class DirectHttp(WebAdapter):
 
 
 class RenderApi(WebAdapter):
-    """A JavaScript-rendering vendor: it loads the page in a browser and returns the DOM."""
+    """A JavaScript-rendering vendor: it loads the page in a browser and returns the DOM.
+
+    Its browser may sit inside the operator's network, so it is asked only for a URL our
+    fetcher could reach (the host resolved here, every address checked, and pinned), and its
+    answer is refused when the page ended anywhere our fetcher could not (a redirect to a
+    private address): either is the request's end, LM-2001, billing nothing.
+    """
 
     kind = ProviderKind.RENDER_API
     units = {SCRAPE: RENDERED_PAGE}
     renders = True
 
     async def scrape(self, url: str, target: WebTarget) -> PageAnswer:
-        data = await self._post("/render", {"url": url}, target)
+        allow = allowed_networks(tollgate().web_allow_nets)
+        asked = await _reachable(url, allow)
+        body = {
+            "url": url,
+            "resolve": {
+                "host": asked.host,
+                "port": asked.port,
+                "addresses": [str(a) for a in asked.addresses],
+            },
+        }
+        data = await self._post("/render", body, target)
         html = data.get("html")
         status = data.get("status")
         if not isinstance(html, str) or not isinstance(status, int):
             raise ProviderError("upstream answered without a page", retryable=True)
+        final_url = str(data.get("final_url") or url)
+        # Where its browser ended (redirects, scripts) is checked like a hop of our own.
+        await _reachable(final_url, allow)
         return PageAnswer(
-            final_url=str(data.get("final_url") or url),
+            final_url=final_url,
             status=status,
             content_type=str(data.get("content_type") or "text/html"),
             body=html.encode(),
             charset="utf-8",
             rendered=True,
         )
+
+
+async def _reachable(url: str, allow: tuple[Network, ...]) -> Destination:
+    """Resolve and check a URL the renderer is sent to or ended at; refused as our fetcher
+    refuses it (a name that does not resolve included: nothing to pin, nothing to judge)."""
+    try:
+        return await destination(url, allow=allow)
+    except FetchRefused as refused:
+        raise WebProviderError(refused.message, refused=True) from None
 
 
 class SearchApi(WebAdapter):

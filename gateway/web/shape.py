@@ -4,7 +4,8 @@ Scrape `{"url", "render_js"?, "formats"?: ["text", "markdown", "html"]}`; search
 "max_results"?}`; crawl `{"url", "max_pages"?, "max_depth"?, "same_host"?, "include"?,
 "exclude"?, "render_js"?, "formats"?, "respect_robots"?}`. A URL is checked here only for
 its form and for a host that is a non-public address literal (any encoding), which no
-profile may be sent; the direct fetcher checks what names resolve to, and every redirect.
+profile may be sent; the direct fetcher checks what names resolve to, and every redirect, and
+the renderer's adapter the same before its call and on its final URL (adapters.py).
 """
 
 from __future__ import annotations

@@ -130,7 +130,10 @@ def test_a_page_written_by_scripts_goes_on_to_the_renderer_and_both_units_are_bi
     assert (call["path"], call["key"], call["body"]) == (
         "/web/v1/render",
         RENDER_KEY,
-        {"url": f"{site.url}/js"},
+        {
+            "url": f"{site.url}/js",
+            "resolve": {"host": "127.0.0.1", "port": site.port, "addresses": ["127.0.0.1"]},
+        },
     )
     assert site.hits == ["/js", "/js"]  # our fetcher, then the renderer's browser
     [row] = settled(tenant, 1)
