@@ -8,6 +8,7 @@ stable code. The tree:
     ├── Forbidden                     LM-1003 403
     ├── AccountSuspended              LM-1004 403
     ├── InvalidRequest                LM-2001 400
+    ├── VendorRefused                 LM-2002 the vendor's 4xx (400, 404, 413, 422, ...)
     ├── IdempotencyConflict           LM-2009 409  (Retry-After while the first still runs)
     ├── BodyTooLarge                  LM-2013 413
     ├── RequestRateLimited            LM-3001 429  Retry-After
@@ -23,9 +24,12 @@ stable code. The tree:
     ├── CircuitOpen                   LM-5003 503  Retry-After
     └── DependencyDown                LM-5004 503
 
-Messages are ours: a vendor's body never reaches a client or a log. A request that ends in
-a gateway refusal (`refusal = True`: everything but the upstream outcomes LM-3010, LM-5001,
-LM-5002) is billed nothing, bandwidth included, even if a team key was tried on the way.
+Messages are ours: a vendor's body never reaches a client or a log. The one vendor text a
+client sees is a refusal's message (LM-2002: what the vendor said was wrong with the
+request), extracted from its error JSON, cleaned and bounded by the adapter. A request that
+ends in a gateway refusal (`refusal = True`: everything but the upstream outcomes LM-2002,
+LM-3010, LM-5001, LM-5002) is billed nothing, bandwidth included, even if a team key was
+tried on the way.
 """
 
 from __future__ import annotations
@@ -82,6 +86,25 @@ class AccountSuspended(GatewayError):
 class InvalidRequest(GatewayError):
     code, status, error_type = "LM-2001", 400, "invalid_request_error"
     default_message = "Invalid request."
+
+
+class VendorRefused(GatewayError):
+    """The vendor refused the request itself (a 4xx the client can fix): its status and, when
+    it said one, its message. Never retried, never another link, no breaker's business."""
+
+    code, status, error_type = "LM-2002", 400, "invalid_request_error"
+    default_message = "The upstream provider refused the request."
+    summary = "The upstream provider refused the request as invalid (its status and message)."
+    refusal = False  # the vendor's verdict on a call that was sent: bandwidth is billed
+
+    def __init__(self, status: int, vendor_message: str | None = None) -> None:
+        said = f": {vendor_message}" if vendor_message else "."
+        super().__init__(f"The upstream provider refused the request (HTTP {status}){said}")
+        self.status = status
+
+    def headers(self) -> list[tuple[bytes, bytes]]:
+        # The same request would be refused again: tell the SDKs not to retry it.
+        return [*super().headers(), (b"x-should-retry", b"false")]
 
 
 class NotFound(GatewayError):

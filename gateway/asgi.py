@@ -127,6 +127,12 @@ class Exchange:
                     *headers,
                     (b"x-request-id", (self.client_request_id or self.request_id).encode()),
                     (b"x-tollgate-request-id", self.request_id.encode()),
+                    # Anthropic's SDK reads its `_request_id` here: our own id, as the books.
+                    *(
+                        [(b"request-id", self.request_id.encode())]
+                        if self.scope["path"].startswith(ANTHROPIC_PATHS)
+                        else []
+                    ),
                     *(
                         [(b"x-tollgate-caller-label", self.caller_header)]
                         if self.caller_header

@@ -12,6 +12,10 @@ Rules, once, here:
   retried; a platform attempt's call is covered first by the request's money handle
   (billing/request_money.py), and a failed call's own reservation is given back;
 - every try and every refusal before a call is one line of the attempt trail;
+- a vendor's refusal of the request itself (a 4xx but 401, 402, 403, 408, 409, 429) ends
+  the request at once with the vendor's status and message (LM-2002): the same request would
+  be refused again anywhere, so no retry, no other key, link or platform fallback, no
+  breaker failure and no bench;
 - the client gets the last link's error, except that a chain-lock or open-circuit refusal
   yields to an earlier upstream failure.
 
@@ -39,7 +43,14 @@ from gateway.context import RequestContext
 TEAM_BENCH_429_MIN_S = 30.0
 TEAM_BENCH_AUTH_S = 600.0
 TRIES_PER_ATTEMPT = 2
-UPSTREAM_ERRORS = (errors.UpstreamFailed, errors.UpstreamTimeout, errors.UpstreamRateLimited)
+UPSTREAM_ERRORS = (
+    errors.UpstreamFailed,
+    errors.UpstreamTimeout,
+    errors.UpstreamRateLimited,
+    errors.VendorRefused,
+)
+# 4xx statuses that speak of the key, the account, the rate or the moment, not the request.
+NOT_THE_REQUEST = frozenset({401, 402, 403, 408, 409, 429})
 # The request context a policy works on (ModelContext, WebContext): the runner hands its
 # policy the context it was given.
 C = TypeVar("C", bound=RequestContext)
@@ -52,6 +63,8 @@ def upstream_error(exc: ProviderError, *, mid_stream: bool = False) -> errors.Ga
         return errors.UpstreamTimeout()
     if mid_stream:  # after the first chunk there is no status to speak of, only a cut
         return errors.UpstreamFailed("The upstream stream broke.")
+    if refused_by_vendor(exc):
+        return errors.VendorRefused(exc.status or 400, exc.vendor_message)
     if exc.status == 429:
         # Waiting helps: say so in our language, with the vendor's wait (or a second).
         retry_after_s = math.ceil(exc.retry_after_s) if exc.retry_after_s else 1
@@ -62,6 +75,13 @@ def upstream_error(exc: ProviderError, *, mid_stream: bool = False) -> errors.Ga
     if exc.status is not None:
         return errors.UpstreamFailed(f"The upstream provider failed (HTTP {exc.status}).")
     return errors.UpstreamFailed()
+
+
+def refused_by_vendor(exc: ProviderError) -> bool:
+    """Say whether the vendor refused the request itself: a 4xx the client can fix (400, 404,
+    413, 422, ...), not one about the key, the account's credit, the rate or a conflict."""
+    status = exc.status
+    return status is not None and 400 <= status < 500 and status not in NOT_THE_REQUEST
 
 
 def judges_provider(exc: ProviderError, *, served_by: str) -> bool:
@@ -87,7 +107,11 @@ class AttemptFailed(Exception):
 
 def vendor_failure(exc: ProviderError, *, served_by: str) -> AttemptFailed:
     """The attempt failure a vendor's error makes, in our language."""
-    return AttemptFailed(upstream_error(exc), judged=judges_provider(exc, served_by=served_by))
+    return AttemptFailed(
+        upstream_error(exc),
+        judged=judges_provider(exc, served_by=served_by),
+        ends_request=refused_by_vendor(exc),
+    )
 
 
 class LinkFailed(Exception):
@@ -239,6 +263,11 @@ class ChainRunner:
                 outcome = await self.run_link(ctx, link, policy, ticket=ticket)
             except LinkFailed as failed:
                 if failed.ends_request:
+                    # The chain ends here; an answer a kind held back (a page our fetcher
+                    # got before a renderer refused it) still serves, as when links run out.
+                    held_back = policy.held_back(None)
+                    if held_back is not None:
+                        return held_back
                     raise failed.error from None
                 failures.append(failed)
                 continue
@@ -415,6 +444,8 @@ class ChainRunner:
         provider, model = link.profile.name, policy.trail_model(link)
         if exc is not None and exc.timeout:
             outcome = "timeout"
+        elif exc is not None and refused_by_vendor(exc):
+            outcome = "refused_by_vendor"
         latency_ms = 0
         if started is not None:  # a failed call's wait counts too (a timeout: the deadline)
             waited_s = time.monotonic() - started

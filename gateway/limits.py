@@ -46,6 +46,25 @@ SYNC_SLOTS_PER_CALL = 500
 
 # A hash to read in the admission's script: its key and fields (one round trip for both).
 Peek = tuple[str, tuple[str, ...]]
+# The rate-limit headers by API: requests limit, remaining, reset; tokens limit, remaining,
+# reset. Not Anthropic's input- and output-token variants: our limits count a request's
+# tokens together.
+OPENAI_NAMES = (
+    b"x-ratelimit-limit-requests",
+    b"x-ratelimit-remaining-requests",
+    b"x-ratelimit-reset-requests",
+    b"x-ratelimit-limit-tokens",
+    b"x-ratelimit-remaining-tokens",
+    b"x-ratelimit-reset-tokens",
+)
+ANTHROPIC_NAMES = (
+    b"anthropic-ratelimit-requests-limit",
+    b"anthropic-ratelimit-requests-remaining",
+    b"anthropic-ratelimit-requests-reset",
+    b"anthropic-ratelimit-tokens-limit",
+    b"anthropic-ratelimit-tokens-remaining",
+    b"anthropic-ratelimit-tokens-reset",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,23 +88,33 @@ class Admission:
     resets_at: int = 0  # when the window ends (Unix seconds)
     clock: Callable[[], float] = time.time
 
-    def headers(self, tokens_consumed: int | None = None) -> list[tuple[bytes, bytes]]:
-        """Return x-ratelimit-* and token headers of the tightest scope (key, group, caller)."""
+    def headers(
+        self, tokens_consumed: int | None = None, *, anthropic: bool = False
+    ) -> list[tuple[bytes, bytes]]:
+        """Return the rate-limit and token headers of the tightest scope (key, group, caller):
+        OpenAI's names (`x-ratelimit-limit-requests`, ..., reset as a duration: `45s`), or
+        with `anthropic` Anthropic's (`anthropic-ratelimit-requests-limit`, ..., reset as the
+        RFC 3339 time the window ends: `2025-01-01T00:01:00Z`)."""
         out: list[tuple[bytes, bytes]] = []
-        reset = str(max(1, self.resets_at - int(self.clock()))).encode() + b"s"
+        if anthropic:
+            names = ANTHROPIC_NAMES
+            reset = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.resets_at)).encode()
+        else:
+            names = OPENAI_NAMES
+            reset = str(max(1, self.resets_at - int(self.clock()))).encode() + b"s"
         requests = self._tightest([s.rpm for s in self.scopes], self.requests_used)
         if requests is not None:
             limit, used = requests
-            out.append((b"x-ratelimit-limit-requests", str(limit).encode()))
-            out.append((b"x-ratelimit-remaining-requests", str(max(0, limit - used)).encode()))
-            out.append((b"x-ratelimit-reset-requests", reset))
+            out.append((names[0], str(limit).encode()))
+            out.append((names[1], str(max(0, limit - used)).encode()))
+            out.append((names[2], reset))
         tokens = self._tightest([s.tpm for s in self.scopes], self.tokens_used)
         if tokens is not None:
             limit, used = tokens
             remaining = str(max(0, limit - used - (tokens_consumed or 0))).encode()
-            out.append((b"x-ratelimit-limit-tokens", str(limit).encode()))
-            out.append((b"x-ratelimit-remaining-tokens", remaining))
-            out.append((b"x-ratelimit-reset-tokens", reset))
+            out.append((names[3], str(limit).encode()))
+            out.append((names[4], remaining))
+            out.append((names[5], reset))
             out.append((b"x-tokens-remaining", remaining))
         if tokens_consumed is not None:
             out.append((b"x-tokens-consumed", str(tokens_consumed).encode()))

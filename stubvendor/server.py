@@ -227,10 +227,12 @@ Control routes (a contract other tools rely on)
 -----------------------------------------------
 * ``POST /_stub/faults`` ``{"faults": [{"kind": K, "retry_after": s,
   "after_tokens": n, "delay_ms": ms, "times": n, "match": {"key": .., "model":
-  ..}, "credits": n}]}`` appends faults to the queue (``credits``, web routes only:
-  a status fault's error body says the vendor billed that many credits anyway);
+  ..}, "credits": n, "message": "..."}]}`` appends faults to the queue (``credits``,
+  web routes only: a status fault's error body says the vendor billed that many credits
+  anyway; ``message``, refusal kinds only: the error's message);
   answers ``{"queued": <number of fault entries now queued>}``.  K is one of ``429 401 403 500 hang
-  fail_before_first_token fail_after_tokens slow``.  ``times`` defaults to 1;
+  fail_before_first_token fail_after_tokens slow`` or a refusal kind ``400 404 413
+  422`` (added later; a refusal is listed with its ``message``).  ``times`` defaults to 1;
   every ``match`` field is optional and must equal the call's key / model.  A
   vendor call consumes the first queued fault that matches it (``times`` is
   decremented, the fault removed at 0).  An invalid fault answers 400 and
@@ -257,6 +259,13 @@ argument half (OpenAI), or a ``content_block_delta`` (Anthropic).
   and header ``x-stub-echo-key`` echoing the raw ``Authorization`` /
   ``x-api-key`` header value (deliberately leaky, to test the gateway).
 * ``500``: status 500, vendor error.
+* ``400`` / ``404`` / ``413`` / ``422``: the vendor refusing the request itself:
+  that status, vendor error (OpenAI type ``invalid_request_error``; Anthropic
+  ``invalid_request_error``, ``not_found_error``, ``request_too_large``,
+  ``invalid_request_error``) whose message is the fault's ``message`` exactly as
+  given (any string up to 10,000 characters, control characters included;
+  default ``The request was refused (stub fault).``).  On the web routes the
+  same status with ``{"error": {"message", "type"}}``.
 * ``hang``: never answers (up to 3600 s; ends when the client disconnects).
 * ``fail_before_first_token``: stream: 200 headers, then the connection is
   closed mid-body (incomplete chunked body).  Non-stream: connection closed
@@ -296,12 +305,17 @@ MODELS_BODY = orjson.dumps(
         "data": [{"id": "stub-model", "object": "model", "created": 0, "owned_by": "stub"}],
     }
 )
+# Refusals of the request itself (the vendor's 4xx a client can fix): kind -> status.
+REFUSAL_KINDS = {"400": 400, "404": 404, "413": 413, "422": 422}
+REFUSAL_MESSAGE = "The request was refused (stub fault)."
+REFUSAL_MESSAGE_MAX_CHARS = 10_000
 FAULT_KINDS = frozenset(
     {
         "429",
         "401",
         "403",
         "500",
+        *REFUSAL_KINDS,
         "hang",
         "fail_before_first_token",
         "fail_after_tokens",
@@ -431,6 +445,8 @@ _ERROR_TYPES = {
     403: ("permission_error", "permission_denied", "permission_error"),
     404: ("invalid_request_error", "not_found", "not_found_error"),
     405: ("invalid_request_error", "method_not_allowed", "invalid_request_error"),
+    413: ("invalid_request_error", "request_too_large", "request_too_large"),
+    422: ("invalid_request_error", None, "invalid_request_error"),
     429: ("requests", "rate_limit_exceeded", "rate_limit_error"),
     500: ("server_error", None, "api_error"),
 }
@@ -1324,6 +1340,8 @@ async def _apply_status_fault(
         )
     if kind == "500":
         return _answer(call, vendor_error(shape, 500, "The server had an error (stub fault)."))
+    if kind in REFUSAL_KINDS:
+        return _answer(call, vendor_error(shape, REFUSAL_KINDS[kind], fault["message"]))
     if kind == "hang":
         await _hang(request)
         return _abort(request, web.Response())
@@ -1665,7 +1683,7 @@ def _parse_fault(raw: Any) -> dict[str, Any] | str:
     credits = raw.get("credits", 0)
     if not (isinstance(credits, int) and not isinstance(credits, bool) and credits >= 0):
         return "credits must be a non-negative integer"
-    return {
+    fault = {
         "credits": credits,
         "kind": kind,
         "retry_after": retry_after,
@@ -1674,6 +1692,14 @@ def _parse_fault(raw: Any) -> dict[str, Any] | str:
         "times": times,
         "match": {k: v for k, v in match.items() if v is not None},
     }
+    if kind in REFUSAL_KINDS:  # only a refusal carries a message (other kinds list as before)
+        message = raw.get("message")
+        if message is None:
+            message = REFUSAL_MESSAGE
+        if not isinstance(message, str) or len(message) > REFUSAL_MESSAGE_MAX_CHARS:
+            return f"message must be a string of at most {REFUSAL_MESSAGE_MAX_CHARS} characters"
+        fault["message"] = message
+    return fault
 
 
 async def post_faults(request: web.Request) -> web.Response:

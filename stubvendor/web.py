@@ -18,7 +18,10 @@ Every call is recorded in ``GET /_stub/calls`` with ``shape: "web"``,
 the body (null when it is not JSON).  Queued faults apply (``match.key``
 picks the call; a fault with ``match.model`` never matches, the model being
 null): ``429`` (with ``Retry-After``), ``401``, ``403`` (both with
-``x-stub-echo-key``), ``500`` answer that status with the error above;
+``x-stub-echo-key``), ``500``, and the refusals ``400``, ``404``, ``413``,
+``422`` (with the fault's ``message``; types ``invalid_request_error``,
+``not_found_error``, ``request_too_large``, ``invalid_request_error``) answer
+that status with the error above;
 ``hang`` never answers; ``slow`` waits ``delay_ms`` once, then answers;
 ``fail_before_first_token`` / ``fail_after_tokens`` close the connection
 without a response.
@@ -26,9 +29,14 @@ without a response.
 Render
 ------
 Body ``{"url": "<http(s) URL with a host>", "wait_ms": <int >= 0, optional,
-ignored>}``; anything else is a 400.  The stub is the vendor, so it fetches
-the URL itself (GET, no address rules, redirects followed, 10 s in all, the
-body decompressed, at most 5 MB) and parses what it got as an HTML5 document
+ignored>, "resolve": <optional pin, below>}``; anything else is a 400.  The
+stub is the vendor, so it fetches the URL itself (GET, no address rules,
+redirects followed wherever they lead, as a browser does, 10 s in all, the
+body decompressed, at most 5 MB).  ``resolve`` is ``{"host": <name>, "port":
+<1..65535>, "addresses": [<IP address>, ...] (at least one)}``, as curl's
+``--resolve``: a connection to that host and port goes to those addresses,
+with no lookup; every other host (a redirect's) is looked up as usual.  Then
+it parses what it got as an HTML5 document
 (whatever the page's type, as a browser shows it) with scripting on.  Then
 every ``<script>`` element of the page, in document order, whose whole text
 is ::
@@ -69,8 +77,10 @@ exactly ``max_results`` results; result i (from 1) is ``{"url":
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import re
+import socket
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -78,6 +88,7 @@ from typing import Any, TypeVar
 import aiohttp
 import orjson
 from aiohttp import web
+from aiohttp.abc import AbstractResolver, ResolveResult
 from selectolax.lexbor import LexborHTMLParser, LexborNode
 from yarl import URL
 
@@ -201,8 +212,18 @@ async def _search_answer(search: SearchRequest) -> web.Response:
 
 
 @dataclass(frozen=True)
+class Pin:
+    """A host and port whose connections go to these addresses (curl's ``--resolve``)."""
+
+    host: str
+    port: int
+    addresses: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class RenderRequest:
     url: str
+    pin: Pin | None = None
 
 
 def _parse_render(body: Any) -> RenderRequest | str:
@@ -214,7 +235,56 @@ def _parse_render(body: Any) -> RenderRequest | str:
     wait_ms = body.get("wait_ms")
     if wait_ms is not None and not (_is_int(wait_ms) and wait_ms >= 0):
         return "wait_ms: a non-negative integer is required."
-    return RenderRequest(url)
+    resolve = body.get("resolve")
+    if resolve is None:
+        return RenderRequest(url)
+    pin = _parse_pin(resolve)
+    if pin is None:
+        return "resolve: {host, port 1..65535, addresses: [IP address, ...]} is required."
+    return RenderRequest(url, pin)
+
+
+def _parse_pin(value: Any) -> Pin | None:
+    if not isinstance(value, dict):
+        return None
+    host, port, addresses = value.get("host"), value.get("port"), value.get("addresses")
+    if not isinstance(host, str) or not host or not (_is_int(port) and 0 < port < 65536):
+        return None
+    if not isinstance(addresses, list) or not addresses:
+        return None
+    try:
+        parsed = tuple(str(ipaddress.ip_address(a)) for a in addresses)
+    except (TypeError, ValueError):
+        return None
+    return Pin(host.lower(), port, parsed)
+
+
+class _PinningResolver(AbstractResolver):
+    """Answer the pinned host and port with its addresses; look every other host up."""
+
+    def __init__(self, pin: Pin) -> None:
+        self._pin = pin
+        self._others = aiohttp.ThreadedResolver()
+
+    async def resolve(
+        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
+    ) -> list[ResolveResult]:
+        if (host.lower(), port) != (self._pin.host, self._pin.port):
+            return await self._others.resolve(host, port, family)
+        return [
+            ResolveResult(
+                hostname=host,
+                host=address,
+                port=port,
+                family=socket.AF_INET6 if ":" in address else socket.AF_INET,
+                proto=0,
+                flags=socket.AI_NUMERICHOST,
+            )
+            for address in self._pin.addresses
+        ]
+
+    async def close(self) -> None:
+        await self._others.close()
 
 
 def _is_web_url(url: str) -> bool:
@@ -237,14 +307,15 @@ class PageTooLarge(Exception):
     """The page's (decompressed) body is over MAX_PAGE_BYTES."""
 
 
-async def load_page(url: str) -> LoadedPage:
-    """GET the page, following redirects.
+async def load_page(url: str, pin: Pin | None = None) -> LoadedPage:
+    """GET the page, following redirects; the pinned host's connections go to its addresses.
 
     Raises aiohttp.ClientError or TimeoutError when it cannot be loaded, PageTooLarge.
     """
     timeout = aiohttp.ClientTimeout(total=FETCH_TIMEOUT_S)
+    connector = aiohttp.TCPConnector(resolver=_PinningResolver(pin)) if pin else None
     async with (
-        aiohttp.ClientSession(timeout=timeout) as session,
+        aiohttp.ClientSession(timeout=timeout, connector=connector) as session,
         session.get(url, allow_redirects=True) as resp,
     ):
         chunks, size = [], 0
@@ -310,7 +381,7 @@ def render_html(html: str) -> str:
 
 async def _render_answer(render: RenderRequest) -> web.Response:
     try:
-        page = await load_page(render.url)
+        page = await load_page(render.url, render.pin)
     except PageTooLarge:
         return web_error(502, _TOO_LARGE, kind="upstream_error")
     except (aiohttp.ClientError, TimeoutError):

@@ -2,11 +2,21 @@
 
 An adapter builds the vendor request, parses its answer, and maps failures to
 ProviderError. Retries, deadlines, breakers, keys and money belong to the orchestrator.
+
+A vendor's error body is never kept whole. Of a 4xx the adapter keeps the vendor's own
+message (`vendor_message`): read from at most ERROR_BODY_MAX_BYTES of the body, taken from
+its error JSON (OpenAI, OpenRouter and most compatible servers: `error.message`; Anthropic:
+`error.message` under `"type": "error"`; some compatible servers: `error` as a string,
+`message`, or FastAPI's `detail`), stripped of control and invisible characters, with the
+call's key and anything shaped like a credential replaced, and cut at
+VENDOR_MESSAGE_MAX_CHARS. It is kept apart from the error's own text, which is ours and
+the only one a log may print.
 """
 
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -28,12 +38,16 @@ class ProviderError(Exception):
         status: int | None = None,
         retry_after_s: float | None = None,
         timeout: bool = False,
+        vendor_message: str | None = None,
     ) -> None:
         super().__init__(message)
         self.retryable = retryable
         self.status = status
         self.retry_after_s = retry_after_s
         self.timeout = timeout
+        # What the vendor said about a refused request, cleaned (never in `message`: logs
+        # print that one).
+        self.vendor_message = vendor_message
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +90,93 @@ def error_for_status(status: int, headers) -> ProviderError:
         status=status,
         retry_after_s=retry_after,
     )
+
+
+ERROR_BODY_MAX_BYTES = 64 * 1024
+VENDOR_MESSAGE_MAX_CHARS = 500
+# Control, format and separator characters (bidi overrides and zero-width ones included).
+_UNPRINTABLE = re.compile(
+    r"[\x00-\x1f\x7f-\x9f\u00ad\u200b-\u200f\u2028-\u202e\u2060-\u206f\ufeff]"
+)
+# What a credential looks like in a message: a vendor key's prefix and more, a bearer token.
+_CREDENTIAL = re.compile(r"(?i)\b(?:sk|rk|pk|tg)[-_][A-Za-z0-9_\-*.]{6,}|\bbearer\s+\S+")
+# A word that may be a piece of a key: 8 or more characters, not only letters.
+_KEYLIKE = re.compile(r"^(?=.*[^A-Za-z])\S{8,}$")
+REDACTED = "[redacted]"
+
+
+async def error_from_response(response: aiohttp.ClientResponse, api_key: str) -> ProviderError:
+    """Map a vendor's failed answer to a ProviderError; a 4xx keeps the vendor's message
+    (bounded, cleaned, credentials out: the module docstring)."""
+    error = error_for_status(response.status, response.headers)
+    if 400 <= response.status < 500:
+        try:
+            body = await _read_upto(response, ERROR_BODY_MAX_BYTES)
+        except (*TRANSPORT_ERRORS, TimeoutError):
+            body = b""  # the status alone still says what happened
+        error.vendor_message = vendor_message(body, api_key=api_key)
+    return error
+
+
+async def _read_upto(response: aiohttp.ClientResponse, cap: int) -> bytes:
+    """Read a body to its end or to `cap` bytes, whichever comes first."""
+    parts: list[bytes] = []
+    size = 0
+    while size < cap:
+        part = await response.content.read(cap - size)
+        if not part:
+            break
+        parts.append(part)
+        size += len(part)
+    return b"".join(parts)
+
+
+def vendor_message(body: bytes, *, api_key: str = "") -> str | None:
+    """Return the message of a vendor's error body, cleaned and bounded, or None."""
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return None
+    return clean_vendor_text(_message_of(data), api_key=api_key)
+
+
+def _message_of(data: object) -> object:
+    """Find the human message in the error JSON of any vendor kind Tollgate speaks to."""
+    if not isinstance(data, dict):
+        return None
+    error = data.get("error")
+    if isinstance(error, dict) and isinstance(error.get("message"), str):
+        return error["message"]  # OpenAI, Anthropic, OpenRouter, vLLM and most others
+    if isinstance(error, str):
+        return error  # e.g. {"error": "model not found"} (Ollama, llama.cpp)
+    if isinstance(data.get("message"), str):
+        return data["message"]  # e.g. {"object": "error", "message": ...}
+    detail = data.get("detail")
+    if isinstance(detail, str):
+        return detail  # FastAPI servers
+    if isinstance(detail, list):  # FastAPI's validation errors: their `msg`s
+        return "; ".join(
+            d["msg"] for d in detail[:5] if isinstance(d, dict) and isinstance(d.get("msg"), str)
+        )
+    return None
+
+
+def clean_vendor_text(text: object, *, api_key: str = "") -> str | None:
+    """Return vendor text fit for a client: printable, one line, no credential, bounded."""
+    if not isinstance(text, str):
+        return None
+    text = " ".join(_UNPRINTABLE.sub(" ", text[: VENDOR_MESSAGE_MAX_CHARS * 4]).split())
+    if api_key:
+        text = text.replace(api_key, REDACTED)
+        # A vendor may echo a piece of the key (its first or last characters around stars).
+        text = " ".join(
+            REDACTED if _KEYLIKE.match(word) and word.strip(".,:;'\"()*") in api_key else word
+            for word in text.split(" ")
+        )
+    text = _CREDENTIAL.sub(REDACTED, text)
+    if len(text) > VENDOR_MESSAGE_MAX_CHARS:
+        text = text[: VENDOR_MESSAGE_MAX_CHARS - 1].rstrip() + "\u2026"
+    return text or None
 
 
 def connection_error(exc: BaseException) -> ProviderError:
@@ -203,7 +304,7 @@ class HttpProvider:
                 url, data=body, headers=self.headers(api_key)
             ) as response:
                 if response.status != 200:
-                    raise error_for_status(response.status, response.headers)
+                    raise await error_from_response(response, api_key)
                 data = orjson.loads(await response.read())
         except ProviderError:
             raise
@@ -224,7 +325,7 @@ class HttpProvider:
             raise connection_error(exc) from None
         try:
             if response.status != 200:
-                raise error_for_status(response.status, response.headers)
+                raise await error_from_response(response, target.api_key)
             decoder = self.decoder(target)
             async for events in sse_events(response):
                 chunks = []

@@ -1,8 +1,9 @@
 """An in-process vendor for first runs, CI and the fast tests: deterministic answers, no network.
 
 Like the stub vendor's control routes, it can be told what its next calls do
-(`FakeProvider.script`): a 429 with Retry-After, a 401 / 403 / 500, a hang, a failure before
-the first token or after N tokens, slow tokens. It records every call it receives.
+(`FakeProvider.script`): a 429 with Retry-After, a 401 / 403 / 500, a refusal of the request
+(400 / 404 / 413 / 422, with the vendor's message), a hang, a failure before the first token
+or after N tokens, slow tokens. It records every call it receives.
 """
 
 from __future__ import annotations
@@ -12,24 +13,34 @@ import time
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 
-from gateway.adapters.base import CallTarget, ProviderError, error_for_status
+from gateway.adapters.base import CallTarget, ProviderError, clean_vendor_text, error_for_status
 from gateway.shapes import openai as openai_shape
 from gateway.types import OPENAI, Chunk, Completion, ModelRequest, Usage, texts_of
 
 WORDS = ("Hello", "from", "the", "fake", "model", "reply", "ok")
-STATUS_FAULTS = {"401": 401, "403": 403, "429": 429, "500": 500}
+STATUS_FAULTS = {
+    "400": 400,
+    "401": 401,
+    "403": 403,
+    "404": 404,
+    "413": 413,
+    "422": 422,
+    "429": 429,
+    "500": 500,
+}
 
 
 @dataclass(frozen=True, slots=True)
 class Fault:
     """What one scripted call does instead of answering at once."""
 
-    kind: str  # "401" | "403" | "429" | "500" | "hang" | "fail_before_first_token"
-    # | "fail_after_tokens" | "slow"
+    kind: str  # "400" | "401" | "403" | "404" | "413" | "422" | "429" | "500" | "hang"
+    # | "fail_before_first_token" | "fail_after_tokens" | "slow"
     retry_after_s: float | None = None  # with "429"
     after_tokens: int = 0  # with "fail_after_tokens"
     delay_ms: int = 0  # with "slow": before each token
     key: str | None = None  # only for calls carrying this API key
+    message: str | None = None  # the vendor's message of a refusal (a 4xx)
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,7 +85,9 @@ class FakeProvider:
             return
         if fault.kind in STATUS_FAULTS:
             retry_after = {"retry-after": str(fault.retry_after_s)} if fault.retry_after_s else {}
-            raise error_for_status(STATUS_FAULTS[fault.kind], retry_after)
+            error = error_for_status(STATUS_FAULTS[fault.kind], retry_after)
+            error.vendor_message = clean_vendor_text(fault.message)
+            raise error
         if fault.kind == "hang":
             await asyncio.Event().wait()  # until the caller's deadline cancels it
         if fault.kind == "fail_before_first_token":

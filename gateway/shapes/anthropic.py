@@ -77,6 +77,7 @@ ERROR_TYPES = {
     404: "not_found_error",
     409: "invalid_request_error",
     413: "request_too_large",
+    422: "invalid_request_error",  # a vendor's refusal passed on (LM-2002); Anthropic sends none
     429: "rate_limit_error",
     503: "overloaded_error",
 }

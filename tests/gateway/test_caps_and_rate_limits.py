@@ -232,7 +232,7 @@ def test_key_tpm_counts_real_usage_in_openai_and_anthropic_shapes(fresh_window_s
 
     streamed = messages(stack.url, tenant.api_key, stream=True)  # Anthropic stream usage
     assert streamed.status_code == 200
-    assert streamed.headers["x-ratelimit-remaining-tokens"] == "29"  # known before it ran
+    assert streamed.headers["anthropic-ratelimit-tokens-remaining"] == "29"  # known before it ran
     assert "x-tokens-consumed" not in streamed.headers
 
     anthropic_json = messages(stack.url, tenant.api_key)
