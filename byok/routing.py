@@ -1,8 +1,8 @@
 """Which team key serves next: round-robin over usable keys, bench state shared fleet-wide.
 
 A benched key is skipped until its bench lapses (Redis key with a TTL, so every replica
-agrees); without Redis the bench is remembered in this process. The database copy of a
-key's status is updated off the request path, for the admin pages.
+agrees); without Redis the bench is remembered in this process, on `clock` (tests move it).
+The database copy of a key's status is updated off the request path, for the admin pages.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import asyncio
 import itertools
 import logging
 import time
+from collections.abc import Callable
 from datetime import timedelta
 
 from django.utils import timezone
@@ -31,8 +32,9 @@ def _record_status(key_id: int, status: str, seconds: float) -> None:
 
 
 class KeyRotation:
-    def __init__(self, shared: SharedState) -> None:
+    def __init__(self, shared: SharedState, *, clock: Callable[[], float] = time.monotonic) -> None:
         self._shared = shared
+        self._clock = clock  # seconds; only the per-process bench reads it
         self._turns: dict[tuple[int, str], itertools.count] = {}
         self._local_bench: dict[int, float] = {}
         self._background: set[asyncio.Task] = set()
@@ -55,7 +57,7 @@ class KeyRotation:
         await self._set_bench(key, seconds, TeamKey.Status.FAILING)
 
     async def _benched(self, key_ids: list[int]) -> set[int]:
-        now = time.monotonic()
+        now = self._clock()
         local = {k for k in key_ids if self._local_bench.get(k, 0) > now}
         if not self._shared.available:
             return local
@@ -66,7 +68,7 @@ class KeyRotation:
         return {k for k, v in zip(key_ids, values, strict=True) if v is not None}
 
     async def _set_bench(self, key: PoolKey, seconds: float, status: str) -> None:
-        self._local_bench[key.key_id] = time.monotonic() + seconds
+        self._local_bench[key.key_id] = self._clock() + seconds
         if self._shared.available:
             try:
                 await self._shared.call(

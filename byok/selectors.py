@@ -27,9 +27,10 @@ def eligible_providers() -> list[str]:
     )
 
 
-def eligible_providers_hint() -> str:
-    """Say, in a sentence, which providers team keys can be added for."""
-    names = eligible_providers()
+def eligible_providers_hint(names: list[str] | None = None) -> str:
+    """Say, in a sentence, which providers team keys can be added for (`names`: the list
+    `eligible_providers` returned, when the caller already has it)."""
+    names = eligible_providers() if names is None else names
     if not names:
         return "No provider in the live config takes team keys."
     return f"Team keys can be added for: {', '.join(names)}."

@@ -7,6 +7,7 @@ from django.contrib.auth.validators import UnicodeUsernameValidator
 
 from accounts.models import Account, Membership, Period
 from byok.models import LABEL_MAX_CHARS
+from byok.selectors import eligible_providers_hint
 from core.admin_views import DollarField
 from dashboard.selectors import groups_of_account
 
@@ -38,6 +39,11 @@ class TeamKeyAddForm(forms.Form):
         super().__init__(*args, **kwargs)
         self.fields = {"group": _group_field(account), **self.fields}
         self.fields["provider"].choices = [(p, p) for p in providers]
+        # A provider off the list (a keyless or Azure-like kind, or unknown): say which are on it.
+        hint = eligible_providers_hint(providers).replace("%", "%%")
+        self.fields["provider"].error_messages["invalid_choice"] = (
+            f"Team keys cannot be added for %(value)s. {hint}"
+        )
 
 
 class FallbackForm(forms.Form):

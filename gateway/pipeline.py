@@ -377,7 +377,10 @@ async def execute(
         final=endpoint.shape.render_completion(
             completion, request_id=answer_id(ctx, endpoint), req=req
         ),
-        headers=(JSON, *admission.headers(completion.usage.total_tokens)),
+        headers=(
+            JSON,
+            *admission.headers(completion.usage.total_tokens, anthropic=endpoint is MESSAGES),
+        ),
     )
 
 
@@ -399,7 +402,7 @@ async def stream(
         req, request_id=answer_id(ctx, endpoint), model=served.model
     )
     result = ctx.stream = StreamResult(prompt_tokens_estimate=prompt_bound(req))
-    await ex.start(200, [SSE, NO_CACHE, *admission.headers()])
+    await ex.start(200, [SSE, NO_CACHE, *admission.headers(anthropic=endpoint is MESSAGES)])
     try:
         async with asyncio.timeout(deadline_left_s(ctx)):
             async for arrived in chunks:
@@ -411,6 +414,8 @@ async def stream(
                 data = b"".join(out)
                 if data:
                     await ex.body(data, more=True)
+                if not ex.disconnected:  # a client that left is billed only what it was sent
+                    result.delivered()
     except TimeoutError:
         broke = errors.UpstreamTimeout("The stream passed the request deadline.")
         return Ending(broke.status, broke.code, final=renderer.error(broke))

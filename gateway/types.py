@@ -109,30 +109,37 @@ class Chunk:
 class StreamResult:
     """What a finished stream told us, filled in as chunks pass."""
 
-    generated_chunks: int = 0
+    generated_chunks: int = 0  # generated chunks written to the client (its output)
     finish_reason: str | None = None
     usage: Usage = field(default_factory=Usage)
     prompt_tokens_estimate: int = 0
 
     finished: bool = False  # the vendor ended the stream (rather than a cut or a client)
+    unsent_chunks: int = 0  # generated chunks folded, not yet written to the client
 
     def fold(self, chunk: Chunk) -> None:
         """Remember what a chunk says about the end of the answer."""
         if chunk.generated:
-            self.generated_chunks += 1
+            self.unsent_chunks += 1
         if chunk.finish_reason:
             self.finish_reason = chunk.finish_reason
         if chunk.usage is not None:
             self.usage = self.usage.merged(chunk.usage)
+
+    def delivered(self) -> None:
+        """Count the chunks folded since the last write as the client's: they reached it."""
+        self.generated_chunks += self.unsent_chunks
+        self.unsent_chunks = 0
 
     def billed_usage(self) -> Usage:
         """Return what the vendor bills: its usage, or for a cut stream an estimate."""
         return self.usage if self.finished else self.usage_or_estimate()
 
     def usage_or_estimate(self) -> Usage:
-        """Return what a stream cut before its end used, as the vendor bills it: what its
-        usage said so far (Anthropic tells the prompt first), the prompt's bound when it
-        said nothing of it, and at least one token per generated chunk received."""
+        """Return what a stream cut before its end used: what its usage said so far
+        (Anthropic tells the prompt first), the prompt's bound when it said nothing of it,
+        and one output token per generated chunk written to the client (a client that
+        leaves pays for what it was sent, not for what arrived after it left)."""
         if not self.generated_chunks:
             return self.usage
         return replace(

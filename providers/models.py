@@ -25,14 +25,15 @@ class ProviderKind(models.TextChoices):
     SEARCH_API = "search_api", "Search vendor"
 
 
-# Kinds that take a plain API key on the vendor URL: the only ones a team key may use.
+# Kinds that take a plain API key on the vendor URL: the only ones a team key may use. The
+# keyless `fake` kind (the built-in fake upstream) is not one: a key added for it would
+# serve nothing of the team's own, so it is refused like Azure, Bedrock and Vertex.
 TEAM_KEY_ELIGIBLE_KINDS = frozenset(
     {
         ProviderKind.OPENAI,
         ProviderKind.OPENAI_COMPATIBLE,
         ProviderKind.ANTHROPIC,
         ProviderKind.OPENROUTER,
-        ProviderKind.FAKE,
         ProviderKind.RENDER_API,
         ProviderKind.SEARCH_API,
     }

@@ -250,9 +250,10 @@ def test_team_key_for_an_unknown_provider_names_the_valid_ones(stub):
         {"group": tenant.group_id, "provider": "nope", "label": "x", "key": "sk-1"},
     )
     assert response.status_code == 200
-    assert "Select a valid choice. nope is not one of the available choices." in (
-        response.content.decode()
-    )
+    assert (
+        "Team keys cannot be added for nope. Team keys can be added for: stub-anthropic, "
+        "stub-openai, stub-router."
+    ) in response.content.decode()
     assert not TeamKey.objects.filter(pool__group_id=tenant.group_id).exists()
 
 

@@ -88,7 +88,7 @@ class World(ChainWorld):
     def _model_profile(self, name: str) -> Profile:
         return Profile(
             name=name,
-            kind="fake",
+            kind="openai_compatible",  # a kind team keys may use (the fake kind is keyless)
             base_url="",
             platform_key=PLATFORM_KEY,
             allows_platform=True,

@@ -39,7 +39,7 @@ class World(ChainWorld):
         self.profiles = {
             name: Profile(
                 name=name,
-                kind="fake",
+                kind="openai_compatible",  # a kind team keys may use (the fake kind is keyless)
                 base_url="",
                 platform_key=PLATFORM_KEY,
                 allows_platform=True,
