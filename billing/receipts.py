@@ -319,3 +319,20 @@ def sign_statement(statement: dict[str, Any]) -> dict[str, Any]:
         "key_id": keys.newest,
         "signature": keys.private[keys.newest].sign(bytes.fromhex(digest(body))).hex(),
     }
+
+
+def verify_statement(signed: Mapping[str, Any], public_keys: Mapping[str, str]) -> list[Problem]:
+    """Check a signed statement (sign_statement's answer) and its head's signature; return
+    what is wrong (nothing: valid). The signature covers everything but hash, key_id and
+    signature."""
+    body = {k: v for k, v in signed.items() if k not in ("hash", "key_id", "signature")}
+    if digest(canonical(body)) != signed.get("hash"):
+        return [Problem(None, "the statement does not match its hash (changed)")]
+    problems = [
+        Problem(None, f"the statement: {p.what}")
+        for p in _check_signature(None, signed, public_keys)
+    ]
+    head = signed.get("head")
+    if isinstance(head, Mapping) and head.get("signature"):
+        problems += _check_signature(head.get("seq"), head, public_keys)
+    return problems

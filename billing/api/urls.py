@@ -1,9 +1,14 @@
 from django.urls import path
 
-from billing.api import views
+from billing.api import receipts, views
 
 urlpatterns = [
     path("accounts/<int:account_id>/wallet", views.WalletView.as_view()),
     path("accounts/<int:account_id>/ledger", views.LedgerView.as_view()),
     path("groups/<int:group_id>/spend", views.GroupSpendView.as_view()),
+    # Receipts: the fixed routes before the request id they would otherwise be taken for.
+    path("receipts", receipts.ReceiptListView.as_view()),
+    path("receipts/keys", receipts.ReceiptKeysView.as_view()),
+    path("receipts/statement", receipts.StatementView.as_view()),
+    path("receipts/<str:request_id>", receipts.RequestReceiptsView.as_view()),
 ]

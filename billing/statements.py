@@ -1,0 +1,372 @@
+"""Receipts read back: one request's receipts with the proof that reaches a signature, an
+account's chain page by page, a month's signed statement, and the stored chains checked end
+to end (`manage.py verify_receipts`).
+
+Receipts are written by billing/receipts.py, in the transaction of the charge each proves;
+nothing here writes one. A period is a calendar month in the account's time zone (the one
+its budget periods are cut in); its statement is signed like a receipt, and names the
+chain's head at the period's end, the signed receipt that covers every receipt before it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import orjson
+from django.db.models import Count, Max, Min, Sum
+
+from accounts.models import Account
+from accounts.periods import MONTHLY, period_bounds
+from billing.models import Receipt, ReceiptChain
+from billing.receipt_keys import receipt_keys
+from billing.receipts import GENESIS, Problem, sign_statement, verify_chain
+from core.sinks import rfc3339
+
+# A writer's batch (usage.writer.BATCH, 500 rows) ends on a signed receipt of each account.
+PROOF_MAX = 1_000
+PAGE_MAX = 1_000
+CHUNK = 2_000  # receipts read at a time while verifying a chain
+PERIOD = re.compile(r"^(\d{4})-(\d{2})$")
+STATEMENT_VERSION = 1
+
+# ---------------------------------------------------------------- periods
+
+
+def month_bounds(period: str, *, time_zone: str) -> tuple[datetime, datetime]:
+    """Return the UTC start and end of a month ("2026-12") in a time zone; ValueError if the
+    period is not one."""
+    found = PERIOD.match(period or "")
+    if found is None or not 1 <= int(found[2]) <= 12 or int(found[1]) < 1970:
+        raise ValueError("period must be a month, YYYY-MM")
+    # The 15th at noon lies inside the month whatever the zone's offset.
+    inside = datetime(int(found[1]), int(found[2]), 15, 12, tzinfo=ZoneInfo(time_zone))
+    return period_bounds(MONTHLY, time_zone, inside)
+
+
+def month_of(moment: datetime, *, time_zone: str) -> str:
+    """Return the month ("2026-12") a moment falls in, in a time zone."""
+    return f"{moment.astimezone(ZoneInfo(time_zone)):%Y-%m}"
+
+
+def months_around(period: str) -> tuple[str, str]:
+    """Return the months before and after `period` (a valid "YYYY-MM")."""
+    year, month = int(period[:4]), int(period[5:])
+    before = f"{year - 1}-12" if month == 1 else f"{year}-{month - 1:02d}"
+    after = f"{year + 1}-01" if month == 12 else f"{year}-{month + 1:02d}"
+    return before, after
+
+
+# ---------------------------------------------------------------- reading receipts
+
+
+def receipt_record(receipt: Receipt) -> dict[str, Any]:
+    """Return what a verifier needs of a receipt: an API item, a line of an export."""
+    return {
+        "account_id": receipt.account_id,
+        "seq": receipt.seq,
+        "kind": receipt.kind,
+        "request_id": receipt.request_id,
+        "settled_at": rfc3339(receipt.settled_at),
+        "body": receipt.body,
+        "prev_hash": receipt.prev_hash,
+        "hash": receipt.hash,
+        "signature": receipt.signature,
+        "key_id": receipt.key_id,
+    }
+
+
+def receipts_of_request(*, account_ids: Sequence[int], request_id: str) -> list[Receipt]:
+    """Return a request's receipts in these accounts (a request may have several: charged at
+    its hold, then trued up), in chain order."""
+    return list(
+        Receipt.objects.filter(account_id__in=list(account_ids), request_id=request_id).order_by(
+            "account_id", "seq"
+        )
+    )
+
+
+def proof_of(receipt: Receipt) -> list[Receipt]:
+    """Return the receipts after `receipt` in its chain up to the first signed one (none if it
+    is signed itself): hashed on from it, they reach a signature."""
+    if receipt.signature:
+        return []
+    after = Receipt.objects.filter(account_id=receipt.account_id, seq__gt=receipt.seq)
+    signed_seq = after.exclude(signature="").order_by("seq").values_list("seq", flat=True).first()
+    if signed_seq is not None:
+        after = after.filter(seq__lte=signed_seq)
+    return list(after.order_by("seq")[:PROOF_MAX])
+
+
+def request_receipts(*, account_ids: Sequence[int], request_id: str) -> list[dict[str, Any]]:
+    """Return each receipt of a request with its parsed body (`document`) and its `proof`."""
+    return [
+        {
+            **receipt_record(receipt),
+            "document": orjson.loads(receipt.body),
+            "proof": [receipt_record(r) for r in proof_of(receipt)],
+        }
+        for receipt in receipts_of_request(account_ids=account_ids, request_id=request_id)
+    ]
+
+
+def chain_page(
+    *,
+    account_id: int,
+    after_seq: int = 0,
+    before_seq: int | None = None,
+    start: datetime | None = None,
+    end: datetime | None = None,
+    limit: int = 100,
+    newest_first: bool = False,
+) -> list[Receipt]:
+    """Return up to `limit` of an account's receipts settled in [start, end), in chain order
+    from after `after_seq` (or, `newest_first`, backwards from before `before_seq`)."""
+    receipts = Receipt.objects.filter(account_id=account_id, seq__gt=after_seq)
+    if before_seq is not None:
+        receipts = receipts.filter(seq__lt=before_seq)
+    if start is not None:
+        receipts = receipts.filter(settled_at__gte=start)
+    if end is not None:
+        receipts = receipts.filter(settled_at__lt=end)
+    return list(receipts.order_by("-seq" if newest_first else "seq")[: min(limit, PAGE_MAX)])
+
+
+def published_keys() -> list[dict[str, Any]]:
+    """Return the public part of every receipt key, newest first (the keys route's answer)."""
+    keys = receipt_keys()
+    return [
+        {
+            "key_id": key_id,
+            "algorithm": "Ed25519",
+            "public_key": public,
+            "newest": key_id == keys.newest,
+        }
+        for key_id, public in keys.public().items()
+    ]
+
+
+# ---------------------------------------------------------------- statements
+
+
+def statement(*, account: Account, period: str, now: datetime) -> dict[str, Any]:
+    """Return an account's signed statement of a month: its receipts' count, seq range and
+    totals, and the chain's head at the month's end (the last receipt settled before it,
+    signed: it covers every receipt before it). ValueError for a bad period."""
+    start, end = month_bounds(period, time_zone=account.time_zone)
+    sums = Receipt.objects.filter(
+        account_id=account.pk, settled_at__gte=start, settled_at__lt=end
+    ).aggregate(
+        receipts=Count("id"),
+        first_seq=Min("seq"),
+        last_seq=Max("seq"),
+        cost=Sum("cost_micro"),
+        bandwidth=Sum("bandwidth_micro"),
+    )
+    # A batch's receipts share one settled_at and its last is signed: the highest seq settled
+    # before the end is a signed one.
+    head = (
+        Receipt.objects.filter(account_id=account.pk, settled_at__lt=end).order_by("-seq").first()
+    )
+    cost, bandwidth = sums["cost"] or 0, sums["bandwidth"] or 0
+    return sign_statement(
+        {
+            "v": STATEMENT_VERSION,
+            "account_id": account.pk,
+            "period": period,
+            "time_zone": account.time_zone,
+            "starts_at": rfc3339(start),
+            "ends_at": rfc3339(end),
+            "issued_at": rfc3339(now),
+            "complete": now >= end,
+            "receipts": sums["receipts"],
+            "first_seq": sums["first_seq"],
+            "last_seq": sums["last_seq"],
+            "totals": {
+                "provider_cost_micro": cost,
+                "bandwidth_micro": bandwidth,
+                "total_micro": cost + bandwidth,
+            },
+            "head": None
+            if head is None
+            else {
+                "seq": head.seq,
+                "hash": head.hash,
+                "signature": head.signature,
+                "key_id": head.key_id,
+                "settled_at": rfc3339(head.settled_at),
+            },
+        }
+    )
+
+
+# ---------------------------------------------------------------- checking chains
+
+
+# What a receipt's columns (or an export's fields) repeat of its body: each must agree.
+STATED = (
+    ("account_id", ("account_id",)),
+    ("seq", ("seq",)),
+    ("request_id", ("request_id",)),
+    ("kind", ("kind",)),
+    ("group_id", ("group_id",)),
+    ("api_key_id", ("api_key_id",)),
+    ("cost_micro", ("amounts", "provider_cost_micro")),
+    ("bandwidth_micro", ("amounts", "bandwidth_micro")),
+    ("prev_hash", ("prev",)),
+    ("settled_at", ("settled_at",)),
+)
+
+
+def _stated(body: Mapping[str, Any], path: tuple[str, ...]) -> Any:
+    value: Any = body
+    for name in path:
+        value = value.get(name) if isinstance(value, Mapping) else None
+    return value
+
+
+@dataclass
+class ChainCheck:
+    """What checking one account's chain found."""
+
+    account_id: int
+    receipts: int = 0
+    head_seq: int | None = None
+    head_key_id: str = ""
+    problems: list[Problem] = field(default_factory=list)
+
+    @property
+    def intact(self) -> bool:
+        return not self.problems
+
+    def lines(self) -> list[str]:
+        """The command's report: one line for the account, then one per problem."""
+        said = f"account {self.account_id}: {self.receipts} receipts"
+        if self.intact:
+            said += ", chain intact"
+            if self.head_seq is not None:
+                said += f", head {self.head_seq} signed by {self.head_key_id or '(nobody)'}"
+            return [said]
+        count = len(self.problems)
+        return [
+            f"{said}, {count} problem{'s' if count != 1 else ''}",
+            *(f"  {p}" for p in self.problems),
+        ]
+
+
+def check_chain(
+    account_id: int,
+    records: Iterable[Mapping[str, Any]],
+    public_keys: Mapping[str, str],
+    *,
+    head: tuple[int, str] | None = None,
+    from_genesis: bool = False,
+) -> ChainCheck:
+    """Check one account's receipts, given in chain order (the store's rows as receipt_record
+    dicts plus their amount columns, or an export's lines): the chain (verify_chain, with the
+    store's `head` to catch a cut-off tail), each field that repeats the body against it, and,
+    `from_genesis`, that the chain starts at receipt 1."""
+    check = ChainCheck(account_id=account_id)
+    own: list[Problem] = []
+
+    def examined() -> Iterator[Mapping[str, Any]]:
+        last: Mapping[str, Any] | None = None
+        for record in records:
+            check.receipts += 1
+            seq = record.get("seq")
+            try:
+                body = orjson.loads(record["body"])
+            except orjson.JSONDecodeError:
+                body = None
+            if not isinstance(body, dict):
+                own.append(Problem(seq, "its body is not a JSON object (changed)"))
+                # Stand in for it so the chain reads on: its hash still fails.
+                body = {"seq": seq, "prev": record.get("prev_hash")}
+                record = {**record, "body": orjson.dumps(body).decode()}
+            if (
+                check.receipts == 1
+                and from_genesis
+                and (body.get("seq") != 1 or body.get("prev") != GENESIS)
+            ):
+                own.append(
+                    Problem(
+                        body.get("seq"), "the chain starts here: receipts before it are missing"
+                    )
+                )
+            # Named by the seq its body states (what its hash and signature cover).
+            for column, path in STATED:
+                if column in record and record[column] != _stated(body, path):
+                    own.append(
+                        Problem(
+                            body.get("seq", seq),
+                            f"its {column} says {record[column]!r}, its body"
+                            f" {_stated(body, path)!r}",
+                        )
+                    )
+            last = record
+            yield record
+        if last is not None:
+            check.head_seq, check.head_key_id = last.get("seq"), last.get("key_id") or ""
+
+    chain_problems = verify_chain(examined(), public_keys, head=head)
+    if from_genesis and head is not None and head[0] and check.receipts == 0:
+        chain_problems.append(
+            Problem(head[0], f"the chain's head is receipt {head[0]}, but none is stored: cut off")
+        )
+    check.problems = sorted([*own, *chain_problems], key=lambda p: p.seq or 0)
+    return check
+
+
+def stored_records(account_id: int, *, since: datetime | None = None) -> Iterator[dict[str, Any]]:
+    """Yield an account's stored receipts in chain order as check_chain reads them: what a
+    verifier gets (receipt_record) plus the columns only the store has."""
+    receipts = Receipt.objects.filter(account_id=account_id)
+    if since is not None:
+        receipts = receipts.filter(settled_at__gte=since)
+    after: int | None = None
+    while True:
+        chunk = receipts if after is None else receipts.filter(seq__gt=after)
+        rows = list(chunk.order_by("seq")[:CHUNK])
+        for r in rows:
+            yield {
+                **receipt_record(r),
+                "group_id": r.group_id,
+                "api_key_id": r.api_key_id,
+                "cost_micro": r.cost_micro,
+                "bandwidth_micro": r.bandwidth_micro,
+            }
+        if len(rows) < CHUNK:
+            return
+        after = rows[-1].seq
+
+
+def stored_accounts(*, only: Sequence[int] = ()) -> list[int]:
+    """Return the accounts with a receipt chain (or receipts), `only` those if given."""
+    heads = ReceiptChain.objects.all()
+    receipts = Receipt.objects.all()
+    if only:
+        heads, receipts = heads.filter(account_id__in=only), receipts.filter(account_id__in=only)
+    ids = set(heads.values_list("account_id", flat=True))
+    ids |= set(receipts.values_list("account_id", flat=True).distinct())
+    return sorted(ids)
+
+
+def check_stored_chain(
+    account_id: int, public_keys: Mapping[str, str], *, since: datetime | None = None
+) -> ChainCheck:
+    """Check an account's chain as the store holds it, against its recorded head."""
+    chain = ReceiptChain.objects.filter(account_id=account_id).first()
+    check = check_chain(
+        account_id,
+        stored_records(account_id, since=since),
+        public_keys,
+        head=None if chain is None else (chain.seq, chain.head_hash),
+        from_genesis=since is None,
+    )
+    if chain is None and check.receipts:
+        check.problems.append(Problem(None, "no chain head is recorded for its receipts"))
+    return check
