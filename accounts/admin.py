@@ -2,12 +2,14 @@ from django.contrib import admin, messages
 from django.contrib.auth import admin as auth_admin
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group as PermissionGroup
+from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
 from accounts import services, throttle
 from accounts.forms import AdminSignInForm
 from accounts.models import ApiKey, Group, TenantToken
+from audit.adminkit import AuditedDeletes, operator
 from core.admin_views import Dollars
 
 # The admin's login is throttled like the dashboard's (accounts/throttle.py).
@@ -15,7 +17,8 @@ admin.site.login_form = AdminSignInForm
 
 
 @admin.register(Group)
-class GroupAdmin(Dollars, admin.ModelAdmin):
+class GroupAdmin(AuditedDeletes, Dollars, admin.ModelAdmin):
+    audit_type = "group"
     search_fields = ["name", "account__name"]
     list_filter = ["budget_period"]
     list_select_related = ["account"]
@@ -39,8 +42,18 @@ class GroupAdmin(Dollars, admin.ModelAdmin):
     ]
 
     def save_model(self, request, obj, form, change):
+        before = (
+            services.audited(Group.objects.get(pk=obj.pk), services.GROUP_AUDITED)
+            if change
+            else None
+        )
         _save_changed(obj, form, change)
+        action = "group.update" if change else "group.create"
+        services.record_group(obj, action=action, actor=operator(request), before=before)
         services.group_changed(group=obj)
+
+    def audit_before(self, obj):
+        return services.audited(obj, services.GROUP_AUDITED)
 
 
 def _save_changed(obj, form, change) -> None:
@@ -76,7 +89,8 @@ class KeyStateFilter(admin.SimpleListFilter):
 
 
 @admin.register(ApiKey)
-class ApiKeyAdmin(Dollars, admin.ModelAdmin):
+class ApiKeyAdmin(AuditedDeletes, Dollars, admin.ModelAdmin):
+    audit_type = "key"
     search_fields = ["prefix", "name", "group__name", "group__account__name"]
     search_help_text = "A key's prefix (tg-…), its name, its group's or account's name."
     list_filter = [KeyStateFilter, "budget_period"]
@@ -106,7 +120,10 @@ class ApiKeyAdmin(Dollars, admin.ModelAdmin):
 
     @admin.action(description="Revoke selected keys")
     def revoke(self, request, queryset):
-        revoked = [services.api_key_revoke(api_key=api_key) for api_key in queryset]
+        revoked = [
+            services.api_key_revoke(api_key=api_key, actor=operator(request))
+            for api_key in queryset
+        ]
         self.message_user(
             request,
             f"Revoked {', '.join(f'{k.prefix}…' for k in revoked)}: refused on every replica now.",
@@ -114,8 +131,21 @@ class ApiKeyAdmin(Dollars, admin.ModelAdmin):
         )
 
     def save_model(self, request, obj, form, change):
+        before = (
+            services.audited(ApiKey.objects.get(pk=obj.pk), services.KEY_AUDITED)
+            if change
+            else None
+        )
         _save_changed(obj, form, change)
+        action = "key.update" if change else "key.create"
+        services.record_key(obj, action=action, actor=operator(request), before=before)
         services.api_key_changed(api_key=obj)
+
+    def audit_account_id(self, obj):
+        return obj.group.account_id
+
+    def audit_before(self, obj):
+        return services.audited(obj, services.KEY_AUDITED)
 
 
 @admin.register(TenantToken)
@@ -128,6 +158,36 @@ class TenantTokenAdmin(admin.ModelAdmin):
 
     def has_add_permission(self, request):
         return False
+
+    def save_model(self, request, obj, form, change):
+        was = TenantToken.objects.get(pk=obj.pk).revoked_at
+        super().save_model(request, obj, form, change)
+        if was != obj.revoked_at:
+            services.record_token(
+                obj,
+                action="token.revoke" if obj.revoked_at else "token.restore",
+                actor=operator(request),
+                before={"revoked_at": was},
+                after={"revoked_at": obj.revoked_at},
+            )
+
+    def delete_model(self, request, obj):
+        with transaction.atomic():
+            self._record_delete(request, obj)
+            super().delete_model(request, obj)
+
+    def delete_queryset(self, request, queryset):
+        with transaction.atomic():
+            for token in queryset:
+                self._record_delete(request, token)
+            super().delete_queryset(request, queryset)
+
+    @staticmethod
+    def _record_delete(request, token) -> None:
+        before = {"prefix": token.prefix, "revoked_at": token.revoked_at}
+        services.record_token(
+            token, action="token.delete", actor=operator(request), before=before, after={}
+        )
 
 
 User = get_user_model()

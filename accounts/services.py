@@ -20,16 +20,116 @@ from accounts.models import (
 )
 from accounts.periods import period_bounds
 from accounts.secrets import TENANT_TOKEN_PREFIX, VIRTUAL_KEY_PREFIX, mint_secret
+from audit import services as audit
+from audit.actors import Actor
 from core import bus
 from core.money import gateway_rate_micro_per_gb
+
+# What the audit trail records of a group and of a key (audit/services.py): settings,
+# never the money counters the ledger moves, never a key's hash.
+GROUP_AUDITED = (
+    "name",
+    "budget_max_micro",
+    "budget_period",
+    "period_starts_at",
+    "period_ends_at",
+    "rpm_limit",
+    "tpm_limit",
+    "concurrency_limit",
+    "caller_rpm_limit",
+    "caller_tpm_limit",
+    "caller_budget_max_micro",
+    "web_units_per_day",
+    "bandwidth_micro_usd_per_gb",
+)
+KEY_AUDITED = (
+    "name",
+    "prefix",
+    "group_id",
+    "expires_at",
+    "revoked_at",
+    "allowed_models",
+    "budget_max_micro",
+    "budget_period",
+    "period_starts_at",
+    "period_ends_at",
+    "rpm_limit",
+    "tpm_limit",
+)
+ACCOUNT_AUDITED = (
+    "name",
+    "billing_mode",
+    "bandwidth_price_micro_per_gb",
+    "markup_bp",
+    "time_zone",
+    "budget_alert_pcts",
+)
+
+
+def audited(row: object, fields: tuple[str, ...]) -> dict:
+    """The audited fields of a row, as the trail records them."""
+    return {name: getattr(row, name) for name in fields}
+
+
+def record_group(group: Group, *, action: str, actor: Actor | None, before: dict | None) -> None:
+    """Record a group created (before None) or changed (only what differs)."""
+    if before is None:
+        audit.record(
+            actor=actor,
+            action=action,
+            account_id=group.account_id,
+            target_type="group",
+            target_id=group.pk,
+            target_label=group.name,
+            after=audited(group, GROUP_AUDITED),
+        )
+        return
+    audit.record_change(
+        actor=actor,
+        action=action,
+        account_id=group.account_id,
+        target_type="group",
+        target_id=group.pk,
+        target_label=group.name,
+        before=before,
+        after=audited(group, GROUP_AUDITED),
+    )
+
+
+def record_key(api_key: ApiKey, *, action: str, actor: Actor | None, before: dict | None) -> None:
+    """Record a key created (before None) or changed: by prefix and name, never its hash."""
+    kwargs = {
+        "actor": actor,
+        "action": action,
+        "account_id": api_key.group.account_id,
+        "target_type": "key",
+        "target_id": api_key.pk,
+        "target_label": f"{api_key.prefix}… {api_key.name}".strip(),
+    }
+    if before is None:
+        audit.record(**kwargs, after=audited(api_key, KEY_AUDITED))
+    else:
+        audit.record_change(**kwargs, before=before, after=audited(api_key, KEY_AUDITED))
 
 
 def account_create(
     *,
     name: str,
     billing_mode: str = Account.BillingMode.PREPAID,
+    actor: Actor | None = None,
 ) -> Account:
-    return Account.objects.create(name=name, billing_mode=billing_mode)
+    with transaction.atomic():
+        account = Account.objects.create(name=name, billing_mode=billing_mode)
+        audit.record(
+            actor=actor,
+            action="account.create",
+            account_id=account.pk,
+            target_type="account",
+            target_id=account.pk,
+            target_label=account.name,
+            after={"name": name, "billing_mode": billing_mode},
+        )
+    return account
 
 
 def group_create(
@@ -41,20 +141,24 @@ def group_create(
     tpm_limit: int | None = None,
     concurrency_limit: int | None = None,
     budget_period: str = Period.NONE,
+    actor: Actor | None = None,
 ) -> Group:
     starts, ends = current_period(account=account, budget_period=budget_period)
-    return Group.objects.create(
-        account=account,
-        name=name,
-        budget_max_micro=budget_max_micro,
-        rpm_limit=rpm_limit,
-        tpm_limit=tpm_limit,
-        concurrency_limit=concurrency_limit,
-        bandwidth_micro_usd_per_gb=account_bandwidth_rate_micro(account=account),
-        budget_period=budget_period,
-        period_starts_at=starts,
-        period_ends_at=ends,
-    )
+    with transaction.atomic():
+        group = Group.objects.create(
+            account=account,
+            name=name,
+            budget_max_micro=budget_max_micro,
+            rpm_limit=rpm_limit,
+            tpm_limit=tpm_limit,
+            concurrency_limit=concurrency_limit,
+            bandwidth_micro_usd_per_gb=account_bandwidth_rate_micro(account=account),
+            budget_period=budget_period,
+            period_starts_at=starts,
+            period_ends_at=ends,
+        )
+        record_group(group, action="group.create", actor=actor, before=None)
+    return group
 
 
 def current_period(
@@ -112,32 +216,46 @@ def api_key_create(
     rpm_limit: int | None = None,
     tpm_limit: int | None = None,
     budget_period: str = Period.NONE,
+    actor: Actor | None = None,
 ) -> tuple[ApiKey, str]:
     """Create a virtual key; the secret is returned here and never again."""
     starts, ends = current_period(account=group.account, budget_period=budget_period)
     secret, key_hash, prefix = mint_secret(VIRTUAL_KEY_PREFIX)
-    api_key = ApiKey.objects.create(
-        group=group,
-        name=name,
-        prefix=prefix,
-        key_hash=key_hash,
-        expires_at=expires_at,
-        allowed_models=allowed_models or [],
-        budget_max_micro=budget_max_micro,
-        rpm_limit=rpm_limit,
-        tpm_limit=tpm_limit,
-        budget_period=budget_period,
-        period_starts_at=starts,
-        period_ends_at=ends,
-    )
+    with transaction.atomic():
+        api_key = ApiKey.objects.create(
+            group=group,
+            name=name,
+            prefix=prefix,
+            key_hash=key_hash,
+            expires_at=expires_at,
+            allowed_models=allowed_models or [],
+            budget_max_micro=budget_max_micro,
+            rpm_limit=rpm_limit,
+            tpm_limit=tpm_limit,
+            budget_period=budget_period,
+            period_starts_at=starts,
+            period_ends_at=ends,
+        )
+        record_key(api_key, action="key.create", actor=actor, before=None)
     return api_key, secret
 
 
-def api_key_revoke(*, api_key: ApiKey) -> ApiKey:
+def api_key_revoke(*, api_key: ApiKey, actor: Actor | None = None) -> ApiKey:
     """Revoke a key and evict it from every replica's auth cache."""
     if api_key.revoked_at is None:
-        api_key.revoked_at = timezone.now()
-        api_key.save(update_fields=["revoked_at"])
+        with transaction.atomic():
+            api_key.revoked_at = timezone.now()
+            api_key.save(update_fields=["revoked_at"])
+            audit.record(
+                actor=actor,
+                action="key.revoke",
+                account_id=api_key.group.account_id,
+                target_type="key",
+                target_id=api_key.pk,
+                target_label=f"{api_key.prefix}… {api_key.name}".strip(),
+                before={"revoked_at": None},
+                after={"revoked_at": api_key.revoked_at},
+            )
     bus.publish(bus.Topic.API_KEY, {"key_hash": api_key.key_hash}, wait=True)
     return api_key
 
@@ -154,17 +272,57 @@ def group_changed(*, group: Group) -> None:
     bus.publish(bus.Topic.GROUP, {"group_id": group.pk}, wait=True)
 
 
-def tenant_token_create(*, user) -> tuple[TenantToken, str]:
+def record_token(
+    token: TenantToken, *, action: str, actor: Actor | None, before: dict, after: dict
+) -> None:
+    """Record a tenant token's change in the trail of each account its user is a member of
+    (operator-wide for a user in none): by prefix, never the token."""
+    account_ids = list(
+        Membership.objects.filter(user_id=token.user_id)
+        .order_by("account_id")
+        .values_list("account_id", flat=True)
+    )
+    for account_id in account_ids or [None]:
+        audit.record(
+            actor=actor,
+            action=action,
+            account_id=account_id,
+            target_type="token",
+            target_id=token.pk,
+            target_label=f"{token.prefix}… of {token.user.get_username()}",
+            before=before,
+            after=after,
+        )
+
+
+def tenant_token_create(*, user, actor: Actor | None = None) -> tuple[TenantToken, str]:
     secret, token_hash, prefix = mint_secret(TENANT_TOKEN_PREFIX)
-    token = TenantToken.objects.create(user=user, prefix=prefix, token_hash=token_hash)
+    with transaction.atomic():
+        token = TenantToken.objects.create(user=user, prefix=prefix, token_hash=token_hash)
+        after = {"prefix": prefix, "user": user.get_username()}
+        record_token(token, action="token.create", actor=actor, before={}, after=after)
     return token, secret
 
 
-def tenant_tokens_revoke(*, user) -> int:
+def tenant_tokens_revoke(*, user, actor: Actor | None = None) -> int:
     """Revoke every live tenant API token of `user`; return how many."""
-    return TenantToken.objects.filter(user=user, revoked_at__isnull=True).update(
-        revoked_at=timezone.now()
-    )
+    now = timezone.now()
+    with transaction.atomic():
+        tokens = list(
+            TenantToken.objects.select_for_update()
+            .filter(user=user, revoked_at__isnull=True)
+            .order_by("id")
+        )
+        TenantToken.objects.filter(pk__in=[t.pk for t in tokens]).update(revoked_at=now)
+        for token in tokens:
+            record_token(
+                token,
+                action="token.revoke",
+                actor=actor,
+                before={"revoked_at": None},
+                after={"revoked_at": now},
+            )
+    return len(tokens)
 
 
 def _budgeted_update(target: Group | ApiKey, fields: dict) -> None:
@@ -180,16 +338,22 @@ def _budgeted_update(target: Group | ApiKey, fields: dict) -> None:
         target.save(update_fields=changed)
 
 
-def group_update(*, group: Group, **fields) -> Group:
+def group_update(*, group: Group, actor: Actor | None = None, **fields) -> Group:
     """Change a group's budget, budget period or limits and tell every replica."""
-    _budgeted_update(group, fields)
+    before = audited(group, GROUP_AUDITED)
+    with transaction.atomic():
+        _budgeted_update(group, fields)
+        record_group(group, action="group.update", actor=actor, before=before)
     group_changed(group=group)
     return group
 
 
-def api_key_update(*, api_key: ApiKey, **fields) -> ApiKey:
+def api_key_update(*, api_key: ApiKey, actor: Actor | None = None, **fields) -> ApiKey:
     """Change a key's budget, budget period or limits and tell every replica."""
-    _budgeted_update(api_key, fields)
+    before = audited(api_key, KEY_AUDITED)
+    with transaction.atomic():
+        _budgeted_update(api_key, fields)
+        record_key(api_key, action="key.update", actor=actor, before=before)
     api_key_changed(api_key=api_key)
     return api_key
 
@@ -199,11 +363,13 @@ def account_governance_update(
     account: Account,
     time_zone: str | None = None,
     budget_alert_pcts: list[int] | None = None,
+    actor: Actor | None = None,
 ) -> Account:
     """Set the zone budget periods reset in and the alert thresholds (ValidationError if
     invalid). A new zone applies from each budget's next boundary: the period running now
     keeps the bounds it started with."""
     changed = []
+    before = audited(account, ACCOUNT_AUDITED)
     if time_zone is not None:
         validate_time_zone(time_zone)
         account.time_zone = time_zone
@@ -213,26 +379,79 @@ def account_governance_update(
         account.budget_alert_pcts = sorted(budget_alert_pcts)
         changed.append("budget_alert_pcts")
     if changed:
-        account.save(update_fields=changed)
+        with transaction.atomic():
+            account.save(update_fields=changed)
+            record_account(account, action="account.governance", actor=actor, before=before)
     return account
 
 
-def account_suspend(*, account: Account, reason: str) -> bool:
+def record_account(
+    account: Account, *, action: str, actor: Actor | None, before: dict | None
+) -> None:
+    """Record an account created with its settings (before None), or what changed of them
+    (nothing when nothing did)."""
+    common = {
+        "actor": actor,
+        "action": action,
+        "account_id": account.pk,
+        "target_type": "account",
+        "target_id": account.pk,
+        "target_label": account.name,
+    }
+    after = audited(account, ACCOUNT_AUDITED)
+    if before is None:
+        audit.record(**common, after=after)
+    else:
+        audit.record_change(**common, before=before, after=after)
+
+
+def account_suspend(*, account: Account, reason: str, actor: Actor | None = None) -> bool:
     """Refuse every key of the account (LM-1004) on every replica before this returns;
     False if it was suspended already."""
-    changed = Account.objects.filter(pk=account.pk, suspended_at__isnull=True).update(
-        suspended_at=timezone.now(), suspended_reason=reason[:200]
-    )
+    now = timezone.now()
+    with transaction.atomic():
+        changed = Account.objects.filter(pk=account.pk, suspended_at__isnull=True).update(
+            suspended_at=now, suspended_reason=reason[:200]
+        )
+        if changed:
+            audit.record(
+                actor=actor,
+                action="account.suspend",
+                account_id=account.pk,
+                target_type="account",
+                target_id=account.pk,
+                target_label=account.name,
+                before={"suspended_at": None, "suspended_reason": ""},
+                after={"suspended_at": now, "suspended_reason": reason[:200]},
+            )
     _account_changed(account)
     return bool(changed)
 
 
-def account_resume(*, account: Account) -> bool:
+def account_resume(*, account: Account, actor: Actor | None = None) -> bool:
     """Serve the account's keys again, on every replica before this returns; False if it
     was not suspended."""
-    changed = Account.objects.filter(pk=account.pk, suspended_at__isnull=False).update(
-        suspended_at=None, suspended_reason=""
-    )
+    with transaction.atomic():
+        was = (
+            Account.objects.select_for_update()
+            .filter(pk=account.pk, suspended_at__isnull=False)
+            .values("suspended_at", "suspended_reason")
+            .first()
+        )
+        changed = Account.objects.filter(pk=account.pk, suspended_at__isnull=False).update(
+            suspended_at=None, suspended_reason=""
+        )
+        if changed and was is not None:
+            audit.record(
+                actor=actor,
+                action="account.resume",
+                account_id=account.pk,
+                target_type="account",
+                target_id=account.pk,
+                target_label=account.name,
+                before=was,
+                after={"suspended_at": None, "suspended_reason": ""},
+            )
     _account_changed(account)
     return bool(changed)
 
@@ -252,12 +471,17 @@ def account_billing_changed(*, account: Account) -> int:
     return rate
 
 
-def account_billing_update(*, account: Account, price_micro_per_gb: int, markup_bp: int) -> int:
+def account_billing_update(
+    *, account: Account, price_micro_per_gb: int, markup_bp: int, actor: Actor | None = None
+) -> int:
     if price_micro_per_gb < 0 or markup_bp < 1:
         raise ValueError("price must be >= 0 and markup >= 1 basis point")
-    account.bandwidth_price_micro_per_gb = price_micro_per_gb
-    account.markup_bp = markup_bp
-    account.save(update_fields=["bandwidth_price_micro_per_gb", "markup_bp"])
+    before = audited(account, ACCOUNT_AUDITED)
+    with transaction.atomic():
+        account.bandwidth_price_micro_per_gb = price_micro_per_gb
+        account.markup_bp = markup_bp
+        account.save(update_fields=["bandwidth_price_micro_per_gb", "markup_bp"])
+        record_account(account, action="account.billing", actor=actor, before=before)
     return account_billing_changed(account=account)
 
 
@@ -268,8 +492,25 @@ class MembershipRefused(Exception):
     """A change of members that would leave the account without an owner, or a clash."""
 
 
+def record_member(
+    membership: Membership, *, action: str, actor: Actor | None, before: dict, after: dict
+) -> None:
+    audit.record(
+        actor=actor,
+        action=action,
+        account_id=membership.account_id,
+        target_type="member",
+        target_id=membership.pk,
+        target_label=membership.user.get_username(),
+        before=before,
+        after=after,
+    )
+
+
 @transaction.atomic
-def membership_invite(*, account: Account, username: str, email: str, role: str) -> Membership:
+def membership_invite(
+    *, account: Account, username: str, email: str, role: str, actor: Actor | None = None
+) -> Membership:
     """Add a new person to the account with a role. They have no password: they set one
     through a one-time link (accounts.logins.password_link_issue).
 
@@ -282,20 +523,31 @@ def membership_invite(*, account: Account, username: str, email: str, role: str)
     user = User.objects.create_user(username=username, email=email or "")
     user.set_unusable_password()
     user.save(update_fields=["password"])
-    return Membership.objects.create(account=account, user=user, role=role)
-
-
-@transaction.atomic
-def membership_set_role(*, membership: Membership, role: str) -> Membership:
-    _keep_an_owner(membership, leaving=role != Membership.Role.OWNER)
-    membership.role = role
-    membership.save(update_fields=["role"])
+    membership = Membership.objects.create(account=account, user=user, role=role)
+    after = {"user": username, "role": role}
+    record_member(membership, action="member.add", actor=actor, before={}, after=after)
     return membership
 
 
 @transaction.atomic
-def membership_remove(*, membership: Membership) -> None:
+def membership_set_role(
+    *, membership: Membership, role: str, actor: Actor | None = None
+) -> Membership:
+    _keep_an_owner(membership, leaving=role != Membership.Role.OWNER)
+    was = membership.role
+    membership.role = role
+    membership.save(update_fields=["role"])
+    if was != role:
+        before, after = {"role": was}, {"role": role}
+        record_member(membership, action="member.role", actor=actor, before=before, after=after)
+    return membership
+
+
+@transaction.atomic
+def membership_remove(*, membership: Membership, actor: Actor | None = None) -> None:
     _keep_an_owner(membership, leaving=True)
+    before = {"user": membership.user.get_username(), "role": membership.role}
+    record_member(membership, action="member.remove", actor=actor, before=before, after={})
     membership.delete()
 
 

@@ -3,6 +3,7 @@ from django.contrib import admin, messages
 from django.db.models import F
 from django.shortcuts import redirect, render
 
+from audit.adminkit import AuditedDeletes, operator
 from billing import ledger, services
 from billing.models import (
     BudgetAlert,
@@ -70,7 +71,8 @@ class AvailableFilter(admin.SimpleListFilter):
 
 
 @admin.register(Wallet)
-class WalletAdmin(Dollars, admin.ModelAdmin):
+class WalletAdmin(AuditedDeletes, Dollars, admin.ModelAdmin):
+    audit_type = "wallet"
     list_display = ["account", "balance_micro", "reserved_micro", "available", "updated_at"]
     list_select_related = ["account"]
     readonly_fields = ["account", "balance_micro", "reserved_micro", "updated_at"]
@@ -80,6 +82,9 @@ class WalletAdmin(Dollars, admin.ModelAdmin):
 
     def has_add_permission(self, request):
         return False
+
+    def audit_before(self, obj):
+        return {"balance_micro": obj.balance_micro, "reserved_micro": obj.reserved_micro}
 
     @admin.display(description="available (USD)")
     def available(self, wallet: Wallet) -> str:
@@ -133,7 +138,7 @@ class WalletAdmin(Dollars, admin.ModelAdmin):
                     amount_micro=amount,
                     kind=data["kind"],
                     reason=data["reason"],
-                    actor=request.user.get_username(),
+                    actor=operator(request),
                 )
             except ledger.Refused:
                 self.message_user(

@@ -17,7 +17,15 @@ from django.db.models import Q
 from django.utils import timezone
 
 from accounts.models import Account, ApiKey, Group, Membership
-from accounts.services import account_create, api_key_create, group_create, tenant_token_create
+from accounts.services import (
+    account_create,
+    api_key_create,
+    group_create,
+    record_member,
+    tenant_token_create,
+)
+from audit import services as audit
+from audit.actors import Actor, Kind
 from billing import ledger
 from billing.models import BudgetAlert, LedgerEntry, Wallet
 from core.sqlexec import run_sync
@@ -26,7 +34,7 @@ from core.sqlexec import run_sync
 
 
 @transaction.atomic
-def wallet_open(*, account: Account, opening_micro: int = 0) -> Wallet:
+def wallet_open(*, account: Account, opening_micro: int = 0, actor: Actor | None = None) -> Wallet:
     wallet, _ = Wallet.objects.get_or_create(account=account)
     if opening_micro:
         wallet_credit(
@@ -34,6 +42,7 @@ def wallet_open(*, account: Account, opening_micro: int = 0) -> Wallet:
             amount_micro=opening_micro,
             kind=LedgerEntry.Kind.OPENING,
             reason="opening balance",
+            actor=actor,
         )
     return wallet
 
@@ -44,23 +53,46 @@ def wallet_credit(
     amount_micro: int,
     kind: str = LedgerEntry.Kind.TOPUP,
     reason: str = "",
-    actor: str = "",
+    actor: Actor | str | None = None,
 ) -> LedgerEntry:
-    """Add to (or, negative, correct) a wallet's balance with a ledger entry.
+    """Add to (or, negative, correct) a wallet's balance with a ledger entry, and its audit
+    entry (`wallet.<kind>`) in the same transaction.
 
-    Raises billing.ledger.Refused if a correction would take it below what it holds.
+    `actor` as a plain string is an operator's username (the earlier form). The ledger
+    entry keeps an operator's username. Raises billing.ledger.Refused if a correction would
+    take it below what it holds.
     """
-    entry_id = run_sync(
-        ledger.credit_wallet(
-            wallet.pk,
-            amount_micro=amount_micro,
-            kind=kind,
-            reason=reason,
-            now=timezone.now(),
-            actor=actor,
+    if isinstance(actor, str):
+        actor = Actor(Kind.OPERATOR, actor) if actor else None
+    operator = actor.label if actor is not None and actor.kind == Kind.OPERATOR else ""
+    with transaction.atomic():
+        entry_id = run_sync(
+            ledger.credit_wallet(
+                wallet.pk,
+                amount_micro=amount_micro,
+                kind=kind,
+                reason=reason,
+                now=timezone.now(),
+                actor=operator,
+            )
         )
-    )
-    return LedgerEntry.objects.get(pk=entry_id)
+        entry = LedgerEntry.objects.get(pk=entry_id)
+        audit.record(
+            actor=actor,
+            action=f"wallet.{str(kind)}",
+            account_id=wallet.account_id,
+            target_type="wallet",
+            target_id=wallet.pk,
+            target_label=f"wallet of account {wallet.account_id}",
+            before={"balance_micro": entry.balance_after_micro - amount_micro},
+            after={
+                "balance_micro": entry.balance_after_micro,
+                "amount_micro": amount_micro,
+                "reason": reason,
+                "ledger_entry": entry.pk,
+            },
+        )
+    return entry
 
 
 # ---- provisioning: a tenant arrives with its wallet ----
@@ -94,19 +126,30 @@ def tenant_provision(
     budget_max_micro: int | None = None,
     wallet_micro: int = 0,
     invoiced: bool = False,
+    actor: Actor | None = None,
 ) -> ProvisionedTenant:
     """Create an account, its owner with a tenant token, a group, a key and a wallet."""
     account = account_create(
         name=name,
         billing_mode=Account.BillingMode.INVOICED if invoiced else Account.BillingMode.PREPAID,
+        actor=actor,
     )
     username = f"{name}-owner"
     user = get_user_model().objects.create_user(username=username)
-    Membership.objects.create(account=account, user=user, role=Membership.Role.OWNER)
-    _, token_secret = tenant_token_create(user=user)
-    group = group_create(account=account, name="default", budget_max_micro=budget_max_micro)
-    api_key, key_secret = api_key_create(group=group, name="default")
-    wallet_open(account=account, opening_micro=wallet_micro)
+    owner = Membership.objects.create(account=account, user=user, role=Membership.Role.OWNER)
+    record_member(
+        owner,
+        action="member.add",
+        actor=actor,
+        before={},
+        after={"user": username, "role": Membership.Role.OWNER},
+    )
+    _, token_secret = tenant_token_create(user=user, actor=actor)
+    group = group_create(
+        account=account, name="default", budget_max_micro=budget_max_micro, actor=actor
+    )
+    api_key, key_secret = api_key_create(group=group, name="default", actor=actor)
+    wallet_open(account=account, opening_micro=wallet_micro, actor=actor)
     return ProvisionedTenant(
         account=account,
         group=group,

@@ -1,5 +1,8 @@
 from django.contrib import admin
+from django.db import transaction
 
+from audit.adminkit import operator
+from byok import services
 from byok.models import KeyPool, TeamKey
 
 
@@ -25,6 +28,17 @@ class KeyPoolAdmin(admin.ModelAdmin):
     def has_add_permission(self, request):
         return False  # keys arrive through the BYOK API, which seals them
 
+    # A delete goes through the service (evicted from every replica, and in the trail), once
+    # the admin's transaction is over: replicas told inside it would reload the old pools.
+    def delete_model(self, request, obj):
+        actor = operator(request)
+        transaction.on_commit(lambda: services.pool_delete(pool=obj, actor=actor))
+
+    def delete_queryset(self, request, queryset):
+        actor = operator(request)
+        for pool in list(queryset):
+            transaction.on_commit(lambda pool=pool: services.pool_delete(pool=pool, actor=actor))
+
 
 @admin.register(TeamKey)
 class TeamKeyAdmin(admin.ModelAdmin):
@@ -39,3 +53,12 @@ class TeamKeyAdmin(admin.ModelAdmin):
 
     def has_change_permission(self, request, obj=None):
         return False
+
+    def delete_model(self, request, obj):
+        actor = operator(request)
+        transaction.on_commit(lambda: services.team_key_delete(team_key=obj, actor=actor))
+
+    def delete_queryset(self, request, queryset):
+        actor = operator(request)
+        for key in list(queryset):
+            transaction.on_commit(lambda k=key: services.team_key_delete(team_key=k, actor=actor))

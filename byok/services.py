@@ -8,6 +8,8 @@ from django.db import transaction
 from django.utils import timezone
 
 from accounts.models import Group
+from audit import services as audit
+from audit.actors import Actor
 from byok.models import LABEL_MAX_CHARS, MAX_KEYS_PER_POOL, KeyPool, TeamKey
 from byok.pools import key_binding
 from byok.selectors import eligible_providers_hint
@@ -45,19 +47,52 @@ def _pools_changed(**payload) -> None:
     bus.publish(bus.Topic.POOL, payload, wait=True)
 
 
+def pool_label(group: Group, provider: str) -> str:
+    return f"{group.name} · {provider}"
+
+
+def key_label(team_key: TeamKey) -> str:
+    return f"{team_key.label} (…{team_key.last4})"
+
+
 @transaction.atomic
-def pool_set_fallback(*, group: Group, provider: str, fallback: bool) -> KeyPool:
+def pool_set_fallback(
+    *, group: Group, provider: str, fallback: bool, actor: Actor | None = None
+) -> KeyPool:
+    """Set a pool's fallback flag (creating the pool). Turning it on is the account's consent
+    to pay platform prices when its team keys cannot serve: the trail records it as such."""
     eligible_provider(provider)
-    pool, _ = KeyPool.objects.select_for_update().get_or_create(group=group, provider=provider)
+    pool, created = KeyPool.objects.select_for_update().get_or_create(
+        group=group, provider=provider
+    )
+    was = None if created else pool.fallback
     pool.fallback = fallback
     pool.updated_at = timezone.now()
     pool.save(update_fields=["fallback", "updated_at"])
+    if was != fallback:
+        audit.record(
+            actor=actor,
+            action="pool.fallback.enable" if fallback else "pool.fallback.disable",
+            account_id=group.account_id,
+            target_type="pool",
+            target_id=pool.pk,
+            target_label=pool_label(group, provider),
+            before={"fallback": was},
+            after={"fallback": fallback},
+            consent=(
+                audit.FALLBACK_CONSENT.format(provider=provider, group=group.name)
+                if fallback
+                else ""
+            ),
+        )
     transaction.on_commit(lambda: _pools_changed(group_id=group.pk))
     return pool
 
 
 @transaction.atomic
-def team_key_add(*, group: Group, provider: str, label: str, key: str) -> TeamKey:
+def team_key_add(
+    *, group: Group, provider: str, label: str, key: str, actor: Actor | None = None
+) -> TeamKey:
     """Seal and store a team key (at most 10 per pool); the key itself is never returned."""
     label = (label or "").strip()
     if not 1 <= len(label) <= LABEL_MAX_CHARS:
@@ -66,7 +101,9 @@ def team_key_add(*, group: Group, provider: str, label: str, key: str) -> TeamKe
         raise TeamKeyRefused("A key must be a non-empty string of at most 512 characters.")
     key = key.strip()
     eligible_provider(provider)
-    pool, _ = KeyPool.objects.select_for_update().get_or_create(group=group, provider=provider)
+    pool, created = KeyPool.objects.select_for_update().get_or_create(
+        group=group, provider=provider
+    )
     if pool.keys.count() >= MAX_KEYS_PER_POOL:
         raise TeamKeyRefused(
             f"The pool for {provider} already holds {MAX_KEYS_PER_POOL} keys.", conflict=True
@@ -78,26 +115,64 @@ def team_key_add(*, group: Group, provider: str, label: str, key: str) -> TeamKe
         key, bound_to=key_binding(group_id=group.pk, provider=provider, key_id=team_key.pk)
     )
     team_key.save(update_fields=["sealed", "seal_version"])
+    after = {"label": label, "last4": team_key.last4, "provider": provider}
+    if created:  # a new pool starts with platform fallback off
+        after["pool_fallback"] = False
+    audit.record(
+        actor=actor,
+        action="teamkey.add",
+        account_id=group.account_id,
+        target_type="teamkey",
+        target_id=team_key.pk,
+        target_label=f"{key_label(team_key)} in {pool_label(group, provider)}",
+        after=after,
+    )
     transaction.on_commit(lambda: _pools_changed(group_id=group.pk))
     return team_key
 
 
-def team_key_delete(*, team_key: TeamKey) -> None:
+def team_key_delete(*, team_key: TeamKey, actor: Actor | None = None) -> None:
     """Delete a key and evict it from every replica's memory before returning."""
     key_id = team_key.pk
+    pool = team_key.pool
     with transaction.atomic():
-        TeamKey.objects.filter(pk=key_id).delete()
+        if TeamKey.objects.filter(pk=key_id).delete()[0]:
+            audit.record(
+                actor=actor,
+                action="teamkey.delete",
+                account_id=pool.group.account_id,
+                target_type="teamkey",
+                target_id=key_id,
+                target_label=f"{key_label(team_key)} in {pool_label(pool.group, pool.provider)}",
+                before={
+                    "label": team_key.label,
+                    "last4": team_key.last4,
+                    "provider": pool.provider,
+                },
+            )
     _pools_changed(evict_key_id=key_id)
 
 
-def pool_delete(*, pool: KeyPool) -> None:
+def pool_delete(*, pool: KeyPool, actor: Actor | None = None) -> None:
     """Remove a group's pool for a provider with its keys: the group's requests for it go to
     the platform's keys again (as with no pool). Evicted from every replica before returning."""
-    KeyPool.objects.filter(pk=pool.pk).delete()  # its keys with it (on_delete CASCADE)
+    with transaction.atomic():
+        keys = [key_label(k) for k in TeamKey.objects.filter(pool_id=pool.pk).order_by("id")]
+        # Its keys go with it (on_delete CASCADE).
+        if KeyPool.objects.filter(pk=pool.pk).delete()[0]:
+            audit.record(
+                actor=actor,
+                action="pool.delete",
+                account_id=pool.group.account_id,
+                target_type="pool",
+                target_id=pool.pk,
+                target_label=pool_label(pool.group, pool.provider),
+                before={"provider": pool.provider, "fallback": pool.fallback, "keys": keys},
+            )
     _pools_changed(group_id=pool.group_id)
 
 
-def team_keys_reseal(*, batch: int = 100) -> int:
+def team_keys_reseal(*, batch: int = 100, actor: Actor | None = None) -> int:
     """Re-seal every key not under the newest master key; safe to interrupt and re-run."""
     newest = keyring().newest
     done = 0
@@ -110,8 +185,8 @@ def team_keys_reseal(*, batch: int = 100) -> int:
         for key_id in ids:
             with transaction.atomic():
                 team_key = (
-                    TeamKey.objects.select_for_update()
-                    .select_related("pool")
+                    TeamKey.objects.select_for_update(of=("self",))
+                    .select_related("pool__group")
                     .filter(pk=key_id)
                     .first()
                 )
@@ -123,6 +198,17 @@ def team_keys_reseal(*, batch: int = 100) -> int:
                     key_id=team_key.pk,
                 )
                 plain = unseal(team_key.sealed, version=team_key.seal_version, bound_to=binding)
+                was = team_key.seal_version
                 team_key.sealed, team_key.seal_version = seal(plain, bound_to=binding)
                 team_key.save(update_fields=["sealed", "seal_version"])
+                audit.record(
+                    actor=actor,
+                    action="teamkey.reseal",
+                    account_id=team_key.pool.group.account_id,
+                    target_type="teamkey",
+                    target_id=team_key.pk,
+                    target_label=key_label(team_key),
+                    before={"seal_version": was},
+                    after={"seal_version": team_key.seal_version},
+                )
                 done += 1

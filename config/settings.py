@@ -375,6 +375,7 @@ INSTALLED_APPS = [
     "rest_framework",
     "drf_spectacular",
     "drf_spectacular_sidecar",
+    "audit",
     "accounts",
     "billing",
     "providers",
@@ -495,6 +496,7 @@ SPECTACULAR_SETTINGS = {
         {"name": "team keys", "description": "Team provider keys (BYOK), under /admin/."},
         {"name": "usage", "description": "Usage rows, totals and the CSV export."},
         {"name": "billing", "description": "Wallet, ledger and group spend."},
+        {"name": "receipts", "description": "Signed receipts of every charge, and statements."},
     ],
     # Swagger UI and Redoc from the drf-spectacular-sidecar package: no CDN.
     "SWAGGER_UI_DIST": "SIDECAR",

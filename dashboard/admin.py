@@ -13,6 +13,8 @@ from django.utils.html import format_html, format_html_join
 from accounts import services
 from accounts.logins import password_link_issue
 from accounts.models import Account, Membership
+from audit import services as audit
+from audit.adminkit import AuditedDeletes, operator
 from billing.selectors import in_flight
 from core.admin_views import Dollars, dollars
 from dashboard.selectors import Overview, api_keys_of_account, overview, spend_micro
@@ -70,8 +72,45 @@ def _overview(account: Account) -> Overview:
 OVERVIEW = ["state", "wallet_now", "money_in_flight", "spend", "groups_now", "keys_now"]
 
 
+def _member_entry(request, action: str, member: dict, before: dict, after: dict) -> None:
+    audit.record(
+        actor=operator(request),
+        action=action,
+        account_id=member["account_id"],
+        target_type="member",
+        target_id=member["id"],
+        target_label=member["user"],
+        before=before,
+        after=after,
+    )
+
+
+def _member(membership: Membership) -> dict:
+    return {
+        "id": membership.pk,
+        "account_id": membership.account_id,
+        "user": membership.user.get_username(),
+        "role": membership.role,
+    }
+
+
+def record_member_saved(request, membership: Membership, was: dict | None) -> None:
+    """Record an operator's membership added (was None) or changed in the admin."""
+    now = _member(membership)
+    if was is None:
+        after = {"user": now["user"], "role": now["role"]}
+        _member_entry(request, "member.add", now, {}, after)
+        return
+    old, new = audit.changes(
+        {"user": was["user"], "role": was["role"]}, {"user": now["user"], "role": now["role"]}
+    )
+    if old or new:
+        action = "member.role" if set(new) == {"role"} else "member.update"
+        _member_entry(request, action, now, old, new)
+
+
 @admin.register(Account)
-class AccountAdmin(Dollars, admin.ModelAdmin):
+class AccountAdmin(AuditedDeletes, Dollars, admin.ModelAdmin):
     list_display = ["name", "state", "billing_mode", "bandwidth_price_micro_per_gb", "time_zone"]
     list_filter = [SuspendedFilter, "billing_mode"]
     search_fields = ["name"]
@@ -99,10 +138,42 @@ class AccountAdmin(Dollars, admin.ModelAdmin):
         fieldsets = super().get_fieldsets(request, obj)
         return fieldsets if obj is not None else fieldsets[1:]  # nothing to show before it exists
 
+    audit_type = "account"
+
     def save_model(self, request, obj, form, change):
+        before = (
+            services.audited(Account.objects.get(pk=obj.pk), services.ACCOUNT_AUDITED)
+            if change
+            else None
+        )
         super().save_model(request, obj, form, change)
+        action = "account.update" if change else "account.create"
+        services.record_account(obj, action=action, actor=operator(request), before=before)
         if change and {"bandwidth_price_micro_per_gb", "markup_bp"} & set(form.changed_data):
             services.account_billing_changed(account=obj)
+
+    def save_formset(self, request, form, formset, change):
+        """The members inline: each membership added, changed or removed is recorded."""
+        was = {
+            f.instance.pk: _member(f.instance)
+            for f in formset.initial_forms
+            if f.instance.pk is not None
+        }
+        removed = [was[f.instance.pk] for f in formset.deleted_forms if f.instance.pk in was]
+        super().save_formset(request, form, formset, change)
+        for membership in formset.new_objects:
+            record_member_saved(request, membership, None)
+        for membership, _fields in formset.changed_objects:
+            record_member_saved(request, membership, was.get(membership.pk))
+        for member in removed:
+            before = {"user": member["user"], "role": member["role"]}
+            _member_entry(request, "member.remove", member, before, {})
+
+    def audit_account_id(self, obj):
+        return obj.pk
+
+    def audit_before(self, obj):
+        return services.audited(obj, services.ACCOUNT_AUDITED)
 
     # ------------------------------------------------------------ the overview
 
@@ -195,7 +266,9 @@ class AccountAdmin(Dollars, admin.ModelAdmin):
         form = SuspendForm(request.POST if "apply" in request.POST else None)
         if form.is_bound and form.is_valid():
             for account in queryset:
-                if services.account_suspend(account=account, reason=form.cleaned_data["reason"]):
+                if services.account_suspend(
+                    account=account, reason=form.cleaned_data["reason"], actor=operator(request)
+                ):
                     self.message_user(
                         request,
                         f"Suspended {account}: its keys are refused (LM-1004) on every replica.",
@@ -220,7 +293,7 @@ class AccountAdmin(Dollars, admin.ModelAdmin):
     @admin.action(description="Resume selected accounts")
     def resume(self, request, queryset):
         for account in queryset:
-            if services.account_resume(account=account):
+            if services.account_resume(account=account, actor=operator(request)):
                 self.message_user(
                     request, f"Resumed {account}: its keys are served again.", messages.SUCCESS
                 )
@@ -229,11 +302,24 @@ class AccountAdmin(Dollars, admin.ModelAdmin):
 
 
 @admin.register(Membership)
-class MembershipAdmin(admin.ModelAdmin):
+class MembershipAdmin(AuditedDeletes, admin.ModelAdmin):
     list_display = ["user", "account", "role"]
     list_filter = ["role"]
     search_fields = ["user__username", "account__name"]
     actions = ["issue_password_link"]
+    audit_type = "member"
+    audit_delete_action = "member.remove"
+
+    def save_model(self, request, obj, form, change):
+        was = _member(Membership.objects.get(pk=obj.pk)) if change else None
+        super().save_model(request, obj, form, change)
+        record_member_saved(request, obj, was)
+
+    def audit_before(self, obj):
+        return {"user": obj.user.get_username(), "role": obj.role}
+
+    def audit_label(self, obj):
+        return obj.user.get_username()
 
     @admin.action(description="Issue a one-time set-password link for the dashboard")
     def issue_password_link(self, request, queryset):

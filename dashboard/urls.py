@@ -2,7 +2,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import path
 from django.views.generic import RedirectView
 
-from dashboard import views
+from dashboard import receipts, views
 
 app_name = "dashboard"
 
@@ -32,4 +32,12 @@ urlpatterns = [
     path(account + "usage.csv", views.usage_csv, name="usage-csv"),
     path(account + "usage/<str:request_id>/", views.usage_detail, name="usage-detail"),
     path(account + "wallet/", views.wallet, name="wallet"),
+    path(account + "receipts/", receipts.receipts, name="receipts"),
+    path(account + "receipts/statement.json", receipts.statement_json, name="receipts-statement"),
+    path(account + "receipts/export.jsonl", receipts.receipts_jsonl, name="receipts-export"),
+    path(account + "receipts/<str:request_id>/", receipts.receipt_detail, name="receipt-detail"),
+    path(account + "receipts/<str:request_id>/json", receipts.receipt_json, name="receipt-json"),
+    path(account + "audit/", views.audit, name="audit"),
+    path(account + "audit.csv", views.audit_csv, name="audit-csv"),
+    path(account + "audit.jsonl", views.audit_jsonl, name="audit-jsonl"),
 ]

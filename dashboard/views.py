@@ -7,6 +7,8 @@ changes things through the same service functions as the REST API, after require
 
 from __future__ import annotations
 
+from urllib.parse import urlencode
+
 from django.contrib import messages
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_required
@@ -22,6 +24,9 @@ from accounts import services as account_services
 from accounts.forms import SignInForm
 from accounts.logins import password_link_issue
 from accounts.models import Membership
+from audit import export as audit_export
+from audit.actors import request_actor
+from audit.selectors import actions_of_accounts, entries_of_accounts
 from billing.selectors import budget_alerts, ledger_of_wallet
 from byok import services as byok_services
 from byok.models import TeamKey
@@ -107,7 +112,7 @@ def keys(request: HttpRequest, account_id: int) -> HttpResponse:
         require_change(seat)
         if form.is_valid():
             created, secret = account_services.api_key_create(
-                group=form.cleaned_data["group"], **form.key_fields()
+                group=form.cleaned_data["group"], actor=request_actor(request), **form.key_fields()
             )
             form = KeyForm(account=seat.account, creating=True)
     # The secret is in this one response only (never in the session or a redirect), and the
@@ -134,7 +139,9 @@ def key_edit(request: HttpRequest, account_id: int, key_id: int) -> HttpResponse
     if request.method == "POST":
         require_change(seat)
         if form.is_valid():
-            account_services.api_key_update(api_key=api_key, **form.key_fields())
+            account_services.api_key_update(
+                api_key=api_key, actor=request_actor(request), **form.key_fields()
+            )
             messages.success(request, f"Key {api_key.prefix}… saved: in force on every replica.")
             return redirect("dashboard:keys", account_id=account_id)
     return _page(
@@ -155,7 +162,7 @@ def key_revoke(request: HttpRequest, account_id: int, key_id: int) -> HttpRespon
     require_change(seat)
     if asking := _asked_first(request, seat, "dashboard/key_revoke.html", key=api_key):
         return asking
-    account_services.api_key_revoke(api_key=api_key)
+    account_services.api_key_revoke(api_key=api_key, actor=request_actor(request))
     messages.success(request, f"Key {api_key.prefix}… revoked: its requests are refused now.")
     return redirect("dashboard:keys", account_id=account_id)
 
@@ -172,7 +179,9 @@ def groups(request: HttpRequest, account_id: int) -> HttpResponse:
         if form.is_valid():
             fields = form.group_fields()
             name = fields.pop("name")
-            account_services.group_create(account=seat.account, name=name, **fields)
+            account_services.group_create(
+                account=seat.account, name=name, actor=request_actor(request), **fields
+            )
             messages.success(request, f"Group {name} created.")
             return redirect("dashboard:groups", account_id=account_id)
     figures = selectors.overview(account=seat.account)
@@ -187,7 +196,9 @@ def group_edit(request: HttpRequest, account_id: int, group_id: int) -> HttpResp
     if request.method == "POST":
         require_change(seat)
         if form.is_valid():
-            account_services.group_update(group=group, **form.group_fields())
+            account_services.group_update(
+                group=group, actor=request_actor(request), **form.group_fields()
+            )
             messages.success(request, f"Group {group.name} saved: in force on every replica.")
             return redirect("dashboard:groups", account_id=account_id)
     return _page(request, seat, "dashboard/group_edit.html", form=form, group=group)
@@ -212,6 +223,7 @@ def members(request: HttpRequest, account_id: int) -> HttpResponse:
                     username=data["username"],
                     email=data["email"],
                     role=data["role"],
+                    actor=request_actor(request),
                 )
             except account_services.MembershipRefused as exc:
                 form.add_error("username", str(exc))
@@ -239,7 +251,9 @@ def member_role(request: HttpRequest, account_id: int, member_id: int) -> HttpRe
     form = RoleForm(request.POST)
     if form.is_valid():
         try:
-            account_services.membership_set_role(membership=member, role=form.cleaned_data["role"])
+            account_services.membership_set_role(
+                membership=member, role=form.cleaned_data["role"], actor=request_actor(request)
+            )
         except account_services.MembershipRefused as exc:
             messages.error(request, str(exc))
         else:
@@ -256,7 +270,7 @@ def member_remove(request: HttpRequest, account_id: int, member_id: int) -> Http
     if asking := _asked_first(request, seat, "dashboard/member_remove.html", member=member):
         return asking
     try:
-        account_services.membership_remove(membership=member)
+        account_services.membership_remove(membership=member, actor=request_actor(request))
     except account_services.MembershipRefused as exc:
         messages.error(request, str(exc))
     else:
@@ -279,6 +293,7 @@ def team_keys(request: HttpRequest, account_id: int) -> HttpResponse:
                     provider=data["provider"],
                     label=data["label"],
                     key=data["key"],
+                    actor=request_actor(request),
                 )
             except byok_services.TeamKeyRefused as exc:
                 form.add_error(None, str(exc))
@@ -304,7 +319,7 @@ def pool_remove(request: HttpRequest, account_id: int, pool_id: int) -> HttpResp
     require_change(seat)
     if asking := _asked_first(request, seat, "dashboard/pool_remove.html", pool=pool):
         return asking
-    byok_services.pool_delete(pool=pool)
+    byok_services.pool_delete(pool=pool, actor=request_actor(request))
     messages.success(
         request,
         f"Pool {pool.group.name} · {pool.provider} removed: its requests go to the platform's"
@@ -321,7 +336,7 @@ def team_key_remove(request: HttpRequest, account_id: int, key_id: int) -> HttpR
         TeamKey.objects.filter(pool__group__account=seat.account), pk=key_id
     )
     require_change(seat)
-    byok_services.team_key_delete(team_key=team_key)
+    byok_services.team_key_delete(team_key=team_key, actor=request_actor(request))
     messages.success(request, f"Team key {team_key.label} (…{team_key.last4}) removed.")
     return redirect("dashboard:team-keys", account_id=account_id)
 
@@ -337,7 +352,10 @@ def pool_fallback(request: HttpRequest, account_id: int) -> HttpResponse:
     data = form.cleaned_data
     try:
         byok_services.pool_set_fallback(
-            group=data["group"], provider=data["provider"], fallback=data["fallback"]
+            group=data["group"],
+            provider=data["provider"],
+            fallback=data["fallback"],
+            actor=request_actor(request),
         )
     except byok_services.TeamKeyRefused as exc:
         messages.error(request, str(exc))
@@ -437,6 +455,44 @@ def wallet(request: HttpRequest, account_id: int) -> HttpResponse:
     # A busy wallet has millions of entries: the pages count up to a cap, never all of them.
     page = CappedCountPaginator(entries, PAGE_SIZE).get_page(request.GET.get("page"))
     return _page(request, seat, "dashboard/wallet.html", wallet=figures.wallet, page=page)
+
+
+# ---------------------------------------------------------------- audit trail
+
+
+def _audit_entries(request: HttpRequest, account_id: int):
+    """The account's trail under the page's action filter, for its owners and admins."""
+    seat = seat_of(user=request.user, account_id=account_id)
+    require_change(seat)
+    action = request.GET.get("action", "")
+    return seat, action, entries_of_accounts(account_ids=[seat.account.pk], action=action)
+
+
+@login_required
+def audit(request: HttpRequest, account_id: int) -> HttpResponse:
+    seat, action, entries = _audit_entries(request, account_id)
+    page = CappedCountPaginator(entries, PAGE_SIZE).get_page(request.GET.get("page"))
+    return _page(
+        request,
+        seat,
+        "dashboard/audit.html",
+        page=page,
+        action=action,
+        actions=actions_of_accounts(account_ids=[seat.account.pk]),
+        query_string=urlencode({"action": action}) if action else "",
+    )
+
+
+@login_required
+def audit_csv(request: HttpRequest, account_id: int) -> HttpResponse:
+    _, _, entries = _audit_entries(request, account_id)
+    return audit_export.csv_response(entries)
+
+
+@login_required
+def audit_jsonl(request: HttpRequest, account_id: int) -> HttpResponse:
+    _, _, entries = _audit_entries(request, account_id)
+    return audit_export.jsonl_response(entries)
 
 
 class LoginView(auth_views.LoginView):

@@ -2,6 +2,8 @@ from django import forms
 from django.contrib import admin
 from django.db import transaction
 
+from audit import services as audit
+from audit.adminkit import operator
 from core.admin_views import Dollars
 from providers import services
 from providers.models import ProviderModel, ProviderProfile
@@ -132,18 +134,43 @@ class ProviderProfileAdmin(Dollars, admin.ModelAdmin):
         return f"…{obj.api_key_last4}" if obj.api_key_last4 else "—"
 
     def save_model(self, request, obj, form, change):
+        # The trail compares the stored profile and models with them once all is saved.
+        request._profile_before = services.profile_snapshot(obj.pk) if change else None
         if form.cleaned_data.get("platform_key"):
-            services.profile_set_platform_key(
-                profile=obj, api_key=form.cleaned_data["platform_key"]
-            )
+            services.seal_platform_key(profile=obj, api_key=form.cleaned_data["platform_key"])
         super().save_model(request, obj, form, change)
 
     # The admin saves inside a transaction: announce the change once it is committed, or
     # replicas reload before it is visible and keep the old config until the periodic reload.
     def save_related(self, request, form, formsets, change):
         super().save_related(request, form, formsets, change)
+        services.profile_recorded(
+            profile=form.instance,
+            before=getattr(request, "_profile_before", None),
+            actor=operator(request),
+        )
         transaction.on_commit(services.profile_changed)
 
     def delete_model(self, request, obj):
+        self._record_delete(request, obj)
         super().delete_model(request, obj)
         transaction.on_commit(services.profile_changed)
+
+    def delete_queryset(self, request, queryset):
+        with transaction.atomic():
+            for profile in queryset:
+                self._record_delete(request, profile)
+            super().delete_queryset(request, queryset)
+        transaction.on_commit(services.profile_changed)
+
+    @staticmethod
+    def _record_delete(request, profile) -> None:
+        audit.record(
+            actor=operator(request),
+            action="profile.delete",
+            account_id=None,
+            target_type="profile",
+            target_id=profile.pk,
+            target_label=profile.name,
+            before=services.profile_snapshot(profile.pk),
+        )

@@ -10,6 +10,8 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db import transaction
 from django.utils import timezone
 
+from audit import services as audit
+from audit.actors import Actor
 from core import bus
 from core.sealing import seal
 from providers.models import (
@@ -62,12 +64,90 @@ KIND_UNIT = {
 OPTIONAL_PRICE_FIELDS = ("cached_input_micro_per_mtok", "cache_write_micro_per_mtok")
 
 
-def profile_set_platform_key(*, profile: ProviderProfile, api_key: str) -> None:
-    """Seal a platform credential into the profile row (only its last 4 stay readable)."""
+# What the audit trail records of a profile and of each of its models: never the sealed key.
+PROFILE_AUDITED = (
+    "kind",
+    "base_url",
+    "api_key_env",
+    "api_key_last4",
+    "allows_platform",
+    "enabled",
+    "timeout_s",
+    "stream_idle_timeout_s",
+    "passthrough",
+    "page_micro",
+    "rendered_page_micro",
+    "query_micro",
+    "respect_robots",
+)
+MODEL_AUDITED = (
+    "kind",
+    "upstream",
+    "input_micro_per_mtok",
+    "output_micro_per_mtok",
+    "cached_input_micro_per_mtok",
+    "cache_write_micro_per_mtok",
+    "max_output_tokens",
+    "aliases",
+)
+
+
+def profile_snapshot(profile_id: int | None) -> dict | None:
+    """A stored profile as the trail records it, its models by name; None if there is none."""
+    profile = ProviderProfile.objects.filter(pk=profile_id).first() if profile_id else None
+    if profile is None:
+        return None
+    models = {
+        model.name: {name: getattr(model, name) for name in MODEL_AUDITED}
+        for model in profile.models.order_by("name")
+    }
+    return {**{name: getattr(profile, name) for name in PROFILE_AUDITED}, "models": models}
+
+
+def profile_recorded(*, profile: ProviderProfile, before: dict | None, actor: Actor | None) -> None:
+    """Record a profile created (before None) or changed since `before` (only what differs);
+    operator-wide: a profile belongs to no account."""
+    after = profile_snapshot(profile.pk) or {}
+    common = {
+        "actor": actor,
+        "account_id": None,
+        "target_type": "profile",
+        "target_id": profile.pk,
+        "target_label": profile.name,
+    }
+    if before is None:
+        audit.record(**common, action="profile.create", after=after)
+    else:
+        audit.record_change(**common, action="profile.update", before=before, after=after)
+
+
+def seal_platform_key(*, profile: ProviderProfile, api_key: str) -> None:
+    """Seal a platform credential into the profile row (only its last 4 stay readable); the
+    caller saves the row and records the change."""
     profile.api_key_sealed, profile.api_key_seal_version = seal(
         api_key, bound_to=profile.seal_binding
     )
     profile.api_key_last4 = api_key[-4:]
+
+
+def profile_set_platform_key(
+    *, profile: ProviderProfile, api_key: str, actor: Actor | None = None
+) -> None:
+    """Seal a platform credential into the profile row (only its last 4 stay readable) and
+    record it by its last 4 (the caller saves the row, in its transaction)."""
+    was = profile.api_key_last4
+    seal_platform_key(profile=profile, api_key=api_key)
+    if profile.pk is not None and was != profile.api_key_last4:
+        audit.record(
+            actor=actor,
+            action="profile.update",
+            account_id=None,
+            target_type="profile",
+            target_id=profile.pk,
+            target_label=profile.name,
+            before={"api_key_last4": was},
+            after={"api_key_last4": profile.api_key_last4},
+        )
 
 
 def profile_changed() -> None:
@@ -231,11 +311,14 @@ def unit_prices(item: dict) -> dict[str, int | None]:
 
 
 @transaction.atomic
-def profiles_bootstrap(*, spec: list[dict]) -> list[ProviderProfile]:
-    """Create or update profiles and their models from the JSON contract (idempotent)."""
+def profiles_bootstrap(*, spec: list[dict], actor: Actor | None = None) -> list[ProviderProfile]:
+    """Create or update profiles and their models from the JSON contract (idempotent); each
+    profile created or changed is recorded in the trail."""
     check_profiles_spec(spec)
     profiles = []
     for item in spec:
+        existing = ProviderProfile.objects.filter(name=item["name"]).values_list("pk", flat=True)
+        before = profile_snapshot(existing.first())
         defaults = {
             "kind": item["kind"],
             "base_url": item.get("base_url", ""),
@@ -272,6 +355,7 @@ def profiles_bootstrap(*, spec: list[dict]) -> list[ProviderProfile]:
                 },
             )
         profile.models.exclude(name__in=names).delete()
+        profile_recorded(profile=profile, before=before, actor=actor)
         profiles.append(profile)
     transaction.on_commit(profile_changed)
     return profiles

@@ -12,6 +12,7 @@ from accounts import selectors, services
 from accounts.api import serializers as s
 from accounts.api.permissions import require_manager
 from accounts.api.schema import error_responses
+from audit.actors import request_actor
 
 
 class AccountView(APIView):
@@ -57,7 +58,9 @@ class GroupListView(APIView):
         if account is None:
             return Response(status=status.HTTP_404_NOT_FOUND)
         require_manager(user=request.user, account=account)
-        group = services.group_create(account=account, **data.validated_data)
+        group = services.group_create(
+            account=account, actor=request_actor(request), **data.validated_data
+        )
         return Response(s.GroupOut(group).data, status=status.HTTP_201_CREATED)
 
 
@@ -84,7 +87,9 @@ class GroupDetailView(APIView):
         require_manager(user=request.user, account=group.account)
         data = s.GroupUpdateIn(data=request.data, partial=True)
         data.is_valid(raise_exception=True)
-        group = services.group_update(group=group, **data.validated_data)
+        group = services.group_update(
+            group=group, actor=request_actor(request), **data.validated_data
+        )
         return Response(s.GroupOut(group).data)
 
 
@@ -114,7 +119,9 @@ class ApiKeyListView(APIView):
             selectors.groups_of_user(user=request.user), pk=fields.pop("group")
         )
         require_manager(user=request.user, account=group.account)
-        api_key, secret = services.api_key_create(group=group, **fields)
+        api_key, secret = services.api_key_create(
+            group=group, actor=request_actor(request), **fields
+        )
         out = s.ApiKeyCreatedOut(api_key).data
         out["secret"] = secret
         return Response(out, status=status.HTTP_201_CREATED)
@@ -143,5 +150,5 @@ class ApiKeyRevokeView(APIView):
     def post(self, request, key_id: int):
         api_key = get_object_or_404(selectors.api_keys_of_user(user=request.user), pk=key_id)
         require_manager(user=request.user, account=api_key.group.account)
-        api_key = services.api_key_revoke(api_key=api_key)
+        api_key = services.api_key_revoke(api_key=api_key, actor=request_actor(request))
         return Response(s.ApiKeyOut(api_key).data)

@@ -14,6 +14,7 @@ from accounts.api.errors import Conflict
 from accounts.api.permissions import require_manager
 from accounts.api.schema import error_responses
 from accounts.selectors import groups_of_user
+from audit.actors import request_actor
 from byok import selectors, services
 from byok.models import TeamKey
 
@@ -128,7 +129,10 @@ class PoolView(APIView):
         data.is_valid(raise_exception=True)
         try:
             pool = services.pool_set_fallback(
-                group=group, provider=provider, fallback=data.validated_data["fallback"]
+                group=group,
+                provider=provider,
+                fallback=data.validated_data["fallback"],
+                actor=request_actor(request),
             )
         except services.TeamKeyRefused as exc:
             raise refused(exc) from None
@@ -150,7 +154,9 @@ class PoolKeysView(APIView):
         data = TeamKeyIn(data=request.data)
         data.is_valid(raise_exception=True)
         try:
-            team_key = services.team_key_add(group=group, provider=provider, **data.validated_data)
+            team_key = services.team_key_add(
+                group=group, provider=provider, actor=request_actor(request), **data.validated_data
+            )
         except services.TeamKeyRefused as exc:
             raise refused(exc) from None
         return Response(key_out(team_key), status=status.HTTP_201_CREATED)
@@ -172,5 +178,5 @@ class TeamKeyView(APIView):
             selectors.team_keys_of_user(user=request.user), pk=key_id, pool__group=group
         )
         require_manager(user=request.user, account=group.account)
-        services.team_key_delete(team_key=team_key)
+        services.team_key_delete(team_key=team_key, actor=request_actor(request))
         return Response(status=status.HTTP_204_NO_CONTENT)

@@ -43,6 +43,8 @@ PAGES = {
     "pool-remove": ("team-keys/pools/{pool_id}/remove/", "Team keys"),
     "members": ("members/", "Members"),
     "wallet": ("wallet/", "Wallet"),
+    "receipts": ("receipts/", "Receipts"),
+    "receipt-detail": ("receipts/{request_id}/", "Receipts"),
     "login": (None, None),
     "set-password": (None, None),
 }

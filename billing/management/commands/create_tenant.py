@@ -10,6 +10,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import IntegrityError
 
 from accounts.logins import password_link_url
+from audit.actors import system
 from billing.services import tenant_provision
 
 
@@ -36,6 +37,7 @@ class Command(BaseCommand):
                 budget_max_micro=options["budget_micro"],
                 wallet_micro=options["wallet_micro"],
                 invoiced=options["invoiced"],
+                actor=system("manage.py create_tenant"),
             )
         except IntegrityError:
             raise CommandError(f"A tenant named {options['name']!r} already exists.") from None

@@ -2,6 +2,7 @@
 
 from django.core.management.base import BaseCommand
 
+from audit.actors import system
 from byok.services import team_keys_reseal
 
 
@@ -9,4 +10,5 @@ class Command(BaseCommand):
     help = "Re-seal team keys under the newest master key; safe to interrupt and re-run."
 
     def handle(self, *args, **options):
-        self.stdout.write(f"re-sealed {team_keys_reseal()} key(s)")
+        done = team_keys_reseal(actor=system("manage.py reseal_team_keys"))
+        self.stdout.write(f"re-sealed {done} key(s)")

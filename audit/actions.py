@@ -1,0 +1,42 @@
+"""Every action the trail records, by its stable dotted name, and what it means."""
+
+from __future__ import annotations
+
+ACTIONS: dict[str, str] = {
+    "account.create": "An account was created.",
+    "account.update": "An operator changed an account's settings.",
+    "account.billing": "The account's bandwidth price or markup changed.",
+    "account.governance": "The account's time zone or budget alert percents changed.",
+    "account.suspend": "An operator suspended the account: every key refused (LM-1004).",
+    "account.resume": "An operator resumed the account.",
+    "account.delete": "An operator deleted the account.",
+    "member.add": "A person was added to the account with a role.",
+    "member.role": "A member's role changed.",
+    "member.update": "An operator changed a membership's person (and role).",
+    "member.remove": "A member was removed from the account.",
+    "token.create": "A tenant API token was issued to a member.",
+    "token.revoke": "A member's tenant API token was revoked.",
+    "token.restore": "An operator cleared a token's revocation.",
+    "token.delete": "An operator deleted a tenant API token.",
+    "group.create": "A group was created.",
+    "group.update": "A group's name, budget, budget period or limits changed.",
+    "group.delete": "An operator deleted a group.",
+    "key.create": "A virtual key was created (its secret shown once, never recorded).",
+    "key.update": "A virtual key's name, models, budget, budget period, limits or expiry changed.",
+    "key.revoke": "A virtual key was revoked.",
+    "key.delete": "An operator deleted a virtual key.",
+    "pool.fallback.enable": "Platform fallback turned on for a team key pool: consent to pay "
+    "platform prices when the team's keys cannot serve.",
+    "pool.fallback.disable": "Platform fallback turned off (or a pool created with it off).",
+    "pool.delete": "A team key pool was removed with its keys.",
+    "teamkey.add": "A team provider key was added (recorded by label and last 4).",
+    "teamkey.delete": "A team provider key was removed.",
+    "teamkey.reseal": "Team keys were re-sealed under the newest master key.",
+    "wallet.opening": "A wallet opened with a balance.",
+    "wallet.topup": "A wallet was topped up.",
+    "wallet.adjustment": "A wallet's balance was corrected.",
+    "wallet.delete": "An operator deleted a wallet.",
+    "profile.create": "A provider profile was created (operator-wide).",
+    "profile.update": "A provider profile, its platform key (last 4) or its models changed.",
+    "profile.delete": "A provider profile was deleted.",
+}

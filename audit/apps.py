@@ -1,0 +1,13 @@
+from django.apps import AppConfig
+from django.db.backends.signals import connection_created
+
+
+class AuditConfig(AppConfig):
+    default_auto_field = "django.db.models.BigAutoField"
+    name = "audit"
+
+    def ready(self) -> None:
+        from audit import guard
+
+        connection_created.connect(guard.register_sqlite_function)
+        guard.let_sqlite_flush_empty_the_trail()

@@ -1,0 +1,1 @@
+from tests.support.browser import browser  # noqa: F401  (a fixture)
