@@ -14,27 +14,18 @@ from asgiref.sync import sync_to_async
 from django.db.models import QuerySet
 from django.http import StreamingHttpResponse
 
+from audit.chain import HASHED_FIELDS
 from audit.models import AuditEntry
 from audit.summary import summary
 
 PAGE = 2000
+_CHANGE = HASHED_FIELDS.index("before")
+# The hashed fields with the entry's id, its summary before the change and the chain's hashes.
 CSV_FIELDS = [
     "id",
-    "account",
-    "seq",
-    "created_at",
-    "actor_kind",
-    "actor_id",
-    "actor_label",
-    "remote_addr",
-    "action",
-    "target_type",
-    "target_id",
-    "target_label",
+    *HASHED_FIELDS[:_CHANGE],
     "summary",
-    "before",
-    "after",
-    "consent",
+    *HASHED_FIELDS[_CHANGE:],
     "prev_hash",
     "hash",
 ]
