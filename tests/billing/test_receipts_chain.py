@@ -16,7 +16,6 @@ import httpx
 import orjson
 import psycopg
 import pytest
-from django.conf import settings
 from django.db import connection
 
 from accounts.models import Group
@@ -103,11 +102,13 @@ def test_a_batch_chains_each_account_and_signs_its_last_receipt():
 
 
 @pytest.fixture
-def gateway_stack(transactional_db, spawn_gateway, stub) -> Stack:
+def gateway_stack(transactional_db, spawn_gateway, stub, own_redis) -> Stack:
+    """A gateway with a Redis of its own: no other gateway of the session claims its journal."""
     stub.clear()
     clear_shared_state()
     install_profiles(stub.url)
-    return Stack(gateway=spawn_gateway(TOLLGATE_USAGE_FLUSH_MS="50"), stub=stub)
+    gateway = spawn_gateway(REDIS_URL=own_redis.url, TOLLGATE_USAGE_FLUSH_MS="50")
+    return Stack(gateway=gateway, stub=stub)
 
 
 def ask(stack: Stack, tenant) -> str:
@@ -125,7 +126,7 @@ def ask(stack: Stack, tenant) -> str:
 @requires_redis
 @pytest.mark.timeout(120)
 def test_a_gateway_killed_before_its_receipt_commits_leaves_neither_charge_nor_receipt(
-    gateway_stack,
+    gateway_stack, own_redis
 ):
     tenant = gateway_stack.tenant(invoiced=True)
     first = ask(gateway_stack, tenant)
@@ -169,7 +170,7 @@ def test_a_gateway_killed_before_its_receipt_commits_leaves_neither_charge_nor_r
     assert not Receipt.objects.filter(request_id=second).exists()
 
     # The journal still holds the row: its replay stores all three.
-    assert drain_journal_sync(settings.REDIS_URL, idle_ms=0) == 1  # its reader is dead
+    assert drain_journal_sync(own_redis.url, idle_ms=0) == 1  # its reader is dead
     row = UsageLog.objects.get(request_id=second)
     group = Group.objects.get(pk=tenant.group_id)
     assert group.settled_micro == settled_before + row.provider_cost_micro

@@ -18,7 +18,6 @@ from datetime import timedelta
 import httpx
 import pytest
 import redis
-from django.conf import settings
 from django.utils import timezone
 
 from accounts.models import Group
@@ -41,12 +40,16 @@ WINDOW_S = 60
 
 
 @pytest.fixture
-def slow_writer(transactional_db, spawn_gateway, stub) -> Stack:
-    """A gateway whose writer would store its journal only after ten minutes."""
+def slow_writer(transactional_db, spawn_gateway, stub, own_redis) -> Stack:
+    """A gateway whose writer would store its journal only after ten minutes.
+
+    Its Redis is its own: the session's other gateways would otherwise drain its journal.
+    """
     stub.clear()
     clear_shared_state()
     install_profiles(stub.url)
     gateway = spawn_gateway(
+        REDIS_URL=own_redis.url,
         TOLLGATE_RESERVATION_TTL_S=str(TTL_S),
         TOLLGATE_REQUEST_DEADLINE_S=str(TTL_S),
         TOLLGATE_USAGE_FLUSH_MS="600000",
@@ -75,7 +78,7 @@ def ask(stack: Stack, tenant, n: int, answered: dict) -> None:
     answered[n] = response.headers["x-tollgate-request-id"]
 
 
-def test_late_rows_true_up_what_the_reaper_charged_at_the_hold(slow_writer):
+def test_late_rows_true_up_what_the_reaper_charged_at_the_hold(slow_writer, own_redis):
     prepaid = slow_writer.tenant(wallet_micro=WALLET, budget_micro=WALLET)
     invoiced = slow_writer.tenant(invoiced=True)
     tenants = {prepaid.group_id: prepaid, invoiced.group_id: invoiced}
@@ -89,7 +92,7 @@ def test_late_rows_true_up_what_the_reaper_charged_at_the_hold(slow_writer):
     for client in clients:
         client.join(30)
     assert len(answered) == 2 * PER_TENANT
-    journal = redis.Redis.from_url(settings.REDIS_URL)
+    journal = redis.Redis.from_url(own_redis.url)
     entries = [fields[b"row"] for _, fields in journal.xrange(JOURNAL)]
     assert len(entries) == 2 * PER_TENANT  # every answer journaled, none stored
     slow_writer.gateway.stop(signal.SIGKILL)
@@ -118,7 +121,7 @@ def test_late_rows_true_up_what_the_reaper_charged_at_the_hold(slow_writer):
     )
 
     # The late rows arrive.
-    assert drain_journal_sync(settings.REDIS_URL, idle_ms=0) == 2 * PER_TENANT
+    assert drain_journal_sync(own_redis.url, idle_ms=0) == 2 * PER_TENANT
     rows = {row.request_id: row for row in UsageLog.objects.filter(group_id__in=tenants)}
     assert sorted(rows) == sorted(answered.values())
     assert all(0 < row.provider_cost_micro < at_hold[rid] for rid, row in rows.items())
