@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import aiohttp
 
 from core.sealing import SealBroken, unseal
-from gateway.adapters.base import Provider
+from gateway.adapters.base import Provider, VendorOptions
 from gateway.adapters.registry import build_adapter
 from gateway.web.adapters import WEB_ADAPTERS, WebAdapter
 from gateway.web.types import PAGE, QUERY, RENDERED_PAGE
@@ -209,7 +209,14 @@ def load_catalog(session: aiohttp.ClientSession) -> Catalog:
             )
             if row.kind in WEB_KINDS:
                 continue
-        adapter = build_adapter(row.kind, base_url=row.base_url, session=session)
+        adapter = build_adapter(
+            row.kind,
+            base_url=row.base_url,
+            session=session,
+            options=VendorOptions(
+                api_version=row.api_version, region=row.region, project=row.project
+            ),
+        )
         if adapter is None:
             log.warning("profile %s has kind %s, which Tollgate cannot serve", row.name, row.kind)
             continue

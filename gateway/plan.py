@@ -127,8 +127,13 @@ def vendor_payload(req: ModelRequest, profile: Profile) -> tuple[str, dict]:
     A shape the vendor serves natively: the client's body itself; a field Tollgate does not
     know goes only to a profile that passes unknown fields through. Otherwise translated into
     the vendor's chat shape (a Responses body through chat completions), and what has no
-    faithful translation is refused (LM-2001) before any vendor is called.
+    faithful translation is refused (LM-2001) before any vendor is called. A vendor with an
+    API of its own then takes it into that API's body (`Provider.own_payload`), refusing alike.
     """
+    return profile.adapter.own_payload(*_served_payload(req, profile))
+
+
+def _served_payload(req: ModelRequest, profile: Profile) -> tuple[str, dict]:
     vendor = profile.adapter
     if req.shape in vendor.native:
         if req.unknown and not profile.passthrough:

@@ -17,6 +17,7 @@ class ProviderKind(models.TextChoices):
     FAKE = "fake", "Fake (in-process)"
     AZURE = "azure", "Azure OpenAI"
     BEDROCK = "bedrock", "AWS Bedrock"
+    GEMINI = "gemini", "Google Gemini API"
     VERTEX = "vertex", "Google Vertex"
     # Web acquisition: our own SSRF-safe fetcher, a JavaScript-rendering vendor, a search
     # vendor (gateway/web/adapters.py). A fake profile serves web units it has a price for.
@@ -27,7 +28,8 @@ class ProviderKind(models.TextChoices):
 
 # Kinds that take a plain API key on the vendor URL: the only ones a team key may use. The
 # keyless `fake` kind (the built-in fake upstream) is not one: a key added for it would
-# serve nothing of the team's own, so it is refused like Azure, Bedrock and Vertex.
+# serve nothing of the team's own, so it is refused like Azure, Bedrock, Gemini and Vertex
+# (platform providers: their credentials are the operator's, on the profile).
 TEAM_KEY_ELIGIBLE_KINDS = frozenset(
     {
         ProviderKind.OPENAI,
@@ -49,8 +51,17 @@ EMBEDDING_KINDS = frozenset(
         ProviderKind.OPENAI,
         ProviderKind.OPENAI_COMPATIBLE,
         ProviderKind.OPENROUTER,
+        ProviderKind.AZURE,
     }
 )
+
+
+class KeyStrategy(models.TextChoices):
+    """How a profile's platform keys share its calls (gateway/platform_keys.py)."""
+
+    ROUND_ROBIN = "round_robin", "Round robin"
+    LEAST_IN_FLIGHT = "least_in_flight", "Least in flight"
+    WEIGHTED = "weighted", "Weighted"
 
 
 class ModelKind(models.TextChoices):
@@ -68,6 +79,22 @@ class ProviderProfile(models.Model):
     api_key_seal_version = models.CharField(max_length=16, blank=True, editable=False)
     api_key_last4 = models.CharField(max_length=4, blank=True, editable=False)
     allows_platform = models.BooleanField(default=True)
+    key_strategy = models.CharField(
+        max_length=16,
+        choices=KeyStrategy.choices,
+        default=KeyStrategy.ROUND_ROBIN,
+        help_text="How the profile's platform keys share its calls.",
+    )
+    # Vendor options: what a vendor needs beyond a URL and a key.
+    api_version = models.CharField(
+        max_length=32,
+        blank=True,
+        help_text="Azure OpenAI: the api-version of the deployment paths; empty: the v1 paths.",
+    )
+    region = models.CharField(
+        max_length=32, blank=True, help_text="AWS Bedrock: the region; Vertex AI: the location."
+    )
+    project = models.CharField(max_length=64, blank=True, help_text="Vertex AI: the project id.")
     enabled = models.BooleanField(default=True)
     timeout_s = models.PositiveIntegerField(default=60)
     stream_idle_timeout_s = models.PositiveIntegerField(default=30)
@@ -100,6 +127,51 @@ class ProviderProfile(models.Model):
     @property
     def seal_binding(self) -> str:
         return f"profile:{self.name}"
+
+
+class PlatformKey(models.Model):
+    """One more platform credential of a profile (beside the profile's own), with the vendor's
+    limits for it: the profile's strategy spreads calls over its usable keys."""
+
+    class Status(models.TextChoices):
+        ACTIVE = "active", "Active"
+        FAILING = "failing", "Failing (the vendor refused it)"
+
+    profile = models.ForeignKey(
+        ProviderProfile, on_delete=models.CASCADE, related_name="platform_keys"
+    )
+    label = models.SlugField(max_length=64, help_text="Names the key on attempt trails.")
+    api_key_env = models.CharField(
+        max_length=128, blank=True, help_text="The environment variable holding the key."
+    )
+    sealed = models.BinaryField(null=True, blank=True, editable=False)
+    seal_version = models.CharField(max_length=16, blank=True, editable=False)
+    last4 = models.CharField(max_length=4, blank=True, editable=False)
+    weight = models.PositiveIntegerField(
+        default=1, help_text="Its share of the calls under the weighted strategy."
+    )
+    rpm = models.PositiveIntegerField(
+        null=True, blank=True, help_text="The vendor's requests per minute for this key."
+    )
+    tpm = models.PositiveIntegerField(
+        null=True, blank=True, help_text="The vendor's tokens per minute for this key."
+    )
+    enabled = models.BooleanField(default=True)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.ACTIVE)
+    benched_until = models.DateTimeField(null=True, blank=True, editable=False)
+    created_at = models.DateTimeField(default=timezone.now, editable=False)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["profile", "label"], name="platform_key_label_once")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.profile.name}/{self.label}" + (f" (…{self.last4})" if self.last4 else "")
+
+    @property
+    def seal_binding(self) -> str:
+        return f"platform-key:{self.profile.name}:{self.label}"
 
 
 class ProviderModel(models.Model):

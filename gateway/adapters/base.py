@@ -62,9 +62,27 @@ class CallTarget:
     caller_label: str | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class VendorOptions:
+    """What a vendor needs beyond its URL and key (the profile's vendor options)."""
+
+    api_version: str = ""  # Azure OpenAI: the deployment paths' api-version ("": the v1 paths)
+    region: str = ""  # AWS Bedrock: the region; Vertex AI: the location
+    project: str = ""  # Vertex AI: the project id
+
+
+NO_OPTIONS = VendorOptions()
+
+
 class Provider(Protocol):
     shape: str  # the chat shape this vendor speaks (OPENAI / ANTHROPIC): others translate to it
     native: frozenset[str]  # the request shapes it serves as they come (its own APIs)
+
+    def own_payload(self, shape: str, body: dict) -> tuple[str, dict]:
+        """Return a body in `shape` (one it serves, or its chat shape) as its API takes it:
+        a vendor with an API of its own (Gemini, Bedrock) translates its chat shape here,
+        before any call, refusing (InvalidRequest) what it cannot carry, naming the field."""
+        ...
 
     async def complete(self, req: ModelRequest, target: CallTarget) -> Completion: ...
 
@@ -260,13 +278,32 @@ class HttpProvider:
     shape: str = ""
     native: frozenset[str] = frozenset()
 
-    def __init__(self, *, base_url: str, session: aiohttp.ClientSession) -> None:
-        base = base_url.rstrip("/")
-        self._urls = {shape: self.url_for(base, shape) for shape in self.native}
+    def __init__(
+        self,
+        *,
+        base_url: str,
+        session: aiohttp.ClientSession,
+        options: VendorOptions = NO_OPTIONS,
+    ) -> None:
+        self._base_url = base_url.rstrip("/")
+        self._options = options
+        self._urls = {shape: self.url_for(self._base_url, shape) for shape in self.native}
         self._session = session
 
     def url_for(self, base_url: str, shape: str) -> str:
         raise NotImplementedError
+
+    def own_payload(self, shape: str, body: dict) -> tuple[str, dict]:
+        return shape, body
+
+    def request(self, req: ModelRequest, target: CallTarget) -> tuple[str, bytes, dict[str, str]]:
+        """Return one call's URL, body and headers (a vendor whose URL names the model, or
+        that signs each request, says so here)."""
+        return (
+            self._urls[self.api(target)],
+            self.body(req, target),
+            self.headers(target.api_key),
+        )
 
     def api(self, target: CallTarget) -> str:
         """Return the shape of the vendor API a call goes to: its chat API unless said."""
@@ -285,23 +322,21 @@ class HttpProvider:
         raise NotImplementedError
 
     def _post(self, req: ModelRequest, target: CallTarget):
-        return self._session.post(
-            self._urls[self.api(target)],
-            data=self.body(req, target),
-            headers=self.headers(target.api_key),
-        )
+        url, body, headers = self.request(req, target)
+        return self._session.post(url, data=body, headers=headers)
 
     async def complete(self, req: ModelRequest, target: CallTarget) -> Completion:
-        data = await self.post_json(
-            self._urls[self.api(target)], self.body(req, target), target.api_key
-        )
+        url, body, headers = self.request(req, target)
+        data = await self.post_json(url, body, target.api_key, headers=headers)
         return self.completion(data, req, target)
 
-    async def post_json(self, url: str, body: bytes, api_key: str) -> dict:
+    async def post_json(
+        self, url: str, body: bytes, api_key: str, *, headers: dict[str, str] | None = None
+    ) -> dict:
         """POST a JSON body and return the vendor's JSON answer; failures as ProviderError."""
         try:
             async with self._session.post(
-                url, data=body, headers=self.headers(api_key)
+                url, data=body, headers=headers or self.headers(api_key)
             ) as response:
                 if response.status != 200:
                     raise await error_from_response(response, api_key)

@@ -61,6 +61,9 @@ class FakeProvider:
         self.calls: list[Call] = []
         self._faults: list[Fault] = []
 
+    def own_payload(self, shape: str, body: dict) -> tuple[str, dict]:
+        return shape, body
+
     def script(self, *faults: Fault) -> None:
         """Queue faults for the next matching calls, in order."""
         self._faults.extend(faults)

@@ -7,7 +7,7 @@ from typing import Protocol
 import aiohttp
 
 from gateway.adapters.anthropic import AnthropicProvider
-from gateway.adapters.base import Provider
+from gateway.adapters.base import NO_OPTIONS, Provider, VendorOptions
 from gateway.adapters.fake import FakeProvider
 from gateway.adapters.openai import OpenAICompatibleProvider, OpenAIProvider
 from gateway.adapters.openrouter import OpenRouterProvider
@@ -17,7 +17,9 @@ from providers.models import ProviderKind
 class AdapterClass(Protocol):
     """What every adapter class is: built from a profile's base URL and the shared session."""
 
-    def __call__(self, *, base_url: str, session: aiohttp.ClientSession) -> Provider: ...
+    def __call__(
+        self, *, base_url: str, session: aiohttp.ClientSession, options: VendorOptions
+    ) -> Provider: ...
 
 
 ADAPTERS: dict[str, AdapterClass] = {
@@ -29,9 +31,15 @@ ADAPTERS: dict[str, AdapterClass] = {
 }
 
 
-def build_adapter(kind: str, *, base_url: str, session: aiohttp.ClientSession) -> Provider | None:
+def build_adapter(
+    kind: str,
+    *,
+    base_url: str,
+    session: aiohttp.ClientSession,
+    options: VendorOptions = NO_OPTIONS,
+) -> Provider | None:
     """Return the adapter for a profile, or None for a kind Tollgate cannot serve."""
     adapter_class = ADAPTERS.get(kind)
     if adapter_class is None:
         return None
-    return adapter_class(base_url=base_url, session=session)
+    return adapter_class(base_url=base_url, session=session, options=options)
