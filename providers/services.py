@@ -17,6 +17,7 @@ from core.sealing import seal
 from providers.models import (
     EMBEDDING_KINDS,
     WEB_KINDS,
+    KeyStrategy,
     ModelKind,
     ProviderKind,
     ProviderModel,
@@ -36,7 +37,13 @@ PROFILE_FIELDS = {
     "models",
     "units",
     "respect_robots",
+    "key_strategy",
+    "api_version",
+    "region",
+    "project",
 }
+# Vendor options: short strings, each read by the vendors that need it (models.py).
+VENDOR_OPTIONS = ("api_version", "region", "project")
 MODEL_FIELDS = {
     "name",
     "kind",
@@ -78,6 +85,10 @@ PROFILE_AUDITED = (
     "page_micro",
     "rendered_page_micro",
     "query_micro",
+    "key_strategy",
+    "api_version",
+    "region",
+    "project",
     "respect_robots",
 )
 MODEL_AUDITED = (
@@ -263,6 +274,18 @@ def _check_profile(item: object, index: int) -> None:
         raise ImproperlyConfigured(
             f"Malformed setting {where}: 'respect_robots' must be true or false."
         )
+    if item.get("key_strategy", KeyStrategy.ROUND_ROBIN) not in KeyStrategy.values:
+        raise ImproperlyConfigured(
+            f"Malformed setting {where}: 'key_strategy' must be one of "
+            f"{sorted(KeyStrategy.values)}."
+        )
+    for option in VENDOR_OPTIONS:
+        value = item.get(option, "")
+        if not isinstance(value, str) or len(value) > 32 or value != value.strip():
+            raise ImproperlyConfigured(
+                f"Malformed setting {where}: {option!r} must be a string of at most 32 "
+                "characters, without surrounding spaces."
+            )
     names = []
     for m_index, model in enumerate(item.get("models") or []):
         m_where = f"{where}.models[{m_index}]"
@@ -329,6 +352,8 @@ def profiles_bootstrap(*, spec: list[dict], actor: Actor | None = None) -> list[
             "enabled": item.get("enabled", True),
             "passthrough": item.get("passthrough", False),
             "respect_robots": item.get("respect_robots", True),
+            "key_strategy": item.get("key_strategy", KeyStrategy.ROUND_ROBIN),
+            **{option: item.get(option, "") for option in VENDOR_OPTIONS},
             **unit_prices(item),
             "updated_at": timezone.now(),
         }
