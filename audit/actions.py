@@ -39,4 +39,8 @@ ACTIONS: dict[str, str] = {
     "profile.create": "A provider profile was created (operator-wide).",
     "profile.update": "A provider profile, its platform key (last 4) or its models changed.",
     "profile.delete": "A provider profile was deleted.",
+    "platformkey.add": "A platform key was added to a profile (recorded by label and last 4).",
+    "platformkey.update": "A platform key's weight, limits or state changed.",
+    "platformkey.delete": "A platform key was removed from a profile.",
+    "platformkey.failed": "The vendor refused a platform key (401 / 403): Tollgate took it out.",
 }

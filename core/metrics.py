@@ -118,6 +118,12 @@ IN_FLIGHT = Gauge(
     registry=REGISTRY,
     multiprocess_mode="livesum",
 )
+PLATFORM_KEY_REFUSED = Counter(
+    "tollgate_platform_key_refused_total",
+    "Platform keys the vendor refused (401 / 403) and Tollgate took out: alert on any.",
+    ["profile", "key", "status"],
+    registry=REGISTRY,
+)
 CIRCUIT_STATE = Gauge(
     "tollgate_circuit_state",
     "Platform breaker state: 0 closed, 1 half-open, 2 open.",

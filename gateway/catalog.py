@@ -24,9 +24,17 @@ import aiohttp
 from core.sealing import SealBroken, unseal
 from gateway.adapters.base import Provider, VendorOptions
 from gateway.adapters.registry import build_adapter
+from gateway.platform_keys import KeyPool, PlatformCredential
 from gateway.web.adapters import WEB_ADAPTERS, WebAdapter
 from gateway.web.types import PAGE, QUERY, RENDERED_PAGE
-from providers.models import TEAM_KEY_ELIGIBLE_KINDS, WEB_KINDS, ModelKind, ProviderProfile
+from providers.models import (
+    TEAM_KEY_ELIGIBLE_KINDS,
+    WEB_KINDS,
+    ModelKind,
+    PlatformKey,
+    ProviderProfile,
+)
+from providers.services import OWN_KEY_LABEL
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +51,9 @@ class Profile:
     adapter: Provider = field(repr=False, compare=False)
     # Same-shape routes forward request fields Tollgate does not know only when this is on.
     passthrough: bool = False
+    # The profile's platform keys when it has keys of its own (gateway/platform_keys.py);
+    # None: its one key, `platform_key`, serves every platform call.
+    key_pool: KeyPool | None = field(default=None, repr=False, compare=False)
 
     @property
     def team_key_eligible(self) -> bool:
@@ -61,6 +72,7 @@ class WebProfile:
     prices: dict[str, int]  # unit -> micro-USD, for the units it sells
     respect_robots: bool
     adapter: WebAdapter = field(repr=False, compare=False)
+    key_pool: None = None  # web profiles have one platform key each
 
     @property
     def team_key_eligible(self) -> bool:
@@ -188,13 +200,51 @@ def _platform_key(profile: ProviderProfile) -> str | None:
     return None
 
 
+def _unsealed(key: PlatformKey) -> str | None:
+    if key.api_key_env:
+        return os.environ.get(key.api_key_env) or None
+    if key.sealed:
+        try:
+            return unseal(bytes(key.sealed), version=key.seal_version, bound_to=key.seal_binding)
+        except SealBroken:
+            log.error("platform key %s of profile %s does not open", key.label, key.profile_id)
+    return None
+
+
+def _key_pool(row: ProviderProfile) -> KeyPool | None:
+    """Return the profile's pool of platform keys: its own key first (labelled `profile`),
+    then its usable PlatformKey rows; None when it has no rows (its own key serves alone)."""
+    rows = [k for k in row.platform_keys.all() if k.enabled]
+    if not rows:
+        return None
+    keys = []
+    own = _platform_key(row)
+    if own is not None:
+        keys.append(PlatformCredential(key_id=0, label=OWN_KEY_LABEL, secret=own))
+    for key in rows:
+        secret = _unsealed(key)
+        if secret is None or key.status != PlatformKey.Status.ACTIVE:
+            continue  # a failing key waits for an operator (gateway/platform_keys.py)
+        keys.append(
+            PlatformCredential(
+                key_id=key.pk,
+                label=key.label,
+                secret=secret,
+                weight=key.weight,
+                rpm=key.rpm or 0,
+                tpm=key.tpm or 0,
+            )
+        )
+    return KeyPool(profile=row.name, strategy=row.key_strategy, keys=tuple(keys))
+
+
 def load_catalog(session: aiohttp.ClientSession) -> Catalog:
     """Read enabled profiles and models (sync ORM: call from a thread)."""
     profiles: dict[str, Profile] = {}
     offers: dict[str, list[ModelOffer]] = {}
     web: dict[str, WebProfile] = {}
     profiles_by_name = ProviderProfile.objects.filter(enabled=True).order_by("name")
-    for row in profiles_by_name.prefetch_related("models"):
+    for row in profiles_by_name.prefetch_related("models", "platform_keys"):
         prices = _unit_prices(row)
         if row.kind in WEB_KINDS or (prices and row.kind in WEB_ADAPTERS):
             web[row.name] = WebProfile(
@@ -220,11 +270,14 @@ def load_catalog(session: aiohttp.ClientSession) -> Catalog:
         if adapter is None:
             log.warning("profile %s has kind %s, which Tollgate cannot serve", row.name, row.kind)
             continue
+        pool = _key_pool(row)
         profile = Profile(
             name=row.name,
             kind=row.kind,
             base_url=row.base_url,
-            platform_key=_platform_key(row),
+            # With a pool: any of its keys (platform serving is on while one is usable).
+            platform_key=pool.keys[0].secret if pool and pool.keys else _platform_key(row),
+            key_pool=pool,
             allows_platform=row.allows_platform,
             timeout_s=float(row.timeout_s),
             idle_timeout_s=float(row.stream_idle_timeout_s),

@@ -33,12 +33,14 @@ from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 from core import errors, metrics
+from core.shared_state import SharedState
 from core.usage_record import AttemptRecord
 from gateway.adapters.base import ProviderError
 from gateway.attempts import PLATFORM, TEAM, Attempt
 from gateway.breakers import Ticket
 from gateway.catalog import Profile
 from gateway.context import RequestContext
+from gateway.platform_keys import BENCH_429_DEFAULT_S, NoKeyFree, PlatformKeys
 
 TEAM_BENCH_429_MIN_S = 30.0
 TEAM_BENCH_AUTH_S = 600.0
@@ -180,6 +182,8 @@ class ChainLink(Protocol):
     def breaker_key(self) -> str: ...
     @property
     def locked(self) -> bool: ...
+    @property
+    def key_tokens(self) -> int: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -240,9 +244,11 @@ class ChainPolicy(Protocol[C_in]):
 class ChainRunner:
     """Walk a chain under a policy: breakers, key rotation, tries, the trail, the error."""
 
-    def __init__(self, *, breakers, keys) -> None:
+    def __init__(self, *, breakers, keys, platform_keys: PlatformKeys | None = None) -> None:
         self.breakers = breakers
         self.keys = keys
+        # Without one given, this process's own (no Redis: tests of the rules).
+        self.platform_keys = platform_keys or PlatformKeys(SharedState())
 
     async def run(
         self,
@@ -386,26 +392,102 @@ class ChainRunner:
             raise AttemptFailed(exc, judged=False) from None
         served = False
         try:
-            for try_no in range(1, TRIES_PER_ATTEMPT + 1):
-                try:
-                    answer = await self._try(
-                        ctx,
-                        link,
-                        policy,
-                        attempt,
-                        api_key=link.profile.platform_key,
-                        reservation_id=reservation_id,
-                    )
-                except ProviderError as exc:
-                    if try_no < TRIES_PER_ATTEMPT and policy.may_retry(exc):
-                        continue
-                    raise policy.failure(exc, served_by=PLATFORM) from None
-                served = True
-                return answer
+            if link.profile.key_pool is not None:
+                answer = await self._run_key_pool(ctx, link, policy, attempt, reservation_id)
+            else:
+                answer = await self._run_platform_key(ctx, link, policy, attempt, reservation_id)
+            served = True
+            return answer
         finally:
             if reservation_id is not None and not served:
                 await policy.uncovered(ctx, reservation_id)
+
+    async def _run_platform_key(
+        self,
+        ctx: C,
+        link: ChainLink,
+        policy: ChainPolicy[C],
+        attempt: Attempt,
+        reservation_id: int | None,
+    ) -> Any:
+        """The profile's one platform key: a failed try may be tried once more."""
+        for try_no in range(1, TRIES_PER_ATTEMPT + 1):
+            try:
+                return await self._try(
+                    ctx,
+                    link,
+                    policy,
+                    attempt,
+                    api_key=link.profile.platform_key,
+                    reservation_id=reservation_id,
+                )
+            except ProviderError as exc:
+                if try_no < TRIES_PER_ATTEMPT and policy.may_retry(exc):
+                    continue
+                raise policy.failure(exc, served_by=PLATFORM) from None
         raise AssertionError("unreachable")
+
+    async def _run_key_pool(
+        self,
+        ctx: C,
+        link: ChainLink,
+        policy: ChainPolicy[C],
+        attempt: Attempt,
+        reservation_id: int | None,
+    ) -> Any:
+        """The profile's platform keys, in its strategy's order (gateway/platform_keys.py): a
+        key the vendor refuses (429 benched, 401 / 403 taken out) passes the call to the next
+        one without using up a try; a failed try may be tried once more, on the next key."""
+        pool = link.profile.key_pool
+        assert pool is not None
+        refused: set[str] = set()
+        tries = 0
+        last: AttemptFailed | None = None
+        while True:
+            key = await self.platform_keys.pick(
+                pool, tokens=link.key_tokens, skip=frozenset(refused)
+            )
+            if isinstance(key, NoKeyFree):
+                self._trail(ctx, link, policy, attempt, "keys_busy")
+                if last is not None:
+                    raise last
+                raise AttemptFailed(
+                    errors.UpstreamRateLimited(
+                        f"Every platform key of {pool.profile} is "
+                        + ("benched." if key.benched else "at its vendor limits."),
+                        retry_after_s=math.ceil(key.retry_after_s),
+                    ),
+                    judged=False,
+                )
+            try:
+                return await self._try(
+                    ctx,
+                    link,
+                    policy,
+                    attempt,
+                    api_key=key.secret,
+                    reservation_id=reservation_id,
+                    key_label=key.label,
+                )
+            except ProviderError as exc:
+                if exc.status == 429:
+                    await self.platform_keys.bench(
+                        pool, key, exc.retry_after_s or BENCH_429_DEFAULT_S
+                    )
+                    refused.add(key.label)
+                    last = policy.failure(exc, served_by=PLATFORM)
+                    continue
+                if exc.status in (401, 403):
+                    await self.platform_keys.take_out(pool, key, exc.status)
+                    refused.add(key.label)
+                    last = policy.failure(exc, served_by=PLATFORM)
+                    continue
+                last = policy.failure(exc, served_by=PLATFORM)
+                tries += 1
+                if not policy.may_retry(exc) or tries >= TRIES_PER_ATTEMPT:
+                    raise last from None
+            finally:
+                self.platform_keys.done(pool, key)
 
     async def _try(
         self,
@@ -416,6 +498,7 @@ class ChainRunner:
         *,
         api_key: str | None,
         reservation_id: int | None,
+        key_label: str = "",
     ) -> Any:
         """One call, and its line of the trail."""
         started = time.monotonic()
@@ -424,9 +507,19 @@ class ChainRunner:
                 ctx, link, attempt, api_key=api_key, reservation_id=reservation_id
             )
         except ProviderError as exc:
-            self._trail(ctx, link, policy, attempt, "upstream_error", exc, started, reservation_id)
+            self._trail(
+                ctx,
+                link,
+                policy,
+                attempt,
+                "upstream_error",
+                exc,
+                started,
+                reservation_id,
+                key_label,
+            )
             raise
-        self._trail(ctx, link, policy, attempt, "ok", None, started, reservation_id)
+        self._trail(ctx, link, policy, attempt, "ok", None, started, reservation_id, key_label)
         return answer
 
     @staticmethod
@@ -439,8 +532,10 @@ class ChainRunner:
         exc: ProviderError | None = None,
         started: float | None = None,
         reservation_id: int | None = None,
+        key_label: str = "",
     ) -> None:
-        """Add one try (or a link refused before any call) to the request's attempt trail."""
+        """Add one try (or a link refused before any call) to the request's attempt trail;
+        a platform key's label names the key that made it (never the key)."""
         provider, model = link.profile.name, policy.trail_model(link)
         if exc is not None and exc.timeout:
             outcome = "timeout"
@@ -462,5 +557,6 @@ class ChainRunner:
                 upstream_status=200 if outcome == "ok" else (exc.status if exc else None),
                 latency_ms=latency_ms,
                 reservation_id=reservation_id,
+                key_label=key_label,
             )
         )

@@ -33,6 +33,7 @@ from gateway.chain import (
 )
 from gateway.context import ModelContext, Served
 from gateway.plan import Link
+from gateway.platform_keys import PlatformKeys
 from gateway.types import Chunk, Completion
 
 log = logging.getLogger(__name__)
@@ -150,8 +151,8 @@ STREAMED = ModelPolicy(stream=True)
 
 
 class Orchestrator:
-    def __init__(self, *, breakers, keys) -> None:
-        self.runner = ChainRunner(breakers=breakers, keys=keys)
+    def __init__(self, *, breakers, keys, platform_keys: PlatformKeys | None = None) -> None:
+        self.runner = ChainRunner(breakers=breakers, keys=keys, platform_keys=platform_keys)
         self.breakers = breakers
         self.keys = keys
 

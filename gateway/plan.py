@@ -48,6 +48,8 @@ class Link:
     team_scoped: bool
     locked: bool = False  # refused by the chain lock: LM-3021 without an upstream call
     pool_exhausted_refusal: bool = False  # a fallback-off team link: LM-3021 when keys run out
+    # What a vendor counts against a key's tpm before answering: prompt bound + output cap.
+    key_tokens: int = 0
 
     @property
     def profile(self) -> Profile:
@@ -248,6 +250,9 @@ def build_plan(
                 team_scoped=boundary.team_scoped,
                 locked=boundary.locked,
                 pool_exhausted_refusal=boundary.pool_exhausted_refusal,
+                key_tokens=(
+                    prompt_bound(req) + output_bound(req, max_tokens) if profile.key_pool else 0
+                ),
             )
         )
     if req.surcharged and not any(link.attempts for link in links):

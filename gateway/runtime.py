@@ -24,6 +24,7 @@ from gateway.breakers import BreakerBoard
 from gateway.catalog import EMPTY, Catalog, load_catalog
 from gateway.limits import Limiter
 from gateway.orchestrator import Orchestrator
+from gateway.platform_keys import PlatformKeys
 from gateway.web.orchestrator import AcquisitionOrchestrator
 from gateway.web.units import DailyUnits
 from usage.writer import UsageWriter
@@ -39,6 +40,7 @@ class Runtime:
     breakers: BreakerBoard
     keys: KeyRotation
     limiter: Limiter
+    platform_keys: PlatformKeys
     db: Database  # the request path's database (asyncpg on PostgreSQL)
     escrow: Escrow
     orchestrator: Orchestrator
@@ -76,7 +78,10 @@ class Runtime:
             self.db = Database()
             await self.db.open()
             self.escrow = Escrow(self.db)
-            self.orchestrator = Orchestrator(breakers=self.breakers, keys=self.keys)
+            self.platform_keys = PlatformKeys(self.shared)
+            self.orchestrator = Orchestrator(
+                breakers=self.breakers, keys=self.keys, platform_keys=self.platform_keys
+            )
             self.web = AcquisitionOrchestrator(
                 breakers=self.breakers, keys=self.keys, units=DailyUnits(self.shared)
             )

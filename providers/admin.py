@@ -6,7 +6,7 @@ from audit import services as audit
 from audit.adminkit import operator
 from core.admin_views import Dollars
 from providers import services
-from providers.models import ProviderModel, ProviderProfile
+from providers.models import PlatformKey, ProviderModel, ProviderProfile
 
 
 class ProviderModelForm(forms.ModelForm):
@@ -73,6 +73,41 @@ class ProviderModelInline(Dollars, admin.TabularInline):
     extra = 0
 
 
+class PlatformKeyForm(forms.ModelForm):
+    secret = forms.CharField(
+        required=False,
+        widget=forms.PasswordInput(render_value=False),
+        help_text="Write-only: sealed at rest. Empty: keep the key (or use the variable).",
+    )
+
+    class Meta:
+        model = PlatformKey
+        fields = ["label", "secret", "api_key_env", "weight", "rpm", "tpm", "enabled", "status"]
+
+    def clean(self):
+        cleaned = super().clean()
+        if cleaned.get("label") == services.OWN_KEY_LABEL:
+            raise forms.ValidationError(
+                f"The label {services.OWN_KEY_LABEL!r} names the profile's own key."
+            )
+        has_secret = bool(cleaned.get("secret")) or bool(self.instance.sealed)
+        if has_secret == bool(cleaned.get("api_key_env")):
+            raise forms.ValidationError(
+                "A platform key is a secret or an environment variable's name, not both."
+            )
+        return cleaned
+
+
+class PlatformKeyInline(admin.TabularInline):
+    """More platform keys of the profile: its strategy spreads calls over them; a key the
+    vendor refused (401 / 403) shows `failing` until an operator sets it active again."""
+
+    model = PlatformKey
+    form = PlatformKeyForm
+    extra = 0
+    readonly_fields = ["last4"]
+
+
 class ProviderProfileForm(forms.ModelForm):
     platform_key = forms.CharField(
         required=False,
@@ -87,6 +122,10 @@ class ProviderProfileForm(forms.ModelForm):
             "kind",
             "base_url",
             "api_key_env",
+            "key_strategy",
+            "api_version",
+            "region",
+            "project",
             "allows_platform",
             "enabled",
             "timeout_s",
@@ -127,7 +166,7 @@ class ProviderProfileAdmin(Dollars, admin.ModelAdmin):
     readonly_fields = ["key_last4"]
     search_fields = ["name", "base_url", "models__name"]
     list_filter = ["kind", "enabled", "allows_platform"]
-    inlines = [ProviderModelInline]
+    inlines = [ProviderModelInline, PlatformKeyInline]
 
     @admin.display(description="platform key")
     def key_last4(self, obj):
@@ -139,6 +178,30 @@ class ProviderProfileAdmin(Dollars, admin.ModelAdmin):
         if form.cleaned_data.get("platform_key"):
             services.seal_platform_key(profile=obj, api_key=form.cleaned_data["platform_key"])
         super().save_model(request, obj, form, change)
+
+    def save_formset(self, request, form, formset, change):
+        if formset.model is not PlatformKey:
+            return super().save_formset(request, form, formset, change)
+        for key_form in formset.forms:
+            secret = key_form.cleaned_data.get("secret") if key_form.is_valid() else None
+            if secret and not key_form.cleaned_data.get("DELETE"):
+                services.platform_key_seal(key=key_form.instance, api_key=secret)
+        befores = {k.pk: services.platform_key_state(k) for k in formset.queryset}
+        instances = formset.save()
+        actor = operator(request)
+        for key in formset.deleted_objects:
+            services.platform_key_recorded(
+                key, action="platformkey.delete", actor=actor, before=befores.get(key.pk)
+            )
+        for key in instances:
+            before = befores.get(key.pk)
+            if before is None:
+                services.platform_key_recorded(key, action="platformkey.add", actor=actor)
+            elif before != services.platform_key_state(key):
+                services.platform_key_recorded(
+                    key, action="platformkey.update", actor=actor, before=before
+                )
+        return None
 
     # The admin saves inside a transaction: announce the change once it is committed, or
     # replicas reload before it is visible and keep the old config until the periodic reload.

@@ -158,7 +158,6 @@ class PlatformKey(models.Model):
     )
     enabled = models.BooleanField(default=True)
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.ACTIVE)
-    benched_until = models.DateTimeField(null=True, blank=True, editable=False)
     created_at = models.DateTimeField(default=timezone.now, editable=False)
 
     class Meta:

@@ -19,6 +19,7 @@ from providers.models import (
     WEB_KINDS,
     KeyStrategy,
     ModelKind,
+    PlatformKey,
     ProviderKind,
     ProviderModel,
     ProviderProfile,
@@ -41,7 +42,11 @@ PROFILE_FIELDS = {
     "api_version",
     "region",
     "project",
+    "platform_keys",
 }
+# A platform key in the profiles JSON: read from an environment variable (a sealed one is
+# added in the admin or with platform_key_add).
+PLATFORM_KEY_FIELDS = {"label", "api_key_env", "weight", "rpm", "tpm", "enabled"}
 # Vendor options: short strings, each read by the vendors that need it (models.py).
 VENDOR_OPTIONS = ("api_version", "region", "project")
 MODEL_FIELDS = {
@@ -141,6 +146,98 @@ def seal_platform_key(*, profile: ProviderProfile, api_key: str) -> None:
     profile.api_key_last4 = api_key[-4:]
 
 
+OWN_KEY_LABEL = "profile"  # the profile's own key, first in its pool (gateway/catalog.py)
+PLATFORM_KEY_AUDITED = (
+    "label",
+    "api_key_env",
+    "last4",
+    "weight",
+    "rpm",
+    "tpm",
+    "enabled",
+    "status",
+)
+
+
+def platform_key_state(key: PlatformKey) -> dict:
+    return {name: getattr(key, name) for name in PLATFORM_KEY_AUDITED}
+
+
+def platform_key_recorded(
+    key: PlatformKey, *, action: str, actor: Actor | None, before: dict | None = None
+) -> None:
+    audit.record(
+        actor=actor,
+        action=action,
+        account_id=None,
+        target_type="platform_key",
+        target_id=key.pk,
+        target_label=f"{key.profile.name}/{key.label}",
+        before=before,
+        after=platform_key_state(key) if action != "platformkey.delete" else None,
+    )
+
+
+@transaction.atomic
+def platform_key_add(
+    *,
+    profile: ProviderProfile,
+    label: str,
+    api_key: str = "",
+    api_key_env: str = "",
+    weight: int = 1,
+    rpm: int | None = None,
+    tpm: int | None = None,
+    actor: Actor | None = None,
+) -> PlatformKey:
+    """Add a platform key to a profile: sealed (only its last 4 stay readable), or read from
+    an environment variable; recorded, and every replica reloads."""
+    if bool(api_key) == bool(api_key_env):
+        raise ValueError("a platform key is either a secret or an environment variable's name")
+    if label == OWN_KEY_LABEL:
+        raise ValueError(f"the label {OWN_KEY_LABEL!r} names the profile's own key")
+    key = PlatformKey(
+        profile=profile, label=label, api_key_env=api_key_env, weight=weight, rpm=rpm, tpm=tpm
+    )
+    if api_key:
+        platform_key_seal(key=key, api_key=api_key)
+    key.full_clean()
+    key.save()
+    platform_key_recorded(key, action="platformkey.add", actor=actor)
+    transaction.on_commit(profile_changed)
+    return key
+
+
+def platform_key_seal(*, key: PlatformKey, api_key: str) -> None:
+    """Seal a secret into a platform key row (the caller saves it)."""
+    key.sealed, key.seal_version = seal(api_key, bound_to=key.seal_binding)
+    key.last4 = api_key[-4:]
+
+
+@transaction.atomic
+def platform_key_failed(key_id: int, status: int) -> None:
+    """The vendor refused a platform key (401 / 403): mark it failing, record it, reload."""
+    key = (
+        PlatformKey.objects.select_related("profile").select_for_update().filter(pk=key_id).first()
+    )
+    if key is None or key.status == PlatformKey.Status.FAILING:
+        return
+    before = platform_key_state(key)
+    key.status = PlatformKey.Status.FAILING
+    key.save(update_fields=["status"])
+    audit.record(
+        actor=None,
+        action="platformkey.failed",
+        account_id=None,
+        target_type="platform_key",
+        target_id=key.pk,
+        target_label=f"{key.profile.name}/{key.label}",
+        before=before,
+        after={**platform_key_state(key), "vendor_status": status},
+    )
+    transaction.on_commit(profile_changed)
+
+
 def profile_set_platform_key(
     *, profile: ProviderProfile, api_key: str, actor: Actor | None = None
 ) -> None:
@@ -238,6 +335,29 @@ def units_problem(units: object, profile_kind: object, *, has_models: bool) -> s
     return None
 
 
+def platform_keys_problem(keys: object) -> str | None:
+    """Say what makes a profile's JSON platform keys unusable, or return None."""
+    if keys is None:
+        return None
+    if not isinstance(keys, list):
+        return "'platform_keys' must be a list"
+    labels = set()
+    for key in keys:
+        if not isinstance(key, dict) or set(key) - PLATFORM_KEY_FIELDS:
+            return f"a platform key is an object of {sorted(PLATFORM_KEY_FIELDS)}"
+        label = key.get("label")
+        if not isinstance(label, str) or not label or label == OWN_KEY_LABEL or label in labels:
+            return f"platform key label {label!r} is missing, repeated or reserved"
+        labels.add(label)
+        if not isinstance(key.get("api_key_env"), str) or not key["api_key_env"]:
+            return f"platform key {label!r} needs 'api_key_env'"
+        for limit in ("weight", "rpm", "tpm"):
+            value = key.get(limit)
+            if value is not None and (type(value) is not int or value < (limit == "weight")):
+                return f"platform key {label!r}: {limit!r} must be a non-negative integer"
+    return None
+
+
 def alias_clash(models: list[tuple[str, list[str]]]) -> str | None:
     """Return the first alias that is also a model name or another alias of the same
     profile (a model's own name included), or None."""
@@ -279,6 +399,9 @@ def _check_profile(item: object, index: int) -> None:
             f"Malformed setting {where}: 'key_strategy' must be one of "
             f"{sorted(KeyStrategy.values)}."
         )
+    problem = platform_keys_problem(item.get("platform_keys"))
+    if problem:
+        raise ImproperlyConfigured(f"Malformed setting {where}: {problem}.")
     for option in VENDOR_OPTIONS:
         value = item.get(option, "")
         if not isinstance(value, str) or len(value) > 32 or value != value.strip():
@@ -322,6 +445,25 @@ def _check_profile(item: object, index: int) -> None:
             f"Malformed setting {where}: alias {clash!r} is already a model name or alias "
             "of this profile."
         )
+
+
+def _bootstrap_platform_keys(profile: ProviderProfile, keys: list[dict]) -> None:
+    """Create or update the JSON's platform keys; drop the environment keys it no longer
+    lists (sealed ones, added by an operator, stay)."""
+    for key in keys:
+        PlatformKey.objects.update_or_create(
+            profile=profile,
+            label=key["label"],
+            defaults={
+                "api_key_env": key["api_key_env"],
+                "weight": key.get("weight", 1),
+                "rpm": key.get("rpm"),
+                "tpm": key.get("tpm"),
+                "enabled": key.get("enabled", True),
+            },
+        )
+    listed = [key["label"] for key in keys]
+    profile.platform_keys.exclude(label__in=listed).exclude(api_key_env="").delete()
 
 
 def unit_prices(item: dict) -> dict[str, int | None]:
@@ -380,6 +522,8 @@ def profiles_bootstrap(*, spec: list[dict], actor: Actor | None = None) -> list[
                 },
             )
         profile.models.exclude(name__in=names).delete()
+        if "platform_keys" in item:
+            _bootstrap_platform_keys(profile, item["platform_keys"])
         profile_recorded(profile=profile, before=before, actor=actor)
         profiles.append(profile)
     transaction.on_commit(profile_changed)

@@ -237,6 +237,7 @@ class UsageAttempt(models.Model):
     upstream_status = models.PositiveSmallIntegerField(null=True)
     latency_ms = models.PositiveIntegerField(default=0)
     reservation_id = models.BigIntegerField(null=True)
+    key_label = models.CharField(max_length=64, blank=True, default="")
 
     class Meta:
         ordering = ["order"]

@@ -37,6 +37,7 @@ class WebLink:
     breaker_key: str
     locked: bool = False  # the chain lock: LM-3021 without a call
     pool_exhausted_refusal: bool = False
+    key_tokens: int = 0  # web vendors limit no tokens
 
     @property
     def judged(self) -> bool:

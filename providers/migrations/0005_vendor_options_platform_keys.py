@@ -51,7 +51,6 @@ class Migration(migrations.Migration):
                 ('tpm', models.PositiveIntegerField(blank=True, help_text="The vendor's tokens per minute for this key.", null=True)),
                 ('enabled', models.BooleanField(default=True)),
                 ('status', models.CharField(choices=[('active', 'Active'), ('failing', 'Failing (the vendor refused it)')], default='active', max_length=16)),
-                ('benched_until', models.DateTimeField(blank=True, editable=False, null=True)),
                 ('created_at', models.DateTimeField(default=django.utils.timezone.now, editable=False)),
                 ('profile', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='platform_keys', to='providers.providerprofile')),
             ],

@@ -18,7 +18,14 @@ def clear_shared_state() -> None:
     import redis
 
     client = redis.Redis.from_url(settings.REDIS_URL)
-    for pattern in ("tollgate:cb:*", "tollgate:rl:*", "tollgate:bench:*", "tollgate:wu:*"):
+    patterns = (
+        "tollgate:cb:*",
+        "tollgate:rl:*",
+        "tollgate:bench:*",
+        "tollgate:wu:*",
+        "tollgate:pk:*",
+    )
+    for pattern in patterns:
         keys = list(client.scan_iter(pattern, count=1000))
         if keys:
             client.delete(*keys)
