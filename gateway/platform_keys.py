@@ -15,9 +15,12 @@ the key is never driven into the vendor's 429). Bench and counts live in Redis (
 one round trip per pick); without Redis each replica counts alone.
 
 A key the vendor answers 429 is benched for its Retry-After (BENCH_429_DEFAULT_S without
-one); one answered 401 / 403 is taken out: benched fleet-wide for TAKEN_OUT_S at once, marked
-failing in the database (the catalog loads no failing key: an operator puts it back), logged
-at ERROR, counted (`tollgate_platform_key_refused_total`) and written to the audit trail.
+one); one answered 401 / 403 is taken out: marked failing in the database (the catalog loads
+no failing key: an operator puts it back), logged at ERROR, counted
+(`tollgate_platform_key_refused_total`) and written to the audit trail, and benched
+fleet-wide at once until every replica has reloaded without it (two reload periods: the
+bench must not outlive an operator putting the key back). The profile's own key has no row
+to mark: it comes back after that bench, and is refused and benched again until fixed.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from core import metrics
+from core.config import tollgate
 from core.db import off_loop
 from core.shared_state import Script, SharedState, SharedStateDown
 from providers.models import KeyStrategy
@@ -40,7 +44,6 @@ log = logging.getLogger(__name__)
 PREFIX = "tollgate:pk:"
 WINDOW_S = 60
 BENCH_429_DEFAULT_S = 30.0
-TAKEN_OUT_S = 3600.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,7 +220,7 @@ class PlatformKeys:
     async def take_out(self, pool: KeyPool, key: PlatformCredential, status: int) -> None:
         """The vendor refused `key` itself (401 / 403): bench it fleet-wide now, mark it failing
         in the database (off the request path) and tell the operator."""
-        await self.bench(pool, key, TAKEN_OUT_S)
+        await self.bench(pool, key, 2.0 * tollgate().config_reload_s)
         log.error(
             "platform key %s of profile %s refused by the vendor (HTTP %s): taken out until "
             "an operator puts it back",
