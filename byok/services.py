@@ -35,8 +35,8 @@ def eligible_provider(provider: str) -> ProviderProfile:
         raise TeamKeyRefused(f"Unknown provider {provider!r}. {eligible_providers_hint()}")
     if profile.kind not in TEAM_KEY_ELIGIBLE_KINDS:
         raise TeamKeyRefused(
-            f"Provider {provider!r} is of kind {profile.kind}, which does not take a plain API "
-            f"key on the vendor URL; team keys are not allowed for it. {eligible_providers_hint()}"
+            f"Provider {provider!r} is of kind {profile.kind}, which only the platform serves; "
+            f"team keys are not allowed for it. {eligible_providers_hint()}"
         )
     return profile
 

@@ -68,10 +68,11 @@ def test_ineligible_and_unknown_providers_are_refused_at_creation(stack):
             },
             {"name": "bedrock", "kind": "bedrock", "base_url": "https://example.invalid"},
             {"name": "vertex", "kind": "vertex", "base_url": "https://example.invalid"},
+            {"name": "gemini", "kind": "gemini", "base_url": "https://example.invalid"},
         ],
     )
     api = Byok(stack, stack.tenant())
-    for provider in ("azure-east", "bedrock", "vertex", "no-such-provider"):
+    for provider in ("azure-east", "bedrock", "vertex", "gemini", "no-such-provider"):
         refused = api.add(provider, "k", "sk-aaaa")
         assert refused.status_code == 400, provider
         assert refused.json()["error"]["code"] == "LM-2001"
@@ -138,8 +139,8 @@ def test_ineligible_provider_error_names_the_valid_ones(stack):
     for refused in (api.fallback("azure-east", True), api.add("azure-east", "k", "sk-aaaa")):
         assert refused.status_code == 400
         assert refused.json()["error"]["message"] == (
-            "Provider 'azure-east' is of kind azure, which does not take a plain API key on the "
-            f"vendor URL; team keys are not allowed for it. {VALID}"
+            "Provider 'azure-east' is of kind azure, which only the platform serves; team keys "
+            f"are not allowed for it. {VALID}"
         )
     assert KeyPool.objects.count() == 0
 

@@ -51,8 +51,8 @@ def test_the_tenant_api_refuses_a_team_key_for_the_fake_kind_naming_the_eligible
         assert refused.status_code == 400
         assert refused.json()["error"]["code"] == "LM-2001"
         assert refused.json()["error"]["message"] == (
-            "Provider 'fake' is of kind fake, which does not take a plain API key on the "
-            f"vendor URL; team keys are not allowed for it. {ELIGIBLE}"
+            "Provider 'fake' is of kind fake, which only the platform serves; team keys are not "
+            f"allowed for it. {ELIGIBLE}"
         )
     assert api.list().json()["eligible_providers"] == [
         "stub-anthropic",
