@@ -321,6 +321,11 @@ class HttpProvider:
     def decoder(self, target: CallTarget) -> StreamDecoder:
         raise NotImplementedError
 
+    async def failure(self, response: aiohttp.ClientResponse, api_key: str) -> ProviderError:
+        """Map a failed answer to a ProviderError (a vendor whose statuses say more or less
+        than they mean corrects them here)."""
+        return await error_from_response(response, api_key)
+
     def _post(self, req: ModelRequest, target: CallTarget):
         url, body, headers = self.request(req, target)
         return self._session.post(url, data=body, headers=headers)
@@ -339,7 +344,7 @@ class HttpProvider:
                 url, data=body, headers=headers or self.headers(api_key)
             ) as response:
                 if response.status != 200:
-                    raise await error_from_response(response, api_key)
+                    raise await self.failure(response, api_key)
                 data = orjson.loads(await response.read())
         except ProviderError:
             raise
@@ -360,7 +365,7 @@ class HttpProvider:
             raise connection_error(exc) from None
         try:
             if response.status != 200:
-                raise await error_from_response(response, target.api_key)
+                raise await self.failure(response, target.api_key)
             decoder = self.decoder(target)
             async for events in sse_events(response):
                 chunks = []

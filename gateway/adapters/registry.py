@@ -7,10 +7,14 @@ from typing import Protocol
 import aiohttp
 
 from gateway.adapters.anthropic import AnthropicProvider
+from gateway.adapters.azure import AzureOpenAIProvider
 from gateway.adapters.base import NO_OPTIONS, Provider, VendorOptions
+from gateway.adapters.bedrock import BedrockProvider
 from gateway.adapters.fake import FakeProvider
+from gateway.adapters.gemini import GeminiProvider
 from gateway.adapters.openai import OpenAICompatibleProvider, OpenAIProvider
 from gateway.adapters.openrouter import OpenRouterProvider
+from gateway.adapters.vertex import VertexProvider
 from providers.models import ProviderKind
 
 
@@ -27,7 +31,11 @@ ADAPTERS: dict[str, AdapterClass] = {
     ProviderKind.OPENAI_COMPATIBLE: OpenAICompatibleProvider,
     ProviderKind.ANTHROPIC: AnthropicProvider,
     ProviderKind.OPENROUTER: OpenRouterProvider,
+    ProviderKind.AZURE: AzureOpenAIProvider,
     ProviderKind.FAKE: FakeProvider,
+    ProviderKind.GEMINI: GeminiProvider,
+    ProviderKind.VERTEX: VertexProvider,
+    ProviderKind.BEDROCK: BedrockProvider,
 }
 
 

@@ -16,6 +16,13 @@ class Clock:
         return self.now
 
 
+def no_redis() -> SharedState:
+    """A shared state that never asks Redis (a configured one is the Redis tests' own)."""
+    shared = SharedState()
+    shared.client = None
+    return shared
+
+
 def pool(strategy: str, *keys: PlatformCredential) -> KeyPool:
     return KeyPool(profile="p", strategy=strategy, keys=keys)
 
@@ -38,7 +45,7 @@ def picks(keys: PlatformKeys, of: KeyPool, n: int, *, tokens: int = 10) -> list[
 
 
 def test_round_robin_and_weighted_orders():
-    keys = PlatformKeys(SharedState(), clock=Clock())
+    keys = PlatformKeys(no_redis(), clock=Clock())
     assert picks(keys, pool("round_robin", key("a"), key("b"), key("c")), 6) == list("abcabc")
     weighted = pool("weighted", key("a", weight=2), key("b", weight=1), key("c", weight=1))
     assert picks(keys, weighted, 8) == list("abcaabca")
@@ -46,7 +53,7 @@ def test_round_robin_and_weighted_orders():
 
 def test_limits_count_requests_and_promised_tokens_per_minute():
     clock = Clock()
-    keys = PlatformKeys(SharedState(), clock=clock)
+    keys = PlatformKeys(no_redis(), clock=clock)
     limited = pool("round_robin", key("a", rpm=2), key("b", tpm=250))
     # a takes two calls a minute; b takes calls while under 250 tokens (100 each).
     assert picks(keys, limited, 6, tokens=100) == ["a", "b", "a", "b", "b", "-"]
@@ -58,7 +65,7 @@ def test_limits_count_requests_and_promised_tokens_per_minute():
 
 def test_a_benched_key_is_passed_by_until_its_bench_lapses():
     clock = Clock()
-    keys = PlatformKeys(SharedState(), clock=clock)
+    keys = PlatformKeys(no_redis(), clock=clock)
     two = pool("round_robin", key("a"), key("b"))
     asyncio.run(keys.bench(two, two.keys[0], 5))
     assert picks(keys, two, 3) == ["b", "b", "b"]
@@ -69,7 +76,7 @@ def test_a_benched_key_is_passed_by_until_its_bench_lapses():
 
 
 def test_least_in_flight_prefers_the_idle_key():
-    keys = PlatformKeys(SharedState(), clock=Clock())
+    keys = PlatformKeys(no_redis(), clock=Clock())
     two = pool("least_in_flight", key("a"), key("b"))
 
     async def run() -> list[str]:

@@ -1,0 +1,212 @@
+"""AWS Bedrock through its Converse and ConverseStream APIs, signed with SigV4.
+
+Inside Tollgate a Bedrock profile speaks OpenAI chat: its body is taken into Converse at
+plan time (`own_payload`, gateway/shapes/bedrock.py, refusing what Converse cannot carry
+before any call), and its answers come back as OpenAI chat completions and chunks.
+
+- URL: `{base_url}/model/{upstream model id, URL-encoded}/converse` (`/converse-stream` for
+  a stream). A profile without a base URL calls `https://bedrock-runtime.{region}.amazonaws.com`.
+- Credentials: the profile's platform key is `ACCESS_KEY_ID:SECRET_ACCESS_KEY` or
+  `ACCESS_KEY_ID:SECRET_ACCESS_KEY:SESSION_TOKEN` (AWS never puts a colon in any of them).
+  Each call is signed with botocore's SigV4 (service `bedrock`, the profile's region); a
+  malformed key, or a profile without a region, fails the call without calling (not
+  retryable: the operator must fix it), and no message ever carries the key.
+- Streams are AWS event-stream frames (not SSE), read with botocore's parser: `event`
+  messages carry ConverseStream's events, `exception` messages its errors (throttling,
+  internal, unavailable and model-stream errors are worth another try; a validation error
+  is the request's own). HTTP errors are `{"message": ...}` JSON, which
+  base.vendor_message reads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator, AsyncIterator
+from urllib.parse import quote, urlsplit
+
+import aiohttp
+import orjson
+from botocore.auth import SigV4Auth
+from botocore.awsrequest import AWSRequest
+from botocore.credentials import Credentials
+from botocore.eventstream import EventStreamBuffer, EventStreamMessage, ParserError
+from yarl import URL
+
+from gateway.adapters.base import (
+    TRANSPORT_ERRORS,
+    CallTarget,
+    HttpProvider,
+    ProviderError,
+    clean_vendor_text,
+    connection_error,
+    error_from_response,
+)
+from gateway.shapes import bedrock as converse
+from gateway.types import OPENAI, Chunk, Completion, ModelRequest
+
+SIGNING_SERVICE = "bedrock"
+EVENT_STREAM = "application/vnd.amazon.eventstream"
+MALFORMED_KEY = (
+    "the platform key of a bedrock profile must be ACCESS_KEY_ID:SECRET_ACCESS_KEY or "
+    "ACCESS_KEY_ID:SECRET_ACCESS_KEY:SESSION_TOKEN"
+)
+
+
+def aws_credentials(api_key: str) -> Credentials:
+    """Read a Bedrock platform key; a malformed one is an operator's error, told without it."""
+    parts = api_key.split(":")
+    if len(parts) not in (2, 3) or not all(part.strip() == part and part for part in parts):
+        raise ProviderError(MALFORMED_KEY, retryable=False)
+    return Credentials(*parts)
+
+
+def region_of(region: str, base_url: str) -> str:
+    """Return the signing region: the profile's, else the one its AWS host names."""
+    if region:
+        return region
+    host = urlsplit(base_url).hostname or ""
+    labels = host.split(".")
+    if len(labels) >= 4 and labels[0] == "bedrock-runtime" and host.endswith(".amazonaws.com"):
+        return labels[1]
+    return ""
+
+
+class BedrockProvider(HttpProvider):
+    shape = OPENAI
+    native = frozenset({OPENAI})
+
+    def url_for(self, base_url: str, shape: str) -> str:
+        if not base_url and self._options.region:
+            return f"https://bedrock-runtime.{self._options.region}.amazonaws.com/model"
+        return base_url + "/model"
+
+    def own_payload(self, shape: str, body: dict) -> tuple[str, dict]:
+        return OPENAI, converse.chat_to_converse(body)
+
+    def request(self, req: ModelRequest, target: CallTarget) -> tuple[str, bytes, dict[str, str]]:
+        credentials = aws_credentials(target.api_key)
+        region = region_of(self._options.region, self._base_url)
+        if not region:
+            raise ProviderError("the bedrock profile has no region to sign for", retryable=False)
+        api = "converse-stream" if req.stream else "converse"
+        model = quote(target.upstream_model, safe="")
+        url = f"{self._urls[OPENAI]}/{model}/{api}"
+        body = orjson.dumps(converse.converse_body(target.payload, max_tokens=target.max_tokens))
+        headers = {
+            "Content-Type": "application/json",
+            "Accept": EVENT_STREAM if req.stream else "application/json",
+        }
+        signed = AWSRequest(method="POST", url=url, data=body, headers=headers)
+        SigV4Auth(credentials, SIGNING_SERVICE, region).add_auth(signed)
+        return url, body, dict(signed.headers.items())
+
+    def _send(self, req: ModelRequest, target: CallTarget):
+        url, body, headers = self.request(req, target)
+        # The path goes as signed: yarl would decode the model id's escapes (`%3A`).
+        return self._session.post(URL(url, encoded=True), data=body, headers=headers)
+
+    async def complete(self, req: ModelRequest, target: CallTarget) -> Completion:
+        try:
+            async with self._send(req, target) as response:
+                if response.status != 200:
+                    raise await error_from_response(response, target.api_key)
+                data = orjson.loads(await response.read())
+        except ProviderError:
+            raise
+        except (*TRANSPORT_ERRORS, TimeoutError) as exc:
+            raise connection_error(exc) from None
+        except orjson.JSONDecodeError:
+            raise ProviderError("upstream sent malformed JSON", retryable=True) from None
+        if not isinstance(data, dict):
+            raise ProviderError("upstream sent malformed JSON", retryable=True)
+        return converse.completion_from_converse(data, model=req.model)
+
+    async def stream(
+        self, req: ModelRequest, target: CallTarget
+    ) -> AsyncGenerator[list[Chunk], None]:
+        try:
+            response = await self._send(req, target)
+        except (*TRANSPORT_ERRORS, TimeoutError) as exc:
+            raise connection_error(exc) from None
+        try:
+            if response.status != 200:
+                raise await error_from_response(response, target.api_key)
+            decoder = converse.ConverseStreamToChat()
+            async for messages in event_stream_messages(response):
+                chunks = []
+                for message in messages:
+                    chunk = _event_chunk(decoder, message, target.api_key)
+                    if chunk is not None:
+                        chunks.append(chunk)
+                    if decoder.done:
+                        break
+                if chunks:
+                    yield chunks
+                if decoder.done:
+                    break
+            if not decoder.done:
+                raise ProviderError("upstream stream ended early", retryable=True)
+        finally:
+            response.release()
+
+
+def _event_chunk(
+    decoder: converse.ConverseStreamToChat, message: EventStreamMessage, api_key: str
+) -> Chunk | None:
+    """Read one event-stream message: an event's chunk, or its exception raised."""
+    headers = message.headers
+    kind = headers.get(":message-type")
+    try:
+        payload = orjson.loads(message.payload) if message.payload else {}
+    except orjson.JSONDecodeError:
+        raise ProviderError("upstream sent malformed JSON", retryable=True) from None
+    if kind == "event":
+        if not isinstance(payload, dict):
+            raise ProviderError("upstream sent malformed JSON", retryable=True)
+        return decoder.feed(str(headers.get(":event-type", "")), payload)
+    name = str(headers.get(":exception-type") or headers.get(":error-code") or "error")
+    status, retryable = converse.STREAM_EXCEPTIONS.get(name, (None, True))
+    said = payload.get("message") if isinstance(payload, dict) else None
+    raise ProviderError(
+        f"upstream stream exception ({clean_vendor_text(name)})",
+        retryable=retryable,
+        status=status,
+        retry_after_s=1.0 if status == 429 else None,
+        vendor_message=clean_vendor_text(said, api_key=api_key) if not retryable else None,
+    )
+
+
+async def event_stream_messages(
+    response: aiohttp.ClientResponse,
+) -> AsyncIterator[list[EventStreamMessage]]:
+    """Yield an event-stream body's messages, together as each read brought them; raise
+    ProviderError if it breaks or is not event-stream framing.
+
+    As sse_events does, a broken connection first yields the whole messages aiohttp had
+    buffered: the last ones the vendor did send are not lost.
+    """
+    content = response.content
+    buffer = EventStreamBuffer()
+    while True:
+        try:
+            data = await content.readany()
+        except TRANSPORT_ERRORS as exc:
+            rest = getattr(content, "_buffer", None)
+            if rest:
+                buffer.add_data(b"".join(rest)[getattr(content, "_buffer_offset", 0) :])
+                messages = _complete_messages(buffer)
+                if messages:
+                    yield messages
+            raise connection_error(exc) from None
+        if not data:
+            return
+        buffer.add_data(data)
+        messages = _complete_messages(buffer)
+        if messages:
+            yield messages
+
+
+def _complete_messages(buffer: EventStreamBuffer) -> list[EventStreamMessage]:
+    try:
+        return list(buffer)
+    except ParserError:
+        raise ProviderError("upstream sent a malformed event stream", retryable=True) from None

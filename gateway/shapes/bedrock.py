@@ -1,0 +1,614 @@
+"""AWS Bedrock's Converse API, both ways: an OpenAI chat-completions body into a Converse body,
+and a Converse answer (whole, or ConverseStream's events) back into the OpenAI chat shape.
+
+A Bedrock profile speaks OpenAI chat inside Tollgate: gateway/plan.py hands it a chat body
+(an Anthropic or Responses client's translated first), and `chat_to_converse` takes it into
+Converse at plan time, under the rules of gateway/shapes/fields.py: a field is translated,
+or dropped only where it cannot change the answer (below), or refused naming it. Answers
+come back as OpenAI chat completions and chunks, which every client shape renders.
+
+Translated: system and developer messages into `system` (text blocks, in order, wherever
+they stood); user, assistant and tool messages into alternating `messages` (neighbours of
+one role merged: Converse wants user and assistant to alternate, and tool results are user
+content there); text parts into `{"text"}` blocks (an empty text is left out: Converse
+refuses blank text); `data:` image URLs into `{"image": {"format", "source": {"bytes"}}}`;
+assistant tool calls into `toolUse` blocks, tool messages into `toolResult` blocks; `tools`
+into `toolConfig.tools[].toolSpec` and `tool_choice` into `toolConfig.toolChoice`
+(auto / required -> any / a function -> tool); `max_tokens` (owned: the adapter sets the
+hold's cap), `temperature`, `top_p` and `stop` into `inferenceConfig`; `response_format`
+`json_schema` into `outputConfig.textFormat` (Converse's structured output: the schema as a
+JSON string, its name and description; the answer is the JSON text, as OpenAI's is).
+
+Dropped, as they cannot change the answer: `prompt_cache_key` and `prompt_cache_retention`
+(OpenAI's cache routing and lifetime hints: cost only; Bedrock caches only at cache points,
+which a chat body has no way to ask for) and the owned fields (the raw end-user id never
+leaves: Converse has no end-user field). Neutral values (None, false, empty, OpenAI's
+defaults such as `n: 1`) ask for nothing.
+
+Refused: `n` above 1 (Converse answers once), image URLs that are not `data:` URLs (Converse
+takes image bytes, not links), file parts, `json_object` mode (Converse has a schema mode
+only), `tool_choice: "none"` beside tools and `parallel_tool_calls: false` (Converse can
+neither forbid calling the tools it is given nor keep calls sequential), `temperature`
+above 1, and every other OpenAI field (penalties, logit_bias, logprobs, seed,
+reasoning_effort, audio, web search, ...): Converse has no counterpart.
+
+Answers: text blocks are the content, `toolUse` blocks the tool calls (the `toolUseId` their
+id, the input as compact JSON); `reasoningContent` blocks are left out, as OpenAI chat hides
+reasoning too. `stopReason`: end_turn / stop_sequence -> stop, max_tokens and
+model_context_window_exceeded -> length, tool_use -> tool_calls, guardrail_intervened /
+content_filtered -> content_filter. Usage: Bedrock's `inputTokens` leaves out the tokens read
+from and written to its prompt cache (`cacheReadInputTokens`, `cacheWriteInputTokens`);
+ours, and OpenAI's `prompt_tokens`, count every prompt token, so they are added.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from gateway.shapes.common import OPENAI_OWNED
+from gateway.shapes.fields import (
+    PROMPT_CACHE_DEFAULTS,
+    as_dict,
+    as_list,
+    as_text,
+    cannot_arrive,
+    compact_json,
+    is_neutral,
+    malformed,
+    refuse_rest,
+    split_data_url,
+    untranslatable,
+)
+from gateway.types import OPENAI, Chunk, Completion, Usage
+
+VENDOR = "bedrock"
+
+# OpenAI's own defaults: sent explicitly they ask for nothing Converse lacks.
+OPENAI_DEFAULTS: dict[str, tuple[Any, ...]] = {
+    "n": (1,),
+    "presence_penalty": (0, 0.0),
+    "frequency_penalty": (0, 0.0),
+    "top_logprobs": (0,),
+    "service_tier": ("auto", "default"),
+    "modalities": (["text"],),
+    "prompt_cache_options": PROMPT_CACHE_DEFAULTS,
+    "parallel_tool_calls": (True,),
+}
+# Cost hints that cannot change an answer: dropped (the module docstring).
+DROPPED = frozenset({"prompt_cache_key", "prompt_cache_retention"})
+HANDLED = frozenset(
+    {
+        "messages",
+        "temperature",
+        "top_p",
+        "stop",
+        "tools",
+        "tool_choice",
+        "parallel_tool_calls",
+        "response_format",
+    }
+)
+IMAGE_FORMATS = {
+    "image/png": "png",
+    "image/jpeg": "jpeg",
+    "image/gif": "gif",
+    "image/webp": "webp",
+}
+TOOL_CHOICES: dict[str, dict[str, dict]] = {"auto": {"auto": {}}, "required": {"any": {}}}
+EMPTY_SCHEMA = {"type": "object", "properties": {}}
+
+
+# ---------------------------------------------------------------- requests: chat -> Converse
+
+
+def chat_to_converse(body: dict, *, vendor_kind: str = VENDOR) -> dict:
+    """Return the Converse body for an OpenAI chat-completions body, owned fields left out
+    (the adapter sets `inferenceConfig.maxTokens`); raise InvalidRequest for what has no
+    faithful translation, naming the field."""
+    body = as_dict(body, "body")
+    refuse_rest(
+        body,
+        handled=OPENAI_OWNED | HANDLED | DROPPED,
+        path="",
+        vendor=vendor_kind,
+        defaults=OPENAI_DEFAULTS,
+    )
+    system, messages = _converse_messages(as_list(body.get("messages"), "messages"), vendor_kind)
+    out: dict[str, Any] = {"messages": messages}
+    if system:
+        out["system"] = system
+    inference = _inference_config(body, vendor_kind)
+    if inference:
+        out["inferenceConfig"] = inference
+    tool_config = _tool_config(body, vendor_kind)
+    if tool_config:
+        out["toolConfig"] = tool_config
+    output_config = _output_config(body.get("response_format"), vendor_kind)
+    if output_config:
+        out["outputConfig"] = output_config
+    return out
+
+
+def converse_body(payload: dict, *, max_tokens: int) -> dict:
+    """Return the Converse body a call sends: the plan's payload with the hold's output cap."""
+    inference = {**(payload.get("inferenceConfig") or {}), "maxTokens": max_tokens}
+    return {**payload, "inferenceConfig": inference}
+
+
+def _converse_messages(messages: list, vendor: str) -> tuple[list[dict], list[dict]]:
+    system: list[dict] = []
+    turns: list[dict] = []
+    for index, raw in enumerate(messages):
+        path = f"messages[{index}]"
+        message = as_dict(raw, path)
+        role = message.get("role")
+        if role in ("system", "developer"):
+            refuse_rest(message, handled=frozenset({"role", "content"}), path=path, vendor=vendor)
+            system += _text_blocks(message.get("content"), f"{path}.content", vendor)
+            continue
+        if role == "user":
+            turn = _user_turn(message, path, vendor)
+        elif role == "assistant":
+            turn = _assistant_turn(message, path, vendor)
+        elif role == "tool":
+            turn = _tool_turn(message, path, vendor)
+        else:
+            raise untranslatable(f"{path}.role", vendor, str(role))
+        if turns and turns[-1]["role"] == turn["role"]:
+            turns[-1]["content"] += turn["content"]
+        else:
+            turns.append(turn)
+    return system, turns
+
+
+def _text_blocks(content: Any, path: str, vendor: str) -> list[dict]:
+    """Return a text-only content's blocks: a string, or text parts (blank ones left out)."""
+    if isinstance(content, str):
+        return [{"text": content}] if content else []
+    blocks = []
+    for index, raw in enumerate(as_list(content, path)):
+        blocks += _text_part(as_dict(raw, f"{path}[{index}]"), f"{path}[{index}]", vendor)
+    return blocks
+
+
+def _text_part(part: dict, path: str, vendor: str) -> list[dict]:
+    if part.get("type") != "text":
+        raise untranslatable(f"{path}.type", vendor, str(part.get("type")))
+    refuse_rest(part, handled=frozenset({"type", "text"}), path=path, vendor=vendor)
+    text = as_text(part.get("text"), f"{path}.text")
+    return [{"text": text}] if text else []
+
+
+def _user_turn(message: dict, path: str, vendor: str) -> dict:
+    refuse_rest(message, handled=frozenset({"role", "content"}), path=path, vendor=vendor)
+    content = message.get("content")
+    if isinstance(content, str):
+        return {"role": "user", "content": [{"text": content}] if content else []}
+    blocks = []
+    for index, raw in enumerate(as_list(content, f"{path}.content")):
+        part_path = f"{path}.content[{index}]"
+        part = as_dict(raw, part_path)
+        kind = part.get("type")
+        if kind == "text":
+            blocks += _text_part(part, part_path, vendor)
+        elif kind == "image_url":
+            blocks.append(_image_block(part, part_path, vendor))
+        else:
+            raise untranslatable(f"{part_path}.type", vendor, str(kind))
+    return {"role": "user", "content": blocks}
+
+
+def _image_block(part: dict, path: str, vendor: str) -> dict:
+    refuse_rest(part, handled=frozenset({"type", "image_url"}), path=path, vendor=vendor)
+    image = as_dict(part.get("image_url"), f"{path}.image_url")
+    detail = image.get("detail")
+    if detail not in (None, "auto"):
+        raise untranslatable(f"{path}.image_url.detail", vendor, str(detail))
+    refuse_rest(
+        image, handled=frozenset({"url", "detail"}), path=f"{path}.image_url", vendor=vendor
+    )
+    url_path = f"{path}.image_url.url"
+    url = as_text(image.get("url"), url_path)
+    data_url = split_data_url(url)
+    if data_url is None:
+        raise untranslatable(
+            url_path, vendor, why="Converse takes image bytes (a base64 data: URL), not links"
+        )
+    media_type, data = data_url
+    if media_type not in IMAGE_FORMATS:
+        raise untranslatable(url_path, vendor, media_type)
+    return {"image": {"format": IMAGE_FORMATS[media_type], "source": {"bytes": data}}}
+
+
+def _assistant_turn(message: dict, path: str, vendor: str) -> dict:
+    # `name`, `refusal`, `audio` and the deprecated `function_call` are refused unless neutral.
+    refuse_rest(
+        message, handled=frozenset({"role", "content", "tool_calls"}), path=path, vendor=vendor
+    )
+    content = message.get("content")
+    blocks = [] if content is None else _text_blocks(content, f"{path}.content", vendor)
+    calls = as_list(message.get("tool_calls") or [], f"{path}.tool_calls")
+    blocks += [
+        _tool_use(call, f"{path}.tool_calls[{index}]", vendor) for index, call in enumerate(calls)
+    ]
+    return {"role": "assistant", "content": blocks}
+
+
+def _tool_use(call: Any, path: str, vendor: str) -> dict:
+    call = as_dict(call, path)
+    if call.get("type") != "function":
+        raise untranslatable(f"{path}.type", vendor, str(call.get("type")))
+    # `index` is what the SDKs' stream helpers leave on a call; the list order carries it.
+    refuse_rest(
+        call, handled=frozenset({"id", "type", "function", "index"}), path=path, vendor=vendor
+    )
+    function_path = f"{path}.function"
+    function = as_dict(call.get("function"), function_path)
+    refuse_rest(
+        function, handled=frozenset({"name", "arguments"}), path=function_path, vendor=vendor
+    )
+    return {
+        "toolUse": {
+            "toolUseId": as_text(call.get("id"), f"{path}.id"),
+            "name": as_text(function.get("name"), f"{function_path}.name"),
+            "input": _arguments_object(function.get("arguments"), f"{function_path}.arguments"),
+        }
+    }
+
+
+def _arguments_object(arguments: Any, path: str) -> dict:
+    # Converse holds a tool's input as a JSON object; an empty string is a call without any.
+    if arguments == "":
+        return {}
+    try:
+        value = json.loads(as_text(arguments, path))
+    except ValueError:
+        value = None
+    if not isinstance(value, dict):
+        raise untranslatable(path, VENDOR, "not a JSON object")
+    return value
+
+
+def _tool_turn(message: dict, path: str, vendor: str) -> dict:
+    refuse_rest(
+        message, handled=frozenset({"role", "content", "tool_call_id"}), path=path, vendor=vendor
+    )
+    result = {
+        "toolUseId": as_text(message.get("tool_call_id"), f"{path}.tool_call_id"),
+        # A toolResult needs content: an empty result is one empty text.
+        "content": _text_blocks(message.get("content"), f"{path}.content", vendor)
+        or [{"text": ""}],
+    }
+    return {"role": "user", "content": [{"toolResult": result}]}
+
+
+def _inference_config(body: dict, vendor: str) -> dict:
+    config: dict[str, Any] = {}
+    temperature = body.get("temperature")
+    if temperature is not None:
+        # OpenAI samples at 0..2, Converse at 0..1: above 1 means nothing there.
+        if isinstance(temperature, int | float) and temperature > 1:
+            raise untranslatable("temperature", vendor, "above 1")
+        config["temperature"] = temperature
+    if body.get("top_p") is not None:
+        config["topP"] = body["top_p"]
+    stop = body.get("stop")
+    if stop is not None:
+        sequences = [stop] if isinstance(stop, str) else as_list(stop, "stop")
+        if sequences:
+            config["stopSequences"] = sequences
+    return config
+
+
+def _tool_config(body: dict, vendor: str) -> dict:
+    tools = [
+        _tool_spec(tool, f"tools[{index}]", vendor)
+        for index, tool in enumerate(as_list(body.get("tools") or [], "tools"))
+    ]
+    choice = body.get("tool_choice")
+    parallel = body.get("parallel_tool_calls")
+    if parallel not in (None, True, False):
+        raise malformed("parallel_tool_calls", "a boolean")
+    if not tools:
+        # Without tools a choice asks for nothing, but for a tool that is not there.
+        if isinstance(choice, dict):
+            raise untranslatable(
+                "tool_choice", vendor, why="it names a tool, and no tools are given"
+            )
+        return {}
+    if choice == "none":
+        raise untranslatable(
+            "tool_choice",
+            vendor,
+            "none",
+            why="Converse cannot forbid calling the tools it is given",
+        )
+    if parallel is False:
+        raise untranslatable(
+            "parallel_tool_calls", vendor, "false", why="Converse cannot keep tool calls sequential"
+        )
+    config: dict[str, Any] = {"tools": tools}
+    if choice is not None:
+        config["toolChoice"] = _tool_choice(choice, vendor)
+    return config
+
+
+def _tool_spec(tool: Any, path: str, vendor: str) -> dict:
+    tool = as_dict(tool, path)
+    if tool.get("type") != "function":
+        raise untranslatable(f"{path}.type", vendor, str(tool.get("type")))
+    refuse_rest(tool, handled=frozenset({"type", "function"}), path=path, vendor=vendor)
+    function_path = f"{path}.function"
+    function = as_dict(tool.get("function"), function_path)
+    refuse_rest(
+        function,
+        handled=frozenset({"name", "description", "parameters", "strict"}),
+        path=function_path,
+        vendor=vendor,
+    )
+    spec: dict[str, Any] = {
+        "name": as_text(function.get("name"), f"{function_path}.name"),
+        "inputSchema": {"json": function.get("parameters") or EMPTY_SCHEMA},
+    }
+    if function.get("description"):
+        spec["description"] = as_text(function["description"], f"{function_path}.description")
+    # Both guarantee schema-valid tool inputs when asked; false is the default in both.
+    if function.get("strict") is True:
+        spec["strict"] = True
+    return {"toolSpec": spec}
+
+
+def _tool_choice(choice: Any, vendor: str) -> dict:
+    if isinstance(choice, str):
+        if choice not in TOOL_CHOICES:
+            raise untranslatable("tool_choice", vendor, choice)
+        return TOOL_CHOICES[choice]
+    choice = as_dict(choice, "tool_choice")
+    if choice.get("type") != "function":
+        raise untranslatable("tool_choice.type", vendor, str(choice.get("type")))
+    refuse_rest(choice, handled=frozenset({"type", "function"}), path="tool_choice", vendor=vendor)
+    function = as_dict(choice.get("function"), "tool_choice.function")
+    refuse_rest(function, handled=frozenset({"name"}), path="tool_choice.function", vendor=vendor)
+    return {"tool": {"name": as_text(function.get("name"), "tool_choice.function.name")}}
+
+
+def _output_config(response_format: Any, vendor: str) -> dict:
+    """Translate a `json_schema` response format into Converse's structured output."""
+    if is_neutral(response_format) or response_format == {"type": "text"}:
+        return {}
+    response_format = as_dict(response_format, "response_format")
+    kind = response_format.get("type")
+    if kind != "json_schema":
+        raise untranslatable(
+            "response_format.type", vendor, str(kind), why="Converse has a JSON schema mode only"
+        )
+    refuse_rest(
+        response_format,
+        handled=frozenset({"type", "json_schema"}),
+        path="response_format",
+        vendor=vendor,
+    )
+    path = "response_format.json_schema"
+    spec = as_dict(response_format.get("json_schema"), path)
+    # `strict`: Converse always holds the answer to the schema, which strict asks and
+    # non-strict allows.
+    refuse_rest(
+        spec,
+        handled=frozenset({"name", "description", "schema", "strict"}),
+        path=path,
+        vendor=vendor,
+    )
+    definition: dict[str, Any] = {
+        "schema": compact_json(as_dict(spec.get("schema"), f"{path}.schema")),
+        "name": as_text(spec.get("name"), f"{path}.name"),
+    }
+    if spec.get("description") is not None:
+        definition["description"] = as_text(spec["description"], f"{path}.description")
+    structure = {"jsonSchema": definition}
+    return {"textFormat": {"type": "json_schema", "structure": structure}}
+
+
+# ---------------------------------------------------------------- answers: Converse -> chat
+
+FINISH_FROM_STOP = {
+    "end_turn": "stop",
+    "stop_sequence": "stop",
+    "max_tokens": "length",
+    "model_context_window_exceeded": "length",  # the output ran out of room, as with a cap
+    "tool_use": "tool_calls",
+    "guardrail_intervened": "content_filter",
+    "content_filtered": "content_filter",
+}
+# A reason Bedrock adds later (or a malformed model output) must not break answers.
+DEFAULT_FINISH = "stop"
+# Our finish reasons ("stop" | "length" | "tool_calls"): a filtered answer stopped.
+OUR_FINISH = {"content_filter": "stop"}
+CHUNK = "chat.completion.chunk"
+
+
+def finish_reason(stop_reason: Any) -> str:
+    """Return the OpenAI finish reason for a Converse `stopReason`."""
+    return FINISH_FROM_STOP.get(stop_reason, DEFAULT_FINISH)
+
+
+def usage_from_converse(raw: Any) -> Usage:
+    """Read Converse's usage: its inputTokens leave out cache reads and writes; ours count
+    every prompt token."""
+    raw = raw if isinstance(raw, dict) else {}
+    cache_read = int(raw.get("cacheReadInputTokens") or 0)
+    cache_write = int(raw.get("cacheWriteInputTokens") or 0)
+    return Usage(
+        input_tokens=int(raw.get("inputTokens") or 0) + cache_read + cache_write,
+        output_tokens=int(raw.get("outputTokens") or 0),
+        cache_read_tokens=cache_read,
+        cache_write_tokens=cache_write,
+    )
+
+
+def openai_usage(usage: Usage) -> dict:
+    """Render our usage as OpenAI `CompletionUsage` (the cache writes beside the reads, as
+    chat_answers.py reads them back for an Anthropic client)."""
+    return {
+        "prompt_tokens": usage.input_tokens,
+        "completion_tokens": usage.output_tokens,
+        "total_tokens": usage.total_tokens,
+        "prompt_tokens_details": {
+            "cached_tokens": usage.cache_read_tokens,
+            "cache_write_tokens": usage.cache_write_tokens,
+        },
+        "completion_tokens_details": {"reasoning_tokens": 0},
+    }
+
+
+def converse_to_chat(data: dict) -> tuple[dict, str]:
+    """Return the chat.completion object for a Converse answer, and its text; raise
+    ValueError for a block the translated request cannot have caused."""
+    message = ((data.get("output") or {}).get("message")) or {}
+    texts: list[str] = []
+    calls: list[dict] = []
+    for block in message.get("content") or []:
+        if "text" in block:
+            texts.append(block["text"] or "")
+        elif "toolUse" in block:
+            use = block["toolUse"]
+            calls.append(
+                {
+                    "id": use["toolUseId"],
+                    "type": "function",
+                    "function": {"name": use["name"], "arguments": compact_json(use.get("input"))},
+                }
+            )
+        elif "reasoningContent" not in block:  # reasoning: hidden, as OpenAI chat hides it
+            raise cannot_arrive(f"A Converse {next(iter(block), 'empty')!r} block")
+    text = "".join(texts)
+    chat_message: dict[str, Any] = {
+        "role": "assistant",
+        "content": text or (None if calls else ""),
+        "refusal": None,
+    }
+    if calls:
+        chat_message["tool_calls"] = calls
+    chat = {
+        "id": "",
+        "object": "chat.completion",
+        "created": int(time.time()),  # Converse does not say when; now is when it arrived
+        "model": "",
+        "choices": [
+            {
+                "index": 0,
+                "message": chat_message,
+                "finish_reason": finish_reason(data.get("stopReason")),
+                "logprobs": None,
+            }
+        ],
+        "usage": openai_usage(usage_from_converse(data.get("usage"))),
+    }
+    return chat, text
+
+
+def completion_from_converse(data: dict, *, model: str) -> Completion:
+    """Read a Converse answer as a Completion in the OpenAI chat shape."""
+    chat, text = converse_to_chat(data)
+    finish = chat["choices"][0]["finish_reason"]
+    return Completion(
+        shape=OPENAI,
+        data=chat,
+        text=text,
+        finish_reason=OUR_FINISH.get(finish, finish),
+        usage=usage_from_converse(data.get("usage")),
+        model=model,
+    )
+
+
+# ---------------------------------------------------------------- streams: ConverseStream -> chat
+
+# ConverseStream's exception events, and whether the call is worth another try.
+STREAM_EXCEPTIONS: dict[str, tuple[int | None, bool]] = {
+    "throttlingException": (429, True),
+    "internalServerException": (500, True),
+    "serviceUnavailableException": (503, True),
+    "modelStreamErrorException": (None, True),  # the model broke off: a new call may not
+    "validationException": (400, False),
+}
+
+
+class ConverseStreamToChat:
+    """Turn ConverseStream's events, one by one, into chat-completion chunks.
+
+    The stream is done once it said both how it stopped (`messageStop`) and what it used
+    (`metadata`): Bedrock sends them in that order, last.
+    """
+
+    def __init__(self) -> None:
+        self.stopped = False
+        self.metered = False
+        # OpenAI numbers tool calls from 0; Converse numbers all blocks, text ones included.
+        self._tool_index: dict[int, int] = {}
+
+    @property
+    def done(self) -> bool:
+        return self.stopped and self.metered
+
+    def feed(self, event_type: str, payload: dict) -> Chunk | None:
+        """Return the chunk one event becomes; None for those that say nothing to pass on
+        (contentBlockStop, reasoning, event types Bedrock may add later)."""
+        if event_type == "messageStart":
+            return _chunk({"role": "assistant", "content": ""})
+        if event_type == "contentBlockStart":
+            return self._on_block_start(payload)
+        if event_type == "contentBlockDelta":
+            return self._on_block_delta(payload)
+        if event_type == "messageStop":
+            self.stopped = True
+            finish = finish_reason(payload.get("stopReason"))
+            return _chunk({}, finish_reason=finish)
+        if event_type == "metadata":
+            self.metered = True
+            usage = usage_from_converse(payload.get("usage"))
+            event = {"object": CHUNK, "choices": [], "usage": openai_usage(usage)}
+            return Chunk(shape=OPENAI, event=event, usage=usage)
+        return None
+
+    def _on_block_start(self, payload: dict) -> Chunk | None:
+        use = (payload.get("start") or {}).get("toolUse")
+        if use is None:
+            return None
+        block = payload.get("contentBlockIndex", 0)
+        tool = self._tool_index[block] = len(self._tool_index)
+        call = {
+            "index": tool,
+            "id": use["toolUseId"],
+            "type": "function",
+            "function": {"name": use["name"], "arguments": ""},
+        }
+        return _chunk({"tool_calls": [call]}, generated=True)
+
+    def _on_block_delta(self, payload: dict) -> Chunk | None:
+        delta = payload.get("delta") or {}
+        if "text" in delta:
+            text = delta["text"] or ""
+            return _chunk({"content": text}, text=text, generated=bool(text)) if text else None
+        use = delta.get("toolUse")
+        if use is None:
+            return None  # reasoning: hidden, as OpenAI chat hides it
+        block = payload.get("contentBlockIndex", 0)
+        if block not in self._tool_index:
+            raise ValueError("A Converse toolUse delta for a block that is not a toolUse.")
+        fragment = use.get("input") or ""
+        if not fragment:
+            return None
+        call = {"index": self._tool_index[block], "function": {"arguments": fragment}}
+        return _chunk({"tool_calls": [call]}, generated=True)
+
+
+def _chunk(
+    delta: dict, *, finish_reason: str | None = None, text: str = "", generated: bool = False
+) -> Chunk:
+    event = {
+        "object": CHUNK,
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason, "logprobs": None}],
+    }
+    ours = OUR_FINISH.get(finish_reason, finish_reason) if finish_reason else None
+    return Chunk(shape=OPENAI, event=event, text=text, generated=generated, finish_reason=ours)

@@ -1,0 +1,777 @@
+"""Google's `generateContent` shape (the Gemini API and Vertex AI), both ways: an OpenAI
+chat-completions body in (the vendor's chat shape is OpenAI's: gateway/plan.py translates the
+other client shapes into it first), and a Gemini answer, whole or streamed, out as OpenAI chat,
+under the rules of gateway/shapes/fields.py (translate, drop only what cannot change the
+answer, or refuse naming the field).
+
+Requests, OpenAI -> Gemini:
+
+- `system` and `developer` messages, wherever they stand, become `systemInstruction` (one text
+  part per string or text part, in order); `user` turns and `tool` results are `user`
+  contents, `assistant` turns `model` contents; neighbouring contents of one role merge.
+- Text parts are text parts; an `image_url` or `file` data URL is `inlineData` (its media
+  type and base64 data); `input_audio` is `inlineData` `audio/wav` or `audio/mp3`. An http(s)
+  image URL is refused: Gemini reads `fileData` only from its own File API or Cloud Storage
+  URIs. A file part's `filename` is dropped (a documented exception: Gemini's inline data has
+  no name; the model reads the document's content either way).
+- Tools are `functionDeclarations` with `parametersJsonSchema`: the OpenAI parameters are JSON
+  Schema, which that field takes as it is (the older `parameters` takes an OpenAPI subset that
+  would need a lossy conversion). Tool calls are `functionCall` parts (`args` the arguments
+  object); a tool result is a `functionResponse` part, `{"name", "response": {"output":
+  <its text>}}`: Gemini answers a call by its function's name, found from the earlier
+  assistant message that made the call (a result whose call is not in the conversation is
+  refused).
+- `tool_choice`: `auto` -> mode AUTO (VALIDATED when a tool is `strict`: Gemini's mode that
+  keeps calls to their schema while still allowing text), `none` -> NONE, `required` -> ANY,
+  a named function -> ANY with `allowedFunctionNames` [name], `allowed_tools` in mode
+  `required` -> ANY with its names (mode `auto` is refused: Gemini restricts names only when
+  a call is required). `parallel_tool_calls: false` with callable tools is refused (Gemini
+  has no switch for one call at a time).
+- `generationConfig`: temperature; top_p -> topP; stop -> stopSequences; n -> candidateCount;
+  seed; presence/frequency penalties; `response_format` json_object -> responseMimeType
+  `application/json`, json_schema -> that and `responseJsonSchema` (JSON Schema as it is, for
+  the reason above; the format's `name` labels it for the client and is not sent, `strict`
+  is what Gemini does anyway, a `description` is refused: it has no place);
+  `reasoning_effort` -> `thinkingConfig.thinkingBudget` (THINKING_BUDGETS: Google's own
+  OpenAI-compatible endpoint maps low / medium / high to 1,024 / 8,192 / 24,576 and none to
+  0; minimal, which it lacks, is 512). The output cap is Tollgate's (`maxOutputTokens`, set by
+  `vendor_body`); the model and streaming are in the URL.
+- Dropped, as they cannot change the answer: `prompt_cache_key` (a routing hint for OpenAI's
+  cache; Gemini caches implicitly). The caller label is not sent: Gemini has no end-user field.
+- Refused unless neutral: logprobs, logit_bias, metadata, store, audio, prediction,
+  modalities other than text, verbosity, web search, service tiers, deprecated functions.
+
+Answers, Gemini -> OpenAI chat: each candidate is a choice; text parts are its content
+(thought summaries, never asked for, are skipped); `functionCall` parts are tool calls with
+ids `call_<n>` (n counts the candidate's calls from 0: stable, as Gemini gives no ids of its
+own); finish reasons: STOP -> stop, MAX_TOKENS -> length, the safety ones (SAFETY, RECITATION,
+BLOCKLIST, PROHIBITED_CONTENT, SPII, IMAGE_SAFETY) -> content_filter, a candidate with calls
+-> tool_calls, anything else -> stop. Usage (`usageMetadata`): prompt tokens =
+promptTokenCount (cached included) + toolUsePromptTokenCount, cached = cachedContentTokenCount,
+completion = candidatesTokenCount + thoughtsTokenCount (thoughts are billed as output),
+reasoning = thoughtsTokenCount.
+
+A prompt Gemini blocks (`promptFeedback.blockReason`, no candidates, HTTP 200) is read by
+`prompt_blocked`: the adapter makes it a vendor refusal.
+
+Streams (`streamGenerateContent?alt=sse`: each event a whole GenerateContentResponse holding
+the delta) become chat.completion.chunk objects: the first of each choice carries the role,
+each later one its text or calls; the event where every candidate has its finish reason ends
+the stream and carries the usage (chat's usage chunk folded into the finishing one).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+
+from gateway.shapes import openai as openai_shape
+from gateway.shapes.common import OPENAI_OWNED
+from gateway.shapes.fields import (
+    PDF,
+    PROMPT_CACHE_DEFAULTS,
+    as_dict,
+    as_list,
+    as_text,
+    cannot_arrive,
+    compact_json,
+    is_neutral,
+    malformed,
+    refuse_rest,
+    split_data_url,
+    untranslatable,
+)
+from gateway.types import OPENAI, Chunk, Completion, Usage
+
+GEMINI = "gemini"  # the shape of a generateContent body (CallTarget.shape)
+
+# OpenAI's own defaults: sent explicitly they ask for nothing Gemini lacks.
+OPENAI_DEFAULTS: dict[str, tuple[Any, ...]] = {
+    "n": (1,),
+    "presence_penalty": (0, 0.0),
+    "frequency_penalty": (0, 0.0),
+    "top_logprobs": (0,),
+    "service_tier": ("auto", "default"),
+    "modalities": (["text"],),
+    "prompt_cache_options": PROMPT_CACHE_DEFAULTS,
+    "parallel_tool_calls": (True,),
+    "verbosity": ("medium",),
+}
+# A routing hint for OpenAI's prompt cache: it cannot change the answer (module docstring).
+DROPPED = frozenset({"prompt_cache_key"})
+
+THINKING_BUDGETS = {"none": 0, "minimal": 512, "low": 1024, "medium": 8192, "high": 24576}
+AUDIO_FORMATS: dict[Any, str] = {"wav": "audio/wav", "mp3": "audio/mp3"}
+PDF_BASE64_START = "JVBER"  # "%PDF" in base64: a file_data without a data-URL header
+TOOL_OUTPUT = "output"  # the key of a functionResponse's response holding the tool's text
+
+
+# ---------------------------------------------------------------- requests: OpenAI -> Gemini
+
+
+def chat_request_to_gemini(body: dict, *, vendor_kind: str) -> dict:
+    """Return the generateContent body for an OpenAI chat-completions body, owned fields left
+    out; raise InvalidRequest for what has no faithful translation."""
+    body = as_dict(body, "body")
+    refuse_rest(
+        body,
+        handled=OPENAI_OWNED | DROPPED | GENERATION_FIELDS.keys() | HANDLED,
+        path="",
+        vendor=vendor_kind,
+        defaults=OPENAI_DEFAULTS,
+    )
+    system, contents = _contents(as_list(body.get("messages"), "messages"), vendor_kind)
+    out: dict[str, Any] = {"contents": contents}
+    if system:
+        out["systemInstruction"] = {"parts": system}
+    tools = _tools(body.get("tools"), vendor_kind)
+    if tools:
+        out["tools"] = [{"functionDeclarations": tools}]
+    tool_config = _tool_config(body, tools, vendor_kind)
+    if tool_config:
+        out["toolConfig"] = {"functionCallingConfig": tool_config}
+    config: dict[str, Any] = {}
+    for key, translate in GENERATION_FIELDS.items():
+        if body.get(key) is not None:
+            config.update(translate(body[key], vendor_kind))
+    if config:
+        out["generationConfig"] = config
+    return out
+
+
+def _contents(messages: list, vendor: str) -> tuple[list[dict], list[dict]]:
+    """Return the system instruction's parts and the contents of a chat's messages."""
+    system: list[dict] = []
+    contents: list[dict] = []
+    call_names: dict[str, str] = {}  # tool call id -> its function, as the history defines it
+    for index, raw in enumerate(messages):
+        path = f"messages[{index}]"
+        message = as_dict(raw, path)
+        role = message.get("role")
+        if role in ("system", "developer"):
+            refuse_rest(message, handled=frozenset({"role", "content"}), path=path, vendor=vendor)
+            system += _text_parts(message.get("content"), f"{path}.content", vendor)
+        elif role == "user":
+            refuse_rest(message, handled=frozenset({"role", "content"}), path=path, vendor=vendor)
+            _append(contents, "user", _user_parts(message.get("content"), path, vendor))
+        elif role == "assistant":
+            _append(contents, "model", _model_parts(message, path, vendor, call_names))
+        elif role == "tool":
+            _append(contents, "user", [_function_response(message, path, vendor, call_names)])
+        else:
+            raise untranslatable(f"{path}.role", vendor, str(role))
+    return system, contents
+
+
+def _append(contents: list[dict], role: str, parts: list[dict]) -> None:
+    """Append a content, merged into the last one of the same role (Gemini wants turns that
+    alternate); a turn with no parts is left out."""
+    if not parts:
+        return
+    if contents and contents[-1]["role"] == role:
+        contents[-1]["parts"] += parts
+    else:
+        contents.append({"role": role, "parts": parts})
+
+
+def _text_parts(content: Any, path: str, vendor: str) -> list[dict]:
+    """Translate a content that may only hold text (system, developer)."""
+    if isinstance(content, str):
+        return [{"text": content}] if content else []
+    return [
+        {"text": _text_of_part(part, f"{path}[{index}]", vendor)}
+        for index, part in enumerate(as_list(content, path))
+    ]
+
+
+def _text_of_part(part: Any, path: str, vendor: str) -> str:
+    part = as_dict(part, path)
+    if part.get("type") != "text":
+        raise untranslatable(f"{path}.type", vendor, str(part.get("type")))
+    refuse_rest(part, handled=frozenset({"type", "text"}), path=path, vendor=vendor)
+    return as_text(part.get("text"), f"{path}.text")
+
+
+def _user_parts(content: Any, path: str, vendor: str) -> list[dict]:
+    content_path = f"{path}.content"
+    if isinstance(content, str):
+        return [{"text": content}]
+    parts = []
+    for index, raw in enumerate(as_list(content, content_path)):
+        where = f"{content_path}[{index}]"
+        part = as_dict(raw, where)
+        translate = USER_PARTS.get(part.get("type"))
+        if translate is None:
+            raise untranslatable(f"{where}.type", vendor, str(part.get("type")))
+        parts.append(translate(part, where, vendor))
+    return parts
+
+
+def _text_part(part: dict, path: str, vendor: str) -> dict:
+    return {"text": _text_of_part(part, path, vendor)}
+
+
+def _image_part(part: dict, path: str, vendor: str) -> dict:
+    refuse_rest(part, handled=frozenset({"type", "image_url"}), path=path, vendor=vendor)
+    image_path = f"{path}.image_url"
+    image = as_dict(part.get("image_url"), image_path)
+    detail = image.get("detail")
+    if detail not in (None, "auto"):
+        raise untranslatable(f"{image_path}.detail", vendor, str(detail))
+    refuse_rest(image, handled=frozenset({"url", "detail"}), path=image_path, vendor=vendor)
+    url_path = f"{image_path}.url"
+    url = as_text(image.get("url"), url_path)
+    if url.startswith(("https://", "http://")):
+        raise untranslatable(
+            url_path,
+            vendor,
+            "an http(s) URL",
+            why="Gemini reads images from inline data or its own file URIs only; send a data URL",
+        )
+    data_url = split_data_url(url)
+    if data_url is None or not data_url[0].startswith("image/"):
+        raise untranslatable(url_path, vendor, data_url[0] if data_url else None)
+    return {"inlineData": {"mimeType": data_url[0], "data": data_url[1]}}
+
+
+def _file_part(part: dict, path: str, vendor: str) -> dict:
+    refuse_rest(part, handled=frozenset({"type", "file"}), path=path, vendor=vendor)
+    file_path = f"{path}.file"
+    file = as_dict(part.get("file"), file_path)
+    # `filename` is dropped (the module docstring); an uploaded `file_id` lives at OpenAI.
+    refuse_rest(file, handled=frozenset({"file_data", "filename"}), path=file_path, vendor=vendor)
+    data_path = f"{file_path}.file_data"
+    file_data = as_text(file.get("file_data"), data_path)
+    media_type, data = split_data_url(file_data) or (None, file_data)
+    if media_type is None and data.startswith(PDF_BASE64_START):
+        media_type = PDF
+    if not media_type:
+        raise untranslatable(data_path, vendor, why="a data URL naming its media type is needed")
+    return {"inlineData": {"mimeType": media_type, "data": data}}
+
+
+def _audio_part(part: dict, path: str, vendor: str) -> dict:
+    refuse_rest(part, handled=frozenset({"type", "input_audio"}), path=path, vendor=vendor)
+    audio_path = f"{path}.input_audio"
+    audio = as_dict(part.get("input_audio"), audio_path)
+    refuse_rest(audio, handled=frozenset({"data", "format"}), path=audio_path, vendor=vendor)
+    media_type = AUDIO_FORMATS.get(audio.get("format"))
+    if media_type is None:
+        raise untranslatable(f"{audio_path}.format", vendor, str(audio.get("format")))
+    data = as_text(audio.get("data"), f"{audio_path}.data")
+    return {"inlineData": {"mimeType": media_type, "data": data}}
+
+
+USER_PARTS: dict[Any, Callable[[dict, str, str], dict]] = {
+    "text": _text_part,
+    "image_url": _image_part,
+    "file": _file_part,
+    "input_audio": _audio_part,
+}
+
+
+def _model_parts(message: dict, path: str, vendor: str, call_names: dict[str, str]) -> list[dict]:
+    # `name`, `refusal`, `audio` and the deprecated `function_call` are refused unless neutral.
+    refuse_rest(
+        message, handled=frozenset({"role", "content", "tool_calls"}), path=path, vendor=vendor
+    )
+    content = message.get("content")
+    parts: list[dict] = []
+    if isinstance(content, str):
+        parts += [{"text": content}] if content else []
+    elif content is not None:
+        for index, part in enumerate(as_list(content, f"{path}.content")):
+            text = _text_of_part(part, f"{path}.content[{index}]", vendor)
+            parts += [{"text": text}] if text else []
+    calls = as_list(message.get("tool_calls") or [], f"{path}.tool_calls")
+    for index, call in enumerate(calls):
+        call_id, name, arguments = _tool_call(call, f"{path}.tool_calls[{index}]", vendor)
+        call_names[call_id] = name
+        parts.append({"functionCall": {"name": name, "args": arguments}})
+    return parts
+
+
+def _tool_call(call: Any, path: str, vendor: str) -> tuple[str, str, dict]:
+    call = as_dict(call, path)
+    if call.get("type") != "function":
+        raise untranslatable(f"{path}.type", vendor, str(call.get("type")))
+    # `index` is what the SDKs' stream helpers leave on a call; the list order carries it.
+    refuse_rest(
+        call, handled=frozenset({"id", "type", "function", "index"}), path=path, vendor=vendor
+    )
+    function_path = f"{path}.function"
+    function = as_dict(call.get("function"), function_path)
+    refuse_rest(
+        function, handled=frozenset({"name", "arguments"}), path=function_path, vendor=vendor
+    )
+    return (
+        as_text(call.get("id"), f"{path}.id"),
+        as_text(function.get("name"), f"{function_path}.name"),
+        _arguments_object(function.get("arguments"), f"{function_path}.arguments", vendor),
+    )
+
+
+def _arguments_object(arguments: Any, path: str, vendor: str) -> dict:
+    # Gemini holds a call's args as an object; an empty string is a call without arguments.
+    if arguments == "":
+        return {}
+    try:
+        value = json.loads(as_text(arguments, path))
+    except ValueError:
+        value = None
+    if not isinstance(value, dict):
+        raise untranslatable(path, vendor, "not a JSON object")
+    return value
+
+
+def _function_response(message: dict, path: str, vendor: str, call_names: dict[str, str]) -> dict:
+    refuse_rest(
+        message, handled=frozenset({"role", "content", "tool_call_id"}), path=path, vendor=vendor
+    )
+    id_path = f"{path}.tool_call_id"
+    name = call_names.get(as_text(message.get("tool_call_id"), id_path))
+    if name is None:
+        raise untranslatable(
+            id_path,
+            vendor,
+            why="Gemini answers a call by its function's name, and no earlier assistant "
+            "message makes this call",
+        )
+    content = message.get("content")
+    content_path = f"{path}.content"
+    if isinstance(content, str):
+        text = content
+    elif is_neutral(content):
+        text = ""
+    else:
+        text = "".join(
+            _text_of_part(part, f"{content_path}[{index}]", vendor)
+            for index, part in enumerate(as_list(content, content_path))
+        )
+    return {"functionResponse": {"name": name, "response": {TOOL_OUTPUT: text}}}
+
+
+def _tools(tools: Any, vendor: str) -> list[dict]:
+    if tools is None:
+        return []
+    return [
+        _declaration(tool, f"tools[{index}]", vendor)
+        for index, tool in enumerate(as_list(tools, "tools"))
+    ]
+
+
+def _declaration(tool: Any, path: str, vendor: str) -> dict:
+    tool = as_dict(tool, path)
+    if tool.get("type") != "function":
+        raise untranslatable(f"{path}.type", vendor, str(tool.get("type")))
+    refuse_rest(tool, handled=frozenset({"type", "function"}), path=path, vendor=vendor)
+    function_path = f"{path}.function"
+    function = as_dict(tool.get("function"), function_path)
+    refuse_rest(
+        function,
+        handled=frozenset({"name", "description", "parameters", "strict"}),
+        path=function_path,
+        vendor=vendor,
+    )
+    declaration: dict[str, Any] = {"name": as_text(function.get("name"), f"{function_path}.name")}
+    if function.get("description") is not None:
+        declaration["description"] = as_text(
+            function["description"], f"{function_path}.description"
+        )
+    if function.get("parameters") is not None:
+        declaration["parametersJsonSchema"] = as_dict(
+            function["parameters"], f"{function_path}.parameters"
+        )
+    return declaration
+
+
+def _strict_tools(body: dict) -> bool:
+    return any(
+        isinstance(tool, dict)
+        and isinstance(tool.get("function"), dict)
+        and tool["function"].get("strict") is True
+        for tool in body.get("tools") or ()
+    )
+
+
+def _tool_config(body: dict, tools: list[dict], vendor: str) -> dict:
+    """Translate tool_choice (and a parallel_tool_calls it cannot honour) into Gemini's
+    functionCallingConfig; nothing for the default (AUTO without strict tools)."""
+    choice = body.get("tool_choice")
+    auto = "VALIDATED" if _strict_tools(body) else "AUTO"
+    if choice is None or choice == "auto":
+        config: dict[str, Any] = {"mode": auto} if auto != "AUTO" else {}
+    elif choice == "none":
+        config = {"mode": "NONE"}
+    elif choice == "required":
+        config = {"mode": "ANY"}
+    elif isinstance(choice, str):
+        raise untranslatable("tool_choice", vendor, choice)
+    else:
+        config = _named_choice(as_dict(choice, "tool_choice"), vendor)
+    parallel = body.get("parallel_tool_calls")
+    if parallel not in (None, True, False):
+        raise malformed("parallel_tool_calls", "a boolean")
+    if parallel is False and tools and config.get("mode") != "NONE":
+        raise untranslatable(
+            "parallel_tool_calls",
+            vendor,
+            "false",
+            why="Gemini has no switch for one call at a time",
+        )
+    return config
+
+
+def _named_choice(choice: dict, vendor: str) -> dict:
+    kind = choice.get("type")
+    if kind == "function":
+        refuse_rest(
+            choice, handled=frozenset({"type", "function"}), path="tool_choice", vendor=vendor
+        )
+        function = as_dict(choice.get("function"), "tool_choice.function")
+        refuse_rest(
+            function, handled=frozenset({"name"}), path="tool_choice.function", vendor=vendor
+        )
+        name = as_text(function.get("name"), "tool_choice.function.name")
+        return {"mode": "ANY", "allowedFunctionNames": [name]}
+    if kind != "allowed_tools":
+        raise untranslatable("tool_choice.type", vendor, str(kind))
+    refuse_rest(
+        choice, handled=frozenset({"type", "allowed_tools"}), path="tool_choice", vendor=vendor
+    )
+    path = "tool_choice.allowed_tools"
+    allowed = as_dict(choice.get("allowed_tools"), path)
+    refuse_rest(allowed, handled=frozenset({"mode", "tools"}), path=path, vendor=vendor)
+    if allowed.get("mode") != "required":
+        raise untranslatable(
+            f"{path}.mode",
+            vendor,
+            str(allowed.get("mode")),
+            why="Gemini restricts the functions it may call only when a call is required",
+        )
+    names = []
+    for index, raw in enumerate(as_list(allowed.get("tools"), f"{path}.tools")):
+        where = f"{path}.tools[{index}]"
+        tool = as_dict(raw, where)
+        if tool.get("type") != "function":
+            raise untranslatable(f"{where}.type", vendor, str(tool.get("type")))
+        refuse_rest(tool, handled=frozenset({"type", "function"}), path=where, vendor=vendor)
+        function = as_dict(tool.get("function"), f"{where}.function")
+        refuse_rest(function, handled=frozenset({"name"}), path=f"{where}.function", vendor=vendor)
+        names.append(as_text(function.get("name"), f"{where}.function.name"))
+    return {"mode": "ANY", "allowedFunctionNames": names}
+
+
+def _response_format(response_format: Any, vendor: str) -> dict:
+    response_format = as_dict(response_format, "response_format")
+    kind = response_format.get("type")
+    if kind == "text":
+        refuse_rest(
+            response_format, handled=frozenset({"type"}), path="response_format", vendor=vendor
+        )
+        return {}
+    if kind == "json_object":
+        refuse_rest(
+            response_format, handled=frozenset({"type"}), path="response_format", vendor=vendor
+        )
+        return {"responseMimeType": "application/json"}
+    if kind != "json_schema":
+        raise untranslatable("response_format.type", vendor, str(kind))
+    refuse_rest(
+        response_format,
+        handled=frozenset({"type", "json_schema"}),
+        path="response_format",
+        vendor=vendor,
+    )
+    path = "response_format.json_schema"
+    json_schema = as_dict(response_format.get("json_schema"), path)
+    # `strict`: Gemini keeps an answer to its responseJsonSchema either way.
+    refuse_rest(
+        json_schema, handled=frozenset({"name", "schema", "strict"}), path=path, vendor=vendor
+    )
+    as_text(json_schema.get("name"), f"{path}.name")  # labels the format for the client only
+    schema = as_dict(json_schema.get("schema"), f"{path}.schema")
+    return {"responseMimeType": "application/json", "responseJsonSchema": schema}
+
+
+def _reasoning_effort(effort: Any, vendor: str) -> dict:
+    budget = THINKING_BUDGETS.get(effort) if isinstance(effort, str) else None
+    if budget is None:
+        raise untranslatable("reasoning_effort", vendor, str(effort))
+    return {"thinkingConfig": {"thinkingBudget": budget}}
+
+
+def _stop(stop: Any, vendor: str) -> dict:
+    sequences = [stop] if isinstance(stop, str) else as_list(stop, "stop")
+    return {"stopSequences": sequences} if sequences else {}
+
+
+def _candidates(n: Any, vendor: str) -> dict:
+    return {} if n == 1 else {"candidateCount": n}
+
+
+def _renamed(name: str, *, default: Any = None):
+    def translate(value: Any, vendor: str) -> dict:
+        return {} if value == default and default is not None else {name: value}
+
+    return translate
+
+
+# Each handled into generationConfig; looked up with the client's field name.
+GENERATION_FIELDS = {
+    "temperature": _renamed("temperature"),
+    "top_p": _renamed("topP"),
+    "stop": _stop,
+    "n": _candidates,
+    "seed": _renamed("seed"),
+    "presence_penalty": _renamed("presencePenalty", default=0),
+    "frequency_penalty": _renamed("frequencyPenalty", default=0),
+    "response_format": _response_format,
+    "reasoning_effort": _reasoning_effort,
+}
+HANDLED = frozenset({"messages", "tools", "tool_choice", "parallel_tool_calls"})
+
+
+def vendor_body(payload: dict, *, max_tokens: int) -> bytes:
+    """Build the vendor's body: the translated payload with Tollgate's output cap set."""
+    config = {**(payload.get("generationConfig") or {}), "maxOutputTokens": max_tokens}
+    return orjson.dumps({**payload, "generationConfig": config})
+
+
+def candidate_count(payload: dict) -> int:
+    """Return how many candidates a translated body asks for."""
+    count = (payload.get("generationConfig") or {}).get("candidateCount")
+    return count if isinstance(count, int) and count > 1 else 1
+
+
+# ---------------------------------------------------------------- answers: Gemini -> OpenAI
+
+FINISH_FROM_GEMINI: dict[Any, str] = {
+    "STOP": "stop",
+    "MAX_TOKENS": "length",
+    "SAFETY": "content_filter",
+    "RECITATION": "content_filter",
+    "BLOCKLIST": "content_filter",
+    "PROHIBITED_CONTENT": "content_filter",
+    "SPII": "content_filter",
+    "IMAGE_SAFETY": "content_filter",
+}
+# A reason Gemini adds later (or OTHER, LANGUAGE, MALFORMED_FUNCTION_CALL) reads as a stop.
+DEFAULT_FINISH = "stop"
+
+
+def prompt_blocked(data: Any) -> str | None:
+    """Return why Gemini blocked the prompt (its reason and message), or None when it did not:
+    a blocked prompt is an HTTP 200 with `promptFeedback.blockReason` and no candidates."""
+    if not isinstance(data, dict) or data.get("candidates"):
+        return None
+    feedback = data.get("promptFeedback")
+    reason = feedback.get("blockReason") if isinstance(feedback, dict) else None
+    if not reason:
+        return None
+    assert isinstance(feedback, dict)
+    said = feedback.get("blockReasonMessage")
+    detail = f": {said}" if isinstance(said, str) and said else ""
+    return f"Gemini blocked the prompt ({reason}){detail}"
+
+
+def openai_usage(metadata: Any) -> dict:
+    """Return OpenAI `CompletionUsage` for Gemini's usageMetadata (the module docstring)."""
+    metadata = metadata if isinstance(metadata, dict) else {}
+    prompt = _count(metadata, "promptTokenCount") + _count(metadata, "toolUsePromptTokenCount")
+    thoughts = _count(metadata, "thoughtsTokenCount")
+    completion = _count(metadata, "candidatesTokenCount") + thoughts
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+        "prompt_tokens_details": {"cached_tokens": _count(metadata, "cachedContentTokenCount")},
+        "completion_tokens_details": {"reasoning_tokens": thoughts},
+    }
+
+
+def _count(metadata: dict, name: str) -> int:
+    value = metadata.get(name)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
+def _read_parts(candidate: dict) -> tuple[str, list[tuple[str, dict]]]:
+    """Return a candidate's text and its calls (name, args), skipping thought summaries."""
+    texts: list[str] = []
+    calls: list[tuple[str, dict]] = []
+    content = candidate.get("content")
+    for part in (content.get("parts") or []) if isinstance(content, dict) else []:
+        if not isinstance(part, dict) or part.get("thought") is True:
+            continue
+        if isinstance(part.get("text"), str):
+            texts.append(part["text"])
+        elif isinstance(part.get("functionCall"), dict):
+            call = part["functionCall"]
+            calls.append((str(call.get("name") or ""), call.get("args") or {}))
+        elif set(part) - {"thoughtSignature"}:
+            raise cannot_arrive(f"A Gemini part with {sorted(part)}")
+    return "".join(texts), calls
+
+
+def _openai_call(number: int, name: str, args: dict) -> dict:
+    return {
+        "id": f"call_{number}",
+        "type": "function",
+        "function": {"name": name, "arguments": compact_json(args)},
+    }
+
+
+def _finish(candidate: dict, *, calls: bool) -> str:
+    if calls:
+        return "tool_calls"
+    return FINISH_FROM_GEMINI.get(candidate.get("finishReason"), DEFAULT_FINISH)
+
+
+def _ordered(candidates: Any) -> list[dict]:
+    listed = [c for c in candidates or () if isinstance(c, dict)]
+    return sorted(listed, key=lambda c: c.get("index") or 0)
+
+
+def chat_completion(data: dict) -> dict:
+    """Return the chat.completion object for a whole GenerateContentResponse."""
+    choices = []
+    for position, candidate in enumerate(_ordered(data.get("candidates"))):
+        text, calls = _read_parts(candidate)
+        message: dict[str, Any] = {
+            "role": "assistant",
+            "content": text or (None if calls else ""),
+            "refusal": None,
+        }
+        if calls:
+            message["tool_calls"] = [_openai_call(n, *call) for n, call in enumerate(calls)]
+        choices.append(
+            {
+                "index": candidate.get("index") or position,
+                "message": message,
+                "finish_reason": _finish(candidate, calls=bool(calls)),
+                "logprobs": None,
+            }
+        )
+    return {
+        "id": data.get("responseId") or "",
+        "object": "chat.completion",
+        "created": int(time.time()),  # Gemini does not say when; now is when it arrived
+        "model": data.get("modelVersion") or "",
+        "choices": choices,
+        "usage": openai_usage(data.get("usageMetadata")),
+    }
+
+
+def completion_from_vendor(data: dict, *, model: str) -> Completion:
+    """Read a whole Gemini answer as an OpenAI-shaped Completion (`model`: the client's)."""
+    return openai_shape.completion_from_vendor(chat_completion(data), model=model)
+
+
+def usage_of(metadata: Any) -> Usage | None:
+    """Return Tollgate's usage for a usageMetadata, None when there is none."""
+    if not isinstance(metadata, dict):
+        return None
+    return openai_shape.usage_from(openai_usage(metadata))
+
+
+CHUNK = "chat.completion.chunk"
+
+
+class GeminiStreamToOpenAI:
+    """Turn a streamGenerateContent SSE stream, event by event, into chat-completion chunks.
+
+    `done` once every candidate asked for has its finish reason: that event's chunk carries
+    the finish reasons and the usage (the latest usageMetadata seen).
+    """
+
+    def __init__(self, *, candidates: int = 1) -> None:
+        self.done = False
+        self._expected = candidates
+        self._started: set[int] = set()
+        self._calls: dict[int, int] = {}  # candidate index -> calls so far
+        self._finished: set[int] = set()
+        self._usage: dict | None = None
+
+    def feed(self, data: dict) -> Chunk:
+        """Return the chunk one event becomes (event None when it says nothing to pass on)."""
+        if isinstance(data.get("usageMetadata"), dict):
+            self._usage = data["usageMetadata"]
+        choices = []
+        finishes: list[str] = []
+        text = ""
+        generated = False
+        for position, candidate in enumerate(_ordered(data.get("candidates"))):
+            index = candidate.get("index") or position
+            piece, calls = _read_parts(candidate)
+            delta: dict[str, Any] = {}
+            if index not in self._started:
+                self._started.add(index)
+                delta["role"] = "assistant"
+            if piece:
+                delta["content"] = piece
+            if calls:
+                first = self._calls.get(index, 0)
+                self._calls[index] = first + len(calls)
+                delta["tool_calls"] = [
+                    {"index": first + n, **_openai_call(first + n, *call)}
+                    for n, call in enumerate(calls)
+                ]
+            finish = None
+            if candidate.get("finishReason"):
+                self._finished.add(index)
+                finish = _finish(candidate, calls=index in self._calls)
+                finishes.append(finish)
+            if index == 0:
+                text = piece
+            generated = generated or bool(piece or calls)
+            choices.append(
+                {"index": index, "delta": delta, "finish_reason": finish, "logprobs": None}
+            )
+        self.done = len(self._finished) >= self._expected
+        usage = usage_of(self._usage) if self._usage is not None else None
+        if not choices:
+            return Chunk(shape=OPENAI, usage=usage)
+        event: dict[str, Any] = {
+            "id": data.get("responseId") or "",
+            "object": CHUNK,
+            "created": int(time.time()),
+            "model": data.get("modelVersion") or "",
+            "choices": choices,
+        }
+        finish_reason = None
+        if self.done:
+            event["usage"] = openai_usage(self._usage)
+            finish_reason = openai_shape.FINISH_FROM_VENDOR.get(finishes[0], "stop")
+        return Chunk(
+            shape=OPENAI,
+            event=event,
+            text=text,
+            generated=generated,
+            finish_reason=finish_reason,
+            usage=usage,
+        )
+
+
+class GeminiShape:
+    """The generateContent shape, as the adapters use it (a VendorShape)."""
+
+    @staticmethod
+    def vendor_body(
+        payload: dict,
+        *,
+        upstream_model: str,
+        caller_label: str | None,
+        max_tokens: int,
+        stream: bool,
+    ) -> bytes:
+        # The model and streaming are in the URL; Gemini has no end-user field.
+        return vendor_body(payload, max_tokens=max_tokens)
+
+    completion_from_vendor = staticmethod(completion_from_vendor)
+
+
+GEMINI_SHAPE = GeminiShape()
