@@ -32,12 +32,37 @@ Vendor routes
 * ``POST .../embeddings`` (any prefix): OpenAI embeddings, deterministic
   vectors (``embeddings.embedding_vector``); the contract is in
   ``stubvendor/embeddings.py``'s docstring.  Key: ``Authorization: Bearer <key>``.
+* Azure OpenAI (``stubvendor/azure.py``, whose docstring is the contract):
+  ``POST .../openai/deployments/{deployment}/chat/completions`` and
+  ``.../embeddings`` and ``POST .../openai/responses``, each with an
+  ``api-version`` query parameter (without it: Azure's 404 ``{"error":
+  {"code": "404", "message": "Resource not found"}}``), and ``POST
+  .../openai/v1/chat/completions``, ``/responses``, ``/embeddings`` when signed
+  with ``api-key`` (or given an ``api-version``; otherwise they are OpenAI's
+  routes above).  Served by the OpenAI handlers here (answers, tokens,
+  streaming, tools, faults); key ``api-key: <key>`` (missing/empty: 401 in
+  Azure's shape); the deployment is the call's ``model``; the calls log adds
+  ``api_version``.  Content filter: a body containing ``FILTERME`` answers
+  Azure's 400 ``content_filter`` refusal; a chat body containing
+  ``FILTERANSWER`` ends with ``finish_reason: "content_filter"``.
+* AWS Bedrock (``stubvendor/bedrock.py``, whose docstring is the contract):
+  ``POST .../model/{modelId}/converse`` and ``.../converse-stream`` (the
+  stream in AWS event-stream framing), each checked for a SigV4 signature by
+  the test credentials (``$STUB_AWS_CREDENTIALS``; 403 ``{"message"}`` when
+  it does not match); the word and token rules here, Converse's fields and
+  explicit ``cachePoint`` caching; faults as below, in Bedrock's error shape.
 * ``GET .../models`` (any prefix): ``{"object": "list", "data": [{"id":
   "stub-model", "object": "model", "created": 0, "owned_by": "stub"}]}``.
   Key-checked like the others (OpenAI or Anthropic header), recorded in the
   calls log with ``model: null`` and subject to queued faults (so a fault with
   ``match.model`` is never consumed by it).  Errors use the Anthropic shape
   when the request carries ``x-api-key`` or ``anthropic-version``.
+* ``POST .../v1beta/models/{model}:generateContent`` / ``:streamGenerateContent``
+  (the Gemini API, key ``x-goog-api-key``), the same under ``.../v1/projects/{p}/
+  locations/{l}/publishers/google/models/{model}`` (Vertex AI, a bearer token from
+  ``POST /_stub/google/token``, the JWT-bearer grant), and ``POST
+  /_stub/google/keys``: Google's shapes, errors and OAuth; the contract is in
+  ``stubvendor/gemini.py``'s docstring.
 * ``POST .../render`` and ``POST .../search`` (any prefix): the web vendors, a
   JavaScript renderer (the stub loads the page and applies its inner-HTML
   assignment scripts) and a search API (results recomputable from the
@@ -372,6 +397,12 @@ class StubState:
         self.responses_prefixes: set[tuple[str, bytes]] = set()
         # (model, digest of a cache_control prefix) written by earlier Anthropic calls
         self.anthropic_prefixes: set[tuple[str, bytes]] = set()
+        # Gemini / Vertex (stubvendor/gemini.py): content prefixes seen (cleared like the
+        # others); tokens issued (token -> (service account, expiry)) and public keys
+        # registered by email, both kept across clears (a gateway keeps its token).
+        self.gemini_prefixes: set[tuple[str, bytes]] = set()
+        self.google_tokens: dict[str, tuple[str, float]] = {}
+        self.google_keys: dict[str, dict[str, Any]] = {}
 
     def record(self, body: Any = None, **fields: Any) -> dict[str, Any]:
         call = {
@@ -403,9 +434,32 @@ class StubState:
         self.openai_prefixes.clear()
         self.responses_prefixes.clear()
         self.anthropic_prefixes.clear()
+        self.gemini_prefixes.clear()
 
 
 STATE = web.AppKey("stub_state", StubState)
+
+
+class Dialect(Protocol):
+    """A vendor that speaks OpenAI's bodies on paths and headers of its own (Azure:
+    stubvendor/azure.py): the OpenAI handlers serve its calls and ask it these."""
+
+    key_header: str  # the header that carries the key
+    path_model: str | None  # the model its path names (a deployment); None: the body's
+    recorded: dict[str, Any]  # what the calls log keeps of a call beyond the usual fields
+
+    def refuse(
+        self, state: StubState, key: str | None, body: dict[str, Any]
+    ) -> web.Response | None:
+        """Refuse a recorded call in the dialect's own error shape (its key check too)."""
+        ...
+
+    def adjust(self, reply: Rendered) -> Rendered:
+        """Return the reply as the dialect sends it."""
+        ...
+
+
+DIALECT = web.RequestKey("stub_dialect", Dialect)
 
 
 # --------------------------------------------------------------------------- helpers
@@ -450,6 +504,19 @@ _ERROR_TYPES = {
     429: ("requests", "rate_limit_exceeded", "rate_limit_error"),
     500: ("server_error", None, "api_error"),
 }
+# Google's canonical status names, for the Gemini and Vertex error shape (stubvendor/gemini.py).
+_GOOGLE_STATUS = {
+    400: "INVALID_ARGUMENT",
+    401: "UNAUTHENTICATED",
+    403: "PERMISSION_DENIED",
+    404: "NOT_FOUND",
+    405: "INVALID_ARGUMENT",
+    413: "INVALID_ARGUMENT",
+    422: "INVALID_ARGUMENT",
+    429: "RESOURCE_EXHAUSTED",
+    500: "INTERNAL",
+}
+GOOGLE_SHAPES = frozenset({"gemini", "vertex"})
 
 
 def vendor_error(
@@ -466,6 +533,9 @@ def vendor_error(
     ``param`` / ``code`` override the OpenAI fields (default null / the status's code).
     """
     oa_type, oa_code, an_type = _ERROR_TYPES[status]
+    if shape in GOOGLE_SHAPES:
+        google = {"code": status, "message": message, "status": _GOOGLE_STATUS[status]}
+        return _json(status, {"error": google}, headers)
     if shape == "anthropic":
         body: dict[str, Any] = {
             "type": "error",
@@ -486,6 +556,10 @@ def vendor_error(
 def _extract_key(request: web.Request, shape: str) -> tuple[str | None, str | None]:
     """Return (key or None, raw header value it came from)."""
     headers = request.headers
+    dialect = request.get(DIALECT)
+    if dialect is not None:
+        raw = headers.get(dialect.key_header)
+        return (raw.strip() or None) if raw is not None else None, raw
     if shape == "anthropic" and (headers.get("x-api-key") or "").strip():
         raw = headers["x-api-key"]
         return raw.strip(), raw
@@ -1001,6 +1075,7 @@ _OPENAI_FINISH = {
     "length": "length",
     "stop_sequence": "stop",
     "tool_calls": "tool_calls",
+    "content_filter": "content_filter",  # Azure's filtered answer (stubvendor/azure.py)
 }
 
 
@@ -1142,6 +1217,7 @@ _ANTHROPIC_STOP = {
     "length": "max_tokens",
     "stop_sequence": "stop_sequence",
     "tool_calls": "tool_use",
+    "content_filter": "refusal",
 }
 
 
@@ -1264,10 +1340,19 @@ async def _write_stream(
 async def vendor(request: web.Request) -> web.StreamResponse:
     """Dispatch a vendor call by its path suffix (catch-all route)."""
     # Imported here: those modules build on this one.
+    from stubvendor.azure import azure_vendor, is_azure_call
+    from stubvendor.bedrock import converse, is_bedrock_call
     from stubvendor.embeddings import create_embeddings
+    from stubvendor.gemini import google_vendor, is_google_call
     from stubvendor.responses import create_response
     from stubvendor.web import render_page, search
 
+    if is_azure_call(request):
+        return await azure_vendor(request)
+    if is_google_call(request):
+        return await google_vendor(request)
+    if is_bedrock_call(request):
+        return await converse(request, "bedrock")
     path = request.path
     tail = path.rstrip("/")
     handler: Callable[[web.Request, str], Awaitable[web.StreamResponse]] = _completion
@@ -1445,7 +1530,8 @@ async def _receive(
             max_tokens=None,
         )
         return _answer(call, vendor_error(shape, 400, "The request body must be a JSON object."))
-    model = body.get("model")
+    dialect = request.get(DIALECT)
+    model = dialect.path_model if dialect and dialect.path_model else body.get("model")
     call = state.record(
         body=body,
         path=request.path,
@@ -1455,8 +1541,12 @@ async def _receive(
         stream=bool(body.get("stream")),
         user=_user(body, shape),
         max_tokens=body.get(max_tokens_field) if max_tokens_field else _max_tokens(body, shape),
+        **(dialect.recorded if dialect is not None else {}),
     )
-    rejected = _check_key(state, shape, key)
+    if dialect is not None:
+        rejected = dialect.refuse(state, key, body)
+    else:
+        rejected = _check_key(state, shape, key)
     if rejected is not None:
         return _answer(call, rejected)
     if not isinstance(model, str) or not model:
@@ -1593,6 +1683,9 @@ async def _deliver(
         if resp is not None:
             return resp
     reply = make_reply()
+    dialect = request.get(DIALECT)
+    if dialect is not None:
+        reply = dialect.adjust(reply)
     if call["stream"]:
         return await _send_stream(request, call, reply, fault)
     return await _send_message(request, call, reply, fault)
