@@ -138,6 +138,11 @@ START_TIMEOUT_S = 60.0
 SETUP_TIMEOUT_S = 300.0
 BUDGET_MS = {False: 1.0, True: 1.5}  # design budget: gateway CPU ms per request (stream?)
 OPENAI_MODEL = "gpt-4o-mini"
+# The demo's platform vendors (seed_demo), each on the stub.
+BEDROCK_MODEL = "bedrock-haiku"
+AZURE_MODEL = "azure-gpt-4o-mini"
+GEMINI_MODEL = "gemini-2.5-flash"
+VERTEX_MODEL = "vertex-gemini-flash"
 ANTHROPIC_MODEL = "claude-3-5-haiku"
 PROMPT = "Say hello to the benchmark"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -184,12 +189,26 @@ SCENARIOS: tuple[Scenario, ...] = (
     # Web acquisition: a search through the gateway (units, daily budget, hold, wallet).
     Scenario("stub-search", "stub", "search", False),
     Scenario("gw-search", "gw", "search", False),
+    # The platform vendors, on the demo's profiles for them (seed_demo), with OpenAI chat in.
+    # Bedrock: each call SigV4-signed into Converse, its event stream read back; no stub twin
+    # (a direct call would need signing).
+    Scenario("gw-bedrock", "gw", "bedrock", False),
+    Scenario("gw-bedrock-stream", "gw", "bedrock", True),
+    # Azure: out to a deployment's path with its api-version and the api-key header; no stub
+    # twin (gw-openai is the same work).
+    Scenario("gw-azure", "gw", "azure", False),
+    # Google: taken into generateContent at plan time and its answer back into chat; Vertex
+    # with a service account's access token (minted at the stub's token endpoint once, then
+    # cached).
+    Scenario("gw-gemini", "gw", "gemini", False),
+    Scenario("gw-vertex", "gw", "vertex", False),
 )
 # --peer: each gw-X has a twin peer-X, the same requests sent to another proxy on the same stub.
 PEER_SCENARIOS: tuple[Scenario, ...] = tuple(
     Scenario("peer-" + s.name[3:], "peer", s.shape, s.stream, s.serial)
     for s in SCENARIOS
-    if s.target == "gw" and s.shape != "search"  # a peer model proxy has no web search
+    # a peer model proxy has no web search, and is not set up for Bedrock
+    if s.target == "gw" and s.shape not in ("search", "bedrock", "azure", "gemini", "vertex")
 )
 BY_NAME = {s.name: s for s in SCENARIOS + PEER_SCENARIOS}
 
@@ -603,10 +622,16 @@ def prepare(sc: Scenario, servers: Servers, words: int) -> Prepared:
         return Prepared(
             base + path, headers, orjson.dumps({"query": PROMPT, "max_results": 3}), search_check
         )
-    if sc.shape == "openai":
+    if sc.shape in ("openai", "bedrock", "azure", "gemini", "vertex"):
         headers["authorization"] = f"Bearer {key}"
+        models = {
+            "bedrock": BEDROCK_MODEL,
+            "azure": AZURE_MODEL,
+            "gemini": GEMINI_MODEL,
+            "vertex": VERTEX_MODEL,
+        }
         payload: dict[str, Any] = {
-            "model": OPENAI_MODEL,
+            "model": models.get(sc.shape, OPENAI_MODEL),
             "messages": messages,
             "max_tokens": max_tokens,
             "stream": sc.stream,

@@ -68,9 +68,7 @@ def parts(transactional_db, pool_gateway, stub):
 
 
 def ask(stack: Stack, tenant, model: str, **kwargs):
-    return stack.openai(tenant).chat.completions.create(
-        model=model, messages=HELLO, **kwargs
-    )
+    return stack.openai(tenant).chat.completions.create(model=model, messages=HELLO, **kwargs)
 
 
 def keys_seen(stack: Stack) -> list[str]:

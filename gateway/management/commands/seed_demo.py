@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import secrets
 
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
 from django.db import transaction
@@ -23,13 +25,47 @@ from accounts.services import (
     tenant_tokens_revoke,
 )
 from billing.services import tenant_provision
-from providers.models import ProviderProfile
+from providers.models import ProviderKind, ProviderProfile
 from providers.services import profile_set_platform_key, profiles_bootstrap
 
 DEMO_ACCOUNT = "demo"
 DEMO_WALLET_MICRO = 100_000_000  # 100 USD
 STUB_PLATFORM_KEY = "sk-stub-platform-demo"
 OPERATOR_USERNAME = "operator"
+
+
+# The stub's Bedrock test credentials (stubvendor/bedrock.py's TEST_CREDENTIALS: the stub
+# checks each call's SigV4 signature against them).
+STUB_AWS_CREDENTIALS = "AKIASTUBTESTKEY00001:stub/Secret+Key/For/Tests/0000000000000"
+
+
+def demo_platform_key(kind: str, stub_url: str) -> str:
+    """Return the platform key the stub takes for a demo profile of `kind`."""
+    if kind == ProviderKind.BEDROCK:
+        return STUB_AWS_CREDENTIALS
+    if kind == ProviderKind.VERTEX:
+        return demo_service_account(stub_url)
+    return STUB_PLATFORM_KEY
+
+
+def demo_service_account(stub_url: str) -> str:
+    """A new service account's JSON key whose tokens the stub mints (it checks the claims of
+    a key it was not shown)."""
+    private_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    pem = private_key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+    return json.dumps(
+        {
+            "type": "service_account",
+            "project_id": "demo",
+            "private_key_id": secrets.token_hex(8),
+            "private_key": pem.decode(),
+            "client_email": "tollgate-demo@demo.iam.gserviceaccount.com",
+            "client_id": "1",
+            "token_uri": f"{stub_url}/_stub/google/token",
+        }
+    )
 
 
 def demo_profiles(stub_url: str) -> list[dict]:
@@ -86,6 +122,74 @@ def demo_profiles(stub_url: str) -> list[dict]:
             "timeout_s": 15,
             "units": {"query": 5_000},
         },
+        # The platform vendors, each on the stub's routes for it: Azure OpenAI (a deployment
+        # path with its api-version), Bedrock (Converse, SigV4-signed), Gemini and Vertex AI.
+        {
+            "name": "stub-azure",
+            "kind": "azure",
+            "base_url": f"{stub_url}/azure-demo",
+            "api_version": "2024-10-21",
+            "models": [
+                {
+                    "name": "azure-gpt-4o-mini",
+                    "upstream": "demo-4o-mini",
+                    "input_micro_per_mtok": 165_000,
+                    "output_micro_per_mtok": 660_000,
+                },
+                {
+                    "name": "azure-embed-small",
+                    "kind": "embedding",
+                    "upstream": "demo-embed-small",
+                    "input_micro_per_mtok": 22_000,
+                    "output_micro_per_mtok": 0,
+                },
+            ],
+        },
+        {
+            "name": "stub-bedrock",
+            "kind": "bedrock",
+            "base_url": stub_url,
+            "region": "us-east-1",
+            "models": [
+                {
+                    "name": "bedrock-haiku",
+                    "upstream": "anthropic.claude-3-5-haiku-20241022-v1:0",
+                    "input_micro_per_mtok": 800_000,
+                    "output_micro_per_mtok": 4_000_000,
+                    "cached_input_micro_per_mtok": 80_000,
+                    "cache_write_micro_per_mtok": 1_000_000,
+                }
+            ],
+        },
+        {
+            "name": "stub-gemini",
+            "kind": "gemini",
+            "base_url": stub_url,
+            "models": [
+                {
+                    "name": "gemini-2.5-flash",
+                    "input_micro_per_mtok": 300_000,
+                    "output_micro_per_mtok": 2_500_000,
+                    "cached_input_micro_per_mtok": 75_000,
+                }
+            ],
+        },
+        {
+            "name": "stub-vertex",
+            "kind": "vertex",
+            "base_url": stub_url,
+            "project": "demo",
+            "region": "us-central1",
+            "models": [
+                {
+                    "name": "vertex-gemini-flash",
+                    "upstream": "gemini-2.5-flash",
+                    "input_micro_per_mtok": 300_000,
+                    "output_micro_per_mtok": 2_500_000,
+                    "cached_input_micro_per_mtok": 75_000,
+                }
+            ],
+        },
         {
             "name": "fake",
             "kind": "fake",
@@ -108,10 +212,13 @@ class Command(BaseCommand):
 
     @transaction.atomic
     def handle(self, *args, **options):
-        for profile in profiles_bootstrap(spec=demo_profiles(options["stub_url"].rstrip("/"))):
+        stub_url = options["stub_url"].rstrip("/")
+        for profile in profiles_bootstrap(spec=demo_profiles(stub_url)):
             keyless = profile.kind in ("fake", "direct_http")
             if not keyless and not profile.api_key_last4:
-                profile_set_platform_key(profile=profile, api_key=STUB_PLATFORM_KEY)
+                profile_set_platform_key(
+                    profile=profile, api_key=demo_platform_key(profile.kind, stub_url)
+                )
                 profile.save()
         fake = ProviderProfile.objects.get(name="fake")
         if not fake.api_key_last4:
