@@ -40,7 +40,7 @@ from gateway.attempts import PLATFORM, TEAM, Attempt
 from gateway.breakers import Ticket
 from gateway.catalog import Profile
 from gateway.context import RequestContext
-from gateway.platform_keys import BENCH_429_DEFAULT_S, NoKeyFree, PlatformKeys
+from gateway.platform_keys import NoKeyFree, PlatformKeys
 
 TEAM_BENCH_429_MIN_S = 30.0
 TEAM_BENCH_AUTH_S = 600.0
@@ -470,19 +470,10 @@ class ChainRunner:
                     key_label=key.label,
                 )
             except ProviderError as exc:
-                if exc.status == 429:
-                    await self.platform_keys.bench(
-                        pool, key, exc.retry_after_s or BENCH_429_DEFAULT_S
-                    )
-                    refused.add(key.label)
-                    last = policy.failure(exc, served_by=PLATFORM)
-                    continue
-                if exc.status in (401, 403):
-                    await self.platform_keys.take_out(pool, key, exc.status)
-                    refused.add(key.label)
-                    last = policy.failure(exc, served_by=PLATFORM)
-                    continue
                 last = policy.failure(exc, served_by=PLATFORM)
+                if await self.platform_keys.set_aside(pool, key, exc):
+                    refused.add(key.label)
+                    continue
                 tries += 1
                 if not policy.may_retry(exc) or tries >= TRIES_PER_ATTEMPT:
                     raise last from None

@@ -36,6 +36,7 @@ from core import metrics
 from core.config import tollgate
 from core.db import off_loop
 from core.shared_state import Script, SharedState, SharedStateDown
+from gateway.adapters.base import ProviderError
 from providers.models import KeyStrategy
 from providers.services import platform_key_failed
 
@@ -199,6 +200,17 @@ class PlatformKeys:
     def done(self, pool: KeyPool, key: PlatformCredential) -> None:
         """Say a call `pick` gave `key` is over (served or failed)."""
         self._in_flight[(pool.profile, key.label)] -= 1
+
+    async def set_aside(self, pool: KeyPool, key: PlatformCredential, exc: ProviderError) -> bool:
+        """Bench a key the vendor refused (429: for its Retry-After; 401 / 403: taken out) and
+        say so: the call goes to the next key, at no try's cost."""
+        if exc.status == 429:
+            await self.bench(pool, key, exc.retry_after_s or BENCH_429_DEFAULT_S)
+            return True
+        if exc.status in (401, 403):
+            await self.take_out(pool, key, exc.status)
+            return True
+        return False
 
     async def bench(self, pool: KeyPool, key: PlatformCredential, seconds: float) -> None:
         """Keep `key` out of every replica's picks for `seconds` (a vendor's 429)."""

@@ -73,11 +73,16 @@ class ProviderModelInline(Dollars, admin.TabularInline):
     extra = 0
 
 
+def write_only_secret(help_text: str) -> forms.CharField:
+    """A secret typed in, never shown again (sealed on save); empty keeps the stored one."""
+    return forms.CharField(
+        required=False, widget=forms.PasswordInput(render_value=False), help_text=help_text
+    )
+
+
 class PlatformKeyForm(forms.ModelForm):
-    secret = forms.CharField(
-        required=False,
-        widget=forms.PasswordInput(render_value=False),
-        help_text="Write-only: sealed at rest. Empty: keep the key (or use the variable).",
+    secret = write_only_secret(
+        "Write-only: sealed at rest. Empty: keep the key (or use the variable)."
     )
 
     class Meta:
@@ -109,10 +114,8 @@ class PlatformKeyInline(admin.TabularInline):
 
 
 class ProviderProfileForm(forms.ModelForm):
-    platform_key = forms.CharField(
-        required=False,
-        widget=forms.PasswordInput(render_value=False),
-        help_text="Write-only: sealed at rest. Leave empty to keep the current key.",
+    platform_key = write_only_secret(
+        "Write-only: sealed at rest. Leave empty to keep the current key."
     )
 
     class Meta:
