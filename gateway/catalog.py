@@ -16,7 +16,6 @@ Every offer carries its canonical name, so what is served and recorded is named 
 from __future__ import annotations
 
 import logging
-import os
 from dataclasses import dataclass, field
 
 import aiohttp
@@ -34,7 +33,7 @@ from providers.models import (
     PlatformKey,
     ProviderProfile,
 )
-from providers.services import OWN_KEY_LABEL
+from providers.services import OWN_KEY_LABEL, key_from_env
 
 log = logging.getLogger(__name__)
 
@@ -185,7 +184,7 @@ EMPTY = Catalog(profiles={}, offers_by_model={})
 
 def _platform_key(profile: ProviderProfile) -> str | None:
     if profile.api_key_env:
-        return os.environ.get(profile.api_key_env) or None
+        return key_from_env(profile.api_key_env) or None
     if profile.api_key_sealed:
         try:
             return unseal(
@@ -202,7 +201,7 @@ def _platform_key(profile: ProviderProfile) -> str | None:
 
 def _unsealed(key: PlatformKey) -> str | None:
     if key.api_key_env:
-        return os.environ.get(key.api_key_env) or None
+        return key_from_env(key.api_key_env) or None
     if key.sealed:
         try:
             return unseal(bytes(key.sealed), version=key.seal_version, bound_to=key.seal_binding)

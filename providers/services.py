@@ -146,6 +146,14 @@ def seal_platform_key(*, profile: ProviderProfile, api_key: str) -> None:
     profile.api_key_last4 = api_key[-4:]
 
 
+def key_from_env(names: str) -> str:
+    """Return the platform key the environment holds for `api_key_env`: one variable's
+    value, or several variables' (`A:B:C`) joined with colons, those unset left out (so
+    `AWS_ACCESS_KEY_ID:AWS_SECRET_ACCESS_KEY:AWS_SESSION_TOKEN` is a Bedrock key, with or
+    without a session token); "" when none is set."""
+    return ":".join(filter(None, (os.environ.get(name, "") for name in names.split(":"))))
+
+
 OWN_KEY_LABEL = "profile"  # the profile's own key, first in its pool (gateway/catalog.py)
 PLATFORM_KEY_AUDITED = (
     "label",
@@ -500,7 +508,7 @@ def profiles_bootstrap(*, spec: list[dict], actor: Actor | None = None) -> list[
             "updated_at": timezone.now(),
         }
         profile, _ = ProviderProfile.objects.update_or_create(name=item["name"], defaults=defaults)
-        env_key = os.environ.get(profile.api_key_env, "") if profile.api_key_env else ""
+        env_key = key_from_env(profile.api_key_env) if profile.api_key_env else ""
         if env_key:
             profile.api_key_last4 = env_key[-4:]
             profile.save(update_fields=["api_key_last4"])

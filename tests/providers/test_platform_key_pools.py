@@ -13,6 +13,7 @@ import openai
 import pytest
 
 from audit.models import AuditEntry
+from gateway.management.commands.seed_demo import STUB_AWS_CREDENTIALS
 from providers.models import PlatformKey, ProviderProfile
 from tests.support.metrics import metric
 from tests.support.profiles import PLATFORM_KEY, install_profiles
@@ -26,12 +27,15 @@ pytestmark = [requires_postgres, requires_redis, pytest.mark.timeout(90)]
 
 KEYS = {"PK_A": "sk-pool-key-a-0001", "PK_B": "sk-pool-key-b-0002"}
 A, B = KEYS["PK_A"], KEYS["PK_B"]
+# The stub's Bedrock credentials as AWS's own variables name them (no session token set).
+AWS_ID, AWS_SECRET = STUB_AWS_CREDENTIALS.split(":")
+AWS_ENV = {"AWS_ACCESS_KEY_ID": AWS_ID, "AWS_SECRET_ACCESS_KEY": AWS_SECRET}
 HELLO = [{"role": "user", "content": "hello there"}]
 
 
 @pytest.fixture(scope="module")
 def pool_gateway(module_gateways):
-    return module_gateways(**KEYS)
+    return module_gateways(**KEYS, **AWS_ENV)
 
 
 def pooled(
@@ -272,3 +276,39 @@ def test_the_pool_is_in_the_profile_json_and_checked(transactional_db):
     )
     profiles_bootstrap(spec=[{**base, "platform_keys": []}])
     assert not PlatformKey.objects.filter(profile__name="pool-json").exists()
+
+
+def test_a_key_may_be_several_variables_as_bedrock_reads_aws_credentials(parts):
+    gateway, stub = parts
+    stub.clear()
+    clear_shared_state()
+    install_profiles(
+        stub.url,
+        [
+            {
+                "name": "aws-env",
+                "kind": "bedrock",
+                "base_url": stub.url,
+                "region": "us-east-1",
+                "api_key_env": "AWS_ACCESS_KEY_ID:AWS_SECRET_ACCESS_KEY:AWS_SESSION_TOKEN",
+                "models": [
+                    {
+                        "name": "aws-env-haiku",
+                        "upstream": "anthropic.claude-3-5-haiku-20241022-v1:0",
+                        "input_micro_per_mtok": 800_000,
+                        "output_micro_per_mtok": 4_000_000,
+                    }
+                ],
+            }
+        ],
+    )
+    # install_profiles sealed the test key into the profile: the variables are to serve.
+    ProviderProfile.objects.filter(name="aws-env").update(api_key_sealed=None)
+    gateway.reload()
+    stack = Stack(gateway=gateway, stub=stub)
+
+    answer = ask(stack, stack.tenant(), "aws-env-haiku")
+
+    assert answer.usage.completion_tokens == 8
+    # The stub checked the SigV4 signature made with the variables' secret.
+    assert keys_seen(stack) == [AWS_ID]
