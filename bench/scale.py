@@ -274,7 +274,7 @@ KNOWN = {
     ),
     "usage_usageattempt": (
         "id", "log_id", "order", "provider", "model", "served_by", "source", "outcome",
-        "upstream_status", "latency_ms", "reservation_id", "created_at",
+        "upstream_status", "latency_ms", "reservation_id", "created_at", "key_label",
     ),
     "billing_reservation": (
         "id", "wallet_id", "request_id", "group_id", "api_key_id", "attempt_no", "call_sent",
@@ -512,7 +512,7 @@ def generate(
                         str(att_id), str(log_id), str(order), provider, model_srv,
                         "team" if by_team else "platform", f"{provider}:{model_srv}:"
                         + ("team" if by_team else "platform"), out, up_status or "\\N",
-                        str(latency // len(attempts)), reservation, c,
+                        str(latency // len(attempts)), reservation, c, "",
                     ),
                 )  # fmt: skip
                 att_id += 1
