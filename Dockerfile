@@ -10,14 +10,19 @@ ARG BASE_IMAGE=python:3.11-slim-bookworm
 FROM ${BASE_IMAGE} AS builder
 WORKDIR /build
 COPY requirements.lock .
-# Wheels for the whole lock, built once here; the final stage installs only these. A CA
-# bundle for an index behind a TLS-inspecting proxy comes in as a build secret: it is read by
-# this step and stored in no layer.
+# The app's venv, built here from the lock: wheels for all of it, installed without pip or
+# setuptools in the venv (about 25 MB). The final stage copies the venv alone, so neither the
+# wheels nor the pip that installed them become its layers, and a changed lock (a new layer
+# above) builds it again. A CA bundle for an index behind a TLS-inspecting proxy comes in as
+# a build secret: read by this step, stored in no layer.
 RUN --mount=type=secret,id=pip_ca \
     python3 -m venv /opt/build-venv \
     && if [ -s /run/secrets/pip_ca ]; then export PIP_CERT=/run/secrets/pip_ca; fi \
     && /opt/build-venv/bin/pip wheel --no-cache-dir --disable-pip-version-check \
-        -r requirements.lock -w /wheels
+        -r requirements.lock -w /wheels \
+    && python3 -m venv --without-pip /opt/venv \
+    && /opt/build-venv/bin/pip --python /opt/venv/bin/python install --no-cache-dir \
+        --disable-pip-version-check --no-index --find-links /wheels -r requirements.lock
 
 FROM ${BASE_IMAGE}
 ENV PYTHONUNBUFFERED=1 \
@@ -31,14 +36,7 @@ RUN groupadd --system --gid 10001 tollgate \
     && useradd --system --uid 10001 --gid tollgate --home-dir /var/lib/tollgate \
         --no-create-home --shell /usr/sbin/nologin tollgate \
     && install -d -o tollgate -g tollgate -m 0750 /var/lib/tollgate
-# The builder's wheels (and the pip that installs them) are mounted, not copied: neither
-# becomes a layer, and the app's venv carries no pip or setuptools (about 25 MB).
-RUN --mount=type=bind,from=builder,source=/wheels,target=/wheels \
-    --mount=type=bind,from=builder,source=/opt/build-venv,target=/opt/build-venv \
-    --mount=type=bind,from=builder,source=/build/requirements.lock,target=/tmp/requirements.lock \
-    python3 -m venv --without-pip /opt/venv \
-    && /opt/build-venv/bin/pip --python /opt/venv/bin/python install --no-cache-dir \
-        --disable-pip-version-check --no-index --find-links /wheels -r /tmp/requirements.lock
+COPY --from=builder /opt/venv /opt/venv
 WORKDIR /app
 # The code is root's and read-only to the app user; state goes to TOLLGATE_VAR_DIR.
 COPY . /app
