@@ -1,14 +1,16 @@
-"""An image reaches every platform vendor as that vendor takes it, from either client shape.
+"""The platform vendors (Azure, Bedrock, Gemini, Vertex) side by side: an image from either
+client shape reaches each as it takes it, and each one's stub route takes scripted faults.
 
-The `make run` demo's profiles of Azure, Bedrock, Gemini and Vertex (seed_demo), with their
-keys, on the stub; the stub counts 85 prompt tokens per image in every vendor shape, and
-records the body it received, so the bytes are checked where each vendor reads them.
+The `make run` demo's profiles of them (seed_demo), with their keys, on the stub; the stub
+counts 85 prompt tokens per image in every vendor shape, and records the body it received,
+so the bytes are checked where each vendor reads them.
 """
 
 from __future__ import annotations
 
 import base64
 
+import openai
 import pytest
 
 from gateway.management.commands.seed_demo import demo_platform_key, demo_profiles
@@ -119,3 +121,28 @@ def test_an_image_from_an_anthropic_client_reaches_each_vendor_whole(vstack):
         assert answer.usage.input_tokens == 2 + IMAGE_TOKENS, model
         [call] = vstack.stub.vendor_calls()
         assert image_seen(kind, call["body"]) == PNG_B64, model
+
+
+def test_each_vendors_stub_route_takes_scripted_faults_as_the_gateway_expects(vstack):
+    tenant = vstack.tenant()
+    client = vstack.openai(tenant)
+    hello = [{"role": "user", "content": "hello there"}]
+    for model in models():
+        # A 500: the gateway tries once more, and the second call serves.
+        vstack.stub.clear()
+        vstack.stub.faults({"kind": "500"})
+        answer = client.chat.completions.create(model=model, messages=hello)
+        assert answer.usage.completion_tokens == 8, model
+        assert len(vstack.stub.vendor_calls()) == 2, model
+
+        # Cut after two tokens: they reach the client, then our error; never retried.
+        vstack.stub.clear()
+        vstack.stub.faults({"kind": "fail_after_tokens", "after_tokens": 2})
+        deltas: list[str] = []
+        with pytest.raises(openai.APIError) as broke:
+            for chunk in client.chat.completions.create(model=model, messages=hello, stream=True):
+                if chunk.choices and chunk.choices[0].delta.content:
+                    deltas.append(chunk.choices[0].delta.content)
+        assert broke.value.body["code"] == "LM-5001", model
+        assert "".join(deltas) == "Hello from", model
+        assert len(vstack.stub.vendor_calls()) == 1, model
