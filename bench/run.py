@@ -138,6 +138,8 @@ START_TIMEOUT_S = 60.0
 SETUP_TIMEOUT_S = 300.0
 BUDGET_MS = {False: 1.0, True: 1.5}  # design budget: gateway CPU ms per request (stream?)
 OPENAI_MODEL = "gpt-4o-mini"
+# The demo's profile of three platform keys (seed_demo), weighted, each call one Redis pick.
+POOLED_MODEL = "gpt-4o-mini-pooled"
 # The demo's platform vendors (seed_demo), each on the stub.
 BEDROCK_MODEL = "bedrock-haiku"
 AZURE_MODEL = "azure-gpt-4o-mini"
@@ -189,6 +191,8 @@ SCENARIOS: tuple[Scenario, ...] = (
     # Web acquisition: a search through the gateway (units, daily budget, hold, wallet).
     Scenario("stub-search", "stub", "search", False),
     Scenario("gw-search", "gw", "search", False),
+    # A profile of three platform keys (weighted, with rpm limits): the pick's cost.
+    Scenario("gw-pooled", "gw", "pooled", False),
     # The platform vendors, on the demo's profiles for them (seed_demo), with OpenAI chat in.
     # Bedrock: each call SigV4-signed into Converse, its event stream read back; no stub twin
     # (a direct call would need signing).
@@ -207,8 +211,9 @@ SCENARIOS: tuple[Scenario, ...] = (
 PEER_SCENARIOS: tuple[Scenario, ...] = tuple(
     Scenario("peer-" + s.name[3:], "peer", s.shape, s.stream, s.serial)
     for s in SCENARIOS
-    # a peer model proxy has no web search, and is not set up for Bedrock
-    if s.target == "gw" and s.shape not in ("search", "bedrock", "azure", "gemini", "vertex")
+    # a peer model proxy has no web search, and is set up for neither the pool nor a platform vendor
+    if s.target == "gw"
+    and s.shape not in ("search", "pooled", "bedrock", "azure", "gemini", "vertex")
 )
 BY_NAME = {s.name: s for s in SCENARIOS + PEER_SCENARIOS}
 
@@ -622,9 +627,10 @@ def prepare(sc: Scenario, servers: Servers, words: int) -> Prepared:
         return Prepared(
             base + path, headers, orjson.dumps({"query": PROMPT, "max_results": 3}), search_check
         )
-    if sc.shape in ("openai", "bedrock", "azure", "gemini", "vertex"):
+    if sc.shape in ("openai", "pooled", "bedrock", "azure", "gemini", "vertex"):
         headers["authorization"] = f"Bearer {key}"
         models = {
+            "pooled": POOLED_MODEL,
             "bedrock": BEDROCK_MODEL,
             "azure": AZURE_MODEL,
             "gemini": GEMINI_MODEL,

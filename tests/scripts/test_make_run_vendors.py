@@ -1,6 +1,6 @@
 """`make run`'s demo serves one profile of every vendor kind on the stub: each answers the
 official SDKs, streamed, through the gateway (Azure OpenAI, Bedrock, Gemini, Vertex AI,
-beside OpenAI and Anthropic)."""
+beside OpenAI and Anthropic), and a profile of several platform keys shares its calls."""
 
 from __future__ import annotations
 
@@ -10,10 +10,13 @@ import openai
 
 from tests.support.checkouts import make_run
 
+HELLO = [{"role": "user", "content": "hello there"}]
+
 # The demo's model of each kind (gateway/management/commands/seed_demo.py) and the path of
 # the stub's route its calls must reach.
 DEMO_MODELS = {
     "gpt-4o-mini": "/v1/chat/completions",
+    "gpt-4o-mini-pooled": "/v1/chat/completions",
     "claude-3-5-haiku": "/v1/messages",
     "azure-gpt-4o-mini": "/azure-demo/openai/deployments/demo-4o-mini/chat/completions",
     "bedrock-haiku": "/model/anthropic.claude-3-5-haiku-20241022-v1:0/converse-stream",
@@ -31,11 +34,21 @@ def test_the_demo_serves_a_profile_of_every_vendor_kind(checkout):
     listed = {model.id for model in client.models.list()}
     assert set(DEMO_MODELS) <= listed
 
+    # The pooled profile: its own key and two sealed ones, weighted 1:2:1 (smooth: a, own, b, a).
+    httpx.delete(f"{run.stub_url}/_stub/calls").raise_for_status()
+    for _ in range(4):
+        client.chat.completions.create(model="gpt-4o-mini-pooled", messages=HELLO)
+    keys = [
+        c["key"] for c in httpx.get(f"{run.stub_url}/_stub/calls").json()["calls"] if c["model"]
+    ]
+    own = "sk-stub-platform-demo"
+    assert keys == [f"{own}-pool-a", own, f"{own}-pool-b", f"{own}-pool-a"]
+
     for model, path in DEMO_MODELS.items():
         httpx.delete(f"{run.stub_url}/_stub/calls").raise_for_status()
         stream = client.chat.completions.create(
             model=model,
-            messages=[{"role": "user", "content": "hello there"}],
+            messages=HELLO,
             stream=True,
             stream_options={"include_usage": True},
         )

@@ -26,12 +26,14 @@ from accounts.services import (
 )
 from billing.services import tenant_provision
 from providers.models import ProviderKind, ProviderProfile
-from providers.services import profile_set_platform_key, profiles_bootstrap
+from providers.services import platform_key_add, profile_set_platform_key, profiles_bootstrap
 
 DEMO_ACCOUNT = "demo"
 DEMO_WALLET_MICRO = 100_000_000  # 100 USD
 STUB_PLATFORM_KEY = "sk-stub-platform-demo"
 OPERATOR_USERNAME = "operator"
+# The pooled demo profile's keys beside its own: label and weight.
+DEMO_POOL_KEYS = (("pool-a", 2), ("pool-b", 1))
 
 
 # The stub's Bedrock test credentials (stubvendor/bedrock.py's TEST_CREDENTIALS: the stub
@@ -121,6 +123,21 @@ def demo_profiles(stub_url: str) -> list[dict]:
             "base_url": f"{stub_url}/web/v1",
             "timeout_s": 15,
             "units": {"query": 5_000},
+        },
+        # Several platform keys sharing one profile's calls (two more, sealed, added below).
+        {
+            "name": "stub-openai-pooled",
+            "kind": "openai",
+            "base_url": f"{stub_url}/v1",
+            "key_strategy": "weighted",
+            "models": [
+                {
+                    "name": "gpt-4o-mini-pooled",
+                    "upstream": "gpt-4o-mini",
+                    "input_micro_per_mtok": 150_000,
+                    "output_micro_per_mtok": 600_000,
+                }
+            ],
         },
         # The platform vendors, each on the stub's routes for it: Azure OpenAI (a deployment
         # path with its api-version), Bedrock (Converse, SigV4-signed), Gemini and Vertex AI.
@@ -220,6 +237,16 @@ class Command(BaseCommand):
                     profile=profile, api_key=demo_platform_key(profile.kind, stub_url)
                 )
                 profile.save()
+        pooled = ProviderProfile.objects.get(name="stub-openai-pooled")
+        for label, weight in DEMO_POOL_KEYS:
+            if not pooled.platform_keys.filter(label=label).exists():
+                platform_key_add(
+                    profile=pooled,
+                    label=label,
+                    api_key=f"{STUB_PLATFORM_KEY}-{label}",
+                    weight=weight,
+                    rpm=10_000,
+                )
         fake = ProviderProfile.objects.get(name="fake")
         if not fake.api_key_last4:
             profile_set_platform_key(profile=fake, api_key="fake-platform-key")
