@@ -80,7 +80,6 @@ a text or tool-input ``contentBlockDelta``), all after the signature check.
 
 from __future__ import annotations
 
-import asyncio
 import binascii
 import datetime as dt
 import hashlib
@@ -98,7 +97,6 @@ from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 
 from stubvendor.server import (
-    DROP_KINDS,
     REFUSAL_KINDS,
     STATE,
     Answer,
@@ -110,14 +108,15 @@ from stubvendor.server import (
     _answer_words,
     _as_list,
     _canonical,
-    _delay,
     _hang,
     _ids,
-    _write_stream,
+    _send_message,
+    _send_stream,
     answer_tokens,
     compose_answer,
     json_answer,
     pick_tools,
+    read_body,
     tool_calls,
 )
 
@@ -492,12 +491,8 @@ async def converse(request: web.Request, shape: str) -> web.StreamResponse:
     match = _path_match(request)
     assert match is not None  # server.vendor dispatched on it
     model, stream = unquote(match[1]), match[2] == "converse-stream"
-    raw = await request.read()
+    raw, body = await read_body(request)
     key, region, refusal = check_signature(request, raw)
-    try:
-        body = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        body = None
     inference = body.get("inferenceConfig") if isinstance(body, dict) else None
     call = state.record(
         body=body,
@@ -541,13 +536,8 @@ async def converse(request: web.Request, shape: str) -> web.StreamResponse:
         cache_fields=any(point for _, _, point in _units(body)),
     )
     if not stream:
-        if fault is not None and fault["kind"] in DROP_KINDS:
-            return _abort(request, web.Response())
-        if _delay(fault):
-            await asyncio.sleep(_delay(fault) * reply.pieces())
-        body_bytes = orjson.dumps(reply.message())
-        return _answer(call, web.Response(body=body_bytes, content_type="application/json"))
-    return await _send_stream(request, call, reply, fault)
+        return await _send_message(request, call, reply, fault)
+    return await _send_stream(request, call, reply, fault, headers=EVENT_STREAM_HEADERS)
 
 
 def _next_seq() -> int:
@@ -583,22 +573,3 @@ async def _status_fault(
         await _hang(request)
         return _abort(request, web.Response())
     return None
-
-
-async def _send_stream(
-    request: web.Request, call: dict[str, Any], reply: ConverseReply, fault: dict[str, Any] | None
-) -> web.StreamResponse:
-    kind = fault["kind"] if fault is not None else None
-    drop = kind in DROP_KINDS
-    response = web.StreamResponse(status=200, headers=EVENT_STREAM_HEADERS)
-    await response.prepare(request)
-    if kind == "fail_before_first_token":
-        return _abort(request, response)
-    if not drop:
-        call["status"] = 200
-    limit = fault["after_tokens"] if fault is not None and kind == "fail_after_tokens" else None
-    try:
-        await _write_stream(response, reply.frames(), _delay(fault), limit, drop)
-    except ConnectionError:
-        return response
-    return _abort(request, response) if drop else response

@@ -138,6 +138,7 @@ from stubvendor.server import (
     compose_answer,
     json_answer,
     pick_tools,
+    read_body,
     tool_calls,
     vendor_error,
 )
@@ -314,10 +315,7 @@ async def issue_token(request: web.Request) -> web.Response:
 
 async def register_key(request: web.Request) -> web.Response:
     """Register a service account's public key (and its tokens' lifetime)."""
-    try:
-        body = orjson.loads(await request.read())
-    except orjson.JSONDecodeError:
-        body = None
+    _, body = await read_body(request)
     if not isinstance(body, dict):
         return _json(400, {"error": "body must be a JSON object"})
     email, pem = body.get("client_email"), body.get("public_key")
@@ -599,11 +597,7 @@ def _refuse_caller(state: StubState, route: Route, key: str | None) -> web.Respo
 async def generate_content(request: web.Request, route: Route) -> web.StreamResponse:
     """Answer a Gemini API or Vertex AI generateContent call (the module docstring)."""
     state = request.app[STATE]
-    raw = await request.read()
-    try:
-        body = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        body = None
+    raw, body = await read_body(request)
     key, raw_key = _key_of(request, route)
     extra = {"project": route.project, "location": route.location} if route.api == VERTEX else {}
     if route.api == VERTEX:

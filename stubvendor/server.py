@@ -1492,6 +1492,15 @@ def _check_key(state: StubState, shape: str, key: str | None) -> web.Response | 
     return None
 
 
+async def read_body(request: web.Request) -> tuple[bytes, Any]:
+    """Return a call's raw body and its JSON (None when it is not JSON)."""
+    raw = await request.read()
+    try:
+        return raw, orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return raw, None
+
+
 @dataclass
 class Incoming:
     """A recorded, key-checked vendor call with a JSON object body and a model."""
@@ -1512,11 +1521,7 @@ async def _receive(
     the chat / messages rule.
     """
     state = request.app[STATE]
-    raw = await request.read()
-    try:
-        body = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        body = None
+    _, body = await read_body(request)
     key, raw_key = _extract_key(request, shape)
     if not isinstance(body, dict):
         call = state.record(
@@ -1707,11 +1712,16 @@ async def _send_message(
 
 
 async def _send_stream(
-    request: web.Request, call: dict[str, Any], reply: Rendered, fault: dict[str, Any] | None
+    request: web.Request,
+    call: dict[str, Any],
+    reply: Rendered,
+    fault: dict[str, Any] | None,
+    *,
+    headers: dict[str, str] = _SSE_HEADERS,  # a vendor framing its streams otherwise says so
 ) -> web.StreamResponse:
     kind = fault["kind"] if fault is not None else None
     drop = kind in DROP_KINDS
-    resp = web.StreamResponse(status=200, headers=_SSE_HEADERS)
+    resp = web.StreamResponse(status=200, headers=headers)
     await resp.prepare(request)  # StreamResponse sends the headers right away
     if kind == "fail_before_first_token":
         return _abort(request, resp)

@@ -101,6 +101,7 @@ from stubvendor.server import (
     _extract_key,
     _is_int,
     _json,
+    read_body,
 )
 
 FETCH_TIMEOUT_S = 10.0
@@ -410,10 +411,7 @@ async def _web_call(
     """Record, key-check, parse, apply faults, then answer (the order in the docstring)."""
     state = request.app[STATE]
     key, raw_key = _extract_key(request, _HELPER_SHAPE)
-    try:
-        body = orjson.loads(await request.read())
-    except orjson.JSONDecodeError:
-        body = None
+    _, body = await read_body(request)
     call = state.record(body=body, path=request.path, shape=shape, key=key, **_FIXED_CALL_FIELDS)
     rejected = _check_key(state, _HELPER_SHAPE, key)
     if rejected is not None:

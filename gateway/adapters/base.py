@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 import aiohttp
 import orjson
+from yarl import URL
 
 from gateway.types import Chunk, Completion, ModelRequest
 
@@ -206,17 +207,22 @@ def connection_error(exc: BaseException) -> ProviderError:
 TRANSPORT_ERRORS = (aiohttp.ClientError, ConnectionError, OSError)
 
 
-async def sse_events(response: aiohttp.ClientResponse) -> AsyncIterator[list[tuple[str, bytes]]]:
-    """Yield the (event name, data) pairs of an SSE body, together as each read brought them;
-    raise ProviderError if it breaks.
+Frame = TypeVar("Frame")
 
-    Events that arrived together go on together (one write to the client, not one per
-    event). When the connection breaks, the complete lines already received come first:
+
+async def read_frames(
+    response: aiohttp.ClientResponse, frame: Callable[[bytes], list[Frame]], *, at_end: bytes
+) -> AsyncIterator[list[Frame]]:
+    """Yield the frames `frame` makes of a streamed body's bytes (it keeps an incomplete one
+    for the next bytes), together as each read brought them; at the end it is fed `at_end`.
+    Raise ProviderError if the connection breaks.
+
+    Frames that arrived together go on together (one write to the client, not one per
+    event). When the connection breaks, the complete frames already received come first:
     aiohttp raises a broken connection before handing out what it had buffered, so without
     this the last tokens the vendor did send would be lost (and how many, by timing).
     """
     content = response.content
-    parser = _SseParser()
     while True:
         try:
             data = await content.readany()
@@ -224,18 +230,25 @@ async def sse_events(response: aiohttp.ClientResponse) -> AsyncIterator[list[tup
             buffer = getattr(content, "_buffer", None)
             if buffer:
                 rest = b"".join(buffer)[getattr(content, "_buffer_offset", 0) :]
-                events = parser.feed(rest)  # an unterminated last line stays incomplete
-                if events:
-                    yield events
+                frames = frame(rest)  # an unterminated last frame stays incomplete
+                if frames:
+                    yield frames
             raise connection_error(exc) from None
         if not data:
-            events = parser.feed(b"\n")  # at the end, a last line without its newline counts
-            if events:
-                yield events
+            frames = frame(at_end)
+            if frames:
+                yield frames
             return
-        events = parser.feed(data)
-        if events:
-            yield events
+        frames = frame(data)
+        if frames:
+            yield frames
+
+
+def sse_events(response: aiohttp.ClientResponse) -> AsyncIterator[list[tuple[str, bytes]]]:
+    """Yield the (event name, data) pairs of an SSE body, together as each read brought them
+    (read_frames); raise ProviderError if it breaks."""
+    # At the end, a last line without its newline counts.
+    return read_frames(response, _SseParser().feed, at_end=b"\n")
 
 
 class _SseParser:
@@ -269,10 +282,11 @@ class StreamDecoder(Protocol):
 
 
 class HttpProvider:
-    """complete / stream, once, for vendors that speak JSON over HTTP and stream SSE.
+    """complete / stream, once, for vendors that speak JSON over HTTP and stream events.
 
     A vendor module says only what differs: its URLs (one per API it serves natively),
-    headers, bodies, answers and events; each is chosen by the target's shape.
+    headers, bodies, answers and events (SSE-framed unless it says otherwise: `events`);
+    each is chosen by the target's shape.
     """
 
     shape: str = ""
@@ -296,9 +310,12 @@ class HttpProvider:
     def own_payload(self, shape: str, body: dict) -> tuple[str, dict]:
         return shape, body
 
-    def request(self, req: ModelRequest, target: CallTarget) -> tuple[str, bytes, dict[str, str]]:
+    def request(
+        self, req: ModelRequest, target: CallTarget
+    ) -> tuple[str | URL, bytes, dict[str, str]]:
         """Return one call's URL, body and headers (a vendor whose URL names the model, or
-        that signs each request, says so here)."""
+        that signs each request, says so here; a URL that must go exactly as built, as a
+        signed one, is an encoded yarl URL)."""
         return (
             self._urls[self.api(target)],
             self.body(req, target),
@@ -321,6 +338,13 @@ class HttpProvider:
     def decoder(self, target: CallTarget) -> StreamDecoder:
         raise NotImplementedError
 
+    def events(
+        self, response: aiohttp.ClientResponse, target: CallTarget
+    ) -> AsyncIterator[list[tuple[str, bytes]]]:
+        """Return a streamed answer's (event name, data) pairs, together as each read brought
+        them: SSE, unless the vendor frames its streams otherwise."""
+        return sse_events(response)
+
     async def failure(self, response: aiohttp.ClientResponse, api_key: str) -> ProviderError:
         """Map a failed answer to a ProviderError (a vendor whose statuses say more or less
         than they mean corrects them here)."""
@@ -336,7 +360,7 @@ class HttpProvider:
         return self.completion(data, req, target)
 
     async def post_json(
-        self, url: str, body: bytes, api_key: str, *, headers: dict[str, str] | None = None
+        self, url: str | URL, body: bytes, api_key: str, *, headers: dict[str, str] | None = None
     ) -> dict:
         """POST a JSON body and return the vendor's JSON answer; failures as ProviderError."""
         try:
@@ -367,7 +391,7 @@ class HttpProvider:
             if response.status != 200:
                 raise await self.failure(response, target.api_key)
             decoder = self.decoder(target)
-            async for events in sse_events(response):
+            async for events in self.events(response, target):
                 chunks = []
                 for event, data in events:
                     try:

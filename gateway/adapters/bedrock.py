@@ -20,7 +20,7 @@ before any call), and its answers come back as OpenAI chat completions and chunk
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncIterator
 from urllib.parse import quote, urlsplit
 
 import aiohttp
@@ -32,13 +32,11 @@ from botocore.eventstream import EventStreamBuffer, EventStreamMessage, ParserEr
 from yarl import URL
 
 from gateway.adapters.base import (
-    TRANSPORT_ERRORS,
     CallTarget,
     HttpProvider,
     ProviderError,
     clean_vendor_text,
-    connection_error,
-    error_from_response,
+    read_frames,
 )
 from gateway.shapes import bedrock as converse
 from gateway.types import OPENAI, Chunk, Completion, ModelRequest
@@ -70,6 +68,22 @@ def region_of(region: str, base_url: str) -> str:
     return ""
 
 
+class ConverseStream:
+    """ConverseStream's events to our chunks, through the shape's translator."""
+
+    def __init__(self) -> None:
+        self._translator = converse.ConverseStreamToChat()
+        self.done = False
+
+    def feed(self, event: str, data: bytes) -> Chunk | None:
+        payload = orjson.loads(data) if data else {}
+        if not isinstance(payload, dict):
+            raise ProviderError("upstream sent malformed JSON", retryable=True)
+        chunk = self._translator.feed(event, payload)
+        self.done = self._translator.done
+        return chunk
+
+
 class BedrockProvider(HttpProvider):
     shape = OPENAI
     native = frozenset({OPENAI})
@@ -82,7 +96,7 @@ class BedrockProvider(HttpProvider):
     def own_payload(self, shape: str, body: dict) -> tuple[str, dict]:
         return OPENAI, converse.chat_to_converse(body)
 
-    def request(self, req: ModelRequest, target: CallTarget) -> tuple[str, bytes, dict[str, str]]:
+    def request(self, req: ModelRequest, target: CallTarget) -> tuple[URL, bytes, dict[str, str]]:
         credentials = aws_credentials(target.api_key)
         region = region_of(self._options.region, self._base_url)
         if not region:
@@ -97,76 +111,51 @@ class BedrockProvider(HttpProvider):
         }
         signed = AWSRequest(method="POST", url=url, data=body, headers=headers)
         SigV4Auth(credentials, SIGNING_SERVICE, region).add_auth(signed)
-        return url, body, dict(signed.headers.items())
-
-    def _send(self, req: ModelRequest, target: CallTarget):
-        url, body, headers = self.request(req, target)
         # The path goes as signed: yarl would decode the model id's escapes (`%3A`).
-        return self._session.post(URL(url, encoded=True), data=body, headers=headers)
+        return URL(url, encoded=True), body, dict(signed.headers.items())
 
-    async def complete(self, req: ModelRequest, target: CallTarget) -> Completion:
-        try:
-            async with self._send(req, target) as response:
-                if response.status != 200:
-                    raise await error_from_response(response, target.api_key)
-                data = orjson.loads(await response.read())
-        except ProviderError:
-            raise
-        except (*TRANSPORT_ERRORS, TimeoutError) as exc:
-            raise connection_error(exc) from None
-        except orjson.JSONDecodeError:
-            raise ProviderError("upstream sent malformed JSON", retryable=True) from None
-        if not isinstance(data, dict):
-            raise ProviderError("upstream sent malformed JSON", retryable=True)
+    def completion(self, data: dict, req: ModelRequest, target: CallTarget) -> Completion:
         return converse.completion_from_converse(data, model=req.model)
 
-    async def stream(
-        self, req: ModelRequest, target: CallTarget
-    ) -> AsyncGenerator[list[Chunk], None]:
-        try:
-            response = await self._send(req, target)
-        except (*TRANSPORT_ERRORS, TimeoutError) as exc:
-            raise connection_error(exc) from None
-        try:
-            if response.status != 200:
-                raise await error_from_response(response, target.api_key)
-            decoder = converse.ConverseStreamToChat()
-            async for messages in event_stream_messages(response):
-                chunks = []
-                for message in messages:
-                    chunk = _event_chunk(decoder, message, target.api_key)
-                    if chunk is not None:
-                        chunks.append(chunk)
-                    if decoder.done:
-                        break
-                if chunks:
-                    yield chunks
-                if decoder.done:
-                    break
-            if not decoder.done:
-                raise ProviderError("upstream stream ended early", retryable=True)
-        finally:
-            response.release()
+    def decoder(self, target: CallTarget) -> ConverseStream:
+        return ConverseStream()
+
+    def events(
+        self, response: aiohttp.ClientResponse, target: CallTarget
+    ) -> AsyncIterator[list[tuple[str, bytes]]]:
+        return converse_events(response, target.api_key)
 
 
-def _event_chunk(
-    decoder: converse.ConverseStreamToChat, message: EventStreamMessage, api_key: str
-) -> Chunk | None:
-    """Read one event-stream message: an event's chunk, or its exception raised."""
+async def converse_events(
+    response: aiohttp.ClientResponse, api_key: str
+) -> AsyncIterator[list[tuple[str, bytes]]]:
+    """Yield the (event type, payload) pairs of an event-stream body's event messages,
+    together as each read brought them; an exception message is raised as the
+    ProviderError it is, after the events read before it."""
+    async for messages in event_stream_messages(response):
+        events: list[tuple[str, bytes]] = []
+        for message in messages:
+            headers = message.headers
+            if headers.get(":message-type") != "event":
+                if events:
+                    yield events
+                raise stream_exception(message, api_key)
+            events.append((str(headers.get(":event-type", "")), message.payload))
+        if events:
+            yield events
+
+
+def stream_exception(message: EventStreamMessage, api_key: str) -> ProviderError:
+    """Return the ProviderError an event-stream exception (or error) message is."""
     headers = message.headers
-    kind = headers.get(":message-type")
     try:
         payload = orjson.loads(message.payload) if message.payload else {}
     except orjson.JSONDecodeError:
-        raise ProviderError("upstream sent malformed JSON", retryable=True) from None
-    if kind == "event":
-        if not isinstance(payload, dict):
-            raise ProviderError("upstream sent malformed JSON", retryable=True)
-        return decoder.feed(str(headers.get(":event-type", "")), payload)
+        return ProviderError("upstream sent malformed JSON", retryable=True)
     name = str(headers.get(":exception-type") or headers.get(":error-code") or "error")
     status, retryable = converse.STREAM_EXCEPTIONS.get(name, (None, True))
     said = payload.get("message") if isinstance(payload, dict) else None
-    raise ProviderError(
+    return ProviderError(
         f"upstream stream exception ({clean_vendor_text(name)})",
         retryable=retryable,
         status=status,
@@ -175,38 +164,19 @@ def _event_chunk(
     )
 
 
-async def event_stream_messages(
+def event_stream_messages(
     response: aiohttp.ClientResponse,
 ) -> AsyncIterator[list[EventStreamMessage]]:
-    """Yield an event-stream body's messages, together as each read brought them; raise
-    ProviderError if it breaks or is not event-stream framing.
-
-    As sse_events does, a broken connection first yields the whole messages aiohttp had
-    buffered: the last ones the vendor did send are not lost.
-    """
-    content = response.content
+    """Yield an event-stream body's messages, together as each read brought them (as
+    sse_events does SSE's: base.read_frames); raise ProviderError if it breaks or is not
+    event-stream framing."""
     buffer = EventStreamBuffer()
-    while True:
-        try:
-            data = await content.readany()
-        except TRANSPORT_ERRORS as exc:
-            rest = getattr(content, "_buffer", None)
-            if rest:
-                buffer.add_data(b"".join(rest)[getattr(content, "_buffer_offset", 0) :])
-                messages = _complete_messages(buffer)
-                if messages:
-                    yield messages
-            raise connection_error(exc) from None
-        if not data:
-            return
+
+    def complete_messages(data: bytes) -> list[EventStreamMessage]:
         buffer.add_data(data)
-        messages = _complete_messages(buffer)
-        if messages:
-            yield messages
+        try:
+            return list(buffer)
+        except ParserError:
+            raise ProviderError("upstream sent a malformed event stream", retryable=True) from None
 
-
-def _complete_messages(buffer: EventStreamBuffer) -> list[EventStreamMessage]:
-    try:
-        return list(buffer)
-    except ParserError:
-        raise ProviderError("upstream sent a malformed event stream", retryable=True) from None
+    return read_frames(response, complete_messages, at_end=b"")

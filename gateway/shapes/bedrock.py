@@ -43,39 +43,35 @@ ours, and OpenAI's `prompt_tokens`, count every prompt token, so they are added.
 
 from __future__ import annotations
 
-import json
 import time
 from typing import Any
 
 from gateway.shapes.common import OPENAI_OWNED
 from gateway.shapes.fields import (
-    PROMPT_CACHE_DEFAULTS,
+    OPENAI_CHAT_DEFAULTS,
+    SYSTEM_ROLES,
+    ChatMessage,
     as_dict,
     as_list,
-    as_text,
     cannot_arrive,
+    chat_messages,
     compact_json,
     is_neutral,
-    malformed,
+    read_function_choice,
+    read_function_tool,
+    read_image_url,
+    read_json_schema_format,
+    read_parallel_tool_calls,
+    read_tool_call,
     refuse_rest,
     split_data_url,
+    text_of_part,
     untranslatable,
 )
 from gateway.types import OPENAI, Chunk, Completion, Usage
 
 VENDOR = "bedrock"
 
-# OpenAI's own defaults: sent explicitly they ask for nothing Converse lacks.
-OPENAI_DEFAULTS: dict[str, tuple[Any, ...]] = {
-    "n": (1,),
-    "presence_penalty": (0, 0.0),
-    "frequency_penalty": (0, 0.0),
-    "top_logprobs": (0,),
-    "service_tier": ("auto", "default"),
-    "modalities": (["text"],),
-    "prompt_cache_options": PROMPT_CACHE_DEFAULTS,
-    "parallel_tool_calls": (True,),
-}
 # Cost hints that cannot change an answer: dropped (the module docstring).
 DROPPED = frozenset({"prompt_cache_key", "prompt_cache_retention"})
 HANDLED = frozenset(
@@ -113,9 +109,9 @@ def chat_to_converse(body: dict, *, vendor_kind: str = VENDOR) -> dict:
         handled=OPENAI_OWNED | HANDLED | DROPPED,
         path="",
         vendor=vendor_kind,
-        defaults=OPENAI_DEFAULTS,
+        defaults=OPENAI_CHAT_DEFAULTS,  # OpenAI's own: they ask for nothing Converse lacks
     )
-    system, messages = _converse_messages(as_list(body.get("messages"), "messages"), vendor_kind)
+    system, messages = _converse_messages(body.get("messages"), vendor_kind)
     out: dict[str, Any] = {"messages": messages}
     if system:
         out["system"] = system
@@ -137,25 +133,19 @@ def converse_body(payload: dict, *, max_tokens: int) -> dict:
     return {**payload, "inferenceConfig": inference}
 
 
-def _converse_messages(messages: list, vendor: str) -> tuple[list[dict], list[dict]]:
+def _converse_messages(messages: Any, vendor: str) -> tuple[list[dict], list[dict]]:
     system: list[dict] = []
     turns: list[dict] = []
-    for index, raw in enumerate(messages):
-        path = f"messages[{index}]"
-        message = as_dict(raw, path)
-        role = message.get("role")
-        if role in ("system", "developer"):
-            refuse_rest(message, handled=frozenset({"role", "content"}), path=path, vendor=vendor)
-            system += _text_blocks(message.get("content"), f"{path}.content", vendor)
+    for message in chat_messages(messages, vendor):
+        if message.role in SYSTEM_ROLES:
+            system += _text_blocks(message.content, f"{message.path}.content", vendor)
             continue
-        if role == "user":
-            turn = _user_turn(message, path, vendor)
-        elif role == "assistant":
-            turn = _assistant_turn(message, path, vendor)
-        elif role == "tool":
-            turn = _tool_turn(message, path, vendor)
+        if message.role == "user":
+            turn = _user_turn(message, vendor)
+        elif message.role == "assistant":
+            turn = _assistant_turn(message, vendor)
         else:
-            raise untranslatable(f"{path}.role", vendor, str(role))
+            turn = _tool_turn(message, vendor)
         if turns and turns[-1]["role"] == turn["role"]:
             turns[-1]["content"] += turn["content"]
         else:
@@ -169,26 +159,22 @@ def _text_blocks(content: Any, path: str, vendor: str) -> list[dict]:
         return [{"text": content}] if content else []
     blocks = []
     for index, raw in enumerate(as_list(content, path)):
-        blocks += _text_part(as_dict(raw, f"{path}[{index}]"), f"{path}[{index}]", vendor)
+        blocks += _text_part(raw, f"{path}[{index}]", vendor)
     return blocks
 
 
-def _text_part(part: dict, path: str, vendor: str) -> list[dict]:
-    if part.get("type") != "text":
-        raise untranslatable(f"{path}.type", vendor, str(part.get("type")))
-    refuse_rest(part, handled=frozenset({"type", "text"}), path=path, vendor=vendor)
-    text = as_text(part.get("text"), f"{path}.text")
+def _text_part(part: Any, path: str, vendor: str) -> list[dict]:
+    text = text_of_part(part, path, vendor)
     return [{"text": text}] if text else []
 
 
-def _user_turn(message: dict, path: str, vendor: str) -> dict:
-    refuse_rest(message, handled=frozenset({"role", "content"}), path=path, vendor=vendor)
-    content = message.get("content")
+def _user_turn(message: ChatMessage, vendor: str) -> dict:
+    content = message.content
     if isinstance(content, str):
         return {"role": "user", "content": [{"text": content}] if content else []}
     blocks = []
-    for index, raw in enumerate(as_list(content, f"{path}.content")):
-        part_path = f"{path}.content[{index}]"
+    for index, raw in enumerate(as_list(content, f"{message.path}.content")):
+        part_path = f"{message.path}.content[{index}]"
         part = as_dict(raw, part_path)
         kind = part.get("type")
         if kind == "text":
@@ -201,16 +187,8 @@ def _user_turn(message: dict, path: str, vendor: str) -> dict:
 
 
 def _image_block(part: dict, path: str, vendor: str) -> dict:
-    refuse_rest(part, handled=frozenset({"type", "image_url"}), path=path, vendor=vendor)
-    image = as_dict(part.get("image_url"), f"{path}.image_url")
-    detail = image.get("detail")
-    if detail not in (None, "auto"):
-        raise untranslatable(f"{path}.image_url.detail", vendor, str(detail))
-    refuse_rest(
-        image, handled=frozenset({"url", "detail"}), path=f"{path}.image_url", vendor=vendor
-    )
+    url = read_image_url(part, path, vendor)
     url_path = f"{path}.image_url.url"
-    url = as_text(image.get("url"), url_path)
     data_url = split_data_url(url)
     if data_url is None:
         raise untranslatable(
@@ -222,63 +200,26 @@ def _image_block(part: dict, path: str, vendor: str) -> dict:
     return {"image": {"format": IMAGE_FORMATS[media_type], "source": {"bytes": data}}}
 
 
-def _assistant_turn(message: dict, path: str, vendor: str) -> dict:
-    # `name`, `refusal`, `audio` and the deprecated `function_call` are refused unless neutral.
-    refuse_rest(
-        message, handled=frozenset({"role", "content", "tool_calls"}), path=path, vendor=vendor
-    )
-    content = message.get("content")
+def _assistant_turn(message: ChatMessage, vendor: str) -> dict:
+    content, path = message.content, message.path
     blocks = [] if content is None else _text_blocks(content, f"{path}.content", vendor)
-    calls = as_list(message.get("tool_calls") or [], f"{path}.tool_calls")
     blocks += [
-        _tool_use(call, f"{path}.tool_calls[{index}]", vendor) for index, call in enumerate(calls)
+        _tool_use(call, f"{path}.tool_calls[{index}]", vendor)
+        for index, call in enumerate(message.tool_calls)
     ]
     return {"role": "assistant", "content": blocks}
 
 
 def _tool_use(call: Any, path: str, vendor: str) -> dict:
-    call = as_dict(call, path)
-    if call.get("type") != "function":
-        raise untranslatable(f"{path}.type", vendor, str(call.get("type")))
-    # `index` is what the SDKs' stream helpers leave on a call; the list order carries it.
-    refuse_rest(
-        call, handled=frozenset({"id", "type", "function", "index"}), path=path, vendor=vendor
-    )
-    function_path = f"{path}.function"
-    function = as_dict(call.get("function"), function_path)
-    refuse_rest(
-        function, handled=frozenset({"name", "arguments"}), path=function_path, vendor=vendor
-    )
-    return {
-        "toolUse": {
-            "toolUseId": as_text(call.get("id"), f"{path}.id"),
-            "name": as_text(function.get("name"), f"{function_path}.name"),
-            "input": _arguments_object(function.get("arguments"), f"{function_path}.arguments"),
-        }
-    }
+    read = read_tool_call(call, path, vendor)
+    return {"toolUse": {"toolUseId": read.id, "name": read.name, "input": read.arguments}}
 
 
-def _arguments_object(arguments: Any, path: str) -> dict:
-    # Converse holds a tool's input as a JSON object; an empty string is a call without any.
-    if arguments == "":
-        return {}
-    try:
-        value = json.loads(as_text(arguments, path))
-    except ValueError:
-        value = None
-    if not isinstance(value, dict):
-        raise untranslatable(path, VENDOR, "not a JSON object")
-    return value
-
-
-def _tool_turn(message: dict, path: str, vendor: str) -> dict:
-    refuse_rest(
-        message, handled=frozenset({"role", "content", "tool_call_id"}), path=path, vendor=vendor
-    )
+def _tool_turn(message: ChatMessage, vendor: str) -> dict:
     result = {
-        "toolUseId": as_text(message.get("tool_call_id"), f"{path}.tool_call_id"),
+        "toolUseId": message.tool_call_id,
         # A toolResult needs content: an empty result is one empty text.
-        "content": _text_blocks(message.get("content"), f"{path}.content", vendor)
+        "content": _text_blocks(message.content, f"{message.path}.content", vendor)
         or [{"text": ""}],
     }
     return {"role": "user", "content": [{"toolResult": result}]}
@@ -308,9 +249,7 @@ def _tool_config(body: dict, vendor: str) -> dict:
         for index, tool in enumerate(as_list(body.get("tools") or [], "tools"))
     ]
     choice = body.get("tool_choice")
-    parallel = body.get("parallel_tool_calls")
-    if parallel not in (None, True, False):
-        raise malformed("parallel_tool_calls", "a boolean")
+    parallel = read_parallel_tool_calls(body)
     if not tools:
         # Without tools a choice asks for nothing, but for a tool that is not there.
         if isinstance(choice, dict):
@@ -336,26 +275,15 @@ def _tool_config(body: dict, vendor: str) -> dict:
 
 
 def _tool_spec(tool: Any, path: str, vendor: str) -> dict:
-    tool = as_dict(tool, path)
-    if tool.get("type") != "function":
-        raise untranslatable(f"{path}.type", vendor, str(tool.get("type")))
-    refuse_rest(tool, handled=frozenset({"type", "function"}), path=path, vendor=vendor)
-    function_path = f"{path}.function"
-    function = as_dict(tool.get("function"), function_path)
-    refuse_rest(
-        function,
-        handled=frozenset({"name", "description", "parameters", "strict"}),
-        path=function_path,
-        vendor=vendor,
-    )
+    function = read_function_tool(tool, path, vendor)
     spec: dict[str, Any] = {
-        "name": as_text(function.get("name"), f"{function_path}.name"),
-        "inputSchema": {"json": function.get("parameters") or EMPTY_SCHEMA},
+        "name": function.name,
+        "inputSchema": {"json": function.parameters or EMPTY_SCHEMA},
     }
-    if function.get("description"):
-        spec["description"] = as_text(function["description"], f"{function_path}.description")
+    if function.description:  # Converse refuses an empty description
+        spec["description"] = function.description
     # Both guarantee schema-valid tool inputs when asked; false is the default in both.
-    if function.get("strict") is True:
+    if function.strict:
         spec["strict"] = True
     return {"toolSpec": spec}
 
@@ -365,13 +293,7 @@ def _tool_choice(choice: Any, vendor: str) -> dict:
         if choice not in TOOL_CHOICES:
             raise untranslatable("tool_choice", vendor, choice)
         return TOOL_CHOICES[choice]
-    choice = as_dict(choice, "tool_choice")
-    if choice.get("type") != "function":
-        raise untranslatable("tool_choice.type", vendor, str(choice.get("type")))
-    refuse_rest(choice, handled=frozenset({"type", "function"}), path="tool_choice", vendor=vendor)
-    function = as_dict(choice.get("function"), "tool_choice.function")
-    refuse_rest(function, handled=frozenset({"name"}), path="tool_choice.function", vendor=vendor)
-    return {"tool": {"name": as_text(function.get("name"), "tool_choice.function.name")}}
+    return {"tool": {"name": read_function_choice(choice, "tool_choice", vendor)}}
 
 
 def _output_config(response_format: Any, vendor: str) -> dict:
@@ -384,28 +306,15 @@ def _output_config(response_format: Any, vendor: str) -> dict:
         raise untranslatable(
             "response_format.type", vendor, str(kind), why="Converse has a JSON schema mode only"
         )
-    refuse_rest(
-        response_format,
-        handled=frozenset({"type", "json_schema"}),
-        path="response_format",
-        vendor=vendor,
-    )
-    path = "response_format.json_schema"
-    spec = as_dict(response_format.get("json_schema"), path)
     # `strict`: Converse always holds the answer to the schema, which strict asks and
     # non-strict allows.
-    refuse_rest(
-        spec,
-        handled=frozenset({"name", "description", "schema", "strict"}),
-        path=path,
-        vendor=vendor,
-    )
+    json_schema = read_json_schema_format(response_format, vendor)
     definition: dict[str, Any] = {
-        "schema": compact_json(as_dict(spec.get("schema"), f"{path}.schema")),
-        "name": as_text(spec.get("name"), f"{path}.name"),
+        "schema": compact_json(json_schema.schema),
+        "name": json_schema.name,
     }
-    if spec.get("description") is not None:
-        definition["description"] = as_text(spec["description"], f"{path}.description")
+    if json_schema.description is not None:
+        definition["description"] = json_schema.description
     structure = {"jsonSchema": definition}
     return {"textFormat": {"type": "json_schema", "structure": structure}}
 

@@ -62,9 +62,7 @@ the stream and carries the usage (chat's usage chunk folded into the finishing o
 
 from __future__ import annotations
 
-import json
 import time
-from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -72,17 +70,28 @@ import orjson
 from gateway.shapes import openai as openai_shape
 from gateway.shapes.common import OPENAI_OWNED
 from gateway.shapes.fields import (
-    PDF,
-    PROMPT_CACHE_DEFAULTS,
+    OPENAI_CHAT_DEFAULTS,
+    SYSTEM_ROLES,
+    ChatMessage,
+    PartTranslator,
     as_dict,
     as_list,
     as_text,
     cannot_arrive,
+    chat_messages,
     compact_json,
     is_neutral,
-    malformed,
+    read_file_data,
+    read_function_choice,
+    read_function_tool,
+    read_image_url,
+    read_json_schema_format,
+    read_parallel_tool_calls,
+    read_tool_call,
     refuse_rest,
     split_data_url,
+    text_of_part,
+    translate_parts,
     untranslatable,
 )
 from gateway.types import OPENAI, Chunk, Completion, Usage
@@ -90,23 +99,12 @@ from gateway.types import OPENAI, Chunk, Completion, Usage
 GEMINI = "gemini"  # the shape of a generateContent body (CallTarget.shape)
 
 # OpenAI's own defaults: sent explicitly they ask for nothing Gemini lacks.
-OPENAI_DEFAULTS: dict[str, tuple[Any, ...]] = {
-    "n": (1,),
-    "presence_penalty": (0, 0.0),
-    "frequency_penalty": (0, 0.0),
-    "top_logprobs": (0,),
-    "service_tier": ("auto", "default"),
-    "modalities": (["text"],),
-    "prompt_cache_options": PROMPT_CACHE_DEFAULTS,
-    "parallel_tool_calls": (True,),
-    "verbosity": ("medium",),
-}
+OPENAI_DEFAULTS: dict[str, tuple[Any, ...]] = {**OPENAI_CHAT_DEFAULTS, "verbosity": ("medium",)}
 # A routing hint for OpenAI's prompt cache: it cannot change the answer (module docstring).
 DROPPED = frozenset({"prompt_cache_key"})
 
 THINKING_BUDGETS = {"none": 0, "minimal": 512, "low": 1024, "medium": 8192, "high": 24576}
 AUDIO_FORMATS: dict[Any, str] = {"wav": "audio/wav", "mp3": "audio/mp3"}
-PDF_BASE64_START = "JVBER"  # "%PDF" in base64: a file_data without a data-URL header
 TOOL_OUTPUT = "output"  # the key of a functionResponse's response holding the tool's text
 
 
@@ -124,7 +122,7 @@ def chat_request_to_gemini(body: dict, *, vendor_kind: str) -> dict:
         vendor=vendor_kind,
         defaults=OPENAI_DEFAULTS,
     )
-    system, contents = _contents(as_list(body.get("messages"), "messages"), vendor_kind)
+    system, contents = _contents(body.get("messages"), vendor_kind)
     out: dict[str, Any] = {"contents": contents}
     if system:
         out["systemInstruction"] = {"parts": system}
@@ -143,27 +141,20 @@ def chat_request_to_gemini(body: dict, *, vendor_kind: str) -> dict:
     return out
 
 
-def _contents(messages: list, vendor: str) -> tuple[list[dict], list[dict]]:
+def _contents(messages: Any, vendor: str) -> tuple[list[dict], list[dict]]:
     """Return the system instruction's parts and the contents of a chat's messages."""
     system: list[dict] = []
     contents: list[dict] = []
     call_names: dict[str, str] = {}  # tool call id -> its function, as the history defines it
-    for index, raw in enumerate(messages):
-        path = f"messages[{index}]"
-        message = as_dict(raw, path)
-        role = message.get("role")
-        if role in ("system", "developer"):
-            refuse_rest(message, handled=frozenset({"role", "content"}), path=path, vendor=vendor)
-            system += _text_parts(message.get("content"), f"{path}.content", vendor)
-        elif role == "user":
-            refuse_rest(message, handled=frozenset({"role", "content"}), path=path, vendor=vendor)
-            _append(contents, "user", _user_parts(message.get("content"), path, vendor))
-        elif role == "assistant":
-            _append(contents, "model", _model_parts(message, path, vendor, call_names))
-        elif role == "tool":
-            _append(contents, "user", [_function_response(message, path, vendor, call_names)])
+    for message in chat_messages(messages, vendor):
+        if message.role in SYSTEM_ROLES:
+            system += _text_parts(message.content, f"{message.path}.content", vendor)
+        elif message.role == "user":
+            _append(contents, "user", _user_parts(message.content, message.path, vendor))
+        elif message.role == "assistant":
+            _append(contents, "model", _model_parts(message, vendor, call_names))
         else:
-            raise untranslatable(f"{path}.role", vendor, str(role))
+            _append(contents, "user", [_function_response(message, vendor, call_names)])
     return system, contents
 
 
@@ -183,48 +174,24 @@ def _text_parts(content: Any, path: str, vendor: str) -> list[dict]:
     if isinstance(content, str):
         return [{"text": content}] if content else []
     return [
-        {"text": _text_of_part(part, f"{path}[{index}]", vendor)}
+        {"text": text_of_part(part, f"{path}[{index}]", vendor)}
         for index, part in enumerate(as_list(content, path))
     ]
 
 
-def _text_of_part(part: Any, path: str, vendor: str) -> str:
-    part = as_dict(part, path)
-    if part.get("type") != "text":
-        raise untranslatable(f"{path}.type", vendor, str(part.get("type")))
-    refuse_rest(part, handled=frozenset({"type", "text"}), path=path, vendor=vendor)
-    return as_text(part.get("text"), f"{path}.text")
-
-
 def _user_parts(content: Any, path: str, vendor: str) -> list[dict]:
-    content_path = f"{path}.content"
     if isinstance(content, str):
         return [{"text": content}]
-    parts = []
-    for index, raw in enumerate(as_list(content, content_path)):
-        where = f"{content_path}[{index}]"
-        part = as_dict(raw, where)
-        translate = USER_PARTS.get(part.get("type"))
-        if translate is None:
-            raise untranslatable(f"{where}.type", vendor, str(part.get("type")))
-        parts.append(translate(part, where, vendor))
-    return parts
+    return translate_parts(content, f"{path}.content", vendor, USER_PARTS)
 
 
 def _text_part(part: dict, path: str, vendor: str) -> dict:
-    return {"text": _text_of_part(part, path, vendor)}
+    return {"text": text_of_part(part, path, vendor)}
 
 
 def _image_part(part: dict, path: str, vendor: str) -> dict:
-    refuse_rest(part, handled=frozenset({"type", "image_url"}), path=path, vendor=vendor)
-    image_path = f"{path}.image_url"
-    image = as_dict(part.get("image_url"), image_path)
-    detail = image.get("detail")
-    if detail not in (None, "auto"):
-        raise untranslatable(f"{image_path}.detail", vendor, str(detail))
-    refuse_rest(image, handled=frozenset({"url", "detail"}), path=image_path, vendor=vendor)
-    url_path = f"{image_path}.url"
-    url = as_text(image.get("url"), url_path)
+    url = read_image_url(part, path, vendor)
+    url_path = f"{path}.image_url.url"
     if url.startswith(("https://", "http://")):
         raise untranslatable(
             url_path,
@@ -239,18 +206,12 @@ def _image_part(part: dict, path: str, vendor: str) -> dict:
 
 
 def _file_part(part: dict, path: str, vendor: str) -> dict:
-    refuse_rest(part, handled=frozenset({"type", "file"}), path=path, vendor=vendor)
-    file_path = f"{path}.file"
-    file = as_dict(part.get("file"), file_path)
-    # `filename` is dropped (the module docstring); an uploaded `file_id` lives at OpenAI.
-    refuse_rest(file, handled=frozenset({"file_data", "filename"}), path=file_path, vendor=vendor)
-    data_path = f"{file_path}.file_data"
-    file_data = as_text(file.get("file_data"), data_path)
-    media_type, data = split_data_url(file_data) or (None, file_data)
-    if media_type is None and data.startswith(PDF_BASE64_START):
-        media_type = PDF
+    # `filename` is dropped (the module docstring).
+    media_type, data = read_file_data(part, path, vendor)
     if not media_type:
-        raise untranslatable(data_path, vendor, why="a data URL naming its media type is needed")
+        raise untranslatable(
+            f"{path}.file.file_data", vendor, why="a data URL naming its media type is needed"
+        )
     return {"inlineData": {"mimeType": media_type, "data": data}}
 
 
@@ -266,7 +227,7 @@ def _audio_part(part: dict, path: str, vendor: str) -> dict:
     return {"inlineData": {"mimeType": media_type, "data": data}}
 
 
-USER_PARTS: dict[Any, Callable[[dict, str, str], dict]] = {
+USER_PARTS: dict[Any, PartTranslator] = {
     "text": _text_part,
     "image_url": _image_part,
     "file": _file_part,
@@ -274,82 +235,40 @@ USER_PARTS: dict[Any, Callable[[dict, str, str], dict]] = {
 }
 
 
-def _model_parts(message: dict, path: str, vendor: str, call_names: dict[str, str]) -> list[dict]:
-    # `name`, `refusal`, `audio` and the deprecated `function_call` are refused unless neutral.
-    refuse_rest(
-        message, handled=frozenset({"role", "content", "tool_calls"}), path=path, vendor=vendor
-    )
-    content = message.get("content")
+def _model_parts(message: ChatMessage, vendor: str, call_names: dict[str, str]) -> list[dict]:
+    content, path = message.content, message.path
     parts: list[dict] = []
     if isinstance(content, str):
         parts += [{"text": content}] if content else []
     elif content is not None:
         for index, part in enumerate(as_list(content, f"{path}.content")):
-            text = _text_of_part(part, f"{path}.content[{index}]", vendor)
+            text = text_of_part(part, f"{path}.content[{index}]", vendor)
             parts += [{"text": text}] if text else []
-    calls = as_list(message.get("tool_calls") or [], f"{path}.tool_calls")
-    for index, call in enumerate(calls):
-        call_id, name, arguments = _tool_call(call, f"{path}.tool_calls[{index}]", vendor)
-        call_names[call_id] = name
-        parts.append({"functionCall": {"name": name, "args": arguments}})
+    for index, raw in enumerate(message.tool_calls):
+        call = read_tool_call(raw, f"{path}.tool_calls[{index}]", vendor)
+        call_names[call.id] = call.name
+        parts.append({"functionCall": {"name": call.name, "args": call.arguments}})
     return parts
 
 
-def _tool_call(call: Any, path: str, vendor: str) -> tuple[str, str, dict]:
-    call = as_dict(call, path)
-    if call.get("type") != "function":
-        raise untranslatable(f"{path}.type", vendor, str(call.get("type")))
-    # `index` is what the SDKs' stream helpers leave on a call; the list order carries it.
-    refuse_rest(
-        call, handled=frozenset({"id", "type", "function", "index"}), path=path, vendor=vendor
-    )
-    function_path = f"{path}.function"
-    function = as_dict(call.get("function"), function_path)
-    refuse_rest(
-        function, handled=frozenset({"name", "arguments"}), path=function_path, vendor=vendor
-    )
-    return (
-        as_text(call.get("id"), f"{path}.id"),
-        as_text(function.get("name"), f"{function_path}.name"),
-        _arguments_object(function.get("arguments"), f"{function_path}.arguments", vendor),
-    )
-
-
-def _arguments_object(arguments: Any, path: str, vendor: str) -> dict:
-    # Gemini holds a call's args as an object; an empty string is a call without arguments.
-    if arguments == "":
-        return {}
-    try:
-        value = json.loads(as_text(arguments, path))
-    except ValueError:
-        value = None
-    if not isinstance(value, dict):
-        raise untranslatable(path, vendor, "not a JSON object")
-    return value
-
-
-def _function_response(message: dict, path: str, vendor: str, call_names: dict[str, str]) -> dict:
-    refuse_rest(
-        message, handled=frozenset({"role", "content", "tool_call_id"}), path=path, vendor=vendor
-    )
-    id_path = f"{path}.tool_call_id"
-    name = call_names.get(as_text(message.get("tool_call_id"), id_path))
+def _function_response(message: ChatMessage, vendor: str, call_names: dict[str, str]) -> dict:
+    name = call_names.get(message.tool_call_id)
     if name is None:
         raise untranslatable(
-            id_path,
+            f"{message.path}.tool_call_id",
             vendor,
             why="Gemini answers a call by its function's name, and no earlier assistant "
             "message makes this call",
         )
-    content = message.get("content")
-    content_path = f"{path}.content"
+    content = message.content
+    content_path = f"{message.path}.content"
     if isinstance(content, str):
         text = content
     elif is_neutral(content):
         text = ""
     else:
         text = "".join(
-            _text_of_part(part, f"{content_path}[{index}]", vendor)
+            text_of_part(part, f"{content_path}[{index}]", vendor)
             for index, part in enumerate(as_list(content, content_path))
         )
     return {"functionResponse": {"name": name, "response": {TOOL_OUTPUT: text}}}
@@ -365,27 +284,13 @@ def _tools(tools: Any, vendor: str) -> list[dict]:
 
 
 def _declaration(tool: Any, path: str, vendor: str) -> dict:
-    tool = as_dict(tool, path)
-    if tool.get("type") != "function":
-        raise untranslatable(f"{path}.type", vendor, str(tool.get("type")))
-    refuse_rest(tool, handled=frozenset({"type", "function"}), path=path, vendor=vendor)
-    function_path = f"{path}.function"
-    function = as_dict(tool.get("function"), function_path)
-    refuse_rest(
-        function,
-        handled=frozenset({"name", "description", "parameters", "strict"}),
-        path=function_path,
-        vendor=vendor,
-    )
-    declaration: dict[str, Any] = {"name": as_text(function.get("name"), f"{function_path}.name")}
-    if function.get("description") is not None:
-        declaration["description"] = as_text(
-            function["description"], f"{function_path}.description"
-        )
-    if function.get("parameters") is not None:
-        declaration["parametersJsonSchema"] = as_dict(
-            function["parameters"], f"{function_path}.parameters"
-        )
+    # `strict` is read from the body by _strict_tools: it is the calling mode's, not the tool's.
+    function = read_function_tool(tool, path, vendor)
+    declaration: dict[str, Any] = {"name": function.name}
+    if function.description is not None:
+        declaration["description"] = function.description
+    if function.parameters is not None:
+        declaration["parametersJsonSchema"] = function.parameters
     return declaration
 
 
@@ -413,9 +318,7 @@ def _tool_config(body: dict, tools: list[dict], vendor: str) -> dict:
         raise untranslatable("tool_choice", vendor, choice)
     else:
         config = _named_choice(as_dict(choice, "tool_choice"), vendor)
-    parallel = body.get("parallel_tool_calls")
-    if parallel not in (None, True, False):
-        raise malformed("parallel_tool_calls", "a boolean")
+    parallel = read_parallel_tool_calls(body)
     if parallel is False and tools and config.get("mode") != "NONE":
         raise untranslatable(
             "parallel_tool_calls",
@@ -429,14 +332,7 @@ def _tool_config(body: dict, tools: list[dict], vendor: str) -> dict:
 def _named_choice(choice: dict, vendor: str) -> dict:
     kind = choice.get("type")
     if kind == "function":
-        refuse_rest(
-            choice, handled=frozenset({"type", "function"}), path="tool_choice", vendor=vendor
-        )
-        function = as_dict(choice.get("function"), "tool_choice.function")
-        refuse_rest(
-            function, handled=frozenset({"name"}), path="tool_choice.function", vendor=vendor
-        )
-        name = as_text(function.get("name"), "tool_choice.function.name")
+        name = read_function_choice(choice, "tool_choice", vendor)
         return {"mode": "ANY", "allowedFunctionNames": [name]}
     if kind != "allowed_tools":
         raise untranslatable("tool_choice.type", vendor, str(kind))
@@ -453,16 +349,10 @@ def _named_choice(choice: dict, vendor: str) -> dict:
             str(allowed.get("mode")),
             why="Gemini restricts the functions it may call only when a call is required",
         )
-    names = []
-    for index, raw in enumerate(as_list(allowed.get("tools"), f"{path}.tools")):
-        where = f"{path}.tools[{index}]"
-        tool = as_dict(raw, where)
-        if tool.get("type") != "function":
-            raise untranslatable(f"{where}.type", vendor, str(tool.get("type")))
-        refuse_rest(tool, handled=frozenset({"type", "function"}), path=where, vendor=vendor)
-        function = as_dict(tool.get("function"), f"{where}.function")
-        refuse_rest(function, handled=frozenset({"name"}), path=f"{where}.function", vendor=vendor)
-        names.append(as_text(function.get("name"), f"{where}.function.name"))
+    names = [
+        read_function_choice(tool, f"{path}.tools[{index}]", vendor)
+        for index, tool in enumerate(as_list(allowed.get("tools"), f"{path}.tools"))
+    ]
     return {"mode": "ANY", "allowedFunctionNames": names}
 
 
@@ -481,21 +371,10 @@ def _response_format(response_format: Any, vendor: str) -> dict:
         return {"responseMimeType": "application/json"}
     if kind != "json_schema":
         raise untranslatable("response_format.type", vendor, str(kind))
-    refuse_rest(
-        response_format,
-        handled=frozenset({"type", "json_schema"}),
-        path="response_format",
-        vendor=vendor,
-    )
-    path = "response_format.json_schema"
-    json_schema = as_dict(response_format.get("json_schema"), path)
-    # `strict`: Gemini keeps an answer to its responseJsonSchema either way.
-    refuse_rest(
-        json_schema, handled=frozenset({"name", "schema", "strict"}), path=path, vendor=vendor
-    )
-    as_text(json_schema.get("name"), f"{path}.name")  # labels the format for the client only
-    schema = as_dict(json_schema.get("schema"), f"{path}.schema")
-    return {"responseMimeType": "application/json", "responseJsonSchema": schema}
+    # `strict`: Gemini keeps an answer to its responseJsonSchema either way; the name labels
+    # the format for the client only; a description has no place.
+    json_schema = read_json_schema_format(response_format, vendor, described=False)
+    return {"responseMimeType": "application/json", "responseJsonSchema": json_schema.schema}
 
 
 def _reasoning_effort(effort: Any, vendor: str) -> dict:
@@ -754,24 +633,3 @@ class GeminiStreamToOpenAI:
             finish_reason=finish_reason,
             usage=usage,
         )
-
-
-class GeminiShape:
-    """The generateContent shape, as the adapters use it (a VendorShape)."""
-
-    @staticmethod
-    def vendor_body(
-        payload: dict,
-        *,
-        upstream_model: str,
-        caller_label: str | None,
-        max_tokens: int,
-        stream: bool,
-    ) -> bytes:
-        # The model and streaming are in the URL; Gemini has no end-user field.
-        return vendor_body(payload, max_tokens=max_tokens)
-
-    completion_from_vendor = staticmethod(completion_from_vendor)
-
-
-GEMINI_SHAPE = GeminiShape()

@@ -25,43 +25,46 @@ What a round trip normalises (and nothing else):
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from typing import Any
 
 from gateway.shapes.common import OPENAI_OWNED
 from gateway.shapes.fields import (
+    OPENAI_CHAT_DEFAULTS,
     PDF,
-    PROMPT_CACHE_DEFAULTS,
+    SYSTEM_ROLES,
+    ChatMessage,
     FieldTranslator,
+    PartTranslator,
     as_dict,
     as_list,
     as_text,
+    chat_messages,
     is_neutral,
-    malformed,
+    read_file_data,
+    read_function_choice,
+    read_function_tool,
+    read_image_url,
+    read_json_schema_format,
+    read_parallel_tool_calls,
+    read_tool_call,
     refuse_rest,
     renamed,
     split_data_url,
     text_block,
     text_content,
+    translate_parts,
     untranslatable,
 )
 
 # ---------------------------------------------------------------- requests: OpenAI -> Anthropic
 
-# OpenAI's own defaults: sent explicitly they ask for nothing an Anthropic vendor lacks.
-OPENAI_DEFAULTS: dict[str, tuple[Any, ...]] = {
-    "n": (1,),
-    "presence_penalty": (0, 0.0),
-    "frequency_penalty": (0, 0.0),
-    "top_logprobs": (0,),
-    "service_tier": ("auto",),
-    "modalities": (["text"],),
-    "prompt_cache_options": PROMPT_CACHE_DEFAULTS,
-}
+# OpenAI's own defaults: sent explicitly they ask for nothing an Anthropic vendor lacks. But
+# for `service_tier: "default"`: OpenAI's standard tier, where Anthropic's default may use
+# its priority tier.
+OPENAI_DEFAULTS: dict[str, tuple[Any, ...]] = {**OPENAI_CHAT_DEFAULTS, "service_tier": ("auto",)}
 
 ANTHROPIC_IMAGE_TYPES = frozenset({"image/jpeg", "image/png", "image/gif", "image/webp"})
-PDF_BASE64_START = "JVBER"  # "%PDF" in base64: a file_data without a data-URL header
 
 OPENAI_TOOL_CHOICES = {"auto": "auto", "none": "none", "required": "any"}
 
@@ -85,7 +88,7 @@ def openai_request_to_anthropic(body: dict, *, vendor_kind: str) -> dict:
         vendor=vendor_kind,
         defaults=OPENAI_DEFAULTS,
     )
-    out = _anthropic_messages(as_list(body.get("messages"), "messages"), vendor_kind)
+    out = _anthropic_messages(body.get("messages"), vendor_kind)
     for key, translate in OPENAI_FIELDS.items():
         if body.get(key) is not None:
             out.update(translate(body[key], vendor_kind))
@@ -94,23 +97,15 @@ def openai_request_to_anthropic(body: dict, *, vendor_kind: str) -> dict:
     return out
 
 
-def _anthropic_messages(messages: list, vendor: str) -> dict:
+def _anthropic_messages(messages: Any, vendor: str) -> dict:
     system: list[str | list[dict]] = []
     turns: list[dict] = []
-    for index, raw in enumerate(messages):
-        path = f"messages[{index}]"
-        message = as_dict(raw, path)
-        role = message.get("role")
-        if role in ("system", "developer"):
-            refuse_rest(message, handled=frozenset({"role", "content"}), path=path, vendor=vendor)
-            system.append(
-                _anthropic_text_content(message.get("content"), f"{path}.content", vendor)
-            )
-            continue
-        translate = OPENAI_TURNS.get(role)
-        if translate is None:
-            raise untranslatable(f"{path}.role", vendor, str(role))
-        _append_turn(turns, translate(message, path, vendor))
+    for message in chat_messages(messages, vendor):
+        if message.role in SYSTEM_ROLES:
+            content_path = f"{message.path}.content"
+            system.append(_anthropic_text_content(message.content, content_path, vendor))
+        else:
+            _append_turn(turns, OPENAI_TURNS[message.role](message, vendor))
     out: dict[str, Any] = {"messages": turns}
     if system:
         out["system"] = _anthropic_system(system)
@@ -149,39 +144,18 @@ def _anthropic_text_block(part: Any, path: str, vendor: str) -> dict:
     return text_block(part, path, vendor)
 
 
-def _user_turn(message: dict, path: str, vendor: str) -> dict:
-    refuse_rest(message, handled=frozenset({"role", "content"}), path=path, vendor=vendor)
-    content = message.get("content")
+def _user_turn(message: ChatMessage, vendor: str) -> dict:
+    content = message.content
     if isinstance(content, str):
         return {"role": "user", "content": content}
-    parts = as_list(content, f"{path}.content")
-    blocks = [
-        _anthropic_user_block(part, f"{path}.content[{index}]", vendor)
-        for index, part in enumerate(parts)
-    ]
+    blocks = translate_parts(content, f"{message.path}.content", vendor, OPENAI_PARTS)
     return {"role": "user", "content": blocks}
 
 
-def _anthropic_user_block(part: Any, path: str, vendor: str) -> dict:
-    part = as_dict(part, path)
-    translate = OPENAI_PARTS.get(part.get("type"))
-    if translate is None:
-        raise untranslatable(f"{path}.type", vendor, str(part.get("type")))
-    return translate(part, path, vendor)
-
-
 def _anthropic_image_block(part: dict, path: str, vendor: str) -> dict:
-    refuse_rest(part, handled=frozenset({"type", "image_url"}), path=path, vendor=vendor)
-    image = as_dict(part.get("image_url"), f"{path}.image_url")
-    detail = image.get("detail")
-    if detail not in (None, "auto"):
-        raise untranslatable(f"{path}.image_url.detail", vendor, str(detail))
-    refuse_rest(
-        image, handled=frozenset({"url", "detail"}), path=f"{path}.image_url", vendor=vendor
-    )
-    url_path = f"{path}.image_url.url"
-    url = as_text(image.get("url"), url_path)
-    return {"type": "image", "source": _anthropic_image_source(url, url_path, vendor)}
+    url = read_image_url(part, path, vendor)
+    source = _anthropic_image_source(url, f"{path}.image_url.url", vendor)
+    return {"type": "image", "source": source}
 
 
 def _anthropic_image_source(url: str, path: str, vendor: str) -> dict:
@@ -197,34 +171,21 @@ def _anthropic_image_source(url: str, path: str, vendor: str) -> dict:
 
 
 def _anthropic_document_block(part: dict, path: str, vendor: str) -> dict:
-    refuse_rest(part, handled=frozenset({"type", "file"}), path=path, vendor=vendor)
-    file_path = f"{path}.file"
-    file = as_dict(part.get("file"), file_path)
-    # An uploaded file lives at OpenAI: an Anthropic vendor cannot read it.
-    refuse_rest(file, handled=frozenset({"file_data", "filename"}), path=file_path, vendor=vendor)
-    data_path = f"{file_path}.file_data"
-    file_data = as_text(file.get("file_data"), data_path)
-    media_type, data = split_data_url(file_data) or (None, file_data)
-    if media_type is None and data.startswith(PDF_BASE64_START):
-        media_type = PDF
+    media_type, data = read_file_data(part, path, vendor)
     if media_type != PDF:
-        raise untranslatable(data_path, vendor, media_type)
+        raise untranslatable(f"{path}.file.file_data", vendor, media_type)
     block: dict[str, Any] = {
         "type": "document",
         "source": {"type": "base64", "media_type": PDF, "data": data},
     }
-    if file.get("filename"):
-        block["title"] = as_text(file["filename"], f"{file_path}.filename")
+    filename = part["file"].get("filename")
+    if filename:
+        block["title"] = as_text(filename, f"{path}.file.filename")
     return block
 
 
-def _assistant_turn(message: dict, path: str, vendor: str) -> dict:
-    # `name`, `refusal`, `audio` and the deprecated `function_call` are refused unless neutral.
-    refuse_rest(
-        message, handled=frozenset({"role", "content", "tool_calls"}), path=path, vendor=vendor
-    )
-    content = message.get("content")
-    calls = as_list(message.get("tool_calls") or [], f"{path}.tool_calls")
+def _assistant_turn(message: ChatMessage, vendor: str) -> dict:
+    content, calls, path = message.content, message.tool_calls, message.path
     if isinstance(content, str) and not calls:
         return {"role": "assistant", "content": content}
     blocks = _assistant_text_blocks(content, f"{path}.content", vendor)
@@ -248,47 +209,15 @@ def _assistant_text_blocks(content: Any, path: str, vendor: str) -> list[dict]:
 
 
 def _anthropic_tool_use(call: Any, path: str, vendor: str) -> dict:
-    call = as_dict(call, path)
-    if call.get("type") != "function":
-        raise untranslatable(f"{path}.type", vendor, str(call.get("type")))
-    # `index` is what the SDKs' stream helpers leave on a call; the list order carries it.
-    handled = frozenset({"id", "type", "function", "index"})
-    refuse_rest(call, handled=handled, path=path, vendor=vendor)
-    function_path = f"{path}.function"
-    function = as_dict(call.get("function"), function_path)
-    refuse_rest(
-        function, handled=frozenset({"name", "arguments"}), path=function_path, vendor=vendor
-    )
-    return {
-        "type": "tool_use",
-        "id": as_text(call.get("id"), f"{path}.id"),
-        "name": as_text(function.get("name"), f"{function_path}.name"),
-        "input": _arguments_object(function.get("arguments"), f"{function_path}.arguments", vendor),
-    }
+    read = read_tool_call(call, path, vendor)
+    return {"type": "tool_use", "id": read.id, "name": read.name, "input": read.arguments}
 
 
-def _arguments_object(arguments: Any, path: str, vendor: str) -> dict:
-    # Anthropic holds a tool's input as an object; an OpenAI string that is not one has no
-    # counterpart. An empty string is a call without arguments.
-    if arguments == "":
-        return {}
-    try:
-        value = json.loads(as_text(arguments, path))
-    except ValueError:
-        value = None
-    if not isinstance(value, dict):
-        raise untranslatable(path, vendor, "not a JSON object")
-    return value
-
-
-def _tool_turn(message: dict, path: str, vendor: str) -> dict:
-    refuse_rest(
-        message, handled=frozenset({"role", "content", "tool_call_id"}), path=path, vendor=vendor
-    )
+def _tool_turn(message: ChatMessage, vendor: str) -> dict:
     result = {
         "type": "tool_result",
-        "tool_use_id": as_text(message.get("tool_call_id"), f"{path}.tool_call_id"),
-        "content": _anthropic_text_content(message.get("content"), f"{path}.content", vendor),
+        "tool_use_id": message.tool_call_id,
+        "content": _anthropic_text_content(message.content, f"{message.path}.content", vendor),
     }
     # A user turn: Anthropic carries tool results in the user's turn, merged with its neighbours.
     return {"role": "user", "content": [result]}
@@ -303,31 +232,19 @@ def _anthropic_tools(tools: Any, vendor: str) -> dict:
 
 
 def _anthropic_tool(tool: Any, path: str, vendor: str) -> dict:
-    tool = as_dict(tool, path)
-    if tool.get("type") != "function":
-        raise untranslatable(f"{path}.type", vendor, str(tool.get("type")))
-    refuse_rest(tool, handled=frozenset({"type", "function"}), path=path, vendor=vendor)
-    function_path = f"{path}.function"
-    function = as_dict(tool.get("function"), function_path)
-    refuse_rest(
-        function,
-        handled=frozenset({"name", "description", "parameters", "strict"}),
-        path=function_path,
-        vendor=vendor,
-    )
-    name = as_text(function.get("name"), f"{function_path}.name")
-    if name == JSON_TOOL:
+    function = read_function_tool(tool, path, vendor)
+    if function.name == JSON_TOOL:
         raise untranslatable(
-            f"{function_path}.name", vendor, name, why="the name is reserved for JSON answers"
+            f"{path}.function.name", vendor, JSON_TOOL, why="the name is reserved for JSON answers"
         )
     out: dict[str, Any] = {
-        "name": name,
-        "input_schema": function.get("parameters") or {"type": "object", "properties": {}},
+        "name": function.name,
+        "input_schema": function.parameters or {"type": "object", "properties": {}},
     }
-    if function.get("description") is not None:
-        out["description"] = function["description"]
+    if function.description is not None:
+        out["description"] = function.description
     # Both shapes guarantee schema-valid tool inputs when asked; false is the default in both.
-    if function.get("strict") is True:
+    if function.strict:
         out["strict"] = True
     return out
 
@@ -335,9 +252,7 @@ def _anthropic_tool(tool: Any, path: str, vendor: str) -> dict:
 def _anthropic_tool_choice(body: dict, vendor: str) -> dict:
     choice = body.get("tool_choice")
     translated = None if choice is None else _anthropic_tool_choice_of(choice, vendor)
-    parallel = body.get("parallel_tool_calls")
-    if parallel not in (None, True, False):
-        raise malformed("parallel_tool_calls", "a boolean")
+    parallel = read_parallel_tool_calls(body)
     # Sequential calls only mean something when tools may be called at all.
     may_call = (translated or {}).get("type") != "none" and bool(translated or body.get("tools"))
     if parallel is False and may_call:
@@ -350,13 +265,7 @@ def _anthropic_tool_choice_of(choice: Any, vendor: str) -> dict:
         if choice not in OPENAI_TOOL_CHOICES:
             raise untranslatable("tool_choice", vendor, choice)
         return {"type": OPENAI_TOOL_CHOICES[choice]}
-    choice = as_dict(choice, "tool_choice")
-    if choice.get("type") != "function":
-        raise untranslatable("tool_choice.type", vendor, str(choice.get("type")))
-    refuse_rest(choice, handled=frozenset({"type", "function"}), path="tool_choice", vendor=vendor)
-    function = as_dict(choice.get("function"), "tool_choice.function")
-    refuse_rest(function, handled=frozenset({"name"}), path="tool_choice.function", vendor=vendor)
-    return {"type": "tool", "name": as_text(function.get("name"), "tool_choice.function.name")}
+    return {"type": "tool", "name": read_function_choice(choice, "tool_choice", vendor)}
 
 
 def _anthropic_json_answer(body: dict, vendor: str) -> dict:
@@ -394,35 +303,19 @@ def _anthropic_json_answer(body: dict, vendor: str) -> dict:
 
 
 def _json_schema_tool(response_format: dict, vendor: str) -> dict:
-    refuse_rest(
-        response_format,
-        handled=frozenset({"type", "json_schema"}),
-        path="response_format",
-        vendor=vendor,
-    )
-    path = "response_format.json_schema"
-    json_schema = as_dict(response_format.get("json_schema"), path)
-    refuse_rest(
-        json_schema,
-        handled=frozenset({"name", "description", "schema", "strict"}),
-        path=path,
-        vendor=vendor,
-    )
-    # The name labels the format for the client's own reading; the tool has ours.
-    as_text(json_schema.get("name"), f"{path}.name")
-    schema = as_dict(json_schema.get("schema"), f"{path}.schema")
-    if schema.get("type") != "object":
-        raise untranslatable(f"{path}.schema", vendor, "not an object schema")
-    description = json_schema.get("description")
+    # The format's name labels it for the client's own reading; the tool has ours.
+    json_schema = read_json_schema_format(response_format, vendor)
+    if json_schema.schema.get("type") != "object":
+        raise untranslatable("response_format.json_schema.schema", vendor, "not an object schema")
     tool: dict[str, Any] = {
         "name": JSON_TOOL,
         "description": JSON_TOOL_DESCRIPTION
-        if description is None
-        else as_text(description, f"{path}.description"),
-        "input_schema": schema,
+        if json_schema.description is None
+        else json_schema.description,
+        "input_schema": json_schema.schema,
     }
     # Both shapes guarantee a schema-valid answer when asked; false is the default in both.
-    if json_schema.get("strict") is True:
+    if json_schema.strict:
         tool["strict"] = True
     return tool
 
@@ -439,14 +332,14 @@ def _anthropic_temperature(temperature: Any, vendor: str) -> dict:
     return {"temperature": temperature}
 
 
-# Looked up with the client's value, of any JSON type.
-OPENAI_TURNS: dict[Any, Callable[[dict, str, str], dict]] = {
+# By the role chat_messages read (system and developer messages are the `system`).
+OPENAI_TURNS: dict[str, Callable[[ChatMessage, str], dict]] = {
     "user": _user_turn,
     "assistant": _assistant_turn,
     "tool": _tool_turn,
 }
 
-OPENAI_PARTS: dict[str, Callable[[dict, str, str], dict]] = {
+OPENAI_PARTS: dict[str, PartTranslator] = {
     "text": _anthropic_text_block,
     "image_url": _anthropic_image_block,
     "file": _anthropic_document_block,

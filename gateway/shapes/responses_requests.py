@@ -38,12 +38,14 @@ from typing import Any
 from gateway.shapes.common import RESPONSES_OWNED, RESPONSES_STATEFUL
 from gateway.shapes.fields import (
     PROMPT_CACHE_DEFAULTS,
+    PartTranslator,
     as_dict,
     as_list,
     as_text,
     malformed,
     refuse_rest,
     renamed,
+    translate_parts,
     untranslatable,
 )
 
@@ -161,15 +163,7 @@ def _instruction_message(role: str, content: Any, path: str, vendor: str) -> dic
 def _user_message(role: str, content: Any, path: str, vendor: str) -> dict:
     if isinstance(content, str):
         return {"role": "user", "content": content}
-    parts = []
-    for index, raw in enumerate(as_list(content, path)):
-        where = f"{path}[{index}]"
-        part = as_dict(raw, where)
-        translate = USER_PARTS.get(part.get("type"))
-        if translate is None:
-            raise untranslatable(f"{where}.type", vendor, str(part.get("type")))
-        parts.append(translate(part, where, vendor))
-    return {"role": "user", "content": parts}
+    return {"role": "user", "content": translate_parts(content, path, vendor, USER_PARTS)}
 
 
 def _assistant_message(role: str, content: Any, path: str, vendor: str) -> dict:
@@ -454,7 +448,7 @@ ROLES: dict[Any, Callable[[str, Any, str, str], dict]] = {
     "assistant": _assistant_message,
 }
 
-USER_PARTS: dict[Any, Callable[[dict, str, str], dict]] = {
+USER_PARTS: dict[Any, PartTranslator] = {
     "input_text": _text_part,
     "input_image": _image_part,
     "input_file": _file_part,

@@ -4,12 +4,23 @@ tokens counted in; the adapter's credentials and stream exceptions."""
 
 from __future__ import annotations
 
+import asyncio
+
+import aiohttp
 import pytest
+from aiohttp import web
 from botocore.eventstream import EventStreamBuffer
 
 from core.errors import InvalidRequest
 from gateway.adapters.base import ProviderError
-from gateway.adapters.bedrock import MALFORMED_KEY, _event_chunk, aws_credentials, region_of
+from gateway.adapters.bedrock import (
+    MALFORMED_KEY,
+    ConverseStream,
+    aws_credentials,
+    converse_events,
+    region_of,
+    stream_exception,
+)
 from gateway.shapes.bedrock import (
     ConverseStreamToChat,
     chat_to_converse,
@@ -332,7 +343,7 @@ def messages_of(raw: bytes) -> list:
 def test_an_event_frame_is_read_into_its_chunk():
     [message] = messages_of(event_frame("contentBlockDelta", {"delta": {"text": "yo"}}))
 
-    chunk = _event_chunk(ConverseStreamToChat(), message, "AKID:SECRET")
+    chunk = ConverseStream().feed(message.headers[":event-type"], message.payload)
 
     assert chunk is not None and chunk.text == "yo"
 
@@ -350,11 +361,55 @@ def test_an_event_frame_is_read_into_its_chunk():
 def test_stream_exceptions_are_provider_errors(exception, status, retryable):
     [message] = messages_of(exception_frame(exception, "it went wrong"))
 
-    with pytest.raises(ProviderError) as failed:
-        _event_chunk(ConverseStreamToChat(), message, "AKID:SECRET")
+    failed = stream_exception(message, "AKID:SECRET")
 
-    assert (failed.value.status, failed.value.retryable) == (status, retryable)
-    assert str(failed.value) == f"upstream stream exception ({exception})"
+    assert (failed.status, failed.retryable) == (status, retryable)
+    assert str(failed) == f"upstream stream exception ({exception})"
+
+
+def events_of_one_read(raw: bytes) -> tuple[list, ProviderError | None]:
+    """Serve `raw` in one write and read it with converse_events: its batches, and the
+    error it ended with."""
+
+    async def answer(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse()
+        await response.prepare(request)
+        await response.write(raw)
+        return response
+
+    async def main() -> tuple[list, ProviderError | None]:
+        app = web.Application()
+        app.router.add_get("/", answer)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = runner.addresses[0][1]
+        batches: list = []
+        try:
+            async with (
+                aiohttp.ClientSession() as session,
+                session.get(f"http://127.0.0.1:{port}/") as response,
+            ):
+                async for batch in converse_events(response, "AKID:SECRET"):
+                    batches.append(batch)
+        except ProviderError as error:
+            return batches, error
+        finally:
+            await runner.cleanup()
+        return batches, None
+
+    return asyncio.run(main())
+
+
+def test_an_exception_frame_ends_the_events_after_those_read_before_it():
+    start = event_frame("messageStart", {"role": "assistant"})
+    throttled = exception_frame("throttlingException", "slow down")
+
+    batches, error = events_of_one_read(start + throttled)
+
+    assert batches == [[("messageStart", b'{"role":"assistant"}')]]
+    assert error is not None and (error.status, error.retryable) == (429, True)
 
 
 # ---------------------------------------------------------------- credentials
