@@ -111,12 +111,15 @@ class PlatformKeys:
         self._current: dict[tuple[str, str], int] = defaultdict(int)  # smooth weighted RR
         self._in_flight: dict[tuple[str, str], int] = defaultdict(int)
         self._local_bench: dict[tuple[str, str], float] = {}
-        self._local_counts: dict[tuple[str, str, int], list[int]] = {}
+        self._local_counts: dict[tuple[str, str], list[int]] = {}  # this window's, per key
+        self._local_window = 0
         self._background: set[asyncio.Future] = set()
 
     def order(self, pool: KeyPool) -> list[PlatformCredential]:
         """Return the pool's keys in the order its strategy tries them for the next call."""
         keys = list(pool.keys)
+        if not keys:
+            return keys
         if pool.strategy == KeyStrategy.WEIGHTED:
             return self._weighted(pool)
         turn = self._turns[pool.profile]
@@ -177,10 +180,12 @@ class PlatformKeys:
             for k in candidates
             if self._local_bench.get((pool.profile, k.label), 0) > now
         ]
+        if window != self._local_window:  # a new minute: the last one's counts are done
+            self._local_window, self._local_counts = window, {}
         for k in candidates:
             if self._local_bench.get((pool.profile, k.label), 0) > now:
                 continue
-            counts = self._local_counts.setdefault((pool.profile, k.label, window), [0, 0])
+            counts = self._local_counts.setdefault((pool.profile, k.label), [0, 0])
             if (k.rpm and counts[0] >= k.rpm) or (k.tpm and counts[1] >= k.tpm):
                 continue
             counts[0] += 1

@@ -4,7 +4,7 @@ The tables keep the names they had when these models lived in the gateway app.""
 
 from __future__ import annotations
 
-from django.core.validators import URLValidator
+from django.core.validators import MinValueValidator, URLValidator
 from django.db import models
 from django.utils import timezone
 
@@ -148,7 +148,9 @@ class PlatformKey(models.Model):
     seal_version = models.CharField(max_length=16, blank=True, editable=False)
     last4 = models.CharField(max_length=4, blank=True, editable=False)
     weight = models.PositiveIntegerField(
-        default=1, help_text="Its share of the calls under the weighted strategy."
+        default=1,
+        validators=[MinValueValidator(1)],
+        help_text="Its share of the calls under the weighted strategy.",
     )
     rpm = models.PositiveIntegerField(
         null=True, blank=True, help_text="The vendor's requests per minute for this key."

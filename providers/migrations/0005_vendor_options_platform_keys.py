@@ -2,6 +2,7 @@
 
 import django.db.models.deletion
 import django.utils.timezone
+import django.core.validators
 from django.db import migrations, models
 
 
@@ -46,7 +47,7 @@ class Migration(migrations.Migration):
                 ('sealed', models.BinaryField(blank=True, null=True)),
                 ('seal_version', models.CharField(blank=True, editable=False, max_length=16)),
                 ('last4', models.CharField(blank=True, editable=False, max_length=4)),
-                ('weight', models.PositiveIntegerField(default=1, help_text='Its share of the calls under the weighted strategy.')),
+                ('weight', models.PositiveIntegerField(default=1, help_text='Its share of the calls under the weighted strategy.', validators=[django.core.validators.MinValueValidator(1)])),
                 ('rpm', models.PositiveIntegerField(blank=True, help_text="The vendor's requests per minute for this key.", null=True)),
                 ('tpm', models.PositiveIntegerField(blank=True, help_text="The vendor's tokens per minute for this key.", null=True)),
                 ('enabled', models.BooleanField(default=True)),
