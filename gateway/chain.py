@@ -460,7 +460,7 @@ class ChainRunner:
                     judged=False,
                 )
             try:
-                return await self._try(
+                answer = await self._try(
                     ctx,
                     link,
                     policy,
@@ -469,7 +469,10 @@ class ChainRunner:
                     reservation_id=reservation_id,
                     key_label=key.label,
                 )
-            except ProviderError as exc:
+            except BaseException as exc:
+                self.platform_keys.done(pool, key)
+                if not isinstance(exc, ProviderError):
+                    raise
                 last = policy.failure(exc, served_by=PLATFORM)
                 if await self.platform_keys.set_aside(pool, key, exc):
                     refused.add(key.label)
@@ -477,8 +480,9 @@ class ChainRunner:
                 tries += 1
                 if not policy.may_retry(exc) or tries >= TRIES_PER_ATTEMPT:
                     raise last from None
-            finally:
-                self.platform_keys.done(pool, key)
+                continue
+            # A stream keeps its key in flight until it ends, not only to its first chunk.
+            return self.platform_keys.in_flight_until_done(pool, key, answer)
 
     async def _try(
         self,

@@ -29,8 +29,9 @@ import asyncio
 import logging
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass, field
+from typing import TypeVar, cast
 
 from core import metrics
 from core.config import tollgate
@@ -41,6 +42,7 @@ from providers.models import KeyStrategy
 from providers.services import platform_key_failed
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 PREFIX = "tollgate:pk:"
 WINDOW_S = 60
@@ -205,6 +207,24 @@ class PlatformKeys:
     def done(self, pool: KeyPool, key: PlatformCredential) -> None:
         """Say a call `pick` gave `key` is over (served or failed)."""
         self._in_flight[(pool.profile, key.label)] -= 1
+
+    def in_flight_until_done(self, pool: KeyPool, key: PlatformCredential, answer: T) -> T:
+        """Return a call's answer, `key` counted in flight until it is over: a whole answer
+        is over now; a stream (an async generator) once it ends or is closed."""
+        if not isinstance(answer, AsyncGenerator):
+            self.done(pool, key)
+            return answer
+        return cast(T, self._held(pool, key, answer))
+
+    async def _held(
+        self, pool: KeyPool, key: PlatformCredential, stream: AsyncGenerator
+    ) -> AsyncGenerator:
+        try:
+            async for chunks in stream:
+                yield chunks
+        finally:
+            self.done(pool, key)
+            await stream.aclose()
 
     async def set_aside(self, pool: KeyPool, key: PlatformCredential, exc: ProviderError) -> bool:
         """Bench a key the vendor refused (429: for its Retry-After; 401 / 403: taken out) and

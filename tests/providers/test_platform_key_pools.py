@@ -140,25 +140,28 @@ def test_least_in_flight_sends_calls_past_a_busy_key(parts):
         own_key=False,
     )
     tenant = stack.tenant()
-    # Key a's first call streams slowly: it stays in flight while the others are asked.
+    # Key a's first call streams slowly: it stays in flight, past its first token, while the
+    # others are asked.
     stack.stub.faults({"kind": "slow", "delay_ms": 400, "match": {"key": A}})
-    slow_done = threading.Event()
+    first_token, slow_done = threading.Event(), threading.Event()
 
     def slow_stream() -> None:
-        for _ in ask(stack, tenant, "pool-lif", stream=True):
-            pass
+        for chunk in ask(stack, tenant, "pool-lif", stream=True):
+            if chunk.choices and chunk.choices[0].delta.content:
+                first_token.set()
         slow_done.set()
 
     slow = threading.Thread(target=slow_stream)
     slow.start()
-    wait_until(lambda: keys_seen(stack) == [A], what="the slow call on key a")
+    assert first_token.wait(10), "the slow stream sent no token"
     for _ in range(3):
         ask(stack, tenant, "pool-lif")
     busy_meanwhile = not slow_done.is_set()
     slow.join(30)
 
     assert busy_meanwhile, "the slow call ended before the others were asked"
-    # Round robin would have sent the second call to a; least in flight keeps a's queue empty.
+    # Round robin would have sent the second call to a; least in flight keeps a's queue empty
+    # for as long as its stream lasts.
     assert keys_seen(stack) == [A, B, B, B]
 
 
