@@ -361,7 +361,13 @@ class ChainRunner:
             pool_key = candidates[index]
             try:
                 return await self._try(
-                    ctx, link, policy, attempt, api_key=pool_key.secret, reservation_id=None
+                    ctx,
+                    link,
+                    policy,
+                    attempt,
+                    api_key=pool_key.secret,
+                    reservation_id=None,
+                    key_label=pool_key.label,
                 )
             except ProviderError as exc:
                 if await bench_refused_key(self.keys, pool_key, exc):
@@ -530,7 +536,8 @@ class ChainRunner:
         key_label: str = "",
     ) -> None:
         """Add one try (or a link refused before any call) to the request's attempt trail;
-        a platform key's label names the key that made it (never the key)."""
+        the label of the key that made it (a team key's, a pooled platform key's) names it,
+        never the key."""
         provider, model = link.profile.name, policy.trail_model(link)
         if exc is not None and exc.timeout:
             outcome = "timeout"

@@ -80,7 +80,6 @@ class World:
     outcomes: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     resolved: dict[int, tuple] = field(default_factory=dict)  # reservation -> final state
     # reservation -> what the reaper committed unmeasured, before its late row trued it up
-    trued_up: dict[int, int] = field(default_factory=dict)
     released: dict[str, str] = field(default_factory=dict)  # request -> final hold status
 
     def request_id(self) -> str:
@@ -537,6 +536,12 @@ def check_books(w: World) -> None:
             "reservation_id", "amount_micro"
         )
     )
+    trueups: dict[tuple[int, str], int] = defaultdict(int)
+    for wallet_id, reason, amount in LedgerEntry.objects.filter(
+        kind=LedgerEntry.Kind.TRUEUP
+    ).values_list("wallet_id", "reason", "amount_micro"):
+        trueups[(wallet_id, reason)] += amount
+    given_back: dict[tuple[int, str], int] = defaultdict(int)
     for r in Reservation.objects.exclude(status=Reservation.Status.PENDING):
         state = (r.status, r.committed_micro, r.excess_micro, r.unmeasured)
         first = w.resolved.setdefault(r.pk, state)
@@ -547,15 +552,22 @@ def check_books(w: World) -> None:
                 f"reservation {r.pk} resolved twice"
             )
             w.resolved[r.pk] = state
-            w.trued_up[r.pk] = first[1]
         assert 0 <= r.committed_micro <= r.amount_micro
         assert r.excess_micro == 0 or r.committed_micro == r.amount_micro
         if r.status == Reservation.Status.COMMITTED:
-            committed_first = w.trued_up.get(r.pk, r.committed_micro)
-            assert commits.get(r.pk) == -committed_first, f"reservation {r.pk}: its entry"
+            # Its commit entry is what it committed first; a true-up (which may have come in
+            # the very step of the reaper's commit, unseen between two checks) gave the wallet
+            # back the difference from what it holds now, in its request's `trueup` entries.
+            assert r.pk in commits, f"reservation {r.pk}: committed without its entry"
+            first_commit = -commits[r.pk]
+            assert first_commit >= r.committed_micro, f"reservation {r.pk}: its entry"
+            given_back[(r.wallet_id, f"trueup: request {r.request_id}")] += (
+                first_commit - r.committed_micro
+            )
         else:
             assert r.pk not in commits and r.committed_micro == 0, f"reservation {r.pk}"
     assert set(commits) <= set(w.resolved), "a commit entry of a pending reservation"
+    assert {k: v for k, v in given_back.items() if v} == dict(trueups), "true-ups != entries"
     for request_id, status in SpendHold.objects.exclude(status=SpendHold.Status.HELD).values_list(
         "request_id", "status"
     ):

@@ -16,6 +16,7 @@ from tests.support.services import requires_redis
 from tests.support.stacks import own_stack
 from tests.support.usage import usage_rows
 from tests.support.waits import wait_until
+from usage.models import UsageAttempt
 
 HELLO = [{"role": "user", "content": "hello there"}]
 
@@ -40,6 +41,11 @@ def test_team_keys_serve_round_robin_and_settle_at_zero_cost(stack):
     assert [a.usage.completion_tokens for a in answers] == [8, 8, 8, 8]
     assert keys_seen(stack) == ["sk-team-a", "sk-team-b", "sk-team-a", "sk-team-b"]
     rows = usage_rows(group_id=tenant.group_id, expect=4)
+    # The trail names the team key that served each, by its label.
+    assert [
+        [a.key_label for a in UsageAttempt.objects.filter(log_id=r.id)]
+        for r in sorted(rows, key=lambda r: r.created_at)
+    ] == [["key-0"], ["key-1"], ["key-0"], ["key-1"]]
     assert {
         (
             r.served_by,
