@@ -28,7 +28,7 @@ class AttemptRecord:
     upstream_status: int | None = None
     latency_ms: int = 0
     reservation_id: int | None = None  # the wallet reservation this try held
-    key_label: str = ""  # the platform key that made the call, by its label (never the key)
+    key_label: str = ""  # the key that made the call (team, pooled platform), by its label
 
 
 @dataclass(frozen=True, slots=True)

@@ -182,32 +182,39 @@ def _pin_index(
 EMPTY = Catalog(profiles={}, offers_by_model={})
 
 
-def _platform_key(profile: ProviderProfile) -> str | None:
-    if profile.api_key_env:
-        return key_from_env(profile.api_key_env) or None
-    if profile.api_key_sealed:
+def _credential(
+    *, env: str, sealed: bytes | memoryview | None, version: str, binding: str, what: str
+) -> str | None:
+    """Return a platform credential: from the environment, or unsealed (None if neither)."""
+    if env:
+        return key_from_env(env) or None
+    if sealed:
         try:
-            return unseal(
-                bytes(profile.api_key_sealed),  # a memoryview from some database drivers
-                version=profile.api_key_seal_version,
-                bound_to=profile.seal_binding,
-            )
+            # bytes(): a memoryview from some database drivers
+            return unseal(bytes(sealed), version=version, bound_to=binding)
         except SealBroken:
-            log.error(
-                "platform key of profile %s does not open; platform serving off", profile.name
-            )
+            log.error("%s does not open; it serves nothing", what)
     return None
+
+
+def _platform_key(profile: ProviderProfile) -> str | None:
+    return _credential(
+        env=profile.api_key_env,
+        sealed=profile.api_key_sealed,
+        version=profile.api_key_seal_version,
+        binding=profile.seal_binding,
+        what=f"the platform key of profile {profile.name}",
+    )
 
 
 def _unsealed(key: PlatformKey) -> str | None:
-    if key.api_key_env:
-        return key_from_env(key.api_key_env) or None
-    if key.sealed:
-        try:
-            return unseal(bytes(key.sealed), version=key.seal_version, bound_to=key.seal_binding)
-        except SealBroken:
-            log.error("platform key %s of profile %s does not open", key.label, key.profile_id)
-    return None
+    return _credential(
+        env=key.api_key_env,
+        sealed=key.sealed,
+        version=key.seal_version,
+        binding=key.seal_binding,
+        what=f"platform key {key.label} of profile {key.profile_id}",
+    )
 
 
 def _key_pool(row: ProviderProfile) -> KeyPool | None:
