@@ -190,12 +190,16 @@ class ProviderProfileAdmin(Dollars, admin.ModelAdmin):
             if secret and not key_form.cleaned_data.get("DELETE"):
                 services.platform_key_seal(key=key_form.instance, api_key=secret)
         befores = {k.pk: services.platform_key_state(k) for k in formset.queryset}
-        instances = formset.save()
         actor = operator(request)
-        for key in formset.deleted_objects:
-            services.platform_key_recorded(
-                key, action="platformkey.delete", actor=actor, before=befores.get(key.pk)
-            )
+        # Deletions are recorded before they happen (a deleted row has no id left to name);
+        # the admin's transaction holds the entries and the save together.
+        for key_form in formset.deleted_forms:
+            key = key_form.instance
+            if key.pk is not None:
+                services.platform_key_recorded(
+                    key, action="platformkey.delete", actor=actor, before=befores.get(key.pk)
+                )
+        instances = formset.save()
         for key in instances:
             before = befores.get(key.pk)
             if before is None:

@@ -83,6 +83,16 @@ def test_an_operator_adds_a_sealed_key_and_puts_a_failing_one_back(operator):
     assert key.status == "active" and key.last4 == "4321"  # the sealed secret kept
     update = AuditEntry.objects.get(action="platformkey.update")
     assert (update.before["status"], update.after["status"]) == ("failing", "active")
+
+    # Removed: recorded by its id and label, before it is gone.
+    fields = form_fields(operator.get(change_url(profile)).content.decode())
+    saved = operator.post(change_url(profile), {**fields, "platform_keys-0-DELETE": "on"})
+    assert saved.status_code == 302, saved.content.decode()[:2000]
+    assert not PlatformKey.objects.exists()
+    deleted = AuditEntry.objects.get(action="platformkey.delete")
+    assert (deleted.target_id, deleted.target_label) == (str(key.pk), "stub-openai/extra")
+    assert deleted.before["label"] == "extra" and not deleted.after
+
     trail = json.dumps([entry.as_record() for entry in AuditEntry.objects.all()])
     assert SECRET not in trail and SECRET[:-4] not in trail
 
