@@ -172,8 +172,14 @@ def platform_key_state(key: PlatformKey) -> dict:
 
 
 def platform_key_recorded(
-    key: PlatformKey, *, action: str, actor: Actor | None, before: dict | None = None
+    key: PlatformKey,
+    *,
+    action: str,
+    actor: Actor | None,
+    before: dict | None = None,
+    why: dict | None = None,
 ) -> None:
+    """Record a platform key's change (its state after it, and `why` it changed, if said)."""
     audit.record(
         actor=actor,
         action=action,
@@ -182,7 +188,9 @@ def platform_key_recorded(
         target_id=key.pk,
         target_label=f"{key.profile.name}/{key.label}",
         before=before,
-        after=platform_key_state(key) if action != "platformkey.delete" else None,
+        after={**platform_key_state(key), **(why or {})}
+        if action != "platformkey.delete"
+        else None,
     )
 
 
@@ -233,15 +241,8 @@ def platform_key_failed(key_id: int, status: int) -> None:
     before = platform_key_state(key)
     key.status = PlatformKey.Status.FAILING
     key.save(update_fields=["status"])
-    audit.record(
-        actor=None,
-        action="platformkey.failed",
-        account_id=None,
-        target_type="platform_key",
-        target_id=key.pk,
-        target_label=f"{key.profile.name}/{key.label}",
-        before=before,
-        after={**platform_key_state(key), "vendor_status": status},
+    platform_key_recorded(
+        key, action="platformkey.failed", actor=None, before=before, why={"vendor_status": status}
     )
     transaction.on_commit(profile_changed)
 
@@ -455,11 +456,19 @@ def _check_profile(item: object, index: int) -> None:
         )
 
 
-def _bootstrap_platform_keys(profile: ProviderProfile, keys: list[dict]) -> None:
+def _bootstrap_platform_keys(
+    profile: ProviderProfile, keys: list[dict], *, actor: Actor | None
+) -> None:
     """Create or update the JSON's platform keys; drop the environment keys it no longer
-    lists (sealed ones, added by an operator, stay)."""
+    lists (sealed ones, added by an operator, stay); each change recorded."""
+    befores = {k.label: (k, platform_key_state(k)) for k in profile.platform_keys.all()}
+    listed = {key["label"] for key in keys}
+    for label, (old, state) in befores.items():
+        if label not in listed and old.api_key_env:
+            platform_key_recorded(old, action="platformkey.delete", actor=actor, before=state)
+            old.delete()
     for key in keys:
-        PlatformKey.objects.update_or_create(
+        row, created = PlatformKey.objects.update_or_create(
             profile=profile,
             label=key["label"],
             defaults={
@@ -470,8 +479,11 @@ def _bootstrap_platform_keys(profile: ProviderProfile, keys: list[dict]) -> None
                 "enabled": key.get("enabled", True),
             },
         )
-    listed = [key["label"] for key in keys]
-    profile.platform_keys.exclude(label__in=listed).exclude(api_key_env="").delete()
+        before = None if created else befores[row.label][1]
+        if created:
+            platform_key_recorded(row, action="platformkey.add", actor=actor)
+        elif before != platform_key_state(row):
+            platform_key_recorded(row, action="platformkey.update", actor=actor, before=before)
 
 
 def unit_prices(item: dict) -> dict[str, int | None]:
@@ -531,7 +543,7 @@ def profiles_bootstrap(*, spec: list[dict], actor: Actor | None = None) -> list[
             )
         profile.models.exclude(name__in=names).delete()
         if "platform_keys" in item:
-            _bootstrap_platform_keys(profile, item["platform_keys"])
+            _bootstrap_platform_keys(profile, item["platform_keys"], actor=actor)
         profile_recorded(profile=profile, before=before, actor=actor)
         profiles.append(profile)
     transaction.on_commit(profile_changed)

@@ -277,8 +277,21 @@ def test_the_pool_is_in_the_profile_json_and_checked(transactional_db):
     profiles_bootstrap(
         spec=[{**base, "platform_keys": [{"label": "a", "api_key_env": "X", "tpm": 9000}]}]
     )
+    profiles_bootstrap(
+        spec=[{**base, "platform_keys": [{"label": "a", "api_key_env": "X", "tpm": 12000}]}]
+    )
     profiles_bootstrap(spec=[{**base, "platform_keys": []}])
     assert not PlatformKey.objects.filter(profile__name="pool-json").exists()
+    # Each change the JSON made is on the audit trail, as the admin's are.
+    trail = [
+        (e.action, e.target_label, (e.before or {}).get("tpm"), (e.after or {}).get("tpm"))
+        for e in AuditEntry.objects.filter(target_type="platform_key").order_by("id")
+    ]
+    assert trail == [
+        ("platformkey.add", "pool-json/a", None, 9000),
+        ("platformkey.update", "pool-json/a", 9000, 12000),
+        ("platformkey.delete", "pool-json/a", 12000, None),
+    ]
 
 
 def test_a_key_may_be_several_variables_as_bedrock_reads_aws_credentials(parts):
