@@ -247,8 +247,15 @@ class ChainRunner:
     def __init__(self, *, breakers, keys, platform_keys: PlatformKeys | None = None) -> None:
         self.breakers = breakers
         self.keys = keys
-        # Without one given, this process's own (no Redis: tests of the rules).
-        self.platform_keys = platform_keys or PlatformKeys(SharedState())
+        self._platform_keys = platform_keys
+
+    @property
+    def platform_keys(self) -> PlatformKeys:
+        """The gateway's key picker; a runner made without one (tests of the rules, web
+        chains: web profiles have no pools) makes its own the first time a pool needs it."""
+        if self._platform_keys is None:
+            self._platform_keys = PlatformKeys(SharedState())
+        return self._platform_keys
 
     async def run(
         self,
