@@ -29,10 +29,14 @@ without a response.
 Render
 ------
 Body ``{"url": "<http(s) URL with a host>", "wait_ms": <int >= 0, optional,
-ignored>, "resolve": <optional pin, below>}``; anything else is a 400.  The
-stub is the vendor, so it fetches the URL itself (GET, no address rules,
-redirects followed wherever they lead, as a browser does, 10 s in all, the
-body decompressed, at most 5 MB).  ``resolve`` is ``{"host": <name>, "port":
+ignored>, "resolve": <optional pin, below>, "follow_redirects": <bool,
+optional, default true>}``; anything else is a 400.  The stub is the vendor,
+so it fetches the URL itself (GET, no address rules, 10 s in all, the body
+decompressed, at most 5 MB); redirects are followed wherever they lead, as a
+browser does, unless ``follow_redirects`` is false: then it loads the asked
+URL only, and a redirect (301, 302, 303, 307, 308 with a ``Location``) is
+answered as it came, unrendered (below), for the caller to judge and ask
+again.  ``resolve`` is ``{"host": <name>, "port":
 <1..65535>, "addresses": [<IP address>, ...] (at least one)}``, as curl's
 ``--resolve``: a connection to that host and port goes to those addresses,
 with no lookup; every other host (a redirect's) is looked up as usual.  Then
@@ -56,6 +60,10 @@ Answer 200::
      HTTP status, e.g. 404, passed through>, "content_type": <its media type,
      no parameters; application/octet-stream when absent>, "html": <the
      rendered document, serialized>, "rendered": true, "credits": 1}
+
+An unfollowed redirect answers 200 ``{"url", "final_url": <as asked>,
+"status": <the 3xx>, "content_type", "location": <its Location, resolved
+against the asked URL>, "html": "", "rendered": false, "credits": 1}``.
 
 A page that cannot be loaded (connection refused, DNS, timeout, too many
 redirects, a broken body) answers 502 ``could not load the page``; one larger
@@ -110,6 +118,7 @@ MAX_SEARCH_RESULTS = 50
 DEFAULT_SEARCH_RESULTS = 5
 SEARCH_BASE_URL = "https://search.example"
 CREDITS_PER_CALL = 1
+_REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
 _READ_CHUNK_BYTES = 64 * 1024
 # The shared key and fault helpers speak the OpenAI shape; _web_shaped re-dresses them.
 _HELPER_SHAPE = "openai"
@@ -225,6 +234,7 @@ class Pin:
 class RenderRequest:
     url: str
     pin: Pin | None = None
+    follow_redirects: bool = True
 
 
 def _parse_render(body: Any) -> RenderRequest | str:
@@ -236,13 +246,16 @@ def _parse_render(body: Any) -> RenderRequest | str:
     wait_ms = body.get("wait_ms")
     if wait_ms is not None and not (_is_int(wait_ms) and wait_ms >= 0):
         return "wait_ms: a non-negative integer is required."
+    follow = body.get("follow_redirects", True)
+    if not isinstance(follow, bool):
+        return "follow_redirects: true or false is required."
     resolve = body.get("resolve")
     if resolve is None:
-        return RenderRequest(url)
+        return RenderRequest(url, None, follow)
     pin = _parse_pin(resolve)
     if pin is None:
         return "resolve: {host, port 1..65535, addresses: [IP address, ...]} is required."
-    return RenderRequest(url, pin)
+    return RenderRequest(url, pin, follow)
 
 
 def _parse_pin(value: Any) -> Pin | None:
@@ -302,14 +315,16 @@ class LoadedPage:
     status: int
     content_type: str
     text: str
+    location: str | None = None  # an unfollowed redirect's target, absolute
 
 
 class PageTooLarge(Exception):
     """The page's (decompressed) body is over MAX_PAGE_BYTES."""
 
 
-async def load_page(url: str, pin: Pin | None = None) -> LoadedPage:
-    """GET the page, following redirects; the pinned host's connections go to its addresses.
+async def load_page(url: str, pin: Pin | None = None, *, follow: bool = True) -> LoadedPage:
+    """GET the page, following redirects unless told not to; the pinned host's connections
+    go to its addresses.
 
     Raises aiohttp.ClientError or TimeoutError when it cannot be loaded, PageTooLarge.
     """
@@ -317,8 +332,12 @@ async def load_page(url: str, pin: Pin | None = None) -> LoadedPage:
     connector = aiohttp.TCPConnector(resolver=_PinningResolver(pin)) if pin else None
     async with (
         aiohttp.ClientSession(timeout=timeout, connector=connector) as session,
-        session.get(url, allow_redirects=True) as resp,
+        session.get(url, allow_redirects=follow) as resp,
     ):
+        location = resp.headers.get("Location")
+        if not follow and resp.status in _REDIRECT_STATUSES and location:
+            target = str(resp.url.join(URL(location)))
+            return LoadedPage(str(resp.url), resp.status, resp.content_type, "", target)
         chunks, size = [], 0
         async for chunk in resp.content.iter_chunked(_READ_CHUNK_BYTES):
             size += len(chunk)
@@ -382,11 +401,23 @@ def render_html(html: str) -> str:
 
 async def _render_answer(render: RenderRequest) -> web.Response:
     try:
-        page = await load_page(render.url, render.pin)
+        page = await load_page(render.url, render.pin, follow=render.follow_redirects)
     except PageTooLarge:
         return web_error(502, _TOO_LARGE, kind="upstream_error")
     except (aiohttp.ClientError, TimeoutError):
         return web_error(502, _NOT_LOADED, kind="upstream_error")
+    if page.location is not None:
+        unfollowed = {
+            "url": render.url,
+            "final_url": page.final_url,
+            "status": page.status,
+            "content_type": page.content_type,
+            "location": page.location,
+            "html": "",
+            "rendered": False,
+            "credits": CREDITS_PER_CALL,
+        }
+        return _json(200, unfollowed)
     answer = {
         "url": render.url,
         "final_url": page.final_url,

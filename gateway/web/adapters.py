@@ -5,10 +5,12 @@ to ProviderError (gateway/adapters/base.py), or WebProviderError for what only t
 path knows. Retries, breakers, units and money are the web orchestrator's.
 
 Wire shapes of the two vendor kinds (the stub speaks them: stubvendor/web.py):
-- render_api: POST {base_url}/render {"url", "resolve": {"host", "port", "addresses"}} ->
-  {"final_url", "status", "content_type", "html", "rendered", "credits"}; Authorization:
-  Bearer <key>. `resolve` pins the URL's host to the addresses we checked (curl's --resolve),
-  so the vendor's browser does no lookup of its own that could answer otherwise.
+- render_api: POST {base_url}/render {"url", "resolve": {"host", "port", "addresses"},
+  "follow_redirects": false} -> {"final_url", "status", "content_type", "html", "rendered",
+  "credits"}, or for a redirect {"status": 3xx, "location", ...}; Authorization: Bearer
+  <key>. `resolve` pins the URL's host to the addresses we checked (curl's --resolve), so the
+  vendor's browser does no lookup of its own that could answer otherwise; `follow_redirects`
+  false makes it load that one URL and hand a redirect back, so every hop is ours to check.
 - search_api: POST {base_url}/search {"query", "max_results"} -> {"results": [{"url",
   "title", "snippet"}], "credits"}; Authorization: Bearer <key>.
 """
@@ -19,6 +21,7 @@ import re
 
 import aiohttp
 import orjson
+from yarl import URL
 
 from core.config import tollgate
 from gateway.adapters.base import ProviderError, connection_error, error_for_status
@@ -35,7 +38,14 @@ from gateway.web.types import (
 )
 from providers.models import ProviderKind
 from webfetch.addresses import Network, allowed_networks
-from webfetch.fetcher import Destination, FetchRefused, destination, fetch, limits_from_settings
+from webfetch.fetcher import (
+    REDIRECT_STATUSES,
+    Destination,
+    FetchRefused,
+    destination,
+    fetch,
+    limits_from_settings,
+)
 
 # What the fetcher's refusals mean here: the URL itself may not be fetched (no profile may
 # try it), or the site failed in a way worth one more try.
@@ -150,10 +160,15 @@ class DirectHttp(WebAdapter):
 class RenderApi(WebAdapter):
     """A JavaScript-rendering vendor: it loads the page in a browser and returns the DOM.
 
-    Its browser may sit inside the operator's network, so it is asked only for a URL our
-    fetcher could reach (the host resolved here, every address checked, and pinned), and its
-    answer is refused when the page ended anywhere our fetcher could not (a redirect to a
-    private address): either is the request's end, LM-2001, billing nothing.
+    Its browser may sit inside the operator's network, so it never goes anywhere we have not
+    checked first: it is asked for one URL at a time, its host resolved here, every address
+    checked and pinned (`resolve`), and told not to follow redirects. A redirect comes back
+    to us; its target is checked like a hop of our own fetcher's and, if it may be fetched,
+    asked for in a new call (at most TOLLGATE_WEB_MAX_REDIRECTS). A target we refuse ends the
+    request (LM-2001, billing nothing) before the renderer is sent there: public -> internal
+    -> public bounces stop at the internal hop. A vendor that answers from somewhere other
+    than the URL it was asked for (it navigated, despite being told not to) is a vendor fault:
+    its page is not served.
     """
 
     kind = ProviderKind.RENDER_API
@@ -161,37 +176,79 @@ class RenderApi(WebAdapter):
     renders = True
 
     async def scrape(self, url: str, target: WebTarget) -> PageAnswer:
-        allow = allowed_networks(tollgate().web_allow_nets)
-        asked = await _reachable(url, allow)
-        body = {
-            "url": url,
-            "resolve": {
-                "host": asked.host,
-                "port": asked.port,
-                "addresses": [str(a) for a in asked.addresses],
-            },
-        }
-        data = await self._post("/render", body, target)
-        html = data.get("html")
-        status = data.get("status")
-        if not isinstance(html, str) or not isinstance(status, int):
-            raise ProviderError("upstream answered without a page", retryable=True)
-        final_url = str(data.get("final_url") or url)
-        # Where its browser ended (redirects, scripts) is checked like a hop of our own.
-        await _reachable(final_url, allow)
-        return PageAnswer(
-            final_url=final_url,
-            status=status,
-            content_type=str(data.get("content_type") or "text/html"),
-            body=html.encode(),
-            charset="utf-8",
-            rendered=True,
+        config = tollgate()
+        allow = allowed_networks(config.web_allow_nets)
+        current = url
+        for _hop in range(config.web_max_redirects + 1):
+            asked = await _reachable(current, allow)
+            data = await self._post("/render", _render_body(current, asked), target)
+            status = data.get("status")
+            if not isinstance(status, int):
+                raise ProviderError("upstream answered without a page", retryable=True)
+            location = data.get("location")
+            if status in REDIRECT_STATUSES and isinstance(location, str) and location:
+                current = _hop_target(current, location)
+                continue
+            return _rendered_page(current, status, data)
+        raise WebProviderError(
+            f"more than {config.web_max_redirects} redirects from {url}", retryable=False
         )
 
 
+def _render_body(url: str, asked: Destination) -> dict:
+    return {
+        "url": url,
+        "resolve": {
+            "host": asked.host,
+            "port": asked.port,
+            "addresses": [str(a) for a in asked.addresses],
+        },
+        "follow_redirects": False,
+    }
+
+
+def _hop_target(current: str, location: str) -> str:
+    """Resolve a redirect's Location against the page that sent it (checked by the next hop)."""
+    try:
+        return str(URL(current).join(URL(location)).with_fragment(None))
+    except (ValueError, TypeError):
+        raise WebProviderError("the redirect's target cannot be parsed", refused=True) from None
+
+
+def _rendered_page(asked: str, status: int, data: dict) -> PageAnswer:
+    html = data.get("html")
+    if not isinstance(html, str):
+        raise ProviderError("upstream answered without a page", retryable=True)
+    final_url = str(data.get("final_url") or asked)
+    if not _same_page(final_url, asked):
+        # It went somewhere unchecked (its own redirect or a script's navigation): whatever
+        # it loaded on the way is not ours to serve.
+        raise ProviderError("upstream rendered another page than the one asked", retryable=False)
+    return PageAnswer(
+        final_url=asked,
+        status=status,
+        content_type=str(data.get("content_type") or "text/html"),
+        body=html.encode(),
+        charset="utf-8",
+        rendered=True,
+    )
+
+
+def _same_page(answered: str, asked: str) -> bool:
+    """Whether two URLs name one page, spelling aside (a browser writes `http://a` as `http://a/`)."""
+    try:
+        return _page_key(URL(answered)) == _page_key(URL(asked))
+    except (ValueError, TypeError):
+        return False
+
+
+def _page_key(url: URL) -> tuple:
+    return (url.scheme.lower(), (url.host or "").lower(), url.port, url.path or "/", url.query)
+
+
 async def _reachable(url: str, allow: tuple[Network, ...]) -> Destination:
-    """Resolve and check a URL the renderer is sent to or ended at; refused as our fetcher
-    refuses it (a name that does not resolve included: nothing to pin, nothing to judge)."""
+    """Resolve and check a URL the renderer is to be sent to; refused as our fetcher refuses
+    it (a name that does not resolve included: nothing to pin, nothing to judge)."""
     try:
         return await destination(url, allow=allow)
     except FetchRefused as refused:

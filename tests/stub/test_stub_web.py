@@ -166,6 +166,36 @@ def test_render_follows_redirects_and_reports_the_final_url(
     assert (answer["status"], answer["html"]) == (200, APP_RENDERED)
 
 
+def test_render_told_not_to_follow_answers_the_redirect_unrendered(
+    client: httpx.Client, pages: str
+) -> None:
+    body = {"url": pages + "/redirect", "follow_redirects": False}
+    answer = client.post(RENDER, json=body, headers=AUTH).json()
+    assert answer == {
+        "url": pages + "/redirect",
+        "final_url": pages + "/redirect",
+        "status": 302,
+        "content_type": "text/plain",
+        "location": pages + "/hop",
+        "html": "",
+        "rendered": False,
+        "credits": 1,
+    }
+    page = {"url": pages + "/app", "follow_redirects": False}
+    assert client.post(RENDER, json=page, headers=AUTH).json()["html"] == APP_RENDERED
+
+
+def test_render_refuses_a_follow_redirects_that_is_not_a_bool(
+    client: httpx.Client, pages: str
+) -> None:
+    body = {"url": pages + "/redirect", "follow_redirects": "no"}
+    r = client.post(RENDER, json=body, headers=AUTH)
+    assert (r.status_code, r.json()) == (
+        400,
+        error("follow_redirects: true or false is required.", "invalid_request_error"),
+    )
+
+
 def test_render_passes_the_pages_404_through(client: httpx.Client, pages: str) -> None:
     r = client.post(RENDER, json={"url": pages + "/missing"}, headers=AUTH)
     assert r.status_code == 200
