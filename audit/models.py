@@ -1,8 +1,10 @@
 """The audit trail: one append-only entry per control-plane change, chained per account.
 
-Append-only three times over: the model refuses to update or delete a row (and its queryset
+Append-only four times over: the model refuses to update or delete a row (and its queryset
 to update or delete rows), the database refuses it with a trigger (PostgreSQL and SQLite;
-migration 0001), and the hash chain (audit/chain.py) shows what was removed anyway.
+migration 0001), the role the application runs as may only insert and read it (core/db_roles.py),
+and the hash chain (audit/chain.py) with its signed heads (audit/heads.py) shows what an owner
+of the database removed or rewrote anyway.
 """
 
 from __future__ import annotations
@@ -95,16 +97,41 @@ class AuditEntry(models.Model):
         }
 
 
-class AuditChain(models.Model):
-    """The head of one chain: its last seq and hash, locked while an entry is appended (so
-    entries of one account are chained one at a time), and where a removed tail shows."""
+class SignedHead(models.Model):
+    """A chain's head (its last seq and hash) signed with the operator's key at a moment: the
+    audit trail's and the receipts' (audit/heads.py). Append-only, and handed to the tenant:
+    a head kept outside the database shows any later rewrite, cut or rollback of what it
+    covers, whoever holds the database."""
 
-    chain = models.BigIntegerField(unique=True, help_text="The account's id; 0: operator-wide.")
-    last_seq = models.PositiveBigIntegerField(default=0)
-    last_hash = models.CharField(max_length=64)
+    class Chain(models.TextChoices):
+        AUDIT = "audit"
+        RECEIPTS = "receipts"
+
+    chain = models.CharField(max_length=8, choices=Chain.choices)
+    account_id = models.BigIntegerField(help_text="The account's id; 0: operator-wide.")
+    seq = models.PositiveBigIntegerField()
+    hash = models.CharField(max_length=64)
+    signed_at = models.DateTimeField()
+    key_id = models.CharField(max_length=32)
+    signature = models.CharField(max_length=128)
+
+    objects = EntryQuerySet.as_manager()
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["chain", "account_id", "-seq"], name="signed_head_newest"),
+        ]
 
     def __str__(self) -> str:
-        return f"chain {self.chain} at seq {self.last_seq}"
+        return f"{self.chain} head of {self.account_id} at seq {self.seq}"
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        if not self._state.adding:
+            raise AppendOnly("Signed heads are append-only: they are never updated.")
+        super().save(*args, **kwargs)
+
+    def delete(self, *args: Any, **kwargs: Any) -> tuple[int, dict[str, int]]:
+        raise AppendOnly("Signed heads are append-only: they are never deleted.")
 
 
 def iso(moment: datetime) -> str:

@@ -13,12 +13,13 @@ from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from audit.actors import Actor, default_actor
 from audit.chain import GENESIS, entry_hash
-from audit.models import AuditChain, AuditEntry, iso
+from audit.heads import latest_or_sign, lock_sql
+from audit.models import AuditEntry, SignedHead, iso
 
 # Field names that would hold a secret; a before/after naming one is a bug, refused.
 SECRET_FIELDS = frozenset(
@@ -96,6 +97,32 @@ def _refuse_secrets(*parts: Any) -> None:
             _refuse_secrets(*part)
 
 
+def lock_chain(chain: str, account_id: int) -> None:
+    """Serialise appends to one chain until the transaction ends (audit/heads.py)."""
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute(lock_sql(chain, "SELECT %s::bigint"), [account_id])
+
+
+def chain_head(account_id: int | None) -> tuple[int, str]:
+    """The chain's head: its last entry's seq and hash ((0, GENESIS) while empty)."""
+    last = (
+        AuditEntry.objects.filter(account_id=account_id)
+        .order_by("-seq")
+        .values_list("seq", "hash")
+        .first()
+    )
+    return last if last is not None else (0, GENESIS)
+
+
+def signed_audit_head(account_id: int | None) -> SignedHead:
+    """The account's audit chain head (operator-wide with no account), signed now, or the
+    newest signature of it if the chain has not moved since."""
+    seq, hash = chain_head(account_id)
+    chain = account_id if account_id is not None else OPERATOR_CHAIN
+    return latest_or_sign(chain=SignedHead.Chain.AUDIT, account_id=chain, seq=seq, hash=hash)
+
+
 def record(
     *,
     actor: Actor | None,
@@ -110,22 +137,18 @@ def record(
 ) -> AuditEntry:
     """Append one entry to the account's chain (operator-wide with no account) and return it.
 
-    Joins the caller's transaction; the chain's head is locked until it commits, so one
-    account's entries are appended one at a time, in order."""
+    Joins the caller's transaction; the chain is locked until it commits, so one account's
+    entries are appended one at a time, in order."""
     actor = actor or default_actor()
     before_j, after_j = jsonable(before or {}), jsonable(after or {})
     _refuse_secrets(before_j, after_j)
     chain = account_id if account_id is not None else OPERATOR_CHAIN
     with transaction.atomic():
-        head = AuditChain.objects.select_for_update().filter(chain=chain).first()
-        if head is None:
-            AuditChain.objects.bulk_create(
-                [AuditChain(chain=chain, last_hash=GENESIS)], ignore_conflicts=True
-            )
-            head = AuditChain.objects.select_for_update().get(chain=chain)
+        lock_chain(SignedHead.Chain.AUDIT, chain)
+        last = chain_head(account_id)
         entry = AuditEntry(
             account_id=account_id,
-            seq=head.last_seq + 1,
+            seq=last[0] + 1,
             created_at=timezone.now(),
             actor_kind=actor.kind,
             actor_id=actor.id,
@@ -138,12 +161,10 @@ def record(
             before=before_j,
             after=after_j,
             consent=consent,
-            prev_hash=head.last_hash,
+            prev_hash=last[1],
         )
-        entry.hash = entry_hash(head.last_hash, entry.as_record())
+        entry.hash = entry_hash(last[1], entry.as_record())
         entry.save()
-        head.last_seq, head.last_hash = entry.seq, entry.hash
-        head.save(update_fields=["last_seq", "last_hash"])
     return entry
 
 

@@ -54,8 +54,15 @@ class Reservation(models.Model):
     amount_micro = models.BigIntegerField()
     committed_micro = models.BigIntegerField(default=0)
     excess_micro = models.BigIntegerField(
-        default=0, help_text="Measured cost above the hold: recorded, never debited."
+        default=0,
+        help_text="Measured cost above the hold: collected after the commit as far as the"
+        " wallet covers it (collected_micro), the rest stated as uncollected_micro.",
     )
+    # The excess's follow-up charge, resolved with the commit (once): what the wallet had
+    # available paid for, and what it could not (the receipt and counters state only the
+    # first).
+    collected_micro = models.BigIntegerField(default=0, db_default=0)
+    uncollected_micro = models.BigIntegerField(default=0, db_default=0)
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING)
     created_at = models.DateTimeField(default=timezone.now)
     expires_at = models.DateTimeField()
@@ -87,6 +94,7 @@ class LedgerEntry(models.Model):
         COMMIT = "commit"
         ADJUSTMENT = "adjustment"
         TRUEUP = "trueup"  # a commit at the hold corrected to the measured cost
+        EXCESS = "excess"  # a measured cost above its hold, collected after the commit
 
     wallet = models.ForeignKey(Wallet, on_delete=models.PROTECT, related_name="ledger")
     kind = models.CharField(max_length=12, choices=Kind.choices)
@@ -103,6 +111,9 @@ class LedgerEntry(models.Model):
         related_name="ledger_entry",
     )
     reason = models.CharField(max_length=200, blank=True)
+    # The request whose money it moved (commit, excess, trueup): its receipt names the entry.
+    # Blank for credits. The database default covers raw inserts.
+    request_id = models.CharField(max_length=64, blank=True, default="", db_default="")
     # Who wrote it by hand (an operator's username); blank for Tollgate's own entries. The
     # database default covers the ledger's raw inserts.
     actor = models.CharField(max_length=150, blank=True, default="", db_default="")
@@ -332,15 +343,3 @@ class Receipt(models.Model):
 
     def __str__(self) -> str:
         return f"receipt {self.account_id}/{self.seq} ({self.kind} {self.request_id})"
-
-
-class ReceiptChain(models.Model):
-    """The head of an account's receipt chain: locked while a batch appends to it."""
-
-    account_id = models.BigIntegerField(primary_key=True)
-    seq = models.BigIntegerField(default=0)
-    head_hash = models.CharField(max_length=64)
-    updated_at = models.DateTimeField(default=timezone.now)
-
-    def __str__(self) -> str:
-        return f"receipt chain of account {self.account_id} at {self.seq}"

@@ -33,15 +33,16 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from django.db import connection
 
+from audit.heads import latest_or_sign, lock_sql
+from audit.models import SignedHead
 from billing.ledger import GROUPS, batch_rows
-from billing.models import Receipt, ReceiptChain
+from billing.models import Receipt
 from billing.receipt_keys import receipt_keys
 from core.sinks import rfc3339
 from core.sqlexec import ALL, Program
 from core.usage_record import UsageRecord
 
 RECEIPTS = Receipt._meta.db_table
-CHAINS = ReceiptChain._meta.db_table
 GENESIS = "0" * 64  # the `prev` of an account's first receipt
 VERSION = 1
 
@@ -69,6 +70,13 @@ class Draft:
     cost_micro: int  # what the charge moved the group's settled cost by
     bandwidth_micro: int  # what it moved spent by on top (bandwidth)
     detail: dict[str, Any]
+    # The wallet's side, which billing/receipt_ledger.py reconciles with the ledger: the
+    # entries that moved its money for this receipt and their sum taken (negative: given
+    # back; 0 and none for invoiced accounts and team-served requests), and the cost
+    # measured above the hold that the wallet could not cover (stated, never charged).
+    wallet_entries: tuple[int, ...] = ()
+    wallet_taken_micro: int = 0
+    uncollected_micro: int = 0
 
 
 def request_detail(record: UsageRecord) -> dict[str, Any]:
@@ -146,6 +154,11 @@ def _body(draft: Draft, *, seq: int, prev: str, settled_at: str) -> dict[str, An
             "provider_cost_micro": draft.cost_micro,
             "bandwidth_micro": draft.bandwidth_micro,
             "total_micro": draft.cost_micro + draft.bandwidth_micro,
+            "uncollected_micro": draft.uncollected_micro,
+        },
+        "wallet": {
+            "ledger_entries": list(draft.wallet_entries),
+            "taken_micro": draft.wallet_taken_micro,
         },
     }
 
@@ -166,9 +179,10 @@ _RECEIPT_TYPES = (
 def append(drafts: list[Draft], *, now: datetime) -> Program[int]:
     """Append receipts to their accounts' chains (in the caller's transaction); return how many.
 
-    Each account's chain head is locked (accounts in id order, so batches never deadlock),
-    the receipts hashed in order from it, the last of each account signed, and the heads
-    moved: three statements and one signature per account, whatever the batch's size.
+    Each account's chain is locked (accounts in id order, so batches never deadlock; a
+    transaction lock, since the application's role may not update a head row), the receipts
+    hashed in order from its last one, and the last of each account signed: three statements
+    and one signature per account, whatever the batch's size.
     """
     if not drafts:
         return 0
@@ -176,27 +190,15 @@ def append(drafts: list[Draft], *, now: datetime) -> Program[int]:
     for draft in drafts:
         by_account[draft.account_id].append(draft)
     accounts = sorted(by_account)
-    fresh, params = batch_rows(("bigint",), [(a,) for a in accounts])
-    yield (
-        f"INSERT INTO {CHAINS} (account_id, seq, head_hash, updated_at)"
-        f" SELECT a.*, 0, %s, %s FROM ({fresh}) AS a WHERE true"
-        " ON CONFLICT (account_id) DO NOTHING",
-        (GENESIS, now, *params),
-    )
-    locked = " ORDER BY account_id FOR UPDATE" if connection.vendor == "postgresql" else ""
     wanted, params = batch_rows(("bigint",), [(a,) for a in accounts])
-    heads = yield (
-        f"SELECT account_id, seq, head_hash FROM {CHAINS}"
-        f" WHERE account_id IN (SELECT * FROM ({wanted}) AS a){locked}",
-        params,
-        ALL,
-    )
+    if connection.vendor == "postgresql":
+        yield lock_sql(SignedHead.Chain.RECEIPTS, wanted), params
+    heads = yield heads_of(wanted), params, ALL
     keys = receipt_keys()
     signer = keys.private[keys.newest]
     settled_at = rfc3339(now)
     rows: list[tuple] = []
-    moved: list[tuple] = []
-    for account_id, seq, head in sorted(heads):
+    for account_id, seq, head in sorted((a, seq or 0, head or GENESIS) for a, seq, head in heads):
         chain = by_account[account_id]
         for n, draft in enumerate(chain, start=1):
             seq += 1
@@ -210,21 +212,44 @@ def append(drafts: list[Draft], *, now: datetime) -> Program[int]:
                     prev, head, signature, keys.newest if signature else "",
                 )
             )  # fmt: skip
-        moved.append((account_id, seq, head))
     source, params = batch_rows(_RECEIPT_TYPES, rows)
     yield (
         f"INSERT INTO {RECEIPTS} ({_RECEIPT_COLUMNS}, settled_at)"
         f" SELECT *, %s FROM ({source}) AS r",
         (now, *params),
     )
-    source, params = batch_rows(("bigint", "bigint", "text"), moved)
-    yield (
-        f"WITH moved (account_id, seq, head_hash) AS ({source})"
-        f" UPDATE {CHAINS} SET seq = moved.seq, head_hash = moved.head_hash, updated_at = %s"
-        f" FROM moved WHERE {CHAINS}.account_id = moved.account_id",
-        (*params, now),
-    )
     return len(rows)
+
+
+def heads_of(accounts_sql: str) -> str:
+    """A query of each account's chain head (account_id, seq, hash: NULLs while it has no
+    receipt) for the accounts a subquery names: one index probe each."""
+    return (
+        f"WITH wanted (a) AS ({accounts_sql})"
+        f" SELECT wanted.a, r.seq, r.hash FROM wanted"
+        f" LEFT JOIN {RECEIPTS} AS r ON r.account_id = wanted.a"
+        f" AND r.seq = (SELECT MAX(seq) FROM {RECEIPTS} WHERE account_id = wanted.a)"
+    )
+
+
+def receipt_head(account_id: int) -> tuple[int, str]:
+    """An account's chain head: its last receipt's seq and hash ((0, GENESIS) while empty)."""
+    last = (
+        Receipt.objects.filter(account_id=account_id)
+        .order_by("-seq")
+        .values_list("seq", "hash")
+        .first()
+    )
+    return last if last is not None else (0, GENESIS)
+
+
+def signed_receipt_head(account_id: int) -> SignedHead:
+    """The account's receipt chain head, signed now, or the newest signature of it if no
+    receipt joined since (audit/heads.py)."""
+    seq, hash = receipt_head(account_id)
+    return latest_or_sign(
+        chain=SignedHead.Chain.RECEIPTS, account_id=account_id, seq=seq, hash=hash
+    )
 
 
 def accounts_of_groups(group_ids: Iterable[int]) -> Program[dict[int, int]]:

@@ -18,13 +18,14 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 import orjson
-from django.db.models import Count, Max, Min, Sum
 
 from accounts.models import Account
 from accounts.periods import MONTHLY, period_bounds
-from billing.models import Receipt, ReceiptChain
+from audit import heads
+from audit.models import SignedHead
+from billing.models import Receipt
 from billing.receipt_keys import receipt_keys
-from billing.receipts import GENESIS, Problem, sign_statement, verify_chain
+from billing.receipts import GENESIS, Problem, receipt_head, sign_statement, verify_chain
 from core.sinks import rfc3339
 
 # A writer's batch (usage.writer.BATCH, 500 rows) ends on a signed receipt of each account.
@@ -154,25 +155,21 @@ def published_keys() -> list[dict[str, Any]]:
 
 
 def statement(*, account: Account, period: str, now: datetime) -> dict[str, Any]:
-    """Return an account's signed statement of a month: its receipts' count, seq range and
-    totals, and the chain's head at the month's end (the last receipt settled before it,
-    signed: it covers every receipt before it). ValueError for a bad period."""
+    """Return an account's signed statement of a month: its receipts' count, seq range,
+    totals and the hash of its last, and the chain's head at the month's end (the last
+    receipt settled before it, signed: it covers every receipt before it). ValueError for a
+    bad period.
+
+    The totals are summed from the receipts' bodies, what their hashes and signatures cover,
+    never from a column beside them: a column changed behind the chain's back changes no
+    statement (verify_receipts names it)."""
     start, end = month_bounds(period, time_zone=account.time_zone)
-    sums = Receipt.objects.filter(
-        account_id=account.pk, settled_at__gte=start, settled_at__lt=end
-    ).aggregate(
-        receipts=Count("id"),
-        first_seq=Min("seq"),
-        last_seq=Max("seq"),
-        cost=Sum("cost_micro"),
-        bandwidth=Sum("bandwidth_micro"),
-    )
+    sums = month_sums(account.pk, start=start, end=end)
     # A batch's receipts share one settled_at and its last is signed: the highest seq settled
     # before the end is a signed one.
     head = (
         Receipt.objects.filter(account_id=account.pk, settled_at__lt=end).order_by("-seq").first()
     )
-    cost, bandwidth = sums["cost"] or 0, sums["bandwidth"] or 0
     return sign_statement(
         {
             "v": STATEMENT_VERSION,
@@ -183,14 +180,11 @@ def statement(*, account: Account, period: str, now: datetime) -> dict[str, Any]
             "ends_at": rfc3339(end),
             "issued_at": rfc3339(now),
             "complete": now >= end,
-            "receipts": sums["receipts"],
-            "first_seq": sums["first_seq"],
-            "last_seq": sums["last_seq"],
-            "totals": {
-                "provider_cost_micro": cost,
-                "bandwidth_micro": bandwidth,
-                "total_micro": cost + bandwidth,
-            },
+            "receipts": sums.receipts,
+            "first_seq": sums.first_seq,
+            "last_seq": sums.last_seq,
+            "last_hash": sums.last_hash,
+            "totals": sums.totals(),
             "head": None
             if head is None
             else {
@@ -202,6 +196,64 @@ def statement(*, account: Account, period: str, now: datetime) -> dict[str, Any]
             },
         }
     )
+
+
+@dataclass
+class MonthSums:
+    """A month's receipts summed from their bodies."""
+
+    receipts: int = 0
+    first_seq: int | None = None
+    last_seq: int | None = None
+    last_hash: str | None = None
+    provider_cost_micro: int = 0
+    bandwidth_micro: int = 0
+    uncollected_micro: int = 0
+    wallet_taken_micro: int = 0
+
+    def add(self, seq: int, hash_: str, body: Mapping[str, Any]) -> None:
+        amounts = body.get("amounts") or {}
+        wallet = body.get("wallet") or {}
+        self.receipts += 1
+        self.first_seq = seq if self.first_seq is None else self.first_seq
+        self.last_seq, self.last_hash = seq, hash_
+        self.provider_cost_micro += int(amounts.get("provider_cost_micro") or 0)
+        self.bandwidth_micro += int(amounts.get("bandwidth_micro") or 0)
+        self.uncollected_micro += int(amounts.get("uncollected_micro") or 0)
+        self.wallet_taken_micro += int(wallet.get("taken_micro") or 0)
+
+    def totals(self) -> dict[str, int]:
+        return {
+            "provider_cost_micro": self.provider_cost_micro,
+            "bandwidth_micro": self.bandwidth_micro,
+            "total_micro": self.provider_cost_micro + self.bandwidth_micro,
+            "uncollected_micro": self.uncollected_micro,
+            "wallet_taken_micro": self.wallet_taken_micro,
+        }
+
+
+def month_sums(account_id: int, *, start: datetime, end: datetime) -> MonthSums:
+    """Sum an account's receipts settled in [start, end) from their bodies, in chain order."""
+    sums = MonthSums()
+    receipts = Receipt.objects.filter(
+        account_id=account_id, settled_at__gte=start, settled_at__lt=end
+    )
+    after = 0
+    while True:
+        rows = list(
+            receipts.filter(seq__gt=after)
+            .order_by("seq")
+            .values_list("seq", "hash", "body")[:CHUNK]
+        )
+        for seq, hash_, body in rows:
+            try:
+                parsed = orjson.loads(body)
+            except orjson.JSONDecodeError:
+                parsed = None
+            sums.add(seq, hash_, parsed if isinstance(parsed, dict) else {})
+        if len(rows) < CHUNK:
+            return sums
+        after = rows[-1][0]
 
 
 # ---------------------------------------------------------------- checking chains
@@ -345,28 +397,46 @@ def stored_records(account_id: int, *, since: datetime | None = None) -> Iterato
 
 
 def stored_accounts(*, only: Sequence[int] = ()) -> list[int]:
-    """Return the accounts with a receipt chain (or receipts), `only` those if given."""
-    heads = ReceiptChain.objects.all()
+    """Return the accounts with receipts or a signed head of their chain, `only` those if given."""
+    signed = SignedHead.objects.filter(chain=SignedHead.Chain.RECEIPTS)
     receipts = Receipt.objects.all()
     if only:
-        heads, receipts = heads.filter(account_id__in=only), receipts.filter(account_id__in=only)
-    ids = set(heads.values_list("account_id", flat=True))
+        signed, receipts = signed.filter(account_id__in=only), receipts.filter(account_id__in=only)
+    ids = set(signed.values_list("account_id", flat=True).distinct())
     ids |= set(receipts.values_list("account_id", flat=True).distinct())
     return sorted(ids)
 
 
 def check_stored_chain(
-    account_id: int, public_keys: Mapping[str, str], *, since: datetime | None = None
+    account_id: int,
+    public_keys: Mapping[str, str],
+    *,
+    since: datetime | None = None,
+    kept: Sequence[Mapping[str, Any]] = (),
 ) -> ChainCheck:
-    """Check an account's chain as the store holds it, against its recorded head."""
-    chain = ReceiptChain.objects.filter(account_id=account_id).first()
+    """Check an account's chain as the store holds it, and against every signed head of it:
+    those this database kept and those given (`kept`, as the tenant downloaded them), so a
+    tail cut, a rollback or a rewrite by whoever owns the database shows to a head's holder."""
     check = check_chain(
         account_id,
         stored_records(account_id, since=since),
         public_keys,
-        head=None if chain is None else (chain.seq, chain.head_hash),
         from_genesis=since is None,
     )
-    if chain is None and check.receipts:
-        check.problems.append(Problem(None, "no chain head is recorded for its receipts"))
+    stored = SignedHead.objects.filter(chain=SignedHead.Chain.RECEIPTS, account_id=account_id)
+    last_seq = receipt_head(account_id)[0]
+    for head in [*(heads.document(h) for h in stored.order_by("seq")), *kept]:
+        if head.get("chain") != SignedHead.Chain.RECEIPTS or head.get("account_id") != account_id:
+            continue
+        at = Receipt.objects.filter(account_id=account_id, seq=int(head.get("seq") or 0))
+        problems = heads.check_kept_head(
+            head,
+            public_keys=public_keys,
+            hash_at_seq=at.values_list("hash", flat=True).first(),
+            last_seq=last_seq,
+        )
+        check.problems += [
+            Problem(head.get("seq"), f"the head signed at {head.get('signed_at')}: {p}")
+            for p in problems
+        ]
     return check

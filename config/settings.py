@@ -15,7 +15,7 @@ from pathlib import Path
 import environ
 from django.core.exceptions import ImproperlyConfigured
 
-from billing.receipt_keys import parse_receipt_keys as _parse_receipt_keys
+from core.signing import parse_receipt_keys as _parse_receipt_keys
 from core.sealing import parse_keyring as _parse_keyring
 from webfetch.addresses import allowed_networks as _allowed_networks
 

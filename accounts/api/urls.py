@@ -1,6 +1,6 @@
 from django.urls import path
 
-from accounts.api import audit, views
+from accounts.api import audit, heads, views
 
 urlpatterns = [
     path("account", views.AccountView.as_view()),
@@ -10,6 +10,7 @@ urlpatterns = [
     path("keys/<int:key_id>", views.ApiKeyDetailView.as_view()),
     path("keys/<int:key_id>/revoke", views.ApiKeyRevokeView.as_view()),
     path("audit", audit.AuditListView.as_view()),
+    path("audit/head", heads.AuditHeadView.as_view()),
     path("audit/export.csv", audit.AuditCsvView.as_view()),
     path("audit/export.jsonl", audit.AuditJsonLinesView.as_view()),
 ]

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from billing.api import receipts, views
+from billing.api import heads, receipts, views
 
 urlpatterns = [
     path("accounts/<int:account_id>/wallet", views.WalletView.as_view()),
@@ -9,6 +9,7 @@ urlpatterns = [
     # Receipts: the fixed routes before the request id they would otherwise be taken for.
     path("receipts", receipts.ReceiptListView.as_view()),
     path("receipts/keys", receipts.ReceiptKeysView.as_view()),
+    path("receipts/head", heads.ReceiptHeadView.as_view()),
     path("receipts/statement", receipts.StatementView.as_view()),
     path("receipts/<str:request_id>", receipts.RequestReceiptsView.as_view()),
 ]

@@ -23,7 +23,7 @@ from audit import services as audit
 from audit.actors import system
 from audit.chain import GENESIS
 from audit.export import CSV_FIELDS
-from audit.models import AppendOnly, AuditChain, AuditEntry
+from audit.models import AppendOnly, AuditEntry, SignedHead
 from audit.summary import summary
 from audit.verify import stored_verdicts
 from tests.audit.helpers import trail
@@ -131,14 +131,15 @@ def test_postgresql_refuses_raw_sql_update_and_delete_of_an_entry():
     assert "audit entries are append-only: DELETE refused" in refused(
         "DELETE FROM audit_auditentry WHERE account_id = %s", [tenant.account_id]
     )
-    # The chain's head moves forward one entry at a time, never back, and stays.
-    assert "a chain head only moves forward" in refused(
-        "UPDATE audit_auditchain SET last_seq = last_seq - 1 WHERE chain = %s",
-        [tenant.account_id],
+    # A signed head, once kept, stays as it was signed.
+    head = audit.signed_audit_head(tenant.account_id)
+    assert "signed heads are append-only: UPDATE refused" in refused(
+        "UPDATE audit_signedhead SET seq = seq - 1 WHERE id = %s", [head.pk]
     )
-    assert "a chain head only moves forward" in refused(
-        "DELETE FROM audit_auditchain WHERE chain = %s", [tenant.account_id]
+    assert "signed heads are append-only: DELETE refused" in refused(
+        "DELETE FROM audit_signedhead WHERE id = %s", [head.pk]
     )
+    assert SignedHead.objects.get(pk=head.pk).seq == len(PROVISIONED)
     assert AuditEntry.objects.get(pk=entry.pk).as_record() == before
     assert [e.action for e in trail(tenant.account_id)] == PROVISIONED
 
@@ -155,18 +156,21 @@ from django.db import DatabaseError, connection, transaction
 call_command("migrate", verbosity=0)
 from billing.services import tenant_provision
 from audit.models import AuditEntry
+from audit.services import signed_audit_head
 
 account = tenant_provision(name="sqlite-tenant", wallet_micro=1_000_000).account
 entry = AuditEntry.objects.filter(account_id=account.pk).order_by("id").first()
+head = signed_audit_head(account.pk)
 refusals = []
 for sql in (
     "UPDATE audit_auditentry SET action = 'x' WHERE id = %s",
     "DELETE FROM audit_auditentry WHERE id = %s",
-    "UPDATE audit_auditchain SET last_seq = 0 WHERE chain = %s",
+    "UPDATE audit_signedhead SET seq = 0 WHERE id = %s",
+    "DELETE FROM audit_signedhead WHERE id = %s",
 ):
     try:
         with transaction.atomic(), connection.cursor() as cursor:
-            cursor.execute(sql, [entry.pk if "auditentry" in sql else account.pk])
+            cursor.execute(sql, [entry.pk if "auditentry" in sql else head.pk])
     except DatabaseError as exc:
         refusals.append(str(exc))
 kept = AuditEntry.objects.filter(account_id=account.pk).count()
@@ -181,7 +185,8 @@ def test_sqlite_refuses_raw_sql_too_and_only_django_flush_empties_the_trail(tmp_
         "refusals": [
             "audit entries are append-only: UPDATE refused",
             "audit entries are append-only: DELETE refused",
-            "audit entries are append-only: a chain head only moves forward",
+            "signed heads are append-only: UPDATE refused",
+            "signed heads are append-only: DELETE refused",
         ],
         "kept": 6,
         "after_flush": 0,
@@ -216,15 +221,18 @@ def test_an_export_verifies_offline_and_a_removed_line_is_found(tmp_path):
     ]
 
 
-def test_the_stored_chains_verify_against_their_heads():
+def test_the_stored_chains_verify_against_their_signed_heads():
     tenants = [make_tenant(), make_tenant()]
+    for tenant in tenants:
+        head = audit.signed_audit_head(tenant.account_id)
+        entries = trail(tenant.account_id)
+        assert (head.seq, head.hash) == (6, entries[-1].hash)
+        assert entries[0].prev_hash == GENESIS
+        # Asked again with nothing appended: the same signature, not another row.
+        assert audit.signed_audit_head(tenant.account_id).pk == head.pk
     verdicts = stored_verdicts()
     for tenant in tenants:
         assert (verdicts[tenant.account_id].ok, verdicts[tenant.account_id].checked) == (True, 6)
-        head = AuditChain.objects.get(chain=tenant.account_id)
-        entries = trail(tenant.account_id)
-        assert (head.last_seq, head.last_hash) == (6, entries[-1].hash)
-        assert entries[0].prev_hash == GENESIS
 
 
 @requires_postgres

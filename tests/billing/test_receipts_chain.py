@@ -19,9 +19,11 @@ import pytest
 from django.db import connection
 
 from accounts.models import Group
-from billing.models import Receipt, ReceiptChain, SettledRequest
+from audit.heads import LOCK_SPACE
+from audit.models import SignedHead
+from billing.models import Receipt, SettledRequest
 from billing.receipt_keys import receipt_keys
-from billing.receipts import GENESIS, Draft, append, digest, verify_chain
+from billing.receipts import GENESIS, Draft, append, digest, receipt_head, verify_chain
 from core.sqlexec import run_sync
 from tests.support.profiles import install_profiles
 from tests.support.services import clear_shared_state, requires_postgres, requires_redis
@@ -81,7 +83,7 @@ def test_a_batch_chains_each_account_and_signs_its_last_receipt():
     twos = list(Receipt.objects.filter(account_id=2).order_by("seq"))
     assert [(r.seq, bool(r.signature)) for r in twos] == [(1, True), (2, True)]
     assert twos[1].prev_hash == twos[0].hash
-    heads = {c.account_id: (c.seq, c.head_hash) for c in ReceiptChain.objects.all()}
+    heads = {account: receipt_head(account) for account in (1, 2)}
     assert heads == {1: (3, ones[-1].hash), 2: (2, twos[-1].hash)}
 
     public = receipt_keys().public()
@@ -137,11 +139,11 @@ def test_a_gateway_killed_before_its_receipt_commits_leaves_neither_charge_nor_r
     with psycopg.connect(
         dbname=db["NAME"], user=db.get("USER") or None, host=db.get("HOST") or "127.0.0.1"
     ) as blocker:
-        # Hold the account's chain head: the writer stores the row and moves the money, then
+        # Hold the account's chain: the writer stores the row and moves the money, then
         # waits here to append the receipt, all in one transaction.
         blocker.execute(
-            "SELECT 1 FROM billing_receiptchain WHERE account_id = %s FOR UPDATE",
-            [tenant.account_id],
+            "SELECT pg_advisory_xact_lock(%s, %s)",
+            [LOCK_SPACE[SignedHead.Chain.RECEIPTS], tenant.account_id],
         )
         second = ask(gateway_stack, tenant)
 
@@ -150,7 +152,7 @@ def test_a_gateway_killed_before_its_receipt_commits_leaves_neither_charge_nor_r
                 cursor.execute(
                     "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
                     " AND query LIKE %s",
-                    ["%billing_receiptchain%"],
+                    ["%pg_advisory_xact_lock%"],
                 )
                 return cursor.fetchone()[0] == 1
 

@@ -4,7 +4,8 @@ Receipts come from real requests through a real gateway (its writer stores each 
 its charge and its receipt in one transaction). The command passes on the intact store, and
 fails (exit status 1, naming the receipt) after each change made behind Tollgate's back with
 raw SQL: a body changed, a receipt deleted from the middle, two receipts reordered, the last
-one deleted (only the chain's recorded head shows it), a signature altered. Key rotation:
+one deleted (a signed head shows it: the one this database kept, or one the tenant kept), a
+signature altered. Key rotation:
 receipts signed under r1 still verify once r2 signs new ones, and both keys are published.
 A tenant's export (JSON lines of the API's receipts) is checked with the published key.
 """
@@ -22,8 +23,10 @@ from django.conf import settings
 from django.core.management import CommandError, call_command
 from django.db import connection
 
+from audit.heads import document
 from billing.models import Receipt
 from billing.receipt_keys import receipt_keys
+from billing.receipts import signed_receipt_head
 from tests.support.processes import ROOT, child_database_url, child_env
 from tests.support.stacks import Stack
 from tests.support.tenants import Tenant
@@ -34,6 +37,7 @@ REQUESTS = 5
 # The commands docs/tenant-api.md shows, run here as written.
 VERIFY_STORE = "python manage.py verify_receipts"
 VERIFY_ONE = 'python manage.py verify_receipts --account "$ACCOUNT" --since 2026-12-01'
+VERIFY_HEAD = "python manage.py verify_receipts --head head.json"
 VERIFY_EXPORT = 'python manage.py verify_receipts --file receipts.jsonl --public-key "$KEY"'
 # A second signing key, for the rotation (a 32-byte seed, base64url).
 R2_SEED = base64.urlsafe_b64encode(bytes(range(32))).decode()
@@ -157,9 +161,13 @@ def reordered(account: int) -> list[str]:
 
 
 def tail_cut_off(account: int) -> list[str]:
+    head = document(signed_receipt_head(account))  # as a tenant's dashboard fetches it
     sql(f"DELETE FROM billing_receipt WHERE account_id = %s AND seq = {REQUESTS}", account)
-    cut = [f"  receipt {REQUESTS}: the chain's head is receipt {REQUESTS}: cut off"]
-    # Receipt 4 signed (its own batch's last): only the chain's recorded head shows the cut.
+    cut = [
+        f"  receipt {REQUESTS}: the head signed at {head['signed_at']}: the chain ends at seq"
+        f" {REQUESTS - 1}, before the kept head's seq {REQUESTS} (cut or rolled back)"
+    ]
+    # Receipt 4 signed (its own batch's last): only the signed head shows the cut.
     if Receipt.objects.get(account_id=account, seq=REQUESTS - 1).signature:
         return cut
     return [f"  receipt {REQUESTS - 1}: the chain ends on an unsigned receipt", *cut]
@@ -212,15 +220,25 @@ def test_a_tampered_store_fails_naming_the_receipt(stack, tamper):
     ]
 
 
-def test_the_command_exits_1_as_a_process(stack):
+def test_the_command_exits_1_as_a_process(stack, tmp_path):
     tenant = traffic(stack, 2)
+    kept = httpx.get(
+        f"{stack.url}/api/receipts/head",
+        headers={"Authorization": f"Token {tenant.api_token}"},
+        timeout=30,
+    ).json()
+    assert (kept["chain"], kept["account_id"], kept["seq"]) == ("receipts", tenant.account_id, 2)
+    (tmp_path / "head.json").write_text(json.dumps(kept))
     sql("DELETE FROM billing_receipt WHERE account_id = %s AND seq = 2", tenant.account_id)
 
-    ran = run_manage(VERIFY_STORE)
+    ran = run_manage(VERIFY_HEAD.replace("head.json", str(tmp_path / "head.json")))
 
     assert ran.returncode == 1
-    assert f"account {tenant.account_id}: 1 receipts, 2 problems" in ran.stdout
-    assert "receipt 2: the chain's head is receipt 2: cut off" in ran.stdout
+    assert f"account {tenant.account_id}: 1 receipts," in ran.stdout
+    assert (
+        "receipt 2: the head signed at"
+        f" {kept['signed_at']}: the chain ends at seq 1, before the kept head's seq 2"
+    ) in ran.stdout
     assert "problem(s)" in ran.stderr
 
 
@@ -246,10 +264,14 @@ def test_since_checks_from_a_moment_and_still_catches_a_cut_off_tail(stack):
     assert ran.returncode == 0, ran.stdout + ran.stderr
     assert ran.stdout.startswith(f"account {tenant.account_id}: ")
 
+    head = document(signed_receipt_head(tenant.account_id))
     sql("DELETE FROM billing_receipt WHERE account_id = %s AND seq = 3", tenant.account_id)
     passed, lines = verify("--account", str(tenant.account_id), "--since", "2000-01-01")
     assert not passed
-    assert lines[-2] == "  receipt 3: the chain's head is receipt 3: cut off"
+    assert lines[-2] == (
+        f"  receipt 3: the head signed at {head['signed_at']}: the chain ends at seq 2,"
+        " before the kept head's seq 3 (cut or rolled back)"
+    )
 
 
 def test_a_tenants_export_verifies_with_the_published_key_and_fails_when_changed(stack, tmp_path):

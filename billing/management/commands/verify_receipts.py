@@ -10,14 +10,17 @@ from pathlib import Path
 from django.core.management.base import BaseCommand, CommandError
 from django.utils.dateparse import parse_date, parse_datetime
 
+from audit.management.commands.verify_audit import read_heads
 from billing.receipt_keys import receipt_keys
+from billing.receipt_ledger import ledger_accounts, reconcile_account
 from billing.statements import ChainCheck, check_chain, check_stored_chain, stored_accounts
 
 
 class Command(BaseCommand):
     help = (
         "Verify receipt chains: hashes, order, signatures, the chain's recorded head, and that"
-        " each receipt's columns say what its body says. Reads the store (every account, or"
+        " each receipt's columns say what its body says; in the store, each chain reconciled"
+        " with its wallet's ledger entries and balance. Reads the store (every account, or"
         " --account), or a JSON lines file of receipts as GET /api/receipts answers them"
         " (--file, with --public-key). Exits 1 if anything is wrong."
     )
@@ -33,6 +36,13 @@ class Command(BaseCommand):
         )
         parser.add_argument("--file", help="A JSON lines export to check instead of the store.")
         parser.add_argument(
+            "--head",
+            action="append",
+            default=[],
+            help="A signed head kept earlier (GET /api/receipts/head; a JSON file, or JSON lines"
+            " of several): receipts cut off after it, a rollback or a rewrite show.",
+        )
+        parser.add_argument(
             "--public-key",
             action="append",
             default=[],
@@ -43,6 +53,8 @@ class Command(BaseCommand):
     def handle(self, *args, **options):
         public_keys = receipt_keys().public()
         if options["file"]:
+            if options["head"]:
+                raise CommandError("--head goes with the store; for a file, use the snippet.")
             checks = self._check_file(Path(options["file"]), options["public_key"])
             if options["account"]:
                 checks = [c for c in checks if c.account_id in options["account"]]
@@ -50,10 +62,16 @@ class Command(BaseCommand):
             if options["public_key"]:
                 raise CommandError("--public-key goes with --file: the store uses its own keys.")
             since = _moment(options["since"]) if options["since"] else None
+            kept = read_heads(options["head"])
+            accounts = set(stored_accounts(only=options["account"]))
+            accounts |= {h["account_id"] for h in kept if not options["account"]}
+            accounts |= set(ledger_accounts(only=options["account"]))
             checks = [
-                check_stored_chain(account, public_keys, since=since)
-                for account in stored_accounts(only=options["account"])
+                check_stored_chain(account, public_keys, since=since, kept=kept)
+                for account in sorted(accounts)
             ]
+            for check in checks:  # and each chain against its wallet's ledger
+                check.problems += reconcile_account(check.account_id, since=since)
         problems = 0
         for check in checks:
             for line in check.lines():
