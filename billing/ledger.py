@@ -6,6 +6,8 @@ mark_hold_sent        nothing: marks the hold's call sent           request path
 release_holds         group, key, caller reserved -= hold           settle, reaper
 reserve               wallet reserved += hold                       request path
 commit_reservations   wallet reserved -= hold, balance -= cost      settle, reaper
+collect_excess        wallet balance -= cost above the hold, as     settle (commit, true-up)
+                      far as what it has available covers it
 cancel_reservation    wallet reserved -= hold                       request path, reaper
 charge                group spent, settled; key, caller spent       settle, reaper, reconcile
 charge_bandwidth      group, key spent by a marker's correction     reconcile
@@ -564,22 +566,124 @@ RESERVE_MANY_STATEMENT = reserve_many_statement()
 HOLD_AND_RESERVE_STATEMENT = hold_and_reserve_statement()
 
 
-# wallet, kind, amount, balance after, reservation, reason (created_at is the statement's own)
-_LEDGER_ENTRY_TYPES = ("bigint", "text", "bigint", "bigint", "bigint", "text")
+# wallet, kind, amount, balance after, reservation, reason, request (created_at: the statement's)
+_LEDGER_ENTRY_TYPES = ("bigint", "text", "bigint", "bigint", "bigint", "text", "text")
+_LEDGER_ENTRY_COLUMNS = (
+    "wallet_id, kind, amount_micro, balance_after_micro, reservation_id, reason, request_id"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Committed:
+    """What committing one reservation took from its wallet, and the ledger entries that
+    say so (its receipt names them)."""
+
+    reservation_id: int
+    request_id: str
+    debited_micro: int  # the commit: the measured cost, at most the hold
+    collected_micro: int = 0  # the excess over the hold, collected after the commit
+    uncollected_micro: int = 0  # the excess the wallet could not cover
+    entries: tuple[int, ...] = ()  # the commit's entry, then the excess's if one was taken
+
+    @property
+    def taken_micro(self) -> int:
+        return self.debited_micro + self.collected_micro
+
+
+def _insert_entries(
+    entries: list[tuple], *, now: datetime
+) -> Program[list[tuple[int, int | None, str]]]:
+    """Insert ledger entries (rows of _LEDGER_ENTRY_TYPES); return (id, reservation id,
+    request id) of each, in id order."""
+    if not entries:
+        return []
+    source, params = batch_rows(_LEDGER_ENTRY_TYPES, entries)
+    rows = yield (
+        f"INSERT INTO {LEDGER_ENTRIES} ({_LEDGER_ENTRY_COLUMNS}, created_at)"
+        f" SELECT *, %s FROM ({source}) AS entries RETURNING id, reservation_id, request_id",
+        (now, *params),
+        ALL,
+    )
+    return sorted(rows)
+
+
+def collect_excess(
+    wallet_id: int, excesses: list[tuple[int, str, int]], *, now: datetime
+) -> Program[dict[int, tuple[int, int, int | None]]]:
+    """Collect what committed reservations cost above their holds, once, from the wallet.
+
+    `excesses`: (reservation id, request id, excess) of reservations this transaction just
+    committed (each resolves once: its commit moved it from pending). The wallet pays each in
+    order from what it has available (balance minus what other requests hold): never into a
+    negative balance nor into another request's hold, so the bound below zero is 0. Each
+    amount taken is one 'excess' ledger entry; what the wallet could not cover is recorded
+    on the reservation as uncollected. Returns reservation id -> (collected, uncollected,
+    its entry's id or None).
+    """
+    if not excesses:
+        return {}
+    row = yield (
+        f"UPDATE {WALLETS} SET updated_at = %s WHERE id = %s"
+        " RETURNING balance_micro, reserved_micro",
+        (now, wallet_id),
+    )
+    balance, reserved = row
+    available = max(balance - reserved, 0)
+    taken: dict[int, tuple[int, int]] = {}
+    for reservation_id, _, excess in excesses:
+        collected = min(excess, available)
+        available -= collected
+        taken[reservation_id] = (collected, excess - collected)
+    total = sum(collected for collected, _ in taken.values())
+    if total:
+        row = yield (
+            f"UPDATE {WALLETS} SET balance_micro = balance_micro - %s WHERE id = %s"
+            f" AND {wallet_covers('%s')} RETURNING balance_micro",
+            (total, wallet_id, total),
+        )
+        assert row is not None, "the wallet changed under its own lock"
+    entries = []
+    for reservation_id, request_id, _ in excesses:
+        collected = taken[reservation_id][0]
+        if collected:
+            balance -= collected
+            entries.append(
+                (
+                    wallet_id, "excess", -collected, balance, None,
+                    f"excess over the hold: request {request_id}", request_id,
+                )
+            )  # fmt: skip
+    inserted = yield from _insert_entries(entries, now=now)
+    entry_of = {request_id: entry_id for entry_id, _, request_id in inserted}
+    source, params = batch_rows(
+        ("bigint", "text", "bigint", "bigint"),
+        [(r, q, *taken[r]) for r, q, _ in excesses],
+    )
+    yield (
+        f"WITH taken (id, request_id, collected, uncollected) AS ({source})"
+        f" UPDATE {RESERVATIONS} SET collected_micro = taken.collected,"
+        " uncollected_micro = taken.uncollected FROM taken"
+        f" WHERE {RESERVATIONS}.id = taken.id AND {RESERVATIONS}.request_id = taken.request_id"
+        f" AND {RESERVATIONS}.request_id BETWEEN %s AND %s RETURNING {RESERVATIONS}.id",
+        (*params, *request_span(q for _, q, _ in excesses)),
+        ALL,
+    )
+    return {r: (*taken[r], entry_of.get(q) if taken[r][0] else None) for r, q, _ in excesses}
 
 
 def commit_reservations(
     costs: dict[int, tuple[str, int]], *, now: datetime, unmeasured: bool = False
-) -> Program[list[int]]:
-    """Commit pending reservations at their cost, once; return the ids committed.
+) -> Program[list[Committed]]:
+    """Commit pending reservations at their cost, once; return what each took, in id order.
 
     `costs`: reservation id -> (its request id, measured cost). The request ids bound the
     reservation partitions the statement reads (see `request_span`).
 
-    The wallet is debited the cost capped at the hold (the excess is recorded, never
-    debited) and its hold released; one commit ledger entry each. `unmeasured` marks the
-    reaper's commits at the hold of a served request whose usage never arrived. A
-    reservation resolved already (settled, cancelled, reaped) is left as it is.
+    The wallet is debited the cost up to the hold and its hold released, one commit ledger
+    entry each; a cost above the hold is then collected from what the wallet has available
+    (`collect_excess`: an 'excess' entry, the rest recorded as uncollected). `unmeasured`
+    marks the reaper's commits at the hold of a served request whose usage never arrived.
+    A reservation resolved already (settled, cancelled, reaped) is left as it is.
     """
     if not costs:
         return []
@@ -599,17 +703,18 @@ def commit_reservations(
         f" AND {RESERVATIONS}.status = 'pending'"
         f" AND {RESERVATIONS}.request_id BETWEEN %s AND %s"
         f" RETURNING {RESERVATIONS}.id, wallet_id, amount_micro, committed_micro,"
-        f" {RESERVATIONS}.request_id",
+        f" {RESERVATIONS}.request_id, excess_micro",
         (*params, unmeasured, now, *request_span(r for r, _ in costs.values())),
         ALL,
     )
     wallets: dict[int, list[int]] = defaultdict(lambda: [0, 0])  # released, debited
-    entries: dict[int, list[tuple[int, int, str]]] = defaultdict(list)
-    for reservation_id, wallet_id, amount, committed, request_id in sorted(rows):
+    by_wallet: dict[int, list[tuple[int, int, str, int]]] = defaultdict(list)
+    for reservation_id, wallet_id, amount, committed, request_id, excess in sorted(rows):
         wallets[wallet_id][0] += amount
         wallets[wallet_id][1] += committed
-        entries[wallet_id].append((reservation_id, committed, request_id))
+        by_wallet[wallet_id].append((reservation_id, committed, request_id, excess))
     label = "unmeasured: request" if unmeasured else "request"
+    done: list[Committed] = []
     for wallet_id, (released, debited) in sorted(wallets.items()):
         row = yield (
             f"UPDATE {WALLETS} SET reserved_micro = reserved_micro - %s,"
@@ -619,22 +724,26 @@ def commit_reservations(
         )
         balance = row[0] + debited  # walk this wallet's commits in order
         commits = []
-        for reservation_id, committed, request_id in entries[wallet_id]:
+        for reservation_id, committed, request_id, _ in by_wallet[wallet_id]:
             balance -= committed
             commits.append(
-                (wallet_id, "commit", -committed, balance, reservation_id, f"{label} {request_id}")
-            )
-        source, params = batch_rows(
-            ("bigint", "text", "bigint", "bigint", "bigint", "text"), commits
+                (
+                    wallet_id, "commit", -committed, balance, reservation_id,
+                    f"{label} {request_id}", request_id,
+                )
+            )  # fmt: skip
+        inserted = yield from _insert_entries(commits, now=now)
+        entry_of = {reservation_id: entry_id for entry_id, reservation_id, _ in inserted}
+        collected = yield from collect_excess(
+            wallet_id,
+            [(r, q, excess) for r, _, q, excess in by_wallet[wallet_id] if excess],
+            now=now,
         )
-        yield (
-            f"INSERT INTO {LEDGER_ENTRIES} (wallet_id, kind, amount_micro,"
-            " balance_after_micro, reservation_id, reason, created_at)"
-            f" SELECT *, %s FROM ({source}) AS commits RETURNING id",
-            (now, *params),
-            ALL,
-        )
-    return [row[0] for row in rows]
+        for reservation_id, committed, request_id, _ in by_wallet[wallet_id]:
+            taken, left, excess_entry = collected.get(reservation_id, (0, 0, None))
+            entries = (entry_of[reservation_id],) + ((excess_entry,) if excess_entry else ())
+            done.append(Committed(reservation_id, request_id, committed, taken, left, entries))
+    return sorted(done, key=lambda c: c.reservation_id)
 
 
 def cancel_reservation(
@@ -965,25 +1074,48 @@ class TrueUp:
     # charged as any stored row is)
 
 
+@dataclass
+class WalletMoved:
+    """What settling one request moved on its wallet: the ledger entries and their sum."""
+
+    entries: list[int] = field(default_factory=list)
+    taken_micro: int = 0  # taken from the wallet (negative: given back)
+    uncollected_micro: int = 0  # measured above the hold that the wallet could not cover
+
+    def took(self, c: Committed) -> None:
+        self.entries += c.entries
+        self.taken_micro += c.taken_micro
+        self.uncollected_micro += c.uncollected_micro
+
+
 @dataclass(frozen=True, slots=True)
 class Settled:
-    """What a settled batch did to each request: charged now, or trued up."""
+    """What a settled batch did to each request: charged now, or trued up, and what each
+    request's wallet paid (requests without a wallet move are absent from `wallet`)."""
 
     charged: set[str]
     trued_up: dict[str, TrueUp]
+    wallet: dict[str, WalletMoved] = field(default_factory=dict)
+
+    def uncollected_micro(self, request_id: str) -> int:
+        moved = self.wallet.get(request_id)
+        return moved.uncollected_micro if moved else 0
 
 
 def settle(rows: list[Settle], *, now: datetime) -> Program[Settled]:
     """Apply the money of a batch of stored usage rows, each once.
 
-    The served reservations are committed at measured cost, the requests' budget holds
-    released, each request owing something charged (its caller through its hold): the
-    batch's counters move once per group, key and caller. A request the reaper charged at
-    its hold before its row arrived is trued up to the row's measured cost (`true_up`).
+    The served reservations are committed at measured cost (the excess over a hold collected
+    as far as the wallet covers it), the requests' budget holds released, each request owing
+    something charged (its caller through its hold) with what its wallet could not pay left
+    out: the batch's counters move once per group, key and caller. A request the reaper
+    charged at its hold before its row arrived is trued up to the row's measured cost
+    (`true_up`).
     """
     if not rows:
         return Settled(set(), {})
-    yield from commit_reservations(
+    wallet: dict[str, WalletMoved] = defaultdict(WalletMoved)
+    committed = yield from commit_reservations(
         {
             r.reservation_id: (r.request_id, r.cost_micro)
             for r in rows
@@ -991,9 +1123,11 @@ def settle(rows: list[Settle], *, now: datetime) -> Program[Settled]:
         },
         now=now,
     )
+    for c in committed:
+        wallet[c.request_id].took(c)
     moves = Moves()
     held = yield from release_holds([r.request_id for r in rows], moves=moves)
-    trued = yield from true_up(rows, now=now, moves=moves)
+    trued = yield from true_up(rows, now=now, moves=moves, wallet=wallet)
     owing = []
     for r in rows:
         if (r.cost_micro or r.bandwidth_micro) and not (
@@ -1003,13 +1137,15 @@ def settle(rows: list[Settle], *, now: datetime) -> Program[Settled]:
             # platform call and no bandwidth charge), so an owing row has its group.
             assert r.group_id is not None
             h = held.get(r.request_id)
+            moved = wallet.get(r.request_id)
             owing.append(
                 Charge(
                     r.request_id,
                     r.group_id,
                     r.api_key_id,
                     h.caller_spend_id if h else None,
-                    r.cost_micro,
+                    # Counters state what was taken: not what the wallet could not pay.
+                    r.cost_micro - (moved.uncollected_micro if moved else 0),
                     r.bandwidth_micro,
                 )
             )
@@ -1020,18 +1156,28 @@ def settle(rows: list[Settle], *, now: datetime) -> Program[Settled]:
         key_ids={c.api_key_id for c in owing if c.api_key_id is not None},
         now=now,
     )
-    return Settled(charged, trued)
+    return Settled(charged, trued, dict(wallet))
 
 
-def true_up(rows: list[Settle], *, now: datetime, moves: Moves) -> Program[dict[str, TrueUp]]:
+def true_up(
+    rows: list[Settle],
+    *,
+    now: datetime,
+    moves: Moves,
+    wallet: dict[str, WalletMoved] | None = None,
+) -> Program[dict[str, TrueUp]]:
     """Correct what the reaper charged at the hold to what the late rows measured, once.
 
-    Two halves, each resolved once by its own flag: the settled marker the reaper wrote
-    (source 'reaper' -> 'trueup', its group, key and caller counters moved by the difference)
-    and the reservations it committed unmeasured (committed again at the measured cost, as a
-    settle would have, the difference given back to the wallet with one 'trueup' ledger
-    entry). The reaper may have done either half before the row arrived, or both.
+    Two halves, each resolved once by its own flag: the reservations it committed unmeasured
+    (committed again at the measured cost, as a settle would have: the difference given back
+    to the wallet with one 'trueup' ledger entry, or a cost above the hold collected as
+    `collect_excess` does) and the settled marker the reaper wrote (source 'reaper' ->
+    'trueup', its group, key and caller counters moved by the difference to what was
+    taken). The reaper may have done either half before the row arrived, or both. `wallet`
+    gathers each request's wallet moves and entries.
     """
+    if wallet is None:
+        wallet = defaultdict(WalletMoved)
     by_id = {r.request_id: r for r in rows}
     ids = sorted(by_id)
     wanted, params = batch_rows(("text",), [(i,) for i in ids])
@@ -1056,57 +1202,74 @@ def true_up(rows: list[Settle], *, now: datetime, moves: Moves) -> Program[dict[
     )
     if not markers and not reaped:
         return {}
-    counters: dict[str, tuple[int, int, int]] = {}
-    for request_id, cost, bandwidth, group_id, api_key_id, caller_spend_id in markers:
-        r = by_id[request_id]
-        yield (
-            f"UPDATE {SETTLED} SET source = 'trueup', provider_cost_micro = %s,"
-            " bandwidth_micro = %s WHERE request_id = %s AND source = 'reaper' RETURNING id",
-            (r.cost_micro, r.bandwidth_micro, request_id),
-        )
-        difference = Charge(
-            request_id,
-            group_id,
-            api_key_id,
-            caller_spend_id,
-            r.cost_micro - cost,
-            r.bandwidth_micro - bandwidth,
-        )
-        moves.charged(difference)
-        counters[request_id] = (difference.cost_micro, difference.bandwidth_micro, cost)
-    wallets: dict[str, int] = defaultdict(int)
+    returned: dict[str, int] = defaultdict(int)
     for reservation_id, request_id, wallet_id, amount, committed in reaped:
         r = by_id[request_id]
         measured = r.cost_micro if reservation_id == r.reservation_id else 0
         now_committed = min(measured, amount)
+        excess = max(measured - amount, 0)
         yield (
             f"UPDATE {RESERVATIONS} SET committed_micro = %s, excess_micro = %s,"
             " unmeasured = false WHERE id = %s AND request_id = %s RETURNING id",
-            (now_committed, max(measured - amount, 0), reservation_id, request_id),
+            (now_committed, excess, reservation_id, request_id),
         )
         back = committed - now_committed
-        wallets[request_id] += back
+        returned[request_id] += back
         if back:
             balance = yield (
                 f"UPDATE {WALLETS} SET balance_micro = balance_micro + %s, updated_at = %s"
                 " WHERE id = %s RETURNING balance_micro",
                 (back, now, wallet_id),
             )
-            yield (
-                f"INSERT INTO {LEDGER_ENTRIES} (wallet_id, kind, amount_micro,"
-                " balance_after_micro, reason, created_at) VALUES (%s, 'trueup', %s, %s, %s, %s)"
-                " RETURNING id",
-                (wallet_id, back, balance[0], f"trueup: request {request_id}", now),
+            [(entry_id, _, _)] = yield from _insert_entries(
+                [
+                    (
+                        wallet_id, "trueup", back, balance[0], None,
+                        f"trueup: request {request_id}", request_id,
+                    )
+                ],
+                now=now,
+            )  # fmt: skip
+            wallet[request_id].took(Committed(reservation_id, request_id, -back, 0, 0, (entry_id,)))
+        if excess:
+            collected = yield from collect_excess(
+                wallet_id, [(reservation_id, request_id, excess)], now=now
             )
+            taken, left, entry_id = collected[reservation_id]
+            wallet[request_id].took(
+                Committed(
+                    reservation_id, request_id, 0, taken, left, (entry_id,) if entry_id else ()
+                )
+            )
+    counters: dict[str, tuple[int, int, int]] = {}
+    for request_id, cost, bandwidth, group_id, api_key_id, caller_spend_id in markers:
+        r = by_id[request_id]
+        moved = wallet.get(request_id)
+        taken_cost = r.cost_micro - (moved.uncollected_micro if moved else 0)
+        yield (
+            f"UPDATE {SETTLED} SET source = 'trueup', provider_cost_micro = %s,"
+            " bandwidth_micro = %s WHERE request_id = %s AND source = 'reaper' RETURNING id",
+            (taken_cost, r.bandwidth_micro, request_id),
+        )
+        difference = Charge(
+            request_id,
+            group_id,
+            api_key_id,
+            caller_spend_id,
+            taken_cost - cost,
+            r.bandwidth_micro - bandwidth,
+        )
+        moves.charged(difference)
+        counters[request_id] = (difference.cost_micro, difference.bandwidth_micro, cost)
     return {
         request_id: TrueUp(
             cost_micro=counters.get(request_id, (0, 0, 0))[0],
             bandwidth_micro=counters.get(request_id, (0, 0, 0))[1],
-            wallet_micro=wallets.get(request_id, 0),
+            wallet_micro=returned.get(request_id, 0),
             charged_before_micro=counters.get(request_id, (0, 0, 0))[2],
             counters=request_id in counters,
         )
-        for request_id in sorted(set(counters) | set(wallets))
+        for request_id in sorted(set(counters) | set(returned))
     }
 
 

@@ -8,7 +8,7 @@ from django.utils import timezone
 
 from billing import ledger, receipts
 from billing.models import Receipt, Reservation, SpendHold
-from core.sqlexec import Program, run_sync
+from core.sqlexec import ALL, Program, run_sync
 
 
 def expire_stale_holds(*, now: datetime | None = None) -> tuple[int, int]:
@@ -24,7 +24,13 @@ def expire_stale_holds(*, now: datetime | None = None) -> tuple[int, int]:
     """
     now = now or timezone.now()
     reservations = sum(
-        bool(run_sync(_with_receipt(ledger.reap_reservation(pk, now=now), request_id, now=now)))
+        bool(
+            run_sync(
+                _with_receipt(
+                    ledger.reap_reservation(pk, now=now), request_id, now=now, reservation_id=pk
+                )
+            )
+        )
         for pk, request_id in list(
             Reservation.objects.filter(
                 status=Reservation.Status.PENDING, expires_at__lt=now
@@ -42,9 +48,12 @@ def expire_stale_holds(*, now: datetime | None = None) -> tuple[int, int]:
     return reservations, holds
 
 
-def _with_receipt(reap: Program[bool], request_id: str, *, now: datetime) -> Program[bool]:
+def _with_receipt(
+    reap: Program[bool], request_id: str, *, now: datetime, reservation_id: int | None = None
+) -> Program[bool]:
     """Run a reap step and, in its transaction, write the receipt of what it charged: a
-    request's settled marker the reaper inserted, receipted once."""
+    request's settled marker the reaper inserted, receipted once; or, for a reservation
+    (`reservation_id`) committed after its request was receipted, that wallet debit."""
     resolved = yield from reap
     charged = yield (
         f"SELECT group_id, api_key_id, provider_cost_micro, bandwidth_micro FROM {ledger.SETTLED}"
@@ -53,14 +62,22 @@ def _with_receipt(reap: Program[bool], request_id: str, *, now: datetime) -> Pro
         (request_id, request_id, Receipt.Kind.UNMEASURED),
     )
     if charged is None:
+        if resolved and reservation_id is not None:
+            yield from _late_commit_receipt(reservation_id, request_id, now=now)
         return resolved
     group_id, api_key_id, cost, bandwidth = charged
     accounts = yield from receipts.accounts_of_groups([group_id])
-    debited = yield (
-        f"SELECT COALESCE(SUM(committed_micro), 0) FROM {ledger.RESERVATIONS}"
-        " WHERE request_id = %s AND status = 'committed' AND unmeasured",
+    # The wallet's commits at the hold (a request may have had several calls sent): the
+    # receipt names their ledger entries.
+    commits = yield (
+        f"SELECT e.id, -e.amount_micro FROM {ledger.LEDGER_ENTRIES} e"
+        f" JOIN {ledger.RESERVATIONS} r ON r.id = e.reservation_id"
+        " WHERE r.request_id = %s AND r.status = 'committed' AND r.unmeasured"
+        " AND e.kind = 'commit' ORDER BY e.id",
         (request_id,),
+        ALL,
     )
+    debited = sum(amount for _, amount in commits)
     draft = receipts.Draft(
         account_id=accounts[group_id],
         request_id=request_id,
@@ -71,8 +88,41 @@ def _with_receipt(reap: Program[bool], request_id: str, *, now: datetime) -> Pro
         bandwidth_micro=bandwidth,
         detail={
             "reason": "served, but its usage row never arrived: charged at its hold",
-            "wallet_debited_micro": int(debited[0]),
+            "wallet_debited_micro": debited,
         },
+        wallet_entries=tuple(entry_id for entry_id, _ in commits),
+        wallet_taken_micro=debited,
     )
     yield from receipts.append([draft], now=now)
     return resolved
+
+
+def _late_commit_receipt(reservation_id: int, request_id: str, *, now: datetime) -> Program[None]:
+    """Receipt a reservation the reaper committed at its hold after its request's receipt
+    was written (a call whose cancel never reached the database, or a later attempt's hold
+    outliving the request's): its counters were charged before, so this receipt states only
+    the wallet's debit and names its ledger entry."""
+    row = yield (
+        f"SELECT e.id, -e.amount_micro, r.group_id, r.api_key_id, w.account_id"
+        f" FROM {ledger.LEDGER_ENTRIES} e JOIN {ledger.RESERVATIONS} r ON r.id = e.reservation_id"
+        f" JOIN {ledger.WALLETS} w ON w.id = r.wallet_id"
+        " WHERE r.id = %s AND r.request_id = %s AND r.status = 'committed' AND e.kind = 'commit'"
+        f" AND EXISTS (SELECT 1 FROM {receipts.RECEIPTS} WHERE request_id = %s)",
+        (reservation_id, request_id, request_id),
+    )
+    if row is None:
+        return  # expired at 0, or its request's first receipt is still to come
+    entry_id, debited, group_id, api_key_id, account_id = row
+    draft = receipts.Draft(
+        account_id=account_id,
+        request_id=request_id,
+        kind=Receipt.Kind.CORRECTION,
+        group_id=group_id,
+        api_key_id=api_key_id,
+        cost_micro=0,
+        bandwidth_micro=0,
+        detail={"reason": "a call of this request committed at its hold after its receipt"},
+        wallet_entries=(entry_id,),
+        wallet_taken_micro=debited,
+    )
+    yield from receipts.append([draft], now=now)

@@ -6,8 +6,10 @@ the client sees the end of its answer; the writer that stores a batch applies it
 same transaction (billing.ledger.settle: the batched form of the ledger's own steps), so a
 stored row and its settlement never exist one without the other:
 
-- each served reservation committed at measured cost (capped at the hold, the excess
-  recorded), wallets moved once each, one ledger entry per commit;
+- each served reservation committed at measured cost up to the hold, wallets moved once
+  each, one ledger entry per commit; a cost above the hold collected after it from what the
+  wallet has available (an 'excess' entry), what it could not cover stated as uncollected
+  and left out of the counters and the receipt's amounts;
 - budget holds of the batch released;
 - a settled-request marker per charged request (INSERT ... ON CONFLICT DO NOTHING): only
   the inserter charges, so a replayed row or a late reconciliation never charges twice;
@@ -15,7 +17,8 @@ stored row and its settlement never exist one without the other:
   settled += cost, reserved -= hold);
 - a request the reaper charged at its hold before its row arrived trued up to the row's
   measured cost (billing.ledger.true_up);
-- a signed receipt per row of an account, proving what was charged (billing/receipts.py).
+- a signed receipt per row of an account, proving what was charged and naming the ledger
+  entries that took it from the wallet (billing/receipts.py, billing/receipt_ledger.py).
 
 Until a row is stored its hold and reservation stay in place: budget and wallet checks only
 ever see more held than will be spent, never less. Holds whose row never arrives (a gateway
@@ -68,8 +71,11 @@ def receipt_of(record: UsageRecord, settled: ledger.Settled) -> receipts.Draft:
     assert record.account_id is not None  # only rows of an account get receipts
     detail = receipts.request_detail(record)
     kind, cost, bandwidth = Receipt.Kind.CHARGE, 0, 0
+    wallet = settled.wallet.get(record.request_id) or ledger.WalletMoved()
     if record.request_id in settled.charged:
-        cost, bandwidth = record.provider_cost_micro, record.bandwidth_charge_micro
+        # What was taken: the measured cost less what the wallet could not cover.
+        cost = record.provider_cost_micro - wallet.uncollected_micro
+        bandwidth = record.bandwidth_charge_micro
     trued = settled.trued_up.get(record.request_id)
     if trued is not None:
         detail["trued_up"] = {
@@ -87,4 +93,7 @@ def receipt_of(record: UsageRecord, settled: ledger.Settled) -> receipts.Draft:
         cost_micro=cost,
         bandwidth_micro=bandwidth,
         detail=detail,
+        wallet_entries=tuple(wallet.entries),
+        wallet_taken_micro=wallet.taken_micro,
+        uncollected_micro=wallet.uncollected_micro,
     )

@@ -17,10 +17,12 @@ from rest_framework.permissions import AllowAny
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from accounts.api.fields import column_integer, id_of, request_id_or_404
 from accounts.api.schema import error_responses
 from accounts.models import Account
 from accounts.selectors import accounts_of_user
 from billing import statements
+from billing.models import Receipt
 
 
 class MomentField(serializers.DateTimeField):
@@ -55,9 +57,11 @@ class PeriodField(serializers.CharField):
 
 
 class ReceiptListIn(serializers.Serializer):
-    account = serializers.IntegerField(required=False, min_value=1, help_text=ACCOUNT_HELP)
+    account = id_of(Account, required=False, help_text=ACCOUNT_HELP)
     period = PeriodField(required=False)
-    after_seq = serializers.IntegerField(
+    after_seq = column_integer(
+        Receipt,
+        "seq",
         required=False,
         min_value=0,
         default=0,
@@ -88,7 +92,7 @@ class ReceiptListIn(serializers.Serializer):
 
 
 class StatementIn(serializers.Serializer):
-    account = serializers.IntegerField(required=False, min_value=1, help_text=ACCOUNT_HELP)
+    account = id_of(Account, required=False, help_text=ACCOUNT_HELP)
     period = PeriodField(required=False)
 
 
@@ -148,6 +152,10 @@ class TotalsOut(serializers.Serializer):
     provider_cost_micro = serializers.IntegerField()
     bandwidth_micro = serializers.IntegerField()
     total_micro = serializers.IntegerField()
+    uncollected_micro = serializers.IntegerField(
+        help_text="Measured above a hold that the wallet could not cover: stated, not charged."
+    )
+    wallet_taken_micro = serializers.IntegerField(help_text="What the wallet paid, in sum.")
 
 
 class HeadOut(serializers.Serializer):
@@ -170,7 +178,8 @@ class StatementOut(serializers.Serializer):
     receipts = serializers.IntegerField()
     first_seq = serializers.IntegerField(allow_null=True)
     last_seq = serializers.IntegerField(allow_null=True)
-    totals = TotalsOut()
+    last_hash = serializers.CharField(allow_null=True, help_text="The month's last receipt's.")
+    totals = TotalsOut(help_text="Summed from the receipts' bodies.")
     head = HeadOut(
         allow_null=True,
         help_text="The chain's last receipt settled before the month's end; null if none.",
@@ -212,6 +221,7 @@ class RequestReceiptsView(APIView):
         responses={200: RequestReceiptsOut, **error_responses(404)},
     )
     def get(self, request, request_id: str):
+        request_id = request_id_or_404(request_id)
         accounts = list(accounts_of_user(user=request.user).values_list("pk", flat=True))
         found = statements.request_receipts(account_ids=accounts, request_id=request_id)
         if not found:
