@@ -7,7 +7,7 @@ class AuditConfig(AppConfig):
     name = "audit"
 
     def ready(self) -> None:
-        from audit import guard
+        from audit import checks, guard  # noqa: F401  (checks registers the deploy check)
 
         connection_created.connect(guard.register_sqlite_function)
         guard.let_sqlite_flush_empty_the_trail()

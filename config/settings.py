@@ -29,6 +29,9 @@ SCHEME: dict[str, tuple[type, object]] = {
     "ALLOWED_HOSTS": (list, ["*"]),
     "CSRF_TRUSTED_ORIGINS": (list, []),
     "DATABASE_URL": (str, ""),
+    # The owner's login, for `migrate` and `grant_app_role` only (core/db_roles.py): given on
+    # those commands' line, never in .env, so no serving process holds it.
+    "DATABASE_OWNER_URL": (str, ""),
     "REDIS_URL": (str, ""),
     "CELERY_BROKER_URL": (str, ""),
     "GATEWAY_INTERNAL_TOKEN": (str, ""),
@@ -430,10 +433,14 @@ if EMBEDDED:
         }
     }
 else:
+    # DATABASE_URL's role serves; with DATABASE_OWNER_URL set (a migrate), the owner connects
+    # and DATABASE_URL names the role it sets up (grant_app_role).
+    _connect_as = "DATABASE_OWNER_URL" if env("DATABASE_OWNER_URL") else "DATABASE_URL"
     try:
-        DATABASES = {"default": env.db_url_config(env("DATABASE_URL"))}
+        DATABASES = {"default": env.db_url_config(env(_connect_as))}
+        APP_DATABASE = env.db_url_config(env("DATABASE_URL"))
     except Exception as exc:  # django-environ raises several types for a bad URL
-        raise ImproperlyConfigured("Malformed setting DATABASE_URL.") from exc
+        raise ImproperlyConfigured(f"Malformed setting {_connect_as}.") from exc
     DATABASES["default"]["CONN_MAX_AGE"] = 60
     DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
     if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":

@@ -150,7 +150,7 @@ class Stack:
         }
 
     def _dotenv(self) -> str:
-        db_password = secrets.token_hex(16)
+        db_password, app_password = secrets.token_hex(16), secrets.token_hex(16)
         profiles = [
             {
                 "name": "stub-openai",
@@ -169,7 +169,8 @@ class Stack:
             }
         ]
         settings = {
-            "DATABASE_URL": f"postgres://tollgate:{db_password}@postgres:5432/tollgate",
+            # The application's own role (migrate creates it); the owner's password apart.
+            "DATABASE_URL": f"postgres://tollgate_app:{app_password}@postgres:5432/tollgate",
             "POSTGRES_PASSWORD": db_password,
             "REDIS_URL": "redis://redis:6379/0",
             "SECRET_KEY": secrets.token_urlsafe(50),
@@ -256,6 +257,7 @@ class Stack:
         exit_code = self.podman("wait", migrate, timeout=180).stdout.strip()
         assert exit_code == "0", f"migrate exited {exit_code}:\n{self.logs('migrate')}"
         assert "loaded 1 profile(s): stub-openai" in self.logs("migrate")
+        assert "role tollgate_app: owns" in self.logs("migrate")
         self.compose("up", "-d", "--no-build", "--no-deps", *APP)
 
         def planes_answer() -> bool:
@@ -343,6 +345,36 @@ def test_the_compose_stack_serves_signs_in_reaps_holds_and_keeps_its_data_across
     browser.sign_in(tenant["username"], PASSWORD)
     assert 'id="wallet-balance"' in browser.request("GET", "/dashboard/").text
     assert {"sessionid", "csrftoken"} <= browser.secure_cookies
+
+    # Every serving container runs as the application's role, without the owner's password,
+    # and that role may only insert into and read the proof.
+    def psql(query: str) -> str:
+        return stack.podman(
+            "exec", stack.container("postgres"), "psql", "-U", "tollgate", "-d", "tollgate",
+            "-tAc", query,
+        ).stdout.strip()  # fmt: skip
+
+    sessions = psql(
+        "SELECT DISTINCT usename FROM pg_stat_activity WHERE datname = 'tollgate'"
+        " AND backend_type = 'client backend' AND pid <> pg_backend_pid()"
+    )
+    assert sessions.split() == ["tollgate_app"]
+    assert (
+        psql(
+            "SELECT string_agg(relname || ':' || has_table_privilege('tollgate_app', oid, 'UPDATE')"
+            " || has_table_privilege('tollgate_app', oid, 'INSERT'), ',' ORDER BY relname)"
+            " FROM pg_class WHERE relname IN ('audit_auditentry', 'billing_receipt')"
+        )
+        == "audit_auditentry:falsetrue,billing_receipt:falsetrue"
+    )
+    for service in APP:
+        env = stack.podman("exec", stack.container(service), "env").stdout.splitlines()
+        assert "POSTGRES_PASSWORD=" in env and "DATABASE_OWNER_URL" not in "".join(env)
+    checked = stack.podman(
+        "exec", stack.container("control"), "python", "manage.py", "check", "--deploy",
+        check=False,
+    )  # fmt: skip
+    assert "tollgate.W040" not in checked.stdout + checked.stderr
 
     # Beat schedules the reaper; the worker runs it.
     reaped = re.compile(r"Task billing\.expire_stale_holds\[[^\]]+\] succeeded")

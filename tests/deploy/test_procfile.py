@@ -33,7 +33,10 @@ pytestmark = [requires_postgres, requires_redis]
 INSTALL = ["python3 -m venv .venv", ".venv/bin/pip install -r requirements.lock"]
 COPY_SETTINGS = "cp .env.example .env"
 ACTIVATE = ". .venv/bin/activate"
-MIGRATE = "honcho run python manage.py migrate --noinput"
+MIGRATE = 'DATABASE_OWNER_URL="$OWNER_URL" honcho run python manage.py migrate --noinput'
+GRANT = 'DATABASE_OWNER_URL="$OWNER_URL" honcho run python manage.py grant_app_role'
+# The application's role of the walkthrough (docs/production.md, "Two database roles").
+APP_ROLE, APP_PASSWORD = "tollgate_app_walkthrough", "app-role-password-of-the-walkthrough"
 SUPERUSER = (
     "honcho run python manage.py createsuperuser --noinput --username ops --email ops@example.com"
 )
@@ -163,6 +166,12 @@ def edit_env_file(path: Path, values: dict[str, str]) -> None:
     path.write_text("\n".join(lines) + "\n")
 
 
+def app_database_url() -> str:
+    """The test database, as the application's own role."""
+    owner = httpx.URL(child_database_url())
+    return str(owner.copy_with(username=APP_ROLE, password=APP_PASSWORD))
+
+
 @pytest.fixture
 def aof_redis(tmp_path):
     server = RedisServer(port=free_port(), aof_dir=tmp_path)
@@ -178,6 +187,8 @@ def operator(tmp_path, aof_redis, stub):
         "PATH": os.environ["PATH"],
         "HOME": os.environ.get("HOME", "/root"),
         "DJANGO_SUPERUSER_PASSWORD": OPS_PASSWORD,
+        # The database's owner (the test's own login): on the command line, never in .env.
+        "OWNER_URL": child_database_url(),
     }
     run = Operator(checkout, shell_env)
     run.sh(*INSTALL)
@@ -193,7 +204,7 @@ def operator(tmp_path, aof_redis, stub):
     edit_env_file(
         checkout / ".env",
         {
-            "DATABASE_URL": child_database_url(),
+            "DATABASE_URL": app_database_url(),
             "REDIS_URL": aof_redis.url,
             "SECRET_KEY": settings.SECRET_KEY,
             "SEALING_KEYS": settings.SEALING_KEYS,
@@ -244,7 +255,7 @@ def test_an_operator_deploys_with_the_procfile_and_serves_both_key_kinds(
     from usage.models import UsageLog
 
     stub.clear()  # the session's stub: only this test's calls from here on
-    operator.sh(ACTIVATE, MIGRATE, SUPERUSER, LOAD_PROFILES)
+    operator.sh(ACTIVATE, MIGRATE, GRANT, SUPERUSER, LOAD_PROFILES)
     tenant = json.loads(operator.sh(ACTIVATE, CREATE_TENANT))
     operator.start()
     wait_until(
@@ -323,6 +334,26 @@ def test_an_operator_deploys_with_the_procfile_and_serves_both_key_kinds(
     def all_rows() -> list:
         rows = UsageLog.objects.filter(api_key_id=tenant["api_key_id"]).order_by("created_at")
         return list(rows) if rows.count() == len(stub.vendor_calls()) else []
+
+    # The processes serve as the application's role, which may not rewrite the proof.
+    from django.db import connection
+
+    def app_sessions() -> int:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE usename = %s AND datname = %s",
+                [APP_ROLE, connection.settings_dict["NAME"]],
+            )
+            return cursor.fetchone()[0]
+
+    wait_until(lambda: app_sessions() > 0, what="the processes' sessions as the app's role")
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT has_table_privilege(%s, 'billing_receipt', 'UPDATE'),"
+            " has_table_privilege(%s, 'billing_receipt', 'INSERT')",
+            [APP_ROLE, APP_ROLE],
+        )
+        assert cursor.fetchone() == (False, True)
 
     rows = wait_until(all_rows, timeout_s=15, what="a usage row for every vendor call")
     # Team-served tokens are counted apart: the tenant's vendor bills them, not Tollgate.
