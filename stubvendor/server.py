@@ -183,7 +183,9 @@ precedence.
   'max_tokens' is not supported with this model. Use 'max_completion_tokens'
   instead.", "type": "invalid_request_error", "param": "max_tokens", "code":
   "unsupported_parameter"}}``.  Such a model, or any model given a non-null
-  ``reasoning_effort``, reports 16 reasoning tokens per choice.
+  ``reasoning_effort``, reports 16 reasoning tokens per choice, spent from
+  the output cap first (as OpenAI counts them): with a cap C, min(16, C)
+  reasoning tokens and at most C minus those words.
 * OpenAI ``n`` (an int >= 1, else 1): n identical choices (index 0..n-1, the
   same tool call ids).
 * OpenAI ``logprobs: true``: each choice carries ``logprobs: {"content":
@@ -197,8 +199,9 @@ Output tokens
 -------------
 Per choice: words emitted; a JSON answer: its number of 8-character pieces; a
 tool-call answer: 5 per call.  Plus 4 when Anthropic thinking is on (the
-thinking block's words), plus 16 reasoning tokens for OpenAI reasoning (on top
-of the emitted words: max tokens caps the words only).  OpenAI
+thinking block's words), plus the reasoning tokens for OpenAI reasoning (chat
+completions: within the cap, see Answer; the Responses API: on top of the
+emitted words).  OpenAI
 ``completion_tokens`` = n x that, ``completion_tokens_details.reasoning_tokens``
 = n x 16 (or 0).
 
@@ -256,7 +259,7 @@ Control routes (a contract other tools rely on)
   web routes only: a status fault's error body says the vendor billed that many credits
   anyway; ``message``, refusal kinds only: the error's message);
   answers ``{"queued": <number of fault entries now queued>}``.  K is one of ``429 401 403 500 hang
-  fail_before_first_token fail_after_tokens slow`` or a refusal kind ``400 404 413
+  fail_before_first_token fail_after_tokens slow ignore_cap`` or a refusal kind ``400 404 413
   422`` (added later; a refusal is listed with its ``message``).  ``times`` defaults to 1;
   every ``match`` field is optional and must equal the call's key / model.  A
   vendor call consumes the first queued fault that matches it (``times`` is
@@ -298,6 +301,10 @@ argument half (OpenAI), or a ``content_block_delta`` (Anthropic).
 * ``fail_after_tokens``: stream: ``after_tokens`` (default 2) pieces, then the
   connection is closed (no finish chunk / usage / ``[DONE]`` /
   ``message_stop``).  Non-stream: like ``fail_before_first_token``.
+* ``ignore_cap``: a vendor billing past the output cap it was sent: the call
+  (chat completions, messages, Responses) is answered as if it carried no
+  ``max_tokens`` / ``max_completion_tokens`` / ``max_output_tokens`` (the
+  calls log still shows what was sent).
 * ``slow``: ``delay_ms`` (default 200) before each streamed piece; non-stream
   waits ``delay_ms`` x pieces before answering.
 """
@@ -345,8 +352,12 @@ FAULT_KINDS = frozenset(
         "fail_before_first_token",
         "fail_after_tokens",
         "slow",
+        "ignore_cap",
     }
 )
+# A vendor that bills past the output cap it was sent: the call is answered as if it had
+# none (the fields below are dropped from what the answer is built from, not from the log).
+UNCAPPED_FIELDS = frozenset({"max_tokens", "max_completion_tokens", "max_output_tokens"})
 DROP_KINDS = frozenset({"fail_before_first_token", "fail_after_tokens"})
 _BASE_WORDS = ("Hello", "from", "the", "stub", "model", None, "reply", "ok")
 _SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
@@ -1036,13 +1047,19 @@ def build_answer(
     tokens = answer_tokens(model, n_words)
     if shape == "openai":
         reasoning = _reasoning_model(model) or body.get("reasoning_effort") is not None
+        cap = _max_tokens(body, shape)
+        thought = REASONING_TOKENS if reasoning else 0
+        if _is_int(cap):
+            # As OpenAI: reasoning spends from the cap first, the words get what is left.
+            thought = min(thought, max(cap, 0))
+            cap -= thought
         return compose_answer(
             tokens,
             calls=tool_calls(tools, "call_stub", seq),
             json_text=json_answer(*_response_format(body), tokens),
-            max_tokens=_max_tokens(body, shape),
+            max_tokens=cap,
             stops=_stop_strings(body, shape),
-            reasoning_tokens=REASONING_TOKENS if reasoning else 0,
+            reasoning_tokens=thought,
         )
     return compose_answer(
         tokens,
@@ -1687,6 +1704,8 @@ async def _deliver(
         resp = await _apply_status_fault(request, call, shape, fault, key, incoming.raw_key)
         if resp is not None:
             return resp
+        if fault["kind"] == "ignore_cap":
+            incoming.body = {k: v for k, v in incoming.body.items() if k not in UNCAPPED_FIELDS}
     reply = make_reply()
     dialect = request.get(DIALECT)
     if dialect is not None:

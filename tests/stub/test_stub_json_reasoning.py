@@ -148,11 +148,16 @@ def test_reasoning_tokens_count_inside_completion_tokens(client: httpx.Client) -
     body = {"model": "o3-mini", "messages": QUESTION}
     data = client.post(OA, json=body, headers=OA_AUTH).json()
     assert data["usage"] == oa_usage(3, 8 + 16, reasoning=16)
-    body = {"model": "gpt-5-mini", "messages": QUESTION, "max_completion_tokens": 3}
+    # Reasoning spends from the cap first, as OpenAI counts it: the words get what is left.
+    body = {"model": "gpt-5-mini", "messages": QUESTION, "max_completion_tokens": 19}
     data = client.post(OA, json=body, headers=OA_AUTH).json()
     assert data["choices"][0]["message"]["content"] == "Hello from the"
     assert data["choices"][0]["finish_reason"] == "length"
     assert data["usage"] == oa_usage(3, 3 + 16, reasoning=16)
+    body = {"model": "gpt-5-mini", "messages": QUESTION, "max_completion_tokens": 3}
+    data = client.post(OA, json=body, headers=OA_AUTH).json()
+    assert data["choices"][0]["message"]["content"] == ""
+    assert data["usage"] == oa_usage(3, 3, reasoning=3)
     body = {"model": "gpt-4o", "messages": QUESTION, "reasoning_effort": "low", "n": 2}
     data = client.post(OA, json=body, headers=OA_AUTH).json()
     assert data["usage"] == oa_usage(3, 2 * (8 + 16), reasoning=32)
