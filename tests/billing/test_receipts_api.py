@@ -106,6 +106,7 @@ def test_each_request_has_a_receipt_with_its_exact_charge_and_a_proof_that_verif
             "provider_cost_micro": cost,
             "bandwidth_micro": row.bandwidth_charge_micro,
             "total_micro": cost + row.bandwidth_charge_micro,
+            "uncollected_micro": 0,
         }
         assert (document["paid_by"], document["group_id"], document["api_key_id"]) == (
             "platform",
@@ -185,7 +186,10 @@ def test_a_month_lists_in_chain_order_page_by_page_and_its_statement_is_signed(s
             "provider_cost_micro": cost,
             "bandwidth_micro": bandwidth,
             "total_micro": cost + bandwidth,
+            "uncollected_micro": 0,
+            "wallet_taken_micro": cost,
         },
+        "last_hash": stored[-1].hash,
     }
     assert cost > 0 and bandwidth > 0
     head = stored[-1]

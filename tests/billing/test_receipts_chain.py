@@ -78,6 +78,7 @@ def test_a_batch_chains_each_account_and_signs_its_last_receipt():
                 "provider_cost_micro": r.cost_micro,
                 "bandwidth_micro": r.bandwidth_micro,
                 "total_micro": r.cost_micro + r.bandwidth_micro,
+                "uncollected_micro": 0,
             },
         )
     twos = list(Receipt.objects.filter(account_id=2).order_by("seq"))
@@ -214,5 +215,6 @@ def test_a_gateway_killed_before_its_receipt_commits_leaves_neither_charge_nor_r
         "provider_cost_micro": row.provider_cost_micro,
         "bandwidth_micro": row.bandwidth_charge_micro,
         "total_micro": row.provider_cost_micro + row.bandwidth_charge_micro,
+        "uncollected_micro": 0,
     }
     assert body["bytes"] == {"in": row.bytes_in, "out": row.bytes_out}

@@ -101,22 +101,24 @@ def test_group_spend_shows_budget_spent_and_remaining():
     assert api(other).get(f"/api/groups/{tenant.group_id}/spend").status_code == 404
 
 
-def test_a_commit_above_the_hold_debits_the_hold_and_records_the_excess():
+def test_a_commit_above_the_hold_debits_the_hold_and_collects_the_excess_once():
     tenant = make_tenant(wallet_micro=1_000)
     rid = reserve(tenant, "over", 10)
 
     resolve(rid, "committed", 15)
     again = resolve(rid, "cancelled", 0)
+    resolve(rid, "committed", 15)
 
     reservation = Reservation.objects.get(pk=rid)
-    assert (reservation.status, reservation.committed_micro, reservation.excess_micro) == (
-        "committed",
-        10,
-        5,
-    )
+    assert (
+        reservation.status,
+        reservation.committed_micro,
+        reservation.excess_micro,
+        reservation.collected_micro,
+    ) == ("committed", 10, 5, 5)
     assert again is False  # resolves exactly once
     wallet = Wallet.objects.get(account_id=tenant.account_id)
-    assert (wallet.balance_micro, wallet.reserved_micro) == (990, 0)
+    assert (wallet.balance_micro, wallet.reserved_micro) == (985, 0)
 
 
 def test_reserving_never_takes_available_below_zero():

@@ -24,7 +24,7 @@ from django.core.management import CommandError, call_command
 from django.db import connection
 
 from audit.heads import document
-from billing.models import Receipt
+from billing.models import LedgerEntry, Receipt
 from billing.receipt_keys import receipt_keys
 from billing.receipts import signed_receipt_head
 from tests.support.processes import ROOT, child_database_url, child_env
@@ -141,9 +141,22 @@ def column_changed(account: int) -> list[str]:
     return [f"  receipt 2: its cost_micro says 1, its body {cost}"]
 
 
+def unnamed(account: int, seq: int) -> str:
+    """The ledger's line for a receipt about to be deleted: its commit named by no receipt
+    (billing/receipt_ledger.py)."""
+    receipt = Receipt.objects.get(account_id=account, seq=seq)
+    [entry_id] = json.loads(receipt.body)["wallet"]["ledger_entries"]
+    amount = LedgerEntry.objects.get(pk=entry_id).amount_micro
+    return (
+        f"  ledger entry {entry_id} (commit {amount} for request {receipt.request_id})"
+        " is named by no receipt"
+    )
+
+
 def deleted_from_the_middle(account: int) -> list[str]:
+    ledger = unnamed(account, 3)
     sql("DELETE FROM billing_receipt WHERE account_id = %s AND seq = 3", account)
-    return ["  receipt 4: follows receipt 2 (missing or reordered)"]
+    return ["  receipt 4: follows receipt 2 (missing or reordered)", ledger]
 
 
 def reordered(account: int) -> list[str]:
@@ -162,15 +175,16 @@ def reordered(account: int) -> list[str]:
 
 def tail_cut_off(account: int) -> list[str]:
     head = document(signed_receipt_head(account))  # as a tenant's dashboard fetches it
+    ledger = unnamed(account, REQUESTS)
     sql(f"DELETE FROM billing_receipt WHERE account_id = %s AND seq = {REQUESTS}", account)
     cut = [
         f"  receipt {REQUESTS}: the head signed at {head['signed_at']}: the chain ends at seq"
         f" {REQUESTS - 1}, before the kept head's seq {REQUESTS} (cut or rolled back)"
     ]
-    # Receipt 4 signed (its own batch's last): only the signed head shows the cut.
+    # Receipt 4 signed (its own batch's last): the signed head and the ledger show the cut.
     if Receipt.objects.get(account_id=account, seq=REQUESTS - 1).signature:
-        return cut
-    return [f"  receipt {REQUESTS - 1}: the chain ends on an unsigned receipt", *cut]
+        return [*cut, ledger]
+    return [f"  receipt {REQUESTS - 1}: the chain ends on an unsigned receipt", *cut, ledger]
 
 
 def signature_altered(account: int) -> list[str]:
@@ -186,8 +200,9 @@ def signature_altered(account: int) -> list[str]:
 
 
 def first_deleted(account: int) -> list[str]:
+    ledger = unnamed(account, 1)
     sql("DELETE FROM billing_receipt WHERE account_id = %s AND seq = 1", account)
-    return ["  receipt 2: the chain starts here: receipts before it are missing"]
+    return ["  receipt 2: the chain starts here: receipts before it are missing", ledger]
 
 
 @pytest.mark.parametrize(
@@ -268,7 +283,7 @@ def test_since_checks_from_a_moment_and_still_catches_a_cut_off_tail(stack):
     sql("DELETE FROM billing_receipt WHERE account_id = %s AND seq = 3", tenant.account_id)
     passed, lines = verify("--account", str(tenant.account_id), "--since", "2000-01-01")
     assert not passed
-    assert lines[-2] == (
+    assert lines[-3] == (
         f"  receipt 3: the head signed at {head['signed_at']}: the chain ends at seq 2,"
         " before the kept head's seq 3 (cut or rolled back)"
     )

@@ -1,5 +1,6 @@
 """The vendor is always told the output cap the request's hold assumed, so a commit never
-exceeds its hold; and where a vendor still bills past it, settlement debits only the hold."""
+exceeds its hold; and where a vendor still bills past it, settlement collects the excess
+after the hold (tests/billing/test_collected.py: and what the wallet cannot cover)."""
 
 from __future__ import annotations
 
@@ -91,7 +92,7 @@ def test_every_adapter_tells_the_vendor_the_cap_the_hold_assumed(
     assert all(r.status == 200 for r in rows)
 
 
-def test_settlement_of_a_row_costing_more_than_its_hold_debits_the_hold_and_records_excess(
+def test_settlement_of_a_row_costing_more_than_its_hold_debits_the_hold_then_the_excess(
     transactional_db,
 ):
     tenant = make_tenant(wallet_micro=1_000)
@@ -135,12 +136,13 @@ def test_settlement_of_a_row_costing_more_than_its_hold_debits_the_hold_and_reco
     store(row)
 
     reservation = Reservation.objects.get(pk=reservation_id)
-    assert (reservation.status, reservation.committed_micro, reservation.excess_micro) == (
-        "committed",
-        40,
-        15,
-    )
+    assert (
+        reservation.status,
+        reservation.committed_micro,
+        reservation.excess_micro,
+        reservation.collected_micro,
+    ) == ("committed", 40, 15, 15)
     wallet = Wallet.objects.get(account_id=tenant.account_id)
-    assert (wallet.balance_micro, wallet.reserved_micro) == (960, 0)
+    assert (wallet.balance_micro, wallet.reserved_micro) == (945, 0)  # the excess collected
     group = Group.objects.get(pk=tenant.group_id)
-    assert (group.spent_micro, group.settled_micro) == (55, 55)  # budgets see the real cost
+    assert (group.spent_micro, group.settled_micro) == (55, 55)  # what the wallet paid

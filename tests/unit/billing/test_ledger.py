@@ -146,7 +146,7 @@ def test_a_reservation_holds_the_wallet_and_refuses_what_the_balance_cannot_cove
     assert (row.amount_micro, row.status, row.call_sent) == (600, "pending", True)
 
 
-def test_a_commit_debits_the_cost_capped_at_the_hold_records_the_excess_and_happens_once():
+def test_a_commit_debits_up_to_the_hold_collects_the_excess_after_and_happens_once():
     tenant = make_tenant(wallet_micro=1_000)
     under, over = reserve(tenant, 300), reserve(tenant, 200)
 
@@ -155,12 +155,36 @@ def test_a_commit_debits_the_cost_capped_at_the_hold_records_the_excess_and_happ
     committed = run_sync(ledger.commit_reservations(costs, now=NOW))
     again = run_sync(ledger.commit_reservations(costs, now=NOW))
 
-    assert (sorted(committed), again) == (sorted([under, over]), [])
-    assert wallet(tenant) == (550, 0)  # 1000 - 250 - 200: the 60 over the hold is not debited
-    rows = {r.pk: (r.status, r.committed_micro, r.excess_micro) for r in Reservation.objects.all()}
-    assert (rows[under], rows[over]) == (("committed", 250, 0), ("committed", 200, 60))
-    entries = LedgerEntry.objects.filter(kind="commit").order_by("id")
-    assert [(e.amount_micro, e.balance_after_micro) for e in entries] == [(-250, 750), (-200, 550)]
+    assert ([c.reservation_id for c in committed], again) == (sorted([under, over]), [])
+    assert [(c.taken_micro, c.uncollected_micro) for c in committed] == [(250, 0), (260, 0)]
+    assert wallet(tenant) == (490, 0)  # 1000 - 250 - 200, then the 60 over the hold
+    rows = {
+        r.pk: (r.status, r.committed_micro, r.excess_micro, r.collected_micro)
+        for r in Reservation.objects.all()
+    }
+    assert (rows[under], rows[over]) == (("committed", 250, 0, 0), ("committed", 200, 60, 60))
+    entries = LedgerEntry.objects.order_by("id").exclude(kind="opening")
+    assert [(e.kind, e.amount_micro, e.balance_after_micro) for e in entries] == [
+        ("commit", -250, 750),
+        ("commit", -200, 550),
+        ("excess", -60, 490),
+    ]
+    assert [c.entries for c in committed] == [(entries[0].id,), (entries[1].id, entries[2].id)]
+
+
+def test_an_excess_is_collected_only_from_what_the_wallet_has_available():
+    tenant = make_tenant(wallet_micro=1_000)
+    served, other = reserve(tenant, 500), reserve(tenant, 400)  # the other stays held
+
+    request_id = Reservation.objects.get(pk=served).request_id
+    [done] = run_sync(ledger.commit_reservations({served: (request_id, 800)}, now=NOW))
+
+    # 1000 - 500 leaves 500, of which 400 is held: 100 of the 300 excess can be taken.
+    assert (done.debited_micro, done.collected_micro, done.uncollected_micro) == (500, 100, 200)
+    assert wallet(tenant) == (400, 400)
+    row = Reservation.objects.get(pk=served)
+    assert (row.excess_micro, row.collected_micro, row.uncollected_micro) == (300, 100, 200)
+    assert Reservation.objects.get(pk=other).status == "pending"
 
 
 def test_a_cancelled_reservation_is_released_at_zero_once():
