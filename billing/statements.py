@@ -23,9 +23,17 @@ from accounts.models import Account
 from accounts.periods import MONTHLY, period_bounds
 from audit import heads
 from audit.models import SignedHead
+from audit.services import signed_audit_head
 from billing.models import Receipt
 from billing.receipt_keys import receipt_keys
-from billing.receipts import GENESIS, Problem, receipt_head, sign_statement, verify_chain
+from billing.receipts import (
+    GENESIS,
+    Problem,
+    receipt_head,
+    sign_statement,
+    signed_receipt_head,
+    verify_chain,
+)
 from core.sinks import rfc3339
 
 # A writer's batch (usage.writer.BATCH, 500 rows) ends on a signed receipt of each account.
@@ -193,6 +201,12 @@ def statement(*, account: Account, period: str, now: datetime) -> dict[str, Any]
                 "signature": head.signature,
                 "key_id": head.key_id,
                 "settled_at": rfc3339(head.settled_at),
+            },
+            # Both chains' heads as they are now, signed: kept with the statement, they pin
+            # the trail and the receipts against any later rewrite (audit/heads.py).
+            "signed_heads": {
+                "receipts": heads.document(signed_receipt_head(account.pk)),
+                "audit": heads.document(signed_audit_head(account.pk)),
             },
         }
     )

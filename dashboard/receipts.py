@@ -1,7 +1,8 @@
 """The dashboard's receipts: a month's receipts newest first under its statement, each
 request's receipts with what they say and the material to verify them, and downloads (a
 request's receipts as the API answers them, the month's signed statement, the month's
-receipts as JSON lines for `manage.py verify_receipts --file`).
+receipts as JSON lines for `manage.py verify_receipts --file`, and both chains' heads signed
+now, for `verify_receipts --head` and `verify_audit --head`).
 
 Reads go through billing/statements.py, scoped to the seat's account like every page here.
 """
@@ -22,10 +23,13 @@ from django.shortcuts import render
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
+from audit import heads
+from audit.services import signed_audit_head
 from billing import statements
 from billing.models import Receipt
+from billing.receipts import signed_receipt_head
 from dashboard import selectors
-from dashboard.access import Seat, seat_of
+from dashboard.access import Seat, require_change, seat_of
 
 PAGE_SIZE = 50
 EXPORT_PAGE = 1_000
@@ -190,6 +194,23 @@ def statement_json(request: HttpRequest, account_id: int) -> HttpResponse:
         return HttpResponse(f"Bad period: {error}", status=400)
     signed = statements.statement(account=seat.account, period=period, now=timezone.now())
     return _download(signed, f"statement-{seat.account.pk}-{period}.json")
+
+
+@login_required
+def receipts_head_json(request: HttpRequest, account_id: int) -> HttpResponse:
+    """The receipt chain's head, signed now: what `verify_receipts --head` holds it against."""
+    seat = seat_of(user=request.user, account_id=account_id)
+    signed = heads.document(signed_receipt_head(seat.account.pk))
+    return _download(signed, f"receipts-head-{seat.account.pk}-{signed['seq']}.json")
+
+
+@login_required
+def audit_head_json(request: HttpRequest, account_id: int) -> HttpResponse:
+    """The audit chain's head, signed now, for its owners and admins (as the trail)."""
+    seat = seat_of(user=request.user, account_id=account_id)
+    require_change(seat)
+    signed = heads.document(signed_audit_head(seat.account.pk))
+    return _download(signed, f"audit-head-{seat.account.pk}-{signed['seq']}.json")
 
 
 @login_required

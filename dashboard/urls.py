@@ -35,9 +35,11 @@ urlpatterns = [
     path(account + "receipts/", receipts.receipts, name="receipts"),
     path(account + "receipts/statement.json", receipts.statement_json, name="receipts-statement"),
     path(account + "receipts/export.jsonl", receipts.receipts_jsonl, name="receipts-export"),
+    path(account + "receipts/head.json", receipts.receipts_head_json, name="receipts-head"),
     path(account + "receipts/<str:request_id>/", receipts.receipt_detail, name="receipt-detail"),
     path(account + "receipts/<str:request_id>/json", receipts.receipt_json, name="receipt-json"),
     path(account + "audit/", views.audit, name="audit"),
     path(account + "audit.csv", views.audit_csv, name="audit-csv"),
     path(account + "audit.jsonl", views.audit_jsonl, name="audit-jsonl"),
+    path(account + "audit/head.json", receipts.audit_head_json, name="audit-head"),
 ]

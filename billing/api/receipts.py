@@ -184,6 +184,10 @@ class StatementOut(serializers.Serializer):
         allow_null=True,
         help_text="The chain's last receipt settled before the month's end; null if none.",
     )
+    signed_heads = serializers.DictField(
+        help_text="`receipts` and `audit`: both chains' heads as the statement was issued,"
+        " signed (as GET /api/receipts/head and /api/audit/head answer them): keep them."
+    )
     hash = serializers.CharField(
         help_text="SHA-256 of the canonical JSON of every other field but key_id and signature."
     )
