@@ -39,9 +39,12 @@ from gateway.pipeline import (
 )
 from gateway.runtime import runtime
 from gateway.web import crawler, shape
+from gateway.web.adapters import REFUSED_REASONS
 from gateway.web.pages import page_is_whole, page_json
 from gateway.web.plan import WebPlan, build_web_plan
 from gateway.web.types import CRAWL, SCRAPE, SEARCH, PageAnswer, SearchAnswer, WebRequest
+from webfetch.addresses import allowed_networks
+from webfetch.fetcher import FetchRefused, destination
 
 if TYPE_CHECKING:
     from gateway.asgi import Exchange
@@ -136,7 +139,8 @@ async def execute(ctx: WebContext, endpoint: WebEndpoint, plan: WebPlan, req: We
 
 
 async def start_crawl(ctx: RequestContext, req: WebRequest) -> Ending:
-    """Queue a crawl job (202 with its id); refused before queuing when nothing could fetch it."""
+    """Queue a crawl job (202 with its id); refused before queuing when nothing could fetch it,
+    or when its seed is a URL a scrape of it would refuse (LM-2001, the scrape's message)."""
     principal = ctx.principal
     assert principal is not None, ACCEPTED
     build_web_plan(
@@ -145,11 +149,23 @@ async def start_crawl(ctx: RequestContext, req: WebRequest) -> Ending:
         runtime.catalog,
         runtime.pools.get,
     )
+    await _check_seed(req.url)
     try:
         job = await off_loop(crawler.queue_job)(principal, req, ctx.client_request_id)
     except ValueError as exc:
         raise errors.InvalidRequest(str(exc)) from None
     return Ending(status=202, final=orjson.dumps(job), headers=(JSON,))
+
+
+async def _check_seed(url: str) -> None:
+    """Resolve the seed and check every address as the fetcher checks a scrape's URL: a job
+    whose seed no profile may fetch would fetch nothing. A name that does not resolve now is
+    left to the job (a scrape of it is a retryable failure, not a refusal)."""
+    try:
+        await destination(url, allow=allowed_networks(tollgate().web_allow_nets))
+    except FetchRefused as refused:
+        if refused.reason in REFUSED_REASONS:
+            raise errors.InvalidRequest(refused.message) from None
 
 
 async def job(ex: Exchange, *, internal: bool) -> None:

@@ -1,7 +1,7 @@
 """No server-side request forgery through the JavaScript renderer, through real processes:
-the gateway, the stub as the rendering vendor (its browser fetches pages itself, follows
-redirects wherever they lead, as a renderer inside the operator's network would), and local
-sites standing for internal services. Money exact to the micro-USD.
+the gateway, the stub as the rendering vendor (its browser fetches pages itself, as a
+renderer inside the operator's network would; told not to follow redirects, it hands them
+back), and local sites standing for internal services. Money exact to the micro-USD.
 
 Two gateways: one with production's setting (no private network allowed), so a name
 resolving to loopback meets the real refusal; one allowed the test site's 127.0.0.1/32 only
@@ -10,31 +10,25 @@ resolving to loopback meets the real refusal; one allowed the test site's 127.0.
 
 from __future__ import annotations
 
-import socket
-
 import pytest
 
-from accounts.models import Group
-from billing.models import Reservation, Wallet
+from billing.models import Wallet
 from tests.support.testsite import TestSite
 from tests.support.usage import set_bandwidth_rate, settled
-from tests.support.web import RENDER_KEY, RENDERED_MICRO, WEB_ENV, web, web_profiles, web_stack
+from tests.support.web import (
+    RENDER_KEY,
+    RENDERED_MICRO,
+    WEB_ENV,
+    assert_refused_unbilled,
+    loopback_names,
+    web,
+    web_profiles,
+    web_stack,
+)
 
 WALLET = 100_000_000
 BUDGET = 1_000_000
 INNER_TEXT = "Main sentence"  # graph_html's text: what the internal service would leak
-
-
-def loopback_names() -> list[str]:
-    """Names this machine resolves to loopback only, other than `localhost` (which the
-    request's shape refuses by name): its own host name, as /etc/hosts usually maps it."""
-    name = socket.gethostname()
-    try:
-        infos = socket.getaddrinfo(name, 80, type=socket.SOCK_STREAM)
-    except OSError:
-        return []
-    loopback = all(info[4][0].startswith("127.") or info[4][0] == "::1" for info in infos)
-    return [name] if infos and loopback else []
 
 
 @pytest.fixture(scope="module")
@@ -81,21 +75,7 @@ def render_js(stack, tenant, url: str):
 
 
 def assert_nothing_billed(tenant, *, error: str, planned: bool = True) -> None:
-    """One usage row, the refusal's, billing nothing; the wallet and the group as before.
-    `planned`: the request got as far as its plan (a prepaid one reserved on its wallet)."""
-    [row] = settled(tenant, 1)
-    assert (row.endpoint, row.status, row.error_code) == ("web.scrape", 400, error)
-    assert (row.web_pages, row.web_rendered_pages, row.provider_cost_micro) == (0, 0, 0)
-    assert row.bandwidth_charge_micro == 0
-    group = Group.objects.get(pk=tenant.group_id)
-    assert (group.spent_micro, group.settled_micro, group.reserved_micro) == (0, 0, 0)
-    assert Wallet.objects.get(account_id=tenant.account_id).balance_micro == WALLET
-    # A prepaid request's one reservation is committed at what its units cost: nothing.
-    held = Reservation.objects.filter(request_id=row.request_id)
-    prepaid = group.account.billing_mode == "prepaid"
-    assert list(held.values_list("status", "committed_micro")) == (
-        [("committed", 0)] if prepaid and planned else []
-    )
+    assert_refused_unbilled(tenant, wallet_micro=WALLET, error=error, planned=planned)
 
 
 def test_localhost_with_render_js_is_refused_and_the_renderer_never_called(strict, site, tenant):
@@ -147,7 +127,7 @@ def test_a_name_that_does_not_resolve_is_refused_before_the_renderer_is_asked(st
     assert_nothing_billed(tenant, error="LM-2001")
 
 
-def test_a_redirect_to_an_internal_service_is_followed_by_the_renderer_and_refused_unbilled(
+def test_a_redirect_to_an_internal_service_comes_back_unfollowed_and_is_refused_unbilled(
     allowed, site, inner_site
 ):
     tenant = allowed.tenant(wallet_micro=WALLET)
@@ -164,7 +144,8 @@ def test_a_redirect_to_an_internal_service_is_followed_by_the_renderer_and_refus
     }
     assert INNER_TEXT not in response.text
     [call] = allowed.stub.calls()
-    # The renderer was told where the asked host is (the address we checked) ...
+    # The renderer was told where the asked host is (the address we checked) and not to
+    # follow; it handed the redirect back, and its target was refused before any request.
     assert (call["path"], call["key"], call["status"], call["body"]) == (
         "/web/v1/render",
         RENDER_KEY,
@@ -172,11 +153,11 @@ def test_a_redirect_to_an_internal_service_is_followed_by_the_renderer_and_refus
         {
             "url": url,
             "resolve": {"host": "127.0.0.1", "port": site.port, "addresses": ["127.0.0.1"]},
+            "follow_redirects": False,
         },
     )
-    # ... followed the redirect as a browser does and loaded the internal page: refused.
     assert site.hits == [f"/redirect?to={inner_site.url}/secret"]
-    assert inner_site.hits == ["/secret"]
+    assert inner_site.hits == []
     assert_nothing_billed(tenant, error="LM-2001")
 
     # The refusal was no vendor failure: with a breaker that opens on one, the renderer

@@ -3,6 +3,7 @@ gateway allowed to fetch the test site on 127.0.0.1, and real Celery workers for
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
 import httpx
@@ -124,4 +125,45 @@ def start_web_worker(tmp_dir: Path, name: str, **env: str) -> Worker:
         "--without-mingle",
         "--without-heartbeat",
         **{**WEB_ENV, **env},
+    )
+
+
+def loopback_names() -> list[str]:
+    """Names this machine resolves to loopback only, other than `localhost` (which the
+    request's shape refuses by name): its own host name, as /etc/hosts usually maps it."""
+    name = socket.gethostname()
+    try:
+        infos = socket.getaddrinfo(name, 80, type=socket.SOCK_STREAM)
+    except OSError:
+        return []
+    loopback = all(info[4][0].startswith("127.") or info[4][0] == "::1" for info in infos)
+    return [name] if infos and loopback else []
+
+
+def assert_refused_unbilled(
+    tenant,
+    *,
+    wallet_micro: int,
+    error: str,
+    endpoint: str = "web.scrape",
+    planned: bool = True,
+) -> None:
+    """One usage row, the refusal's (HTTP 400), billing nothing; the wallet and the group as
+    before. `planned`: the request got as far as its plan (a prepaid one reserved on its
+    wallet, committed at what its units cost: nothing)."""
+    from accounts.models import Group
+    from billing.models import Reservation, Wallet
+    from tests.support.usage import settled
+
+    [row] = settled(tenant, 1)
+    assert (row.endpoint, row.status, row.error_code) == (endpoint, 400, error)
+    assert (row.web_pages, row.web_rendered_pages, row.provider_cost_micro) == (0, 0, 0)
+    assert row.bandwidth_charge_micro == 0
+    group = Group.objects.get(pk=tenant.group_id)
+    assert (group.spent_micro, group.settled_micro, group.reserved_micro) == (0, 0, 0)
+    assert Wallet.objects.get(account_id=tenant.account_id).balance_micro == wallet_micro
+    held = Reservation.objects.filter(request_id=row.request_id)
+    prepaid = group.account.billing_mode == "prepaid"
+    assert list(held.values_list("status", "committed_micro")) == (
+        [("committed", 0)] if prepaid and planned else []
     )
