@@ -5,7 +5,8 @@ Scrape `{"url", "render_js"?, "formats"?: ["text", "markdown", "html"]}`; search
 "exclude"?, "render_js"?, "formats"?, "respect_robots"?}`. A URL is checked here only for
 its form and for a host that is a non-public address literal (any encoding), which no
 profile may be sent; the direct fetcher checks what names resolve to, and every redirect, and
-the renderer's adapter the same before its call and on its final URL (adapters.py).
+the renderer's adapter the same before each of its calls, one per redirect hop (adapters.py);
+a crawl's seed is resolved and checked when the job is submitted (service.py).
 """
 
 from __future__ import annotations
