@@ -1,9 +1,12 @@
+import functools
+
 from django.contrib import admin, messages
 from django.contrib.auth import admin as auth_admin
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group as PermissionGroup
 from django.db import transaction
 from django.db.models import Q
+from django.http import HttpRequest, HttpResponse
 from django.utils import timezone
 
 from accounts import services, throttle
@@ -14,6 +17,23 @@ from core.admin_views import Dollars
 
 # The admin's login is throttled like the dashboard's (accounts/throttle.py).
 admin.site.login_form = AdminSignInForm
+_admin_login = admin.site.login
+
+
+@functools.wraps(_admin_login)  # keeps Django's marks (login_not_required)
+def throttled_admin_login(request: HttpRequest, extra_context=None) -> HttpResponse:
+    """Answer the admin's login as Django does, a lockout as the dashboard does: 429 with
+    Retry-After (the form and its message still shown)."""
+    response = _admin_login(request, extra_context)
+    form = (getattr(response, "context_data", None) or {}).get("form")
+    if getattr(form, "throttled_s", 0):
+        response.status_code = 429
+        response["Retry-After"] = str(form.throttled_s)
+    return response
+
+
+# AdminSite.get_urls routes "login/" to `self.login`, read when config/urls.py is loaded.
+admin.site.login = throttled_admin_login
 
 
 @admin.register(Group)

@@ -1,7 +1,9 @@
 """Tenant API authentication: `Authorization: Token <tenant token>`, stored hashed.
 
 A client address that sends too many unknown or revoked tokens is refused for a while
-(accounts/throttle.py), before the lookup, with LM-3001 and Retry-After.
+(accounts/throttle.py), before the lookup, with LM-3001 and Retry-After. Only an unknown or
+revoked token counts: a lookup that fails on a server error (the database unreachable) is
+given back.
 """
 
 from __future__ import annotations
@@ -17,9 +19,9 @@ class TokensThrottled(exceptions.APIException):
     status_code = status.HTTP_429_TOO_MANY_REQUESTS
     default_code = "throttled"
 
-    def __init__(self, wait_s: int) -> None:
+    def __init__(self, wait_s: int, *, busy: bool = False) -> None:
         self.wait = wait_s  # the Retry-After, as DRF's Throttled names it
-        super().__init__(throttle.token_refusal(wait_s))
+        super().__init__(throttle.token_refusal(wait_s, busy=busy))
 
 
 class TenantTokenAuthentication(authentication.BaseAuthentication):
@@ -35,12 +37,16 @@ class TenantTokenAuthentication(authentication.BaseAuthentication):
             raise exceptions.AuthenticationFailed("Missing tenant token.")
         attempt = throttle.default.begin_token(address=throttle.client_address(request.META))
         if attempt.wait_s:
-            raise TokensThrottled(attempt.wait_s)
-        token = (
-            TenantToken.objects.select_related("user")
-            .filter(token_hash=hash_secret(secret), revoked_at__isnull=True)
-            .first()
-        )
+            raise TokensThrottled(attempt.wait_s, busy=attempt.busy)
+        try:
+            token = (
+                TenantToken.objects.select_related("user")
+                .filter(token_hash=hash_secret(secret), revoked_at__isnull=True)
+                .first()
+            )
+        except BaseException:
+            throttle.default.released(attempt)  # a server error is not a wrong token
+            raise
         if token is None or not token.user.is_active:
             wait_s = throttle.default.failed(attempt)
             if wait_s:

@@ -4,8 +4,13 @@ The rules (numbers from core.config.tollgate()):
 
 - A sign-in (the dashboard's and the admin's login form) is an attempt by an account name
   from a client address. A tenant API request with `Authorization: Token ...` is an attempt
-  by its address alone. Sign-ins and tokens count apart per address: an office that mistypes
-  passwords does not stop its scripts' API calls, nor the reverse.
+  by its address alone. Each door counts apart per address: the dashboard's sign-ins, the
+  tenant tokens and the admin's sign-ins, so an office that mistypes passwords does not stop
+  its scripts' API calls, nor the reverse, and neither touches the admin.
+- On the admin, an operator's name (an active staff user's) counts by its name alone: the
+  failures of tenants who share an address (an office NAT, or every client when PROXY_HOPS is
+  wrong) never lock the operator out; only failures of the operator's own name do, which a
+  tenant must guess first. Other names on the admin count by name and the admin's address.
 - A name is NFKC-normalised, case-folded and stripped, and only its keyed hash goes into a
   Redis key (a hostile name cannot shape keys, a password typed as a name is not stored).
   The address is REMOTE_ADDR, or with PROXY_HOPS = N the Nth X-Forwarded-For entry from the
@@ -15,12 +20,25 @@ The rules (numbers from core.config.tollgate()):
   LOGIN_LOCKOUT_S the first time, twice as long at each further lockout (its strikes are
   remembered STRIKE_MEMORY_S after the last one), at most LOGIN_LOCKOUT_MAX_S. The failure
   that reaches the limit is already answered with the lockout. LOGIN_FAILURES = 0: off.
+- Only a wrong secret is a failure: a wrong password, an unknown or revoked token. A right
+  one clears its name's failures (not its strikes). An attempt that ends in a server error
+  (the database unreachable) is neither: it is given back.
 - While a name or the address is locked, an attempt is refused before any password is
   hashed or any token looked up, even with the right secret.
-- An attempt counts as a failure as it begins, in the same atomic step as the lock check,
-  and is given back if it succeeds: concurrent guesses cannot outrun the limit. A success
-  clears its name's failures (not its strikes); of the address it only gives back its own.
-- Operators clear names and addresses: `manage.py unlock_login`, and the User admin's action.
+
+Attempts in flight. Failures are counted when they are known, never in advance, so attempts
+under way are no failures and a right secret is never refused because of them. To keep
+concurrent guesses from outrunning the limit, each subject (name, address) lets at most
+LOGIN_FAILURES minus its failures so far be checked at once: if every one of them turned out
+wrong, the last would lock it, and no further guess was let in meanwhile. An attempt beyond
+that waits for a slot (it is not refused): a password check or a token lookup takes
+milliseconds to a second, so 64 calls with one valid token or 8 colleagues behind one NAT
+all get through, a little later. If the slots' attempts were guesses, the lockout they cause
+refuses the waiters, as it should. A slot is a lease of IN_FLIGHT_LEASE_S, so the slots of a
+process killed mid-check come back; an attempt that finds no slot within SLOT_WAIT_S (the
+fleet too slow to check anything) is refused as busy, retry in BUSY_RETRY_S, with no lockout.
+
+Operators clear names and addresses: `manage.py unlock_login`, and the User admin's action.
 
 Redis unset (the embedded single-process mode): the same state in this process's memory.
 Redis failing: each process falls back to that memory with one warning, and goes back to
@@ -36,11 +54,13 @@ import hmac
 import ipaddress
 import logging
 import math
+import random
+import secrets
 import threading
 import time
 import unicodedata
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 import redis
 from django.conf import settings
@@ -52,59 +72,90 @@ log = logging.getLogger(__name__)
 PREFIX = "tollgate:login"
 FAILURE_WINDOW_S = 15 * 60
 STRIKE_MEMORY_S = 24 * 3600
+IN_FLIGHT_LEASE_S = 60  # a slot outlives any check; then a crashed process's slot is free
+SLOT_WAIT_S = 30.0  # about a reverse proxy's patience
+BUSY_RETRY_S = 1
 RETRY_REDIS_AFTER_S = 1.0  # after a failure, this process uses its memory this long
 UNKNOWN_ADDRESS = "unknown"  # a peer without a parsable address (a unix socket, a bad header)
+FLIGHT = "a:"  # the hash field of an attempt in flight: a:<id> -> its lease's end (ms)
 
-# One hash per subject: f failures (and attempts in flight) since w (ms), locked until u
-# (ms), s strikes, the last lockout at l (ms). Each write keeps the key a day and a cap more.
+# One hash per subject: f failures since w (ms), locked until u (ms), s strikes, the last
+# lockout at l (ms), and a field a:<id> per attempt in flight holding its lease's end (ms).
+# Each write keeps the key a day and a cap more.
+#
+# Begin: > 0, locked that long (ms); 0, admitted (its slot taken on every key); -1, no slot
+# free: failures and attempts in flight together reach the limit, so wait.
 _BEGIN = """
 local now, limit, window = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local memory, first, cap = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
-local wait, counts = 0, {}
-for i, key in ipairs(KEYS) do
+local flight, lease = ARGV[7], tonumber(ARGV[8])
+local wait, busy = 0, false
+for _, key in ipairs(KEYS) do
   local h = redis.call('HMGET', key, 'f', 'w', 'u', 's', 'l')
   local f, w, u = tonumber(h[1]) or 0, tonumber(h[2]) or 0, tonumber(h[3]) or 0
   local s, l = tonumber(h[4]) or 0, tonumber(h[5]) or 0
   if now - w >= window then f = 0 end
-  counts[i] = f
   if u > now then
     wait = math.max(wait, u - now)
-  elseif f >= limit then
-    -- attempts in flight fill the allowance: refused as long as the next lockout would be
-    if now - l >= memory then s = 0 end
-    wait = math.max(wait, math.min(first * 2 ^ s, cap))
+  else
+    local flying, fields = 0, redis.call('HGETALL', key)
+    for j = 1, #fields, 2 do
+      if string.sub(fields[j], 1, 2) == 'a:' then
+        if tonumber(fields[j + 1]) > now then
+          flying = flying + 1
+        else
+          redis.call('HDEL', key, fields[j])
+        end
+      end
+    end
+    if f >= limit and flying == 0 then
+      -- the limit was lowered under these failures: refused as long as a lockout would be
+      if now - l >= memory then s = 0 end
+      wait = math.max(wait, math.min(first * 2 ^ s, cap))
+    elseif f + flying >= limit then
+      busy = true
+    end
   end
 end
 if wait > 0 then return wait end
-for i, key in ipairs(KEYS) do
-  if counts[i] == 0 then
-    redis.call('HSET', key, 'f', 1, 'w', now)
-  else
-    redis.call('HINCRBY', key, 'f', 1)
-  end
+if busy then return -1 end
+for _, key in ipairs(KEYS) do
+  redis.call('HSET', key, flight, now + lease)
   redis.call('PEXPIRE', key, memory + cap)
 end
 return 0
 """
 
+# Fail: the attempt's slot is freed and its failure counted; the failure that reaches the
+# limit locks. Returns the longest lockout (ms) in force, then (strikes, new lockout) per key.
 _FAIL = """
-local now, limit = tonumber(ARGV[1]), tonumber(ARGV[2])
+local now, limit, window = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local memory, first, cap = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+local flight = ARGV[7]
 local out = {0}
 for i, key in ipairs(KEYS) do
-  local h = redis.call('HMGET', key, 'f', 'u', 's', 'l')
-  local f, u = tonumber(h[1]) or 0, tonumber(h[2]) or 0
-  local s, l = tonumber(h[3]) or 0, tonumber(h[4]) or 0
+  redis.call('HDEL', key, flight)
+  local h = redis.call('HMGET', key, 'f', 'w', 'u', 's', 'l')
+  local f, w, u = tonumber(h[1]) or 0, tonumber(h[2]) or 0, tonumber(h[3]) or 0
+  local s, l = tonumber(h[4]) or 0, tonumber(h[5]) or 0
   local locked = 0
   if u > now then
+    -- another attempt's failure locked it meanwhile: this one was let in before the lock
     out[1] = math.max(out[1], u - now)
-  elseif f >= limit then
-    if now - l >= memory then s = 0 end
-    s = s + 1
-    locked = math.min(first * 2 ^ (s - 1), cap)
-    redis.call('HSET', key, 'f', 0, 'u', now + locked, 's', s, 'l', now)
+  else
+    if now - w >= window then f = 0 end
+    if f == 0 then w = now end
+    f = f + 1
+    if f >= limit then
+      if now - l >= memory then s = 0 end
+      s = s + 1
+      locked = math.min(first * 2 ^ (s - 1), cap)
+      redis.call('HSET', key, 'f', 0, 'u', now + locked, 's', s, 'l', now)
+      out[1] = math.max(out[1], locked)
+    else
+      redis.call('HSET', key, 'f', f, 'w', w)
+    end
     redis.call('PEXPIRE', key, memory + cap)
-    out[1] = math.max(out[1], locked)
   end
   out[2 * i] = s
   out[2 * i + 1] = locked
@@ -112,14 +163,13 @@ end
 return out
 """
 
-# ARGV[1] == '1': the first key is the name, whose failures a success clears; every other
-# key gives back the one attempt it counted. A key an operator deleted stays deleted.
-_SUCCEED = """
+# Succeed (ARGV[1] == '1') frees the slot and clears the first key's failures, the name's;
+# give back ('0') only frees the slot. A key an operator deleted stays deleted.
+_END = """
 for i, key in ipairs(KEYS) do
-  if i == 1 and ARGV[1] == '1' then
-    if redis.call('EXISTS', key) == 1 then redis.call('HSET', key, 'f', 0) end
-  elseif (tonumber(redis.call('HGET', key, 'f')) or 0) > 0 then
-    redis.call('HINCRBY', key, 'f', -1)
+  redis.call('HDEL', key, ARGV[2])
+  if i == 1 and ARGV[1] == '1' and redis.call('EXISTS', key) == 1 then
+    redis.call('HSET', key, 'f', 0)
   end
 end
 return 0
@@ -133,6 +183,7 @@ class Rules:
     lockout_max_ms: int
     window_ms: int = FAILURE_WINDOW_S * 1000
     memory_ms: int = STRIKE_MEMORY_S * 1000
+    lease_ms: int = IN_FLIGHT_LEASE_S * 1000
 
     @classmethod
     def from_settings(cls) -> Rules:
@@ -158,14 +209,21 @@ class Rules:
         ]
 
 
+def _new_flight() -> str:
+    return FLIGHT + secrets.token_hex(8)
+
+
 @dataclass(frozen=True)
 class Attempt:
-    """A sign-in or token check under way; `wait_s` > 0: refused, retry after that long."""
+    """A sign-in or token check under way; `wait_s` > 0: refused, retry after that long
+    (`busy`: no slot came free in time, rather than a lockout)."""
 
     keys: tuple[str, ...]
     has_name: bool
     address: str
     wait_s: int = 0
+    busy: bool = False
+    flight: str = field(default_factory=_new_flight)  # its slot's field on each key
 
 
 @dataclass(frozen=True)
@@ -238,14 +296,24 @@ def wait_phrase(wait_s: int) -> str:
     return f"{minutes} minute{'s' if minutes != 1 else ''}"
 
 
-def sign_in_refusal(wait_s: int) -> str:
+def sign_in_refusal(wait_s: int, *, busy: bool = False) -> str:
+    if busy:
+        return (
+            "Too many sign-ins from this address are being checked at once. "
+            f"Try again in {wait_phrase(wait_s)}."
+        )
     return (
         "Too many failed sign-ins for this account or address. "
         f"Try again in {wait_phrase(wait_s)}, or ask an operator to unlock it."
     )
 
 
-def token_refusal(wait_s: int) -> str:
+def token_refusal(wait_s: int, *, busy: bool = False) -> str:
+    if busy:
+        return (
+            "Too many tenant tokens from this address are being checked at once. "
+            f"Try again in {wait_phrase(wait_s)}."
+        )
     return (
         "Too many unknown or revoked tenant tokens from this address. "
         f"Try again in {wait_phrase(wait_s)}, or ask an operator to unlock it."
@@ -262,59 +330,70 @@ class LocalStore:
         self._keys: dict[str, dict[str, int]] = {}
         self._lock = threading.Lock()
 
-    def begin(self, keys: tuple[str, ...], rules: Rules, now_ms: int) -> int:
+    def begin(self, keys: tuple[str, ...], flight: str, rules: Rules, now_ms: int) -> int:
         with self._lock:
             self._forget_expired(now_ms)
-            wait_ms, counts = 0, []
+            wait_ms, busy = 0, False
             for key in keys:
                 h = self._keys.get(key, {})
                 f = h.get("f", 0) if now_ms - h.get("w", 0) < rules.window_ms else 0
-                counts.append(f)
                 if h.get("u", 0) > now_ms:
                     wait_ms = max(wait_ms, h["u"] - now_ms)
-                elif f >= rules.failures:
+                    continue
+                for gone in [k for k, end in h.items() if k.startswith(FLIGHT) and end <= now_ms]:
+                    del h[gone]
+                flying = sum(1 for k in h if k.startswith(FLIGHT))
+                if f >= rules.failures and not flying:
                     strikes = h.get("s", 0) if now_ms - h.get("l", 0) < rules.memory_ms else 0
                     wait_ms = max(wait_ms, rules.lockout_for(strikes + 1))
+                elif f + flying >= rules.failures:
+                    busy = True
             if wait_ms:
                 return wait_ms
-            for key, f in zip(keys, counts, strict=True):
+            if busy:
+                return -1
+            for key in keys:
                 h = self._keys.setdefault(key, {})
-                if f == 0:
-                    h.update(f=1, w=now_ms)
-                else:
-                    h["f"] += 1
+                h[flight] = now_ms + rules.lease_ms
                 h["x"] = now_ms + rules.memory_ms + rules.lockout_max_ms
             return 0
 
-    def fail(self, keys: tuple[str, ...], rules: Rules, now_ms: int) -> list[int]:
+    def fail(self, keys: tuple[str, ...], flight: str, rules: Rules, now_ms: int) -> list[int]:
         with self._lock:
             out = [0]
             for key in keys:
-                h = self._keys.get(key, {})
+                h = self._keys.setdefault(key, {})
+                h.pop(flight, None)
                 strikes, locked = h.get("s", 0), 0
                 if h.get("u", 0) > now_ms:
                     out[0] = max(out[0], h["u"] - now_ms)
-                elif h.get("f", 0) >= rules.failures:
-                    if now_ms - h.get("l", 0) >= rules.memory_ms:
-                        strikes = 0
-                    strikes += 1
-                    locked = rules.lockout_for(strikes)
-                    h.update(f=0, u=now_ms + locked, s=strikes, l=now_ms)
+                else:
+                    f = h.get("f", 0) if now_ms - h.get("w", 0) < rules.window_ms else 0
+                    if f == 0:
+                        h["w"] = now_ms
+                    h["f"] = f + 1
+                    if h["f"] >= rules.failures:
+                        if now_ms - h.get("l", 0) >= rules.memory_ms:
+                            strikes = 0
+                        strikes += 1
+                        locked = rules.lockout_for(strikes)
+                        h.update(f=0, u=now_ms + locked, s=strikes, l=now_ms)
+                        out[0] = max(out[0], locked)
                     h["x"] = now_ms + rules.memory_ms + rules.lockout_max_ms
-                    out[0] = max(out[0], locked)
                 out += [strikes, locked]
             return out
 
-    def succeed(self, keys: tuple[str, ...], has_name: bool) -> None:
+    def end(self, keys: tuple[str, ...], flight: str, *, clears_name: bool) -> None:
         with self._lock:
             for i, key in enumerate(keys):
                 h = self._keys.get(key)
                 if h is None:
                     continue
-                if i == 0 and has_name:
+                h.pop(flight, None)
+                if set(h) <= {"x"}:  # nothing but its expiry: gone, as Redis drops it
+                    del self._keys[key]
+                elif i == 0 and clears_name:
                     h["f"] = 0
-                elif h.get("f", 0) > 0:
-                    h["f"] -= 1
 
     def clear(self, keys: list[str], now_ms: int) -> list[Cleared]:
         with self._lock:
@@ -341,16 +420,18 @@ class RedisStore:
         )
         self._begin = self.client.register_script(_BEGIN)
         self._fail = self.client.register_script(_FAIL)
-        self._succeed = self.client.register_script(_SUCCEED)
+        self._end = self.client.register_script(_END)
 
-    def begin(self, keys: tuple[str, ...], rules: Rules, now_ms: int) -> int:
-        return int(self._begin(keys=list(keys), args=rules.args(now_ms)))
+    def begin(self, keys: tuple[str, ...], flight: str, rules: Rules, now_ms: int) -> int:
+        args = [*rules.args(now_ms), flight, rules.lease_ms]
+        return int(self._begin(keys=list(keys), args=args))
 
-    def fail(self, keys: tuple[str, ...], rules: Rules, now_ms: int) -> list[int]:
-        return [int(value) for value in self._fail(keys=list(keys), args=rules.args(now_ms))]
+    def fail(self, keys: tuple[str, ...], flight: str, rules: Rules, now_ms: int) -> list[int]:
+        out = self._fail(keys=list(keys), args=[*rules.args(now_ms), flight])
+        return [int(value) for value in out]
 
-    def succeed(self, keys: tuple[str, ...], has_name: bool) -> None:
-        self._succeed(keys=list(keys), args=["1" if has_name else "0"])
+    def end(self, keys: tuple[str, ...], flight: str, *, clears_name: bool) -> None:
+        self._end(keys=list(keys), args=["1" if clears_name else "0", flight])
 
     def clear(self, keys: list[str], now_ms: int) -> list[Cleared]:
         if not keys:
@@ -385,9 +466,16 @@ def _cleared(key: str, h: Mapping[str, int], now_ms: int) -> Cleared:
 class Throttle:
     """Sign-in and token attempts against the rules; Redis when configured and answering."""
 
-    def __init__(self, *, clock: Callable[[], float] = time.time, prefix: str = PREFIX) -> None:
+    def __init__(
+        self,
+        *,
+        clock: Callable[[], float] = time.time,
+        prefix: str = PREFIX,
+        slot_wait_s: float = SLOT_WAIT_S,
+    ) -> None:
         self.clock = clock
         self.prefix = prefix
+        self.slot_wait_s = slot_wait_s
         self.local = LocalStore()
         self._stores: dict[str, RedisStore] = {}
         self._stores_lock = threading.Lock()
@@ -399,9 +487,13 @@ class Throttle:
     def name_key(self, name: str) -> str:
         return f"{self.prefix}:name:{name_digest(name)}"
 
-    def address_keys(self, address: str) -> tuple[str, str]:
-        """Return the address's sign-in key and its token key."""
-        return f"{self.prefix}:addr:{address}", f"{self.prefix}:token:{address}"
+    def address_keys(self, address: str) -> tuple[str, str, str]:
+        """Return the address's keys: the dashboard's sign-ins, tenant tokens, the admin's."""
+        return (
+            f"{self.prefix}:addr:{address}",
+            f"{self.prefix}:token:{address}",
+            f"{self.prefix}:admin:{address}",
+        )
 
     # -- attempts
 
@@ -409,7 +501,13 @@ class Throttle:
     # such client would let one of them lock all the others out.
 
     def begin_sign_in(self, *, name: str, address: str) -> Attempt:
+        """Begin a dashboard sign-in: it waits for a slot, or comes back refused."""
         keys = (self.name_key(name), *self._address_key(address, 0))
+        return self._begin(Attempt(keys=keys, has_name=True, address=address))
+
+    def begin_admin_sign_in(self, *, name: str, address: str, operator: bool) -> Attempt:
+        """Begin an admin sign-in; an operator's name (`operator`) counts by the name alone."""
+        keys = (self.name_key(name), *(() if operator else self._address_key(address, 2)))
         return self._begin(Attempt(keys=keys, has_name=True, address=address))
 
     def begin_token(self, *, address: str) -> Attempt:
@@ -424,7 +522,9 @@ class Throttle:
         rules = Rules.from_settings()
         if not rules.failures or attempt.wait_s or not attempt.keys:
             return 0
-        out = self._run(lambda store, now_ms: store.fail(attempt.keys, rules, now_ms))
+        out = self._run(
+            lambda store, now_ms: store.fail(attempt.keys, attempt.flight, rules, now_ms)
+        )
         for key, strike, locked_ms in zip(attempt.keys, out[1::2], out[2::2], strict=True):
             if locked_ms:
                 log.warning(
@@ -437,18 +537,40 @@ class Throttle:
         return math.ceil(out[0] / 1000)
 
     def succeeded(self, attempt: Attempt) -> None:
+        """Free the attempt's slot and clear its name's failures: the secret was right."""
+        self._end(attempt, clears_name=attempt.has_name)
+
+    def released(self, attempt: Attempt) -> None:
+        """Give the attempt back uncounted: it ended in a server error, not a wrong secret."""
+        self._end(attempt, clears_name=False)
+
+    def _end(self, attempt: Attempt, *, clears_name: bool) -> None:
         if not Rules.from_settings().failures or attempt.wait_s or not attempt.keys:
             return
-        self._run(lambda store, now_ms: store.succeed(attempt.keys, attempt.has_name))
+        self._run(
+            lambda store, now_ms: store.end(attempt.keys, attempt.flight, clears_name=clears_name)
+        )
 
     def _begin(self, attempt: Attempt) -> Attempt:
         rules = Rules.from_settings()
         if not rules.failures or not attempt.keys:
             return attempt
-        wait_ms = self._run(lambda store, now_ms: store.begin(attempt.keys, rules, now_ms))
-        if not wait_ms:
-            return attempt
-        return Attempt(attempt.keys, attempt.has_name, attempt.address, math.ceil(wait_ms / 1000))
+        give_up_at = time.monotonic() + self.slot_wait_s
+        pause_s = 0.005
+        while True:
+            wait_ms = self._run(
+                lambda store, now_ms: store.begin(attempt.keys, attempt.flight, rules, now_ms)
+            )
+            if wait_ms == 0:
+                return attempt
+            if wait_ms > 0:
+                return replace(attempt, wait_s=math.ceil(wait_ms / 1000))
+            if time.monotonic() >= give_up_at:
+                return replace(attempt, wait_s=BUSY_RETRY_S, busy=True)
+            # A check takes milliseconds (a token) to a second (a password hash): poll soon,
+            # then less often; the jitter keeps waiters from asking all at once.
+            time.sleep(pause_s * random.uniform(0.5, 1.0))
+            pause_s = min(pause_s * 2, 0.1)
 
     # -- operators
 

@@ -1,6 +1,7 @@
 """Sign-in throttling (accounts/throttle.py) through real gateway processes: the dashboard's
-login, the admin's, tenant API tokens, two gateways sharing Redis, and the operators' ways
-out (`manage.py unlock_login`, the User admin's action).
+login, the admin's, tenant API tokens, two gateways sharing Redis, the operators' ways out
+(`manage.py unlock_login`, the User admin's action), what is not a failure (attempts in
+flight, a database cut) and what never locks an operator out.
 
 The gateways trust one proxy (TOLLGATE_PROXY_HOPS=1), so each test picks its client
 addresses with X-Forwarded-For and no test locks out another's."""
@@ -12,6 +13,9 @@ import re
 import subprocess
 import sys
 import time
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
@@ -20,8 +24,14 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.test import Client
 
-from tests.support.processes import ROOT
-from tests.support.services import HAS_REDIS, delete_redis_keys, requires_redis
+from tests.support.processes import ROOT, child_database_url
+from tests.support.services import (
+    HAS_REDIS,
+    delete_redis_keys,
+    requires_postgres,
+    requires_redis,
+)
+from tests.support.tcp_relay import TcpRelay
 from tests.support.tenants import make_tenant
 from tests.support.waits import wait_until
 
@@ -221,19 +231,45 @@ def test_a_hostile_account_name_is_handled(gateway, user):
 # ---------------------------------------------------------------- the admin
 
 
-def test_the_admin_login_is_throttled_too(gateway, transactional_db):
+def test_the_admin_answers_a_lockout_with_429_and_retry_after(gateway, transactional_db):
     get_user_model().objects.create_user("clerk", password=PASSWORD, is_staff=True)
     address = new_address()
     path = "/django-admin/login/"
     answers = [sign_in(gateway, "clerk", WRONG, address, path=path) for _ in range(5)]
     right = sign_in(gateway, "clerk", PASSWORD, address, path=path)
 
-    assert [outcome(a) for a in answers] == ["200 wrong"] * 4 + ["200 locked 2 seconds"]
-    assert outcome(right) == "200 locked 2 seconds"
+    assert [outcome(a) for a in answers] == ["200 wrong"] * 4 + ["429 locked 2 seconds"]
+    assert answers[-1].headers["retry-after"] == "2"
+    assert outcome(right) == "429 locked 2 seconds" and right.headers["retry-after"] == "2"
     assert LOCKED.format("2 seconds") in right.text
-    assert outcome(sign_in(gateway, "clerk", PASSWORD, new_address(), path=path)) == (
-        "200 locked 2 seconds"  # the name is locked wherever it comes from
+    elsewhere = sign_in(gateway, "clerk", PASSWORD, new_address(), path=path)
+    # An operator's own name locks wherever it comes from.
+    assert outcome(elsewhere) == "429 locked 2 seconds"
+    assert elsewhere.headers["retry-after"] == "2"
+
+
+@requires_redis
+def test_tenants_failures_from_a_shared_address_never_lock_an_operator_out_of_the_admin(
+    fleet, transactional_db, user
+):
+    _, long = fleet  # lockouts of 60 s: still in force when the operator signs in
+    get_user_model().objects.create_superuser("root", "root@example.com", PASSWORD)
+    office = new_address()  # an office NAT, or every client when PROXY_HOPS is wrong
+    admin_path = "/django-admin/login/"
+    on_dashboard = [sign_in(long, f"tenant-{i}", WRONG, office) for i in range(5)]
+    on_admin = [sign_in(long, f"tenant-{i}", WRONG, office, path=admin_path) for i in range(5)]
+
+    assert [outcome(a) for a in on_dashboard] == ["200 wrong"] * 4 + ["429 locked 1 minute"]
+    assert [outcome(a) for a in on_admin] == ["200 wrong"] * 4 + ["429 locked 1 minute"]
+    # Both doors are shut to the office's tenants, the right password included...
+    assert outcome(sign_in(long, "carol", PASSWORD, office)).startswith("429 locked")
+    assert outcome(sign_in(long, "carol", PASSWORD, office, path=admin_path)).startswith(
+        "429 locked"
     )
+    # ...and the operator behind the same address signs into the admin.
+    assert outcome(sign_in(long, "root", PASSWORD, office, path=admin_path)) == "signed in"
+    locked = redis.Redis.from_url(settings.REDIS_URL).keys(f"tollgate:login:*:{office}")
+    assert sorted(key.decode().split(":")[2] for key in locked) == ["addr", "admin"]
 
 
 def test_the_admin_action_clears_a_users_lockout(fleet, transactional_db, user):
@@ -341,6 +377,110 @@ def test_unlock_login_clears_a_name_and_an_address(fleet, user):
     )
     assert names.stdout.splitlines()[2] == "account name 'nobody': nothing to clear"
     assert addresses.stdout.splitlines()[0] == f"address {address}: cleared 1 record(s)"
+    # A success leaves nothing behind; one more failure leaves its name's and its address's.
+    assert outcome(sign_in(short, "nobody", WRONG, address)) == "200 wrong"
     everything = manage(long, "unlock_login", "--all")
-    # What the sign-in left: its name's and its address's (zero) counts.
     assert everything.stdout.splitlines()[0] == "all names and addresses: cleared 2 record(s)"
+
+
+# ---------------------------------------------------------------- what is not a failure
+
+
+def test_64_concurrent_calls_with_one_valid_token_from_one_address_are_all_served(
+    gateway, transactional_db
+):
+    tenant = make_tenant()
+    address = new_address()
+    with ThreadPoolExecutor(64) as pool:
+        answers = list(
+            pool.map(lambda _: api_get(gateway, tenant.api_token, address).status_code, range(64))
+        )
+
+    assert Counter(answers) == {200: 64}
+
+
+def test_valid_tokens_are_served_while_wrong_ones_from_the_same_address_are_in_flight(
+    gateway, transactional_db
+):
+    tenant = make_tenant()
+    address = new_address()
+    # Four guesses (one short of a lockout) among 32 valid calls, all at once.
+    secrets = [f"tg-guess-{i:040d}" if i % 9 == 0 else tenant.api_token for i in range(36)]
+    with ThreadPoolExecutor(36) as pool:
+        answers = list(pool.map(lambda s: api_get(gateway, s, address).status_code, secrets))
+
+    assert Counter(answers) == {200: 32, 401: 4}
+
+
+def test_concurrent_unknown_tokens_cannot_outrun_the_limit(gateway, transactional_db):
+    address = new_address()
+    with ThreadPoolExecutor(64) as pool:
+        answers = list(
+            pool.map(lambda i: api_get(gateway, f"tg-guess-{i:040d}", address), range(64))
+        )
+
+    # Five were looked up (the fifth answered with the lockout); the rest found it locked.
+    assert Counter(a.status_code for a in answers) == {401: 4, 429: 60}
+    assert {a.json()["error"]["code"] for a in answers if a.status_code == 429} == {"LM-3001"}
+    assert gateway.log().count(f"token:{address} locked for 2 s (strike 1)") == 1
+
+
+def test_eight_colleagues_behind_one_address_sign_in_at_once(gateway, transactional_db):
+    names = [f"colleague-{i}" for i in range(8)]
+    for name in names:
+        get_user_model().objects.create_user(name, password=PASSWORD)
+    office = new_address()
+    with ThreadPoolExecutor(8) as pool:
+        answers = list(pool.map(lambda n: outcome(sign_in(gateway, n, PASSWORD, office)), names))
+
+    assert answers == ["signed in"] * 8
+
+
+@pytest.fixture
+def database_relay():
+    """A TCP relay between a gateway and PostgreSQL, for a database cut of that gateway alone;
+    yields the relay and the database URL through it."""
+    url = urlsplit(child_database_url())
+    relay = TcpRelay(url.hostname or "127.0.0.1", url.port or 5432)
+    auth = url.netloc.rpartition("@")[0]
+    via = f"127.0.0.1:{relay.port}"
+    yield relay, url._replace(netloc=f"{auth}@{via}" if auth else via).geturl()
+    relay.stop()
+
+
+@requires_postgres
+@requires_redis
+def test_a_database_cut_counts_no_failure_and_leaves_no_lockout(
+    spawn_gateway, database_relay, transactional_db, user
+):
+    relay, relayed_url = database_relay
+    gateway = spawn_gateway(**ENV, DATABASE_URL=relayed_url)
+    tenant = make_tenant()
+    office = new_address()
+    assert api_get(gateway, tenant.api_token, office).status_code == 200
+    browser = httpx.Client(base_url=gateway.url, timeout=10, headers={"X-Forwarded-For": office})
+    csrf = CSRF_FIELD.search(browser.get("/login/").text).group(1)
+
+    def sign_in_right() -> httpx.Response:
+        form = {"csrfmiddlewaretoken": csrf, "username": "carol", "password": PASSWORD}
+        return browser.post("/login/", data=form)
+
+    relay.cut()
+    during = [api_get(gateway, tenant.api_token, office).status_code for _ in range(8)]
+    during += [sign_in_right().status_code for _ in range(8)]
+    relay.restore()
+
+    def answered() -> httpx.Response | None:
+        answer = api_get(gateway, tenant.api_token, office)
+        return answer if answer.status_code < 500 else None
+
+    first_after = wait_until(answered, timeout_s=15, interval_s=0.2, what="the database back")
+    signed_in = sign_in_right()
+    browser.close()
+
+    assert all(status >= 500 for status in during), during  # server errors, never 401 or 429
+    assert first_after.status_code == 200
+    assert signed_in.status_code == 302
+    client = redis.Redis.from_url(settings.REDIS_URL)
+    assert client.hgetall(f"tollgate:login:token:{office}") == {}
+    assert client.hgetall(f"tollgate:login:addr:{office}") == {}

@@ -4,6 +4,7 @@ process's memory and in real Redis alike."""
 from __future__ import annotations
 
 import logging
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -90,24 +91,76 @@ def test_one_name_from_many_addresses_locks_the_name(gate):
     assert sign_in(gate, name=OTHER, address=AWAY) == 0
 
 
-def test_concurrent_attempts_cannot_outrun_the_limit(gate):
-    with ThreadPoolExecutor(8) as pool:
-        attempts = list(
-            pool.map(lambda i: gate.begin_sign_in(name=NAME, address=f"192.0.2.{i}"), range(20))
-        )
-    admitted = [attempt for attempt in attempts if not attempt.wait_s]
-    assert len(admitted) == 5
-    # The first failure to be counted locks the name; the others find it locked.
-    assert [gate.failed(attempt) for attempt in admitted] == [60] * 5
-    assert [c.strikes for c in gate.unlock_name(NAME)] == [1]
+def test_concurrent_guesses_cannot_outrun_the_limit(gate):
+    # 20 wrong passwords at once from 20 addresses: 5 are checked, the fifth failure locks
+    # the name, and the 15 that waited for a slot find it locked.
+    with ThreadPoolExecutor(20) as pool:
+        lockouts = list(pool.map(lambda i: fail(gate, address=f"192.0.2.{i}"), range(20)))
+    assert sorted(lockouts) == [-1] * 15 + [0] * 4 + [60]
+    assert [(c.strikes, c.failures) for c in gate.unlock_name(NAME)] == [(1, 0)]
 
 
-def test_attempts_in_flight_that_succeed_give_their_count_back(gate):
+def test_right_passwords_in_flight_are_no_failures_and_all_get_through(gate):
+    # 40 right passwords at once for 8 names behind one address: none refused, nothing left.
+    names = [f"colleague-{i % 8}" for i in range(40)]
+    with ThreadPoolExecutor(40) as pool:
+        waits = list(pool.map(lambda name: sign_in(gate, name=name), names))
+    assert waits == [0] * 40
+    assert gate.unlock_address(HOME) == []
+
+
+def test_an_attempt_beyond_the_free_slots_waits_for_one(gate):
     first = [gate.begin_sign_in(name=NAME, address=HOME) for _ in range(5)]
-    assert gate.begin_sign_in(name=NAME, address=AWAY).wait_s == 60  # the allowance is taken
+    assert [attempt.wait_s for attempt in first] == [0] * 5
+    with ThreadPoolExecutor(1) as pool:
+        sixth = pool.submit(gate.begin_sign_in, name=NAME, address=AWAY)
+        time.sleep(0.3)
+        assert not sixth.done()  # every slot is taken: it waits, it is not refused
+        gate.succeeded(first[0])
+        assert sixth.result(timeout=5).wait_s == 0
+    for attempt in [*first[1:], sixth.result()]:
+        gate.succeeded(attempt)
+    assert [fail(gate) for _ in range(5)] == [0, 0, 0, 0, 60]
+
+
+def test_guesses_in_flight_lock_the_right_password_that_waited_behind_them(gate):
+    guesses = [gate.begin_sign_in(name=NAME, address=HOME) for _ in range(5)]
+    with ThreadPoolExecutor(1) as pool:
+        right = pool.submit(sign_in, gate, address=AWAY)
+        time.sleep(0.2)
+        assert [gate.failed(attempt) for attempt in guesses] == [0, 0, 0, 0, 60]
+        assert right.result(timeout=5) == 60
+
+
+def test_an_attempt_that_finds_no_slot_in_time_is_refused_as_busy_without_a_failure(gate):
+    first = [gate.begin_token(address=HOME) for _ in range(5)]
+    gate.slot_wait_s = 0.05
+    refused = gate.begin_token(address=HOME)
+    assert (refused.wait_s, refused.busy) == (throttle.BUSY_RETRY_S, True)
+    assert throttle.token_refusal(refused.wait_s, busy=True) == (
+        "Too many tenant tokens from this address are being checked at once. Try again in 1 second."
+    )
+    gate.failed(refused)  # a refused attempt counts nothing
     for attempt in first:
         gate.succeeded(attempt)
+    assert [gate.failed(gate.begin_token(address=HOME)) for _ in range(5)] == [0, 0, 0, 0, 60]
+
+
+def test_the_slot_of_an_attempt_that_never_ended_is_free_after_its_lease(gate, clock):
+    crashed = [gate.begin_sign_in(name=NAME, address=HOME) for _ in range(5)]
+    assert all(attempt.wait_s == 0 for attempt in crashed)
+    clock.advance(throttle.IN_FLIGHT_LEASE_S)
     assert sign_in(gate) == 0
+
+
+def test_a_server_error_gives_the_attempt_back_uncounted(gate):
+    assert [fail(gate) for _ in range(4)] == [0, 0, 0, 0]
+    for _ in range(10):  # the database unreachable: neither a failure nor a success
+        attempt = gate.begin_sign_in(name=NAME, address=HOME)
+        assert attempt.wait_s == 0
+        gate.released(attempt)
+    # The name's 4 failures stand (a success would have cleared them): the 5th locks.
+    assert fail(gate) == 60
 
 
 def test_sign_ins_and_tenant_tokens_count_apart_per_address(gate):
@@ -120,7 +173,7 @@ def test_sign_ins_and_tenant_tokens_count_apart_per_address(gate):
     assert gate.begin_token(address=AWAY).wait_s == 0
 
 
-def test_a_valid_token_gives_its_count_back(gate):
+def test_a_valid_token_counts_nothing(gate):
     for _ in range(4):
         gate.failed(gate.begin_token(address=HOME))
     for _ in range(10):
@@ -128,6 +181,40 @@ def test_a_valid_token_gives_its_count_back(gate):
         assert attempt.wait_s == 0
         gate.succeeded(attempt)
     assert gate.failed(gate.begin_token(address=HOME)) == 60
+
+
+def admin_sign_in(gate: Throttle, *, name: str, operator: bool, address: str = HOME) -> int:
+    """One right password on the admin; return 0, or the wait (s) it was refused for."""
+    attempt = gate.begin_admin_sign_in(name=name, address=address, operator=operator)
+    if not attempt.wait_s:
+        gate.succeeded(attempt)
+    return attempt.wait_s
+
+
+def admin_fail(gate: Throttle, *, name: str, operator: bool = False) -> int:
+    attempt = gate.begin_admin_sign_in(name=name, address=HOME, operator=operator)
+    return -1 if attempt.wait_s else gate.failed(attempt)
+
+
+def test_tenants_failures_from_a_shared_address_never_lock_an_operator_out_of_the_admin(gate):
+    # The dashboard's failures lock the dashboard's door of the address, not the admin's.
+    assert [fail(gate, name=f"tenant-{i}") for i in range(5)][-1] == 60
+    assert sign_in(gate, name="tenant-9") == 60
+    assert admin_sign_in(gate, name="tenant-9", operator=False) == 0
+    # Tenants' failures on the admin lock the admin's door for names that are not operators'.
+    assert [admin_fail(gate, name=f"tenant-{i}") for i in range(5, 10)][-1] == 60
+    assert admin_sign_in(gate, name="tenant-9", operator=False) == 60
+    # An operator's name counts by itself alone.
+    assert admin_sign_in(gate, name="root", operator=True) == 0
+    assert gate.begin_token(address=HOME).wait_s == 0
+
+
+def test_an_operators_own_failures_lock_the_operators_name_wherever_it_comes_from(gate):
+    assert [admin_fail(gate, name="root", operator=True) for _ in range(5)] == [0, 0, 0, 0, 60]
+    assert admin_sign_in(gate, name="root", operator=True, address=AWAY) == 60
+    assert admin_sign_in(gate, name="clerk", operator=True) == 0  # the address is not locked
+    assert [c.strikes for c in gate.unlock_name("root")] == [1]
+    assert admin_sign_in(gate, name="root", operator=True) == 0
 
 
 def test_zero_failures_turns_throttling_off(gate, tollgate):
@@ -145,17 +232,21 @@ def test_unlocking_a_name_clears_its_lock_and_strikes(gate, clock):
     assert gate.unlock_name(OTHER) == []
 
 
-def test_unlocking_an_address_clears_sign_ins_and_tokens(gate):
+def test_unlocking_an_address_clears_sign_ins_tokens_and_the_admins_sign_ins(gate):
     assert [fail(gate, name=f"user-{i}") for i in range(5)][-1] == 60
     for _ in range(5):
         gate.failed(gate.begin_token(address=HOME))
-    assert {c.key.split(":")[-2] for c in gate.unlock_address(HOME)} == {"addr", "token"}
+    assert [admin_fail(gate, name=f"user-{i}") for i in range(5, 10)][-1] == 60
+    cleared = {c.key.split(":")[-2] for c in gate.unlock_address(HOME)}
+    assert cleared == {"addr", "token", "admin"}
     assert sign_in(gate, name=OTHER) == 0
     assert gate.begin_token(address=HOME).wait_s == 0
+    assert admin_sign_in(gate, name=OTHER, operator=False) == 0
 
 
 def test_unlocking_all_clears_every_name_and_address(gate):
     assert [fail(gate, name=f"user-{i}") for i in range(5)][-1] == 60
+    assert sign_in(gate, name=OTHER, address=AWAY) == 0  # a success leaves nothing behind
     assert len(gate.unlock_all()) == 6  # five names, one address
     assert sign_in(gate, name="user-0") == 0
 
