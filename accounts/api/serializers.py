@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
+from accounts.api.fields import column_integer, id_of, money_micro
 from accounts.models import Account, ApiKey, Group, Period
 
 
@@ -47,24 +48,34 @@ class GroupOut(serializers.ModelSerializer):
 
 
 class GroupIn(serializers.Serializer):
-    account = serializers.IntegerField(required=False)
+    account = id_of(Account, required=False)
     name = serializers.CharField(max_length=200)
-    budget_max_micro = serializers.IntegerField(min_value=0, required=False, allow_null=True)
-    rpm_limit = serializers.IntegerField(min_value=1, required=False, allow_null=True)
-    tpm_limit = serializers.IntegerField(min_value=1, required=False, allow_null=True)
-    concurrency_limit = serializers.IntegerField(min_value=1, required=False, allow_null=True)
+    budget_max_micro = money_micro(required=False, allow_null=True)
+    rpm_limit = column_integer(Group, "rpm_limit", min_value=1, required=False, allow_null=True)
+    tpm_limit = column_integer(Group, "tpm_limit", min_value=1, required=False, allow_null=True)
+    concurrency_limit = column_integer(
+        Group, "concurrency_limit", min_value=1, required=False, allow_null=True
+    )
     budget_period = serializers.ChoiceField(choices=Period.choices, required=False)
 
 
 class GroupUpdateIn(serializers.Serializer):
-    budget_max_micro = serializers.IntegerField(min_value=0, required=False, allow_null=True)
-    rpm_limit = serializers.IntegerField(min_value=1, required=False, allow_null=True)
-    tpm_limit = serializers.IntegerField(min_value=1, required=False, allow_null=True)
-    concurrency_limit = serializers.IntegerField(min_value=1, required=False, allow_null=True)
-    caller_rpm_limit = serializers.IntegerField(min_value=1, required=False, allow_null=True)
-    caller_tpm_limit = serializers.IntegerField(min_value=1, required=False, allow_null=True)
-    caller_budget_max_micro = serializers.IntegerField(min_value=0, required=False, allow_null=True)
-    web_units_per_day = serializers.IntegerField(min_value=0, required=False, allow_null=True)
+    budget_max_micro = money_micro(required=False, allow_null=True)
+    rpm_limit = column_integer(Group, "rpm_limit", min_value=1, required=False, allow_null=True)
+    tpm_limit = column_integer(Group, "tpm_limit", min_value=1, required=False, allow_null=True)
+    concurrency_limit = column_integer(
+        Group, "concurrency_limit", min_value=1, required=False, allow_null=True
+    )
+    caller_rpm_limit = column_integer(
+        Group, "caller_rpm_limit", min_value=1, required=False, allow_null=True
+    )
+    caller_tpm_limit = column_integer(
+        Group, "caller_tpm_limit", min_value=1, required=False, allow_null=True
+    )
+    caller_budget_max_micro = money_micro(required=False, allow_null=True)
+    web_units_per_day = column_integer(
+        Group, "web_units_per_day", min_value=0, required=False, allow_null=True
+    )
     budget_period = serializers.ChoiceField(choices=Period.choices, required=False)
 
 
@@ -92,15 +103,15 @@ class ApiKeyOut(serializers.ModelSerializer):
 
 
 class ApiKeyIn(serializers.Serializer):
-    group = serializers.IntegerField()
+    group = id_of(Group)
     name = serializers.CharField(max_length=200, required=False, allow_blank=True)
     expires_at = serializers.DateTimeField(required=False, allow_null=True)
     allowed_models = serializers.ListField(
         child=serializers.CharField(max_length=200), required=False
     )
-    budget_max_micro = serializers.IntegerField(min_value=0, required=False, allow_null=True)
-    rpm_limit = serializers.IntegerField(min_value=1, required=False, allow_null=True)
-    tpm_limit = serializers.IntegerField(min_value=1, required=False, allow_null=True)
+    budget_max_micro = money_micro(required=False, allow_null=True)
+    rpm_limit = column_integer(ApiKey, "rpm_limit", min_value=1, required=False, allow_null=True)
+    tpm_limit = column_integer(ApiKey, "tpm_limit", min_value=1, required=False, allow_null=True)
     budget_period = serializers.ChoiceField(choices=Period.choices, required=False)
 
 

@@ -17,6 +17,7 @@ from accounts.selectors import groups_of_user
 from audit.actors import request_actor
 from byok import selectors, services
 from byok.models import TeamKey
+from providers.models import ProviderProfile
 
 
 def key_out(team_key: TeamKey) -> dict:
@@ -90,6 +91,15 @@ class TeamKeyIn(serializers.Serializer):
     key = serializers.CharField(max_length=512, trim_whitespace=False)
 
 
+def provider_from_path(provider: str) -> str:
+    """Return a provider name from the path, or refuse one no profile can have (NUL bytes,
+    longer than the name column): refused as unknown before the database sees it."""
+    longest = ProviderProfile._meta.get_field("name").max_length or 0
+    if len(provider) > longest or "\x00" in provider:
+        raise ValidationError(f"Unknown provider. {selectors.eligible_providers_hint()}")
+    return provider
+
+
 def refused(exc: services.TeamKeyRefused):
     return Conflict(str(exc)) if exc.conflict else ValidationError(str(exc))
 
@@ -130,7 +140,7 @@ class PoolView(APIView):
         try:
             pool = services.pool_set_fallback(
                 group=group,
-                provider=provider,
+                provider=provider_from_path(provider),
                 fallback=data.validated_data["fallback"],
                 actor=request_actor(request),
             )
@@ -155,7 +165,10 @@ class PoolKeysView(APIView):
         data.is_valid(raise_exception=True)
         try:
             team_key = services.team_key_add(
-                group=group, provider=provider, actor=request_actor(request), **data.validated_data
+                group=group,
+                provider=provider_from_path(provider),
+                actor=request_actor(request),
+                **data.validated_data,
             )
         except services.TeamKeyRefused as exc:
             raise refused(exc) from None

@@ -4,6 +4,8 @@ from datetime import UTC, date, datetime, time
 
 from rest_framework import serializers
 
+from accounts.api.fields import id_of
+from accounts.models import ApiKey, Group
 from core.usage_record import ATTEMPT_FIELDS
 from usage.export import LOG_FIELDS
 from usage.models import UsageAttempt, UsageLog
@@ -22,12 +24,8 @@ class MomentField(serializers.DateTimeField):
 
 
 class UsageQueryIn(serializers.Serializer):
-    group = serializers.IntegerField(
-        required=False, min_value=1, help_text="Only this group's rows (one of yours)."
-    )
-    key = serializers.IntegerField(
-        required=False, min_value=1, help_text="Only this virtual key's rows (one of yours)."
-    )
+    group = id_of(Group, required=False, help_text="Only this group's rows (one of yours).")
+    key = id_of(ApiKey, required=False, help_text="Only this virtual key's rows (one of yours).")
     caller = serializers.CharField(
         required=False, max_length=64, help_text="Only rows of this caller label."
     )

@@ -12,6 +12,7 @@ from rest_framework.generics import ListAPIView
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from accounts.api.fields import request_id_or_404
 from accounts.api.pagination import NewestFirstPagination, capped_count
 from accounts.api.schema import error_responses
 from usage import selectors
@@ -55,7 +56,9 @@ class UsageDetailView(APIView):
         responses={200: s.UsageLogDetailOut, **error_responses(404)},
     )
     def get(self, request, request_id: str):
-        usage_log = selectors.usage_log_of_user(user=request.user, request_id=request_id)
+        usage_log = selectors.usage_log_of_user(
+            user=request.user, request_id=request_id_or_404(request_id)
+        )
         if usage_log is None:
             raise Http404
         return Response(s.UsageLogDetailOut(usage_log).data)
