@@ -19,3 +19,10 @@ urlpatterns = [
     ),
     path("", include("dashboard.urls")),
 ]
+
+# The tenant API (/api/, /admin/groups/) answers its errors as JSON in our error language;
+# every other path keeps Django's pages (accounts/api/errors.py).
+handler400 = "accounts.api.errors.bad_request"
+handler403 = "accounts.api.errors.permission_denied"
+handler404 = "accounts.api.errors.page_not_found"
+handler500 = "accounts.api.errors.server_error"
