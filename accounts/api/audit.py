@@ -14,18 +14,21 @@ from rest_framework.generics import GenericAPIView
 from rest_framework.views import APIView
 
 from accounts import selectors
+from accounts.api.fields import id_of
 from accounts.api.pagination import LatestIdFirstPagination
 from accounts.api.permissions import MANAGERS, require_manager
 from accounts.api.schema import error_responses
-from accounts.models import Membership
+from accounts.models import Account, Membership
 from audit import export
 from audit.selectors import entries_of_accounts
 from audit.summary import summary
 
 
 class AuditQueryIn(serializers.Serializer):
-    account = serializers.IntegerField(
-        required=False, help_text="One of the caller's accounts; default: every one they manage."
+    account = id_of(
+        Account,
+        required=False,
+        help_text="One of the caller's accounts; default: every one they manage.",
     )
     action = serializers.CharField(
         required=False,
@@ -81,6 +84,11 @@ class AuditListView(GenericAPIView):
     pagination_class = LatestIdFirstPagination
     serializer_class = AuditEntryOut
 
+    def get_queryset(self):
+        # Also what the browsable API's page (a browser's Accept) reads: a generic view
+        # without it fails there.
+        return audited_entries(self.request)
+
     @extend_schema(
         operation_id="audit_list",
         tags=["audit"],
@@ -89,7 +97,7 @@ class AuditListView(GenericAPIView):
         responses={200: AuditEntryOut(many=True), **error_responses(400, 403, 404)},
     )
     def get(self, request):
-        page = self.paginate_queryset(audited_entries(request))
+        page = self.paginate_queryset(self.get_queryset())
         return self.get_paginated_response(AuditEntryOut(page, many=True).data)
 
 

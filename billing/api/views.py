@@ -72,6 +72,14 @@ class LedgerView(GenericAPIView):
     pagination_class = LatestIdFirstPagination
     serializer_class = LedgerOut
 
+    def get_queryset(self):
+        # Also what the browsable API's page (a browser's Accept) reads: a generic view
+        # without it fails there.
+        wallet = get_object_or_404(
+            selectors.wallets_of_user(user=self.request.user), account_id=self.kwargs["account_id"]
+        )
+        return selectors.ledger_of_wallet(wallet=wallet)
+
     @extend_schema(
         operation_id="ledger_list",
         tags=["billing"],
@@ -79,10 +87,7 @@ class LedgerView(GenericAPIView):
         responses={200: LedgerOut(many=True), **error_responses(404)},
     )
     def get(self, request, account_id: int):
-        wallet = get_object_or_404(
-            selectors.wallets_of_user(user=request.user), account_id=account_id
-        )
-        page = self.paginate_queryset(selectors.ledger_of_wallet(wallet=wallet))
+        page = self.paginate_queryset(self.get_queryset())
         return self.get_paginated_response(LedgerOut(page, many=True).data)
 
 
