@@ -26,6 +26,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from accounts.api.errors import TENANT_API_PREFIXES
+from accounts.models import Group
+from byok.services import team_key_add
 from core import errors
 from tests.support.profiles import install_profiles
 from tests.support.tenants import Tenant, make_tenant
@@ -143,11 +145,7 @@ EDGE_TEXTS = [
 integers = st.sampled_from(EDGE_INTEGERS) | st.integers()
 texts = st.sampled_from(EDGE_TEXTS) | st.text(max_size=30)
 scalars = (
-    st.none()
-    | st.booleans()
-    | integers
-    | st.floats(allow_nan=False, allow_infinity=False)
-    | texts
+    st.none() | st.booleans() | integers | st.floats(allow_nan=False, allow_infinity=False) | texts
 )
 values = st.recursive(
     scalars,
@@ -264,12 +262,8 @@ def rolled_back() -> Iterator[None]:
 
 @pytest.fixture
 def world() -> World:
-    from byok.services import team_key_add
-
     install_profiles("http://127.0.0.1:9")  # nothing listens there: no vendor is called
     caller, other = make_tenant(), make_tenant()
-    from accounts.models import Group
-
     team_key = team_key_add(
         group=Group.objects.get(pk=caller.group_id),
         provider="stub-openai",
