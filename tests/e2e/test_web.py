@@ -133,6 +133,7 @@ def test_a_page_written_by_scripts_goes_on_to_the_renderer_and_both_units_are_bi
         {
             "url": f"{site.url}/js",
             "resolve": {"host": "127.0.0.1", "port": site.port, "addresses": ["127.0.0.1"]},
+            "follow_redirects": False,
         },
     )
     assert site.hits == ["/js", "/js"]  # our fetcher, then the renderer's browser
