@@ -10,6 +10,8 @@ still can, and is answered by offset.
 
 from __future__ import annotations
 
+from django.core.exceptions import ValidationError
+from rest_framework.exceptions import NotFound
 from rest_framework.pagination import CursorPagination, LimitOffsetPagination
 from rest_framework.response import Response
 
@@ -46,7 +48,21 @@ class CountedCursorPagination(CursorPagination):
             self.count = self._offset.count
             return page
         self._offset = None
+        self._refuse_a_forged_position(queryset, request, view)
         return super().paginate_queryset(queryset, request, view)
+
+    def _refuse_a_forged_position(self, queryset, request, view) -> None:
+        """A cursor is opaque, but the client holds it: one whose position is no value of the
+        ordering's field (forged or corrupted) is an invalid cursor (404, as DRF answers one it
+        cannot decode), not a query the database would refuse."""
+        cursor = self.decode_cursor(request)
+        if cursor is None or cursor.position is None:
+            return
+        name = self.get_ordering(request, queryset, view)[0].lstrip("-")
+        try:
+            queryset.model._meta.get_field(name).to_python(cursor.position)
+        except ValidationError:
+            raise NotFound(self.invalid_cursor_message) from None
 
     def get_paginated_response(self, data) -> Response:
         if self._offset is not None:

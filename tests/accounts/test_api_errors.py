@@ -5,6 +5,8 @@ exception is a JSON 500 with no traceback."""
 
 from __future__ import annotations
 
+import base64
+
 import pytest
 from django.urls import include, path
 from rest_framework.test import APIClient
@@ -154,6 +156,26 @@ def test_a_malformed_provider_is_refused_in_json_before_the_database(method, url
     assert response.status_code in (400, 404), response.content[:300]
     assert response["Content-Type"] == "application/json"
     assert response.json()["error"]["code"] in ("LM-2001", "LM-2004")
+
+
+def forged_cursor(text: str) -> str:
+    """A cursor as DRF encodes one (base64 of its query string), with a made-up position."""
+    return base64.b64encode(text.encode()).decode()
+
+
+@pytest.mark.parametrize(
+    "cursor", ["p=garbage", "o=0&r=0&p=2026-13-45+00:00", "r=1&p=abc", "o=99999999999999999999&p=x"]
+)
+@pytest.mark.parametrize("route", ["/api/usage", "/api/accounts/{account}/ledger", "/api/audit"])
+def test_a_forged_cursor_is_a_json_404_not_a_database_error(route, cursor):
+    tenant = make_tenant()
+    url = route.replace("{account}", str(tenant.account_id))
+
+    response = client_for(tenant).get(url, {"cursor": forged_cursor(cursor)})
+
+    # Its position is no value of the ordering's field (a date-time, an id): it names no page.
+    error = error_of(response, 404)
+    assert error == {"message": "Invalid cursor", "type": "not_found_error", "code": "LM-2004"}
 
 
 def test_a_method_the_route_does_not_take_is_a_json_405():

@@ -138,6 +138,8 @@ EDGE_TEXTS = [
     "9999-12-31T23:59:59-23:59",
     "0001-01-01T00:00:00+23:59",
     "gAAAA",
+    "cD1nYXJiYWdl",  # a forged cursor: base64 of "p=garbage"
+    "bz0wJnI9MSZwPTIwMjYtMTMtNDU=",  # base64 of "o=0&r=1&p=2026-13-45"
     "stub-openai",
     "day",
     "month",
