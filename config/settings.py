@@ -15,8 +15,8 @@ from pathlib import Path
 import environ
 from django.core.exceptions import ImproperlyConfigured
 
-from core.signing import parse_receipt_keys as _parse_receipt_keys
 from core.sealing import parse_keyring as _parse_keyring
+from core.signing import parse_receipt_keys as _parse_receipt_keys
 from webfetch.addresses import allowed_networks as _allowed_networks
 
 BASE_DIR = Path(__file__).resolve().parent.parent

@@ -40,7 +40,8 @@ class CappedCountPaginator(Paginator):
 
     @cached_property
     def count(self) -> int:
-        return self.object_list[: self.COUNT_CAP].count()
+        # Unordered: see accounts/api/pagination.py's capped count.
+        return self.object_list.order_by()[: self.COUNT_CAP].count()
 
 
 class LargeTable:

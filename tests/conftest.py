@@ -4,15 +4,24 @@ from __future__ import annotations
 
 import os
 import time
+from urllib.parse import urlsplit
 
 import pytest
 
 from tests.support.databases import throwaway_database  # noqa: F401  (a fixture)
-from tests.support.processes import Gateway, RedisServer, free_port, start_gateway, start_stub
+from tests.support.processes import (
+    Gateway,
+    RedisServer,
+    child_database_url,
+    free_port,
+    start_gateway,
+    start_stub,
+)
 from tests.support.profiles import install_profiles
 from tests.support.rates import RateWindow
 from tests.support.services import HAS_REDIS, IS_POSTGRES, clear_shared_state
 from tests.support.stacks import Stack, own_stack
+from tests.support.tcp_relay import TcpRelay
 
 
 def pytest_configure(config):
@@ -151,3 +160,15 @@ def module_gateways(gateway_factory):
     yield start
     for gateway in started:
         gateway.stop()
+
+
+@pytest.fixture
+def database_relay():
+    """A TCP relay between a process and PostgreSQL, for a database cut of that process alone;
+    yields the relay and the database URL through it."""
+    url = urlsplit(child_database_url())
+    relay = TcpRelay(url.hostname or "127.0.0.1", url.port or 5432)
+    auth = url.netloc.rpartition("@")[0]
+    via = f"127.0.0.1:{relay.port}"
+    yield relay, url._replace(netloc=f"{auth}@{via}" if auth else via).geturl()
+    relay.stop()

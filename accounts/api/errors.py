@@ -90,9 +90,7 @@ def error_response(
             "code": code or default_code,
         }
     }
-    response = HttpResponse(
-        orjson.dumps(body), status=status_code, content_type="application/json"
-    )
+    response = HttpResponse(orjson.dumps(body), status=status_code, content_type="application/json")
     response.data = body  # as DRF's responses carry it, for tests and middleware that read it
     if retry_after_s:
         response["Retry-After"] = str(max(1, math.ceil(retry_after_s)))

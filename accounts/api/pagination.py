@@ -20,7 +20,9 @@ COUNT_CAP = 10_000
 
 def capped_count(queryset) -> int | None:
     """The rows of `queryset` if at most COUNT_CAP, else None (counting stops there)."""
-    counted = queryset[: COUNT_CAP + 1].count()
+    # Unordered: an ORDER BY kept in the capped subquery lets PostgreSQL walk the ordering's
+    # index over every account's rows to find this one's (seconds cold, at scale).
+    counted = queryset.order_by()[: COUNT_CAP + 1].count()
     return counted if counted <= COUNT_CAP else None
 
 

@@ -7,28 +7,12 @@ TCP relay the test cuts: an outage of that process alone, the test's own databas
 
 from __future__ import annotations
 
-from urllib.parse import urlsplit
-
 import httpx
-import pytest
 
 from core.errors import DependencyDown
-from tests.support.processes import child_database_url
 from tests.support.services import requires_postgres
-from tests.support.tcp_relay import TcpRelay
 from tests.support.tenants import make_tenant
 from tests.support.waits import wait_until
-
-
-@pytest.fixture
-def database_relay():
-    """A TCP relay to the test database; yields the relay and the database URL through it."""
-    url = urlsplit(child_database_url())
-    relay = TcpRelay(url.hostname or "127.0.0.1", url.port or 5432)
-    auth = url.netloc.rpartition("@")[0]
-    via = f"127.0.0.1:{relay.port}"
-    yield relay, url._replace(netloc=f"{auth}@{via}" if auth else via).geturl()
-    relay.stop()
 
 
 @requires_postgres

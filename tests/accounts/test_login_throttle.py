@@ -15,7 +15,6 @@ import sys
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
-from urllib.parse import urlsplit
 
 import httpx
 import pytest
@@ -24,14 +23,13 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.test import Client
 
-from tests.support.processes import ROOT, child_database_url
+from tests.support.processes import ROOT
 from tests.support.services import (
     HAS_REDIS,
     delete_redis_keys,
     requires_postgres,
     requires_redis,
 )
-from tests.support.tcp_relay import TcpRelay
 from tests.support.tenants import make_tenant
 from tests.support.waits import wait_until
 
@@ -434,18 +432,6 @@ def test_eight_colleagues_behind_one_address_sign_in_at_once(gateway, transactio
         answers = list(pool.map(lambda n: outcome(sign_in(gateway, n, PASSWORD, office)), names))
 
     assert answers == ["signed in"] * 8
-
-
-@pytest.fixture
-def database_relay():
-    """A TCP relay between a gateway and PostgreSQL, for a database cut of that gateway alone;
-    yields the relay and the database URL through it."""
-    url = urlsplit(child_database_url())
-    relay = TcpRelay(url.hostname or "127.0.0.1", url.port or 5432)
-    auth = url.netloc.rpartition("@")[0]
-    via = f"127.0.0.1:{relay.port}"
-    yield relay, url._replace(netloc=f"{auth}@{via}" if auth else via).geturl()
-    relay.stop()
 
 
 @requires_postgres

@@ -13,12 +13,10 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 
 import httpx
 import orjson
 import pytest
-from django.conf import settings
 from django.db import connection, transaction
 from django.test import Client
 
@@ -29,7 +27,7 @@ from audit.models import AuditEntry, SignedHead
 from billing.models import Receipt
 from billing.receipts import canonical, digest
 from core.signing import receipt_keys
-from tests.support.processes import ROOT, child_database_url, child_env
+from tests.support.processes import run_manage
 from tests.support.services import requires_postgres
 from tests.support.usage import settled
 
@@ -48,22 +46,9 @@ VERIFY_AUDIT = "python manage.py verify_audit --head audit-head.json"
 
 
 def shell(command: str, cwd, **env: str) -> subprocess.CompletedProcess:
-    """Run a documented line in a shell (curl), or a manage.py command, on the test database."""
+    """Run a documented line: a manage.py command on the test database, else in a shell."""
     if command.startswith("python manage.py"):
-        argv = [sys.executable, "manage.py", *command.split()[2:]]
-        argv = [a if not a.endswith(".json") else str(cwd / a) for a in argv]
-        return subprocess.run(
-            argv,
-            cwd=ROOT,
-            env=child_env(
-                DATABASE_URL=child_database_url(),
-                SECRET_KEY=settings.SECRET_KEY,
-                SEALING_KEYS=settings.SEALING_KEYS,
-            ),
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        return run_manage(command, cwd=cwd)
     return subprocess.run(
         ["sh", "-c", command], cwd=cwd, env={"PATH": "/usr/bin:/bin", **env},
         capture_output=True, text=True, timeout=30, check=True,
@@ -224,9 +209,7 @@ def test_statements_and_the_dashboard_hand_out_both_heads_signed(stack):
 
     # The dashboard hands out the same heads (asking again signs nothing new).
     browser = Client()
-    browser.force_login(
-        Membership.objects.get(account_id=tenant.account_id, role="owner").user
-    )
+    browser.force_login(Membership.objects.get(account_id=tenant.account_id, role="owner").user)
     for path, chain in (("receipts/head.json", "receipts"), ("audit/head.json", "audit")):
         page = browser.get(f"/dashboard/{tenant.account_id}/{path}")
         assert page.status_code == 200

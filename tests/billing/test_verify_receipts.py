@@ -14,12 +14,9 @@ from __future__ import annotations
 
 import base64
 import json
-import subprocess
-import sys
 
 import httpx
 import pytest
-from django.conf import settings
 from django.core.management import CommandError, call_command
 from django.db import connection
 
@@ -27,7 +24,7 @@ from audit.heads import document
 from billing.models import LedgerEntry, Receipt
 from billing.receipt_keys import receipt_keys
 from billing.receipts import signed_receipt_head
-from tests.support.processes import ROOT, child_database_url, child_env
+from tests.support.processes import run_manage
 from tests.support.stacks import Stack
 from tests.support.tenants import Tenant
 from tests.support.usage import attempt, journal_row, settled, store
@@ -78,24 +75,6 @@ class _Capture:
 
     def lines(self) -> list[str]:
         return self.text.splitlines()
-
-
-def run_manage(command: str, **env: str) -> subprocess.CompletedProcess:
-    """Run a documented `python manage.py ...` command as a process, on the test database."""
-    argv = [sys.executable, *command.split()[1:]]
-    return subprocess.run(
-        argv,
-        cwd=ROOT,
-        env=child_env(
-            DATABASE_URL=child_database_url(),
-            SECRET_KEY=settings.SECRET_KEY,
-            SEALING_KEYS=settings.SEALING_KEYS,
-            **env,
-        ),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
 
 
 def sql(statement: str, *params) -> None:

@@ -58,6 +58,25 @@ def child_database_url() -> str:
     return f"postgres://{auth}{db.get('HOST') or '127.0.0.1'}:{db.get('PORT') or 5432}/{db['NAME']}"
 
 
+def run_manage(command: str, *, cwd: Path = ROOT, **env: str) -> subprocess.CompletedProcess:
+    """Run a documented `python manage.py ...` command as a process, on the test database
+    (`cwd`: where its file arguments are)."""
+    argv = [sys.executable, str(ROOT / "manage.py"), *command.split()[2:]]
+    return subprocess.run(
+        argv,
+        cwd=cwd,
+        env=child_env(
+            DATABASE_URL=child_database_url(),
+            SECRET_KEY=settings.SECRET_KEY,
+            SEALING_KEYS=settings.SEALING_KEYS,
+            **env,
+        ),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
 # ---------------------------------------------------------------- the stub vendor
 
 
