@@ -115,6 +115,9 @@ class Group(PeriodSpend, models.Model):
     spent_micro = models.BigIntegerField(default=0)
     reserved_micro = models.BigIntegerField(default=0)
     settled_micro = models.BigIntegerField(default=0)
+    # Measured provider cost above a hold that the wallet could not cover: stated here, never
+    # in spent or settled (billing.ledger moves it in the statement that charges them).
+    uncollected_micro = models.BigIntegerField(default=0, db_default=0, editable=False)
     bandwidth_micro_usd_per_gb = models.BigIntegerField(default=0)
     rpm_limit = models.PositiveIntegerField(null=True, blank=True)
     tpm_limit = models.PositiveIntegerField(null=True, blank=True)
@@ -160,6 +163,8 @@ class ApiKey(PeriodSpend, models.Model):
     budget_max_micro = models.BigIntegerField(null=True, blank=True)
     spent_micro = models.BigIntegerField(default=0)
     reserved_micro = models.BigIntegerField(default=0)
+    # As the group's: what the wallet could not cover, never in spent (lifetime, not per period).
+    uncollected_micro = models.BigIntegerField(default=0, db_default=0, editable=False)
     rpm_limit = models.PositiveIntegerField(null=True, blank=True)
     tpm_limit = models.PositiveIntegerField(null=True, blank=True)
     budget_period = models.CharField(max_length=8, choices=Period.choices, default=Period.NONE)

@@ -173,10 +173,14 @@ def request_span(request_ids: Iterable[str]) -> tuple[str, str]:
 
 @dataclass
 class Moves:
-    """What one transaction moves on group, key and caller counters, applied once per row."""
+    """What one transaction moves on group, key and caller counters, applied once per row.
 
-    groups: dict[int, list[int]] = field(default_factory=lambda: defaultdict(lambda: [0, 0, 0]))
-    keys: dict[int, list[int]] = field(default_factory=lambda: defaultdict(lambda: [0, 0]))
+    Groups: [spent, settled, reserved, uncollected]; keys: [spent, reserved, uncollected];
+    callers: [spent, reserved].
+    """
+
+    groups: dict[int, list[int]] = field(default_factory=lambda: defaultdict(lambda: [0, 0, 0, 0]))
+    keys: dict[int, list[int]] = field(default_factory=lambda: defaultdict(lambda: [0, 0, 0]))
     callers: dict[int, list[int]] = field(default_factory=lambda: defaultdict(lambda: [0, 0]))
 
     def charged(self, c: Charge, *, bandwidth_micro: int | None = None) -> None:
@@ -185,8 +189,10 @@ class Moves:
         g = self.groups[c.group_id]
         g[0] += spent
         g[1] += c.cost_micro
+        g[3] += c.uncollected_micro
         if c.api_key_id is not None:
             self.keys[c.api_key_id][0] += spent
+            self.keys[c.api_key_id][2] += c.uncollected_micro
         if c.caller_spend_id is not None:
             self.callers[c.caller_spend_id][0] += spent
 
@@ -207,32 +213,34 @@ def move_counters(moves: Moves, *, now: datetime | None = None) -> Program[None]
     """
     ended: dict[tuple[str, int], tuple[str, str]] = {}
     if now is not None:
-        charged_groups = [g for g, (spent, _, _) in moves.groups.items() if spent]
-        charged_keys = [k for k, (spent, _) in moves.keys.items() if spent]
+        charged_groups = [g for g, (spent, *_) in moves.groups.items() if spent]
+        charged_keys = [k for k, (spent, *_) in moves.keys.items() if spent]
         if charged_groups or charged_keys:
             ended = yield from ended_periods(
                 now=now, group_ids=charged_groups, key_ids=charged_keys
             )
-    for group_id, (spent, settled, reserved) in sorted(moves.groups.items()):
+    for group_id, (spent, settled, reserved, uncollected) in sorted(moves.groups.items()):
         if ("group", group_id) in ended:
             assert now is not None  # `ended` is only filled when `now` is given
             yield from _roll("group", group_id, *ended["group", group_id], now=now)
-        if spent or settled or reserved:
+        if spent or settled or reserved or uncollected:
+            # What the wallet could not cover moves with what was taken: one statement.
             yield (
                 f"UPDATE {GROUPS} SET spent_micro = spent_micro + %s,"
-                " settled_micro = settled_micro + %s, reserved_micro = reserved_micro + %s"
-                " WHERE id = %s RETURNING id",
-                (spent, settled, reserved, group_id),
+                " settled_micro = settled_micro + %s, reserved_micro = reserved_micro + %s,"
+                " uncollected_micro = uncollected_micro + %s WHERE id = %s RETURNING id",
+                (spent, settled, reserved, uncollected, group_id),
             )
-    for key_id, (spent, reserved) in sorted(moves.keys.items()):
+    for key_id, (spent, reserved, uncollected) in sorted(moves.keys.items()):
         if ("key", key_id) in ended:
             assert now is not None  # `ended` is only filled when `now` is given
             yield from _roll("key", key_id, *ended["key", key_id], now=now)
-        if spent or reserved:
+        if spent or reserved or uncollected:
             yield (
                 f"UPDATE {KEYS} SET spent_micro = spent_micro + %s,"
-                " reserved_micro = reserved_micro + %s WHERE id = %s RETURNING id",
-                (spent, reserved, key_id),
+                " reserved_micro = reserved_micro + %s,"
+                " uncollected_micro = uncollected_micro + %s WHERE id = %s RETURNING id",
+                (spent, reserved, uncollected, key_id),
             )
     for caller_spend_id, (spent, reserved) in sorted(moves.callers.items()):
         if spent or reserved:
@@ -778,6 +786,9 @@ class Charge:
     caller_spend_id: int | None = None
     cost_micro: int = 0  # the provider cost: spent and settled
     bandwidth_micro: int = 0  # the bandwidth charge: spent only, never settled
+    # Measured cost the wallet could not cover: not in cost_micro, stated on the group's and
+    # key's uncollected counters only.
+    uncollected_micro: int = 0
 
 
 def charge(
@@ -1144,9 +1155,11 @@ def settle(rows: list[Settle], *, now: datetime) -> Program[Settled]:
                     r.group_id,
                     r.api_key_id,
                     h.caller_spend_id if h else None,
-                    # Counters state what was taken: not what the wallet could not pay.
+                    # Counters state what was taken: not what the wallet could not pay,
+                    # which they state on its own.
                     r.cost_micro - (moved.uncollected_micro if moved else 0),
                     r.bandwidth_micro,
+                    moved.uncollected_micro if moved else 0,
                 )
             )
     charged = yield from charge(owing, source="settle", now=now, moves=moves)
@@ -1235,10 +1248,15 @@ def true_up(
             collected = yield from collect_excess(
                 wallet_id, [(reservation_id, request_id, excess)], now=now
             )
-            taken, left, entry_id = collected[reservation_id]
+            taken, left, excess_entry = collected[reservation_id]
             wallet[request_id].took(
                 Committed(
-                    reservation_id, request_id, 0, taken, left, (entry_id,) if entry_id else ()
+                    reservation_id,
+                    request_id,
+                    0,
+                    taken,
+                    left,
+                    (excess_entry,) if excess_entry else (),
                 )
             )
     counters: dict[str, tuple[int, int, int]] = {}
@@ -1251,6 +1269,8 @@ def true_up(
             " bandwidth_micro = %s WHERE request_id = %s AND source = 'reaper' RETURNING id",
             (taken_cost, r.bandwidth_micro, request_id),
         )
+        # The reaper charged the hold, all of it taken: what this true-up could not collect
+        # is all of the request's uncollected.
         difference = Charge(
             request_id,
             group_id,
@@ -1258,6 +1278,7 @@ def true_up(
             caller_spend_id,
             taken_cost - cost,
             r.bandwidth_micro - bandwidth,
+            moved.uncollected_micro if moved else 0,
         )
         moves.charged(difference)
         counters[request_id] = (difference.cost_micro, difference.bandwidth_micro, cost)

@@ -47,6 +47,10 @@ class SpendOut(serializers.Serializer):
     spent_micro = serializers.IntegerField()
     reserved_micro = serializers.IntegerField()
     settled_micro = serializers.IntegerField()
+    uncollected_micro = serializers.IntegerField(
+        help_text="Measured cost above a wallet hold that the wallet could not cover: never in"
+        " spent or settled."
+    )
     remaining_micro = serializers.IntegerField(
         allow_null=True, help_text="Budget left after spend and holds; null without a budget."
     )
@@ -112,6 +116,7 @@ class GroupSpendView(APIView):
                 "spent_micro": group.spent_micro,
                 "reserved_micro": group.reserved_micro,
                 "settled_micro": group.settled_micro,
+                "uncollected_micro": group.uncollected_micro,
                 "remaining_micro": remaining,
                 "bandwidth_micro_usd_per_gb": group.bandwidth_micro_usd_per_gb,
             }
