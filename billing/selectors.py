@@ -3,6 +3,8 @@ period history and spend alerts."""
 
 from __future__ import annotations
 
+from collections import defaultdict
+from collections.abc import Iterable
 from datetime import datetime
 
 from django.db.models import Count, Q, QuerySet, Subquery, Sum
@@ -108,6 +110,20 @@ def trued_up_between(start: datetime, end: datetime) -> list[str]:
             settled_at__gte=start, settled_at__lt=end, kind=Receipt.Kind.TRUEUP
         ).values_list("request_id", flat=True)
     )
+
+
+def uncollected_of(request_ids: QuerySet | Iterable[str]) -> dict[str, int]:
+    """What the wallet could not cover of each request among `request_ids` that has some:
+    request id -> micro-USD (the excess over its hold left uncollected; see
+    billing.ledger.collect_excess). Set in the transaction that stores the request's usage
+    row (its settle, or the true-up of a late row), so a usage window's rows find theirs.
+    Absent requests left nothing uncollected."""
+    found: dict[str, int] = defaultdict(int)
+    for request_id, uncollected in Reservation.objects.filter(
+        request_id__in=request_ids, uncollected_micro__gt=0
+    ).values_list("request_id", "uncollected_micro"):
+        found[request_id] += uncollected
+    return dict(found)
 
 
 def first_correction_at(after: datetime | None) -> datetime | None:

@@ -44,6 +44,7 @@ from billing.selectors import (
     first_correction_at,
     marked_bandwidth,
     trued_up_between,
+    uncollected_of,
 )
 from core.config import tollgate
 from core.sinks import (
@@ -78,6 +79,8 @@ UNITS = (
     "web_pages",
     "web_rendered_pages",
     "web_queries",
+    # What the wallet could not cover (a compatible extension of v1, like the web units).
+    "uncollected_micro_usd",
 )
 
 T = TypeVar("T")
@@ -175,7 +178,9 @@ def window_usage(window: Window) -> list[dict]:
     `provider_cost_micro_usd` is what the window moved the group's settled cost by: its rows'
     cost, plus the reaper's charges at the hold of served requests whose row never arrived,
     plus the true-ups of those that arrived late (negative when the hold was more than the
-    measured cost). `requests` counts the charges without a row too.
+    measured cost), less what the wallet could not cover: that is `uncollected_micro_usd`,
+    stated on its own and never as cost (the group's settled cost never moved by it).
+    `requests` counts the charges without a row too.
     """
     billable = Q(upstream_sent=True)  # bytes of refusals are never billed
     totals = (
@@ -199,18 +204,33 @@ def window_usage(window: Window) -> list[dict]:
         )
     )
     by_owner: dict[tuple[int, int], dict] = {
-        (row["account_id"], row["group_id"]): row for row in totals
+        (row["account_id"], row["group_id"]): row | {"uncollected_micro_usd": 0} for row in totals
     }
     # A trued-up row charged only the difference to the hold charged before (its receipt,
     # counted with the corrections below), not its own cost.
+    trued_up_ids = trued_up_between(window.start, window.end)
     trued_up = (
         _rows_in(window)
-        .filter(request_id__in=trued_up_between(window.start, window.end))
+        .filter(request_id__in=trued_up_ids)
         .values("account_id", "group_id")
         .annotate(cost=_sum("provider_cost_micro"))
     )
     for row in trued_up:
         by_owner[row["account_id"], row["group_id"]]["provider_cost_micro_usd"] -= row["cost"]
+    # A row's cost above its hold that the wallet could not cover was never charged: it moves
+    # from the cost to its own unit. It was left out when the row was stored (settled or
+    # trued up), so in the row's own window; a true-up's receipt already left it out.
+    costly = _rows_in(window).filter(account_id__isnull=False, provider_cost_micro__gt=0)
+    uncollected = uncollected_of(costly.values("request_id"))
+    if uncollected:
+        trued = set(trued_up_ids)
+        for request_id, account_id, group_id in costly.filter(
+            request_id__in=list(uncollected)
+        ).values_list("request_id", "account_id", "group_id"):
+            row = by_owner[account_id, group_id]
+            row["uncollected_micro_usd"] += uncollected[request_id]
+            if request_id not in trued:
+                row["provider_cost_micro_usd"] -= uncollected[request_id]
     for owner, (cost, unmeasured) in corrections_between(window.start, window.end).items():
         row = by_owner.setdefault(
             owner,

@@ -24,6 +24,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 HOUR = timedelta(hours=1)
 NO_WEB_UNITS = {"web_pages": 0, "web_rendered_pages": 0, "web_queries": 0}
+NOTHING_UNCOLLECTED = {"uncollected_micro_usd": 0}  # every wallet covered its costs
 
 
 def age_rows(by: timedelta, *tenants) -> None:
@@ -125,6 +126,7 @@ def test_closed_window_emits_one_event_per_group_with_every_unit():
             "byok_tokens_in": 0,
             "byok_tokens_out": 0,
             **NO_WEB_UNITS,
+            **NOTHING_UNCOLLECTED,
         },
         team.group_id: {
             "tokens_in": 0,
@@ -135,6 +137,7 @@ def test_closed_window_emits_one_event_per_group_with_every_unit():
             "byok_tokens_in": 12,
             "byok_tokens_out": 8,
             **NO_WEB_UNITS,
+            **NOTHING_UNCOLLECTED,
         },
         bandwidth_only.group_id: {
             "tokens_in": 0,
@@ -145,6 +148,7 @@ def test_closed_window_emits_one_event_per_group_with_every_unit():
             "byok_tokens_in": 0,
             "byok_tokens_out": 0,
             **NO_WEB_UNITS,
+            **NOTHING_UNCOLLECTED,
         },
     }
     [window_start] = {e.window_start for e in by_group.values()}
@@ -252,6 +256,22 @@ def test_the_schema_refuses_an_event_missing_a_unit_or_counting_below_zero():
     validator.validate(event.payload)
     with pytest.raises(ValidationError):
         validator.validate(missing)
+    with pytest.raises(ValidationError):
+        validator.validate(negative)
+
+
+def test_the_schema_takes_events_from_before_the_uncollected_unit_and_refuses_it_negative():
+    from usage.services import event_schema_validator
+
+    event = one_event()
+    validator = event_schema_validator()
+    before = orjson.loads(orjson.dumps(event.payload))
+    del before["units"]["uncollected_micro_usd"]  # as events were written before it
+    negative = orjson.loads(orjson.dumps(event.payload))
+    negative["units"]["uncollected_micro_usd"] = -1
+
+    assert event.payload["units"]["uncollected_micro_usd"] == 0
+    validator.validate(before)
     with pytest.raises(ValidationError):
         validator.validate(negative)
 

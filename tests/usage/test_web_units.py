@@ -238,6 +238,7 @@ def test_the_window_event_sums_web_units_beside_tokens_and_validates():
         "web_pages": 14,
         "web_rendered_pages": 3,
         "web_queries": 2,
+        "uncollected_micro_usd": 0,
     }
     event_schema_validator().validate(event.payload)
 
@@ -268,6 +269,7 @@ def test_a_window_of_only_team_served_web_traffic_emits_its_event_at_no_cost():
             "web_pages": 0,
             "web_rendered_pages": 5,
             "web_queries": 1,
+            "uncollected_micro_usd": 0,
         },
     )
     event_schema_validator().validate(event.payload)
