@@ -6,13 +6,15 @@ with `max_completion_tokens=1` is held for all 128 answers (reasoning spends fro
 as OpenAI counts it), so the measured cost fits the hold. A vendor that ignores the cap
 (the stub's `ignore_cap` fault) bills past the hold: the excess is collected after the
 commit as one `excess` ledger entry, or, where the wallet cannot cover it, taken as far as
-it can and the rest stated as uncollected, never charged.
+it can and the rest stated as uncollected, never charged: on the receipt, the usage event
+and the group's and key's counters, each as its own field.
 """
 
 from __future__ import annotations
 
 import orjson
 import pytest
+from rest_framework.test import APIClient
 
 from accounts.models import ApiKey, Group
 from billing.models import LedgerEntry, Receipt, Reservation, Wallet
@@ -20,7 +22,9 @@ from core.money import token_cost_micro
 from tests.billing.test_money_e2e import settled
 from tests.support.profiles import api_profiles
 from tests.support.stacks import own_stack
-from tests.support.usage import usage_rows
+from tests.support.usage import after_windows, usage_rows
+from usage.models import UsageEvent
+from usage.services import event_schema_validator, usage_events_flush
 
 pytestmark = pytest.mark.timeout(120)
 HELLO = [{"role": "user", "content": "hello there"}]  # 2 prompt tokens on the stub
@@ -135,6 +139,7 @@ def test_a_vendor_that_ignores_the_cap_is_collected_in_full_after_the_commit(rea
     assert money["receipt"]["amounts"]["uncollected_micro"] == 0
     assert (money["group"].settled_micro, money["group"].spent_micro) == (cost, cost)
     assert money["key"].spent_micro == cost
+    assert (money["group"].uncollected_micro, money["key"].uncollected_micro) == (0, 0)
     assert money["row"].provider_cost_micro == cost
 
 
@@ -172,3 +177,31 @@ def test_an_excess_the_wallet_cannot_cover_is_taken_to_zero_and_stated_uncollect
     assert (money["group"].settled_micro, money["group"].spent_micro) == (taken, taken)
     assert money["key"].spent_micro == taken
     assert money["row"].provider_cost_micro == cost  # what the vendor measured
+    # The counters state the remainder on its own, moved with what was taken.
+    assert uncollected == 13_519 - (hold + 1_000)
+    assert money["group"].uncollected_micro == uncollected
+    assert money["key"].uncollected_micro == uncollected
+    # The tenant API shows them as the store has them.
+    api = APIClient()
+    api.credentials(HTTP_AUTHORIZATION=f"Token {tenant.api_token}")
+    group = api.get(f"/api/groups/{tenant.group_id}").json()
+    assert (group["settled_micro"], group["spent_micro"], group["uncollected_micro"]) == (
+        taken,
+        taken,
+        uncollected,
+    )
+    key = api.get(f"/api/keys/{tenant.api_key_id}").json()
+    assert (key["spent_micro"], key["uncollected_micro"]) == (taken, uncollected)
+    spend = api.get(f"/api/groups/{tenant.group_id}/spend").json()
+    assert (spend["settled_micro"], spend["uncollected_micro"]) == (taken, uncollected)
+    # The usage event states what was taken as cost, and the remainder as its own unit.
+    usage_events_flush(now=after_windows())
+    [event] = UsageEvent.objects.filter(group_id=tenant.group_id)
+    event_schema_validator().validate(event.payload)
+    assert event.payload["requests"] == 1
+    assert event.payload["units"]["provider_cost_micro_usd"] == taken
+    assert event.payload["units"]["uncollected_micro_usd"] == uncollected
+    # The probe's wallet covered all: nothing uncollected anywhere of its.
+    [probe_event] = UsageEvent.objects.filter(group_id=probe.group_id)
+    assert probe_event.payload["units"]["uncollected_micro_usd"] == 0
+    assert Group.objects.get(pk=probe.group_id).uncollected_micro == 0
