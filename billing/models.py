@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+import orjson
 from django.db import models
 from django.utils import timezone
+
+from billing.receipt_codec import HexDigestField, PackedJsonField
 
 
 class Wallet(models.Model):
@@ -325,9 +328,8 @@ class Receipt(models.Model):
     cost_micro = models.BigIntegerField()
     bandwidth_micro = models.BigIntegerField()
     settled_at = models.DateTimeField()
-    body = models.TextField()
-    prev_hash = models.CharField(max_length=64)
-    hash = models.CharField(max_length=64)
+    body = PackedJsonField()  # the JSON text; stored deflated (billing/receipt_codec.py)
+    hash = HexDigestField()  # hex in Python, 32 bytes stored
     signature = models.CharField(max_length=128, blank=True, default="")
     key_id = models.CharField(max_length=32, blank=True, default="")
 
@@ -336,10 +338,23 @@ class Receipt(models.Model):
             models.UniqueConstraint(fields=["account_id", "seq"], name="receipt_seq_once")
         ]
         indexes = [
-            models.Index(fields=["account_id", "settled_at"], name="receipt_account_time"),
+            # A month's first and last receipt (settled_at never goes back within an account):
+            # one probe each, whatever the month (billing/statements.py).
+            models.Index(fields=["account_id", "settled_at", "seq"], name="receipt_account_time"),
+            # A hash index on PostgreSQL (migration 0012): equality only, ~20 bytes an entry.
             models.Index(fields=["request_id"], name="receipt_request"),
-            models.Index(fields=["settled_at"], name="receipt_time"),
+            # Charges without a usage row, window by window across accounts (usage events).
+            models.Index(
+                fields=["settled_at"],
+                condition=models.Q(kind__in=["unmeasured", "trueup"]),
+                name="receipt_uncharged_time",
+            ),
         ]
 
     def __str__(self) -> str:
         return f"receipt {self.account_id}/{self.seq} ({self.kind} {self.request_id})"
+
+    @property
+    def prev_hash(self) -> str:
+        """The hash of the account's receipt before it, as its body states (not stored twice)."""
+        return str(orjson.loads(self.body).get("prev", ""))

@@ -37,6 +37,7 @@ from audit.heads import latest_or_sign, lock_sql
 from audit.models import SignedHead
 from billing.ledger import GROUPS, batch_rows
 from billing.models import Receipt
+from billing.receipt_codec import pack, unpack
 from billing.receipt_keys import receipt_keys
 from core.sinks import rfc3339
 from core.sqlexec import ALL, Program
@@ -138,8 +139,45 @@ def request_detail(record: UsageRecord) -> dict[str, Any]:
     }
 
 
-def _body(draft: Draft, *, seq: int, prev: str, settled_at: str) -> dict[str, Any]:
-    return {
+# What a receipt adds to its account's running totals, and where its body states it: each
+# body carries the totals of its chain up to and including itself (`running`), so a month's
+# totals are two receipts apart, read in two index probes (billing/statements.py).
+RUNNING = (
+    ("provider_cost_micro", ("amounts", "provider_cost_micro")),
+    ("bandwidth_micro", ("amounts", "bandwidth_micro")),
+    ("uncollected_micro", ("amounts", "uncollected_micro")),
+    ("wallet_taken_micro", ("wallet", "taken_micro")),
+)
+NO_TOTALS = {name: 0 for name, _ in RUNNING}
+
+
+def stated(body: Mapping[str, Any], path: tuple[str, ...]) -> Any:
+    """What a body says at `path` (None where it says nothing)."""
+    value: Any = body
+    for part in path:
+        value = value.get(part) if isinstance(value, Mapping) else None
+    return value
+
+
+def own_amounts(body: Mapping[str, Any]) -> dict[str, int]:
+    """What one receipt adds to the running totals."""
+    return {name: int(stated(body, path) or 0) for name, path in RUNNING}
+
+
+def running_totals(body: Mapping[str, Any] | None) -> dict[str, int] | None:
+    """The running totals a body states (None: a receipt from before they were kept)."""
+    if body is None:
+        return dict(NO_TOTALS)
+    running = body.get("running")
+    if not isinstance(running, Mapping):
+        return None
+    return {name: int(running.get(name) or 0) for name, _ in RUNNING}
+
+
+def _body(
+    draft: Draft, *, seq: int, prev: str, settled_at: str, running: Mapping[str, int]
+) -> dict[str, Any]:
+    body = {
         **draft.detail,
         "v": VERSION,
         "account_id": draft.account_id,
@@ -161,6 +199,9 @@ def _body(draft: Draft, *, seq: int, prev: str, settled_at: str) -> dict[str, An
             "taken_micro": draft.wallet_taken_micro,
         },
     }
+    own = own_amounts(body)
+    body["running"] = {name: running[name] + own[name] for name, _ in RUNNING}
+    return body
 
 
 # ---------------------------------------------------------------- appending
@@ -168,11 +209,11 @@ def _body(draft: Draft, *, seq: int, prev: str, settled_at: str) -> dict[str, An
 
 _RECEIPT_COLUMNS = (
     "account_id, seq, request_id, kind, group_id, api_key_id, cost_micro, bandwidth_micro,"
-    " body, prev_hash, hash, signature, key_id"
+    " body, hash, signature, key_id, settled_at"
 )
 _RECEIPT_TYPES = (
     "bigint", "bigint", "text", "text", "bigint", "bigint", "bigint", "bigint",
-    "text", "text", "text", "text", "text",
+    "bytea", "bytea", "text", "text", "timestamptz",
 )  # fmt: skip
 
 
@@ -196,37 +237,59 @@ def append(drafts: list[Draft], *, now: datetime) -> Program[int]:
     heads = yield heads_of(wanted), params, ALL
     keys = receipt_keys()
     signer = keys.private[keys.newest]
+    postgres = connection.vendor == "postgresql"
     settled_at = rfc3339(now)
     rows: list[tuple] = []
-    for account_id, seq, head in sorted((a, seq or 0, head or GENESIS) for a, seq, head in heads):
+    for account_id, seq, head_digest, head_body in sorted(heads):
+        seq, head = seq or 0, _hex(head_digest) if head_digest is not None else GENESIS
+        previous = orjson.loads(unpack(head_body)) if head_body is not None else None
+        running = running_totals(previous)
+        if running is None:  # the first receipt since running totals are kept: sum once
+            running = yield from _summed(account_id)
         chain = by_account[account_id]
         for n, draft in enumerate(chain, start=1):
             seq += 1
-            body = canonical(_body(draft, seq=seq, prev=head, settled_at=settled_at))
-            prev, head = head, digest(body)
+            body_dict = _body(draft, seq=seq, prev=head, settled_at=settled_at, running=running)
+            running = body_dict["running"]
+            body = canonical(body_dict)
+            head = digest(body)
             signature = signer.sign(bytes.fromhex(head)).hex() if n == len(chain) else ""
+            packed = pack(body.decode())
             rows.append(
                 (
                     account_id, seq, draft.request_id, draft.kind, draft.group_id,
-                    draft.api_key_id, draft.cost_micro, draft.bandwidth_micro, body.decode(),
-                    prev, head, signature, keys.newest if signature else "",
+                    draft.api_key_id, draft.cost_micro, draft.bandwidth_micro,
+                    "\\x" + packed.hex() if postgres else packed,
+                    "\\x" + head if postgres else bytes.fromhex(head),
+                    signature, keys.newest if signature else "", now,
                 )
             )  # fmt: skip
     source, params = batch_rows(_RECEIPT_TYPES, rows)
-    yield (
-        f"INSERT INTO {RECEIPTS} ({_RECEIPT_COLUMNS}, settled_at)"
-        f" SELECT *, %s FROM ({source}) AS r",
-        (now, *params),
-    )
+    yield (f"INSERT INTO {RECEIPTS} ({_RECEIPT_COLUMNS}) SELECT * FROM ({source}) AS r", params)
     return len(rows)
 
 
+def _hex(digest: Any) -> str:
+    """A stored digest as hex (SQLite may hold one stored as text)."""
+    return digest if isinstance(digest, str) else bytes(digest).hex()
+
+
+def _summed(account_id: int) -> Program[dict[str, int]]:
+    """An account's totals over every stored receipt (once, for a chain older than them)."""
+    bodies = yield f"SELECT body FROM {RECEIPTS} WHERE account_id = %s", (account_id,), ALL
+    totals = dict(NO_TOTALS)
+    for (packed,) in bodies:
+        own = own_amounts(orjson.loads(unpack(packed)))
+        totals = {name: totals[name] + own[name] for name in totals}
+    return totals
+
+
 def heads_of(accounts_sql: str) -> str:
-    """A query of each account's chain head (account_id, seq, hash: NULLs while it has no
-    receipt) for the accounts a subquery names: one index probe each."""
+    """A query of each account's chain head (account_id, seq, hash, body: NULLs while it has
+    no receipt) for the accounts a subquery names: one index probe each."""
     return (
         f"WITH wanted (a) AS ({accounts_sql})"
-        f" SELECT wanted.a, r.seq, r.hash FROM wanted"
+        f" SELECT wanted.a, r.seq, r.hash, r.body FROM wanted"
         f" LEFT JOIN {RECEIPTS} AS r ON r.account_id = wanted.a"
         f" AND r.seq = (SELECT MAX(seq) FROM {RECEIPTS} WHERE account_id = wanted.a)"
     )

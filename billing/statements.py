@@ -29,7 +29,9 @@ from billing.receipt_keys import receipt_keys
 from billing.receipts import (
     GENESIS,
     Problem,
+    own_amounts,
     receipt_head,
+    running_totals,
     sign_statement,
     signed_receipt_head,
     verify_chain,
@@ -138,11 +140,28 @@ def chain_page(
     receipts = Receipt.objects.filter(account_id=account_id, seq__gt=after_seq)
     if before_seq is not None:
         receipts = receipts.filter(seq__lt=before_seq)
+    # [start, end) is the chain after its last receipt settled before `start`, up to its last
+    # settled before `end`: two index probes, whatever the month's age. (Writers' clocks a
+    # little apart may settle a receipt out of time order: it stays with its chain's month.)
     if start is not None:
-        receipts = receipts.filter(settled_at__gte=start)
+        receipts = receipts.filter(seq__gt=_seq(last_before(account_id, start)))
     if end is not None:
-        receipts = receipts.filter(settled_at__lt=end)
+        receipts = receipts.filter(seq__lte=_seq(last_before(account_id, end)))
     return list(receipts.order_by("-seq" if newest_first else "seq")[: min(limit, PAGE_MAX)])
+
+
+def last_before(account_id: int, moment: datetime) -> Receipt | None:
+    """The account's last receipt settled before `moment`: its chain's head then (one probe
+    of the (account, settled_at, seq) index)."""
+    return (
+        Receipt.objects.filter(account_id=account_id, settled_at__lt=moment)
+        .order_by("-settled_at", "-seq")
+        .first()
+    )
+
+
+def _seq(receipt: Receipt | None) -> int:
+    return receipt.seq if receipt is not None else 0
 
 
 def published_keys() -> list[dict[str, Any]]:
@@ -172,12 +191,13 @@ def statement(*, account: Account, period: str, now: datetime) -> dict[str, Any]
     never from a column beside them: a column changed behind the chain's back changes no
     statement (verify_receipts names it)."""
     start, end = month_bounds(period, time_zone=account.time_zone)
-    sums = month_sums(account.pk, start=start, end=end)
-    # A batch's receipts share one settled_at and its last is signed: the highest seq settled
-    # before the end is a signed one.
-    head = (
-        Receipt.objects.filter(account_id=account.pk, settled_at__lt=end).order_by("-seq").first()
-    )
+    # A batch's receipts share one settled_at and its last is signed: the last receipt
+    # settled before the end is a signed one. The month's totals are the running totals at
+    # its end less those at its start, as the receipts' own bodies state them.
+    before, head = last_before(account.pk, start), last_before(account.pk, end)
+    sums = month_between(before, head)
+    if sums is None:  # receipts from before running totals were kept: sum the month
+        sums = month_sums(account.pk, start=start, end=end)
     return sign_statement(
         {
             "v": STATEMENT_VERSION,
@@ -244,6 +264,23 @@ class MonthSums:
             "uncollected_micro": self.uncollected_micro,
             "wallet_taken_micro": self.wallet_taken_micro,
         }
+
+
+def month_between(before: Receipt | None, last: Receipt | None) -> MonthSums | None:
+    """A month's sums from the running totals of the receipt before it and of its last (None
+    where a body states none: a chain from before they were kept)."""
+    opening = running_totals(None if before is None else orjson.loads(before.body))
+    closing = running_totals(None if last is None else orjson.loads(last.body))
+    if opening is None or closing is None:
+        return None
+    count = _seq(last) - _seq(before)
+    return MonthSums(
+        receipts=count,
+        first_seq=_seq(before) + 1 if count else None,
+        last_seq=_seq(last) if count else None,
+        last_hash=last.hash if count and last is not None else None,
+        **{name: closing[name] - opening[name] for name in closing},
+    )
 
 
 def month_sums(account_id: int, *, start: datetime, end: datetime) -> MonthSums:
@@ -341,6 +378,8 @@ def check_chain(
 
     def examined() -> Iterator[Mapping[str, Any]]:
         last: Mapping[str, Any] | None = None
+        running: dict[str, int] | None = None  # the previous receipt's running totals
+        previous_seq: Any = None
         for record in records:
             check.receipts += 1
             seq = record.get("seq")
@@ -373,6 +412,16 @@ def check_chain(
                             f" {_stated(body, path)!r}",
                         )
                     )
+            # Each receipt's running totals are the one before's plus its own amounts (the
+            # first checked, or the first that keeps them, is taken as it says).
+            stated_running = running_totals(body)
+            follows = previous_seq is not None and body.get("seq") == previous_seq + 1
+            if follows and running is not None and stated_running is not None:
+                own_part = own_amounts(body)
+                expected = {name: running[name] + own_part[name] for name in running}
+                if stated_running != expected:
+                    own.append(Problem(body.get("seq", seq), "its running totals do not follow on"))
+            running, previous_seq = stated_running, body.get("seq")
             last = record
             yield record
         if last is not None:

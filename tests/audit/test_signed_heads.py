@@ -25,6 +25,7 @@ from audit.chain import entry_hash
 from audit.heads import check_kept_head, signature_problems
 from audit.models import AuditEntry, SignedHead
 from billing.models import Receipt
+from billing.receipt_codec import pack
 from billing.receipts import canonical, digest
 from core.signing import receipt_keys
 from tests.support.processes import run_manage
@@ -158,9 +159,9 @@ def test_a_kept_receipt_head_catches_a_cut_tail_and_a_resigned_rewrite(stack, tm
         text = canonical(body)
         new = digest(text)
         as_owner(
-            ("UPDATE billing_receipt SET body = %s, prev_hash = %s, hash = %s, signature = %s,"
+            ("UPDATE billing_receipt SET body = %s, hash = %s, signature = %s,"
              " cost_micro = %s WHERE id = %s",
-             [text.decode(), prev, new, signer.sign(bytes.fromhex(new)).hex(),
+             [pack(text.decode()), bytes.fromhex(new), signer.sign(bytes.fromhex(new)).hex(),
               body["amounts"]["provider_cost_micro"], receipt.pk]),
         )  # fmt: skip
         prev = new

@@ -24,6 +24,7 @@ from django.utils import timezone
 
 from accounts.models import Group
 from billing.models import Receipt
+from billing.receipt_codec import pack
 from billing.receipt_keys import receipt_keys
 from billing.receipts import Draft, append, verify_chain, verify_statement
 from billing.statements import month_of
@@ -352,10 +353,10 @@ def test_the_documented_snippet_verifies_a_chain_and_catches_a_change(stack):
 
     # A body changed behind the tenant's back: the snippet names the receipt.
     with connection.cursor() as cursor:
+        second = Receipt.objects.get(account_id=tenant.account_id, seq=2)
         cursor.execute(
-            "UPDATE billing_receipt SET body = replace(body, '\"status\":200', '\"status\":201')"
-            " WHERE account_id = %s AND seq = 2",
-            [tenant.account_id],
+            "UPDATE billing_receipt SET body = %s WHERE id = %s",
+            [pack(second.body.replace('"status":200', '"status":201')), second.pk],
         )
     ran = run_snippet(stack, tenant)
     assert ran.returncode == 1

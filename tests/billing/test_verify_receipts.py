@@ -22,6 +22,7 @@ from django.db import connection
 
 from audit.heads import document
 from billing.models import LedgerEntry, Receipt
+from billing.receipt_codec import pack
 from billing.receipt_keys import receipt_keys
 from billing.receipts import signed_receipt_head
 from tests.support.processes import run_manage
@@ -103,15 +104,22 @@ def body_changed(account: int) -> list[str]:
     # An inflated charge, its column moved to match: only the hash can tell.
     receipt = Receipt.objects.get(account_id=account, seq=2)
     cost = receipt.cost_micro
+    changed = receipt.body.replace(
+        f'"provider_cost_micro":{cost}', f'"provider_cost_micro":{cost * 10}'
+    )
+    assert changed != receipt.body
     sql(
-        "UPDATE billing_receipt SET body = replace(body, %s, %s), cost_micro = %s"
-        " WHERE account_id = %s AND seq = 2",
-        f'"provider_cost_micro":{cost}',
-        f'"provider_cost_micro":{cost * 10}',
+        "UPDATE billing_receipt SET body = %s, cost_micro = %s WHERE account_id = %s AND seq = 2",
+        pack(changed),
         cost * 10,
         account,
     )
-    return ["  receipt 2: its body does not match its hash (changed)"]
+    return [
+        # Its amounts no longer add up to the running totals it states, nor its bytes to
+        # its hash.
+        "  receipt 2: its running totals do not follow on",
+        "  receipt 2: its body does not match its hash (changed)",
+    ]
 
 
 def column_changed(account: int) -> list[str]:
