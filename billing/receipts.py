@@ -204,6 +204,16 @@ def _body(
     return body
 
 
+def receipt_body(
+    draft: Draft, *, seq: int, prev: str, settled_at: str, running: Mapping[str, int]
+) -> dict[str, Any]:
+    """Build the body `append` writes for `draft` as receipt `seq` of its chain, after the
+    receipt hashed `prev`, settled at `settled_at` (RFC 3339) with the chain's `running`
+    totals before it: for writers of chains outside a settlement (bench/scale.py's bulk load),
+    so their receipts are the writer's own, byte for byte."""
+    return _body(draft, seq=seq, prev=prev, settled_at=settled_at, running=running)
+
+
 # ---------------------------------------------------------------- appending
 
 
