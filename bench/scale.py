@@ -89,7 +89,19 @@ TABLES = (  # in the order their COPYs commit: foreign keys point backwards
     "billing_settledrequest",
     "billing_spendhold",
 )
-SIZE_TABLES = (*TABLES, "usage_usagerollup")
+# Loaded when the project has it (receipts since issue 37): committed last, nothing points
+# at it.
+RECEIPTS = "billing_receipt"
+SIZE_TABLES = (*TABLES, RECEIPTS, "usage_usagerollup")
+# A writer batch: an account's receipts in it share one settled_at and its last is signed
+# (billing/receipts.py); the loader signs every RECEIPT_BATCH-th receipt of an account.
+RECEIPT_BATCH = 100
+# ... or what an account's rows of an hour add up to, whichever is fewer: a quiet tenant's
+# receipt is settled within the hour of its request, not days later.
+RECEIPT_BATCH_S = 3600.0
+SETTLE_AFTER_S = 0.003  # a batch settles a few ms after its last row was stored
+# Timed for the oldest month of the window, one in the middle and the current one.
+MONTH_NAMES = ("oldest", "middle", "current")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -107,6 +119,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     g.add_argument("--scale-concurrency", type=int, default=16, help="hot-path concurrency (16)")
     g.add_argument("--scale-seed", type=int, default=30, help="the generator's random seed")
+    g.add_argument(
+        "--scale-verify-receipts",
+        action="store_true",
+        help="run verify_receipts on the big tenant's loaded chain (a failure is exit 1)",
+    )
     g.add_argument(
         "--project",
         type=Path,
@@ -241,6 +258,12 @@ class LoadResult:
     start: str = ""
     end: str = ""
     middle_request_ids: dict[int, str] = field(default_factory=dict)  # account id -> one
+    receipts_loaded: bool = False  # the project has billing_receipt: a receipt per row
+    bytes_per_receipt: float | None = None  # billing_receipt's size (+ indexes) / its rows
+    bytes_per_usage_row_without_receipts: float = 0.0
+    receipts_verified: bool | None = None  # --scale-verify-receipts: the big tenant's chain
+    receipts_verify_s: float | None = None
+    receipts_verify_output: str = ""
 
 
 def ts(epoch: float) -> str:
@@ -283,7 +306,7 @@ KNOWN = {
     ),
     "billing_ledgerentry": (
         "id", "wallet_id", "kind", "amount_micro", "balance_after_micro", "reservation_id",
-        "reason", "created_at",
+        "reason", "created_at", "request_id",
     ),
     "billing_settledrequest": (
         "id", "request_id", "group_id", "api_key_id", "bandwidth_micro", "provider_cost_micro",
@@ -292,6 +315,10 @@ KNOWN = {
     "billing_spendhold": (
         "id", "request_id", "group_id", "api_key_id", "caller_spend_id", "amount_micro",
         "status", "call_sent", "created_at", "expires_at",
+    ),
+    RECEIPTS: (
+        "id", "account_id", "seq", "request_id", "kind", "group_id", "api_key_id",
+        "cost_micro", "bandwidth_micro", "settled_at", "body", "hash", "signature", "key_id",
     ),
 }  # fmt: skip
 
@@ -337,20 +364,22 @@ ERRORS = (  # (status, error code, attempt outcome)
     (402, "LM-4001", "insufficient_quota"),
 )
 CALLERS = ("", "", "", "etl", "web-app", "support-bot", "nightly-eval", "mobile", "search-ui")
+WEB_PRICES = {"page": 100, "query": 5_000}  # micro-USD per unit, as the web rows' costs
 
 
 class CopyStreams:
     """One COPY per table, each on its own connection, fed as the rows are generated."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, tables: tuple[str, ...]) -> None:
+        self.tables = tables
         self.stacks: dict[str, contextlib.ExitStack] = {}
         self.buffers: dict[str, list[str]] = {}
         self.sizes: dict[str, int] = {}
         self.copies: dict[str, Any] = {}
         self.picks: dict[str, list[int]] = {}
-        self.written: dict[str, int] = dict.fromkeys(TABLES, 0)
+        self.written: dict[str, int] = dict.fromkeys(tables, 0)
         try:
-            for table in TABLES:
+            for table in tables:
                 stack = self.stacks[table] = contextlib.ExitStack()
                 conn = stack.enter_context(psycopg.connect(url))
                 names, picks = column_plan(conn, table)
@@ -383,7 +412,7 @@ class CopyStreams:
         for table, buf in self.buffers.items():
             if buf:
                 self.copies[table].write("".join(buf))
-        for table in TABLES:
+        for table in self.tables:
             self.stacks.pop(table).close()  # ends the COPY, commits, closes its connection
 
     def abort(self) -> None:
@@ -394,12 +423,128 @@ class CopyStreams:
         self.stacks.clear()
 
 
-def next_ids(url: str) -> dict[str, int]:
+def next_ids(url: str, tables: tuple[str, ...]) -> dict[str, int]:
     with psycopg.connect(url) as conn:
         return {
             t: conn.execute(f"SELECT coalesce(max(id), 0) + 1 FROM {t}").fetchone()[0]
-            for t in TABLES
+            for t in tables
         }
+
+
+def django_with(env: dict[str, str]) -> None:
+    """Set Django up in this process with a database's settings (its receipt key among them),
+    so the loader builds receipts with this checkout's billing.receipts itself; os.environ
+    is left as it was (the children get their own)."""
+    import django
+
+    code = str(Path(__file__).resolve().parents[1])
+    if code not in sys.path:
+        sys.path.insert(0, code)
+    saved = dict(os.environ)
+    os.environ.update(env)
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+    try:
+        django.setup()
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+class ReceiptChains:
+    """Every account's receipt chain as the usage writer's settlement writes it: per account
+    in the order of its rows, a `charge` receipt per settled request, its body, hash, packed
+    bytes and signature made by billing.receipts and billing.receipt_codec themselves. Rows
+    wait in a writer batch of RECEIPT_BATCH per account (memory stays flat: at most that
+    many per account); a batch's receipts share one settled_at, a few ms after the last of
+    them was stored, and its last is signed, as `append` does with one batch. A batch closes
+    at RECEIPT_BATCH receipts or when a row comes RECEIPT_BATCH_S after its first."""
+
+    def __init__(self, streams: CopyStreams, first_id: int) -> None:
+        from billing import receipts
+        from billing.receipt_codec import pack
+        from billing.receipt_keys import receipt_keys
+        from core.sinks import rfc3339
+        from core.usage_record import AttemptRecord, UsageRecord
+
+        self.receipts, self.pack, self.rfc3339 = receipts, pack, rfc3339
+        self.AttemptRecord, self.UsageRecord = AttemptRecord, UsageRecord
+        keys = receipt_keys()
+        self.key_id, self.signer = keys.newest, keys.private[keys.newest]
+        self.streams = streams
+        self.next_id = first_id
+        self.pending: dict[int, list[tuple[Any, float]]] = {}
+        self.opened: dict[int, float] = {}  # when each waiting batch's first row came
+        # Per account: (last seq, last hash, running totals, last settled_at epoch).
+        self.heads: dict[int, tuple[int, str, dict[str, int], float]] = {}
+
+    def add(
+        self, record: Any, *, entries: list[int], taken_micro: int, created: float, stored: float
+    ) -> None:
+        """Queue the receipt of a row created and stored then (epoch seconds) whose settlement
+        took `taken_micro` from the wallet through the ledger `entries`."""
+        receipts = self.receipts
+        account_id = record.account_id
+        if created - self.opened.get(account_id, created) > RECEIPT_BATCH_S:
+            self.flush(account_id)
+        draft = receipts.Draft(
+            account_id=record.account_id,
+            request_id=record.request_id,
+            kind="charge",
+            group_id=record.group_id,
+            api_key_id=record.api_key_id,
+            cost_micro=record.provider_cost_micro,
+            bandwidth_micro=record.bandwidth_charge_micro,
+            detail=receipts.request_detail(record),
+            wallet_entries=tuple(entries),
+            wallet_taken_micro=taken_micro,
+        )
+        batch = self.pending.setdefault(account_id, [])
+        self.opened.setdefault(account_id, created)
+        batch.append((draft, stored))
+        if len(batch) >= RECEIPT_BATCH:
+            self.flush(account_id)
+
+    def flush(self, account_id: int) -> None:
+        """Write an account's waiting batch: chained on from its head, the last one signed."""
+        batch = self.pending.pop(account_id, [])
+        self.opened.pop(account_id, None)
+        if not batch:
+            return
+        receipts = self.receipts
+        seq, prev, running, last_settled = self.heads.get(
+            account_id, (0, receipts.GENESIS, dict(receipts.NO_TOTALS), 0.0)
+        )
+        settled = max(last_settled, max(stored for _, stored in batch)) + SETTLE_AFTER_S
+        settled_dt = datetime.fromtimestamp(settled, UTC)
+        settled_text, settled_column = self.rfc3339(settled_dt), settled_dt.isoformat()
+        for n, (draft, _) in enumerate(batch, start=1):
+            seq += 1
+            body = receipts.receipt_body(
+                draft, seq=seq, prev=prev, settled_at=settled_text, running=running
+            )
+            running = body["running"]
+            text = receipts.canonical(body)
+            prev = receipts.digest(text)
+            last = n == len(batch)
+            signature = self.signer.sign(bytes.fromhex(prev)).hex() if last else ""
+            # bytea in COPY's text format: \\x, then hex (COPY reads \\\\ as one backslash).
+            self.streams.add(
+                RECEIPTS,
+                (
+                    str(self.next_id), str(account_id), str(seq), draft.request_id, draft.kind,
+                    str(draft.group_id), str(draft.api_key_id), str(draft.cost_micro),
+                    str(draft.bandwidth_micro), settled_column,
+                    "\\\\x" + self.pack(text.decode()).hex(), "\\\\x" + prev, signature,
+                    self.key_id if last else "",
+                ),
+            )  # fmt: skip
+            self.next_id += 1
+        self.heads[account_id] = (seq, prev, running, settled)
+
+    def close(self) -> None:
+        """Write every account's last batch (its chain then ends on a signed receipt)."""
+        for account_id in list(self.pending):
+            self.flush(account_id)
 
 
 def generate(
@@ -411,9 +556,11 @@ def generate(
     end: datetime,
     first_ids: dict[str, int],
     seed: int,
+    chains: ReceiptChains | None = None,
 ) -> dict[int, str]:
-    """Write `rows` usage rows and their books; return one request id per account from the
-    middle of the window (the first of its rows past the middle)."""
+    """Write `rows` usage rows and their books (and, given `chains`, their receipts); return
+    one request id per account from the middle of the window (the first of its rows past the
+    middle)."""
     rng = random.Random(seed)
     t0, span = start.timestamp(), (end - start).total_seconds()
     others = (1.0 - BIG_SHARE - SMALL_SHARE) / (len(tenants) - 2)
@@ -462,7 +609,7 @@ def generate(
             pages = rng.randint(1, 6) if endpoint == "web.scrape" and not error else 0
             queries = 1 if endpoint == "web.search" and not error else 0
             if web:
-                cost = pages * 100 + queries * 5_000
+                cost = pages * WEB_PRICES["page"] + queries * WEB_PRICES["query"]
             elif team:
                 cost = 0
             else:
@@ -475,11 +622,15 @@ def generate(
             platform = not team and not web and not error
             retried = not web and rng.random() < 0.03
             c = ts(created)
-            stored = ts(created + latency / 1000.0 + rng.random())
+            stored_after = latency / 1000.0 + rng.random()
+            stored = ts(created + stored_after)
             # The served attempt's reservation (platform attempts hold one each).
             attempts = [("429", "rate_limited", team)] if retried else []
             attempts.append(("" if error else "200", outcome, team))
             reservation_of_log = "\\N"
+            entries: list[int] = []  # the ledger entries that moved its wallet's money
+            taken = 0
+            trail = []
             for order, (up_status, out, by_team) in enumerate(attempts, start=1):
                 reservation = "\\N"
                 if not by_team and not web and (platform or out != "ok"):
@@ -499,9 +650,11 @@ def generate(
                         "billing_ledgerentry",
                         (
                             str(led_id), str(tenant["wallet_id"]), "commit", str(-committed),
-                            str(balance[tenant["wallet_id"]]), reservation, "", stored,
+                            str(balance[tenant["wallet_id"]]), reservation, "", stored, rid,
                         ),
                     )  # fmt: skip
+                    entries.append(led_id)
+                    taken += committed
                     res_id += 1
                     led_id += 1
                     if out == "ok":
@@ -516,21 +669,74 @@ def generate(
                     ),
                 )  # fmt: skip
                 att_id += 1
+                if chains is not None:
+                    trail.append((order, by_team, out, up_status, reservation))
+            # Drawn in this order whether or not receipts are loaded: the same seed, the same rows.
+            client_rid = f"client-{i:x}" if rng.random() < 0.3 else ""
+            caller = rng.choice(CALLERS)
+            upstream_sent = not (error and rng.random() < 0.5)
             add(
                 "usage_usagelog",
                 (
-                    str(log_id), rid, f"client-{i:x}" if rng.random() < 0.3 else "", c, stored,
-                    str(account_id), str(group_id), str(key_id), rng.choice(CALLERS), endpoint,
+                    str(log_id), rid, client_rid, c, stored,
+                    str(account_id), str(group_id), str(key_id), caller, endpoint,
                     model_req, model_srv if not error else "", provider, served_by,
                     str(0 if team else n_in), str(0 if team else n_out),
                     str(n_in if team else 0), str(n_out if team else 0), str(cache_read), "0",
                     str(reasoning), str(pages), "0", str(queries), str(cost), str(bytes_in),
-                    str(bytes_out), str(bandwidth), "f" if error and rng.random() < 0.5 else "t",
+                    str(bytes_out), str(bandwidth), "t" if upstream_sent else "f",
                     str(status), code, str(latency),
                     str(latency // 4) if streamed and not error else "\\N",
                     "t" if streamed else "f", reservation_of_log,
                 ),
             )  # fmt: skip
+            if chains is not None:
+                if web:
+                    prices = {"page": WEB_PRICES["page"]} if pages else {}
+                    prices |= {"query": WEB_PRICES["query"]} if queries else {}
+                elif platform:
+                    prices = {
+                        "input_micro_per_mtok": pin, "output_micro_per_mtok": pout,
+                        "cached_input_micro_per_mtok": pin // 2, "cache_write_micro_per_mtok": pin,
+                    }  # fmt: skip
+                else:
+                    prices = {}
+                record = chains.UsageRecord(
+                    request_id=rid, client_request_id=client_rid,
+                    created_at=datetime.fromtimestamp(created, UTC), account_id=account_id,
+                    group_id=group_id, api_key_id=key_id, caller_label=caller,
+                    endpoint=endpoint, model_requested=model_req,
+                    model_served=model_srv if not error else "", provider=provider,
+                    served_by=served_by, tokens_in=0 if team else n_in,
+                    tokens_out=0 if team else n_out, byok_tokens_in=n_in if team else 0,
+                    byok_tokens_out=n_out if team else 0, provider_cost_micro=cost,
+                    bytes_in=bytes_in, bytes_out=bytes_out, bandwidth_charge_micro=bandwidth,
+                    upstream_sent=upstream_sent, status=status, error_code=code,
+                    latency_ms=latency, ttft_ms=latency // 4 if streamed and not error else None,
+                    streamed=streamed,
+                    reservation_id=None if reservation_of_log == "\\N" else int(reservation_of_log),
+                    cache_read_tokens=cache_read, reasoning_tokens=reasoning, web_pages=pages,
+                    web_queries=queries,
+                    attempts=tuple(
+                        chains.AttemptRecord(
+                            order=order, provider=provider, model=model_srv,
+                            served_by="team" if by_team else "platform",
+                            source=f"{provider}:{model_srv}:" + ("team" if by_team else "platform"),
+                            outcome=out, upstream_status=int(up_status) if up_status else None,
+                            latency_ms=latency // len(attempts),
+                            reservation_id=None if reservation == "\\N" else int(reservation),
+                        )
+                        for order, by_team, out, up_status, reservation in trail
+                    ),
+                    prices=prices,
+                )  # fmt: skip
+                chains.add(
+                    record,
+                    entries=entries,
+                    taken_micro=taken,
+                    created=created,
+                    stored=created + stored_after,
+                )
             log_id += 1
             add(
                 "billing_settledrequest",
@@ -609,16 +815,25 @@ def load(
     result.partitions = ensure_partitions(
         args, env, start - timedelta(days=1), now + timedelta(days=32)
     )
-    first = next_ids(url)
     with psycopg.connect(url) as conn:
-        before = {t: conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in TABLES}
+        has_receipts = conn.execute("SELECT to_regclass(%s)", (RECEIPTS,)).fetchone()[0]
+    tables = (*TABLES, RECEIPTS) if has_receipts is not None else TABLES
+    result.receipts_loaded = has_receipts is not None
+    first = next_ids(url, tables)
+    with psycopg.connect(url) as conn:
+        before = {t: conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in tables}
+    if result.receipts_loaded:
+        django_with(env)
     t0 = time.perf_counter()
-    streams = CopyStreams(url)
+    streams = CopyStreams(url, tables)
     try:
+        chains = ReceiptChains(streams, first[RECEIPTS]) if result.receipts_loaded else None
         result.middle_request_ids = generate(
             streams, tenants, rows=args.scale_rows, start=start, end=end, first_ids=first,
-            seed=args.scale_seed,
+            seed=args.scale_seed, chains=chains,
         )  # fmt: skip
+        if chains is not None:
+            chains.close()
     except BaseException:
         streams.abort()
         raise
@@ -628,7 +843,7 @@ def load(
     result.usage_rows_per_s = args.scale_rows / result.copy_s
     result.all_rows_per_s = sum(result.written.values()) / result.copy_s
     with psycopg.connect(url, autocommit=True) as conn:
-        for table in TABLES:
+        for table in tables:
             seq = conn.execute("SELECT pg_get_serial_sequence(%s, 'id')", (table,)).fetchone()[0]
             if seq:
                 conn.execute(f"SELECT setval(%s, (SELECT max(id) FROM {table}))", (seq,))
@@ -646,7 +861,7 @@ def load(
         # Write the load's dirty pages now, not while the pages and the hot path are timed.
         conn.execute("CHECKPOINT")
         result.vacuum_s = time.perf_counter() - t2
-        for table in TABLES:
+        for table in tables:
             counted = conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
             result.counted[table] = counted - before[table]
         if conn.execute("SELECT to_regclass('usage_usagerollup')").fetchone()[0] is not None:
@@ -656,7 +871,34 @@ def load(
         result.sizes_bytes = sizes(conn)
     result.total_bytes = sum(result.sizes_bytes.values())
     result.bytes_per_usage_row = result.total_bytes / args.scale_rows
+    receipts_bytes = result.sizes_bytes.get(RECEIPTS, 0)
+    result.bytes_per_usage_row_without_receipts = (
+        result.total_bytes - receipts_bytes
+    ) / args.scale_rows
+    if result.counted.get(RECEIPTS):
+        result.bytes_per_receipt = receipts_bytes / result.counted[RECEIPTS]
+    if result.receipts_loaded and args.scale_verify_receipts:
+        verify_receipts(env, tenants[0]["account_id"], result)
     return result
+
+
+def verify_receipts(env: dict[str, str], account_id: int, result: LoadResult) -> None:
+    """`manage.py verify_receipts --account` on the loaded chain (hashes, order, signatures,
+    running totals, the columns against the bodies, and the ledger reconciled with it)."""
+    t0 = time.perf_counter()
+    done = subprocess.run(
+        [sys.executable, "manage.py", "verify_receipts", "--account", str(account_id)],
+        cwd=bench.ROOT, env=env, capture_output=True, text=True, timeout=LOAD_TIMEOUT_S,
+    )  # fmt: skip
+    result.receipts_verify_s = time.perf_counter() - t0
+    result.receipts_verified = done.returncode == 0
+    result.receipts_verify_output = (done.stdout[-1500:] + done.stderr[-1500:]).strip()
+    print(
+        f"  verify_receipts --account {account_id}: "
+        f"{'intact' if result.receipts_verified else 'FAILED'} in {result.receipts_verify_s:.1f}"
+        f" s: {result.receipts_verify_output.splitlines()[-1:]}",
+        flush=True,
+    )
 
 
 def _final_balances(conn: psycopg.Connection, tenants: list[dict[str, Any]]) -> dict[int, int]:
@@ -809,6 +1051,110 @@ def admin_calls(base: str, rid: str) -> list[Timed]:
         ):
             out.append(cold_warm(c, name, "admin", path))
     return out
+
+
+def timed_months(start: datetime, end: datetime) -> dict[str, str]:
+    """The months timed ("YYYY-MM", UTC: the tenants' zone): the window's oldest, the one in
+    its middle (the earlier of two) and the current one."""
+    months = []
+    month = start.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+    while month <= end:
+        months.append(f"{month:%Y-%m}")
+        month = (month + timedelta(days=32)).replace(day=1)
+    picked = (months[0], months[(len(months) - 1) // 2], months[-1])
+    return dict(zip(MONTH_NAMES, picked, strict=True))
+
+
+@dataclass
+class ReceiptExport:
+    """A month's receipts export (JSON lines): cold, the whole download; warm, the median
+    time to its first byte over WARM_REPEATS more calls (each closed after its first chunk)."""
+
+    name: str
+    tenant: str
+    url: str
+    status: int = 0
+    statuses: list[int] = field(default_factory=list)
+    ttfb_cold_ms: float | None = None
+    total_cold_ms: float | None = None
+    ttfb_warm_ms: float | None = None
+    bytes: int = 0
+    lines: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.statuses) and all(s == 200 for s in self.statuses)
+
+
+def first_byte(
+    client: httpx.Client, url: str, *, whole: bool
+) -> tuple[int, float, float, int, int]:
+    """GET `url` streamed: (status, ms to the first body byte, ms in all, bytes, lines); only
+    the first chunk unless `whole`."""
+    t0 = time.perf_counter()
+    ttfb, size, lines = None, 0, 0
+    with client.stream("GET", url) as resp:
+        for chunk in resp.iter_raw():
+            if ttfb is None:
+                ttfb = (time.perf_counter() - t0) * 1000.0
+            size += len(chunk)
+            lines += chunk.count(b"\n")
+            if not whole:
+                break
+        status = resp.status_code
+    total = (time.perf_counter() - t0) * 1000.0
+    return status, ttfb if ttfb is not None else total, total, size, lines
+
+
+def receipts_export(client: httpx.Client, name: str, tenant: str, url: str) -> ReceiptExport:
+    ex = ReceiptExport(name, tenant, url)
+    status, ex.ttfb_cold_ms, ex.total_cold_ms, ex.bytes, ex.lines = first_byte(
+        client, url, whole=True
+    )
+    ex.statuses.append(status)
+    warm = []
+    for _ in range(WARM_REPEATS):
+        status, ttfb, *_ = first_byte(client, url, whole=False)
+        ex.statuses.append(status)
+        warm.append(ttfb)
+    ex.ttfb_warm_ms = statistics.median(warm)
+    ex.status = max(ex.statuses, key=lambda s: s != 200)
+    print(
+        f"  {tenant:5s} {name:34s} ttfb cold {ex.ttfb_cold_ms:9.1f} ms  warm "
+        f"{ex.ttfb_warm_ms:9.1f} ms  total {ex.total_cold_ms:9.1f} ms  {ex.bytes:>10d} B"
+        f"  {ex.lines} lines  {ex.status}",
+        flush=True,
+    )
+    return ex
+
+
+def receipt_calls(
+    base: str, tenant: dict[str, Any], label: str, months: dict[str, str]
+) -> tuple[list[Timed], list[ReceiptExport]]:
+    """The tenant's receipts for each timed month (the API's first page, its statement, the
+    dashboard's page and its JSON lines export) and its wallet ledger (the API, the page)."""
+    calls, exports = [], []
+    account = tenant["account_id"]
+    headers = {"Authorization": f"Token {tenant['api_token']}"}
+    with httpx.Client(base_url=base, headers=headers, timeout=HTTP_TIMEOUT_S) as c:
+        for which, month in months.items():
+            for name, path in (
+                (f"api receipts ?period={which}", f"/api/receipts?period={month}"),
+                (f"api statement ?period={which}", f"/api/receipts/statement?period={month}"),
+            ):
+                calls.append(cold_warm(c, name, label, path))
+        calls.append(cold_warm(c, "api wallet ledger", label, f"/api/accounts/{account}/ledger"))
+    with httpx.Client(base_url=base, timeout=HTTP_TIMEOUT_S) as c:
+        form_login(c, base + "/login/", tenant["username"], OWNER_PASSWORD)
+        acct = f"/dashboard/{account}"
+        for which, month in months.items():
+            path = f"{acct}/receipts/?period={month}"
+            calls.append(cold_warm(c, f"dashboard receipts ?period={which}", label, path))
+        calls.append(cold_warm(c, "dashboard wallet", label, f"{acct}/wallet/"))
+        for which, month in months.items():
+            path = f"{acct}/receipts/export.jsonl?period={month}"
+            exports.append(receipts_export(c, f"receipts export ?period={which}", label, path))
+    return calls, exports
 
 
 @dataclass
@@ -1047,6 +1393,14 @@ def report(doc: dict[str, Any]) -> str:
                 rows, ["table", "written", "counted", "MiB (+indexes)", "B per usage row"]
             )
         )
+        if ld.get("receipts_loaded"):
+            verified = {None: "not run", True: "intact", False: "FAILED"}[ld["receipts_verified"]]
+            parts.append(
+                f"receipts: {bench.fmt(ld['bytes_per_receipt'], 1)} B per receipt (+indexes);"
+                f" per usage row {ld['bytes_per_usage_row']:.0f} B with receipts,"
+                f" {ld['bytes_per_usage_row_without_receipts']:.0f} B without; the big"
+                f" tenant's chain: verify_receipts {verified}"
+            )
     rows = [
         [t["tenant"], t["name"], bench.fmt(t["cold_ms"], 1), bench.fmt(t["warm_ms"], 1),
          str(t["bytes"]), "ok" if all(s == 200 for s in t["statuses"]) else f"HTTP {t['status']}"]
@@ -1055,6 +1409,30 @@ def report(doc: dict[str, Any]) -> str:
     if rows:
         parts.append(
             bench.render_table(rows, ["who", "call", "cold ms", "warm ms", "bytes", "status"])
+        )
+    rows = [
+        [e["tenant"], e["name"], bench.fmt(e["ttfb_cold_ms"], 1), bench.fmt(e["ttfb_warm_ms"], 1),
+         bench.fmt(e["total_cold_ms"], 1), str(e["bytes"]), str(e["lines"]),
+         "ok" if all(s == 200 for s in e["statuses"]) else f"HTTP {e['status']}"]
+        for e in doc.get("receipt_exports") or []
+    ]  # fmt: skip
+    if rows:
+        months = ", ".join(f"{k} {v}" for k, v in doc["receipt_months"].items())
+        parts.append(
+            f"receipts exports (JSON lines; months: {months}):\n"
+            + bench.render_table(
+                rows,
+                [
+                    "who",
+                    "export",
+                    "ttfb cold ms",
+                    "ttfb warm ms",
+                    "total ms",
+                    "bytes",
+                    "lines",
+                    "status",
+                ],
+            )  # fmt: skip
         )
     ex = doc.get("export")
     if ex:
@@ -1124,6 +1502,8 @@ def main(args: argparse.Namespace) -> int:
         "load": None,
         "calls": [],
         "export": None,
+        "receipt_months": {},
+        "receipt_exports": [],
         "hot_path": [],
         "databases": names,  # dropped at the end unless --keep
     }
@@ -1161,21 +1541,33 @@ def main(args: argparse.Namespace) -> int:
             big, small = loaded.tenants[0], loaded.tenants[1]
             mids = {int(k): v for k, v in result.middle_request_ids.items()}
             calls: list[Timed] = []
+            exports: list[ReceiptExport] = []
             try:
                 calls += tenant_calls(base, big, "big", mids[big["account_id"]])
                 calls += tenant_calls(base, small, "small", mids[small["account_id"]])
                 calls += admin_calls(base, mids[big["account_id"]])
                 doc["export"] = asdict(csv_export(base, big, servers.gateway.pid))
+                if result.receipts_loaded:
+                    months = timed_months(
+                        datetime.fromisoformat(result.start), datetime.fromisoformat(result.end)
+                    )
+                    doc["receipt_months"] = months
+                    for tenant, label in ((big, "big"), (small, "small")):
+                        timed, exported = receipt_calls(base, tenant, label, months)
+                        calls += timed
+                        exports += exported
             except (httpx.HTTPError, RuntimeError, ValueError) as exc:
                 print(f"a timed call failed: {exc!r}", file=sys.stderr)
                 status = 1
             doc["calls"] = [asdict(t) for t in calls]
+            doc["receipt_exports"] = [asdict(e) for e in exports]
             hp = bench.run_loop(lambda: hot_path(servers, args, "loaded", loaded.url))
             doc["hot_path"].append(asdict(hp))
-        bad_calls = [t for t in calls if not t.ok]
+        bad_calls = [t for t in [*calls, *exports] if not t.ok]
         export_ok = doc["export"] is not None and doc["export"]["status"] == 200
         hot_ok = all(h["failed"] == 0 and h["ok"] == h["n"] for h in doc["hot_path"])
-        if bad_calls or not export_ok or not hot_ok:
+        verified = doc["load"]["receipts_verified"] is not False
+        if bad_calls or not export_ok or not hot_ok or not verified:
             status = 1
         doc["ok"] = status == 0
         print()
@@ -1183,6 +1575,8 @@ def main(args: argparse.Namespace) -> int:
         if status:
             for t in bad_calls:
                 print(f"FAILED: {t.tenant} {t.name} {t.url}: {t.statuses}")
+            if doc["load"]["receipts_verified"] is False:
+                print(f"FAILED: verify_receipts:\n{doc['load']['receipts_verify_output']}")
             for h in doc["hot_path"]:
                 if h["failure_kinds"]:
                     print(f"hot path ({h['database']}) failures: {h['failure_kinds']}")

@@ -1,4 +1,5 @@
-"""bench/scale.py at a tiny size: it loads exactly what it generated and every call answers."""
+"""bench/scale.py at a tiny size: it loads exactly what it generated (receipts included, in
+chains verify_receipts accepts) and every call answers."""
 
 from __future__ import annotations
 
@@ -35,7 +36,7 @@ def report(tmp_path_factory) -> dict:
         [
             sys.executable, "bench/run.py", "--scale", "--scale-rows", str(ROWS),
             "--scale-requests", "100", "--database-url", server_url(),
-            "--redis-url", urlunsplit(redis), "--json", str(out),
+            "--redis-url", urlunsplit(redis), "--json", str(out), "--scale-verify-receipts",
         ],
         cwd=ROOT, capture_output=True, text=True, timeout=840,
     )  # fmt: skip
@@ -64,6 +65,23 @@ def test_the_books_come_in_the_documented_proportions(report):
     assert 0.7 < written["billing_spendhold"] / ROWS < 0.9
 
 
+def test_every_settled_request_has_its_receipt(report):
+    load = report["load"]
+    assert load["receipts_loaded"]
+    assert load["counted"]["billing_receipt"] == load["written"]["billing_settledrequest"]
+    assert load["written"]["billing_receipt"] == ROWS
+    assert 0 < load["bytes_per_receipt"] < load["bytes_per_usage_row"]
+    assert load["bytes_per_usage_row_without_receipts"] < load["bytes_per_usage_row"]
+
+
+def test_the_loaded_chain_passes_verify_receipts(report):
+    # The big tenant's chain as the generator wrote it: hashes, seq and prev, signatures,
+    # running totals, the columns against the bodies and the ledger entries each names.
+    load = report["load"]
+    assert load["receipts_verified"] is True, load["receipts_verify_output"]
+    assert "1 chain(s) intact." in load["receipts_verify_output"]
+
+
 def test_the_rebuilt_rollups_count_every_row(report):
     if not (ROOT / "usage/management/commands/rebuild_usage_rollups.py").is_file():
         pytest.skip("this code has no rollups")
@@ -72,11 +90,25 @@ def test_the_rebuilt_rollups_count_every_row(report):
 
 def test_every_timed_call_answered_200(report):
     calls = report["calls"]
-    assert len(calls) == 2 * 12 + 4  # per tenant: 7 API calls, 5 pages; 4 admin lists
+    # Per tenant: 7 usage API calls, 5 pages, and for each of 3 months the receipts' API page,
+    # statement and dashboard page, then the wallet ledger's API and page; 4 admin lists.
+    assert len(calls) == 2 * (12 + 3 * 3 + 2) + 4
     bad = [(c["tenant"], c["name"], c["statuses"]) for c in calls if set(c["statuses"]) != {200}]
     assert not bad, report["output"]
     assert report["export"]["status"] == 200
     assert report["export"]["rows"] > 0
+
+
+def test_each_months_receipts_export_holds_its_receipts(report):
+    exports = report["receipt_exports"]
+    assert [(e["tenant"], e["name"].rsplit("=", 1)[1]) for e in exports] == [
+        (who, month) for who in ("big", "small") for month in ("oldest", "middle", "current")
+    ]
+    assert all(set(e["statuses"]) == {200} for e in exports), report["output"]
+    big = [e["lines"] for e in exports if e["tenant"] == "big"]
+    # The three months are distinct slices of the big tenant's 60% of the rows.
+    assert all(lines > 0 for lines in big)
+    assert sum(big) <= report["load"]["written"]["billing_receipt"]
 
 
 def test_the_hot_path_served_every_request(report):
