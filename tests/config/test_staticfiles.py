@@ -10,6 +10,7 @@ import httpx
 import pytest
 import rest_framework
 
+from tests.support.tenants import make_tenant
 from tests.support.waits import wait_until
 
 ADMIN_CSS = Path(django.__file__).parent / "contrib/admin/static/admin/css/base.css"
@@ -43,9 +44,18 @@ def test_admin_login_page_links_stylesheets_that_answer(gateway):
 
 
 def test_browsable_api_page_links_stylesheets_that_answer(gateway):
-    page = httpx.get(f"{gateway.url}/api/account", headers={"Accept": "text/html"})
+    # An error is JSON whatever the client accepts (issue 38); a signed-in browser's page is
+    # the browsable API's.
+    refused = httpx.get(f"{gateway.url}/api/account", headers={"Accept": "text/html"})
+    assert (refused.status_code, refused.headers["content-type"]) == (401, "application/json")
+    tenant = make_tenant()
+    page = httpx.get(
+        f"{gateway.url}/api/account",
+        headers={"Accept": "text/html", "Authorization": f"Token {tenant.api_token}"},
+    )
 
-    assert page.status_code == 401  # anonymous: the browsable API's page all the same
+    assert page.status_code == 200
+    assert page.headers["content-type"].startswith("text/html")
     links = re.findall(r'<link rel="stylesheet" type="text/css" href="([^"]+)"', page.text)
     assert "/static/rest_framework/css/bootstrap.min.css" in links
     for href in links:
