@@ -358,3 +358,47 @@ class Receipt(models.Model):
     def prev_hash(self) -> str:
         """The hash of the account's receipt before it, as its body states (not stored twice)."""
         return str(orjson.loads(self.body).get("prev", ""))
+
+
+class ReceiptArchive(models.Model):
+    """The manifest of one account's month of receipts moved to the archive store
+    (billing/archives.py): append-only, signed, and what lets its receipts leave PostgreSQL.
+
+    `prev` is the hash before `first_seq` and `last_hash` the month's last receipt's, so the
+    chain continues across archives and into the store. The row is inserted only once the
+    file is written and its `sha256` and `size_bytes` known: the database's function that
+    removes archived receipts (migration 0013) trusts nothing else.
+    """
+
+    account_id = models.BigIntegerField()
+    period = models.CharField(max_length=7)  # YYYY-MM in the account's time zone
+    time_zone = models.CharField(max_length=64)
+    starts_at = models.DateTimeField()
+    ends_at = models.DateTimeField()
+    first_seq = models.BigIntegerField()
+    last_seq = models.BigIntegerField()
+    prev = models.CharField(max_length=64)
+    last_hash = models.CharField(max_length=64)
+    receipts = models.BigIntegerField()
+    totals = models.JSONField()  # the month's, as a statement states them
+    running = models.JSONField()  # the chain's running totals at last_seq (its body's)
+    head = models.JSONField()  # the month's last receipt: seq, hash, signature, key_id, settled_at
+    # The largest ledger entry id its receipts name (None: none): the reconciliation trusts
+    # the archived months' entries through the totals (billing/receipt_ledger.py).
+    ledger_last_entry = models.BigIntegerField(null=True)
+    sha256 = models.CharField(max_length=64)
+    size_bytes = models.BigIntegerField()
+    created_at = models.DateTimeField()
+    key_id = models.CharField(max_length=32)
+    signature = models.CharField(max_length=128)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["account_id", "period"], name="receipt_archive_once"),
+            models.UniqueConstraint(
+                fields=["account_id", "first_seq"], name="receipt_archive_seq_once"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"receipt archive {self.account_id}/{self.period} ({self.first_seq}-{self.last_seq})"

@@ -1,12 +1,13 @@
 """Two database roles: the owner, who migrates, and the application's, which serves.
 
-The proof Tollgate sells (the audit trail, receipts, their signed heads, the wallet ledger)
-must hold against whoever holds the application's own database login. A table's owner may
-disable its triggers, truncate it or drop it, so the role every serving process connects
-with (DATABASE_URL: the gateway, the control plane, the workers) owns none of the proof
-tables and may only INSERT and SELECT on them. Everything else it owns: its monthly
-partitions are made and dropped at run time (core/partitions.py), which PostgreSQL allows
-only a table's owner.
+The proof Tollgate sells (the audit trail, receipts, their signed heads, the receipt archives'
+manifests, the wallet ledger) must hold against whoever holds the application's own database
+login. A table's owner may disable its triggers, truncate it or drop it, so the role every
+serving process connects with (DATABASE_URL: the gateway, the control plane, the workers)
+owns none of the proof tables and may only INSERT and SELECT on them. Everything else it
+owns: its monthly partitions are made and dropped at run time (core/partitions.py), which
+PostgreSQL allows only a table's owner. Archived receipts leave through one function run
+with the owner's rights (APP_FUNCTIONS).
 
 `grant_app_role` is run by the owner after every `migrate` (compose's migrate service, the
 Procfile's documented steps): it creates the application's role if it is missing (with
@@ -27,7 +28,11 @@ PROOF_TABLES = (
     "audit_signedhead",
     "billing_receipt",
     "billing_ledgerentry",
+    "billing_receiptarchive",
 )
+# What the application may run with the owner's rights: removing receipts an archive
+# covers (billing/archives.py; billing migration 0013 creates it, revoked from PUBLIC).
+APP_FUNCTIONS = ("tollgate_drop_archived_receipts(bigint, bigint)",)
 # What the application may never do on a proof table (TRUNCATE, REFERENCES and TRIGGER
 # included: a trigger of its own could rewrite rows as they are inserted).
 REVOKED = ("UPDATE", "DELETE", "TRUNCATE", "REFERENCES", "TRIGGER")
@@ -95,6 +100,12 @@ def grant_app_role(cursor, *, role: str, password: str | None) -> Granted:
         if sequence:
             cursor.execute(
                 sql.SQL("GRANT USAGE, SELECT ON SEQUENCE {} TO {}").format(sql.SQL(sequence), name)
+            )
+    for function in APP_FUNCTIONS:
+        cursor.execute("SELECT to_regprocedure(%s)", [function])
+        if cursor.fetchone()[0] is not None:  # absent before its migration ran
+            cursor.execute(
+                sql.SQL("GRANT EXECUTE ON FUNCTION {} TO {}").format(sql.SQL(function), name)
             )
     return Granted(role=role, created=created, handed_over=handed, proof=proof)
 

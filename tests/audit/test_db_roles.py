@@ -138,7 +138,13 @@ def test_the_apps_role_may_only_insert_and_read_the_proof(app_role, stack):
             f"{table} is owned by {connection.settings_dict['USER'] or 'postgres'}, whose rights"
             " this role has"
             for table in sorted(
-                ("audit_auditentry", "audit_signedhead", "billing_ledgerentry", "billing_receipt")
+                (
+                    "audit_auditentry",
+                    "audit_signedhead",
+                    "billing_ledgerentry",
+                    "billing_receipt",
+                    "billing_receiptarchive",
+                )
             )
         ]
 
