@@ -35,7 +35,7 @@ ENV PYTHONUNBUFFERED=1 \
 RUN groupadd --system --gid 10001 tollgate \
     && useradd --system --uid 10001 --gid tollgate --home-dir /var/lib/tollgate \
         --no-create-home --shell /usr/sbin/nologin tollgate \
-    && install -d -o tollgate -g tollgate -m 0750 /var/lib/tollgate
+    && install -d -o tollgate -g tollgate -m 0750 /var/lib/tollgate /var/lib/tollgate/archives
 COPY --from=builder /opt/venv /opt/venv
 WORKDIR /app
 # The code is root's and read-only to the app user; state goes to TOLLGATE_VAR_DIR.

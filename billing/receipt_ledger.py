@@ -15,17 +15,23 @@ body says `wallet: {"ledger_entries": [ids], "taken_micro": N}`. So, for an acco
 
 Receipts written before receipts named their entries (no `wallet` in the body) are not
 reconciled: the entries before the first receipt that names its own are taken on trust.
+
+Once months of receipts are archived and leave the database (billing/archives.py), their
+entries stay (the ledger is kept for the life of the wallet) but no stored receipt names
+them: the entries up to the last one the archived receipts name are reconciled in sum, with
+what the archives' signed manifests say their wallets paid.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 
 import orjson
 from django.db import connection, transaction
 
-from billing.models import LedgerEntry, Receipt, Wallet
+from billing.models import LedgerEntry, Receipt, ReceiptArchive, Wallet
 from billing.receipts import Problem
 
 REQUEST_KINDS = frozenset(
@@ -62,11 +68,15 @@ def _reconcile(account_id: int, *, since: datetime | None) -> list[Problem]:
     named: dict[int, int] = {}  # entry id -> the seq of the receipt naming it
     trusted_before: datetime | None = None  # entries before it predate named entries
     legacy = False
+    archived = _archived(account_id) if since is None else None
+    stored_archived_taken = 0  # what stored receipts an archive covers too (a kept head) paid
     for seq, settled_at, body in _receipts(account_id, since=since):
         stated = body.get("wallet") if isinstance(body, dict) else None
         if not isinstance(stated, dict):
             legacy = True
             continue
+        if archived is not None and seq <= archived.through_seq:
+            stored_archived_taken += int(stated.get("taken_micro") or 0)
         if trusted_before is None:
             trusted_before = settled_at
         entries = stated.get("ledger_entries") or []
@@ -85,6 +95,7 @@ def _reconcile(account_id: int, *, since: datetime | None) -> list[Problem]:
     if wallet is None:
         return problems
     amounts: dict[int, int] = {}
+    archived_paid = 0  # the archived receipts' entries, named by no stored receipt
     running: int | None = 0 if since is None else None
     last_id = None
     for entry in _entries(wallet.pk, since=since):
@@ -105,6 +116,9 @@ def _reconcile(account_id: int, *, since: datetime | None) -> list[Problem]:
                 )
             continue
         amounts[entry_id] = amount
+        if entry_id not in named and archived is not None and entry_id <= archived.last_entry:
+            archived_paid -= amount
+            continue
         if entry_id not in named and not (
             legacy and (trusted_before is None or created_at < trusted_before)
         ):
@@ -117,8 +131,34 @@ def _reconcile(account_id: int, *, since: datetime | None) -> list[Problem]:
             Problem(None, f"the wallet's balance is {wallet.balance_micro}; its ledger ends at"
                           f" {running}")
         )  # fmt: skip
+    if archived is not None and archived_paid != archived.taken_micro - stored_archived_taken:
+        problems.append(
+            Problem(None, f"the archived months' ledger entries took {archived_paid}; their"
+                          f" archives say {archived.taken_micro - stored_archived_taken}")
+        )  # fmt: skip
     problems += _taken_problems(account_id, amounts, since=since)
     return problems
+
+
+@dataclass(frozen=True, slots=True)
+class _Archived:
+    """What an account's archives say of its wallet: through which seq and ledger entry, and
+    what their receipts took in sum."""
+
+    through_seq: int
+    last_entry: int
+    taken_micro: int
+
+
+def _archived(account_id: int) -> _Archived | None:
+    archives = list(ReceiptArchive.objects.filter(account_id=account_id))
+    if not archives:
+        return None
+    return _Archived(
+        through_seq=max(a.last_seq for a in archives),
+        last_entry=max((a.ledger_last_entry or 0) for a in archives),
+        taken_micro=sum(int(a.totals.get("wallet_taken_micro") or 0) for a in archives),
+    )
 
 
 def _taken_problems(

@@ -24,7 +24,7 @@ from accounts.periods import MONTHLY, period_bounds
 from audit import heads
 from audit.models import SignedHead
 from audit.services import signed_audit_head
-from billing.models import Receipt
+from billing.models import Receipt, ReceiptArchive
 from billing.receipt_keys import receipt_keys
 from billing.receipts import (
     GENESIS,
@@ -191,13 +191,39 @@ def statement(*, account: Account, period: str, now: datetime) -> dict[str, Any]
     never from a column beside them: a column changed behind the chain's back changes no
     statement (verify_receipts names it)."""
     start, end = month_bounds(period, time_zone=account.time_zone)
-    # A batch's receipts share one settled_at and its last is signed: the last receipt
-    # settled before the end is a signed one. The month's totals are the running totals at
-    # its end less those at its start, as the receipts' own bodies state them.
-    before, head = last_before(account.pk, start), last_before(account.pk, end)
-    sums = month_between(before, head)
-    if sums is None:  # receipts from before running totals were kept: sum the month
-        sums = month_sums(account.pk, start=start, end=end)
+    archived = ReceiptArchive.objects.filter(account_id=account.pk, period=period).first()
+    head_document: dict[str, Any] | None
+    if archived is not None:
+        # Its receipts may have left the database: the month as its signed manifest states it.
+        sums = MonthSums(
+            receipts=archived.receipts,
+            first_seq=archived.first_seq,
+            last_seq=archived.last_seq,
+            last_hash=archived.last_hash,
+            **{k: v for k, v in archived.totals.items() if k != "total_micro"},
+        )
+        head_document = dict(archived.head)
+    else:
+        # A batch's receipts share one settled_at and its last is signed: the last receipt
+        # settled before the end is a signed one. The month's totals are the running totals
+        # at its end less those at its start, as the receipts' own bodies state them (or,
+        # once the month before was archived, its manifest).
+        before, head = last_before(account.pk, start), last_before(account.pk, end)
+        opening = archived_opening(account.pk, start) if before is None else None
+        sums = month_between(before, head, opening=opening)
+        if sums is None:  # receipts from before running totals were kept: sum the month
+            sums = month_sums(account.pk, start=start, end=end)
+        head_document = (
+            None
+            if head is None
+            else {
+                "seq": head.seq,
+                "hash": head.hash,
+                "signature": head.signature,
+                "key_id": head.key_id,
+                "settled_at": rfc3339(head.settled_at),
+            }
+        )
     return sign_statement(
         {
             "v": STATEMENT_VERSION,
@@ -213,15 +239,7 @@ def statement(*, account: Account, period: str, now: datetime) -> dict[str, Any]
             "last_seq": sums.last_seq,
             "last_hash": sums.last_hash,
             "totals": sums.totals(),
-            "head": None
-            if head is None
-            else {
-                "seq": head.seq,
-                "hash": head.hash,
-                "signature": head.signature,
-                "key_id": head.key_id,
-                "settled_at": rfc3339(head.settled_at),
-            },
+            "head": head_document,
             # Both chains' heads as they are now, signed: kept with the statement, they pin
             # the trail and the receipts against any later rewrite (audit/heads.py).
             "signed_heads": {
@@ -266,20 +284,48 @@ class MonthSums:
         }
 
 
-def month_between(before: Receipt | None, last: Receipt | None) -> MonthSums | None:
-    """A month's sums from the running totals of the receipt before it and of its last (None
-    where a body states none: a chain from before they were kept)."""
-    opening = running_totals(None if before is None else orjson.loads(before.body))
-    closing = running_totals(None if last is None else orjson.loads(last.body))
-    if opening is None or closing is None:
+def archived_opening(account_id: int, start: datetime) -> tuple[int, dict[str, int]] | None:
+    """Where the chain stood at `start` by the last archive of a month ended by then (its last
+    seq and running totals; None: no such archive): the receipt before a month, once
+    archived, is no longer in the database."""
+    archive = (
+        ReceiptArchive.objects.filter(account_id=account_id, ends_at__lte=start)
+        .order_by("-last_seq")
+        .first()
+    )
+    if archive is None:
         return None
-    count = _seq(last) - _seq(before)
+    return archive.last_seq, {k: int(v) for k, v in archive.running.items()}
+
+
+def month_between(
+    before: Receipt | None,
+    last: Receipt | None,
+    *,
+    opening: tuple[int, dict[str, int]] | None = None,
+) -> MonthSums | None:
+    """A month's sums from the running totals of the receipt before it (or `opening`: the
+    seq and running totals an archive states) and of its last (None where a body states
+    none: a chain from before they were kept)."""
+    before_seq = _seq(before)
+    if opening is not None:
+        before_seq, opening_totals = opening[0], running_totals({"running": opening[1]})
+    else:
+        opening_totals = running_totals(None if before is None else orjson.loads(before.body))
+    closing = running_totals(None if last is None else orjson.loads(last.body))
+    if opening_totals is None or closing is None:
+        return None
+    if last is None:  # nothing settled before the end but archived receipts
+        closing, last_seq = opening_totals, before_seq
+    else:
+        last_seq = last.seq
+    count = last_seq - before_seq
     return MonthSums(
         receipts=count,
-        first_seq=_seq(before) + 1 if count else None,
-        last_seq=_seq(last) if count else None,
+        first_seq=before_seq + 1 if count else None,
+        last_seq=last_seq if count else None,
         last_hash=last.hash if count and last is not None else None,
-        **{name: closing[name] - opening[name] for name in closing},
+        **{name: closing[name] - opening_totals[name] for name in closing},
     )
 
 
@@ -479,24 +525,42 @@ def check_stored_chain(
 ) -> ChainCheck:
     """Check an account's chain as the store holds it, and against every signed head of it:
     those this database kept and those given (`kept`, as the tenant downloaded them), so a
-    tail cut, a rollback or a rewrite by whoever owns the database shows to a head's holder."""
+    tail cut, a rollback or a rewrite by whoever owns the database shows to a head's holder.
+
+    Once months are archived (billing/archives.py), the chain starts in the archive store:
+    its archives must follow on from the chain's start, each file hold what its signed
+    manifest says, and the stored chain continue the last archive."""
+    # archives.py reads receipts through this module: imported here, not at its top.
+    from billing import archives
+
+    archived = archives.archives_of(account_id) if since is None else []
     check = check_chain(
         account_id,
         stored_records(account_id, since=since),
         public_keys,
-        from_genesis=since is None,
+        from_genesis=since is None and not archived,
     )
+    if archived:
+        check.problems += archives.check_stored_archives(account_id, public_keys)
+        first = Receipt.objects.filter(account_id=account_id).order_by("seq").first()
+        check.problems += archives.continues_from(
+            archives.manifest(archived[-1]), None if first is None else receipt_record(first)
+        )
     stored = SignedHead.objects.filter(chain=SignedHead.Chain.RECEIPTS, account_id=account_id)
     last_seq = receipt_head(account_id)[0]
     for head in [*(heads.document(h) for h in stored.order_by("seq")), *kept]:
         if head.get("chain") != SignedHead.Chain.RECEIPTS or head.get("account_id") != account_id:
             continue
-        at = Receipt.objects.filter(account_id=account_id, seq=int(head.get("seq") or 0))
+        seq = int(head.get("seq") or 0)
+        hash_at_seq = (
+            Receipt.objects.filter(account_id=account_id, seq=seq)
+            .values_list("hash", flat=True)
+            .first()
+        )
+        if hash_at_seq is None and archived:
+            hash_at_seq = archives.archived_hash(account_id, seq)
         problems = heads.check_kept_head(
-            head,
-            public_keys=public_keys,
-            hash_at_seq=at.values_list("hash", flat=True).first(),
-            last_seq=last_seq,
+            head, public_keys=public_keys, hash_at_seq=hash_at_seq, last_seq=last_seq
         )
         check.problems += [
             Problem(head.get("seq"), f"the head signed at {head.get('signed_at')}: {p}")

@@ -8,7 +8,7 @@ import logging
 from celery import shared_task
 from django.db import DatabaseError
 
-from billing import alerts, reaper, reconcile, services
+from billing import alerts, archives, reaper, reconcile, services
 from billing.feed import usage_feed
 
 log = logging.getLogger(__name__)
@@ -52,3 +52,15 @@ def deliver_budget_alerts() -> dict:
     """Send the spend alerts settlement raised (once each, retried with backoff)."""
     report = alerts.budget_alerts_deliver()
     return {"delivered": report.delivered, "retrying": report.retrying, "failed": report.failed}
+
+
+@shared_task(name="billing.archive_receipts", **RETRY)
+def archive_receipts() -> dict:
+    """Archive the receipts past TOLLGATE_RECEIPT_RETENTION_DAYS a whole month at a time and
+    remove them from PostgreSQL (each account's last receipt stays)."""
+    report = archives.apply_receipt_retention()
+    if report.archived or report.removed:
+        log.info(
+            "archived %d month(s), removed %d receipt(s)", len(report.archived), report.removed
+        )
+    return {"archived": [f"{a}/{p}" for a, p in report.archived], "removed": report.removed}

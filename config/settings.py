@@ -85,6 +85,8 @@ SCHEME: dict[str, tuple[type, object]] = {
     "TOLLGATE_USAGE_FLUSH_MS": (int, 500),
     "TOLLGATE_USAGE_CLAIM_IDLE_MS": (int, 15_000),
     "TOLLGATE_USAGE_RETENTION_DAYS": (int, 0),
+    "TOLLGATE_RECEIPT_RETENTION_DAYS": (int, 0),
+    "TOLLGATE_ARCHIVE_DIR": (str, ""),
     "TOLLGATE_BUDGET_ROLL_S": (int, 60),
     "TOLLGATE_BUDGET_ALERTS_S": (int, 10),
     "TOLLGATE_CALLER_KEY": (str, ""),
@@ -278,6 +280,11 @@ TOLLGATE = {
     # holds, reservations and settled markers, never under 7 days (billing/partitions.py).
     # Ledger entries and rollups stay. 0 keeps everything forever.
     "USAGE_RETENTION_DAYS": max(0, env("TOLLGATE_USAGE_RETENTION_DAYS")),
+    # Receipts older than this many days leave PostgreSQL as signed monthly archives in
+    # ARCHIVE_DIR, a whole month at a time, each account's last receipt kept (billing/
+    # archives.py). 0 keeps receipts in PostgreSQL forever.
+    "RECEIPT_RETENTION_DAYS": max(0, env("TOLLGATE_RECEIPT_RETENTION_DAYS")),
+    "ARCHIVE_DIR": Path(env("TOLLGATE_ARCHIVE_DIR") or VAR_DIR / "archives"),
     # How often beat rolls the budget periods nothing charged since they ended, and sends the
     # spend alerts settlement raised.
     "BUDGET_ROLL_S": max(1, env("TOLLGATE_BUDGET_ROLL_S")),
@@ -547,6 +554,8 @@ CELERY_BEAT_SCHEDULE: dict = {
     # retention drops whole months past TOLLGATE_USAGE_RETENTION_DAYS (0: never).
     "usage-ensure-partitions": {"task": "usage.ensure_partitions", "schedule": 6 * 3600.0},
     "usage-apply-retention": {"task": "usage.apply_retention", "schedule": 3600.0},
+    # Receipts past TOLLGATE_RECEIPT_RETENTION_DAYS (0: never) archived a month at a time.
+    "billing-archive-receipts": {"task": "billing.archive_receipts", "schedule": 3600.0},
     "usage-drain-journal": {
         "task": "usage.drain_journal",
         "schedule": max(1.0, TOLLGATE["USAGE_CLAIM_IDLE_MS"] / 1000),

@@ -53,6 +53,9 @@ class TollgateSettings:
     usage_flush_ms: int
     usage_claim_idle_ms: int
     usage_retention_days: int
+    # Receipts: days kept in PostgreSQL (0: forever) and the archive store past them.
+    receipt_retention_days: int
+    archive_dir: Path
     budget_roll_s: int
     budget_alerts_s: int
     # Caller labels ("" when off) and their window ("month" or "year").
@@ -115,6 +118,7 @@ def from_django(conf: dict[str, Any], top_level: dict[str, Any]) -> TollgateSett
     values |= {field: top_level[name] for field, name in TOP_LEVEL.items()}
     values["web_allow_nets"] = tuple(values["web_allow_nets"])
     values["metrics_dir"] = Path(values["metrics_dir"])
+    values["archive_dir"] = Path(values["archive_dir"])
     for name, hint in get_type_hints(TollgateSettings).items():
         kind = get_origin(hint) or hint
         if not isinstance(values[name], kind) or (kind is int and isinstance(values[name], bool)):
