@@ -1,6 +1,6 @@
 from django.urls import path
 
-from billing.api import heads, receipts, views
+from billing.api import archives, heads, receipts, views
 
 urlpatterns = [
     path("accounts/<int:account_id>/wallet", views.WalletView.as_view()),
@@ -11,5 +11,7 @@ urlpatterns = [
     path("receipts/keys", receipts.ReceiptKeysView.as_view()),
     path("receipts/head", heads.ReceiptHeadView.as_view()),
     path("receipts/statement", receipts.StatementView.as_view()),
+    path("receipts/archives", archives.ArchiveListView.as_view()),
+    path("receipts/archives/<str:period>", archives.ArchiveFileView.as_view()),
     path("receipts/<str:request_id>", receipts.RequestReceiptsView.as_view()),
 ]

@@ -45,6 +45,8 @@ OPERATIONS = {
     ("get", "/api/receipts/{request_id}"),
     ("get", "/api/receipts/statement"),
     ("get", "/api/receipts/head"),
+    ("get", "/api/receipts/archives"),
+    ("get", "/api/receipts/archives/{period}"),
     ("get", "/admin/groups/{group_id}/byok"),
     ("put", "/admin/groups/{group_id}/byok/{provider}"),
     ("post", "/admin/groups/{group_id}/byok/{provider}/keys"),
@@ -71,8 +73,8 @@ def operations(schema: dict):
                 yield (method, path), operation
 
 
-# What a typed 2xx answer may be: JSON, or an export (CSV, JSON lines).
-TYPED_MEDIA = ("application/json", "text/csv", "application/x-ndjson")
+# What a typed 2xx answer may be: JSON, or an export (CSV, JSON lines, a gzip'd archive).
+TYPED_MEDIA = ("application/json", "text/csv", "application/x-ndjson", "application/gzip")
 
 
 def lacking_response_schema(schema: dict) -> set[tuple[str, str]]:
