@@ -13,7 +13,9 @@
    rows generated as they are sent): usage_usagelog, usage_usageattempt (~1.03 per row), and
    what settlement leaves: billing_reservation (committed, ~0.78 per row) with its
    billing_ledgerentry (kind commit), billing_settledrequest (one per row), billing_spendhold
-   (settled, ~0.8 per row). The tenant ``scale-00`` holds 60% of the rows, ``scale-01`` (the
+   (settled, ~0.8 per row), and, when the project has billing_receipt, a receipt per row
+   chained per account as the writer's settlement writes it (billing.receipts' own bodies,
+   signed per writer batch). The tenant ``scale-00`` holds 60% of the rows, ``scale-01`` (the
    small tenant) 0.4%, the 48 others the rest evenly. Columns are read from the database
    (information_schema), so the loader follows the schema of the code under test: a column
    it does not know is left to its default, and one without a default stops the load. When
@@ -25,11 +27,12 @@
    server started) and warm (the median of the next 3): the tenant API, the dashboard
    (logged in through its form), the Django admin's changelists (logged in through its
    form), the big tenant's CSV export of last month (time to first byte, total, bytes, the
-   server's peak RSS); then the hot path: ``--scale-requests`` chat requests at concurrency
-   ``--scale-concurrency`` through the gateway with the big tenant's key (run.py's request
-   machinery), reporting the gateway's CPU per request and PostgreSQL's (all ``postgres``
-   processes of the host, from /proc), against the loaded database and against an empty
-   one (the same setup without the load).
+   server's peak RSS), each tenant's receipts (the API page, the statement, the dashboard page
+   and its JSON lines export) for three months and its wallet ledger; then the hot path:
+   ``--scale-requests`` chat requests at concurrency ``--scale-concurrency`` through the
+   gateway with the big tenant's key (run.py's request machinery), reporting the gateway's
+   CPU per request and PostgreSQL's (all ``postgres`` processes of the host, from /proc),
+   against the loaded database and against an empty one (the same setup without the load).
 4. Prints the figures, writes ``--json``, drops its databases unless ``--keep``.
 
 Exit code 0 when every timed call answered 200 and every hot-path request succeeded, 1
