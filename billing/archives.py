@@ -145,8 +145,11 @@ def archive_month(*, account: Account, period: str, now: datetime) -> ReceiptArc
         return None
     path = archive_path(account.pk, period)
     sums, prev, head, ledger_last = _write_file(path, account.pk, after_seq, last)
-    if prev != (previous.last_hash if previous is not None else GENESIS) or sums.first_seq != (
-        after_seq + 1
+    if (
+        prev != (previous.last_hash if previous is not None else GENESIS)
+        or sums.first_seq != after_seq + 1
+        or sums.last_seq is None
+        or sums.last_hash is None
     ):
         path.unlink(missing_ok=True)
         raise ValueError(f"receipts of {period} do not continue the chain from seq {after_seq}")

@@ -210,9 +210,9 @@ def statement(*, account: Account, period: str, now: datetime) -> dict[str, Any]
         # once the month before was archived, its manifest).
         before, head = last_before(account.pk, start), last_before(account.pk, end)
         opening = archived_opening(account.pk, start) if before is None else None
-        sums = month_between(before, head, opening=opening)
-        if sums is None:  # receipts from before running totals were kept: sum the month
-            sums = month_sums(account.pk, start=start, end=end)
+        between = month_between(before, head, opening=opening)
+        # None: receipts from before running totals were kept: sum the month.
+        sums = between if between is not None else month_sums(account.pk, start=start, end=end)
         head_document = (
             None
             if head is None
