@@ -38,6 +38,7 @@ from billing.receipts import GENESIS, Problem, sign_statement, verify_statement
 from billing.statements import (
     MonthSums,
     check_chain,
+    last_before,
     month_bounds,
     month_of,
     receipt_record,
@@ -135,12 +136,8 @@ def archive_month(*, account: Account, period: str, now: datetime) -> ReceiptArc
     if previous is not None and previous.ends_at > start:
         raise ValueError(f"{period} is before the last archived month, {previous.period}")
     after_seq = previous.last_seq if previous is not None else 0
-    last = (
-        Receipt.objects.filter(account_id=account.pk, settled_at__lt=end)
-        .order_by("-settled_at", "-seq")
-        .values_list("seq", flat=True)
-        .first()
-    )
+    closing = last_before(account.pk, end)
+    last = closing.seq if closing is not None else None
     if last is None or last <= after_seq:
         return None
     path = archive_path(account.pk, period)

@@ -338,9 +338,6 @@ class Receipt(models.Model):
             models.UniqueConstraint(fields=["account_id", "seq"], name="receipt_seq_once")
         ]
         indexes = [
-            # A month's first and last receipt (settled_at never goes back within an account):
-            # one probe each, whatever the month (billing/statements.py).
-            models.Index(fields=["account_id", "settled_at", "seq"], name="receipt_account_time"),
             # A hash index on PostgreSQL (migration 0012): equality only, ~20 bytes an entry.
             models.Index(fields=["request_id"], name="receipt_request"),
             # Charges without a usage row, window by window across accounts (usage events).

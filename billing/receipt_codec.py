@@ -4,7 +4,7 @@ its hash as 32 bytes.
 A body is ~1.2-1.4 KB of JSON whose keys and most values repeat from receipt to receipt,
 just under PostgreSQL's own 2 KB compression threshold, so it was stored whole. Deflate primed
 with a dictionary of typical bodies keeps only what differs (hashes, ids, times, counts):
-~100-150 bytes. What is hashed, signed and served is always the JSON text; the stored bytes
+~200-250 bytes. What is hashed, signed and served is always the JSON text; the stored bytes
 are a version byte then raw deflate, and a version's dictionary never changes once receipts
 are packed with it (a new dictionary is a new version, and the old one stays to read them).
 """

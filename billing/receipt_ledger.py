@@ -33,6 +33,7 @@ from django.db import connection, transaction
 
 from billing.models import LedgerEntry, Receipt, ReceiptArchive, Wallet
 from billing.receipts import Problem
+from billing.statements import last_before
 
 REQUEST_KINDS = frozenset(
     {LedgerEntry.Kind.COMMIT, LedgerEntry.Kind.EXCESS, LedgerEntry.Kind.TRUEUP}
@@ -190,7 +191,8 @@ def _receipts(account_id: int, *, since: datetime | None) -> Iterator[tuple[int,
     """Yield (seq, settled_at, parsed body) of an account's receipts in chain order."""
     receipts = Receipt.objects.filter(account_id=account_id)
     if since is not None:
-        receipts = receipts.filter(settled_at__gte=since)
+        before = last_before(account_id, since)
+        receipts = receipts.filter(seq__gt=before.seq if before is not None else 0)
     after = None
     while True:
         chunk = receipts if after is None else receipts.filter(seq__gt=after)

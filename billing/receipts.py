@@ -141,7 +141,7 @@ def request_detail(record: UsageRecord) -> dict[str, Any]:
 
 # What a receipt adds to its account's running totals, and where its body states it: each
 # body carries the totals of its chain up to and including itself (`running`), so a month's
-# totals are two receipts apart, read in two index probes (billing/statements.py).
+# totals are two receipts apart (billing/statements.py).
 RUNNING = (
     ("provider_cost_micro", ("amounts", "provider_cost_micro")),
     ("bandwidth_micro", ("amounts", "bandwidth_micro")),

@@ -1,7 +1,8 @@
 # Receipts stored compactly (issue 38): the body deflated against a fixed dictionary
 # (billing/receipt_codec.py), ~1.4 KB of JSON to ~180 bytes, the previous hash only in it, the
-# request id under a hash index; a month found by time through (account, settled_at, seq);
-# the cross-account time index only over charges without a row.
+# request id under a hash index; no index by time within an account (a month is found by a
+# binary search over seq: billing/statements.py last_before); the cross-account time index
+# only over charges without a row.
 
 from django.db import migrations, models
 
@@ -69,12 +70,6 @@ class Migration(migrations.Migration):
             model_name="receipt",
             name="body",
             field=billing.receipt_codec.PackedJsonField(),
-        ),
-        migrations.AddIndex(
-            model_name="receipt",
-            index=models.Index(
-                fields=["account_id", "settled_at", "seq"], name="receipt_account_time"
-            ),
         ),
         migrations.AddIndex(
             model_name="receipt",

@@ -1,4 +1,4 @@
-"""Receipts stored compactly and found by month in two index probes (issue 38, the proof at scale).
+"""Receipts stored compactly and found by month in a binary search (issue 38, the proof at scale).
 
 A body is packed (billing/receipt_codec.py) and reads back byte for byte; a receipt of a real
 request takes at most 600 bytes on disk with its indexes (measured on 2,000); each body states
@@ -98,7 +98,6 @@ def test_a_receipt_takes_at_most_600_bytes_on_disk():
             " WHERE c.relname LIKE 'billing_receipt%%' OR c.relname LIKE 'receipt_%%'"
         )
         sizes = dict(cursor.fetchall())
-    print(f"receipt bytes on disk: {total_bytes / count:.0f} (body {body_bytes:.0f}): {sorted(sizes.items())}")
     assert total_bytes / count <= 600, (total_bytes / count, body_bytes, sorted(sizes.items()))
 
 
