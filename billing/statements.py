@@ -142,8 +142,8 @@ def chain_page(
     if before_seq is not None:
         receipts = receipts.filter(seq__lt=before_seq)
     # [start, end) is the chain after its last receipt settled before `start`, up to its last
-    # settled before `end` (last_before: a binary search), whatever the month's age. (Writers' clocks a
-    # little apart may settle a receipt out of time order: it stays with its chain's month.)
+    # settled before `end` (last_before), whatever the month's age. (Writers' clocks a little
+    # apart may settle a receipt out of time order: it stays with its chain's month.)
     if start is not None:
         receipts = receipts.filter(seq__gt=_seq(last_before(account_id, start)))
     if end is not None:
