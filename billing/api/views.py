@@ -36,6 +36,7 @@ class LedgerOut(serializers.ModelSerializer):
             "amount_micro",
             "balance_after_micro",
             "reservation",
+            "request_id",
             "reason",
             "created_at",
         ]

@@ -23,7 +23,7 @@ from django.db import connection
 from django.utils import timezone
 
 from accounts.models import Group
-from billing.models import Receipt
+from billing.models import LedgerEntry, Receipt, Wallet
 from billing.receipt_codec import pack
 from billing.receipt_keys import receipt_keys
 from billing.receipts import Draft, append, verify_chain, verify_statement
@@ -349,7 +349,30 @@ def test_the_documented_snippet_verifies_a_chain_and_catches_a_change(stack):
 
     ran = run_snippet(stack, tenant)
     assert ran.returncode == 0, ran.stderr
-    assert ran.stdout == f"3 receipts verified; this month {total} micro-USD\n"
+    wallet = Wallet.objects.get(account_id=tenant.account_id)
+    entries = LedgerEntry.objects.filter(wallet=wallet).count()
+    assert ran.stdout == (
+        f"3 receipts verified; this month {total} micro-USD\n"
+        f"{entries} ledger entries reconciled; balance {wallet.balance_micro} micro-USD\n"
+    )
+    assert wallet.balance_micro == 50_000_000 - total
+
+    # A ledger commit edited behind the tenant's back (owner rights: the app's role cannot):
+    # the receipt that names it says what the wallet paid, and the balance breaks after it.
+    commit = LedgerEntry.objects.filter(wallet=wallet, kind="commit").order_by("id").first()
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE billing_ledgerentry SET amount_micro = amount_micro - 5000 WHERE id = %s",
+            [commit.pk],
+        )
+    ran = run_snippet(stack, tenant)
+    assert ran.returncode == 1
+    assert "the ledger took" in ran.stderr.strip().splitlines()[-1]
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE billing_ledgerentry SET amount_micro = amount_micro + 5000 WHERE id = %s",
+            [commit.pk],
+        )
 
     # A body changed behind the tenant's back: the snippet names the receipt.
     with connection.cursor() as cursor:
