@@ -33,11 +33,11 @@ from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from accounts.models import Account
+from billing.chain_checks import check_chain
 from billing.models import Receipt, ReceiptArchive
 from billing.receipts import GENESIS, Problem, sign_statement, verify_statement
 from billing.statements import (
     MonthSums,
-    check_chain,
     last_before,
     month_bounds,
     month_of,

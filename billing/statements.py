@@ -1,6 +1,6 @@
 """Receipts read back: one request's receipts with the proof that reaches a signature, an
-account's chain page by page, a month's signed statement, and the stored chains checked end
-to end (`manage.py verify_receipts`).
+account's chain page by page, and a month's signed statement. Checking chains is
+billing/chain_checks.py (what a verifier reads) and billing/verification.py (the store).
 
 Receipts are written by billing/receipts.py, in the transaction of the charge each proves;
 nothing here writes one. A period is a calendar month in the account's time zone (the one
@@ -11,8 +11,8 @@ chain's head at the period's end, the signed receipt that covers every receipt b
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -23,19 +23,13 @@ from django.db.models import Max, Min
 from accounts.models import Account
 from accounts.periods import MONTHLY, period_bounds
 from audit import heads
-from audit.models import SignedHead
 from audit.services import signed_audit_head
 from billing.models import Receipt, ReceiptArchive
 from billing.receipt_keys import receipt_keys
 from billing.receipts import (
-    GENESIS,
-    Problem,
-    own_amounts,
-    receipt_head,
     running_totals,
     sign_statement,
     signed_receipt_head,
-    verify_chain,
 )
 from core.sinks import rfc3339
 
@@ -145,9 +139,9 @@ def chain_page(
     # settled before `end` (last_before), whatever the month's age. (Writers' clocks a little
     # apart may settle a receipt out of time order: it stays with its chain's month.)
     if start is not None:
-        receipts = receipts.filter(seq__gt=_seq(last_before(account_id, start)))
+        receipts = receipts.filter(seq__gt=seq_of(last_before(account_id, start)))
     if end is not None:
-        receipts = receipts.filter(seq__lte=_seq(last_before(account_id, end)))
+        receipts = receipts.filter(seq__lte=seq_of(last_before(account_id, end)))
     return list(receipts.order_by("-seq" if newest_first else "seq")[: min(limit, PAGE_MAX)])
 
 
@@ -183,7 +177,8 @@ def last_before(account_id: int, moment: datetime) -> Receipt | None:
     return receipts.get(seq=low)
 
 
-def _seq(receipt: Receipt | None) -> int:
+def seq_of(receipt: Receipt | None) -> int:
+    """A receipt's seq, 0 for none (the chain before its first)."""
     return receipt.seq if receipt is not None else 0
 
 
@@ -330,7 +325,7 @@ def month_between(
     """A month's sums from the running totals of the receipt before it (or `opening`: the
     seq and running totals an archive states) and of its last (None where a body states
     none: a chain from before they were kept)."""
-    before_seq = _seq(before)
+    before_seq = seq_of(before)
     if opening is not None:
         before_seq, opening_totals = opening[0], running_totals({"running": opening[1]})
     else:
@@ -374,219 +369,3 @@ def month_sums(account_id: int, *, start: datetime, end: datetime) -> MonthSums:
         if len(rows) < CHUNK:
             return sums
         after = rows[-1][0]
-
-
-# ---------------------------------------------------------------- checking chains
-
-
-# What a receipt's columns (or an export's fields) repeat of its body: each must agree.
-STATED = (
-    ("account_id", ("account_id",)),
-    ("seq", ("seq",)),
-    ("request_id", ("request_id",)),
-    ("kind", ("kind",)),
-    ("group_id", ("group_id",)),
-    ("api_key_id", ("api_key_id",)),
-    ("cost_micro", ("amounts", "provider_cost_micro")),
-    ("bandwidth_micro", ("amounts", "bandwidth_micro")),
-    ("prev_hash", ("prev",)),
-    ("settled_at", ("settled_at",)),
-)
-
-
-def _stated(body: Mapping[str, Any], path: tuple[str, ...]) -> Any:
-    value: Any = body
-    for name in path:
-        value = value.get(name) if isinstance(value, Mapping) else None
-    return value
-
-
-@dataclass
-class ChainCheck:
-    """What checking one account's chain found."""
-
-    account_id: int
-    receipts: int = 0
-    head_seq: int | None = None
-    head_key_id: str = ""
-    problems: list[Problem] = field(default_factory=list)
-
-    @property
-    def intact(self) -> bool:
-        return not self.problems
-
-    def lines(self) -> list[str]:
-        """The command's report: one line for the account, then one per problem."""
-        said = f"account {self.account_id}: {self.receipts} receipts"
-        if self.intact:
-            said += ", chain intact"
-            if self.head_seq is not None:
-                said += f", head {self.head_seq} signed by {self.head_key_id or '(nobody)'}"
-            return [said]
-        count = len(self.problems)
-        return [
-            f"{said}, {count} problem{'s' if count != 1 else ''}",
-            *(f"  {p}" for p in self.problems),
-        ]
-
-
-def check_chain(
-    account_id: int,
-    records: Iterable[Mapping[str, Any]],
-    public_keys: Mapping[str, str],
-    *,
-    head: tuple[int, str] | None = None,
-    from_genesis: bool = False,
-) -> ChainCheck:
-    """Check one account's receipts, given in chain order (the store's rows as receipt_record
-    dicts plus their amount columns, or an export's lines): the chain (verify_chain, with the
-    store's `head` to catch a cut-off tail), each field that repeats the body against it, and,
-    `from_genesis`, that the chain starts at receipt 1."""
-    check = ChainCheck(account_id=account_id)
-    own: list[Problem] = []
-
-    def examined() -> Iterator[Mapping[str, Any]]:
-        last: Mapping[str, Any] | None = None
-        running: dict[str, int] | None = None  # the previous receipt's running totals
-        previous_seq: Any = None
-        for record in records:
-            check.receipts += 1
-            seq = record.get("seq")
-            try:
-                body = orjson.loads(record["body"])
-            except orjson.JSONDecodeError:
-                body = None
-            if not isinstance(body, dict):
-                own.append(Problem(seq, "its body is not a JSON object (changed)"))
-                # Stand in for it so the chain reads on: its hash still fails.
-                body = {"seq": seq, "prev": record.get("prev_hash")}
-                record = {**record, "body": orjson.dumps(body).decode()}
-            if (
-                check.receipts == 1
-                and from_genesis
-                and (body.get("seq") != 1 or body.get("prev") != GENESIS)
-            ):
-                own.append(
-                    Problem(
-                        body.get("seq"), "the chain starts here: receipts before it are missing"
-                    )
-                )
-            # Named by the seq its body states (what its hash and signature cover).
-            for column, path in STATED:
-                if column in record and record[column] != _stated(body, path):
-                    own.append(
-                        Problem(
-                            body.get("seq", seq),
-                            f"its {column} says {record[column]!r}, its body"
-                            f" {_stated(body, path)!r}",
-                        )
-                    )
-            # Each receipt's running totals are the one before's plus its own amounts (the
-            # first checked, or the first that keeps them, is taken as it says).
-            stated_running = running_totals(body)
-            follows = previous_seq is not None and body.get("seq") == previous_seq + 1
-            if follows and running is not None and stated_running is not None:
-                own_part = own_amounts(body)
-                expected = {name: running[name] + own_part[name] for name in running}
-                if stated_running != expected:
-                    own.append(Problem(body.get("seq", seq), "its running totals do not follow on"))
-            running, previous_seq = stated_running, body.get("seq")
-            last = record
-            yield record
-        if last is not None:
-            check.head_seq, check.head_key_id = last.get("seq"), last.get("key_id") or ""
-
-    chain_problems = verify_chain(examined(), public_keys, head=head)
-    if from_genesis and head is not None and head[0] and check.receipts == 0:
-        chain_problems.append(
-            Problem(head[0], f"the chain's head is receipt {head[0]}, but none is stored: cut off")
-        )
-    check.problems = sorted([*own, *chain_problems], key=lambda p: p.seq or 0)
-    return check
-
-
-def stored_records(account_id: int, *, since: datetime | None = None) -> Iterator[dict[str, Any]]:
-    """Yield an account's stored receipts in chain order as check_chain reads them: what a
-    verifier gets (receipt_record) plus the columns only the store has."""
-    receipts = Receipt.objects.filter(account_id=account_id)
-    if since is not None:
-        receipts = receipts.filter(seq__gt=_seq(last_before(account_id, since)))
-    after: int | None = None
-    while True:
-        chunk = receipts if after is None else receipts.filter(seq__gt=after)
-        rows = list(chunk.order_by("seq")[:CHUNK])
-        for r in rows:
-            yield {
-                **receipt_record(r),
-                "group_id": r.group_id,
-                "api_key_id": r.api_key_id,
-                "cost_micro": r.cost_micro,
-                "bandwidth_micro": r.bandwidth_micro,
-            }
-        if len(rows) < CHUNK:
-            return
-        after = rows[-1].seq
-
-
-def stored_accounts(*, only: Sequence[int] = ()) -> list[int]:
-    """Return the accounts with receipts or a signed head of their chain, `only` those if given."""
-    signed = SignedHead.objects.filter(chain=SignedHead.Chain.RECEIPTS)
-    receipts = Receipt.objects.all()
-    if only:
-        signed, receipts = signed.filter(account_id__in=only), receipts.filter(account_id__in=only)
-    ids = set(signed.values_list("account_id", flat=True).distinct())
-    ids |= set(receipts.values_list("account_id", flat=True).distinct())
-    return sorted(ids)
-
-
-def check_stored_chain(
-    account_id: int,
-    public_keys: Mapping[str, str],
-    *,
-    since: datetime | None = None,
-    kept: Sequence[Mapping[str, Any]] = (),
-) -> ChainCheck:
-    """Check an account's chain as the store holds it, and against every signed head of it:
-    those this database kept and those given (`kept`, as the tenant downloaded them), so a
-    tail cut, a rollback or a rewrite by whoever owns the database shows to a head's holder.
-
-    Once months are archived (billing/archives.py), the chain starts in the archive store:
-    its archives must follow on from the chain's start, each file hold what its signed
-    manifest says, and the stored chain continue the last archive."""
-    # archives.py reads receipts through this module: imported here, not at its top.
-    from billing import archives
-
-    archived = archives.archives_of(account_id) if since is None else []
-    check = check_chain(
-        account_id,
-        stored_records(account_id, since=since),
-        public_keys,
-        from_genesis=since is None and not archived,
-    )
-    if archived:
-        check.problems += archives.check_stored_archives(account_id, public_keys)
-        first = Receipt.objects.filter(account_id=account_id).order_by("seq").first()
-        check.problems += archives.continues_from(
-            archives.manifest(archived[-1]), None if first is None else receipt_record(first)
-        )
-    stored = SignedHead.objects.filter(chain=SignedHead.Chain.RECEIPTS, account_id=account_id)
-    last_seq = receipt_head(account_id)[0]
-    for head in [*(heads.document(h) for h in stored.order_by("seq")), *kept]:
-        if head.get("chain") != SignedHead.Chain.RECEIPTS or head.get("account_id") != account_id:
-            continue
-        seq = int(head.get("seq") or 0)
-        hash_at_seq = (
-            Receipt.objects.filter(account_id=account_id, seq=seq)
-            .values_list("hash", flat=True)
-            .first()
-        )
-        if hash_at_seq is None and archived:
-            hash_at_seq = archives.archived_hash(account_id, seq)
-        problems = heads.check_kept_head(
-            head, public_keys=public_keys, hash_at_seq=hash_at_seq, last_seq=last_seq
-        )
-        check.problems += [
-            Problem(head.get("seq"), f"the head signed at {head.get('signed_at')}: {p}")
-            for p in problems
-        ]
-    return check

@@ -19,10 +19,11 @@ from billing.archives import (
     manifests_in,
     read_records,
 )
+from billing.chain_checks import ChainCheck, check_chain
 from billing.receipt_keys import receipt_keys
 from billing.receipt_ledger import ledger_accounts, reconcile_account
 from billing.receipts import Problem
-from billing.statements import ChainCheck, check_chain, check_stored_chain, stored_accounts
+from billing.verification import check_stored_chain, stored_accounts
 
 
 class Command(BaseCommand):
