@@ -93,6 +93,10 @@ class PackedJsonField(models.BinaryField):
     def get_prep_value(self, value: Any) -> Any:
         return pack(value) if isinstance(value, str) else value
 
+    def value_to_string(self, obj: Any) -> str:
+        """The JSON text, as serializers (dumpdata) write it and to_python reads it back."""
+        return str(self.value_from_object(obj))
+
 
 class HexDigestField(models.BinaryField):
     """A SHA-256 digest's column: hex text in Python (what is hashed, signed and served), its
@@ -113,3 +117,7 @@ class HexDigestField(models.BinaryField):
 
     def get_prep_value(self, value: Any) -> Any:
         return bytes.fromhex(value) if isinstance(value, str) else value
+
+    def value_to_string(self, obj: Any) -> str:
+        """The hex digest, as serializers (dumpdata) write it and to_python reads it back."""
+        return str(self.value_from_object(obj))
