@@ -383,7 +383,7 @@ def test_the_compose_stack_serves_signs_in_reaps_holds_and_keeps_its_data_across
 
     # Down (volumes kept) and up again: the same key serves, the wallet is where it was.
     stack.down()
-    kept = [f"{PROJECT}_{volume}" for volume in ("beat", "pgdata", "redisdata")]
+    kept = [f"{PROJECT}_{volume}" for volume in ("archives", "beat", "pgdata", "redisdata")]
     assert sorted(stack.leftovers()) == kept
     stack.up()
     again = api.get(f"/api/accounts/{tenant['account_id']}/wallet").json()
