@@ -48,8 +48,9 @@ class Granted:
 
 def grant_app_role(cursor, *, role: str, password: str | None) -> Granted:
     """As the owner, set up `role` as the application's: create it (LOGIN, `password`) if
-    missing, else set its password; hand it every other table, sequence and view of the
-    public schema; let it only INSERT and SELECT on the proof tables. Idempotent."""
+    missing, else set its password; hand it every other table (and partition: their id
+    sequences follow them) of the public schema; let it only INSERT and SELECT on the proof
+    tables. Idempotent."""
     cursor.execute("SELECT current_user, current_database()")
     owner, database = cursor.fetchone()
     if role == owner:
@@ -77,7 +78,7 @@ def grant_app_role(cursor, *, role: str, password: str | None) -> Granted:
     cursor.execute(sql.SQL("GRANT USAGE, CREATE ON SCHEMA public TO {}").format(name))
     cursor.execute(
         "SELECT c.relname, c.relkind FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
-        " WHERE n.nspname = 'public' AND c.relkind IN ('r', 'p', 'v', 'm', 'f')"
+        " WHERE n.nspname = 'public' AND c.relkind IN ('r', 'p')"
         " ORDER BY c.relname"
     )
     tables = cursor.fetchall()
