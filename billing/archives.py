@@ -249,38 +249,64 @@ class RetentionReport:
 def apply_receipt_retention(*, now: datetime | None = None) -> RetentionReport:
     """Archive, for every account, each whole month of receipts that ended before the cutoff
     (now less TOLLGATE_RECEIPT_RETENTION_DAYS), then remove the archived receipts from
-    PostgreSQL but each account's last. Nothing while the setting is 0."""
+    PostgreSQL but each account's last. Nothing while the setting is 0.
+
+    Accounts are walked by id and each probed on the (account, seq) index: no pass over the
+    receipts table, whose rows run to millions, to find the accounts that have some."""
     report = RetentionReport()
     days = tollgate().receipt_retention_days
     if not days:
         return report
     now = now or timezone.now()
     cutoff = now - timedelta(days=days)
-    for account in Account.objects.filter(
-        pk__in=Receipt.objects.values("account_id").distinct()
-    ).order_by("pk"):
-        while True:
-            previous = archived_through(account.pk)
-            after_seq = previous.last_seq if previous is not None else 0
-            following = (
-                Receipt.objects.filter(account_id=account.pk, seq__gt=after_seq)
-                .order_by("seq")
-                .values_list("settled_at", flat=True)
-                .first()
-            )
-            if following is None:
-                break
-            period = month_of(following, time_zone=account.time_zone)
-            if month_bounds(period, time_zone=account.time_zone)[1] > cutoff:
-                break
+    for account in _accounts():
+        previous = archived_through(account.pk)
+        while (period := _month_due(account, previous, cutoff=cutoff)) is not None:
             archive = archive_month(account=account, period=period, now=now)
             if archive is None:  # a receipt settled out of time order: wait for the next month
                 break
             report.archived.append((account.pk, period))
-        previous = archived_through(account.pk)
+            previous = archived_through(account.pk)
         if previous is not None:
             report.removed += drop_archived(account.pk, through_seq=previous.last_seq)
     return report
+
+
+def _accounts() -> Iterator[Account]:
+    """Every account in id order, a page at a time (no cursor held across the archiving)."""
+    after = 0
+    while True:
+        page = list(
+            Account.objects.filter(pk__gt=after).only("pk", "time_zone").order_by("pk")[:CHUNK]
+        )
+        yield from page
+        if len(page) < CHUNK:
+            return
+        after = page[-1].pk
+
+
+def _month_due(
+    account: Account, previous: ReceiptArchive | None, *, cutoff: datetime
+) -> str | None:
+    """Return the month to archive next: that of the account's first receipt after its last
+    archive (`previous`), if the month ended by the cutoff; None if nothing is due.
+
+    One probe of the (account, seq) index, no search by time: time follows the chain
+    (statements.last_before), so the first receipt not archived is the oldest; if its month
+    is not due, no later receipt's is."""
+    after_seq = previous.last_seq if previous is not None else 0
+    following = (
+        Receipt.objects.filter(account_id=account.pk, seq__gt=after_seq)
+        .order_by("seq")
+        .values_list("settled_at", flat=True)
+        .first()
+    )
+    if following is None:
+        return None
+    period = month_of(following, time_zone=account.time_zone)
+    if month_bounds(period, time_zone=account.time_zone)[1] > cutoff:
+        return None
+    return period
 
 
 def drop_archived(account_id: int, *, through_seq: int) -> int:
