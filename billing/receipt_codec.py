@@ -7,14 +7,16 @@ with a dictionary of typical bodies keeps only what differs (hashes, ids, times,
 ~200-250 bytes. What is hashed, signed and served is always the JSON text; the stored bytes
 are a version byte then raw deflate, and a version's dictionary never changes once receipts
 are packed with it (a new dictionary is a new version, and the old one stays to read them).
+The packing itself is core/packing.py's, shared with the usage rows' attempt trails.
 """
 
 from __future__ import annotations
 
-import zlib
 from typing import Any
 
 from django.db import models
+
+from core.packing import DictionaryCodec
 
 V1 = 1
 # Two receipts' bodies (team-served, and platform-served with prices, a retried attempt and
@@ -57,22 +59,17 @@ DICTIONARY_V1 = (
     b'queries":0,"rendered_pages":0}}'
 )
 DICTIONARIES = {V1: DICTIONARY_V1}
+CODEC = DictionaryCodec(DICTIONARIES, what="receipt body")
 
 
 def pack(text: str) -> bytes:
     """A body's JSON text as stored: version byte + raw deflate primed with its dictionary."""
-    packer = zlib.compressobj(9, zlib.DEFLATED, -15, 9, zdict=DICTIONARY_V1)
-    return bytes((V1,)) + packer.compress(text.encode()) + packer.flush()
+    return CODEC.pack(text.encode())
 
 
 def unpack(stored: bytes | memoryview) -> str:
     """The JSON text of a stored body (ValueError: not a packed body)."""
-    data = bytes(stored)
-    dictionary = DICTIONARIES.get(data[0]) if data else None
-    if dictionary is None:
-        raise ValueError("not a packed receipt body")
-    unpacker = zlib.decompressobj(-15, zdict=dictionary)
-    return (unpacker.decompress(data[1:]) + unpacker.flush()).decode()
+    return CODEC.unpack(stored).decode()
 
 
 class PackedJsonField(models.BinaryField):
