@@ -1,26 +1,34 @@
-"""Monthly partitions of the per-request billing tables, and their retention.
+"""Partitions of the per-request billing tables by slice of a month, and their retention.
 
 On PostgreSQL billing_spendhold, billing_reservation and billing_settledrequest are
 partitioned by RANGE of request_id (migration billing 0007, collation "C"): request ids are
-time-ordered (core/ids.py), so a month's partition holds the ids minted in that month, from
-time_prefix(month) up to time_prefix(next month). The partition key is the request id
-itself, so the unique keys on it (one hold, one settled marker per request) and every
-ON CONFLICT (request_id) in billing/ledger.py hold across partitions: a request is still
-charged once. A created_at key could not give that: each inserter stamps its own.
+time-ordered (core/ids.py), so a period's partition holds the ids minted in it, from
+time_prefix(start) up to time_prefix(end). The partition key is the request id itself, so
+the unique keys on it (one hold, one settled marker per request) and every ON CONFLICT
+(request_id) in billing/ledger.py hold across partitions: a request is still charged once. A
+created_at key could not give that: each inserter stamps its own.
+
+The period is a slice of a month (core/partitions.py: the 1st-8th, 9th-16th, 17th-24th,
+25th-end), not the month: these rows are working state whose use ends days after the
+request (settlement, the reaper, reconciliation), while the request's record of use, its
+receipt and its ledger entries stay. With a week of retention a month's partition kept 7 to
+38 days of rows; a slice keeps 7 to 15. Databases partitioned by month before (billing 0007,
+0014 split the empty ones) keep their monthly partitions until retention drops them; no
+slice is made inside one.
 
 A request's hold, reservations and marker share its id, so they sit in partitions of the
-same month and go together. Ids minted before the change (uuid4: random first digits) and
-any id outside a month's range live in <table>_default.
+same period and go together. Ids minted before the change (uuid4: random first digits) and
+any id outside a partition's range live in <table>_default.
 
-Partitions are only ever made for this month and later (`ensure_partitions` clamps), so an
-old random id that falls in a month's range sits in a month later than its own, never an
+Partitions are only ever made for this slice and later (`ensure_partitions` clamps), so an
+old random id that falls in a slice's range sits in a slice later than its own, never an
 earlier one: nothing is dropped before it is due.
 
-Retention (`apply_retention`, run with the usage log's: TOLLGATE_USAGE_RETENTION_DAYS) drops
-a month's three partitions once the month ended before the cutoff and none of its holds or
-reservations is still open; the cutoff is never less than MIN_RETENTION back, so a late
-reconciliation always finds a request's settled marker. In the default partition, and on
-SQLite (no partitions), the closed rows before the cutoff are deleted in batches. Ledger
+Retention (`apply_retention`, TOLLGATE_BILLING_STATE_RETENTION_DAYS, run with the usage
+log's) drops a period's three partitions once it ended before the cutoff and none of its
+holds or reservations is still open; the cutoff is never less than MIN_RETENTION back, so a
+late reconciliation always finds a request's settled marker. In the default partition, and
+on SQLite (no partitions), the closed rows before the cutoff are deleted in batches. Ledger
 entries are kept: they are the balances' history (their reservation link has no database
 constraint, and may outlive the reservation).
 """
@@ -46,9 +54,12 @@ from core.partitions import (
     lock,
     month_of,
     month_of_partition,
-    months_between,
-    partition_name,
+    next_slice,
     partitions_of,
+    slice_of,
+    slice_partition_name,
+    slices_between,
+    span_of_partition,
 )
 
 log = logging.getLogger(__name__)
@@ -60,7 +71,7 @@ TABLES = (
     Reservation._meta.db_table,
     SettledRequest._meta.db_table,
 )
-# Rows still open, per table: a month holding one is kept whatever its age.
+# Rows still open, per table: a period holding one is kept whatever its age.
 OPEN = {
     SpendHold._meta.db_table: f"status = '{SpendHold.Status.HELD}'",
     Reservation._meta.db_table: f"status = '{Reservation.Status.PENDING}'",
@@ -79,25 +90,41 @@ def is_partitioned() -> bool:
 
 
 def ensure_partitions(*, start: datetime, end: datetime, now: datetime | None = None) -> list[str]:
-    """Create the monthly partitions of the three tables covering [start, end), from this
-    month on (never an earlier one), that are missing; return their names (none on SQLite).
-    Idempotent, and safe to run concurrently. Rows of a month's range in the default
-    partition are moved into it."""
+    """Create the slices' partitions of the three tables covering [start, end), from this
+    slice on (never an earlier one), that are missing and not inside a month's partition
+    made before slices; return their names (none on SQLite). Idempotent, and safe to run
+    concurrently. Rows of a slice's range in the default partition are moved into it."""
     if not is_partitioned():
         return []
-    first = max(month_of(start), month_of(now or timezone.now()))
+    first = max(slice_of(start), slice_of(now or timezone.now()))
+    with connection.cursor() as cursor:
+        months = [
+            span
+            for name in partitions_of(cursor, TABLES[0])
+            if (span := span_of_partition(TABLES[0], name)) is not None
+        ]
+    slices = [
+        piece
+        for piece in slices_between(first, end)
+        if not any(lo <= piece < hi for lo, hi in months)
+    ]
     return ensure_months(
-        TABLES, months_between(first, end), lock_key=LOCK_KEY, column="request_id", bounds=_bounds
+        TABLES,
+        slices,
+        lock_key=LOCK_KEY,
+        column="request_id",
+        bounds=_bounds,
+        name=slice_partition_name,
     )
 
 
-def _bounds(month: datetime) -> tuple[str, str]:
-    """A month's request ids: those minted from its first to its last instant."""
-    return f"'{time_prefix(month)}'", f"'{time_prefix(add_months(month, 1))}'"
+def _bounds(start: datetime) -> tuple[str, str]:
+    """A slice's request ids: those minted from its first to its last instant."""
+    return f"'{time_prefix(start)}'", f"'{time_prefix(next_slice(start))}'"
 
 
 def ensure_months_ahead(*, months_ahead: int = MONTHS_AHEAD) -> list[str]:
-    """Create the partitions of this month through `months_ahead` months after it."""
+    """Create the partitions of this month's slices through `months_ahead` months after it."""
     this_month = month_of(timezone.now())
     return ensure_partitions(start=this_month, end=add_months(this_month, months_ahead + 1))
 
@@ -109,25 +136,27 @@ class RetentionReport:
 
     cutoff: datetime | None = None
     dropped: list[str] = field(default_factory=list)  # partitions (PostgreSQL)
-    kept_open: list[str] = field(default_factory=list)  # months due but holding open rows
+    # Periods due but holding open rows: "2025-02" (a month's partition), "2025-02-09" (a slice's).
+    kept_open: list[str] = field(default_factory=list)
     deleted_rows: int = 0  # rows deleted one by one (SQLite; PostgreSQL's default partitions)
 
 
 def apply_retention(*, now: datetime | None = None, days: int | None = None) -> RetentionReport:
     """Remove the closed per-request billing rows older than `days`
-    (TOLLGATE_USAGE_RETENTION_DAYS; 0 keeps everything), never fewer than MIN_RETENTION.
+    (TOLLGATE_BILLING_STATE_RETENTION_DAYS; 0 keeps everything), never fewer than
+    MIN_RETENTION.
 
-    On PostgreSQL a month's partitions go together once the month ended at or before the
-    cutoff and none of its rows is open; the default partitions, and SQLite's tables, lose
-    their closed rows created before the cutoff.
+    On PostgreSQL a period's partitions go together once it ended at or before the cutoff
+    and none of its rows is open; the default partitions, and SQLite's tables, lose their
+    closed rows created before the cutoff.
     """
-    days = tollgate().usage_retention_days if days is None else days
+    days = tollgate().billing_state_retention_days if days is None else days
     if days <= 0:
         return RetentionReport()
     now = now or timezone.now()
     cutoff = now - max(timedelta(days=days), MIN_RETENTION)
     if is_partitioned():
-        dropped, kept_open = _drop_months(before=cutoff)
+        dropped, kept_open = _drop_ended(before=cutoff)
         deleted = sum(_delete_closed(default_partition(t), t, before=cutoff) for t in TABLES)
         report = RetentionReport(cutoff, dropped, kept_open, deleted)
     else:
@@ -144,28 +173,27 @@ def apply_retention(*, now: datetime | None = None, days: int | None = None) -> 
     return report
 
 
-def _drop_months(*, before: datetime) -> tuple[list[str], list[str]]:
-    """Drop the three tables' partitions of each month ending at or before `before` with no
-    open row; return (dropped partitions, months kept for their open rows)."""
+def _drop_ended(*, before: datetime) -> tuple[list[str], list[str]]:
+    """Drop the three tables' partitions of each period (a month's, a slice's) ending at or
+    before `before` with no open row; return (dropped partitions, periods kept for their
+    open rows)."""
     dropped: list[str] = []
     kept: list[str] = []
     with transaction.atomic(), connection.cursor() as cursor:
         lock(cursor, LOCK_KEY)
-        months = sorted(
-            {
-                month
-                for name in partitions_of(cursor, TABLES[0])
-                if (month := month_of_partition(TABLES[0], name)) is not None
-                and add_months(month, 1) <= before
-            }
+        ended = sorted(
+            (span, name.removeprefix(TABLES[0]))
+            for name in partitions_of(cursor, TABLES[0])
+            if (span := span_of_partition(TABLES[0], name)) is not None and span[1] <= before
         )
-        for month in months:
-            names = {table: partition_name(table, month) for table in TABLES}
+        for (start, _), suffix in ended:
+            names = {table: f"{table}{suffix}" for table in TABLES}
             present = {t: n for t, n in names.items() if n in partitions_of(cursor, t)}
-            # Writers wait from here to the drop, so no row of the month opens meanwhile.
+            # Writers wait from here to the drop, so no row of the period opens meanwhile.
             cursor.execute(f"LOCK TABLE {', '.join(present.values())} IN ACCESS EXCLUSIVE MODE")
             if any(_has_open_rows(cursor, t, n) for t, n in present.items()):
-                kept.append(f"{month:%Y-%m}")
+                monthly = month_of_partition(TABLES[0], f"{TABLES[0]}{suffix}") is not None
+                kept.append(f"{start:%Y-%m}" if monthly else f"{start:%Y-%m-%d}")
                 continue
             for table, name in present.items():
                 drop_partition(cursor, table, name)

@@ -85,6 +85,7 @@ SCHEME: dict[str, tuple[type, object]] = {
     "TOLLGATE_USAGE_FLUSH_MS": (int, 500),
     "TOLLGATE_USAGE_CLAIM_IDLE_MS": (int, 15_000),
     "TOLLGATE_USAGE_RETENTION_DAYS": (int, 0),
+    "TOLLGATE_BILLING_STATE_RETENTION_DAYS": (int, 7),
     "TOLLGATE_RECEIPT_RETENTION_DAYS": (int, 0),
     "TOLLGATE_ARCHIVE_DIR": (str, ""),
     "TOLLGATE_BUDGET_ROLL_S": (int, 60),
@@ -276,10 +277,14 @@ TOLLGATE = {
     "USAGE_FLUSH_MS": env("TOLLGATE_USAGE_FLUSH_MS"),
     "USAGE_CLAIM_IDLE_MS": env("TOLLGATE_USAGE_CLAIM_IDLE_MS"),
     # Usage rows (and attempts) older than this many days are dropped, a month at a time on
-    # PostgreSQL, once their rollups are audited (usage/partitions.py); so are the closed
-    # holds, reservations and settled markers, never under 7 days (billing/partitions.py).
-    # Ledger entries and rollups stay. 0 keeps everything forever.
+    # PostgreSQL, once their rollups are audited (usage/partitions.py). Ledger entries and
+    # rollups stay. 0 keeps everything forever.
     "USAGE_RETENTION_DAYS": max(0, env("TOLLGATE_USAGE_RETENTION_DAYS")),
+    # The closed per-request working state (holds, reservations, settled markers) older than
+    # this many days is dropped, a slice of a month at a time, never under 7 days
+    # (billing/partitions.py): what a request used and paid stays in its usage row, receipt
+    # and ledger entries. 0 keeps it forever.
+    "BILLING_STATE_RETENTION_DAYS": max(0, env("TOLLGATE_BILLING_STATE_RETENTION_DAYS")),
     # Receipts older than this many days leave PostgreSQL as signed monthly archives in
     # ARCHIVE_DIR, a whole month at a time, each account's last receipt kept (billing/
     # archives.py). 0 keeps receipts in PostgreSQL forever.

@@ -53,6 +53,8 @@ class TollgateSettings:
     usage_flush_ms: int
     usage_claim_idle_ms: int
     usage_retention_days: int
+    # Holds, reservations and settled markers: days kept once closed (0: forever).
+    billing_state_retention_days: int
     # Receipts: days kept in PostgreSQL (0: forever) and the archive store past them.
     receipt_retention_days: int
     archive_dir: Path

@@ -1,10 +1,13 @@
-"""Monthly partitions on PostgreSQL: the months, the names, and the moves every partitioned
+"""Partitions by time on PostgreSQL: the periods, the names, and the moves every partitioned
 table shares (the usage log's in usage/partitions.py, the billing tables' in
 billing/partitions.py).
 
-A table partitioned here has one partition per UTC month, named <table>_pYYYY_MM, and
-<table>_default for a row whose month has no partition yet, so its insert never fails. What
-a month's bounds are (a time range, a range of time-ordered ids) is the caller's to say.
+A table partitioned here has one partition per UTC month, named <table>_pYYYY_MM, or per
+slice of a month, named <table>_pYYYY_MM_DD after its first day: a month has four slices,
+starting on the 1st, 9th, 17th and 25th, so slices never straddle a month and a table can
+go from months to slices without a partition overlapping another. <table>_default takes a
+row whose period has no partition yet, so its insert never fails. What a period's bounds are
+(a time range, a range of time-ordered ids) is the caller's to say.
 """
 
 from __future__ import annotations
@@ -47,8 +50,54 @@ def months_between(start: datetime, end: datetime) -> list[datetime]:
     return months
 
 
+# The days a month's slices start on: the last slice runs from the 25th to the month's end.
+SLICE_DAYS = (1, 9, 17, 25)
+
+
+def slice_of(moment: datetime) -> datetime:
+    """The first instant of the UTC slice holding `moment` (naive: taken as UTC)."""
+    month = month_of(moment)
+    day = moment.astimezone(UTC).day if moment.tzinfo else moment.day
+    return month.replace(day=max(d for d in SLICE_DAYS if d <= day))
+
+
+def next_slice(start: datetime) -> datetime:
+    """The slice after the one starting at `start` (a slice's first instant)."""
+    later = [d for d in SLICE_DAYS if d > start.day]
+    return start.replace(day=later[0]) if later else add_months(start.replace(day=1), 1)
+
+
+def slices_between(start: datetime, end: datetime) -> list[datetime]:
+    """The UTC slices overlapping [start, end)."""
+    end = end if end.tzinfo else end.replace(tzinfo=UTC)
+    slices = []
+    piece = slice_of(start)
+    while piece < end:
+        slices.append(piece)
+        piece = next_slice(piece)
+    return slices
+
+
 def partition_name(table: str, month: datetime) -> str:
     return f"{table}_p{month:%Y_%m}"
+
+
+def slice_partition_name(table: str, start: datetime) -> str:
+    return f"{table}_p{start:%Y_%m_%d}"
+
+
+def span_of_partition(table: str, name: str) -> tuple[datetime, datetime] | None:
+    """The [start, end) a month's or a slice's partition holds, by its name (None: the
+    default, or a table someone else attached)."""
+    if (month := month_of_partition(table, name)) is not None:
+        return month, add_months(month, 1)
+    try:
+        start = datetime.strptime(name.removeprefix(f"{table}_p"), "%Y_%m_%d").replace(tzinfo=UTC)
+    except ValueError:
+        return None
+    if start.day not in SLICE_DAYS or name != slice_partition_name(table, start):
+        return None
+    return start, next_slice(start)
 
 
 def default_partition(table: str) -> str:
@@ -102,18 +151,18 @@ def columns_of(cursor, table: str) -> str:
 
 
 def create_partition(
-    cursor, table: str, month: datetime, *, column: str, start: str, end: str
+    cursor, table: str, month: datetime, *, column: str, start: str, end: str, name: str = ""
 ) -> int:
-    """Create the month's partition of `table` holding `column` in [start, end) (SQL
-    literals), moving the rows of that range out of the default partition into it first;
-    return how many moved.
+    """Create the month's partition of `table` (named `name`, default partition_name's)
+    holding `column` in [start, end) (SQL literals), moving the rows of that range out of the
+    default partition into it first; return how many moved.
 
     The table is made on its own and then attached: attaching takes a lighter lock on the
     parent than CREATE TABLE ... PARTITION OF, so writers go on meanwhile; the default
     partition stays locked from the move to the attach, so no row of the range lands there in
     between.
     """
-    name, default = partition_name(table, month), default_partition(table)
+    name, default = name or partition_name(table, month), default_partition(table)
     cursor.execute(f"CREATE TABLE {name} (LIKE {table} INCLUDING DEFAULTS INCLUDING CONSTRAINTS)")
     moved = 0
     if default in partitions_of(cursor, table):
@@ -143,24 +192,30 @@ def ensure_months(
     lock_key: int,
     column: str,
     bounds: Callable[[datetime], tuple[str, str]],
+    name: Callable[[str, datetime], str] = partition_name,
 ) -> list[str]:
-    """Create each table's partitions of `months` that are missing, under the tables' advisory
-    lock; return their names. `bounds(month)`: the month's [start, end) as SQL literals of
-    `column`. Idempotent, and safe to run concurrently."""
+    """Create each table's partitions of `months` (or of slices, given their `name`) that are
+    missing, under the tables' advisory lock; return their names. `bounds(month)`: the
+    period's [start, end) as SQL literals of `column`. Idempotent, and safe to run
+    concurrently."""
     created: list[str] = []
     with transaction.atomic(), connection.cursor() as cursor:
         lock(cursor, lock_key)
         for table in tables:
             existing = partitions_of(cursor, table)
             for month in months:
-                name = partition_name(table, month)
-                if name in existing:
+                partition = name(table, month)
+                if partition in existing:
                     continue
                 start, end = bounds(month)
-                moved = create_partition(cursor, table, month, column=column, start=start, end=end)
+                moved = create_partition(
+                    cursor, table, month, column=column, start=start, end=end, name=partition
+                )
                 if moved:
-                    log.warning("moved %d row(s) of %s out of its default partition", moved, name)
-                created.append(name)
+                    log.warning(
+                        "moved %d row(s) of %s out of its default partition", moved, partition
+                    )
+                created.append(partition)
     if created:
         log.info("created partitions %s", ", ".join(created))
     return created

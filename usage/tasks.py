@@ -34,15 +34,16 @@ def reconcile_rollups() -> dict:
 
 @shared_task(name="usage.ensure_partitions", **RETRY)
 def ensure_partitions() -> list[str]:
-    """Create the monthly partitions of the usage log and of the per-request billing tables,
-    this month through two ahead (PostgreSQL)."""
+    """Create the partitions of the usage log (months) and of the per-request billing tables
+    (slices of months), this month through two ahead (PostgreSQL)."""
     return partitions.ensure_months_ahead() + billing_partitions.ensure_months_ahead()
 
 
 @shared_task(name="usage.apply_retention", **RETRY)
 def apply_retention() -> dict:
     """Drop the usage months past TOLLGATE_USAGE_RETENTION_DAYS whose rollups were audited,
-    and the per-request billing rows as old with none of their month's still open."""
+    and the per-request billing rows past TOLLGATE_BILLING_STATE_RETENTION_DAYS with none of
+    their slice's still open."""
     report = partitions.apply_retention()
     books = billing_partitions.apply_retention()
     return {

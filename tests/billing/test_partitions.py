@@ -1,9 +1,11 @@
-"""The per-request billing tables partitioned by month of their time-ordered request ids
-(PostgreSQL): a request's hold, reservations and settled marker land in its month's partition
-and an old random id in the default one; a request is still charged once; partitions are made
-from this month on only; retention drops a closed month whole, keeps a month with an open
+"""The per-request billing tables partitioned by slice of a month of their time-ordered
+request ids (PostgreSQL): a request's hold, reservations and settled marker land in its
+slice's partition and an old random id in the default one; a request is still charged once;
+partitions are made from this slice on only, never inside a month's partition made before
+slices; retention (a week by default) drops a closed slice whole, keeps one with an open
 row, never goes under 7 days, and leaves the ledger (the balances' history) whole; SQLite
-deletes closed rows instead; the migration converts a populated database keeping every id."""
+deletes closed rows instead; the migrations convert a populated database keeping every id,
+and a fresh one has slices only."""
 
 from __future__ import annotations
 
@@ -30,6 +32,7 @@ HOLD, RESERVATION, SETTLED = (
 )
 TABLES = (HOLD, RESERVATION, SETTLED)
 JAN, FEB, MAR, APR = (datetime(2025, month, 1, tzinfo=UTC) for month in (1, 2, 3, 4))
+SLICES = ("01", "09", "17", "25")  # the days a month's slices start on
 
 
 def minted(moment: datetime) -> str:
@@ -88,14 +91,17 @@ def test_a_requests_rows_land_in_its_months_partition_and_it_is_charged_once(ten
     from billing.partitions import ensure_partitions
 
     assert ensure_partitions(start=JAN, end=MAR, now=JAN) == [
-        f"{table}_p2025_{month}" for table in TABLES for month in ("01", "02")
+        f"{table}_p2025_{month}_{day}"
+        for table in TABLES
+        for month in ("01", "02")
+        for day in SLICES
     ]
     february, legacy = minted(FEB + timedelta(days=3, hours=5)), uuid.uuid4().hex
     for request_id in (february, legacy):
         served(tenant, request_id, cost=300)
 
     for table in TABLES:
-        assert placed(table) == {f"{table}_p2025_02": 1, f"{table}_default": 1}
+        assert placed(table) == {f"{table}_p2025_02_01": 1, f"{table}_default": 1}
     # The marker's unique key holds across partitions: a second charge (reconciliation's,
     # the reaper's) of either request charges nothing.
     spent = tenant_spent(tenant)
@@ -113,29 +119,37 @@ def tenant_spent(tenant) -> int:
 
 
 @requires_postgres
-def test_partitions_are_made_from_this_month_on_and_take_their_rows_from_default(tenant):
+def test_partitions_are_made_from_this_slice_on_and_take_their_rows_from_default(tenant):
     from billing.partitions import add_months, ensure_months_ahead, ensure_partitions, month_of
+    from core.partitions import slice_of
 
-    this_month = month_of(datetime.now(UTC))
-    # Never a month before this one: an old random id there could go before it is due.
+    now = datetime.now(UTC)
+    this_month = month_of(now)
+    # Never a slice before this one: an old random id there could go before it is due.
     assert ensure_partitions(start=JAN, end=add_months(this_month, 1)) == []
-    assert f"{HOLD}_p2025_01" not in partitions(HOLD)
+    assert not any(name.startswith(f"{HOLD}_p2025_01") for name in partitions(HOLD))
+    # A fresh database has slices only (billing 0014 split the empty months 0007 made),
+    # from this slice on.
+    for table in TABLES:
+        made = sorted(partitions(table) - {f"{table}_default"})
+        assert made[0] == f"{table}_p{slice_of(now):%Y_%m_%d}"
+        assert all(len(name) == len(f"{table}_p2025_01_01") for name in made), made
 
-    # An id of four months ahead sits in the default partition until its month is made.
+    # An id of four months ahead sits in the default partition until its slice is made.
     ahead = add_months(this_month, 4)
     early = minted(ahead + timedelta(days=1))
     served(tenant, early, cost=5)
-    assert ensure_months_ahead() == []  # the migration made this month through two ahead
+    assert ensure_months_ahead() == []  # the migrations made this month through two ahead
     made = ensure_months_ahead(months_ahead=4)
     assert made == [
-        partition
+        f"{table}_p{month:%Y_%m}_{day}"
         for table in TABLES
         for month in (add_months(this_month, 3), ahead)
-        for partition in (f"{table}_p{month:%Y_%m}",)
+        for day in SLICES
     ]
     assert ensure_months_ahead(months_ahead=4) == []
     for table in TABLES:
-        assert placed(table) == {f"{table}_p{ahead:%Y_%m}": 1}
+        assert placed(table) == {f"{table}_p{ahead:%Y_%m}_01": 1}
     assert SettledRequest.objects.get(request_id=early).provider_cost_micro == 5
 
 
@@ -162,21 +176,29 @@ def test_retention_drops_closed_months_whole_and_keeps_open_ones(tenant, setting
     ledger_before = list(LedgerEntry.objects.values_list("id", "amount_micro", "reservation_id"))
     wallet_before = Wallet.objects.values_list("balance_micro", "reserved_micro").get()
 
-    # Off by default: nothing goes.
-    assert settings.TOLLGATE["USAGE_RETENTION_DAYS"] == 0
-    assert apply_retention(now=APR + timedelta(days=4)).cutoff is None
+    # A week by default; 0 keeps everything.
+    assert settings.TOLLGATE["BILLING_STATE_RETENTION_DAYS"] == 7
+    assert apply_retention(now=APR + timedelta(days=4), days=0).cutoff is None
 
-    # One day asked, seven kept: the cutoff is Mar 29, so January goes, February stays for
-    # its open reservation and hold, and March (ending Apr 1) is not all past yet.
+    # One day asked, seven kept: the cutoff is Mar 29, so every slice ending by then goes
+    # but February's second, which stays for its open reservation and hold; March's last
+    # (the 25th to Apr 1) is not all past yet.
     report = apply_retention(now=APR + timedelta(days=4), days=1)
 
     assert report.cutoff == datetime(2025, 3, 29, tzinfo=UTC)
-    assert report.dropped == [f"{table}_p2025_01" for table in TABLES]
-    assert report.kept_open == ["2025-02"]
+    due = [
+        f"2025_{month}_{day}"
+        for month in ("01", "02", "03")
+        for day in SLICES
+        if (month, day) not in {("02", "09"), ("03", "25")}
+    ]
+    assert report.dropped == [f"{table}_p{piece}" for piece in due for table in TABLES]
+    assert report.kept_open == ["2025-02-09"]
     # The default partition loses only its closed rows of before the cutoff.
     assert report.deleted_rows == 3  # the old legacy request's hold, reservation and marker
     for table in TABLES:
-        assert f"{table}_p2025_01" not in partitions(table)
+        left = {name for name in partitions(table) if name.startswith(f"{table}_p2025")}
+        assert left == {f"{table}_p2025_02_09", f"{table}_p2025_03_25"}
     assert set(SettledRequest.objects.values_list("request_id", flat=True)) == {
         march,
         new_legacy,
@@ -198,7 +220,7 @@ def test_retention_drops_closed_months_whole_and_keeps_open_ones(tenant, setting
     run_sync(ledger.cancel_reservation(pending, now=timezone.now()))
     run_sync(ledger.release_holds([open_in_february]))
     later = apply_retention(now=APR + timedelta(days=4), days=1)
-    assert (later.dropped, later.kept_open) == ([f"{t}_p2025_02" for t in TABLES], [])
+    assert (later.dropped, later.kept_open) == ([f"{t}_p2025_02_09" for t in TABLES], [])
 
 
 @requires_postgres
@@ -250,6 +272,8 @@ def first_statement(program) -> tuple[str, tuple]:
 def test_a_settle_batch_reads_only_the_partitions_its_requests_span(db, table, statement):
     """The gateway's driver prepares statements, and after five runs PostgreSQL may keep a
     generic plan: the batch's bounds must prune partitions in that plan too."""
+    from core.partitions import slice_of
+
     this_month = datetime.now(UTC)
     ids = [minted(this_month + timedelta(seconds=n)) for n in range(3)]
     sql, params = first_statement(statement(ids))
@@ -265,9 +289,10 @@ def test_a_settle_batch_reads_only_the_partitions_its_requests_span(db, table, s
         finally:
             cursor.execute("DEALLOCATE settle_batch")
     kept = len(partitions(table))
-    assert kept >= 4, plan  # this month, two ahead, and the default
-    scanned = set(re.findall(rf"Scan (?:using \S+ )?on ({table}_\w+)", plan))
-    assert scanned == {f"{table}_p{this_month:%Y_%m}"}, plan
+    assert kept >= 4, plan  # this month's slices, two months' ahead, and the default
+    # Tables scanned (a bitmap index scan names its index, not its table).
+    scanned = set(re.findall(rf"(?<!Bitmap Index )Scan (?:using \S+ )?on ({table}_\w+)", plan))
+    assert scanned == {f"{table}_p{slice_of(this_month):%Y_%m_%d}"}, plan
     assert f"Subplans Removed: {kept - 1}" in plan, plan
 
 
@@ -332,6 +357,20 @@ def test_migration_converts_populated_billing_tables_keeping_every_id(throwaway_
             )
         }
         where = {rid: "default" if rid != this_month else month for rid in rows}
+        # This month's partition holds a row: it stays a month, and no slice is made
+        # inside it; the empty months ahead became slices (billing 0014).
+        made = {
+            n
+            for (n,) in db.execute(
+                "SELECT inhrelid::regclass::text FROM pg_inherits WHERE inhparent = %s::regclass",
+                [SETTLED],
+            )
+        }
+        next_month = (datetime.now(UTC).replace(day=1) + timedelta(days=32)).replace(day=1)
+        assert f"{SETTLED}_{month}" in made
+        assert f"{SETTLED}_p{next_month:%Y_%m}_01" in made
+        assert f"{SETTLED}_p{next_month:%Y_%m}" not in made
+        assert not any(n.startswith(f"{SETTLED}_{month}_") for n in made), made
         assert reservations == {
             rid: (r, f"{RESERVATION}_{where[rid]}") for rid, (r, _, _) in rows.items()
         }
