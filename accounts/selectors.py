@@ -12,6 +12,13 @@ def accounts_of_user(*, user: AbstractBaseUser) -> QuerySet[Account]:
     return Account.objects.filter(memberships__user=user)
 
 
+def account_of_user(*, user: AbstractBaseUser, account_id: int | None = None) -> Account | None:
+    """Return one of the user's accounts: `account_id`'s, or without one their first (lowest
+    id); None if they have no such account (the tenant API answers 404: it confirms nothing)."""
+    accounts = accounts_of_user(user=user).order_by("id")
+    return accounts.filter(pk=account_id).first() if account_id else accounts.first()
+
+
 def groups_of_user(*, user: AbstractBaseUser) -> QuerySet[Group]:
     return Group.objects.filter(account__memberships__user=user).order_by("id")
 

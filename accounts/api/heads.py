@@ -8,7 +8,6 @@ trail itself."""
 from __future__ import annotations
 
 from django.http import Http404
-from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers
 from rest_framework.response import Response
@@ -17,6 +16,7 @@ from rest_framework.views import APIView
 from accounts import selectors
 from accounts.api.permissions import require_manager
 from accounts.api.schema import error_responses
+from accounts.models import Account
 from audit.heads import document
 from audit.services import signed_audit_head
 
@@ -44,9 +44,10 @@ class SignedHeadOut(serializers.Serializer):
     )
 
 
-def managed_account(request, account_id: int | None):
-    accounts = selectors.accounts_of_user(user=request.user).order_by("id")
-    account = get_object_or_404(accounts, pk=account_id) if account_id else accounts.first()
+def managed_account(request, account_id: int | None) -> Account:
+    """One of the caller's accounts (`selectors.account_of_user`), else 404; 403 unless they
+    are its owner or an admin."""
+    account = selectors.account_of_user(user=request.user, account_id=account_id)
     if account is None:
         raise Http404
     require_manager(user=request.user, account=account)

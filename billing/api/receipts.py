@@ -20,7 +20,7 @@ from rest_framework.views import APIView
 from accounts.api.fields import column_integer, id_of, request_id_or_404
 from accounts.api.schema import error_responses
 from accounts.models import Account
-from accounts.selectors import accounts_of_user
+from accounts.selectors import account_of_user, accounts_of_user
 from billing import statements
 from billing.models import Receipt
 
@@ -196,8 +196,8 @@ class StatementOut(serializers.Serializer):
 
 
 def _account(request, account_id: int | None) -> Account:
-    accounts = accounts_of_user(user=request.user).order_by("id")
-    found = accounts.filter(pk=account_id).first() if account_id else accounts.first()
+    """One of the caller's accounts (`accounts.selectors.account_of_user`), else 404."""
+    found = account_of_user(user=request.user, account_id=account_id)
     if found is None:
         raise Http404
     return found
