@@ -256,6 +256,9 @@ class LoadResult:
     usage_rows_per_s: float = 0.0
     all_rows_per_s: float = 0.0
     sizes_bytes: dict[str, int] = field(default_factory=dict)
+    # As loaded, before the deployment's default retention ran (apply_retention).
+    sizes_before_retention: dict[str, int] = field(default_factory=dict)
+    retention: dict[str, Any] = field(default_factory=dict)  # usage.apply_retention's report
     total_bytes: int = 0
     bytes_per_usage_row: float = 0.0
     start: str = ""
@@ -790,6 +793,23 @@ def ensure_partitions(
     return json.loads(lines[-1]) if lines else []
 
 
+def apply_retention(args: argparse.Namespace, env: dict[str, str]) -> dict[str, Any]:
+    """What beat's hourly `usage.apply_retention` does with the deployment's defaults, run
+    once on the loaded database: usage rows are kept (0 days by default), the per-request
+    billing tables' closed working state past its retention goes (billing.partitions). The
+    sizes are measured after it, as a deployment holds them; `sizes_before_retention` has
+    them as loaded."""
+    if not (args.project / "billing" / "partitions.py").is_file():
+        return {}
+    script = (
+        "import json; import usage.tasks; "
+        "print('RETENTION ' + json.dumps(usage.tasks.apply_retention()))"
+    )
+    out = bench.run_manage(["shell", "-c", script], env)
+    lines = [x for x in out.splitlines() if x.startswith("RETENTION ")]
+    return json.loads(lines[-1].removeprefix("RETENTION ")) if lines else {}
+
+
 def sizes(conn: psycopg.Connection) -> dict[str, int]:
     out = {}
     for table in SIZE_TABLES:
@@ -858,15 +878,18 @@ def load(
         t1 = time.perf_counter()
         bench.run_manage(["rebuild_usage_rollups"], {**env})
         result.rollups_s = time.perf_counter() - t1
+    with psycopg.connect(url, autocommit=True) as conn:
+        for table in tables:
+            counted = conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+            result.counted[table] = counted - before[table]
+        result.sizes_before_retention = sizes(conn)
+    result.retention = apply_retention(args, env)
     t2 = time.perf_counter()
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("VACUUM ANALYZE")
         # Write the load's dirty pages now, not while the pages and the hot path are timed.
         conn.execute("CHECKPOINT")
         result.vacuum_s = time.perf_counter() - t2
-        for table in tables:
-            counted = conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
-            result.counted[table] = counted - before[table]
         if conn.execute("SELECT to_regclass('usage_usagerollup')").fetchone()[0] is not None:
             result.rollup_requests = conn.execute(
                 "SELECT coalesce(sum(requests), 0)::bigint FROM usage_usagerollup"
@@ -1375,8 +1398,10 @@ def report(doc: dict[str, Any]) -> str:
             f"{ld['all_rows_per_s']:.0f} rows/s; rollups rebuilt in "
             f"{bench.fmt(ld['rollups_s'], 1)} s; VACUUM ANALYZE {ld['vacuum_s']:.1f} s"
         )
+        loaded = ld.get("sizes_before_retention") or {}
         rows = [
             [t, str(ld["written"].get(t, "-")), str(ld["counted"].get(t, "-")),
+             f"{loaded[t] / ld['rows']:.0f}" if t in loaded else "-",
              f"{ld['sizes_bytes'].get(t, 0) / 2**20:.1f}",
              f"{ld['sizes_bytes'].get(t, 0) / ld['rows']:.0f}"]
             for t in SIZE_TABLES
@@ -1387,15 +1412,28 @@ def report(doc: dict[str, Any]) -> str:
                 "total",
                 "",
                 "",
+                f"{sum(loaded.values()) / ld['rows']:.0f}" if loaded else "-",
                 f"{ld['total_bytes'] / 2**20:.1f}",
                 f"{ld['bytes_per_usage_row']:.0f}",
             ]
         )
-        parts.append(
-            bench.render_table(
-                rows, ["table", "written", "counted", "MiB (+indexes)", "B per usage row"]
+        header = [
+            "table",
+            "written",
+            "counted",
+            "B/row as loaded",
+            "MiB (+indexes)",
+            "B per usage row",
+        ]
+        parts.append(bench.render_table(rows, header))
+        billing = (ld.get("retention") or {}).get("billing") or {}
+        if billing:
+            parts.append(
+                f"retention (the defaults, as beat runs it): billing working state before "
+                f"{billing['cutoff']}: {len(billing['dropped'])} partitions dropped, "
+                f"{billing['deleted_rows']} rows deleted, kept for open rows: "
+                f"{', '.join(billing['kept_open']) or 'none'}"
             )
-        )
         if ld.get("receipts_loaded"):
             verified = {None: "not run", True: "intact", False: "FAILED"}[ld["receipts_verified"]]
             parts.append(
