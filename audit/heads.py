@@ -20,7 +20,8 @@ those bytes, hex, with the key's id.
 from __future__ import annotations
 
 import base64
-from collections.abc import Mapping
+import itertools
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -154,3 +155,31 @@ def check_kept_head(
     if hash_at_seq != expected:
         return [f"seq {seq} no longer carries the kept head's hash (rewritten at or before it)"]
     return []
+
+
+def check_signed_heads(
+    *,
+    chain: str,
+    account_id: int,
+    given: Iterable[Mapping[str, Any]],
+    hash_at: Callable[[int], str | None],
+    last_seq: int,
+    public_keys: Mapping[str, str],
+) -> Iterator[tuple[Mapping[str, Any], list[str] | None]]:
+    """Hold a stored chain against every signed head of it: those this database kept, in seq
+    order, then those `given` (as a tenant downloaded them); yield each head with what is
+    wrong (`check_kept_head`; empty: it holds).
+
+    `hash_at(seq)`: the stored entry's hash at a seq (None: none); `last_seq`: the stored
+    chain's last. A given head of another chain or account is yielded with None, unchecked:
+    whether that is an error is the caller's to say."""
+    kept = SignedHead.objects.filter(chain=chain, account_id=account_id).order_by("seq")
+    for head in itertools.chain((document(h) for h in kept), given):
+        if head.get("chain") != chain or head.get("account_id") != account_id:
+            yield head, None
+            continue
+        at = hash_at(int(head.get("seq") or 0))
+        yield (
+            head,
+            check_kept_head(head, public_keys=public_keys, hash_at_seq=at, last_seq=last_seq),
+        )

@@ -7,7 +7,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from audit.chain import Verdict, verify
-from audit.heads import check_kept_head, document
+from audit.heads import check_signed_heads
 from audit.models import AuditEntry, SignedHead
 from audit.services import OPERATOR_CHAIN
 from core.signing import receipt_keys
@@ -26,20 +26,17 @@ def chain_verdict(account_id: int | None, kept: Sequence[Mapping[str, Any]] = ()
     if not verdict.ok:
         return verdict
     chain = OPERATOR_CHAIN if account_id is None else account_id
-    stored = SignedHead.objects.filter(chain=SignedHead.Chain.AUDIT, account_id=chain)
-    heads = [document(head) for head in stored.order_by("seq")] + list(kept)
-    public_keys = receipt_keys().public()
-    for head in heads:
-        if head.get("chain") != SignedHead.Chain.AUDIT or head.get("account_id") != chain:
+    entries = AuditEntry.objects.filter(account_id=account_id)
+    for head, problems in check_signed_heads(
+        chain=SignedHead.Chain.AUDIT,
+        account_id=chain,
+        given=kept,
+        hash_at=lambda seq: entries.filter(seq=seq).values_list("hash", flat=True).first(),
+        last_seq=verdict.checked,
+        public_keys=receipt_keys().public(),
+    ):
+        if problems is None:
             return Verdict(False, verdict.checked, "the head given is not of this chain")
-        at = (
-            AuditEntry.objects.filter(account_id=account_id, seq=int(head.get("seq") or 0))
-            .values_list("hash", flat=True)
-            .first()
-        )
-        problems = check_kept_head(
-            head, public_keys=public_keys, hash_at_seq=at, last_seq=verdict.checked
-        )
         if problems:
             return Verdict(
                 False, verdict.checked, f"signed head at seq {head.get('seq')}: {problems[0]}"

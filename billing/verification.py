@@ -78,24 +78,25 @@ def check_stored_chain(
         check.problems += archives.continues_from(
             archives.manifest(archived[-1]), None if first is None else receipt_record(first)
         )
-    stored = SignedHead.objects.filter(chain=SignedHead.Chain.RECEIPTS, account_id=account_id)
-    last_seq = receipt_head(account_id)[0]
-    for head in [*(heads.document(h) for h in stored.order_by("seq")), *kept]:
-        if head.get("chain") != SignedHead.Chain.RECEIPTS or head.get("account_id") != account_id:
-            continue
-        seq = int(head.get("seq") or 0)
-        hash_at_seq = (
-            Receipt.objects.filter(account_id=account_id, seq=seq)
-            .values_list("hash", flat=True)
-            .first()
-        )
-        if hash_at_seq is None and archived:
-            hash_at_seq = archives.archived_hash(account_id, seq)
-        problems = heads.check_kept_head(
-            head, public_keys=public_keys, hash_at_seq=hash_at_seq, last_seq=last_seq
-        )
+    stored = Receipt.objects.filter(account_id=account_id)
+
+    def hash_at(seq: int) -> str | None:
+        found = stored.filter(seq=seq).values_list("hash", flat=True).first()
+        if found is None and archived:
+            return archives.archived_hash(account_id, seq)
+        return found
+
+    for head, problems in heads.check_signed_heads(
+        chain=SignedHead.Chain.RECEIPTS,
+        account_id=account_id,
+        given=kept,
+        hash_at=hash_at,
+        last_seq=receipt_head(account_id)[0],
+        public_keys=public_keys,
+    ):
+        # Every account's check is given every head kept: another's is not this one's concern.
         check.problems += [
             Problem(head.get("seq"), f"the head signed at {head.get('signed_at')}: {p}")
-            for p in problems
+            for p in problems or ()
         ]
     return check
