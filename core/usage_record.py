@@ -1,10 +1,10 @@
 """The usage record: one finished request, as every part of Tollgate sees it.
 
 The gateway builds it (gateway/recording.py), the usage writer journals and stores it
-(usage/writer.py; its fields are UsageLog's columns, its attempts UsageAttempt's), billing
-settles it (billing/settlement.py: `reservation_id` names the wallet reservation to commit),
-and the admin and the tenant API show its fields. It lives in core because those layers
-import only downwards, and all of them need it.
+(usage/writer.py; its fields are UsageLog's columns, its attempts one more, packed by
+usage/trail.py), billing settles it (billing/settlement.py: `reservation_id` names the wallet
+reservation to commit), and the admin and the tenant API show its fields. It lives in core
+because those layers import only downwards, and all of them need it.
 """
 
 from __future__ import annotations

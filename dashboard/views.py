@@ -432,7 +432,6 @@ def usage_detail(request: HttpRequest, account_id: int, request_id: str) -> Http
     log = (
         usage_logs_of_user(user=request.user, account=seat.account.pk)
         .filter(request_id=request_id)
-        .prefetch_related("attempts")
         .first()
     )
     if log is None:
@@ -443,7 +442,7 @@ def usage_detail(request: HttpRequest, account_id: int, request_id: str) -> Http
         "dashboard/usage_detail.html",
         log=log,
         error_meaning=meanings().get(log.error_code, ""),
-        attempts=log.attempts.order_by("order"),
+        attempts=log.attempts,
     )
 
 

@@ -6,14 +6,16 @@ Read-only: usage is a record. The one action queues failed events for delivery a
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from django.contrib import admin, messages
+from django.utils.html import format_html, format_html_join
 
 from core.admin_views import Dollars, LargeTable, ReadOnly
-from core.usage_record import ATTEMPT_FIELDS, LOG_FIELDS
+from core.usage_record import ATTEMPT_FIELDS, LOG_FIELDS, AttemptRecord
 from usage.models import (
     ROLLUP_KEY,
     ROLLUP_SUMS,
-    UsageAttempt,
     UsageDeadLetter,
     UsageEvent,
     UsageLog,
@@ -28,12 +30,13 @@ WEB_UNIT_LABELS = (
 )
 
 
-class UsageAttemptInline(Dollars, ReadOnly, admin.TabularInline):
-    model = UsageAttempt
-    extra = 0
-    can_delete = False
-    fields = ATTEMPT_FIELDS
-    readonly_fields = fields
+def _cells(tag: str, values: Iterable) -> str:
+    return format_html_join("", f"<{tag}>{{}}</{tag}>", ((value,) for value in values))
+
+
+def _shown(attempt: AttemptRecord, name: str) -> object:
+    value = getattr(attempt, name)
+    return "-" if value is None else value  # the admin's mark for no value
 
 
 class StatusFilter(admin.SimpleListFilter):
@@ -105,8 +108,21 @@ class UsageLogAdmin(Dollars, LargeTable, ReadOnly, admin.ModelAdmin):
     search_fields = ["=request_id"]
     search_help_text = "An exact request id (the X-Tollgate-Request-Id of the response)."
     ordering = ["-created_at", "-id"]
-    fields = [*LOG_FIELDS, "stored_at"]  # the usage record, as stored
-    inlines = [UsageAttemptInline]
+    fields = [*LOG_FIELDS, "stored_at", "attempt_table"]  # the usage record, as stored
+    readonly_fields = ["attempt_table"]
+
+    @admin.display(description="attempts")
+    def attempt_table(self, row: UsageLog) -> str:
+        """Show the attempt trail as a table: a column per attempt field, a row per attempt."""
+        if not (attempts := row.attempts):
+            return "-"
+        cells = [_cells("td", [_shown(a, name) for name in ATTEMPT_FIELDS]) for a in attempts]
+        rows = format_html_join("", "<tr>{}</tr>", ((row_cells,) for row_cells in cells))
+        return format_html(
+            '<table class="attempt-trail"><thead><tr>{}</tr></thead><tbody>{}</tbody></table>',
+            _cells("th", ATTEMPT_FIELDS),
+            rows,
+        )
 
     @admin.display(description="web units")
     def web_units(self, row: UsageLog) -> str:

@@ -6,6 +6,8 @@ from django.db import models
 from django.utils import timezone
 
 from core.money import spend_micro
+from core.usage_record import AttemptRecord
+from usage.trail import unpack_trail
 from webfetch.models import URL_MAX_CHARS
 
 
@@ -18,7 +20,7 @@ class UsageLog(models.Model):
     """One request: who, what was asked and served, what it used. Never its prompt or answer.
 
     The columns are core.usage_record.UsageRecord's fields (plus stored_at): the record is
-    the one definition of a usage row.
+    the one definition of a usage row. Its attempts are one column, `attempt_trail`.
     """
 
     # Minted by the gateway: it alone keys the request's books (holds, reservations,
@@ -73,6 +75,9 @@ class UsageLog(models.Model):
     streamed = models.BooleanField(default=False)
     # The wallet reservation the served attempt held; settlement committed it.
     reservation_id = models.BigIntegerField(null=True, blank=True)
+    # The attempts, packed (usage/trail.py): a few dozen bytes here, not a row per attempt
+    # elsewhere. Read them as `attempts`. A database default for writers that do not know it.
+    attempt_trail = models.BinaryField(default=b"", db_default=b"")
 
     class Meta:
         # Declared here, not with db_index / unique on the fields: on PostgreSQL those add a
@@ -96,6 +101,11 @@ class UsageLog(models.Model):
 
     def __str__(self) -> str:
         return self.request_id
+
+    @property
+    def attempts(self) -> tuple[AttemptRecord, ...]:
+        """The attempt trail, in order (unpacked on each read: lists never pay for it)."""
+        return unpack_trail(self.attempt_trail)
 
     @property
     def spend_micro(self) -> int:
@@ -214,33 +224,6 @@ class UsageDailyRollup(RollupTotals):
 
     def __str__(self) -> str:
         return f"usage of key {self.api_key_id} on {self.day:%Y-%m-%d}"
-
-
-class UsageAttempt(models.Model):
-    """One try of a request's attempt trail (core.usage_record.AttemptRecord, stored)."""
-
-    # No database constraint: on PostgreSQL the log is partitioned, and its id alone is not a
-    # key there (ids come from one sequence, so they are unique all the same). Attempts go
-    # with their row: stored in its statement, dropped with its month (usage/partitions.py).
-    log = models.ForeignKey(
-        UsageLog, db_constraint=False, on_delete=models.DO_NOTHING, related_name="attempts"
-    )
-    # The row's created_at: attempts are partitioned by it, so a month of rows and a month
-    # of attempts are dropped together.
-    created_at = models.DateTimeField()
-    order = models.PositiveSmallIntegerField()
-    provider = models.CharField(max_length=64)
-    model = models.CharField(max_length=200)
-    served_by = models.CharField(max_length=8, choices=ServedBy.choices)
-    source = models.CharField(max_length=64)
-    outcome = models.CharField(max_length=32)
-    upstream_status = models.PositiveSmallIntegerField(null=True)
-    latency_ms = models.PositiveIntegerField(default=0)
-    reservation_id = models.BigIntegerField(null=True)
-    key_label = models.CharField(max_length=64, blank=True, default="")
-
-    class Meta:
-        ordering = ["order"]
 
 
 class UsageEvent(models.Model):

@@ -1,19 +1,17 @@
-"""Monthly partitions of the usage log and its attempts, and retention.
+"""Monthly partitions of the usage log, and retention.
 
-On PostgreSQL usage_usagelog and usage_usageattempt are partitioned by RANGE of created_at
-(migration usage 0009): one partition per UTC month, named <table>_pYYYY_MM, and
-<table>_default for a row whose month has no partition yet, so its insert never fails. An
-attempt carries its row's created_at, so a month of rows and its attempts sit in partitions
-of the same name and go together. `ensure_partitions` creates months ahead (the beat task
-usage.ensure_partitions, the command ensure_usage_partitions); `apply_retention` drops whole
-months past TOLLGATE_USAGE_RETENTION_DAYS whose rollups were audited (usage.apply_retention).
+On PostgreSQL usage_usagelog is partitioned by RANGE of created_at (migration usage 0009):
+one partition per UTC month, named <table>_pYYYY_MM, and <table>_default for a row whose
+month has no partition yet, so its insert never fails. A row's attempt trail is a column of
+it (usage/trail.py), so it goes with its month. `ensure_partitions` creates months ahead (the
+beat task usage.ensure_partitions, the command ensure_usage_partitions); `apply_retention`
+drops whole months past TOLLGATE_USAGE_RETENTION_DAYS whose rollups were audited
+(usage.apply_retention).
 
-SQLite (the embedded mode) keeps plain tables: there `ensure_partitions` does nothing and
+SQLite (the embedded mode) keeps a plain table: there `ensure_partitions` does nothing and
 retention deletes old rows in batches.
 
-Both take one transaction-level advisory lock, so runs on several workers take turns. They
-lock the log's tables before the attempts', the order the writer inserts in, so they never
-deadlock with it.
+Both take one transaction-level advisory lock, so runs on several workers take turns.
 """
 
 from __future__ import annotations
@@ -38,13 +36,12 @@ from core.partitions import (
     months_between,
     partitions_of,
 )
-from usage.models import UsageAttempt, UsageLog
+from usage.models import UsageLog
 from usage.rollups import audited_until, reconcile_rollups
 
 log = logging.getLogger(__name__)
 
-# Log first, then attempts: the writer's insert order, so lock waits never cross.
-TABLES = (UsageLog._meta.db_table, UsageAttempt._meta.db_table)
+TABLES = (UsageLog._meta.db_table,)
 MONTHS_AHEAD = 2
 # pg_advisory_xact_lock's key for partition changes: any constant no other lock uses.
 LOCK_KEY = 0x7573616765_01  # "usage", 1
@@ -57,7 +54,7 @@ def is_partitioned() -> bool:
 
 
 def ensure_partitions(*, start: datetime, end: datetime) -> list[str]:
-    """Create the monthly partitions of both tables covering [start, end) that are missing;
+    """Create the monthly partitions of the log covering [start, end) that are missing;
     return their names (none on SQLite). Idempotent, and safe to run concurrently.
 
     A row already in the default partition for a month created here is moved into it.
@@ -96,13 +93,14 @@ class RetentionReport:
 
 
 def apply_retention(*, now: datetime | None = None, days: int | None = None) -> RetentionReport:
-    """Remove usage rows (and their attempts) older than `days` (TOLLGATE_USAGE_RETENTION_DAYS;
-    0 keeps everything) whose hours' rollups were audited against them.
+    """Remove usage rows (with their attempt trails) older than `days`
+    (TOLLGATE_USAGE_RETENTION_DAYS; 0 keeps everything) whose hours' rollups were audited
+    against them.
 
     The rollups are audited first (usage.rollups.reconcile_rollups), so a row goes only once
-    its rollups are known to count it. On PostgreSQL whole months go: a month's partitions of
-    both tables are detached and dropped when the month ended at or before the cutoff. On
-    SQLite the rows before the cutoff are deleted in batches.
+    its rollups are known to count it. On PostgreSQL whole months go: a month's partition is
+    detached and dropped when the month ended at or before the cutoff. On SQLite the rows
+    before the cutoff are deleted in batches.
     """
     days = tollgate().usage_retention_days if days is None else days
     if days <= 0:
@@ -137,7 +135,7 @@ def _bound(month: datetime) -> str:
 
 
 def _drop_months(*, before: datetime) -> list[str]:
-    """Detach and drop both tables' partitions of the months ending at or before `before`."""
+    """Detach and drop the partitions of the months ending at or before `before`."""
     dropped: list[str] = []
     with transaction.atomic(), connection.cursor() as cursor:
         lock(cursor, LOCK_KEY)
@@ -166,8 +164,8 @@ def _delete_from_defaults(*, before: datetime) -> int:
 
 
 def _delete_rows(*, before: datetime) -> int:
-    """Delete the log rows created before `before` and their attempts, a batch per
-    transaction; return the rows deleted."""
+    """Delete the log rows created before `before`, a batch per transaction; return the rows
+    deleted."""
     deleted = 0
     while True:
         with transaction.atomic():
@@ -178,6 +176,5 @@ def _delete_rows(*, before: datetime) -> int:
             )
             if not ids:
                 return deleted
-            UsageAttempt.objects.filter(log_id__in=ids).delete()
             UsageLog.objects.filter(id__in=ids).delete()
         deleted += len(ids)

@@ -15,7 +15,8 @@ from functools import cache
 from django.db import models
 
 from core.usage_record import UsageRecord
-from usage.models import UsageAttempt, UsageLog
+from usage.models import UsageLog
+from usage.trail import TEXT_LENGTHS
 
 # C0 and C1 control characters (NUL included) and lone surrogates: never in a stored name,
 # and a surrogate would not even encode to the UTF-8 the journal and the database take.
@@ -53,12 +54,11 @@ def _cleaned(value, limits: dict[str, int]):
 def clean_record(record: UsageRecord) -> UsageRecord:
     """Return a usage record whose text fits its columns: in the record and in each attempt.
 
-    Lengths come from the UsageLog / UsageAttempt fields, so a migration that changes one
-    changes what is kept. Numbers are the gateway's own; a record still wrong goes to the
-    dead-letter table when it is stored.
+    Lengths come from the UsageLog fields, so a migration that changes one changes what is
+    kept, and an attempt's from usage.trail.TEXT_LENGTHS. Numbers are the gateway's own; a
+    record still wrong goes to the dead-letter table when it is stored.
     """
-    attempt_limits = _max_lengths(UsageAttempt)
-    attempts = tuple(_cleaned(attempt, attempt_limits) for attempt in record.attempts)
+    attempts = tuple(_cleaned(attempt, TEXT_LENGTHS) for attempt in record.attempts)
     cleaned = _cleaned(record, _max_lengths(UsageLog))
     if any(a is not b for a, b in zip(attempts, record.attempts, strict=True)):
         cleaned = replace(cleaned, attempts=attempts)

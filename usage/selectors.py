@@ -106,7 +106,7 @@ def usage_log_of_user(*, user: AbstractBaseUser, request_id: str) -> UsageLog | 
     gateway's id is looked up first, on its own index; the client's label only if that fails.
     """
     accounts = account_ids_of_user(user=user)
-    rows = _scoped(UsageLog.objects.prefetch_related("attempts"), accounts)
+    rows = _scoped(UsageLog.objects.all(), accounts)
     found = rows.filter(request_id=request_id).first()
     if found is None:
         found = rows.filter(client_request_id=request_id).order_by("-created_at", "-id").first()

@@ -103,7 +103,7 @@ def test_a_stored_pool_of_the_fake_kind_is_not_trusted_and_the_platform_serves(s
         "platform",
         0,
     )
-    assert [(a.served_by, a.source) for a in fake_row.attempts.all()] == [
+    assert [(a.served_by, a.source) for a in fake_row.attempts] == [
         ("platform", "fake:fake-model:platform")
     ]
     assert (openai_row.provider, openai_row.served_by) == ("stub-openai", "team")

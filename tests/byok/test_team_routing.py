@@ -16,7 +16,6 @@ from tests.support.services import requires_redis
 from tests.support.stacks import own_stack
 from tests.support.usage import usage_rows
 from tests.support.waits import wait_until
-from usage.models import UsageAttempt
 
 HELLO = [{"role": "user", "content": "hello there"}]
 
@@ -43,8 +42,7 @@ def test_team_keys_serve_round_robin_and_settle_at_zero_cost(stack):
     rows = usage_rows(group_id=tenant.group_id, expect=4)
     # The trail names the team key that served each, by its label.
     assert [
-        [a.key_label for a in UsageAttempt.objects.filter(log_id=r.id)]
-        for r in sorted(rows, key=lambda r: r.created_at)
+        [a.key_label for a in r.attempts] for r in sorted(rows, key=lambda r: r.created_at)
     ] == [["key-0"], ["key-1"], ["key-0"], ["key-1"]]
     assert {
         (
@@ -127,7 +125,7 @@ def test_fallback_on_reaches_the_platform_key_and_bills_it(stack):
         8,
         6,
     )
-    assert [(a.served_by, a.source, a.outcome) for a in row.attempts.all()] == [
+    assert [(a.served_by, a.source, a.outcome) for a in row.attempts] == [
         ("team", "stub-openai:gpt-4o-mini:team", "upstream_error"),
         ("platform", "stub-openai:gpt-4o-mini:platform-fallback", "ok"),
     ]

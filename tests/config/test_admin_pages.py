@@ -31,7 +31,7 @@ def operator() -> Client:
 
 def test_every_page_opens_searches_filters_and_shows_no_secret(operator):
     tenant = make_tenant(wallet_micro=1_250_000, budget_micro=5_000_000)
-    store(  # a usage row with its attempt: the log's page and its attempts inline
+    store(  # a usage row with its attempt: the log's page shows its attempt trail
         journal_row(
             group_id=tenant.group_id,
             account_id=tenant.account_id,

@@ -167,7 +167,7 @@ def test_a_fallback_model_serves_when_the_first_fails(api):
         ("/compat/v1/embeddings", "local-embed"),
     ]
     [row] = settled(tenant, 1)
-    assert [(a.model, a.outcome) for a in row.attempts.all()] == [
+    assert [(a.model, a.outcome) for a in row.attempts] == [
         (SMALL, "upstream_error"),
         (SMALL, "upstream_error"),
         ("compat-embed", "ok"),

@@ -66,10 +66,7 @@ def refuse_next(stack, *, match: dict, kind: str = "400", times: int = 3) -> Non
 
 
 def trail(row) -> list[tuple]:
-    return [
-        (a.provider, a.served_by, a.outcome, a.upstream_status)
-        for a in row.attempts.order_by("order")
-    ]
+    return [(a.provider, a.served_by, a.outcome, a.upstream_status) for a in row.attempts]
 
 
 def books(tenant) -> tuple:

@@ -143,7 +143,7 @@ def test_a_page_written_by_scripts_goes_on_to_the_renderer_and_both_units_are_bi
         1,
         PAGE_MICRO + RENDERED_MICRO,
     )
-    assert [(a.provider, a.outcome) for a in row.attempts.order_by("order")] == [
+    assert [(a.provider, a.outcome) for a in row.attempts] == [
         ("direct", "ok"),
         ("stub-render", "ok"),
     ]
@@ -260,7 +260,7 @@ def test_a_slow_page_times_out_twice_and_bills_nothing(direct_only, site):
     assert site.hits == ["/slow?s=5", "/slow?s=5"]  # two tries of the profile, 1 s each
     assert waited < 4.5
     [row] = settled(tenant, 1)
-    assert [a.outcome for a in row.attempts.order_by("order")] == ["timeout", "timeout"]
+    assert [a.outcome for a in row.attempts] == ["timeout", "timeout"]
     assert (row.web_pages, row.provider_cost_micro) == (0, 0)
 
 
@@ -531,7 +531,7 @@ def test_an_unbilled_vendor_failure_is_retried_once_on_the_same_profile(full, si
     assert response.status_code == 200, response.text
     assert [c["status"] for c in full.stub.calls()] == [500, 200]
     [row] = settled(tenant, 1)
-    assert [a.outcome for a in row.attempts.order_by("order")] == ["upstream_error", "ok"]
+    assert [a.outcome for a in row.attempts] == ["upstream_error", "ok"]
     assert row.provider_cost_micro == RENDERED_MICRO
 
 

@@ -112,7 +112,7 @@ def test_a_name_resolving_to_loopback_is_refused_before_the_renderer_is_asked(
     assert_nothing_billed(tenant, error="LM-2001")
     [row] = settled(tenant, 1)
     # The refusal is no vendor failure: the trail says the renderer's try ended in error.
-    assert [(a.provider, a.outcome, a.upstream_status) for a in row.attempts.all()] == [
+    assert [(a.provider, a.outcome, a.upstream_status) for a in row.attempts] == [
         ("stub-render", "upstream_error", None)
     ]
 

@@ -36,7 +36,7 @@ def wallet_of(tenant) -> int:
 
 
 def trail(row) -> list[tuple]:
-    return [(a.provider, a.outcome, a.upstream_status) for a in row.attempts.order_by("order")]
+    return [(a.provider, a.outcome, a.upstream_status) for a in row.attempts]
 
 
 def test_a_refused_render_answers_the_vendors_status_once_and_bills_nothing(full, site):

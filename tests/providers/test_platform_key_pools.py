@@ -21,7 +21,7 @@ from tests.support.services import clear_shared_state, requires_postgres, requir
 from tests.support.stacks import Stack
 from tests.support.usage import usage_rows
 from tests.support.waits import wait_until
-from usage.models import UsageAttempt
+from usage.models import UsageLog
 
 pytestmark = [requires_postgres, requires_redis, pytest.mark.timeout(90)]
 
@@ -83,10 +83,7 @@ def trails(group_id: int, expect: int) -> list[list[tuple[str, str, int | None]]
     """Each row's attempts, in request order: (key label, outcome, upstream status)."""
     rows = usage_rows(group_id=group_id, expect=expect)
     return [
-        [
-            (a.key_label, a.outcome, a.upstream_status)
-            for a in UsageAttempt.objects.filter(log_id=row.id).order_by("order")
-        ]
+        [(a.key_label, a.outcome, a.upstream_status) for a in row.attempts]
         for row in sorted(rows, key=lambda r: r.created_at)
     ]
 
@@ -107,7 +104,7 @@ def test_round_robin_spreads_calls_over_every_key_and_the_trail_names_each(parts
         [(label, "ok", 200)] for label in ["profile", "a", "b"] * 2
     ]
     # The trail names keys by label: no secret reaches the stored attempts.
-    stored = list(UsageAttempt.objects.values_list("key_label", flat=True))
+    stored = [a.key_label for row in UsageLog.objects.all() for a in row.attempts]
     assert not any(secret[-8:] in label for label in stored for secret in (A, B, PLATFORM_KEY))
 
 

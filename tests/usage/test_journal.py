@@ -65,7 +65,7 @@ def test_sigkilled_gateway_loses_no_row_of_a_completed_burst(
     assert {(r.status, r.group_id, r.tokens_in, r.tokens_out) for r in rows} == {
         (200, tenant.group_id, 2, 8)
     }
-    assert all(len(r.attempts.all()) == 1 for r in rows)
+    assert all(len(r.attempts) == 1 for r in rows)
 
 
 def test_drain_stores_rows_a_dead_replica_read_but_never_stored(transactional_db):

@@ -1,8 +1,8 @@
-"""The usage log and its attempts partitioned by month (PostgreSQL): rows land in their month's
-partition (or the default one, moved out when the month is made), partitions are made ahead
-and idempotently, retention drops exactly the old months whose rollups were audited, a
-replayed row is stored once; SQLite's retention deletes rows in batches; the migration
-converts a populated database keeping every id."""
+"""The usage log partitioned by month (PostgreSQL): rows land in their month's partition (or
+the default one, moved out when the month is made) with their attempt trails, partitions are
+made ahead and idempotently, retention drops exactly the old months whose rollups were
+audited, a replayed row is stored once; SQLite's retention deletes rows in batches; the
+migrations convert a populated database keeping every id and every attempt."""
 
 from __future__ import annotations
 
@@ -14,13 +14,14 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from django.db import connection
 
+from core.usage_record import AttemptRecord
 from tests.support.databases import admin_connection, manage, run_on_sqlite
 from tests.support.services import requires_postgres
 from tests.support.tenants import make_tenant
 from tests.support.usage import journal_row, store
+from usage.trail import unpack_trail
 
 LOG = "usage_usagelog"
-ATTEMPT = "usage_usageattempt"
 JAN, FEB, MAR, APR = (datetime(2025, month, 1, tzinfo=UTC) for month in (1, 2, 3, 4))
 
 
@@ -83,14 +84,9 @@ def test_rows_of_each_month_land_in_that_months_partition(tenant):
     store(*rows_at(tenant, JAN + timedelta(days=3), FEB, FEB + timedelta(days=27), MAR))
 
     assert placed(LOG) == {f"{LOG}_p2025_01": 1, f"{LOG}_p2025_02": 2, f"{LOG}_p2025_03": 1}
-    assert placed(ATTEMPT) == {
-        f"{ATTEMPT}_p2025_01": 2,
-        f"{ATTEMPT}_p2025_02": 4,
-        f"{ATTEMPT}_p2025_03": 2,
-    }
-    # Attempts carry their row's created_at; the relation still reads them.
-    for row in UsageLog.objects.prefetch_related("attempts"):
-        assert [a.created_at for a in row.attempts.all()] == [row.created_at] * 2
+    # Each row holds its trail.
+    for row in UsageLog.objects.all():
+        assert [a.order for a in row.attempts] == [1, 2]
 
 
 @requires_postgres
@@ -98,20 +94,12 @@ def test_ensure_partitions_is_idempotent_and_creates_ahead(db):
     from usage.partitions import add_months, ensure_months_ahead, ensure_partitions, month_of
 
     created = ensure_partitions(start=datetime(2025, 1, 15, tzinfo=UTC), end=MAR)
-    assert created == [
-        f"{LOG}_p2025_01",
-        f"{LOG}_p2025_02",
-        f"{ATTEMPT}_p2025_01",
-        f"{ATTEMPT}_p2025_02",
-    ]
+    assert created == [f"{LOG}_p2025_01", f"{LOG}_p2025_02"]
     assert ensure_partitions(start=JAN, end=MAR) == []
     # The migration made this month through two ahead; four ahead adds the next two.
     ahead = [add_months(month_of(datetime.now(UTC)), n) for n in (3, 4)]
     assert ensure_months_ahead() == []
-    assert ensure_months_ahead(months_ahead=4) == [
-        *(f"{LOG}_p{month:%Y_%m}" for month in ahead),
-        *(f"{ATTEMPT}_p{month:%Y_%m}" for month in ahead),
-    ]
+    assert ensure_months_ahead(months_ahead=4) == [f"{LOG}_p{month:%Y_%m}" for month in ahead]
     assert ensure_months_ahead(months_ahead=4) == []
     assert {f"{LOG}_p{month:%Y_%m}" for month in ahead} < partitions(LOG)
 
@@ -125,9 +113,7 @@ def test_command_makes_past_months_and_tasks_keep_months_ahead(db):
     out = io.StringIO()
     call_command("ensure_usage_partitions", "--from", "2025-05-20", stdout=out)
     assert f"{LOG}_p2025_05" in out.getvalue()
-    assert {f"{LOG}_p2025_05", f"{ATTEMPT}_p2025_05", f"{ATTEMPT}_p2025_12"} < (
-        partitions(LOG) | partitions(ATTEMPT)
-    )
+    assert {f"{LOG}_p2025_05", f"{LOG}_p2025_12"} < partitions(LOG)
     call_command("ensure_usage_partitions", "--from", "2025-05-20", stdout=out)
     assert out.getvalue().endswith("all there already\n")
 
@@ -153,16 +139,13 @@ def test_row_of_a_month_without_partition_lands_in_default_and_moves_when_made(t
     store(*rows)
     ids = dict(UsageLog.objects.values_list("request_id", "id"))
     assert placed(LOG) == {f"{LOG}_default": 3}
-    assert placed(ATTEMPT) == {f"{ATTEMPT}_default": 6}
 
-    assert ensure_partitions(start=june, end=june + timedelta(days=1)) == [
-        f"{LOG}_p2025_06",
-        f"{ATTEMPT}_p2025_06",
-    ]
+    assert ensure_partitions(start=june, end=june + timedelta(days=1)) == [f"{LOG}_p2025_06"]
 
     assert placed(LOG) == {f"{LOG}_p2025_06": 2, f"{LOG}_default": 1}
-    assert placed(ATTEMPT) == {f"{ATTEMPT}_p2025_06": 4, f"{ATTEMPT}_default": 2}
     assert dict(UsageLog.objects.values_list("request_id", "id")) == ids
+    # A moved row keeps its trail.
+    assert {len(row.attempts) for row in UsageLog.objects.all()} == {2}
     # The moved rows are still one each: a replay of them is skipped by the unique key.
     store(*rows)
     assert UsageLog.objects.count() == 3
@@ -171,7 +154,7 @@ def test_row_of_a_month_without_partition_lands_in_default_and_moves_when_made(t
 @requires_postgres
 def test_replayed_record_is_stored_once_with_one_attempt_set(tenant):
     from core.usage_record import UsageRecord
-    from usage.models import UsageAttempt, UsageLog
+    from usage.models import UsageLog
     from usage.writer import store_rows
 
     (row,) = rows_at(tenant, datetime.now(UTC))
@@ -181,8 +164,8 @@ def test_replayed_record_is_stored_once_with_one_attempt_set(tenant):
     assert store_rows([record]) == 0
     assert store_rows([UsageRecord.from_json(json.dumps(row).encode())]) == 0
 
-    assert UsageLog.objects.filter(request_id=row["request_id"]).count() == 1
-    assert UsageAttempt.objects.filter(log__request_id=row["request_id"]).count() == 2
+    (stored,) = UsageLog.objects.filter(request_id=row["request_id"])
+    assert [a.order for a in stored.attempts] == [1, 2]
 
 
 def _audited_to(position: datetime | None) -> None:
@@ -192,8 +175,8 @@ def _audited_to(position: datetime | None) -> None:
     UsageCursor.objects.update_or_create(name=RECONCILE_CURSOR, defaults={"position": position})
 
 
-def _counts() -> tuple[dict, dict]:
-    return placed(LOG), placed(ATTEMPT)
+def _counts() -> dict:
+    return placed(LOG)
 
 
 @requires_postgres
@@ -215,23 +198,17 @@ def test_retention_drops_exactly_the_old_audited_months(tenant):
     # first: 31 days from the first row's (Jan 10) to Feb 10, which covers January.
     first = apply_retention(now=now, days=60)
 
-    assert first.dropped == [f"{LOG}_p2025_01", f"{ATTEMPT}_p2025_01"]
+    assert first.dropped == [f"{LOG}_p2025_01"]
     assert first.cutoff == FEB
-    assert _counts() == (
-        {f"{LOG}_p2025_02": 3, f"{LOG}_p2025_03": 4, f"{LOG}_p2025_04": 1},
-        {f"{ATTEMPT}_p2025_02": 6, f"{ATTEMPT}_p2025_03": 8, f"{ATTEMPT}_p2025_04": 2},
-    )
+    assert _counts() == {f"{LOG}_p2025_02": 3, f"{LOG}_p2025_03": 4, f"{LOG}_p2025_04": 1}
     assert f"{LOG}_p2025_01" not in partitions(LOG)
     assert UsageRollup.objects.count() == rollups_before  # totals outlive their rows
 
     # One day's retention: the audit has reached Mar 13, so February goes, March stays.
     second = apply_retention(now=now, days=1)
 
-    assert second.dropped == [f"{LOG}_p2025_02", f"{ATTEMPT}_p2025_02"]
-    assert _counts() == (
-        {f"{LOG}_p2025_03": 4, f"{LOG}_p2025_04": 1},
-        {f"{ATTEMPT}_p2025_03": 8, f"{ATTEMPT}_p2025_04": 2},
-    )
+    assert second.dropped == [f"{LOG}_p2025_02"]
+    assert _counts() == {f"{LOG}_p2025_03": 4, f"{LOG}_p2025_04": 1}
 
 
 @requires_postgres
@@ -251,8 +228,8 @@ def test_retention_waits_for_the_rollup_audit(tenant, monkeypatch):
     assert _counts() == before
 
     _audited_to(FEB)
-    assert apply_retention(now=now, days=30).dropped == [f"{LOG}_p2025_01", f"{ATTEMPT}_p2025_01"]
-    assert _counts() == ({f"{LOG}_p2025_02": 1}, {f"{ATTEMPT}_p2025_02": 2})
+    assert apply_retention(now=now, days=30).dropped == [f"{LOG}_p2025_01"]
+    assert _counts() == {f"{LOG}_p2025_02": 1}
 
 
 @requires_postgres
@@ -263,14 +240,14 @@ def test_retention_is_off_by_default_and_deletes_old_rows_left_in_default(tenant
     store(*rows_at(tenant, JAN + timedelta(days=9), FEB + timedelta(days=1)))
     now = datetime(2025, 6, 1, tzinfo=UTC)
     assert apply_retention(now=now).cutoff is None
-    assert _counts() == ({f"{LOG}_default": 2}, {f"{ATTEMPT}_default": 4})
+    assert _counts() == {f"{LOG}_default": 2}
 
     # No partition for those months (a late row of a dropped month, say): rows in the default
     # partition before the cutoff's month are deleted instead.
     settings.TOLLGATE = {**settings.TOLLGATE, "USAGE_RETENTION_DAYS": 100}
     report = apply_retention(now=now)  # audited to Feb 10: the cutoff is February's start
     assert (report.cutoff, report.dropped, report.deleted_rows) == (FEB, [], 1)
-    assert _counts() == ({f"{LOG}_default": 1}, {f"{ATTEMPT}_default": 2})
+    assert _counts() == {f"{LOG}_default": 1}
 
 
 def _truncated(moment: datetime, grain: str) -> datetime:
@@ -301,16 +278,14 @@ def test_migration_converts_a_populated_database_keeping_every_id(throwaway_data
                 " 0, 0, 0, 0, 0, 0, 0, 0, 0, true, 200, '', 5, false) RETURNING id",
                 [request_id, moment, moment, n],
             ).fetchone()
-            attempt_ids = [
+            for order in (2, 1):  # stored out of order: the trail is in order all the same
                 db.execute(
                     'INSERT INTO usage_usageattempt (log_id, "order", provider, model,'
                     " served_by, source, outcome, upstream_status, latency_ms)"
-                    " VALUES (%s, %s, 'p', 'm', 'platform', 's', 'ok', 200, 5) RETURNING id",
-                    [log_id, order],
-                ).fetchone()[0]
-                for order in (1, 2)
-            ]
-            rows[log_id] = (request_id, moment, attempt_ids)
+                    " VALUES (%s, %s, 'p', 'm', 'platform', 's', 'ok', 200, %s)",
+                    [log_id, order, n * 10 + order],
+                )
+            rows[log_id] = (request_id, moment, n)
         # A row deleted before the migration: its id was taken, and is not given again.
         (gone,) = db.execute(
             "INSERT INTO usage_usagelog (request_id, client_request_id, created_at, stored_at,"
@@ -336,17 +311,16 @@ def test_migration_converts_a_populated_database_keeping_every_id(throwaway_data
             log_id: (request_id, moment, f"{LOG}_p{moment:%Y_%m}")
             for log_id, (request_id, moment, _) in rows.items()
         }
-        attempts = {
-            attempt_id: (log_id, created_at, partition)
-            for attempt_id, log_id, created_at, partition in db.execute(
-                "SELECT id, log_id, created_at, tableoid::regclass::text FROM usage_usageattempt"
+        # Each row's attempts are its trail now; their table is gone.
+        trails = dict(db.execute("SELECT id, attempt_trail FROM usage_usagelog"))
+        assert {log_id: unpack_trail(trail) for log_id, trail in trails.items()} == {
+            log_id: tuple(
+                AttemptRecord(order, "p", "m", "platform", "s", "ok", 200, n * 10 + order)
+                for order in (1, 2)
             )
+            for log_id, (_, _, n) in rows.items()
         }
-        assert attempts == {
-            attempt_id: (log_id, moment, f"{ATTEMPT}_p{moment:%Y_%m}")
-            for log_id, (_, moment, attempt_ids) in rows.items()
-            for attempt_id in attempt_ids
-        }
+        assert db.execute("SELECT to_regclass('usage_usageattempt')").fetchone() == (None,)
         (kind,) = db.execute("SELECT relkind FROM pg_class WHERE relname = %s", [LOG]).fetchone()
         assert kind == "p"
         assert not db.execute(
@@ -394,6 +368,7 @@ def test_migration_converts_a_populated_database_keeping_every_id(throwaway_data
 
 SQLITE_SCRIPT = """
 import json
+from dataclasses import astuple
 from datetime import UTC, datetime
 
 import django
@@ -416,18 +391,28 @@ with connection.cursor() as cursor:
     )
     cursor.execute(
         'INSERT INTO usage_usageattempt (log_id, "order", provider, model, served_by, source,'
-        " outcome, upstream_status, latency_ms) VALUES (1, 1, 'p', 'm', 'platform', 's', 'ok',"
+        " outcome, upstream_status, latency_ms) VALUES (1, 2, 'p', 'm', 'platform', 's', 'ok',"
         " 200, 5)"
+    )
+call_command("migrate", "usage", "0011_attempt_key_label", verbosity=0)
+with connection.cursor() as cursor:
+    cursor.execute("SELECT created_at FROM usage_usageattempt")
+    migrated = cursor.fetchone()[0].isoformat()
+    # A first try stored after the second: the trail is in order all the same.
+    cursor.execute(
+        'INSERT INTO usage_usageattempt (log_id, "order", provider, model, served_by, source,'
+        " outcome, upstream_status, latency_ms, created_at, key_label) VALUES (1, 1, 'p', 'm',"
+        " 'team', 's:team', 'timeout', NULL, 30000, '2024-12-05 10:00:00', 'team-a')"
     )
 call_command("migrate", verbosity=0)
 
 import usage.partitions
 from core.usage_record import UsageRecord
-from usage.models import UsageAttempt, UsageLog
+from usage.models import UsageLog
 from usage.partitions import apply_retention, ensure_partitions
 from usage.writer import store_rows
 
-migrated = UsageAttempt.objects.get().created_at.isoformat()
+trail = [astuple(a) for a in UsageLog.objects.get(request_id="before").attempts]
 rows = json.loads(ROWS)
 records = [UsageRecord.from_json(orjson.dumps(row)) for row in rows]
 stored = [store_rows(records), store_rows(records)]
@@ -439,10 +424,11 @@ for _ in range(2):
         "cutoff": report.cutoff.isoformat(),
         "deleted_rows": report.deleted_rows,
         "logs": sorted(UsageLog.objects.values_list("request_id", flat=True)),
-        "attempts": sorted(UsageAttempt.objects.values_list("log__request_id", flat=True)),
+        "attempts": sorted(row.request_id for row in UsageLog.objects.all() for _ in row.attempts),
     })
 print(json.dumps({
     "migrated_attempt_created_at": migrated,
+    "migrated_trail": trail,
     "stored": stored,
     "partitions": ensure_partitions(start=datetime(2025, 1, 1), end=datetime(2025, 6, 1)),
     "runs": runs,
@@ -468,8 +454,13 @@ def test_retention_on_sqlite_deletes_old_rows_and_attempts_in_batches(tmp_path):
     ]
     report = run_on_sqlite(f"ROWS = {json.dumps(json.dumps(rows))}\n{SQLITE_SCRIPT}", tmp_path)
 
-    # The migration gave the attempt stored before it its row's created_at.
-    assert report["migrated_attempt_created_at"] == "2024-12-05T10:00:00+00:00"
+    # Migration 0009 gave the attempt stored before it its row's created_at; 0012 put the
+    # row's attempts, in order, in its trail.
+    assert report["migrated_attempt_created_at"] == "2024-12-05T10:00:00"  # SQLite: UTC
+    assert report["migrated_trail"] == [
+        [1, "p", "m", "team", "s:team", "timeout", None, 30000, None, "team-a"],
+        [2, "p", "m", "platform", "s", "ok", 200, 5, None, ""],
+    ]
     assert report["stored"] == [8, 0]  # a replay stores nothing
     assert report["partitions"] == []
     # 60 days before Apr 20 is Feb 19, but each run audits 31 more days from the first row's

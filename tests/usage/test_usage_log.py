@@ -84,7 +84,7 @@ def test_non_streamed_request_logs_every_field_and_charges_what_it_logs(stack):
         "streamed": False,
     }
     assert 0 <= row.latency_ms < 5000
-    [attempt] = row.attempts.all()
+    [attempt] = row.attempts
     assert (
         attempt.order,
         attempt.provider,
@@ -109,7 +109,7 @@ def test_served_platform_attempt_names_its_escrow_reservation(stack):
 
     [row] = usage_rows([response.headers["x-request-id"]], expect=1)
     [reservation] = Reservation.objects.filter(request_id=row.request_id)
-    assert [a.reservation_id for a in row.attempts.all()] == [reservation.pk]
+    assert [a.reservation_id for a in row.attempts] == [reservation.pk]
 
 
 def test_request_id_is_generated_when_absent_and_echoed_on_refusals_too(stack):
@@ -205,7 +205,7 @@ def test_team_key_request_logs_byok_tokens_and_costs_nothing(stack):
         row.byok_tokens_out,
         row.provider_cost_micro,
     ) == ("team", 0, 0, PROMPT_WORDS, 8, 0)
-    assert [(a.served_by, a.outcome) for a in row.attempts.all()] == [("team", "ok")]
+    assert [(a.served_by, a.outcome) for a in row.attempts] == [("team", "ok")]
     assert [c["key"] for c in stack.stub.vendor_calls()] == ["sk-team-key-0042"]
 
 
@@ -220,7 +220,7 @@ def test_fallback_after_upstream_errors_logs_the_whole_attempt_trail(stack):
     assert response.status_code == 200
     [row] = usage_rows([response.headers["x-request-id"]], expect=1)
     assert (row.model_requested, row.model_served, row.status) == ("gpt-4o", "gpt-4o-mini", 200)
-    assert [(a.order, a.model, a.outcome, a.upstream_status) for a in row.attempts.all()] == [
+    assert [(a.order, a.model, a.outcome, a.upstream_status) for a in row.attempts] == [
         (1, "gpt-4o", "upstream_error", 500),
         (2, "gpt-4o", "upstream_error", 500),
         (3, "gpt-4o-mini", "ok", 200),
@@ -243,7 +243,7 @@ def test_upstream_failure_logs_its_error_code(stack):
         row.provider_cost_micro,
         row.upstream_sent,
     ) == (502, "LM-5001", "", 0, 0, True)
-    assert [a.outcome for a in row.attempts.all()] == ["upstream_error", "upstream_error"]
+    assert [a.outcome for a in row.attempts] == ["upstream_error", "upstream_error"]
 
 
 def test_budget_refusal_is_logged_but_never_billed_for_bandwidth(stack):
@@ -260,7 +260,7 @@ def test_budget_refusal_is_logged_but_never_billed_for_bandwidth(stack):
         row.upstream_sent,
         row.bytes_in,
         row.bandwidth_charge_micro,
-        list(row.attempts.all()),
+        list(row.attempts),
     ) == (402, "LM-4001", False, len(sent), 0, [])
     assert stack.stub.vendor_calls() == []
 

@@ -6,9 +6,8 @@ from rest_framework import serializers
 
 from accounts.api.fields import id_of
 from accounts.models import ApiKey, Group
-from core.usage_record import ATTEMPT_FIELDS
 from usage.export import LOG_FIELDS
-from usage.models import UsageAttempt, UsageLog
+from usage.models import ServedBy, UsageLog
 
 
 class MomentField(serializers.DateTimeField):
@@ -64,10 +63,24 @@ class UsageLogOut(serializers.ModelSerializer):
         fields = LOG_FIELDS
 
 
-class UsageAttemptOut(serializers.ModelSerializer):
-    class Meta:
-        model = UsageAttempt
-        fields = ATTEMPT_FIELDS
+# One core.usage_record.AttemptRecord of a row's trail, its fields in ATTEMPT_FIELDS order and
+# typed as the attempts' columns were before the trail moved into the row: the API's schema
+# and answers stay as they were (a comment, not a docstring: that would enter the schema).
+class UsageAttemptOut(serializers.Serializer):
+    order = serializers.IntegerField(min_value=0, max_value=32767)
+    provider = serializers.CharField(max_length=64)
+    model = serializers.CharField(max_length=200)
+    served_by = serializers.ChoiceField(choices=ServedBy.choices)
+    source = serializers.CharField(max_length=64)
+    outcome = serializers.CharField(max_length=32)
+    upstream_status = serializers.IntegerField(
+        min_value=0, max_value=32767, allow_null=True, required=False
+    )
+    latency_ms = serializers.IntegerField(min_value=0, max_value=2147483647, required=False)
+    reservation_id = serializers.IntegerField(
+        min_value=-(2**63), max_value=2**63 - 1, allow_null=True, required=False
+    )
+    key_label = serializers.CharField(max_length=64, required=False)
 
 
 class UsageLogDetailOut(UsageLogOut):

@@ -16,7 +16,7 @@ def _day(value: str) -> datetime:
 
 class Command(BaseCommand):
     help = (
-        "Create the usage log's and attempts' monthly partitions from --from's month (this"
+        "Create the usage log's monthly partitions from --from's month (this"
         " month's by default) through --months-ahead months after this one."
     )
 
