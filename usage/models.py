@@ -87,15 +87,21 @@ class UsageLog(models.Model):
             models.UniqueConstraint(fields=["request_id", "created_at"], name="usage_log_once")
         ]
         # What the usage API, the dashboard and the reports filter by, each over a time range.
+        # A caller label or a client request id is only ever looked up by a value: rows
+        # without one (a third, and 70%) stay out of its index.
         indexes = [
             models.Index(fields=["account_id", "created_at"], name="usage_log_account_time"),
             models.Index(fields=["group_id", "created_at"], name="usage_usage_group_i_bc2155_idx"),
             models.Index(fields=["api_key_id", "created_at"], name="usage_log_key_time"),
             models.Index(
-                fields=["account_id", "caller_label", "created_at"], name="usage_log_caller_time"
+                fields=["account_id", "caller_label", "created_at"],
+                name="usage_log_caller_time",
+                condition=~models.Q(caller_label=""),
             ),
             models.Index(
-                fields=["account_id", "client_request_id"], name="usage_usage_account_975e9f_idx"
+                fields=["account_id", "client_request_id"],
+                name="usage_log_client_request",
+                condition=~models.Q(client_request_id=""),
             ),
         ]
 

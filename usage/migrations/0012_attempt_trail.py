@@ -39,7 +39,6 @@ def fill_trails(apps, schema_editor):
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
         ("usage", "0011_attempt_key_label"),
     ]
