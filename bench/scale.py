@@ -10,18 +10,20 @@
    50 tenants, two more groups and three more keys per tenant, a dashboard password for the
    big and the small tenant's owners and a Django superuser.
 2. Bulk-loads ``--scale-rows`` usage rows over 90 days with COPY (one stream per table, the
-   rows generated as they are sent): usage_usagelog, usage_usageattempt (~1.03 per row), and
-   what settlement leaves: billing_reservation (committed, ~0.78 per row) with its
-   billing_ledgerentry (kind commit), billing_settledrequest (one per row), billing_spendhold
-   (settled, ~0.8 per row), and, when the project has billing_receipt, a receipt per row
-   chained per account as the writer's settlement writes it (billing.receipts' own bodies,
-   signed per writer batch). The tenant ``scale-00`` holds 60% of the rows, ``scale-01`` (the
-   small tenant) 0.4%, the 48 others the rest evenly. Columns are read from the database
-   (information_schema), so the loader follows the schema of the code under test: a column
-   it does not know is left to its default, and one without a default stops the load. When
-   the project has ``usage.partitions``, ``ensure_partitions`` runs for the 90 days first;
-   after the load the id sequences are moved past the rows, ``rebuild_usage_rollups`` runs
-   when the project has it, then VACUUM ANALYZE.
+   rows generated as they are sent): usage_usagelog (~1.03 attempts per row, packed in its
+   attempt_trail by usage.trail itself; in usage_usageattempt when the project has that
+   table instead), and what settlement leaves: billing_reservation (committed, ~0.78 per
+   row) with its billing_ledgerentry (kind commit), billing_settledrequest (one per row),
+   billing_spendhold (settled, ~0.8 per row), and, when the project has billing_receipt, a
+   receipt per row chained per account as the writer's settlement writes it
+   (billing.receipts' own bodies, signed per writer batch). The tenant ``scale-00`` holds
+   60% of the rows, ``scale-01`` (the small tenant) 0.4%, the 48 others the rest evenly.
+   Columns are read from the database (information_schema), so the loader follows the schema
+   of the code under test: a column it does not know is left to its default, and one without
+   a default stops the load. When the project has ``usage.partitions``,
+   ``ensure_partitions`` runs for the 90 days first; after the load the id sequences are
+   moved past the rows, ``rebuild_usage_rollups`` runs when the project has it, then VACUUM
+   ANALYZE.
 3. Starts the app (``config.asgi:application`` under uvicorn, one worker, as run.py does)
    and times, for the big and the small tenant, each call cold (its first call since the
    server started) and warm (the median of the next 3): the tenant API, the dashboard
@@ -87,15 +89,17 @@ CSRF_RE = re.compile(r'name="csrfmiddlewaretoken" value="([^"]+)"')
 TABLES = (  # in the order their COPYs commit: foreign keys point backwards
     "usage_usagelog",
     "billing_reservation",
-    "usage_usageattempt",
     "billing_ledgerentry",
     "billing_settledrequest",
     "billing_spendhold",
 )
+# Loaded when the project has it (code before issue 38 kept a table of attempts; since, each
+# is in its usage row's attempt_trail): committed after the log its rows point at.
+ATTEMPTS = "usage_usageattempt"
 # Loaded when the project has it (receipts since issue 37): committed last, nothing points
 # at it.
 RECEIPTS = "billing_receipt"
-SIZE_TABLES = (*TABLES, RECEIPTS, "usage_usagerollup")
+SIZE_TABLES = (TABLES[0], ATTEMPTS, *TABLES[1:], RECEIPTS, "usage_usagerollup")
 # A writer batch: an account's receipts in it share one settled_at and its last is signed
 # (billing/receipts.py); the loader signs every RECEIPT_BATCH-th receipt of an account.
 RECEIPT_BATCH = 100
@@ -270,6 +274,9 @@ class LoadResult:
     receipts_verified: bool | None = None  # --scale-verify-receipts: the big tenant's chain
     receipts_verify_s: float | None = None
     receipts_verify_output: str = ""
+    attempts: int = 0  # attempts generated, in the rows' trails or their own table
+    trails_loaded: bool = False  # the project's log has attempt_trail: attempts are packed in it
+    bytes_per_trail: float | None = None  # avg pg_column_size(attempt_trail), its header included
 
 
 def ts(epoch: float) -> str:
@@ -299,7 +306,7 @@ KNOWN = {
         "cache_read_tokens", "cache_write_tokens", "reasoning_tokens", "web_pages",
         "web_rendered_pages", "web_queries", "provider_cost_micro", "bytes_in", "bytes_out",
         "bandwidth_charge_micro", "upstream_sent", "status", "error_code", "latency_ms",
-        "ttft_ms", "streamed", "reservation_id",
+        "ttft_ms", "streamed", "reservation_id", "attempt_trail",
     ),
     "usage_usageattempt": (
         "id", "log_id", "order", "provider", "model", "served_by", "source", "outcome",
@@ -383,6 +390,7 @@ class CopyStreams:
         self.sizes: dict[str, int] = {}
         self.copies: dict[str, Any] = {}
         self.picks: dict[str, list[int]] = {}
+        self.columns: dict[str, list[str]] = {}  # what each table's COPY fills
         self.written: dict[str, int] = dict.fromkeys(tables, 0)
         try:
             for table in tables:
@@ -395,6 +403,7 @@ class CopyStreams:
                     cur.copy(f"COPY {table} ({cols}) FROM STDIN")
                 )
                 self.picks[table] = picks
+                self.columns[table] = names
                 self.buffers[table] = []
                 self.sizes[table] = 0
         except BaseException:
@@ -470,10 +479,10 @@ class ReceiptChains:
         from billing.receipt_codec import pack
         from billing.receipt_keys import receipt_keys
         from core.sinks import rfc3339
-        from core.usage_record import AttemptRecord, UsageRecord
+        from core.usage_record import UsageRecord
 
         self.receipts, self.pack, self.rfc3339 = receipts, pack, rfc3339
-        self.AttemptRecord, self.UsageRecord = AttemptRecord, UsageRecord
+        self.UsageRecord = UsageRecord
         keys = receipt_keys()
         self.key_id, self.signer = keys.newest, keys.private[keys.newest]
         self.streams = streams
@@ -553,6 +562,22 @@ class ReceiptChains:
             self.flush(account_id)
 
 
+class TrailPacker:
+    """Each usage row's attempts packed into its attempt_trail as the usage writer packs them
+    (usage.trail itself), as COPY text; counts the attempts packed."""
+
+    def __init__(self) -> None:
+        from usage.trail import pack_trail
+
+        self.pack = pack_trail
+        self.attempts = 0
+
+    def column(self, attempts: list[Any]) -> str:
+        self.attempts += len(attempts)
+        # bytea in COPY's text format: \\x, then hex (COPY reads \\\\ as one backslash).
+        return "\\\\x" + self.pack(attempts).hex()
+
+
 def generate(
     streams: CopyStreams,
     tenants: list[dict[str, Any]],
@@ -563,10 +588,11 @@ def generate(
     first_ids: dict[str, int],
     seed: int,
     chains: ReceiptChains | None = None,
+    trails: TrailPacker | None = None,
 ) -> dict[int, str]:
     """Write `rows` usage rows and their books (and, given `chains`, their receipts); return
     one request id per account from the middle of the window (the first of its rows past the
-    middle)."""
+    middle). Attempts go in the rows' trails given `trails`, in their table when it is loaded."""
     rng = random.Random(seed)
     t0, span = start.timestamp(), (end - start).total_seconds()
     others = (1.0 - BIG_SHARE - SMALL_SHARE) / (len(tenants) - 2)
@@ -576,7 +602,10 @@ def generate(
     key_weights = [[1.0 / (j + 1) for j in range(len(keys))] for keys in tenant_keys]
     balance = {t["wallet_id"]: WALLET_MICRO for t in tenants}
     mix_weights = [m[-1] for m in MIX]
-    log_id, att_id = first_ids["usage_usagelog"], first_ids["usage_usageattempt"]
+    log_id, att_id = first_ids["usage_usagelog"], first_ids.get(ATTEMPTS, 1)
+    attempts_table = ATTEMPTS in streams.tables
+    if chains is not None or trails is not None:
+        from core.usage_record import AttemptRecord
     res_id, led_id = first_ids["billing_reservation"], first_ids["billing_ledgerentry"]
     set_id, hold_id = first_ids["billing_settledrequest"], first_ids["billing_spendhold"]
     middle: dict[int, str] = {}
@@ -636,7 +665,7 @@ def generate(
             reservation_of_log = "\\N"
             entries: list[int] = []  # the ledger entries that moved its wallet's money
             taken = 0
-            trail = []
+            trail = []  # the attempts as records, for the row's trail and its receipt
             for order, (up_status, out, by_team) in enumerate(attempts, start=1):
                 reservation = "\\N"
                 if not by_team and not web and (platform or out != "ok"):
@@ -665,18 +694,27 @@ def generate(
                     led_id += 1
                     if out == "ok":
                         reservation_of_log = reservation
-                add(
-                    "usage_usageattempt",
-                    (
-                        str(att_id), str(log_id), str(order), provider, model_srv,
-                        "team" if by_team else "platform", f"{provider}:{model_srv}:"
-                        + ("team" if by_team else "platform"), out, up_status or "\\N",
-                        str(latency // len(attempts)), reservation, c, "",
-                    ),
-                )  # fmt: skip
-                att_id += 1
-                if chains is not None:
-                    trail.append((order, by_team, out, up_status, reservation))
+                by = "team" if by_team else "platform"
+                if attempts_table:
+                    add(
+                        ATTEMPTS,
+                        (
+                            str(att_id), str(log_id), str(order), provider, model_srv, by,
+                            f"{provider}:{model_srv}:{by}", out, up_status or "\\N",
+                            str(latency // len(attempts)), reservation, c, "",
+                        ),
+                    )  # fmt: skip
+                    att_id += 1
+                if chains is not None or trails is not None:
+                    trail.append(
+                        AttemptRecord(
+                            order=order, provider=provider, model=model_srv, served_by=by,
+                            source=f"{provider}:{model_srv}:{by}", outcome=out,
+                            upstream_status=int(up_status) if up_status else None,
+                            latency_ms=latency // len(attempts),
+                            reservation_id=None if reservation == "\\N" else int(reservation),
+                        )
+                    )  # fmt: skip
             # Drawn in this order whether or not receipts are loaded: the same seed, the same rows.
             client_rid = f"client-{i:x}" if rng.random() < 0.3 else ""
             caller = rng.choice(CALLERS)
@@ -694,6 +732,7 @@ def generate(
                     str(status), code, str(latency),
                     str(latency // 4) if streamed and not error else "\\N",
                     "t" if streamed else "f", reservation_of_log,
+                    trails.column(trail) if trails is not None else "\\\\x",
                 ),
             )  # fmt: skip
             if chains is not None:
@@ -723,17 +762,7 @@ def generate(
                     reservation_id=None if reservation_of_log == "\\N" else int(reservation_of_log),
                     cache_read_tokens=cache_read, reasoning_tokens=reasoning, web_pages=pages,
                     web_queries=queries,
-                    attempts=tuple(
-                        chains.AttemptRecord(
-                            order=order, provider=provider, model=model_srv,
-                            served_by="team" if by_team else "platform",
-                            source=f"{provider}:{model_srv}:" + ("team" if by_team else "platform"),
-                            outcome=out, upstream_status=int(up_status) if up_status else None,
-                            latency_ms=latency // len(attempts),
-                            reservation_id=None if reservation == "\\N" else int(reservation),
-                        )
-                        for order, by_team, out, up_status, reservation in trail
-                    ),
+                    attempts=tuple(trail),
                     prices=prices,
                 )  # fmt: skip
                 chains.add(
@@ -840,20 +869,26 @@ def load(
     )
     with psycopg.connect(url) as conn:
         has_receipts = conn.execute("SELECT to_regclass(%s)", (RECEIPTS,)).fetchone()[0]
-    tables = (*TABLES, RECEIPTS) if has_receipts is not None else TABLES
+        has_attempts = conn.execute("SELECT to_regclass(%s)", (ATTEMPTS,)).fetchone()[0]
+        result.trails_loaded = any(
+            name == "attempt_trail" for name, _, _ in table_columns(conn, TABLES[0])
+        )
+    tables = (*TABLES, ATTEMPTS) if has_attempts is not None else TABLES
+    tables = (*tables, RECEIPTS) if has_receipts is not None else tables
     result.receipts_loaded = has_receipts is not None
     first = next_ids(url, tables)
     with psycopg.connect(url) as conn:
         before = {t: conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in tables}
-    if result.receipts_loaded:
+    if result.receipts_loaded or result.trails_loaded:
         django_with(env)
     t0 = time.perf_counter()
     streams = CopyStreams(url, tables)
     try:
         chains = ReceiptChains(streams, first[RECEIPTS]) if result.receipts_loaded else None
+        trails = TrailPacker() if result.trails_loaded else None
         result.middle_request_ids = generate(
             streams, tenants, rows=args.scale_rows, start=start, end=end, first_ids=first,
-            seed=args.scale_seed, chains=chains,
+            seed=args.scale_seed, chains=chains, trails=trails,
         )  # fmt: skip
         if chains is not None:
             chains.close()
@@ -863,6 +898,7 @@ def load(
     streams.close()
     result.copy_s = time.perf_counter() - t0
     result.written = dict(streams.written)
+    result.attempts = trails.attempts if trails is not None else result.written.get(ATTEMPTS, 0)
     result.usage_rows_per_s = args.scale_rows / result.copy_s
     result.all_rows_per_s = sum(result.written.values()) / result.copy_s
     with psycopg.connect(url, autocommit=True) as conn:
@@ -895,6 +931,10 @@ def load(
                 "SELECT coalesce(sum(requests), 0)::bigint FROM usage_usagerollup"
             ).fetchone()[0]
         result.sizes_bytes = sizes(conn)
+        if result.trails_loaded:
+            result.bytes_per_trail = conn.execute(
+                "SELECT avg(pg_column_size(attempt_trail))::float FROM usage_usagelog"
+            ).fetchone()[0]
     result.total_bytes = sum(result.sizes_bytes.values())
     result.bytes_per_usage_row = result.total_bytes / args.scale_rows
     receipts_bytes = result.sizes_bytes.get(RECEIPTS, 0)
@@ -1426,6 +1466,16 @@ def report(doc: dict[str, Any]) -> str:
             "B per usage row",
         ]
         parts.append(bench.render_table(rows, header))
+        if ld.get("attempts"):
+            where = (
+                f"packed in usage_usagelog.attempt_trail, {bench.fmt(ld['bytes_per_trail'], 1)} B"
+                " per trail on disk"
+                if ld.get("trails_loaded")
+                else f"in {ATTEMPTS}"
+            )
+            parts.append(
+                f"attempts: {ld['attempts']} ({ld['attempts'] / ld['rows']:.3f} per row), {where}"
+            )
         billing = (ld.get("retention") or {}).get("billing") or {}
         if billing:
             parts.append(
