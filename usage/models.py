@@ -7,7 +7,7 @@ from django.utils import timezone
 
 from core.money import spend_micro
 from core.usage_record import AttemptRecord
-from usage.trail import unpack_trail
+from usage.trail import AttemptTrailField, unpack_trail
 from webfetch.models import URL_MAX_CHARS
 
 
@@ -77,7 +77,7 @@ class UsageLog(models.Model):
     reservation_id = models.BigIntegerField(null=True, blank=True)
     # The attempts, packed (usage/trail.py): a few dozen bytes here, not a row per attempt
     # elsewhere. Read them as `attempts`. A database default for writers that do not know it.
-    attempt_trail = models.BinaryField(default=b"", db_default=b"")
+    attempt_trail = AttemptTrailField(default=b"", db_default=b"")
 
     class Meta:
         # Declared here, not with db_index / unique on the fields: on PostgreSQL those add a

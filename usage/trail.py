@@ -14,8 +14,10 @@ dictionary never changes once trails are packed with it: a new dictionary is a n
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import orjson
+from django.db import models
 
 from core.packing import DictionaryCodec
 from core.usage_record import ATTEMPT_FIELDS, AttemptRecord
@@ -83,10 +85,28 @@ def pack_trail(attempts: Sequence[AttemptRecord]) -> bytes:
     return CODEC.pack(orjson.dumps([[getattr(a, n) for n in ATTEMPT_FIELDS] for a in attempts]))
 
 
+def trail_json(stored: bytes | memoryview | None) -> bytes:
+    """The JSON text of a stored trail (packed, or plain JSON arrays); empty for none."""
+    data = bytes(stored or b"")
+    return data if not data or data[:1] == b"[" else CODEC.unpack(data)
+
+
 def unpack_trail(stored: bytes | memoryview | None) -> tuple[AttemptRecord, ...]:
     """The attempts of a stored trail, in order (packed, or plain JSON arrays)."""
-    data = bytes(stored or b"")
-    if not data:
-        return ()
-    text = data if data[:1] == b"[" else CODEC.unpack(data)
-    return tuple(AttemptRecord(*row) for row in orjson.loads(text))
+    text = trail_json(stored)
+    return tuple(AttemptRecord(*row) for row in orjson.loads(text)) if text else ()
+
+
+class AttemptTrailField(models.BinaryField):
+    """The log's trail column: its stored bytes in Python (read them with unpack_trail), its
+    JSON text in a dump, so dumpdata shows what a trail holds as it shows the other columns
+    (a privacy check searching a dump sees inside it), and loaddata stores it back as plain
+    JSON."""
+
+    def to_python(self, value: Any) -> Any:
+        if isinstance(value, str):  # a dump's JSON text, not base64
+            return value.encode()
+        return super().to_python(value)
+
+    def value_to_string(self, obj: Any) -> str:
+        return trail_json(self.value_from_object(obj)).decode()

@@ -7,7 +7,9 @@ which usage.trail.unpack_trail reads as it reads packed ones; the writer packs e
 Then the attempts table goes, with its monthly partitions on PostgreSQL. Forward only.
 """
 
-from django.db import migrations, models
+from django.db import migrations
+
+import usage.trail
 
 # An attempt as its trail stores it: ATTEMPT_FIELDS in order.
 ATTEMPT = (
@@ -47,7 +49,7 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name="usagelog",
             name="attempt_trail",
-            field=models.BinaryField(db_default=b"", default=b""),
+            field=usage.trail.AttemptTrailField(db_default=b"", default=b""),
         ),
         migrations.RunPython(fill_trails, elidable=False),
         migrations.DeleteModel(
