@@ -8,11 +8,11 @@ the unique keys on it (one hold, one settled marker per request) and every ON CO
 (request_id) in billing/ledger.py hold across partitions: a request is still charged once. A
 created_at key could not give that: each inserter stamps its own.
 
-The period is a slice of a month (core/partitions.py: the 1st-8th, 9th-16th, 17th-24th,
-25th-end), not the month: these rows are working state whose use ends days after the
-request (settlement, the reaper, reconciliation), while the request's record of use, its
-receipt and its ledger entries stay. With a week of retention a month's partition kept 7 to
-38 days of rows; a slice keeps 7 to 15. Databases partitioned by month before (billing 0007,
+The period is a slice of a month (core/partitions.py: eight, of 4 days but the last, from the
+28th), not the month: these rows are working state whose use ends days after the request
+(settlement, the reaper, reconciliation), while the request's record of use, its receipt and
+its ledger entries stay. With a week of retention a month's partition kept 7 to 38 days of
+rows; a slice keeps 7 to 11. Databases partitioned by month before (billing 0007,
 0014 split the empty ones) keep their monthly partitions until retention drops them; no
 slice is made inside one.
 

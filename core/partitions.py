@@ -3,8 +3,9 @@ table shares (the usage log's in usage/partitions.py, the billing tables' in
 billing/partitions.py).
 
 A table partitioned here has one partition per UTC month, named <table>_pYYYY_MM, or per
-slice of a month, named <table>_pYYYY_MM_DD after its first day: a month has four slices,
-starting on the 1st, 9th, 17th and 25th, so slices never straddle a month and a table can
+slice of a month, named <table>_pYYYY_MM_DD after its first day: a month has eight slices,
+starting on the 1st, 5th, 9th, 13th, 17th, 21st, 25th and 28th (every month has a 28th, so
+the last is 1 to 4 days), so slices never straddle a month and a table can
 go from months to slices without a partition overlapping another. <table>_default takes a
 row whose period has no partition yet, so its insert never fails. What a period's bounds are
 (a time range, a range of time-ordered ids) is the caller's to say.
@@ -50,8 +51,8 @@ def months_between(start: datetime, end: datetime) -> list[datetime]:
     return months
 
 
-# The days a month's slices start on: the last slice runs from the 25th to the month's end.
-SLICE_DAYS = (1, 9, 17, 25)
+# The days a month's slices start on: the last runs from the 28th to the month's end.
+SLICE_DAYS = (1, 5, 9, 13, 17, 21, 25, 28)
 
 
 def slice_of(moment: datetime) -> datetime:

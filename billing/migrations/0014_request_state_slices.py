@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from django.db import migrations
 
 TABLES = ("billing_spendhold", "billing_reservation", "billing_settledrequest")
-SLICE_DAYS = (1, 9, 17, 25)
+SLICE_DAYS = (1, 5, 9, 13, 17, 21, 25, 28)
 
 
 def _next_month(month):

@@ -32,7 +32,7 @@ HOLD, RESERVATION, SETTLED = (
 )
 TABLES = (HOLD, RESERVATION, SETTLED)
 JAN, FEB, MAR, APR = (datetime(2025, month, 1, tzinfo=UTC) for month in (1, 2, 3, 4))
-SLICES = ("01", "09", "17", "25")  # the days a month's slices start on
+SLICES = ("01", "05", "09", "13", "17", "21", "25", "28")  # the days a month's slices start on
 
 
 def minted(moment: datetime) -> str:
@@ -181,8 +181,8 @@ def test_retention_drops_closed_months_whole_and_keeps_open_ones(tenant, setting
     assert apply_retention(now=APR + timedelta(days=4), days=0).cutoff is None
 
     # One day asked, seven kept: the cutoff is Mar 29, so every slice ending by then goes
-    # but February's second, which stays for its open reservation and hold; March's last
-    # (the 25th to Apr 1) is not all past yet.
+    # but February's third (from the 9th), which stays for its open reservation and hold;
+    # March's last (the 28th to Apr 1) is not all past yet.
     report = apply_retention(now=APR + timedelta(days=4), days=1)
 
     assert report.cutoff == datetime(2025, 3, 29, tzinfo=UTC)
@@ -190,7 +190,7 @@ def test_retention_drops_closed_months_whole_and_keeps_open_ones(tenant, setting
         f"2025_{month}_{day}"
         for month in ("01", "02", "03")
         for day in SLICES
-        if (month, day) not in {("02", "09"), ("03", "25")}
+        if (month, day) not in {("02", "09"), ("03", "28")}
     ]
     assert report.dropped == [f"{table}_p{piece}" for piece in due for table in TABLES]
     assert report.kept_open == ["2025-02-09"]
@@ -198,7 +198,7 @@ def test_retention_drops_closed_months_whole_and_keeps_open_ones(tenant, setting
     assert report.deleted_rows == 3  # the old legacy request's hold, reservation and marker
     for table in TABLES:
         left = {name for name in partitions(table) if name.startswith(f"{table}_p2025")}
-        assert left == {f"{table}_p2025_02_09", f"{table}_p2025_03_25"}
+        assert left == {f"{table}_p2025_02_09", f"{table}_p2025_03_28"}
     assert set(SettledRequest.objects.values_list("request_id", flat=True)) == {
         march,
         new_legacy,
