@@ -99,7 +99,15 @@ ATTEMPTS = "usage_usageattempt"
 # Loaded when the project has it (receipts since issue 37): committed last, nothing points
 # at it.
 RECEIPTS = "billing_receipt"
-SIZE_TABLES = (TABLES[0], ATTEMPTS, *TABLES[1:], RECEIPTS, "usage_usagerollup")
+# Every table a request's history takes room in (the daily rollups since stop 34).
+SIZE_TABLES = (
+    TABLES[0],
+    ATTEMPTS,
+    *TABLES[1:],
+    RECEIPTS,
+    "usage_usagerollup",
+    "usage_usagedailyrollup",
+)
 # A writer batch: an account's receipts in it share one settled_at and its last is signed
 # (billing/receipts.py); the loader signs every RECEIPT_BATCH-th receipt of an account.
 RECEIPT_BATCH = 100
