@@ -276,9 +276,9 @@ TOLLGATE = {
     "USAGE_GRACE_S": env("TOLLGATE_USAGE_GRACE_S"),
     "USAGE_FLUSH_MS": env("TOLLGATE_USAGE_FLUSH_MS"),
     "USAGE_CLAIM_IDLE_MS": env("TOLLGATE_USAGE_CLAIM_IDLE_MS"),
-    # Usage rows (and attempts) older than this many days are dropped, a month at a time on
-    # PostgreSQL, once their rollups are audited (usage/partitions.py). Ledger entries and
-    # rollups stay. 0 keeps everything forever.
+    # Usage rows (with their attempt trails) older than this many days are dropped, a month
+    # at a time on PostgreSQL, once their rollups are audited (usage/partitions.py). Ledger
+    # entries and rollups stay. 0 keeps everything forever.
     "USAGE_RETENTION_DAYS": max(0, env("TOLLGATE_USAGE_RETENTION_DAYS")),
     # The closed per-request working state (holds, reservations, settled markers) older than
     # this many days is dropped, a slice of a month at a time, never under 7 days
