@@ -97,8 +97,9 @@ def ensure_partitions(*, start: datetime, end: datetime, now: datetime | None = 
     if not is_partitioned():
         return []
     first = max(slice_of(start), slice_of(now or timezone.now()))
+    # What the partitions made already hold (slices, and months made before slices).
     with connection.cursor() as cursor:
-        months = [
+        covered = [
             span
             for name in partitions_of(cursor, TABLES[0])
             if (span := span_of_partition(TABLES[0], name)) is not None
@@ -106,7 +107,7 @@ def ensure_partitions(*, start: datetime, end: datetime, now: datetime | None = 
     slices = [
         piece
         for piece in slices_between(first, end)
-        if not any(lo <= piece < hi for lo, hi in months)
+        if not any(lo <= piece < hi for lo, hi in covered)
     ]
     return ensure_months(
         TABLES,
