@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
 from django import forms
@@ -12,7 +12,7 @@ from django.core.exceptions import ValidationError
 from django.core.paginator import Paginator
 from django.db.models import IntegerField, Q, QuerySet
 from django.utils.functional import cached_property
-from django.utils.html import format_html
+from django.utils.html import format_html, format_html_join
 
 from core.money import AmountInvalid, format_usd, format_usd_exact, parse_usd
 
@@ -211,3 +211,24 @@ def _names(fields: list | None) -> list[str] | None:
 
 def _first_upper(text: str) -> str:
     return text[:1].upper() + text[1:]  # "USD" stays upper case, unlike str.capitalize
+
+
+def html_table(
+    headers: Sequence[str], rows: Sequence[Sequence], *, empty: str, css_class: str
+) -> str:
+    """A read-only admin field's table: a header row, then a row of cells per item (`empty`
+    in a paragraph when there is none). Every value is escaped."""
+    if not rows:
+        return format_html("<p>{}</p>", empty)
+    head = format_html_join("", '<th scope="col">{}</th>', ((h,) for h in headers))
+    body = format_html_join(
+        "",
+        "<tr>{}</tr>",
+        ((format_html_join("", "<td>{}</td>", ((cell,) for cell in row)),) for row in rows),
+    )
+    return format_html(
+        '<table class="{}"><thead><tr>{}</tr></thead><tbody>{}</tbody></table>',
+        css_class,
+        head,
+        body,
+    )

@@ -8,7 +8,7 @@ from django import forms
 from django.contrib import admin, messages
 from django.shortcuts import redirect, render
 from django.utils import timezone
-from django.utils.html import format_html, format_html_join
+from django.utils.html import format_html
 
 from accounts import services
 from accounts.logins import password_link_issue
@@ -16,7 +16,7 @@ from accounts.models import Account, Membership
 from audit import services as audit
 from audit.adminkit import AuditedDeletes, operator
 from billing.selectors import in_flight
-from core.admin_views import Dollars, dollars
+from core.admin_views import Dollars, dollars, html_table
 from dashboard.selectors import Overview, api_keys_of_account, overview, spend_micro
 from usage.selectors import usage_totals
 
@@ -44,20 +44,6 @@ class SuspendedFilter(admin.SimpleListFilter):
 class SuspendForm(forms.Form):
     reason = forms.CharField(
         max_length=200, help_text="Kept on the account and shown to operators, not to clients."
-    )
-
-
-def _table(headers: list[str], rows: list[tuple], empty: str) -> str:
-    if not rows:
-        return format_html("<p>{}</p>", empty)
-    head = format_html_join("", '<th scope="col">{}</th>', ((h,) for h in headers))
-    body = format_html_join(
-        "",
-        "<tr>{}</tr>",
-        ((format_html_join("", "<td>{}</td>", ((cell,) for cell in row)),) for row in rows),
-    )
-    return format_html(
-        '<table class="overview"><thead><tr>{}</tr></thead><tbody>{}</tbody></table>', head, body
     )
 
 
@@ -238,7 +224,7 @@ class AccountAdmin(AuditedDeletes, Dollars, admin.ModelAdmin):
             for g in _overview(account).groups
         ]
         headers = ["group", "budget", "spent this period", "held in flight", "spent today"]
-        return _table(headers, rows, "no groups")
+        return html_table(headers, rows, empty="no groups", css_class="overview")
 
     @admin.display(description="keys")
     def keys_now(self, account: Account) -> str:
@@ -257,7 +243,9 @@ class AccountAdmin(AuditedDeletes, Dollars, admin.ModelAdmin):
             )
             for key in api_keys_of_account(account=account)[:50]
         ]
-        return _table(["key", "name", "group", "state", "budget"], rows, "no keys")
+        return html_table(
+            ["key", "name", "group", "state", "budget"], rows, empty="no keys", css_class="overview"
+        )
 
     # ------------------------------------------------------------ suspend and resume
 

@@ -6,12 +6,9 @@ Read-only: usage is a record. The one action queues failed events for delivery a
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
 from django.contrib import admin, messages
-from django.utils.html import format_html, format_html_join
 
-from core.admin_views import Dollars, LargeTable, ReadOnly
+from core.admin_views import Dollars, LargeTable, ReadOnly, html_table
 from core.usage_record import ATTEMPT_FIELDS, LOG_FIELDS, AttemptRecord
 from usage.models import (
     ROLLUP_KEY,
@@ -28,10 +25,6 @@ WEB_UNIT_LABELS = (
     ("web_rendered_pages", "rendered"),
     ("web_queries", "queries"),
 )
-
-
-def _cells(tag: str, values: Iterable) -> str:
-    return format_html_join("", f"<{tag}>{{}}</{tag}>", ((value,) for value in values))
 
 
 def _shown(attempt: AttemptRecord, name: str) -> object:
@@ -114,15 +107,8 @@ class UsageLogAdmin(Dollars, LargeTable, ReadOnly, admin.ModelAdmin):
     @admin.display(description="attempts")
     def attempt_table(self, row: UsageLog) -> str:
         """Show the attempt trail as a table: a column per attempt field, a row per attempt."""
-        if not (attempts := row.attempts):
-            return "-"
-        cells = [_cells("td", [_shown(a, name) for name in ATTEMPT_FIELDS]) for a in attempts]
-        rows = format_html_join("", "<tr>{}</tr>", ((row_cells,) for row_cells in cells))
-        return format_html(
-            '<table class="attempt-trail"><thead><tr>{}</tr></thead><tbody>{}</tbody></table>',
-            _cells("th", ATTEMPT_FIELDS),
-            rows,
-        )
+        cells = [[_shown(a, name) for name in ATTEMPT_FIELDS] for a in row.attempts]
+        return html_table(ATTEMPT_FIELDS, cells, empty="-", css_class="attempt-trail")
 
     @admin.display(description="web units")
     def web_units(self, row: UsageLog) -> str:

@@ -121,7 +121,7 @@ def test_a_retried_trail_reads_back_exactly_through_the_api_and_the_admin():
     row = UsageLog.objects.get(request_id="req-retried")
     page = operator.get(f"/django-admin/usage/usagelog/{row.pk}/change/").content.decode()
 
-    header = "".join(f"<th>{name}</th>" for name in ATTEMPT_FIELDS)
+    header = "".join(f'<th scope="col">{name}</th>' for name in ATTEMPT_FIELDS)
     assert f'<table class="attempt-trail"><thead><tr>{header}</tr></thead><tbody>' in page
     assert (
         "<tr><td>1</td><td>anthropic-main</td><td>claude-3-5-haiku</td><td></td>"
