@@ -8,6 +8,7 @@ from accounts.api.fields import id_of
 from accounts.models import ApiKey, Group
 from usage.export import LOG_FIELDS
 from usage.models import ServedBy, UsageLog
+from usage.trail import TEXT_LENGTHS
 
 
 class MomentField(serializers.DateTimeField):
@@ -68,11 +69,11 @@ class UsageLogOut(serializers.ModelSerializer):
 # and answers stay as they were (a comment, not a docstring: that would enter the schema).
 class UsageAttemptOut(serializers.Serializer):
     order = serializers.IntegerField(min_value=0, max_value=32767)
-    provider = serializers.CharField(max_length=64)
-    model = serializers.CharField(max_length=200)
+    provider = serializers.CharField(max_length=TEXT_LENGTHS["provider"])
+    model = serializers.CharField(max_length=TEXT_LENGTHS["model"])
     served_by = serializers.ChoiceField(choices=ServedBy.choices)
-    source = serializers.CharField(max_length=64)
-    outcome = serializers.CharField(max_length=32)
+    source = serializers.CharField(max_length=TEXT_LENGTHS["source"])
+    outcome = serializers.CharField(max_length=TEXT_LENGTHS["outcome"])
     upstream_status = serializers.IntegerField(
         min_value=0, max_value=32767, allow_null=True, required=False
     )
@@ -80,7 +81,7 @@ class UsageAttemptOut(serializers.Serializer):
     reservation_id = serializers.IntegerField(
         min_value=-(2**63), max_value=2**63 - 1, allow_null=True, required=False
     )
-    key_label = serializers.CharField(max_length=64, required=False)
+    key_label = serializers.CharField(max_length=TEXT_LENGTHS["key_label"], required=False)
 
 
 class UsageLogDetailOut(UsageLogOut):
