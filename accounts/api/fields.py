@@ -14,6 +14,8 @@ from django.db import connection, models
 from django.http import Http404
 from rest_framework import serializers
 
+from accounts.models import Account
+from accounts.selectors import account_of_user
 from core.money import MAX_TYPED_MICRO
 
 # A request id in a path: the gateway's own (32 hex digits) or a client's X-Request-Id label;
@@ -55,3 +57,12 @@ def request_id_or_404(request_id: str) -> str:
     if not REQUEST_ID.fullmatch(request_id):
         raise Http404
     return request_id
+
+
+def account_or_404(request, account_id: int | None) -> Account:
+    """One of the caller's accounts: `account_id`'s, or their first without one
+    (`accounts.selectors.account_of_user`); Http404 for any other (it confirms nothing)."""
+    account = account_of_user(user=request.user, account_id=account_id)
+    if account is None:
+        raise Http404
+    return account

@@ -7,13 +7,12 @@ trail itself."""
 
 from __future__ import annotations
 
-from django.http import Http404
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from accounts import selectors
+from accounts.api.fields import account_or_404
 from accounts.api.permissions import require_manager
 from accounts.api.schema import error_responses
 from accounts.models import Account
@@ -45,11 +44,9 @@ class SignedHeadOut(serializers.Serializer):
 
 
 def managed_account(request, account_id: int | None) -> Account:
-    """One of the caller's accounts (`selectors.account_of_user`), else 404; 403 unless they
-    are its owner or an admin."""
-    account = selectors.account_of_user(user=request.user, account_id=account_id)
-    if account is None:
-        raise Http404
+    """One of the caller's accounts (`account_or_404`); 403 unless they are its owner or an
+    admin."""
+    account = account_or_404(request, account_id)
     require_manager(user=request.user, account=account)
     return account
 

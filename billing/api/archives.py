@@ -15,11 +15,11 @@ from rest_framework import serializers
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from accounts.api.fields import id_of
+from accounts.api.fields import account_or_404, id_of
 from accounts.api.schema import error_responses
 from accounts.models import Account
 from billing import archives
-from billing.api.receipts import ACCOUNT_HELP, HeadOut, PeriodField, TotalsOut, _account
+from billing.api.receipts import ACCOUNT_HELP, HeadOut, PeriodField, TotalsOut
 from billing.models import ReceiptArchive
 
 
@@ -80,7 +80,7 @@ class ArchiveListView(APIView):
     def get(self, request):
         query = ArchivesIn(data=request.query_params)
         query.is_valid(raise_exception=True)
-        account = _account(request, query.validated_data.get("account"))
+        account = account_or_404(request, query.validated_data.get("account"))
         return Response(
             {
                 "account_id": account.pk,
@@ -109,7 +109,7 @@ class ArchiveFileView(APIView):
             period = checked.run_validation(period)
         except serializers.ValidationError:
             raise Http404 from None
-        account = _account(request, query.validated_data.get("account"))
+        account = account_or_404(request, query.validated_data.get("account"))
         if not ReceiptArchive.objects.filter(account_id=account.pk, period=period).exists():
             raise Http404
         path = archives.archive_path(account.pk, period)

@@ -6,14 +6,13 @@ re-hashed all show, whoever did it."""
 
 from __future__ import annotations
 
-from django.http import Http404
 from drf_spectacular.utils import extend_schema
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from accounts.api.fields import account_or_404
 from accounts.api.heads import HeadIn, SignedHeadOut
 from accounts.api.schema import error_responses
-from accounts.selectors import account_of_user
 from audit.heads import document
 from billing.receipts import signed_receipt_head
 
@@ -29,7 +28,5 @@ class ReceiptHeadView(APIView):
     def get(self, request):
         query = HeadIn(data=request.query_params)
         query.is_valid(raise_exception=True)
-        account = account_of_user(user=request.user, account_id=query.validated_data.get("account"))
-        if account is None:
-            raise Http404
+        account = account_or_404(request, query.validated_data.get("account"))
         return Response(document(signed_receipt_head(account.pk)))

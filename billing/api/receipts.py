@@ -17,10 +17,10 @@ from rest_framework.permissions import AllowAny
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from accounts.api.fields import column_integer, id_of, request_id_or_404
+from accounts.api.fields import account_or_404, column_integer, id_of, request_id_or_404
 from accounts.api.schema import error_responses
 from accounts.models import Account
-from accounts.selectors import account_of_user, accounts_of_user
+from accounts.selectors import accounts_of_user
 from billing import statements
 from billing.models import Receipt
 
@@ -195,14 +195,6 @@ class StatementOut(serializers.Serializer):
     signature = serializers.CharField(help_text="Ed25519 over the 32 bytes of `hash`, hex.")
 
 
-def _account(request, account_id: int | None) -> Account:
-    """One of the caller's accounts (`accounts.selectors.account_of_user`), else 404."""
-    found = account_of_user(user=request.user, account_id=account_id)
-    if found is None:
-        raise Http404
-    return found
-
-
 class ReceiptKeysView(APIView):
     authentication_classes: list = []
     permission_classes = [AllowAny]
@@ -245,7 +237,7 @@ class ReceiptListView(APIView):
         query = ReceiptListIn(data=request.query_params)
         query.is_valid(raise_exception=True)
         params = query.validated_data
-        account = _account(request, params.get("account"))
+        account = account_or_404(request, params.get("account"))
         start, end = params.get("from"), params.get("to")
         if "period" in params:
             start, end = statements.month_bounds(params["period"], time_zone=account.time_zone)
@@ -281,7 +273,7 @@ class StatementView(APIView):
     def get(self, request):
         query = StatementIn(data=request.query_params)
         query.is_valid(raise_exception=True)
-        account = _account(request, query.validated_data.get("account"))
+        account = account_or_404(request, query.validated_data.get("account"))
         now = timezone.now()
         period = query.validated_data.get("period") or statements.month_of(
             now, time_zone=account.time_zone
