@@ -10,7 +10,7 @@ from typing import Any
 
 from audit import heads
 from audit.models import SignedHead
-from billing import archives
+from billing import archive_checks, archives
 from billing.chain_checks import ChainCheck, check_chain
 from billing.models import Receipt
 from billing.receipts import Problem, receipt_head
@@ -73,9 +73,9 @@ def check_stored_chain(
         from_genesis=since is None and not archived,
     )
     if archived:
-        check.problems += archives.check_stored_archives(account_id, public_keys)
+        check.problems += archive_checks.check_stored_archives(account_id, public_keys)
         first = Receipt.objects.filter(account_id=account_id).order_by("seq").first()
-        check.problems += archives.continues_from(
+        check.problems += archive_checks.continues_from(
             archives.manifest(archived[-1]), None if first is None else receipt_record(first)
         )
     stored = Receipt.objects.filter(account_id=account_id)
@@ -83,7 +83,7 @@ def check_stored_chain(
     def hash_at(seq: int) -> str | None:
         found = stored.filter(seq=seq).values_list("hash", flat=True).first()
         if found is None and archived:
-            return archives.archived_hash(account_id, seq)
+            return archive_checks.archived_hash(account_id, seq)
         return found
 
     for head, problems in heads.check_signed_heads(

@@ -12,7 +12,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.utils.dateparse import parse_date, parse_datetime
 
 from audit.management.commands.verify_audit import read_heads
-from billing.archives import (
+from billing.archive_checks import (
     check_archive,
     check_continuity,
     continues_from,
