@@ -228,7 +228,7 @@ n = Group.objects.filter(pk=tenants[0]['group_id']).update(
     budget_max_micro=None, rpm_limit=None, tpm_limit=None, concurrency_limit=None)
 assert n == 1
 User.objects.create_superuser({admin!r}, 'scale-admin@example.com', {admin_password!r})
-print(json.dumps(tenants))
+print('JSON ' + json.dumps(tenants))
 """
 
 
@@ -244,11 +244,17 @@ def setup_database(env: dict[str, str], stub_url: str) -> list[dict[str, Any]]:
         admin=ADMIN_USER,
         admin_password=ADMIN_PASSWORD,
     )
+    return shell_json(script, env)
+
+
+def shell_json(script: str, env: dict[str, str]) -> Any:
+    """Run `script` in the project's `manage.py shell`; return the JSON it printed last on a
+    line starting "JSON " (RuntimeError with the output's tail: it printed none)."""
     out = bench.run_manage(["shell", "-c", script], env)
-    lines = [x for x in out.splitlines() if x.startswith("[")]
+    lines = [x for x in out.splitlines() if x.startswith("JSON ")]
     if not lines:
-        raise RuntimeError(f"the tenants' setup printed no JSON:\n{out[-2000:]}")
-    return json.loads(lines[-1])
+        raise RuntimeError(f"manage.py shell printed no JSON:\n{out[-2000:]}")
+    return json.loads(lines[-1].removeprefix("JSON "))
 
 
 # --------------------------------------------------------------------------- the load
@@ -823,11 +829,9 @@ def ensure_partitions(
         + f"start = datetime.fromisoformat({start.isoformat()!r}); "
         f"end = datetime.fromisoformat({end.isoformat()!r}); "
         f"made = [name for names in ({', '.join(calls)},) for name in names or []]; "
-        "print(json.dumps(made))"
+        "print('JSON ' + json.dumps(made))"
     )
-    out = bench.run_manage(["shell", "-c", script], env)
-    lines = [x for x in out.splitlines() if x.startswith("[")]
-    return json.loads(lines[-1]) if lines else []
+    return shell_json(script, env)
 
 
 def apply_retention(args: argparse.Namespace, env: dict[str, str]) -> dict[str, Any]:
@@ -840,11 +844,9 @@ def apply_retention(args: argparse.Namespace, env: dict[str, str]) -> dict[str, 
         return {}
     script = (
         "import json; import usage.tasks; "
-        "print('RETENTION ' + json.dumps(usage.tasks.apply_retention()))"
+        "print('JSON ' + json.dumps(usage.tasks.apply_retention()))"
     )
-    out = bench.run_manage(["shell", "-c", script], env)
-    lines = [x for x in out.splitlines() if x.startswith("RETENTION ")]
-    return json.loads(lines[-1].removeprefix("RETENTION ")) if lines else {}
+    return shell_json(script, env)
 
 
 def sizes(conn: psycopg.Connection) -> dict[str, int]:
