@@ -38,6 +38,7 @@ admin.site.login = throttled_admin_login
 
 @admin.register(Group)
 class GroupAdmin(AuditedDeletes, Dollars, admin.ModelAdmin):
+    site_label = "Key groups"  # auth has its "Groups" too (core/admin_site.py)
     audit_type = "group"
     search_fields = ["name", "account__name"]
     list_filter = ["budget_period"]
@@ -244,5 +245,7 @@ admin.site.unregister(PermissionGroup)
 @admin.register(PermissionGroup)
 class PermissionGroupAdmin(auth_admin.GroupAdmin):
     """Django's permission groups for staff who are not superusers."""
+
+    site_label = "Staff permission groups"
 
     list_filter = ["permissions__content_type__app_label"]

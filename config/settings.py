@@ -13,6 +13,7 @@ import secrets
 from pathlib import Path
 
 import environ
+from csp import constants as csp_constants
 from django.core.exceptions import ImproperlyConfigured
 
 from core.sealing import parse_keyring as _parse_keyring
@@ -381,7 +382,7 @@ if TOLLGATE["USAGE_SINK_URL"] and not TOLLGATE["USAGE_SINK_SECRET"]:
     )
 
 INSTALLED_APPS = [
-    "django.contrib.admin",
+    "core.admin_site.TollgateAdminConfig",  # Django's admin, branded (core/admin_site.py)
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",
@@ -404,6 +405,8 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # Content-Security-Policy on every response (CONTENT_SECURITY_POLICY below).
+    "csp.middleware.CSPMiddleware",
     # Static files before the session and the rest: a stylesheet needs none of them.
     "config.staticfiles.StaticFilesMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -413,6 +416,21 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
+
+# The control plane's pages load scripts, styles, fonts and images from themselves only: no
+# inline script or style, no framing. The API docs pages widen it for themselves (config/urls.py).
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": [csp_constants.SELF],
+        "script-src": [csp_constants.SELF],
+        "style-src": [csp_constants.SELF],
+        "img-src": [csp_constants.SELF, "data:"],
+        "object-src": [csp_constants.NONE],
+        "base-uri": [csp_constants.SELF],
+        "form-action": [csp_constants.SELF],
+        "frame-ancestors": [csp_constants.NONE],
+    },
+}
 
 ROOT_URLCONF = "config.urls"
 

@@ -1,6 +1,16 @@
+from csp.constants import UNSAFE_INLINE
+from csp.decorators import csp_update
 from django.contrib import admin
 from django.urls import include, path
-from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
+from drf_spectacular.views import (
+    SpectacularAPIView,
+    SpectacularRedocView,
+    SpectacularSwaggerSplitView,
+)
+
+# Swagger UI and Redoc style their pages with inline styles and Redoc searches in a worker it
+# makes from a blob: their two pages allow these; their scripts stay our own files.
+docs_csp = csp_update({"style-src": [UNSAFE_INLINE], "worker-src": ["blob:"]})
 
 urlpatterns = [
     path("django-admin/", admin.site.urls),
@@ -11,13 +21,20 @@ urlpatterns = [
     path("api/schema", SpectacularAPIView.as_view(), name="schema"),
     path("api/schema/", SpectacularAPIView.as_view()),
     # Local Swagger UI and Redoc assets (drf-spectacular-sidecar); no CDN.
-    path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
+    # The split view serves its start-up script as a file (?script), not inline.
+    path(
+        "api/docs/",
+        docs_csp(SpectacularSwaggerSplitView.as_view(url_name="schema")),
+        name="api-docs",
+    ),
     path(
         "api/redoc/",
-        SpectacularRedocView.as_view(url_name="schema", template_name="api/redoc.html"),
+        docs_csp(SpectacularRedocView.as_view(url_name="schema", template_name="api/redoc.html")),
         name="api-redoc",
     ),
     path("", include("dashboard.urls")),
+    # A model request sent here answers JSON naming the gateway's base URLs.
+    path("", include("config.model_routes")),
 ]
 
 # The tenant API (/api/, /admin/groups/) answers its errors as JSON in our error language;
