@@ -1,0 +1,267 @@
+"""A virtual key's payer map: for each model the live config serves, who pays for it.
+
+Read from the database the gateway's catalog and pools are loaded from, and decided by the
+gateway's own rule (byok.payers: team pool, platform serving, fallback flags, the chain lock),
+so the map answers what the key's next request meets: the team's keys (which pool), the
+platform (at which prices) or a refusal (its LM code and message). A model served by several
+profiles is walked in the order the gateway tries them: cheapest per token first.
+
+What it cannot see from here: a request's own shape (a surcharged field is served on team keys
+only), a wallet too low for the platform's hold (LM-4002) and keys benched this minute (counted
+as `team_keys_usable`; the request then goes to the next payer listed).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.utils import timezone
+
+from accounts.models import ApiKey
+from byok.models import KeyPool, TeamKey
+from byok.payers import (
+    PLATFORM,
+    TEAM,
+    Payers,
+    link_payers,
+    platform_serves,
+    refusal_message,
+    team_pool,
+)
+from core.errors import AccountSuspended, Forbidden, TeamKeysExhausted, Unauthorized
+from providers.models import TEAM_KEY_ELIGIBLE_KINDS, WEB_KINDS, ProviderProfile
+
+TEAM_KEY = "team_key"  # what the map calls a team attempt's payer
+PAYER_OF = {TEAM: TEAM_KEY, PLATFORM: PLATFORM}
+REFUSED = "refused"
+# A platform key named by an environment variable counts as present: the gateway's
+# environment holds it, and the control plane's may not (each service gets its own settings).
+NAMED = "named"
+
+
+@dataclass(frozen=True, slots=True)
+class ProfileView:
+    """What the payer rule reads of a profile row (as gateway.catalog.Profile holds it)."""
+
+    name: str
+    kind: str
+    allows_platform: bool
+    platform_key: str | None
+
+    @property
+    def team_key_eligible(self) -> bool:
+        return self.kind in TEAM_KEY_ELIGIBLE_KINDS
+
+
+@dataclass(frozen=True, slots=True)
+class PoolView:
+    """A group's pool as the rule reads it: its flag and its keys (ids, never secrets)."""
+
+    fallback: bool
+    keys: tuple[int, ...]
+    usable: int  # keys neither failing nor benched now (the database's copy of the bench)
+
+
+@dataclass(frozen=True, slots=True)
+class Price:
+    """What the platform charges for a model, micro-USD per million tokens."""
+
+    input_micro_per_mtok: int
+    output_micro_per_mtok: int
+    cached_input_micro_per_mtok: int
+    cache_write_micro_per_mtok: int
+
+
+@dataclass(frozen=True, slots=True)
+class Offer:
+    profile: ProfileView
+    model: str
+    kind: str
+    aliases: tuple[str, ...]
+    price: Price
+
+
+@dataclass(frozen=True, slots=True)
+class Payment:
+    """One attempt of a model's chain: who pays for it, through which profile."""
+
+    payer: str  # TEAM_KEY or PLATFORM
+    provider: str
+
+
+@dataclass(frozen=True, slots=True)
+class ModelPayers:
+    model: str
+    kind: str
+    aliases: tuple[str, ...]
+    payer: str  # TEAM_KEY, PLATFORM or REFUSED: who pays for the next request
+    provider: str | None  # the profile (for a team key: the pool) that serves it
+    attempts: tuple[Payment, ...]  # in order: the next one pays when the one before fails
+    code: str  # the refusal's LM code, "" when someone pays
+    reason: str  # the refusal's message, as a request is answered
+    price: Price | None  # the platform's prices, when one of the attempts is the platform's
+    team_keys: int  # keys in the pool of `provider` (a team key payer), else 0
+    team_keys_usable: int
+
+    @property
+    def then(self) -> str | None:
+        """Say who pays when the first payer fails: the next attempt's payer, or None."""
+        return self.attempts[1].payer if len(self.attempts) > 1 else None
+
+
+@dataclass(frozen=True, slots=True)
+class KeyPayers:
+    api_key: ApiKey
+    models: tuple[ModelPayers, ...]
+
+
+def _has_platform_key(row: ProviderProfile) -> bool:
+    """Say whether the profile has a platform credential, as gateway.catalog loads it: its
+    own (an environment variable named, or sealed in the row) or an enabled, active one of
+    its platform keys."""
+    own = bool(row.api_key_env) or (not row.api_key_env and bool(row.api_key_sealed))
+    return own or any(
+        k.enabled and k.status == k.Status.ACTIVE and (k.api_key_env or k.sealed)
+        for k in row.platform_keys.all()
+    )
+
+
+def served_offers() -> dict[str, list[Offer]]:
+    """Return every model offer of the enabled profiles, by model name, the way
+    gateway.catalog.load_catalog builds them: a name answers the kind of its first profile
+    (by name); web-only profiles serve no model."""
+    offers: dict[str, list[Offer]] = {}
+    rows = ProviderProfile.objects.filter(enabled=True).exclude(kind__in=WEB_KINDS)
+    for row in rows.order_by("name").prefetch_related("models", "platform_keys"):
+        profile = ProfileView(
+            name=row.name,
+            kind=row.kind,
+            allows_platform=row.allows_platform,
+            platform_key=NAMED if _has_platform_key(row) else None,
+        )
+        for m in row.models.all():
+            offered = offers.get(m.name)
+            if offered and offered[0].kind != m.kind:
+                continue  # the catalog logs and ignores it
+            cached = m.cached_input_micro_per_mtok
+            write = m.cache_write_micro_per_mtok
+            price = Price(
+                input_micro_per_mtok=m.input_micro_per_mtok,
+                output_micro_per_mtok=m.output_micro_per_mtok,
+                cached_input_micro_per_mtok=m.input_micro_per_mtok if cached is None else cached,
+                cache_write_micro_per_mtok=m.input_micro_per_mtok if write is None else write,
+            )
+            aliases = tuple(a for a in m.aliases or () if isinstance(a, str) and a)
+            offers.setdefault(m.name, []).append(Offer(profile, m.name, m.kind, aliases, price))
+    return offers
+
+
+def _tried_in_order(offers: Sequence[Offer]) -> list[Offer]:
+    # gateway.plan.price_rank: cheapest per token first, then by profile name.
+    def rank(offer: Offer) -> tuple[int, str]:
+        price = offer.price
+        return (price.input_micro_per_mtok + price.output_micro_per_mtok, offer.profile.name)
+
+    return sorted(offers, key=rank)
+
+
+def pools_of(*, group_id: int, now: datetime) -> dict[str, PoolView]:
+    """Return the group's pools by provider, with their key ids and how many may serve now."""
+    pools = {}
+    for pool in KeyPool.objects.filter(group_id=group_id).prefetch_related("keys"):
+        keys = sorted(pool.keys.all(), key=lambda k: k.pk)
+        usable = sum(
+            1
+            for k in keys
+            if k.status == TeamKey.Status.ACTIVE
+            and (k.benched_until is None or k.benched_until <= now)
+        )
+        pools[pool.provider] = PoolView(pool.fallback, tuple(k.pk for k in keys), usable)
+    return pools
+
+
+def key_refusal(api_key: ApiKey, *, now: datetime) -> tuple[str, str] | None:
+    """Return the (code, message) every request of the key is refused with, if it is."""
+    # The gateway's words: a revoked key is an unknown one; an expired one says so.
+    if api_key.revoked_at is not None:
+        return Unauthorized.code, Unauthorized.default_message
+    if not api_key.is_usable(now):
+        return Unauthorized.code, "API key expired."
+    if api_key.group.account.suspended_at is not None:
+        return AccountSuspended.code, AccountSuspended.default_message
+    return None
+
+
+def _model_payers(offers: list[Offer], *, group_id: int, pools: dict[str, PoolView]) -> ModelPayers:
+    first = offers[0]
+    locked = False
+    attempts: list[Payment] = []
+    price: Price | None = None
+    team_pool_of: PoolView | None = None
+    reason = ""
+    for offer in _tried_in_order(offers) if len(offers) > 1 else offers:
+        pool = team_pool(offer.profile, group_id, lambda _g, name: pools.get(name))
+        payers: Payers = link_payers(
+            pool=pool, platform_ok=platform_serves(offer.profile), locked=locked
+        )
+        locked = locked or payers.locks_chain
+        if not payers.served_by:
+            reason = refusal_message(offer.profile.name, payers)
+        for served_by in payers.served_by:
+            if served_by == PLATFORM and price is None:
+                price = offer.price
+            if served_by == TEAM and not attempts:
+                team_pool_of = pool
+            attempts.append(Payment(PAYER_OF[served_by], offer.profile.name))
+    lead = attempts[0] if attempts else None
+    return ModelPayers(
+        model=first.model,
+        kind=first.kind,
+        aliases=tuple(sorted({a for o in offers for a in o.aliases})),
+        payer=lead.payer if lead else REFUSED,
+        provider=lead.provider if lead else None,
+        attempts=tuple(attempts),
+        code="" if lead else TeamKeysExhausted.code,
+        reason="" if lead else reason,
+        price=price,
+        team_keys=len(team_pool_of.keys) if team_pool_of else 0,
+        team_keys_usable=team_pool_of.usable if team_pool_of else 0,
+    )
+
+
+def _refused(offers: list[Offer], code: str, reason: str) -> ModelPayers:
+    first = offers[0]
+    return ModelPayers(
+        model=first.model,
+        kind=first.kind,
+        aliases=tuple(sorted({a for o in offers for a in o.aliases})),
+        payer=REFUSED,
+        provider=None,
+        attempts=(),
+        code=code,
+        reason=reason,
+        price=None,
+        team_keys=0,
+        team_keys_usable=0,
+    )
+
+
+def payer_map(*, api_key: ApiKey, now: datetime | None = None) -> KeyPayers:
+    """Return who pays for each model the live config serves, for this key's next request."""
+    now = now or timezone.now()
+    offers = served_offers()
+    pools = pools_of(group_id=api_key.group_id, now=now)
+    refused = key_refusal(api_key, now=now)
+    allowed = set(api_key.allowed_models or ())
+    models = []
+    for name in sorted(offers):
+        if refused is not None:
+            models.append(_refused(offers[name], *refused))
+        elif allowed and name not in allowed:
+            message = f"This key may not use model {name!r}."
+            models.append(_refused(offers[name], Forbidden.code, message))
+        else:
+            models.append(_model_payers(offers[name], group_id=api_key.group_id, pools=pools))
+    return KeyPayers(api_key=api_key, models=tuple(models))
