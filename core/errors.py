@@ -166,6 +166,11 @@ class TeamKeysExhausted(GatewayError):
     code, status, error_type = "LM-3021", 429, "rate_limit_error"
     default_message = "No team key is usable and platform fallback is off."
 
+    def headers(self) -> list[tuple[bytes, bytes]]:
+        # Never retried (a key added, or fallback turned on, changes the answer; a retry
+        # does not): the official SDKs retry a 429 unless told otherwise.
+        return [*super().headers(), (b"x-should-retry", b"false")]
+
 
 class BudgetExhausted(GatewayError):
     code, status, error_type = "LM-4001", 402, "insufficient_quota"

@@ -1,10 +1,11 @@
 """The billing boundary of a chain's link, the same for every request kind: who may pay for it.
 
-A link has a team attempt when the group has a usable pool for its profile, then a platform
-attempt only when the platform serves the profile and any pool's fallback flag is on; with no
-pool, a platform attempt, unless the chain is locked. Chain lock: once a fallback-off team
-link is reached, later links with no team pool refuse LM-3021 without calling upstream, so a
-chain never silently reaches the platform's keys. A team-served link's breaker is the
+A link has a team attempt when the group has a usable pool (one with a key) for its profile,
+then a platform attempt only when the platform serves the profile and any pool's fallback flag
+is on; with no pool, or an emptied one whose flag is on, a platform attempt, unless the chain
+is locked. Chain lock: once a fallback-off team link is reached (an emptied one included),
+later links with no team pool refuse LM-3021 without calling upstream, so a chain never
+silently reaches the platform's keys. A team-served link's breaker is the
 group's own (a team key failing says nothing of the platform's); a platform attempt's wallet
 reservation is its worst case with the escrow margin on top. Model plans (gateway/plan.py)
 and web plans (gateway/web/plan.py) build their links through `billing_boundary`; what each
@@ -109,19 +110,24 @@ def billing_boundary(
     the breaker's scope. `worst_micro`: what the link may cost the platform, before the
     margin; `stem`: the attempts' source prefix (e.g. "openai-main:gpt-4o-mini")."""
     escrow_micro = with_margin_micro(worst_micro, margin_pct=escrow_margin_pct())
+    # A pool with no key left (its last one removed) is not a usable pool: no team attempt,
+    # which could only answer "benched". It answers as no pool would, but by its flag:
+    # fallback on, the platform serves; off, LM-3021 (no attempt at all, below).
+    team = pool if pool is not None and pool.keys else None
+    emptied_refusal = pool is not None and team is None and not pool.fallback
     attempts: list[Attempt] = []
-    if pool is not None:
-        attempts.append(Attempt(TEAM, f"{stem}:team", False, 0, pool))
-        if pool.fallback and platform_ok:
+    if team is not None:
+        attempts.append(Attempt(TEAM, f"{stem}:team", False, 0, team))
+        if team.fallback and platform_ok:
             attempts.append(Attempt(PLATFORM, f"{stem}:platform-fallback", prepaid, escrow_micro))
-    elif platform_ok and not lock.locked:
+    elif platform_ok and not lock.locked and not emptied_refusal:
         attempts.append(Attempt(PLATFORM, f"{stem}:platform", prepaid, escrow_micro))
     boundary = Boundary(
         attempts=tuple(attempts),
         escrow_micro=escrow_micro,
-        breaker_key=f"{profile.name}#group:{group_id}" if pool is not None else profile.name,
-        team_scoped=pool is not None,
-        locked=lock.locked and pool is None,
+        breaker_key=f"{profile.name}#group:{group_id}" if team is not None else profile.name,
+        team_scoped=team is not None,
+        locked=lock.locked and team is None and not emptied_refusal,
         pool_exhausted_refusal=pool is not None and not pool.fallback,
     )
     if pool is not None and not pool.fallback:

@@ -1,7 +1,8 @@
 """Running a chain of links, the same for every request kind; each kind's rules are a policy.
 
 Rules, once, here:
-- a link refused by the chain lock, or with no attempt, refuses LM-3021 without a call;
+- a link refused by the chain lock, or with no attempt (no pool and no platform serving, or an
+  emptied pool with fallback off), refuses LM-3021 without a call;
 - a judged link asks its breaker first (an open circuit: LM-3030, no call); a failure that
   says something about the provider opens it, a success closes it;
 - team attempts rotate keys round-robin: a 429 benches the key for max(Retry-After, 30 s),
@@ -183,6 +184,8 @@ class ChainLink(Protocol):
     @property
     def locked(self) -> bool: ...
     @property
+    def pool_exhausted_refusal(self) -> bool: ...
+    @property
     def key_tokens(self) -> int: ...
 
 
@@ -312,10 +315,14 @@ class ChainRunner:
             )
         if not link.attempts:
             self._trail(ctx, link, policy, None, "no_attempt")
+            # A fallback-off link without attempts is a pool whose last key was removed.
+            why = (
+                "its pool is empty and platform fallback is off"
+                if link.pool_exhausted_refusal
+                else "platform serving is off"
+            )
             raise LinkFailed(
-                errors.TeamKeysExhausted(
-                    f"No team key for {profile.name} and platform serving is off."
-                ),
+                errors.TeamKeysExhausted(f"No team key for {profile.name}: {why}."),
                 upstream=False,
             )
         judged_as = policy.breaker_model(link)
