@@ -1,7 +1,9 @@
 from django import forms
 from django.contrib import admin, messages
 from django.db.models import F
+from django.http import Http404
 from django.shortcuts import redirect, render
+from django.urls import path
 
 from audit.adminkit import AuditedDeletes, operator
 from billing import ledger, services
@@ -86,6 +88,25 @@ class WalletAdmin(AuditedDeletes, Dollars, admin.ModelAdmin):
     def audit_before(self, obj):
         return {"balance_micro": obj.balance_micro, "reserved_micro": obj.reserved_micro}
 
+    # A wallet's own page has a Top up button (templates/admin/billing/wallet/change_form.html):
+    # the list action's steps for that one wallet, then back to its page.
+    def get_urls(self):
+        top_up = path(
+            "<path:object_id>/top-up/",
+            self.admin_site.admin_view(self.top_up_view),
+            name="billing_wallet_top_up",
+        )
+        return [top_up, *super().get_urls()]
+
+    def top_up_view(self, request, object_id: str):
+        wallets = Wallet.objects.filter(pk=object_id)
+        if not wallets.exists() or not self.has_change_permission(request, wallets.first()):
+            raise Http404
+        answer = self.credit(request, wallets)
+        if answer.status_code == 302:
+            return redirect("admin:billing_wallet_change", object_id)
+        return answer
+
     @admin.display(description="available (USD)")
     def available(self, wallet: Wallet) -> str:
         return dollars(wallet.balance_micro - wallet.reserved_micro)
@@ -148,6 +169,9 @@ class WalletAdmin(AuditedDeletes, Dollars, admin.ModelAdmin):
                     messages.ERROR,
                 )
                 continue
+            # The admin's own history too (its "Recent actions" and the wallet's history page).
+            change = f"{verb} by {format_usd_exact(amount)}: {data['reason']}"
+            self.log_change(request, wallet, change)
             self.message_user(
                 request,
                 f"{verb} {wallet.account}'s wallet by {format_usd_exact(amount)}: balance now"

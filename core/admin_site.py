@@ -13,7 +13,7 @@ from django.contrib.admin.apps import AdminConfig
 class TollgateAdminSite(AdminSite):
     site_header = "Tollgate operator admin"
     site_title = "Tollgate admin"
-    index_title = "Operators' records"
+    index_title = "Operator records"
 
     def get_app_list(self, request, app_label=None):
         """The apps and their models, a model listed by its ModelAdmin's `site_label` where

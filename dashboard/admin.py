@@ -4,6 +4,8 @@ set-password link). Here, the top layer, because the page reads every app's reco
 
 from __future__ import annotations
 
+from decimal import Decimal
+
 from django import forms
 from django.contrib import admin, messages
 from django.shortcuts import redirect, render
@@ -39,6 +41,31 @@ class SuspendedFilter(admin.SimpleListFilter):
         if self.value() == "suspended":
             return queryset.filter(suspended_at__isnull=False)
         return queryset
+
+
+class PercentField(forms.DecimalField):
+    """The account's markup typed as a percentage of provider cost ("125" is 125 %, cost and a
+    quarter); the model keeps basis points (12500)."""
+
+    def __init__(self, **kwargs) -> None:
+        kwargs.update(max_digits=9, decimal_places=2, min_value=Decimal("0.01"))
+        super().__init__(**kwargs)
+
+    def prepare_value(self, value):
+        if isinstance(value, int):
+            return f"{(Decimal(value) / 100).normalize():f}"  # 12500 -> "125", 12550 -> "125.5"
+        return value
+
+    def clean(self, value):
+        percent = super().clean(value)
+        return None if percent is None else int(percent * 100)
+
+    def has_changed(self, initial, data) -> bool:
+        try:
+            percent = self.to_python(data)
+        except forms.ValidationError:
+            return True
+        return initial != (None if percent is None else int(percent * 100))
 
 
 class SuspendForm(forms.Form):
@@ -123,6 +150,16 @@ class AccountAdmin(AuditedDeletes, Dollars, admin.ModelAdmin):
     def get_fieldsets(self, request, obj=None):
         fieldsets = super().get_fieldsets(request, obj)
         return fieldsets if obj is not None else fieldsets[1:]  # nothing to show before it exists
+
+    def formfield_for_dbfield(self, db_field, request, **kwargs):
+        if db_field.name == "markup_bp":
+            return PercentField(
+                label="Markup (% of provider cost)",
+                initial=db_field.default,
+                help_text="100 charges the provider's cost as it is; 125 adds a quarter."
+                " Groups' bandwidth rate is the price divided by it.",
+            )
+        return super().formfield_for_dbfield(db_field, request, **kwargs)
 
     audit_type = "account"
 
