@@ -4,7 +4,8 @@
   and `/metrics` on the gateway's lean app, without Django's request machinery; any other
   path answers a JSON 404 in the gateway's error language naming the base URLs.
 - `control_application`, the control plane: Django (dashboard, Django admin, tenant API, API
-  docs, static files), plus its own `/healthz`. A password hash or an admin page run here
+  docs, static files), plus its own `/healthz`; a model route answers a JSON 404 naming the
+  gateway's base URLs (config/model_routes.py). A password hash or an admin page run here
   takes no CPU from proxied requests.
 - `application`, both behind one port: gateway paths to the gateway, the rest to Django
   (except a gateway route without its /v1, which an SDK given the bare host sends: a JSON
@@ -63,14 +64,6 @@ async def control_application(scope, receive, send):
     kind = scope["type"]
     if kind == "http" and scope["path"] == "/healthz":
         await Exchange(scope, receive, send).reply(200, b'{"status":"ok","plane":"control"}')
-    elif kind == "http" and serves(scope["path"]):
-        await Exchange(scope, receive, send).refuse(
-            errors.NotFound(
-                f"No route {scope['method']} {scope['path'][:200]} here: this is Tollgate's "
-                "control plane (dashboard, admin, tenant API). Send model requests to the "
-                "gateway's address."
-            )
-        )
     elif kind == "lifespan":
         await lifespan(receive, send, start_gateway=False)
     else:

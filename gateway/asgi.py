@@ -294,9 +294,14 @@ def base_urls(ex: Exchange) -> str:
     host = ex.headers.get(b"host", b"").decode("latin-1")[:100]
     host = "".join(ch for ch in host if ch.isprintable()) or "this-gateway"
     scheme = "https" if ex.scope.get("scheme") == "https" else "http"
+    return sdk_base_urls(f"{scheme}://{host}")
+
+
+def sdk_base_urls(origin: str) -> str:
+    """Which base URL each SDK takes on the gateway at `origin` (scheme://host[:port])."""
     return (
-        f"Point the OpenAI SDK at base URL {scheme}://{host}/v1 and the Anthropic SDK at "
-        f"{scheme}://{host} (it adds /v1 itself); the models are listed at GET /v1/models."
+        f"Point the OpenAI SDK at base URL {origin}/v1 and the Anthropic SDK at "
+        f"{origin} (it adds /v1 itself); the models are listed at GET /v1/models."
     )
 
 

@@ -145,10 +145,13 @@ class Gateway:
                 self.proc.wait(5)
 
 
-def start_gateway(tmp_dir: Path, *, workers: int = 1, **env: str) -> Gateway:
+def start_gateway(
+    tmp_dir: Path, *, workers: int = 1, app: str = "config.asgi:application", **env: str
+) -> Gateway:
     """Start a real gateway process (uvicorn, as in production) on a free port.
 
     With `workers` above 1 it is `uvicorn --workers N`: one server, N worker processes.
+    `app`: config.asgi's `gateway_application` or `control_application` for one plane alone.
     """
     port = free_port()
     log_path = tmp_dir / f"gateway-{port}.log"
@@ -169,7 +172,7 @@ def start_gateway(tmp_dir: Path, *, workers: int = 1, **env: str) -> Gateway:
                 sys.executable,
                 "-m",
                 "uvicorn",
-                "config.asgi:application",
+                app,
                 "--host",
                 "127.0.0.1",
                 "--port",
