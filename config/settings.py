@@ -36,6 +36,9 @@ SCHEME: dict[str, tuple[type, object]] = {
     "REDIS_URL": (str, ""),
     "CELERY_BROKER_URL": (str, ""),
     "GATEWAY_INTERNAL_TOKEN": (str, ""),
+    # Web acquisition's own internal bearer, and its legacy alias (docs/settings.md).
+    "WEB_FETCH_INTERNAL_TOKEN": (str, ""),
+    "WEB_FETCH_TOKEN": (str, ""),
     "GATEWAY_PTB_ENABLED": (bool, True),
     "GATEWAY_BYOK_ENABLED": (bool, True),
     # Read by the process commands (compose.yaml, Procfile), not by Django: the gateway's
@@ -73,6 +76,7 @@ SCHEME: dict[str, tuple[type, object]] = {
     "TOLLGATE_CONFIG_RELOAD_S": (int, 30),
     "TOLLGATE_REPLICAS": (int, 1),
     "TOLLGATE_INFLIGHT_MAX": (int, 1000),
+    "TOLLGATE_WEB_INFLIGHT_MAX": (int, 100),
     "TOLLGATE_REDIS_TIMEOUT_MS": (int, 250),
     "TOLLGATE_BREAKER_FAILURES": (int, 5),
     "TOLLGATE_BREAKER_COOLDOWN_S": (int, 30),
@@ -111,7 +115,7 @@ SCHEME: dict[str, tuple[type, object]] = {
     "TOLLGATE_CRAWL_HOST_DELAY_MS": (int, 1000),
     "TOLLGATE_CRAWL_LEASE_S": (int, 120),
 }
-OUR_PREFIXES = ("TOLLGATE_", "GATEWAY_")
+OUR_PREFIXES = ("TOLLGATE_", "GATEWAY_", "WEB_FETCH_")
 
 
 def _read_environment() -> environ.Env:
@@ -205,6 +209,22 @@ if GATEWAY_INTERNAL_TOKEN and len(GATEWAY_INTERNAL_TOKEN) < 32:
         "Malformed setting GATEWAY_INTERNAL_TOKEN: it must be at least 32 characters."
     )
 
+# Web acquisition's internal routes (/internal/scrape, search, crawl, jobs) take their own
+# token, the seed's WEB_FETCH_INTERNAL_TOKEN, or its legacy alias WEB_FETCH_TOKEN (both
+# accepted: a rotation keeps the old one in the alias); never GATEWAY_INTERNAL_TOKEN, which
+# opens the model routes only. Neither set: those routes refuse.
+WEB_FETCH_INTERNAL_TOKENS = tuple(
+    token for token in (env("WEB_FETCH_INTERNAL_TOKEN"), env("WEB_FETCH_TOKEN")) if token
+)
+for _name in ("WEB_FETCH_INTERNAL_TOKEN", "WEB_FETCH_TOKEN"):
+    if env(_name) and len(env(_name)) < 32:
+        raise ImproperlyConfigured(f"Malformed setting {_name}: it must be at least 32 characters.")
+    if env(_name) and env(_name) == GATEWAY_INTERNAL_TOKEN:
+        raise ImproperlyConfigured(
+            f"Malformed setting {_name}: it must differ from GATEWAY_INTERNAL_TOKEN (the model"
+            " routes' token), or one token would open both."
+        )
+
 ALLOWED_HOSTS = env("ALLOWED_HOSTS")
 CSRF_TRUSTED_ORIGINS = env("CSRF_TRUSTED_ORIGINS")
 
@@ -265,6 +285,8 @@ TOLLGATE = {
     "CONFIG_RELOAD_S": env("TOLLGATE_CONFIG_RELOAD_S"),
     "REPLICAS": max(1, env("TOLLGATE_REPLICAS")),
     "INFLIGHT_MAX": env("TOLLGATE_INFLIGHT_MAX"),
+    # Web actions' own fleet-wide in-flight cap: slow scrapes never take the model routes'.
+    "WEB_INFLIGHT_MAX": env("TOLLGATE_WEB_INFLIGHT_MAX"),
     "REDIS_TIMEOUT_MS": env("TOLLGATE_REDIS_TIMEOUT_MS"),
     "BREAKER_FAILURES": env("TOLLGATE_BREAKER_FAILURES"),
     "BREAKER_COOLDOWN_S": env("TOLLGATE_BREAKER_COOLDOWN_S"),

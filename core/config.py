@@ -33,11 +33,13 @@ class TollgateSettings:
     # Authentication: the key cache's age cap, failed lookups per address and minute.
     auth_cache_ttl_s: int
     auth_fail_per_min: int
-    # Limits: the rate windows' epoch, the fleet's size and in-flight cap, Redis's timeout.
+    # Limits: the rate windows' epoch, the fleet's size and in-flight caps (model requests',
+    # web actions'), Redis's timeout.
     rate_epoch_s: int
     config_reload_s: int
     replicas: int
     inflight_max: int
+    web_inflight_max: int
     redis_timeout_ms: int
     # Breakers, escrow and the request's deadline.
     breaker_failures: int
@@ -89,6 +91,7 @@ class TollgateSettings:
     byok_enabled: bool
     ptb_enabled: bool
     internal_token: str = field(repr=False)
+    web_internal_tokens: tuple[str, ...] = field(repr=False)
 
 
 # Fields read from a top-level Django setting rather than from the TOLLGATE dict.
@@ -96,6 +99,7 @@ TOP_LEVEL = {
     "byok_enabled": "GATEWAY_BYOK_ENABLED",
     "ptb_enabled": "GATEWAY_PTB_ENABLED",
     "internal_token": "GATEWAY_INTERNAL_TOKEN",
+    "web_internal_tokens": "WEB_FETCH_INTERNAL_TOKENS",
 }
 
 

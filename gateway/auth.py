@@ -140,13 +140,30 @@ def bearer(headers: dict[bytes, bytes]) -> str | None:
     return api_key.decode("latin-1").strip() if api_key else None
 
 
-def internal_authorized(headers: dict[bytes, bytes]) -> bool:
-    token = tollgate().internal_token
+def internal_authorized(headers: dict[bytes, bytes], *, web: bool = False) -> bool:
+    """Say whether the request carries its routes' internal token: GATEWAY_INTERNAL_TOKEN on
+    the model routes (and reload), or with `web` WEB_FETCH_INTERNAL_TOKEN or its alias on web
+    acquisition's; neither opens the other's routes."""
+    conf = tollgate()
+    tokens = conf.web_internal_tokens if web else (conf.internal_token,)
     given = bearer(headers)
-    return (
-        bool(token)
-        and given is not None
-        and hmac.compare_digest(given.encode("latin-1"), token.encode())
+    if given is None:
+        return False
+    raw = given.encode("latin-1")
+    # Every token compared, so the time taken says nothing of which one matched.
+    return any([hmac.compare_digest(raw, token.encode()) for token in tokens if token])
+
+
+def require_internal(headers: dict[bytes, bytes], *, web: bool = False) -> None:
+    """Raise LM-1001 unless `internal_authorized`; an operator who left the web token unset
+    is told so, since the model routes' token no longer opens web routes."""
+    if internal_authorized(headers, web=web):
+        return
+    if web and not tollgate().web_internal_tokens:
+        raise Unauthorized("Internal web routes are off: WEB_FETCH_INTERNAL_TOKEN is not set.")
+    raise Unauthorized(
+        "Missing or wrong internal token"
+        + (" (web routes take WEB_FETCH_INTERNAL_TOKEN)." if web else ".")
     )
 
 

@@ -7,9 +7,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from core.usage_record import AttemptRecord
+from gateway.admission import Admission
 from gateway.auth import Principal
 from gateway.catalog import ModelOffer
-from gateway.limits import Admission
 from gateway.plan import Plan
 from gateway.types import ModelRequest, StreamResult, Usage
 from gateway.web.plan import WebPlan

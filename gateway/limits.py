@@ -1,9 +1,10 @@
 """Rate limits and caps, checked in one Redis round trip (one Lua script) per request.
 
 Scopes: the key, the group and the caller label, each with a request-per-minute and a
-token-per-minute limit (fixed one-minute windows). Caps: a fleet-wide in-flight cap and a
-per-group concurrency cap, held as leased slots (sorted-set members with an expiry) so a
-crashed replica's slots lapse.
+token-per-minute limit (fixed one-minute windows). Caps: a fleet-wide in-flight cap (model
+requests and web actions each their own: gateway/admission.py) and a per-group concurrency
+cap, held as leased slots (sorted-set members with an expiry) so a crashed replica's slots
+lapse.
 
 Tokens: admission reserves the request's estimate (prompt bound + max output tokens) in the
 TPM counters, so a concurrent burst sees what is already promised; the finish adds
@@ -30,104 +31,18 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from core import errors
 from core.config import tollgate
 from core.shared_state import SharedState, SharedStateDown
+from gateway.admission import MODEL, PREFIX, Admission, Bulkhead, Peek, Scope
 from gateway.limits_scripts import ADMIT, SYNC
 
-PREFIX = "tollgate:rl:"
 WINDOW_S = 60
 OK, RPM, TPM, CAP = 0, 1, 2, 3
 RETRY_RELEASE_S = 1.0
 SYNC_SLOTS_PER_CALL = 500
-
-
-# A hash to read in the admission's script: its key and fields (one round trip for both).
-Peek = tuple[str, tuple[str, ...]]
-# The rate-limit headers by API: requests limit, remaining, reset; tokens limit, remaining,
-# reset. Not Anthropic's input- and output-token variants: our limits count a request's
-# tokens together.
-OPENAI_NAMES = (
-    b"x-ratelimit-limit-requests",
-    b"x-ratelimit-remaining-requests",
-    b"x-ratelimit-reset-requests",
-    b"x-ratelimit-limit-tokens",
-    b"x-ratelimit-remaining-tokens",
-    b"x-ratelimit-reset-tokens",
-)
-ANTHROPIC_NAMES = (
-    b"anthropic-ratelimit-requests-limit",
-    b"anthropic-ratelimit-requests-remaining",
-    b"anthropic-ratelimit-requests-reset",
-    b"anthropic-ratelimit-tokens-limit",
-    b"anthropic-ratelimit-tokens-remaining",
-    b"anthropic-ratelimit-tokens-reset",
-)
-
-
-@dataclass(frozen=True, slots=True)
-class Scope:
-    name: str  # "key:12", "group:3", "caller:3:<label>"
-    rpm: int  # 0: no limit
-    tpm: int
-
-
-@dataclass(slots=True)
-class Admission:
-    request_id: str
-    group_id: int
-    scopes: tuple[Scope, ...]
-    window: int
-    in_shared: bool
-    tokens_estimate: int = 0  # reserved at admission, trued up by the finish
-    requests_used: list[int] = field(default_factory=list)
-    tokens_used: list[int] = field(default_factory=list)
-    peeked: list | None = None  # the fields of the caller's `peek` (None: Redis did not judge)
-    resets_at: int = 0  # when the window ends (Unix seconds)
-    clock: Callable[[], float] = time.time
-
-    def headers(
-        self, tokens_consumed: int | None = None, *, anthropic: bool = False
-    ) -> list[tuple[bytes, bytes]]:
-        """Return the rate-limit and token headers of the tightest scope (key, group, caller):
-        OpenAI's names (`x-ratelimit-limit-requests`, ..., reset as a duration: `45s`), or
-        with `anthropic` Anthropic's (`anthropic-ratelimit-requests-limit`, ..., reset as the
-        RFC 3339 time the window ends: `2025-01-01T00:01:00Z`)."""
-        out: list[tuple[bytes, bytes]] = []
-        if anthropic:
-            names = ANTHROPIC_NAMES
-            reset = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.resets_at)).encode()
-        else:
-            names = OPENAI_NAMES
-            reset = str(max(1, self.resets_at - int(self.clock()))).encode() + b"s"
-        requests = self._tightest([s.rpm for s in self.scopes], self.requests_used)
-        if requests is not None:
-            limit, used = requests
-            out.append((names[0], str(limit).encode()))
-            out.append((names[1], str(max(0, limit - used)).encode()))
-            out.append((names[2], reset))
-        tokens = self._tightest([s.tpm for s in self.scopes], self.tokens_used)
-        if tokens is not None:
-            limit, used = tokens
-            remaining = str(max(0, limit - used - (tokens_consumed or 0))).encode()
-            out.append((names[3], str(limit).encode()))
-            out.append((names[4], remaining))
-            out.append((names[5], reset))
-            out.append((b"x-tokens-remaining", remaining))
-        if tokens_consumed is not None:
-            out.append((b"x-tokens-consumed", str(tokens_consumed).encode()))
-        return out
-
-    @staticmethod
-    def _tightest(limits: list[int], used: list[int]) -> tuple[int, int] | None:
-        """Return (limit, used) of the limited scope with the least room, or None."""
-        best = None
-        for limit, count in zip(limits, used, strict=False):
-            if limit and (best is None or limit - count < best[0] - best[1]):
-                best = (limit, count)
-        return best
 
 
 @dataclass(slots=True)
@@ -167,14 +82,13 @@ class Limiter:
         # Windows are counted from this Unix time (0: on the minute); a fleet shares it.
         conf = tollgate()
         self._epoch_s = conf.rate_epoch_s
-        self.inflight_max = conf.inflight_max
         self._replicas = conf.replicas
         self._tallies: dict[tuple[str, int], Tally] = {}
         self._window = 0  # the newest window admitted; older tallies are dropped
         self._resync_window = -1  # a window judged without Redis: push before using Redis
         self._shares_window = -1  # a window judged without Redis: shares bind till it ends
         self._syncing: asyncio.Task | None = None
-        self._inflight: set[str] = set()
+        self._inflight: dict[str, set[str]] = {}  # per bulkhead, admitted alone
         self._releases: set[asyncio.Task] = set()
         self._group_inflight: dict[int, set[str]] = {}
 
@@ -188,8 +102,11 @@ class Limiter:
         lease_s: float,
         tokens_estimate: int = 0,
         peek: Peek | None = None,
+        bulkhead: Bulkhead = MODEL,
     ) -> Admission:
         """Admit a request or raise LM-3001 / LM-3002 / LM-3003 (with Retry-After).
+
+        It takes a slot of `bulkhead`'s in-flight cap (web actions: WEB, their own).
 
         `tokens_estimate` (prompt bound + max output tokens) is reserved in every scope's
         token count until the finish trues it up. `peek` names a hash whose fields the same
@@ -207,6 +124,7 @@ class Limiter:
             scopes,
             window,
             False,
+            bulkhead,
             tokens_estimate,
             resets_at=resets_at,
             clock=self._clock,
@@ -247,7 +165,7 @@ class Limiter:
                 f"Token rate over limit for {scopes[result[1] - 1].name.split(':')[0]}.",
                 retry_after_s=retry_after,
             )
-        which = "group concurrency cap" if result[1] else "fleet in-flight cap"
+        which = "group concurrency cap" if result[1] else bulkhead.what
         raise errors.CapacityExhausted(f"The {which} is reached.", retry_after_s=1)
 
     def _known_full(self, scopes: tuple[Scope, ...], window: int) -> list[int] | None:
@@ -299,7 +217,7 @@ class Limiter:
 
     def finish_local(self, admission: Admission, *, tokens: int) -> None:
         """Finish in this process: a local admission, or a shared one Redis did not finish."""
-        self._inflight.discard(admission.request_id)
+        self._inflight.get(admission.bulkhead.name, set()).discard(admission.request_id)
         self._group_inflight.get(admission.group_id, set()).discard(admission.request_id)
         true_up = tokens - admission.tokens_estimate
         if admission.in_shared:
@@ -318,7 +236,7 @@ class Limiter:
     # ---- Redis ----
 
     def _keys(self, admission: Admission) -> list[str]:
-        keys = [PREFIX + "inflight", PREFIX + f"conc:{admission.group_id}"]
+        keys = [admission.bulkhead.key, PREFIX + f"conc:{admission.group_id}"]
         for scope in admission.scopes:
             keys.append(f"{PREFIX}rpm:{scope.name}:{admission.window}")
             keys.append(f"{PREFIX}tpm:{scope.name}:{admission.window}")
@@ -362,7 +280,7 @@ class Limiter:
             WINDOW_S * 2,
             admission.request_id,
             now + lease_s,
-            self.inflight_max,
+            admission.bulkhead.cap(),
             concurrency,
             len(admission.scopes),
         ]
@@ -511,7 +429,9 @@ class Limiter:
             refused = tally.over_share(scope)
             if refused:
                 return [refused, index]
-        if self.inflight_max and len(self._inflight) >= self.inflight_max // replicas:
+        inflight = self._inflight.setdefault(admission.bulkhead.name, set())
+        cap = admission.bulkhead.cap()
+        if cap and len(inflight) >= cap // replicas:
             return [CAP, 0]
         group_set = self._group_inflight.setdefault(admission.group_id, set())
         if concurrency and len(group_set) >= concurrency // replicas:
@@ -526,6 +446,6 @@ class Limiter:
             ]
             tally.own_tokens += admission.tokens_estimate
             tally.alone_tokens += admission.tokens_estimate
-        self._inflight.add(admission.request_id)
+        inflight.add(admission.request_id)
         group_set.add(admission.request_id)
         return out

@@ -35,11 +35,11 @@ from billing.ledger import CallerBudget, FirstReservation, Hold
 from core import errors, metrics
 from core.config import tollgate
 from gateway import idempotency
+from gateway.admission import Scope
 from gateway.attempts import Attempt
-from gateway.auth import bearer, internal_authorized
+from gateway.auth import bearer, require_internal
 from gateway.breakers import Ticket
 from gateway.context import ModelContext, RequestContext
-from gateway.limits import Scope
 from gateway.plan import Plan, build_plan, output_bound, prompt_bound
 from gateway.recording import record_and_release, usage_record
 from gateway.runtime import runtime
@@ -188,12 +188,14 @@ async def accept(ex: Exchange, endpoint: Endpoint, ctx: ModelContext) -> Accepte
     return Accepted(ctx.req, body)
 
 
-async def authenticate(ex: Exchange, ctx: RequestContext, *, internal: bool) -> tuple[bytes, dict]:
-    """Set who calls (a virtual key; or the internal token and the group its body names,
-    whose `request_id` becomes the request's label) and return the body, raw and parsed."""
+async def authenticate(
+    ex: Exchange, ctx: RequestContext, *, internal: bool, web: bool = False
+) -> tuple[bytes, dict]:
+    """Set who calls (a virtual key; or the internal token, web acquisition's with `web`, and
+    the group its body names, whose `request_id` becomes the request's label) and return the
+    body, raw and parsed."""
     if internal:
-        if not internal_authorized(ex.headers):
-            raise errors.Unauthorized("Missing or wrong internal token.")
+        require_internal(ex.headers, web=web)
         body = await ex.read_body()
         data = parse_json(body)
         request_id = data.get("request_id")

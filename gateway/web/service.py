@@ -22,7 +22,8 @@ import orjson
 from core import errors, metrics
 from core.config import tollgate
 from core.db import off_loop
-from gateway.auth import bearer, internal_authorized
+from gateway.admission import WEB
+from gateway.auth import bearer, require_internal
 from gateway.context import RequestContext, WebContext
 from gateway.pipeline import (
     ACCEPTED,
@@ -87,7 +88,7 @@ async def serve(ex: Exchange, endpoint: WebEndpoint) -> None:
 
 
 async def accept(ex: Exchange, endpoint: WebEndpoint, ctx: RequestContext) -> WebRequest:
-    _, data = await authenticate(ex, ctx, internal=endpoint.internal)
+    _, data = await authenticate(ex, ctx, internal=endpoint.internal, web=True)
     return shape.parse(endpoint.action, data)
 
 
@@ -103,6 +104,7 @@ async def admit(ctx: RequestContext, plan: WebPlan) -> None:
         lease_s=tollgate().web_action_timeout_s + 30,
         tokens_estimate=0,
         peek=None,
+        bulkhead=WEB,  # web actions' own in-flight cap: slow sites never take chat's slots
     )
     metrics.IN_FLIGHT.inc()
 
@@ -172,8 +174,7 @@ async def job(ex: Exchange, *, internal: bool) -> None:
     """GET a job (its state and a page of its pages) or DELETE it (cancel)."""
     public_id = ex.scope["path"].rstrip("/").rsplit("/", 1)[-1]
     if internal:
-        if not internal_authorized(ex.headers):
-            raise errors.Unauthorized("Missing or wrong internal token.")
+        require_internal(ex.headers, web=True)
         account_id = None
     else:
         principal = await runtime.principals.for_secret(

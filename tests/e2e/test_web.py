@@ -18,7 +18,7 @@ from accounts.models import Group
 from billing.models import Reservation, Wallet
 from core.money import with_margin_micro
 from tests.byok.helpers import team_keys
-from tests.support.processes import INTERNAL_TOKEN
+from tests.support.processes import WEB_TOKEN
 from tests.support.testsite import (
     ARTICLE_SENTENCES,
     ARTICLE_TITLE,
@@ -470,7 +470,7 @@ def test_internal_scrape_names_its_group_and_keeps_its_request_id_as_a_label(ful
     response = httpx.post(
         f"{full.url}/internal/scrape",
         json={"group": tenant.group_id, "request_id": "ingest-42", "url": f"{site.url}/"},
-        headers={"Authorization": f"Bearer {INTERNAL_TOKEN}"},
+        headers={"Authorization": f"Bearer {WEB_TOKEN}"},
         timeout=30,
     )
 

@@ -20,6 +20,7 @@ from tests.support.waits import wait_until
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 INTERNAL_TOKEN = "internal-token-for-tests-0123456789abcdef"
+WEB_TOKEN = "web-internal-token-for-tests-0123456789"  # WEB_FETCH_INTERNAL_TOKEN
 
 
 def free_port() -> int:
@@ -33,7 +34,7 @@ def child_env(**extra: str) -> dict[str, str]:
     env = {
         k: v
         for k, v in os.environ.items()
-        if not k.startswith(("TOLLGATE_", "GATEWAY_", "DATABASE_URL", "REDIS_URL"))
+        if not k.startswith(("TOLLGATE_", "GATEWAY_", "WEB_FETCH_", "DATABASE_URL", "REDIS_URL"))
     }
     # Production-mode children need a caller key: the test process's (or "off").
     env["TOLLGATE_CALLER_KEY"] = settings.TOLLGATE["CALLER_KEY"] or "off"
@@ -160,6 +161,7 @@ def start_gateway(
         SECRET_KEY=settings.SECRET_KEY,
         SEALING_KEYS=settings.SEALING_KEYS,
         GATEWAY_INTERNAL_TOKEN=INTERNAL_TOKEN,
+        WEB_FETCH_INTERNAL_TOKEN=WEB_TOKEN,
         TOLLGATE_VAR_DIR=str(tmp_dir),
         TOLLGATE_LOG_LEVEL="INFO",
         TOLLGATE_BREAKER_COOLDOWN_S="2",

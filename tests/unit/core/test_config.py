@@ -20,6 +20,7 @@ def test_every_tollgate_setting_has_its_field(settings):
     assert conf.byok_enabled is settings.GATEWAY_BYOK_ENABLED
     assert conf.ptb_enabled is settings.GATEWAY_PTB_ENABLED
     assert conf.internal_token == settings.GATEWAY_INTERNAL_TOKEN
+    assert conf.web_internal_tokens == settings.WEB_FETCH_INTERNAL_TOKENS
     assert isinstance(conf.metrics_dir, Path)
 
 
@@ -68,6 +69,7 @@ def test_secrets_stay_out_of_the_repr(settings):
         "usage_sink_secret",
         "metrics_token",
         "internal_token",
+        "web_internal_tokens",
     }
 
 

@@ -16,7 +16,8 @@ import redis
 from django.conf import settings
 
 from core.errors import CapacityExhausted, RequestRateLimited, TokenRateLimited
-from gateway.limits import Limiter, Scope
+from gateway.admission import Scope
+from gateway.limits import Limiter
 from tests.support.clock import START_S
 from tests.support.shared_state import cut, restore, shared_state
 
