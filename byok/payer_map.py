@@ -208,7 +208,9 @@ def _model_payers(offers: list[Offer], *, group_id: int, pools: dict[str, PoolVi
         )
         locked = locked or payers.locks_chain
         if not payers.served_by:
-            reason = refusal_message(offer.profile.name, payers)
+            reason = refusal_message(
+                offer.profile.name, locked=payers.locked, fallback_off=payers.locks_chain
+            )
         for served_by in payers.served_by:
             if served_by == PLATFORM and price is None:
                 price = offer.price

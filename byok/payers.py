@@ -97,14 +97,16 @@ def link_payers(*, pool: PoolView | None, platform_ok: bool, locked: bool) -> Pa
     return Payers((), team=False, locked=locked, locks_chain=False)
 
 
-def refusal_message(provider: str, payers: Payers) -> str:
-    """Say why nobody may pay for a link of `provider`: the LM-3021 a request is answered."""
-    if payers.locked:
+def refusal_message(provider: str, *, locked: bool, fallback_off: bool) -> str:
+    """Say why nobody may pay for a link of `provider`: the LM-3021 a request is answered.
+    `locked`: refused by the chain lock; `fallback_off`: the group's pool for it (emptied)
+    has its fallback off."""
+    if locked:
         return f"Chain locked: no team key for {provider} and platform fallback is off."
     why = (
         "its pool is empty and platform fallback is off"
-        if payers.locks_chain
-        else "platform serving is off"
+        if fallback_off
+        else ("platform serving is off")
     )
     return f"No team key for {provider}: {why}."
 

@@ -9,34 +9,39 @@ silently reaches the platform's keys. A team-served link's breaker is the
 group's own (a team key failing says nothing of the platform's); a platform attempt's wallet
 reservation is its worst case with the escrow margin on top. Model plans (gateway/plan.py)
 and web plans (gateway/web/plan.py) build their links through `billing_boundary`; what each
-kind's worst case is stays with the kind.
+kind's worst case is stays with the kind. Who pays for a link is byok/payers.py's rule, which
+a tenant's payer map (byok/payer_map.py) reads too.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
 
+# Who pays is byok.payers' rule, which the tenant's payer map reads too; its names are
+# re-exported for the gateway's modules.
+from byok.payers import (
+    PLATFORM,
+    TEAM,
+    BillableProfile,
+    link_payers,
+    platform_serves,
+    team_pool,
+)
 from byok.pools import Pool
 from core.config import tollgate
 from core.money import with_margin_micro
 
-TEAM = "team"
-PLATFORM = "platform"
-
-
-class BillableProfile(Protocol):
-    """What the billing boundary reads of a profile (catalog.Profile, catalog.WebProfile)."""
-
-    @property
-    def name(self) -> str: ...
-    @property
-    def allows_platform(self) -> bool: ...
-    @property
-    def platform_key(self) -> str | None: ...
-    @property
-    def team_key_eligible(self) -> bool: ...
+__all__ = [
+    "PLATFORM",
+    "TEAM",
+    "Attempt",
+    "BillableProfile",
+    "Boundary",
+    "ChainLock",
+    "billing_boundary",
+    "platform_serves",
+    "team_pool",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,26 +80,6 @@ def escrow_margin_pct() -> int:
     return tollgate().escrow_margin_pct
 
 
-def team_pool(
-    profile: BillableProfile, group_id: int, pool_for: Callable[[int, str], Pool | None]
-) -> Pool | None:
-    """Return the group's team keys for a profile, when team serving is on and its kind
-    takes plain API keys."""
-    if not (tollgate().byok_enabled and profile.team_key_eligible):
-        return None
-    return pool_for(group_id, profile.name)
-
-
-def platform_serves(profile: BillableProfile, *, keyless: bool = False) -> bool:
-    """Say whether the platform may serve this profile: platform serving on, the profile
-    allowing it, and a platform key (`keyless`: an adapter that needs none)."""
-    return (
-        tollgate().ptb_enabled
-        and profile.allows_platform
-        and (profile.platform_key is not None or keyless)
-    )
-
-
 def billing_boundary(
     *,
     profile: BillableProfile,
@@ -110,26 +95,20 @@ def billing_boundary(
     the breaker's scope. `worst_micro`: what the link may cost the platform, before the
     margin; `stem`: the attempts' source prefix (e.g. "openai-main:gpt-4o-mini")."""
     escrow_micro = with_margin_micro(worst_micro, margin_pct=escrow_margin_pct())
-    # A pool with no key left (its last one removed) is not a usable pool: no team attempt,
-    # which could only answer "benched". It answers as no pool would, but by its flag:
-    # fallback on, the platform serves; off, LM-3021 (no attempt at all, below).
-    team = pool if pool is not None and pool.keys else None
-    emptied_refusal = pool is not None and team is None and not pool.fallback
+    payers = link_payers(pool=pool, platform_ok=platform_ok, locked=lock.locked)
     attempts: list[Attempt] = []
-    if team is not None:
-        attempts.append(Attempt(TEAM, f"{stem}:team", False, 0, team))
-        if team.fallback and platform_ok:
-            attempts.append(Attempt(PLATFORM, f"{stem}:platform-fallback", prepaid, escrow_micro))
-    elif platform_ok and not lock.locked and not emptied_refusal:
-        attempts.append(Attempt(PLATFORM, f"{stem}:platform", prepaid, escrow_micro))
-    boundary = Boundary(
+    for served_by in payers.served_by:
+        if served_by == TEAM:
+            attempts.append(Attempt(TEAM, f"{stem}:team", False, 0, pool))
+        else:
+            source = f"{stem}:platform-fallback" if payers.team else f"{stem}:platform"
+            attempts.append(Attempt(PLATFORM, source, prepaid, escrow_micro))
+    lock.locked = lock.locked or payers.locks_chain
+    return Boundary(
         attempts=tuple(attempts),
         escrow_micro=escrow_micro,
-        breaker_key=f"{profile.name}#group:{group_id}" if team is not None else profile.name,
-        team_scoped=team is not None,
-        locked=lock.locked and team is None and not emptied_refusal,
-        pool_exhausted_refusal=pool is not None and not pool.fallback,
+        breaker_key=f"{profile.name}#group:{group_id}" if payers.team else profile.name,
+        team_scoped=payers.team,
+        locked=payers.locked,
+        pool_exhausted_refusal=payers.locks_chain,
     )
-    if pool is not None and not pool.fallback:
-        lock.locked = True
-    return boundary

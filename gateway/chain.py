@@ -33,6 +33,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
+from byok.payers import keys_exhausted_message, refusal_message
 from core import errors, metrics
 from core.shared_state import SharedState
 from core.usage_record import AttemptRecord
@@ -308,21 +309,22 @@ class ChainRunner:
             self._trail(ctx, link, policy, None, "chain_locked")
             raise LinkFailed(
                 errors.TeamKeysExhausted(
-                    f"Chain locked: no team key for {profile.name} and platform fallback is off."
+                    refusal_message(
+                        profile.name, locked=True, fallback_off=link.pool_exhausted_refusal
+                    )
                 ),
                 upstream=False,
                 defers=True,
             )
         if not link.attempts:
             self._trail(ctx, link, policy, None, "no_attempt")
-            # A fallback-off link without attempts is a pool whose last key was removed.
-            why = (
-                "its pool is empty and platform fallback is off"
-                if link.pool_exhausted_refusal
-                else "platform serving is off"
-            )
+            # No pool and no platform serving, or a pool emptied with its fallback off.
             raise LinkFailed(
-                errors.TeamKeysExhausted(f"No team key for {profile.name}: {why}."),
+                errors.TeamKeysExhausted(
+                    refusal_message(
+                        profile.name, locked=False, fallback_off=link.pool_exhausted_refusal
+                    )
+                ),
                 upstream=False,
             )
         judged_as = policy.breaker_model(link)
@@ -396,9 +398,7 @@ class ChainRunner:
         if last is not None:
             raise last
         raise AttemptFailed(
-            errors.TeamKeysExhausted(
-                f"Every team key for {link.profile.name} is benched or failing."
-            ),
+            errors.TeamKeysExhausted(keys_exhausted_message(link.profile.name)),
             judged=False,
         )
 
