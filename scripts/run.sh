@@ -84,7 +84,8 @@ echo "The demo tenant's API token (keys, groups, budgets, usage; docs at http://
 echo "curl -sS http://127.0.0.1:$PORT/api/account -H 'Authorization: Token $api_token'"
 echo
 echo "Management commands on this run (its database is in $VAR):"
-echo "cd $(pwd -P) && TOLLGATE_VAR_DIR=$VAR $(command -v "$PY" | sed "s|^\([^/]\)|$(pwd -P)/\1|") manage.py create_tenant --name acme --wallet-micro 5000000 --json"
+# With this run's address: links a command prints (create_tenant's password link) point here.
+echo "cd $(pwd -P) && TOLLGATE_VAR_DIR=$VAR TOLLGATE_PUBLIC_URL=$TOLLGATE_PUBLIC_URL $(command -v "$PY" | sed "s|^\([^/]\)|$(pwd -P)/\1|") manage.py create_tenant --name acme --wallet-micro 5000000 --json"
 echo
 echo "Point the official SDKs at Tollgate:"
 echo "export OPENAI_BASE_URL=http://127.0.0.1:$PORT/v1"

@@ -79,6 +79,7 @@ class MadeRun:
     api_token: str
     owner: tuple[str, str]  # dashboard username, password
     operator: tuple[str, str]  # Django admin username, password
+    printed: str  # all of it
 
 
 def make_run(checkout: Path, **env: str) -> MadeRun:
@@ -100,4 +101,5 @@ def make_run(checkout: Path, **env: str) -> MadeRun:
         api_token=found(r"Authorization: Token (\S+)'")[1],
         owner=found(r"Tenant dashboard \(demo owner\): \S+ user (\S+) password (\S+)").groups(),
         operator=found(r"Django admin \(operators\): \S+ user (\S+) password (\S+)").groups(),
+        printed=out,
     )
