@@ -7,7 +7,7 @@ from django.contrib.auth.validators import UnicodeUsernameValidator
 
 from accounts.models import Account, Membership, Period
 from byok.models import LABEL_MAX_CHARS
-from byok.selectors import eligible_providers_hint
+from byok.selectors import TeamKeyProfile, eligible_providers_hint
 from core.admin_views import DollarField
 from dashboard.selectors import groups_of_account
 
@@ -35,12 +35,15 @@ class TeamKeyAddForm(forms.Form):
     label = forms.CharField(max_length=LABEL_MAX_CHARS)
     key = forms.CharField(max_length=512, widget=forms.PasswordInput(render_value=False))
 
-    def __init__(self, *args, account: Account, providers: list[str], **kwargs) -> None:
+    def __init__(self, *args, account: Account, profiles: list[TeamKeyProfile], **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.fields = {"group": _group_field(account), **self.fields}
-        self.fields["provider"].choices = [(p, p) for p in providers]
+        # Each offered by what it serves: a key in the wrong pool is never used.
+        models = [(p.name, p.label) for p in profiles if not p.web]
+        web = [(p.name, p.label) for p in profiles if p.web]
+        self.fields["provider"].choices = [("Models", models)] + ([("Web", web)] if web else [])
         # A provider off the list (a keyless or Azure-like kind, or unknown): say which are on it.
-        hint = eligible_providers_hint(providers).replace("%", "%%")
+        hint = eligible_providers_hint(sorted(p.name for p in profiles)).replace("%", "%%")
         self.fields["provider"].error_messages["invalid_choice"] = (
             f"Team keys cannot be added for %(value)s. {hint}"
         )

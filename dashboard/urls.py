@@ -2,7 +2,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import path
 from django.views.generic import RedirectView
 
-from dashboard import payers, receipts, views
+from dashboard import payers, receipts, team_keys, views
 
 app_name = "dashboard"
 
@@ -25,10 +25,18 @@ urlpatterns = [
     path(account + "members/", views.members, name="members"),
     path(account + "members/<int:member_id>/role/", views.member_role, name="member-role"),
     path(account + "members/<int:member_id>/remove/", views.member_remove, name="member-remove"),
-    path(account + "team-keys/", views.team_keys, name="team-keys"),
-    path(account + "team-keys/fallback/", views.pool_fallback, name="pool-fallback"),
-    path(account + "team-keys/<int:key_id>/remove/", views.team_key_remove, name="team-key-remove"),
-    path(account + "team-keys/pools/<int:pool_id>/remove/", views.pool_remove, name="pool-remove"),
+    path(account + "team-keys/", team_keys.team_keys, name="team-keys"),
+    path(account + "team-keys/fallback/", team_keys.pool_fallback, name="pool-fallback"),
+    path(
+        account + "team-keys/<int:key_id>/remove/",
+        team_keys.team_key_remove,
+        name="team-key-remove",
+    ),
+    path(
+        account + "team-keys/pools/<int:pool_id>/remove/",
+        team_keys.pool_remove,
+        name="pool-remove",
+    ),
     path(account + "usage/", views.usage, name="usage"),
     path(account + "usage.csv", views.usage_csv, name="usage-csv"),
     path(account + "usage/<str:request_id>/", views.usage_detail, name="usage-detail"),

@@ -28,42 +28,25 @@ from audit import export as audit_export
 from audit.actors import request_actor
 from audit.selectors import actions_of_accounts, entries_of_accounts
 from billing.selectors import budget_alerts, ledger_of_wallet
-from byok import services as byok_services
-from byok.models import TeamKey
-from byok.selectors import eligible_providers
 from core.admin_views import CappedCountPaginator
 from core.errors import meanings
 from dashboard import selectors
 from dashboard.access import Seat, first_account_id, require_change, require_owner, seat_of
 from dashboard.charts import charts_page
 from dashboard.forms import (
-    FallbackForm,
     GroupForm,
     InviteForm,
     KeyForm,
     RoleForm,
-    TeamKeyAddForm,
 )
+from dashboard.pages import asked_first as _asked_first
+from dashboard.pages import page as _page
 from usage.api.queries import usage_query
 from usage.export import usage_csv_response
 from usage.selectors import parse_mark, usage_logs_of_user, usage_page
 
 PAGE_SIZE = 50
 CHART_DAYS = (7, 30, 90)
-
-
-def _page(request: HttpRequest, seat: Seat, template: str, **context) -> HttpResponse:
-    # Times read in the account's own zone, the one its days and budget periods are cut in.
-    with timezone.override(selectors.account_zone(seat.account)):
-        return render(request, template, {"seat": seat, "account": seat.account, **context})
-
-
-def _asked_first(request: HttpRequest, seat: Seat, template: str, **context):
-    """A destructive change asks first: GET answers its confirmation page (returned), the
-    confirmation's POST goes on (None)."""
-    if request.method == "POST":
-        return None
-    return _page(request, seat, template, **context)
 
 
 @login_required
@@ -276,102 +259,6 @@ def member_remove(request: HttpRequest, account_id: int, member_id: int) -> Http
     else:
         messages.success(request, f"{member.user} removed from {seat.account}.")
     return redirect("dashboard:members", account_id=account_id)
-
-
-@login_required
-def team_keys(request: HttpRequest, account_id: int) -> HttpResponse:
-    seat = seat_of(user=request.user, account_id=account_id)
-    providers = eligible_providers()
-    form = TeamKeyAddForm(request.POST or None, account=seat.account, providers=providers)
-    if request.method == "POST":
-        require_change(seat)
-        if form.is_valid():
-            data = form.cleaned_data
-            try:
-                team_key = byok_services.team_key_add(
-                    group=data["group"],
-                    provider=data["provider"],
-                    label=data["label"],
-                    key=data["key"],
-                    actor=request_actor(request),
-                )
-            except byok_services.TeamKeyRefused as exc:
-                form.add_error(None, str(exc))
-            else:
-                messages.success(request, f"Team key {team_key.label} (…{team_key.last4}) added.")
-                return redirect("dashboard:team-keys", account_id=account_id)
-    return _page(
-        request,
-        seat,
-        "dashboard/team_keys.html",
-        form=form,
-        providers=providers,
-        pools=selectors.pool_states(account=seat.account),
-        now=timezone.now(),
-    )
-
-
-@login_required
-def pool_remove(request: HttpRequest, account_id: int, pool_id: int) -> HttpResponse:
-    """GET asks to confirm; POST removes the pool and its keys (the platform serves again)."""
-    seat = seat_of(user=request.user, account_id=account_id)
-    pool = get_object_or_404(selectors.pools_of_account(account=seat.account), pk=pool_id)
-    require_change(seat)
-    if asking := _asked_first(request, seat, "dashboard/pool_remove.html", pool=pool):
-        return asking
-    byok_services.pool_delete(pool=pool, actor=request_actor(request))
-    messages.success(
-        request,
-        f"Pool {pool.group.name} · {pool.provider} removed: its requests go to the platform's"
-        " keys, billed to the wallet.",
-    )
-    return redirect("dashboard:team-keys", account_id=account_id)
-
-
-@require_POST
-@login_required
-def team_key_remove(request: HttpRequest, account_id: int, key_id: int) -> HttpResponse:
-    seat = seat_of(user=request.user, account_id=account_id)
-    team_key = get_object_or_404(
-        TeamKey.objects.filter(pool__group__account=seat.account), pk=key_id
-    )
-    require_change(seat)
-    byok_services.team_key_delete(team_key=team_key, actor=request_actor(request))
-    messages.success(request, f"Team key {team_key.label} (…{team_key.last4}) removed.")
-    return redirect("dashboard:team-keys", account_id=account_id)
-
-
-@require_POST
-@login_required
-def pool_fallback(request: HttpRequest, account_id: int) -> HttpResponse:
-    seat = seat_of(user=request.user, account_id=account_id)
-    form = FallbackForm(request.POST, account=seat.account)
-    if not form.is_valid():
-        raise Http404("No such pool.")
-    require_change(seat)
-    data = form.cleaned_data
-    try:
-        byok_services.pool_set_fallback(
-            group=data["group"],
-            provider=data["provider"],
-            fallback=data["fallback"],
-            actor=request_actor(request),
-        )
-    except byok_services.TeamKeyRefused as exc:
-        messages.error(request, str(exc))
-    else:
-        if data["fallback"]:
-            said = (
-                f"Platform fallback for {data['provider']} is on: when every team key fails,"
-                " requests are served on the platform's keys and paid from your wallet."
-            )
-        else:
-            said = (
-                f"Platform fallback for {data['provider']} is off: when every team key fails,"
-                " requests are refused (LM-3021) and platform money is never spent."
-            )
-        messages.success(request, said)
-    return redirect("dashboard:team-keys", account_id=account_id)
 
 
 PAGE_MARKS = ("older", "newer")

@@ -278,6 +278,17 @@ def usage_per_model(*, accounts: Sequence[int], **filters) -> list[dict]:
     return usage_totals(accounts=accounts, by="model", **filters)
 
 
+def models_of_account(*, account_id: int, since: datetime) -> set[str]:
+    """Every model name the account's requests since `since` (from its UTC day on) asked for
+    or were served by: read from the daily rollups, which hold each day's pairs once."""
+    pairs = (
+        UsageDailyRollup.objects.filter(account_id=account_id, day__gte=day_of(since))
+        .values_list("model_requested", "model_served")
+        .distinct()
+    )
+    return {name for pair in pairs for name in pair if name}
+
+
 # ---------------------------------------------------------------- keyset pages of rows
 
 Mark = tuple[datetime, int]  # a row's (created_at, id): where a page starts or ends

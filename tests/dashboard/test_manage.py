@@ -198,7 +198,7 @@ def test_a_pool_that_refuses_everything_is_flagged_and_can_be_removed(stub):
     )
 
     key_id = re.search(r'data-team-key="(\d+)"', listing).group(1)
-    client.post(page(tenant, f"team-keys/{key_id}/remove/"))
+    client.post(page(tenant, f"team-keys/{key_id}/remove/"), {"confirm": "1"})  # the last key
     emptied = client.get(page(tenant, "team-keys/"))
     assert (
         "No usable key and fallback is off: every stub-openai request of default is refused"
