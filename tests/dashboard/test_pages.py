@@ -218,8 +218,8 @@ def test_team_keys_added_listed_with_last4_fallback_and_removed(stub):
     client = signed_in(tenant)
 
     listing = client.get(page(tenant, "team-keys/")).content.decode()
-    eligible = re.search(r'<span id="eligible">([^<]*)</span>', listing).group(1)
-    assert eligible == ", ".join(sorted(eligible.split(", "))) and "stub-openai" in eligible
+    eligible = re.findall(r'<li data-provider="([^"]+)">', listing)
+    assert eligible == sorted(eligible) and "stub-openai" in eligible
 
     added = client.post(
         page(tenant, "team-keys/"),
@@ -237,7 +237,8 @@ def test_team_keys_added_listed_with_last4_fallback_and_removed(stub):
     assert toggled.status_code == 302
     assert KeyPool.objects.get(group_id=tenant.group_id, provider="stub-openai").fallback is True
 
-    removed = client.post(page(tenant, f"team-keys/{team_key.pk}/remove/"))
+    # The pool's last key: removed by the confirmation's POST (test_team_keys_last.py).
+    removed = client.post(page(tenant, f"team-keys/{team_key.pk}/remove/"), {"confirm": "1"})
     assert removed.status_code == 302
     assert not TeamKey.objects.filter(pk=team_key.pk).exists()
 
