@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError
 
 from audit.actors import system
@@ -19,9 +20,18 @@ class Command(BaseCommand):
         raw = options["json"] or settings.PROVIDER_PROFILES_JSON
         if not raw:
             raise CommandError("Nothing to load: set PROVIDER_PROFILES_JSON or pass --json.")
-        profiles = profiles_bootstrap(
-            spec=read_profiles_spec(raw), actor=system("manage.py load_profiles")
-        )
+        # A missing or malformed file is the operator's to fix: one line naming it, no traceback.
+        try:
+            spec = read_profiles_spec(raw)
+        except ImproperlyConfigured as exc:
+            raise CommandError(f"{exc} (given: {_shown(raw)})") from None
+        profiles = profiles_bootstrap(spec=spec, actor=system("manage.py load_profiles"))
         self.stdout.write(
             f"loaded {len(profiles)} profile(s): {', '.join(p.name for p in profiles)}"
         )
+
+
+def _shown(raw: str) -> str:
+    """The value as the operator wrote it: a path whole, inline JSON cut short."""
+    text = raw.strip()
+    return text if not text.startswith("[") else f"inline JSON, {len(text)} characters"
