@@ -8,6 +8,8 @@ from drf_spectacular.views import (
     SpectacularSwaggerSplitView,
 )
 
+from byok.api.payers import KeyPayersView
+
 # Swagger UI and Redoc style their pages with inline styles and Redoc searches in a worker it
 # makes from a blob: their two pages allow these; their scripts stay our own files.
 docs_csp = csp_update({"style-src": [UNSAFE_INLINE], "worker-src": ["blob:"]})
@@ -17,6 +19,7 @@ urlpatterns = [
     path("api/", include("accounts.api.urls")),
     path("api/", include("usage.api.urls")),
     path("api/", include("billing.api.urls")),
+    path("api/keys/<int:key_id>/payers", KeyPayersView.as_view()),  # byok reads the key's map
     path("admin/", include("byok.api.urls")),
     path("api/schema", SpectacularAPIView.as_view(), name="schema"),
     path("api/schema/", SpectacularAPIView.as_view()),

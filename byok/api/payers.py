@@ -14,8 +14,6 @@ from accounts.api.schema import error_responses
 from accounts.selectors import api_keys_of_user
 from byok.payer_map import PLATFORM, REFUSED, TEAM_KEY, KeyPayers, ModelPayers, payer_map
 
-PAYERS = [TEAM_KEY, PLATFORM]
-
 
 class PriceOut(serializers.Serializer):
     input_micro_per_mtok = serializers.IntegerField()
@@ -24,8 +22,10 @@ class PriceOut(serializers.Serializer):
     cache_write_micro_per_mtok = serializers.IntegerField()
 
 
+# One enum in the schema, the model's payer's: an attempt's payer and `then` are named in
+# words (a second choice set of the same values would be a second enum).
 class PaymentOut(serializers.Serializer):
-    payer = serializers.ChoiceField(choices=PAYERS)
+    payer = serializers.CharField(help_text="team_key or platform.")
     provider = serializers.CharField(help_text="The provider profile it goes through.")
 
 
@@ -39,18 +39,18 @@ class ModelPayerOut(serializers.Serializer):
     kind = serializers.ChoiceField(choices=["chat", "embedding"])
     aliases = serializers.ListField(child=serializers.CharField())
     payer = serializers.ChoiceField(
-        choices=[*PAYERS, REFUSED],
+        choices=[TEAM_KEY, PLATFORM, REFUSED],
         help_text="Who pays for the key's next request for this model: the group's team key, "
         "the platform (your wallet, at `price`), or nobody (`refusal`).",
     )
     provider = serializers.CharField(
         allow_null=True, help_text="The provider profile (for a team key: its pool)."
     )
-    then = serializers.ChoiceField(
-        choices=PAYERS,
+    then = serializers.CharField(
         allow_null=True,
-        help_text="Who pays when the first payer fails (every team key benched or failing); "
-        "null: the request is refused then (LM-3021 after a team key).",
+        help_text="Who pays when the first payer fails (every team key benched or failing): "
+        "team_key or platform; null: nobody, the request is refused then (LM-3021 after a "
+        "team key).",
     )
     attempts = PaymentOut(many=True, help_text="Every payer in the order they are tried.")
     team_keys = serializers.IntegerField(help_text="Keys in the team key payer's pool.")

@@ -29,6 +29,7 @@ OPERATIONS = {
     ("post", "/api/keys"),
     ("get", "/api/keys/{key_id}"),
     ("post", "/api/keys/{key_id}/revoke"),
+    ("get", "/api/keys/{key_id}/payers"),
     ("get", "/api/accounts/{account_id}/wallet"),
     ("get", "/api/accounts/{account_id}/ledger"),
     ("get", "/api/usage"),
