@@ -135,12 +135,14 @@ class WalletAdmin(AuditedDeletes, Dollars, admin.ModelAdmin):
                 "step": step,
                 "form": form,
                 "kind": {"topup": "A top-up", "adjustment": "An adjustment"}.get(kind, ""),
-                "amount": dollars(amount) if amount is not None else "",
+                "amount": format_usd_exact(amount) if amount is not None else "",
+                # Every digit, as the message after it says the balance: the confirmation
+                # and the result agree (docs/money-and-limits.md, "Money for humans").
                 "wallets": [
                     {
                         "wallet": w,
-                        "balance": dollars(w.balance_micro),
-                        "after": dollars(w.balance_micro + amount) if amount else "",
+                        "balance": format_usd_exact(w.balance_micro),
+                        "after": format_usd_exact(w.balance_micro + amount) if amount else "",
                     }
                     for w in wallets
                 ],

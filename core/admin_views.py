@@ -14,7 +14,7 @@ from django.db.models import IntegerField, Q, QuerySet
 from django.utils.functional import cached_property
 from django.utils.html import format_html, format_html_join
 
-from core.money import AmountInvalid, format_usd, format_usd_exact, parse_usd
+from core.money import AmountInvalid, format_usd, format_usd_exact, parse_usd, usd_places
 
 
 class ReadOnly:
@@ -89,14 +89,15 @@ def money_label(name: str) -> str:
     return f"{base} ({unit})"
 
 
-def dollars(micro: int | None) -> str:
-    """An amount for a page: cents, with every digit in its tooltip where they differ."""
+def dollars(micro: int | None, places: int | None = None) -> str:
+    """An amount for a page: cents (or `places` decimals, from core.money.finest_places),
+    with every digit in its tooltip where they differ."""
     if micro is None:
         return "–"
-    shown, exact = format_usd(micro), format_usd_exact(micro)
-    if shown == exact:
+    shown = format_usd(micro, places=places)
+    if not abs(micro) % 10 ** (6 - (places or usd_places(micro))):  # no digit hidden
         return shown
-    return format_html('<span title="{}">{}</span>', exact, shown)
+    return format_html('<span title="{}">{}</span>', format_usd_exact(micro), shown)
 
 
 _COLUMNS: dict[tuple[type, str], Callable] = {}

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 MICRO_PER_TOKEN_DIVISOR = 1_000_000  # prices are per million tokens
 BYTES_PER_GB = 1_000_000_000
 
@@ -69,18 +71,41 @@ MICRO_PER_USD = 1_000_000
 MICRO_PER_CENT = 10_000
 
 
-def format_usd(micro: int) -> str:
+def usd_places(micro: int) -> int:
+    """Return how many decimals `format_usd` shows for an amount: 2 (cents), or up to 6 for
+    a non-zero amount under a cent (its every digit)."""
+    size = abs(int(micro))
+    if 0 < size < MICRO_PER_CENT:
+        return len(f"{size:06d}".rstrip("0"))
+    return 2
+
+
+def finest_places(amounts: Iterable[int | None]) -> int:
+    """Return the precision amounts read together share: the most decimals any of them shows
+    (`usd_places`), 2 at least. A balance beside sub-cent amounts takes it, so it visibly
+    moves by them instead of looking frozen at cents."""
+    return max((usd_places(a) for a in amounts if a is not None), default=2)
+
+
+def format_usd(micro: int, *, places: int | None = None) -> str:
     """Micro-USD as a person reads dollars: cents, and more digits only under a cent.
 
     1_234_567_890 -> "$1,234.57", 2_520 -> "$0.00252", 0 -> "$0.00", -5_000 -> "-$0.005".
-    Cents are rounded half away from zero; `format_usd_exact` rounds nothing.
+    With `places` (2 to 6, from `finest_places`), exactly that many decimals, so a column
+    reads at one precision: 99_999_994 at 6 -> "$99.999994", 105_000_000 at 6 ->
+    "$105.000000". Rounding is half away from zero; `format_usd_exact` rounds nothing.
     """
     sign = "-" if micro < 0 else ""
     size = abs(int(micro))
-    if 0 < size < MICRO_PER_CENT:
-        return f"{sign}$0.{size:06d}".rstrip("0")
-    cents = (size + MICRO_PER_CENT // 2) // MICRO_PER_CENT
-    return f"{sign}${cents // 100:,}.{cents % 100:02d}"
+    if places is None:
+        if 0 < size < MICRO_PER_CENT:
+            return f"{sign}$0.{size:06d}".rstrip("0")
+        places = 2
+    step = 10 ** (6 - places)
+    units = (size + step // 2) // step  # in 10^-places dollars
+    whole, fraction = divmod(units, 10**places)
+    sign = sign if units else ""  # no "-$0.00": what rounds to nothing has no sign
+    return f"{sign}${whole:,}.{fraction:0{places}d}"
 
 
 def format_usd_exact(micro: int) -> str:

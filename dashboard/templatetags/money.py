@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from django import template
 
+from core import money
 from core.admin_views import dollars
 
 register = template.Library()
@@ -14,6 +17,25 @@ def usd(micro: int | None) -> str:
     """Micro-USD as dollars for people: cents, more digits only under a cent, and every digit
     in a tooltip where the cents round (core/money.py)."""
     return dollars(None if micro is None else int(micro))
+
+
+@register.filter
+def usd_at(micro: int | None, places: int | None) -> str:
+    """Micro-USD as dollars at a precision amounts read together share (`finest_places`):
+    a balance beside sub-cent amounts shows their digits, so it visibly moves by them."""
+    return dollars(None if micro is None else int(micro), places)
+
+
+@register.filter
+def finest_places(rows: Iterable, attribute: str) -> int:
+    """The precision of a column of amounts: the most decimals any row's `attribute` shows."""
+    return money.finest_places(getattr(row, attribute) for row in rows)
+
+
+@register.simple_tag
+def places_of(*amounts: int | None) -> int:
+    """The precision of amounts shown together, as `finest_places` for a few named ones."""
+    return money.finest_places(amounts)
 
 
 @register.filter

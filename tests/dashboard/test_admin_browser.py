@@ -52,9 +52,10 @@ def test_top_up_a_wallet_in_dollars_through_the_confirmation(stack, admin_page):
     page.shot("2-form")
     page.click("input[name=preview]")
     page.shot("3-confirm")
+    # Every digit, as the message after it says the balance (not "$1.23" -> "$6.23").
     assert page.inner_text(f"tr[data-wallet='{wallet.pk}']").split("\t")[1:] == [
-        "$1.23",
-        "$6.23",
+        "$1.234567",
+        "$6.234567",
     ]
     page.click("input[name=apply]")
     page.shot("4-done")

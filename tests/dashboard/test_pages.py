@@ -124,7 +124,8 @@ def test_overview_shows_wallet_and_spend_today_exactly():
     )
     html = signed_in(tenant).get(page(tenant)).content.decode()
     wallet = html.split('id="wallet-balance"')[1]
-    assert '<span title="$12.345678">$12.35</span>' in wallet.split("</p>")[0]
+    # Beside today's sub-cent spend the balance shows its digits (cents alone: "$12.35").
+    assert '<p class="big">$12.345678</p>' in wallet
     today = html.split('id="spend-today"')[1].split("</div>")[0]
     assert "$0.002527" in today  # under a cent: every digit
     requests = html.split('id="requests-today"')[1].split("</div>")[0]

@@ -140,3 +140,45 @@ def test_a_typed_amount_that_is_not_one_is_refused_in_words(typed, says):
 
 def test_an_adjustment_may_be_negative_when_asked_for():
     assert money.parse_usd("-2.50", allow_negative=True) == -2_500_000
+
+
+@pytest.mark.parametrize(
+    "micro, places",
+    [(0, 2), (6, 6), (-6, 6), (2_520, 5), (9_900, 4), (10_000, 2), (12_345, 2), (-5_000_000, 2)],
+)
+def test_an_amount_shows_cents_or_every_digit_under_a_cent(micro, places):
+    assert money.usd_places(micro) == places
+    assert len(money.format_usd(micro).split(".")[1]) == places
+
+
+def test_amounts_read_together_share_the_finest_precision_any_of_them_shows():
+    assert money.finest_places([5_000_000, -6, None, 2_520]) == 6
+    assert money.finest_places([5_000_000, 12_345]) == 2  # nothing under a cent: cents
+    assert money.finest_places([]) == 2
+
+
+@pytest.mark.parametrize(
+    "micro, places, shown",
+    [
+        (99_999_994, 6, "$99.999994"),
+        (105_000_000, 6, "$105.000000"),  # a column reads at one precision
+        (104_999_762, 2, "$105.00"),
+        (123_456, 4, "$0.1235"),  # half away from zero
+        (-1, 2, "$0.00"),  # what rounds to nothing has no sign
+        (-2_520, 5, "-$0.00252"),
+        (1_234_567_890_123, 6, "$1,234,567.890123"),
+    ],
+)
+def test_dollars_at_a_shared_precision_have_exactly_that_many_decimals(micro, places, shown):
+    assert money.format_usd(micro, places=places) == shown
+
+
+def test_a_balance_beside_sub_cent_amounts_moves_by_each_of_them_as_shown():
+    """The issue's ledger: 24 debits of $0.000006 from $100.00 each read as a new balance."""
+    amounts = [-6] * 24
+    balances = [100_000_000 - 6 * (n + 1) for n in range(24)]
+    places = money.finest_places(amounts)
+    shown = [money.format_usd(b, places=places) for b in balances]
+    assert shown[:2] == ["$99.999994", "$99.999988"] and shown[-1] == "$99.999856"
+    assert len(set(shown)) == 24  # never frozen
+    assert {money.format_usd(b) for b in balances} == {"$100.00"}  # what cents alone showed
