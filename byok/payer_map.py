@@ -194,7 +194,9 @@ def key_refusal(api_key: ApiKey, *, now: datetime) -> tuple[str, str] | None:
     return None
 
 
-def _model_payers(offers: list[Offer], *, group_id: int, pools: dict[str, PoolView]) -> ModelPayers:
+def model_payers(offers: list[Offer], *, group_id: int, pools: dict[str, PoolView]) -> ModelPayers:
+    """Return who pays for one model's request: its offers' links walked in the gateway's
+    order through the payer rule, the chain lock carried from link to link."""
     first = offers[0]
     locked = False
     attempts: list[Payment] = []
@@ -265,5 +267,5 @@ def payer_map(*, api_key: ApiKey, now: datetime | None = None) -> KeyPayers:
             message = f"This key may not use model {name!r}."
             models.append(_refused(offers[name], Forbidden.code, message))
         else:
-            models.append(_model_payers(offers[name], group_id=api_key.group_id, pools=pools))
+            models.append(model_payers(offers[name], group_id=api_key.group_id, pools=pools))
     return KeyPayers(api_key=api_key, models=tuple(models))
