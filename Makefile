@@ -13,8 +13,11 @@ install: var/.installed
 
 install-dev: var/.installed-dev
 
+# A current pip first: one before 23.3 warns that lxml has no `html_clean` extra (justext
+# asks for it so spelt; lxml names it html-clean, the same extra once normalised: PEP 685).
 var/.installed: requirements.lock
 	@if [ -z "$$VIRTUAL_ENV" ] && [ ! -x .venv/bin/python ]; then python3 -m venv .venv; fi
+	@$(PY) -m pip install -q --disable-pip-version-check 'pip>=23.3'
 	@$(PY) -m pip install -q --disable-pip-version-check -r requirements.lock
 	@mkdir -p var && touch var/.installed
 

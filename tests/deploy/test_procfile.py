@@ -30,7 +30,7 @@ from tests.support.waits import wait_until
 pytestmark = [requires_postgres, requires_redis]
 
 # docs/production.md, "Path 2: a host without containers", verbatim.
-INSTALL = ["python3 -m venv .venv", ".venv/bin/pip install -r requirements.lock"]
+INSTALL = ["python3 -m venv --upgrade-deps .venv", ".venv/bin/pip install -r requirements.lock"]
 COPY_SETTINGS = "cp .env.example .env"
 ACTIVATE = ". .venv/bin/activate"
 MIGRATE = 'DATABASE_OWNER_URL="$OWNER_URL" honcho run python manage.py migrate --noinput'
@@ -81,6 +81,7 @@ class Operator:
             timeout=300,
         )
         assert result.returncode == 0, f"{commands}:\n{result.stdout}\n{result.stderr}"
+        self.stderr = result.stderr
         return result.stdout
 
     def start(self) -> None:
@@ -192,6 +193,9 @@ def operator(tmp_path, aof_redis, stub):
     }
     run = Operator(checkout, shell_env)
     run.sh(*INSTALL)
+    # The install warns of nothing (but this machine's pip configuration: an absent index).
+    warned = [w for w in run.stderr.splitlines() if "WARNING" in w and "is ignored:" not in w]
+    assert warned == [], warned
     run.sh(COPY_SETTINGS)
     gateway_port, control_port = free_port(), free_port()
     # The stub stands in for OpenAI: the profile of docs/providers.md on another base URL.
