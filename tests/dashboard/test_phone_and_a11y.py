@@ -37,6 +37,7 @@ PAGES = {
     "keys": ("keys/", "Keys"),
     "key-edit": ("keys/{key_id}/", "Keys"),
     "key-revoke": ("keys/{key_id}/revoke/", "Keys"),
+    "key-payers": ("keys/{key_id}/payers/", "Keys"),
     "groups": ("groups/", "Groups"),
     "group-edit": ("groups/{group_id}/", "Groups"),
     "team-keys": ("team-keys/", "Team keys"),
