@@ -4,7 +4,9 @@
 #   docker build -t tollgate .
 #   docker build --secret id=pip_ca,src=/path/to/ca.pem -t tollgate .   # index behind a TLS proxy
 #
-# BASE_IMAGE is any Debian-like image with python3 (3.11) and its venv module.
+# BASE_IMAGE is any Debian-like image with python3 (3.11) and its venv module. compose.yaml
+# builds it once (`docker compose build`, `podman-compose build`) with BASE_IMAGE and the
+# pip_ca secret from BUILD_PIP_CA (docs/production.md); its BASE_IMAGE default repeats this one.
 ARG BASE_IMAGE=python:3.11-slim-bookworm
 
 FROM ${BASE_IMAGE} AS builder
