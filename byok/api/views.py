@@ -180,6 +180,12 @@ class TeamKeyView(APIView):
         operation_id="byok_keys_destroy",
         tags=["team keys"],
         summary="Remove a team key; every replica forgets it before this answers",
+        description=(
+            "A pool's last key is removed too (an API does not ask first): the pool stays, "
+            "empty, with its fallback flag, and the group's next request for the provider's "
+            "models answers as with no pool: served on the platform's keys when fallback is "
+            "on, refused with LM-3021 (its pool is empty) when it is off."
+        ),
         responses={
             204: OpenApiResponse(description="Removed."),
             **error_responses(403, 404),
