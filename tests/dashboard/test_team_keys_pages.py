@@ -14,6 +14,7 @@ import pytest
 from accounts.models import Group, Membership
 from byok.models import KeyPool, TeamKey
 from byok.services import pool_set_fallback, team_key_add
+from tests.byok.test_byok_api import INELIGIBLE
 from tests.dashboard.test_manage import text
 from tests.dashboard.test_pages import member, page, signed_in
 from tests.support.profiles import install_profiles, stub_profiles
@@ -24,13 +25,7 @@ pytestmark = pytest.mark.django_db
 
 # Profiles no team key may be added for (platform-only and keyless kinds), and a web one.
 PLATFORM_ONLY = [
-    {
-        "name": "azure-east",
-        "kind": "azure",
-        "base_url": "https://example.invalid",
-        "models": [{"name": "azure-gpt"}],
-    },
-    {"name": "bedrock", "kind": "bedrock", "base_url": "https://example.invalid"},
+    *INELIGIBLE,  # azure-east, bedrock
     {
         "name": "gemini",
         "kind": "gemini",
