@@ -141,16 +141,22 @@ async def execute(ctx: WebContext, endpoint: WebEndpoint, plan: WebPlan, req: We
 
 
 async def start_crawl(ctx: RequestContext, req: WebRequest) -> Ending:
-    """Queue a crawl job (202 with its id); refused before queuing when nothing could fetch it,
-    or when its seed is a URL a scrape of it would refuse (LM-2001, the scrape's message)."""
+    """Queue a crawl job (202 with its id); refused before queuing when nothing could fetch it
+    (LM-2001), no one may pay for its pages (LM-3021), or its seed is a URL a scrape of it would
+    refuse (LM-2001, the scrape's message)."""
     principal = ctx.principal
     assert principal is not None, ACCEPTED
-    build_web_plan(
+    plan = build_web_plan(
         WebRequest(action=SCRAPE, url=req.url, render_js=req.render_js),
         principal,
         runtime.catalog,
         runtime.pools.get,
     )
+    if not any(link.attempts for link in plan.links):
+        # No one may pay for a page (no team key, platform serving off): each page would be
+        # refused LM-3021 as a scrape is, so the job is refused instead of queued.
+        names = ", ".join(link.profile.name for link in plan.links)
+        raise errors.TeamKeysExhausted(f"No team key for {names} and platform serving is off.")
     await _check_seed(req.url)
     try:
         job = await off_loop(crawler.queue_job)(principal, req, ctx.client_request_id)
