@@ -1,20 +1,25 @@
-"""The container image and compose.yaml, run as an operator runs them, on podman.
+"""compose.yaml and the image, brought up as docs/production.md says, on podman-compose.
 
-The image is built from the Dockerfile; the stack (PostgreSQL, Redis with an append-only
-file, migrate, gateway, control plane, Celery worker and beat, plus the stub vendor from
-tests/deploy/compose.test.yaml) is started with podman-compose and driven from outside
-through its ports on 127.0.0.1: a streamed completion with the official SDK, its usage row,
-a dashboard sign-in behind a (simulated) TLS proxy, beat's reaper run by the worker, and the
-data kept across `down` and `up`.
+In a copy of the checkout, as an operator holds it: `.env` copied from `.env.example` and
+edited, a `profiles.json` beside compose.yaml (docs/providers.md), and the documented
+commands verbatim, run without a terminal (the docs check, tests/docs/test_docs_commands.py,
+holds this file to them): `podman-compose build` (the one build of the stack, its base and
+the pip CA from the documented BASE_IMAGE and BUILD_PIP_CA), `podman-compose up -d`, the
+operator's login with `createsuperuser --noinput`, `create_tenant`, `run --rm migrate` and
+`down`. The stub vendor joins the stack through tests/deploy/compose.test.yaml, copied as
+compose.override.yaml, which both engines read by themselves.
 
-This machine reaches no registry: scripts/deploy-prereqs.sh installs podman and builds the
-base image and the postgres / redis stand-ins (deploy/test-images/), kept between runs.
-Two things podman 4.3 (Debian bookworm) lacks without systemd, which the test does itself:
-health checks run only when asked (`podman healthcheck run`: systemd timers would run them),
-and podman-compose then ignores `condition: service_healthy` (and podman 4.3 cannot start a
-container whose `--requires` chain is two deep). So the test brings the stack up in the
-order its depends_on says, each step once the previous is healthy or has exited 0, with
-`up --no-deps`: the same containers, commands, health checks and volumes compose.yaml names.
+Nothing stages the start: podman 4.3 (Debian bookworm) without systemd runs no health checks
+and podman-compose ignores health conditions there, so each Tollgate process waits itself
+(`manage.py wait_ready`) for PostgreSQL, Redis and migrate's schema and grants. Then, from
+outside through the published ports: a streamed completion with the official SDK, its usage
+row, a dashboard sign-in behind a (simulated) TLS proxy, beat's reaper run by the worker,
+each container holding only the settings it needs, a bad profiles file refused in one line,
+and the data kept across `down` and `up`.
+
+This machine reaches no registry: scripts/deploy-prereqs.sh installs podman and
+podman-compose and builds the base image and the postgres / redis stand-ins
+(deploy/test-images/), kept between runs.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.deploy.test_procfile import edit_env_file, operator_checkout
 from tests.support.waits import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -46,11 +52,30 @@ REDIS_IMAGE = os.environ.get("DEPLOY_REDIS_IMAGE", "localhost/tollgate-test-redi
 # the host's CA bundle as a build secret (never a layer).
 PIP_CA = os.environ.get("DEPLOY_PIP_CA", "/etc/ssl/certs/ca-certificates.crt")
 PASSWORD = "a-long-enough-password-for-the-compose-test"
+OPS_PASSWORD = "a-long-enough-password-for-the-operator"
 MODEL = "gpt-4o-mini"
-# What the others need (the stores, the fake vendor), then Tollgate's long-running processes.
-BACKING, APP = ("postgres", "redis", "stub"), ("gateway", "control", "worker", "beat")
+# Tollgate's long-running processes, and the containers that must hold none of its settings.
+APP = ("gateway", "control", "worker", "beat")
+SERVICES = ("postgres", "redis", "stub", "migrate", *APP)
 
-pytestmark = pytest.mark.timeout(900)
+# docs/production.md, "Path 1: containers (compose)", verbatim.
+COPY_SETTINGS = "cp .env.example .env"
+BUILD = "podman-compose build"
+UP = "podman-compose up -d"
+SUPERUSER = (
+    'DJANGO_SUPERUSER_PASSWORD="$OPS_PASSWORD" podman-compose exec -T -e '
+    "DJANGO_SUPERUSER_PASSWORD control python manage.py createsuperuser --noinput "
+    "--username ops --email ops@example.com"
+)
+CREATE_TENANT = (
+    "podman-compose exec -T control python manage.py create_tenant --name acme "
+    "--wallet-micro 5000000 --json"
+)
+DOWN = "podman-compose down"
+# docs/providers.md, "2. Load them": migrate again, after a change of profiles.json.
+RELOAD_PROFILES = "podman-compose run --rm migrate"
+
+pytestmark = pytest.mark.timeout(1200)
 
 
 def _unavailable(reason: str):
@@ -61,7 +86,7 @@ def _unavailable(reason: str):
 
 @pytest.fixture(scope="module")
 def tools() -> dict[str, str]:
-    """Return the environment for podman and podman-compose, prerequisites made."""
+    """Return a shell's environment with podman-compose on its PATH, prerequisites made."""
     if shutil.which("podman") is None:
         _unavailable(
             "podman is not installed: run scripts/deploy-prereqs.sh as root (Debian bookworm)"
@@ -71,44 +96,14 @@ def tools() -> dict[str, str]:
     )
     assert made.returncode == 0, made.stderr[-4000:]
     exports = dict(re.findall(r"^export (\w+)=(.*)$", made.stdout, re.M))
-    # Nothing of the suite's own settings reaches compose: a shell variable would win over
-    # the stack's .env in compose.yaml's ${...} (POSTGRES_PASSWORD, GATEWAY_WORKERS, ...).
-    ours = ("TOLLGATE_", "GATEWAY_", "CONTROL_", "POSTGRES_", "REDIS_", "DATABASE_URL")
-    return {k: v for k, v in os.environ.items() if not k.startswith(ours)} | exports
-
-
-@pytest.fixture(scope="module")
-def image(tools) -> str:
-    """Build the Tollgate image from the Dockerfile (layers cached); return its name."""
-    old = _podman(tools, "image", "inspect", "--format", "{{.Id}}", IMAGE, check=False).stdout
-    secret = ["--secret", f"id=pip_ca,src={PIP_CA}"] if Path(PIP_CA).is_file() else []
-    started = time.monotonic()
-    _podman(
-        tools,
-        "build",
-        "--build-arg",
-        f"BASE_IMAGE={BASE_IMAGE}",
-        *secret,
-        "-t",
-        IMAGE,
-        str(ROOT),
-        timeout=900,
-    )
-    size = int(_podman(tools, "image", "inspect", "--format", "{{.Size}}", IMAGE).stdout)
-    print(f"built {IMAGE} in {time.monotonic() - started:.0f} s: {size / 1e6:.0f} MB")
-    new = _podman(tools, "image", "inspect", "--format", "{{.Id}}", IMAGE).stdout
-    if old.strip() and old != new:  # the previous build, now untagged: ours to remove
-        _podman(tools, "rmi", old.strip(), check=False)
-    return IMAGE
-
-
-def _podman(env: dict, *args: str, check: bool = True, timeout: float = 120):
-    done = subprocess.run(
-        ["podman", *args], env=env, capture_output=True, text=True, timeout=timeout
-    )
-    if check:
-        assert done.returncode == 0, f"podman {' '.join(args)}: {done.stderr[-4000:]}"
-    return done
+    tools_bin = str(Path(exports.pop("PODMAN_COMPOSE")).parent)
+    # A clean shell: none of the suite's settings (a shell variable wins over the stack's
+    # .env in compose.yaml's ${...} and in what it passes to containers).
+    return {
+        "PATH": f"{tools_bin}:{os.environ['PATH']}",
+        "HOME": os.environ.get("HOME", "/root"),
+        **exports,
+    }
 
 
 def _free_loopback_ports(count: int) -> list[int]:
@@ -127,31 +122,36 @@ def _free_loopback_ports(count: int) -> list[int]:
 
 
 class Stack:
-    """compose.yaml and the test's override in a project directory of their own, with .env."""
+    """An operator's checkout with .env, profiles.json and the test's override, and a shell."""
 
-    def __init__(self, env: dict, directory: Path, image: str):
-        self.dir = directory
+    def __init__(self, env: dict, tmp_path: Path):
+        self.dir = operator_checkout(tmp_path)
+        shutil.copy(
+            ROOT / "tests" / "deploy" / "compose.test.yaml", self.dir / "compose.override.yaml"
+        )
         self.gateway_port, self.control_port = _free_loopback_ports(2)
         self.gateway = f"http://127.0.0.1:{self.gateway_port}"
         self.control = f"http://127.0.0.1:{self.control_port}"
-        shutil.copy(ROOT / "compose.yaml", directory / "compose.yaml")
-        shutil.copy(
-            ROOT / "tests" / "deploy" / "compose.test.yaml", directory / "compose.test.yaml"
-        )
-        (directory / ".env").write_text(self._dotenv())
-        # What compose.yaml itself reads (never the containers): from the shell, as an operator
-        # may; in .env, Tollgate's settings would refuse the unknown TOLLGATE_IMAGE.
+        # What compose.yaml itself reads, from the shell as an operator may (or from .env).
         self.env = env | {
-            "TOLLGATE_IMAGE": image,
+            "COMPOSE_PROJECT_NAME": PROJECT,
+            "TOLLGATE_IMAGE": IMAGE,
             "POSTGRES_IMAGE": POSTGRES_IMAGE,
             "REDIS_IMAGE": REDIS_IMAGE,
+            "BASE_IMAGE": BASE_IMAGE,
             "GATEWAY_PORT": str(self.gateway_port),
             "CONTROL_PORT": str(self.control_port),
+            "OPS_PASSWORD": OPS_PASSWORD,
         }
+        if Path(PIP_CA).is_file():
+            self.env["BUILD_PIP_CA"] = PIP_CA
+        self.sh(COPY_SETTINGS)
+        self.settings = self._settings()
+        edit_env_file(self.dir / ".env", self.settings)
+        self.write_profiles(json.dumps(self._profiles()))
 
-    def _dotenv(self) -> str:
-        db_password, app_password = secrets.token_hex(16), secrets.token_hex(16)
-        profiles = [
+    def _profiles(self) -> list[dict]:
+        return [
             {
                 "name": "stub-openai",
                 "kind": "openai",
@@ -168,21 +168,33 @@ class Stack:
                 ],
             }
         ]
-        settings = {
+
+    def write_profiles(self, text: str) -> None:
+        (self.dir / "profiles.json").write_text(text)
+
+    def _settings(self) -> dict[str, str]:
+        """The operator's edits of .env: every change-me, this host's names."""
+        public = f"https://127.0.0.1:{self.control_port}"
+        return {
             # The application's own role (migrate creates it); the owner's password apart.
-            "DATABASE_URL": f"postgres://tollgate_app:{app_password}@postgres:5432/tollgate",
-            "POSTGRES_PASSWORD": db_password,
-            "REDIS_URL": "redis://redis:6379/0",
+            "DATABASE_URL": f"postgres://tollgate_app:{secrets.token_hex(16)}@postgres:5432/tollgate",
+            "POSTGRES_PASSWORD": secrets.token_hex(16),
             "SECRET_KEY": secrets.token_urlsafe(50),
             "SEALING_KEYS": "v1:" + base64.urlsafe_b64encode(secrets.token_bytes(32)).decode(),
             "TOLLGATE_CALLER_KEY": secrets.token_urlsafe(32),
             "TOLLGATE_RECEIPT_KEYS": "r1:"
             + base64.urlsafe_b64encode(secrets.token_bytes(32)).decode(),
+            "GATEWAY_INTERNAL_TOKEN": secrets.token_urlsafe(32),
+            "TOLLGATE_METRICS_TOKEN": secrets.token_urlsafe(32),
             "ALLOWED_HOSTS": "127.0.0.1,localhost",
+            "CSRF_TRUSTED_ORIGINS": public,
             # The test plays the operator's TLS proxy: it says https in X-Forwarded-Proto, so
-            # production's Secure cookies stay on (and the browser below keeps them itself).
+            # production's Secure cookies stay on (and the browser below keeps them itself);
+            # it reaches the planes on plain http from outside, so no redirect to https.
             "TOLLGATE_BEHIND_TLS_PROXY": "true",
-            "TOLLGATE_PUBLIC_URL": f"https://127.0.0.1:{self.control_port}",
+            "TOLLGATE_SSL_REDIRECT": "false",
+            "TOLLGATE_PROXY_HOPS": "0",
+            "TOLLGATE_PUBLIC_URL": public,
             # TOLLGATE_REDIS_PERSISTENCE stays `check`: compose's Redis keeps an AOF.
             # Beat's reaper runs every min(60 s, the hold TTL): seconds, for the test.
             "TOLLGATE_REQUEST_DEADLINE_S": "5",
@@ -191,18 +203,17 @@ class Stack:
             "GATEWAY_WORKERS": "1",
             "CONTROL_WORKERS": "1",
             "STUB_PLATFORM_KEY": "sk-stub-platform-" + secrets.token_hex(8),
-            "PROVIDER_PROFILES_JSON": json.dumps(profiles, separators=(",", ":")),
         }
-        return "".join(f"{name}={value}\n" for name, value in settings.items())
 
-    def compose(self, *args: str, timeout: float = 300) -> str:
+    def sh(self, command: str, *, check: bool = True, timeout: float = 300):
+        """Run one documented command as the operator types it, without a terminal."""
         done = subprocess.run(
-            [self.env["PODMAN_COMPOSE"], "-p", PROJECT, "-f", "compose.yaml", "-f",
-             "compose.test.yaml", *args],
-            cwd=self.dir, env=self.env, capture_output=True, text=True, timeout=timeout,
+            ["bash", "-c", command], cwd=self.dir, env=self.env, stdin=subprocess.DEVNULL,
+            capture_output=True, text=True, timeout=timeout,
         )  # fmt: skip
-        assert done.returncode == 0, f"compose {' '.join(args)}:\n{done.stdout}\n{done.stderr}"
-        return done.stdout
+        if check:
+            assert done.returncode == 0, f"{command}:\n{done.stdout}\n{done.stderr}"
+        return done
 
     def podman(self, *args: str, check: bool = True, timeout: float = 120):
         return _podman(self.env, *args, check=check, timeout=timeout)
@@ -216,11 +227,10 @@ class Stack:
         assert len(names) == 1, f"containers of {service}: {names}"
         return names[0]
 
-    def healthy(self, service: str) -> bool:
-        """Run the service's compose health check now (no systemd timer runs it here)."""
-        return (
-            self.podman("healthcheck", "run", self.container(service), check=False).returncode == 0
-        )
+    def env_names(self, service: str) -> set[str]:
+        """The names of the variables the service's container was given."""
+        found = self.podman("inspect", "--format", "{{json .Config.Env}}", self.container(service))
+        return {item.split("=", 1)[0] for item in json.loads(found.stdout)}
 
     def logs(self, service: str) -> str:
         done = self.podman("logs", self.container(service), check=False)
@@ -233,48 +243,38 @@ class Stack:
                 "ps", "-a", "--filter", f"label=com.docker.compose.project={PROJECT}"
             ).stdout
         ]
-        for service in (*BACKING, "migrate", *APP):
+        for service in SERVICES:
             try:
                 lines.append(f"--- {service}\n" + "\n".join(self.logs(service).splitlines()[-25:]))
             except AssertionError as exc:
                 lines.append(f"--- {service}: {exc}")
         return "\n".join(lines)
 
-    def wait(self, check, *, what: str, timeout_s: float = 120):
+    def wait(self, check, *, what: str, timeout_s: float = 180):
         try:
             return wait_until(check, timeout_s=timeout_s, interval_s=0.5, what=what)
         except pytest.fail.Exception as exc:
             raise AssertionError(f"{exc}\n{self.report()}") from None
 
     def up(self) -> None:
-        """Start the stack in depends_on's order (see the module docstring)."""
-        self.compose("up", "-d", "--no-build", "--no-deps", *BACKING)
-        self.wait(
-            lambda: self.healthy("postgres") and self.healthy("redis"), what="postgres, redis"
-        )
-        self.compose("up", "-d", "--no-build", "--no-deps", "migrate")
+        """`podman-compose up -d`, then both planes answering from outside."""
+        self.sh(UP)
+
+        def planes_answer() -> bool:
+            try:
+                return all(
+                    httpx.get(f"{url}/healthz", timeout=2).status_code == 200
+                    for url in (self.gateway, self.control)
+                )
+            except httpx.HTTPError:
+                return False
+
+        self.wait(planes_answer, what="gateway and control /healthz from outside")
         migrate = self.container("migrate")
         exit_code = self.podman("wait", migrate, timeout=180).stdout.strip()
         assert exit_code == "0", f"migrate exited {exit_code}:\n{self.logs('migrate')}"
         assert "loaded 1 profile(s): stub-openai" in self.logs("migrate")
         assert "role tollgate_app: owns" in self.logs("migrate")
-        self.compose("up", "-d", "--no-build", "--no-deps", *APP)
-
-        def planes_answer() -> bool:
-            for service, url in (("gateway", self.gateway), ("control", self.control)):
-                if not self.healthy(service):
-                    return False
-                try:
-                    if httpx.get(f"{url}/healthz", timeout=2).status_code != 200:
-                        return False
-                except httpx.HTTPError:
-                    return False
-            return True
-
-        self.wait(planes_answer, what="gateway and control healthy, /healthz from outside")
-
-    def down(self, *args: str) -> None:
-        self.compose("down", *args)
 
     def leftovers(self) -> list[str]:
         """Containers, volumes and networks of the project still on the machine."""
@@ -285,24 +285,45 @@ class Stack:
         return found + [name for name in networks if name.startswith(PROJECT)]
 
 
-@pytest.fixture
-def stack(tools, image, tmp_path):
-    stack = Stack(tools, tmp_path, image)
-    stack.down("-v")  # what a crashed earlier run left
+def _podman(env: dict, *args: str, check: bool = True, timeout: float = 120):
+    done = subprocess.run(
+        ["podman", *args], env=env, capture_output=True, text=True, timeout=timeout
+    )
+    if check:
+        assert done.returncode == 0, f"podman {' '.join(args)}: {done.stderr[-4000:]}"
+    return done
+
+
+@pytest.fixture(scope="module")
+def stack(tools, tmp_path_factory):
+    """The operator's checkout, its image built with the documented `podman-compose build`."""
+    stack = Stack(tools, tmp_path_factory.mktemp("compose"))
+    stack.sh(f"{DOWN} -v", check=False)  # what a crashed earlier run left
+    old = stack.podman("image", "inspect", "--format", "{{.Id}}", IMAGE, check=False).stdout
+    started = time.monotonic()
+    built = stack.sh(BUILD, timeout=900)
+    size = int(stack.podman("image", "inspect", "--format", "{{.Size}}", IMAGE).stdout)
+    # One image for the five Tollgate services: one `podman build`, its base read once.
+    output = built.stdout + built.stderr
+    assert output.count("Successfully tagged") == 1, output[-3000:]
+    print(f"built {IMAGE} in {time.monotonic() - started:.0f} s: {size / 1e6:.0f} MB")
+    new = stack.podman("image", "inspect", "--format", "{{.Id}}", IMAGE).stdout
+    if old.strip() and old != new:  # the previous build, now untagged: ours to remove
+        stack.podman("rmi", old.strip(), check=False)
     yield stack
-    stack.down("-v")
+    stack.sh(f"{DOWN} -v", check=False)
 
 
-def test_the_image_runs_as_an_unprivileged_user_without_tests_or_secrets(tools, image):
-    facts = _podman(
-        tools, "run", "--rm", image, "sh", "-c",
+def test_the_image_runs_as_an_unprivileged_user_without_tests_or_secrets(stack):
+    facts = stack.podman(
+        "run", "--rm", IMAGE, "sh", "-c",
         'id -u; touch "$TOLLGATE_VAR_DIR/written" && echo writable; ls -a /app; '
         "command -v pip || echo no-pip; python -c 'import celery, gunicorn, uvicorn_worker'",
     ).stdout.split()  # fmt: skip
     assert facts[0] != "0" and "writable" in facts and "no-pip" in facts
     assert {"manage.py", "config", "gateway", "stubvendor", "templates"} <= set(facts)
-    assert not {"tests", "bench", ".git", ".venv", ".env", "var"} & set(facts)
-    config = json.loads(_podman(tools, "image", "inspect", image).stdout)[0]["Config"]
+    assert not {"tests", "bench", ".git", ".venv", ".env", "var", "profiles.json"} & set(facts)
+    config = json.loads(stack.podman("image", "inspect", IMAGE).stdout)[0]["Config"]
     assert "config.asgi:gateway_application" in " ".join(config["Cmd"])
     assert not [item for item in config["Env"] if item.startswith(("PIP_CERT", "SSL_CERT"))]
 
@@ -314,11 +335,9 @@ def test_the_compose_stack_serves_signs_in_reaps_holds_and_keeps_its_data_across
 
     stack.up()
 
-    # Provisioning from a shell in the control plane's container.
-    made = stack.podman(
-        "exec", stack.container("control"), "python", "manage.py", "create_tenant",
-        "--name", "compose-ci", "--wallet-micro", "5000000", "--json",
-    ).stdout  # fmt: skip
+    # The operator's login and a tenant, from a shell with no terminal.
+    stack.sh(SUPERUSER)
+    made = stack.sh(CREATE_TENANT).stdout
     tenant = json.loads(made)
     api = httpx.Client(
         base_url=stack.control, headers={"Authorization": f"Token {tenant['api_token']}"}
@@ -338,16 +357,25 @@ def test_the_compose_stack_serves_signs_in_reaps_holds_and_keeps_its_data_across
     assert wallet["balance_micro"] == 5_000_000 - row["provider_cost_micro"]
     assert wallet["reserved_micro"] == 0
 
-    # The owner sets a password from create_tenant's link and signs in to the dashboard.
-    browser = TlsProxiedBrowser(stack.control, public_url=f"https://127.0.0.1:{stack.control_port}")
+    # The owner sets a password from create_tenant's link and signs in to the dashboard;
+    # the operator signs in to the admin.
+    public = f"https://127.0.0.1:{stack.control_port}"
+    browser = TlsProxiedBrowser(stack.control, public_url=public)
     form = browser.request("GET", tenant["password_link"])
     browser.request("POST", str(form.url), {"new_password1": PASSWORD, "new_password2": PASSWORD})
     browser.sign_in(tenant["username"], PASSWORD)
     assert 'id="wallet-balance"' in browser.request("GET", "/dashboard/").text
     assert {"sessionid", "csrftoken"} <= browser.secure_cookies
+    admin = TlsProxiedBrowser(stack.control, public_url=public)
+    admin.request("GET", "/django-admin/login/")
+    page = admin.request(
+        "POST", "/django-admin/login/?next=/django-admin/",
+        {"username": "ops", "password": OPS_PASSWORD, "next": "/django-admin/"},
+    )  # fmt: skip
+    assert "/django-admin/logout/" in page.text, page.text[:2000]
 
-    # Every serving container runs as the application's role, without the owner's password,
-    # and that role may only insert into and read the proof.
+    # Every serving container runs as the application's role, and that role may only insert
+    # into and read the proof.
     def psql(query: str) -> str:
         return stack.podman(
             "exec", stack.container("postgres"), "psql", "-U", "tollgate", "-d", "tollgate",
@@ -367,22 +395,57 @@ def test_the_compose_stack_serves_signs_in_reaps_holds_and_keeps_its_data_across
         )
         == "audit_auditentry:falsetrue,billing_receipt:falsetrue"
     )
-    for service in APP:
-        env = stack.podman("exec", stack.container(service), "env").stdout.splitlines()
-        assert "POSTGRES_PASSWORD=" in env and "DATABASE_OWNER_URL" not in "".join(env)
     checked = stack.podman(
         "exec", stack.container("control"), "python", "manage.py", "check", "--deploy",
         check=False,
     )  # fmt: skip
     assert "tollgate.W040" not in checked.stdout + checked.stderr
 
+    # Each container holds only the settings it needs (compose.yaml's `environment:`).
+    ours = set(stack.settings)
+    given = {service: stack.env_names(service) & ours for service in SERVICES}
+    assert given["redis"] == given["stub"] == set()
+    assert given["postgres"] == {"POSTGRES_PASSWORD"}
+    assert [service for service in SERVICES if "POSTGRES_PASSWORD" in given[service]] == [
+        "postgres"
+    ]
+    assert "DATABASE_OWNER_URL" in stack.env_names("migrate")
+    assert not [s for s in APP if "DATABASE_OWNER_URL" in stack.env_names(s)]
+    assert {"SECRET_KEY", "SEALING_KEYS", "DATABASE_URL"} <= given["control"]
+    holders = {
+        name: [service for service in SERVICES if name in given[service]]
+        for name in ("GATEWAY_INTERNAL_TOKEN", "TOLLGATE_METRICS_TOKEN", "STUB_PLATFORM_KEY")
+    }
+    assert holders == {
+        "GATEWAY_INTERNAL_TOKEN": ["gateway"],
+        "TOLLGATE_METRICS_TOKEN": ["gateway"],
+        "STUB_PLATFORM_KEY": ["migrate", "gateway", "worker"],
+    }
+
     # Beat schedules the reaper; the worker runs it.
     reaped = re.compile(r"Task billing\.expire_stale_holds\[[^\]]+\] succeeded")
     stack.wait(lambda: reaped.search(stack.logs("worker")), what="beat's reaper run by the worker")
     assert "Sending due task billing-expire-stale-holds" in stack.logs("beat")
 
+    # A broken profiles file: migrate says so in one line, no traceback; fixed, it loads.
+    broken = '[{"name": "stub-openai",'
+    stack.write_profiles(broken)
+    refused = stack.sh(RELOAD_PROFILES, check=False)
+    assert refused.returncode != 0
+    assert "Traceback" not in refused.stderr + refused.stdout
+    with pytest.raises(json.JSONDecodeError) as why:
+        json.loads(broken)
+    said = (refused.stdout + refused.stderr).splitlines()  # a terminal merges the two
+    errors = [line.strip() for line in said if line.startswith("CommandError")]
+    assert errors == [
+        f"CommandError: Malformed setting PROVIDER_PROFILES_JSON: {why.value}"
+        " (given: /etc/tollgate/profiles.json)"
+    ], said[-30:]
+    stack.write_profiles(json.dumps(stack._profiles()))
+    assert "loaded 1 profile(s): stub-openai" in stack.sh(RELOAD_PROFILES).stdout
+
     # Down (volumes kept) and up again: the same key serves, the wallet is where it was.
-    stack.down()
+    stack.sh(DOWN)
     kept = [f"{PROJECT}_{volume}" for volume in ("archives", "beat", "pgdata", "redisdata")]
     assert sorted(stack.leftovers()) == kept
     stack.up()
@@ -390,10 +453,10 @@ def test_the_compose_stack_serves_signs_in_reaps_holds_and_keeps_its_data_across
     assert again["balance_micro"] == wallet["balance_micro"]
     _stream_once(client)
     stack.wait(lambda: len(usage_rows()) == 2, what="the second usage row")
-    browser = TlsProxiedBrowser(stack.control, public_url=f"https://127.0.0.1:{stack.control_port}")
+    browser = TlsProxiedBrowser(stack.control, public_url=public)
     browser.sign_in(tenant["username"], PASSWORD)
 
-    stack.down("-v")
+    stack.sh(f"{DOWN} -v")
     assert stack.leftovers() == []
 
 
