@@ -82,19 +82,30 @@ def platform_serves(profile: BillableProfile, *, keyless: bool = False) -> bool:
     )
 
 
+# Every answer the rule can give, made once: the request path allocates none.
+TEAM_ONLY = Payers((TEAM,), team=True, locked=False, locks_chain=False)
+TEAM_ONLY_LOCKING = Payers((TEAM,), team=True, locked=False, locks_chain=True)
+TEAM_THEN_PLATFORM = Payers((TEAM, PLATFORM), team=True, locked=False, locks_chain=False)
+PLATFORM_ONLY = Payers((PLATFORM,), team=False, locked=False, locks_chain=False)
+EMPTIED_REFUSED = Payers((), team=False, locked=False, locks_chain=True)
+LOCKED_OUT = Payers((), team=False, locked=True, locks_chain=False)
+NOBODY = Payers((), team=False, locked=False, locks_chain=False)
+
+
 def link_payers(*, pool: PoolView | None, platform_ok: bool, locked: bool) -> Payers:
     """Return who may pay for a link, given the group's pool for its profile (None: none, or
     team serving off), whether the platform serves it, and whether the chain is locked."""
-    fallback_off = pool is not None and not pool.fallback
-    if pool is not None and len(pool.keys) > 0:
-        served = (TEAM, PLATFORM) if pool.fallback and platform_ok else (TEAM,)
-        return Payers(served, team=True, locked=False, locks_chain=fallback_off)
-    if fallback_off:
-        # Emptied with fallback off: refused (it never becomes a silent platform charge).
-        return Payers((), team=False, locked=False, locks_chain=True)
+    if pool is not None:
+        if len(pool.keys) > 0:
+            if not pool.fallback:
+                return TEAM_ONLY_LOCKING
+            return TEAM_THEN_PLATFORM if platform_ok else TEAM_ONLY
+        if not pool.fallback:
+            # Emptied with fallback off: refused (it never becomes a silent platform charge).
+            return EMPTIED_REFUSED
     if platform_ok and not locked:
-        return Payers((PLATFORM,), team=False, locked=False, locks_chain=False)
-    return Payers((), team=False, locked=locked, locks_chain=False)
+        return PLATFORM_ONLY
+    return LOCKED_OUT if locked else NOBODY
 
 
 def refusal_message(provider: str, *, locked: bool, fallback_off: bool) -> str:
