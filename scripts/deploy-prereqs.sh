@@ -40,8 +40,8 @@ if [ ${#need[@]} -gt 0 ]; then
         "${need[@]}" uidmap fuse-overlayfs slirp4netns >/dev/null
 fi
 
-# 2. podman-compose from PyPI in its own venv, the version the compose test runs the documented
-# commands with (Debian's 1.0.3 predates compose.yaml's build secrets and bind options).
+# 2. podman-compose from PyPI in its own venv: the version the compose test runs the documented
+# commands with (Debian bookworm ships 1.0.3, not tested with compose.yaml).
 if ! "$TOOLS/bin/podman-compose" --version 2>/dev/null | grep -q "$PODMAN_COMPOSE_VERSION"; then
     say "installing podman-compose $PODMAN_COMPOSE_VERSION into $TOOLS"
     python3 -m venv "$TOOLS"
