@@ -351,4 +351,7 @@ class MembershipAdmin(AuditedDeletes, admin.ModelAdmin):
         for membership in queryset.select_related("user"):
             link = request.build_absolute_uri(password_link_issue(user=membership.user))
             # Shown once to the operator, who hands it to the member; never logged.
-            self.message_user(request, f"{membership.user}: {link}", messages.SUCCESS)
+            shown = format_html(
+                '{}: <code data-copy="Copy the link">{}</code>', membership.user, link
+            )
+            self.message_user(request, shown, messages.SUCCESS)
