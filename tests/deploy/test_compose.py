@@ -435,7 +435,8 @@ def test_the_compose_stack_serves_signs_in_reaps_holds_and_keeps_its_data_across
     assert "Traceback" not in refused.stderr + refused.stdout
     with pytest.raises(json.JSONDecodeError) as why:
         json.loads(broken)
-    said = (refused.stdout + refused.stderr).splitlines()  # a terminal merges the two
+    # `run` gives the command a terminal: the two streams merged, errors in colour.
+    said = re.sub(r"\x1b\[[0-9;]*m", "", refused.stdout + refused.stderr).splitlines()
     errors = [line.strip() for line in said if line.startswith("CommandError")]
     assert errors == [
         f"CommandError: Malformed setting PROVIDER_PROFILES_JSON: {why.value}"
