@@ -4,6 +4,8 @@ already in the store is not trusted on the request path (the platform serves it)
 
 from __future__ import annotations
 
+import re
+
 from django.test import Client
 
 from accounts.models import Membership
@@ -75,7 +77,8 @@ def test_the_dashboard_refuses_a_team_key_for_the_fake_kind_naming_the_eligible(
         {"group": tenant.group_id, "provider": "fake", "label": "k", "key": "sk-team-0042"},
     )
 
-    assert '<span id="eligible">stub-anthropic, stub-openai, stub-router</span>' in listing
+    offered = re.findall(r'<li data-provider="([^"]+)">', listing)
+    assert offered == ["stub-anthropic", "stub-openai", "stub-router"]
     assert '<option value="fake"' not in listing
     assert answered.status_code == 200
     assert f"Team keys cannot be added for fake. {ELIGIBLE}" in answered.content.decode()
