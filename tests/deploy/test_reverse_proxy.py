@@ -170,6 +170,9 @@ def test_the_dashboard_and_the_tenant_api_work_through_nginx(planes):
     # A browser over TLS on a non-443 port: its Origin carries the port, which Django
     # compares with the Host nginx passes on.
     origin = url.replace("http://", "https://")
+    # The gateway's health (the control plane's names its plane); the metrics stay inside.
+    assert httpx.get(f"{url}/healthz").json() == {"status": "ok"}
+    assert httpx.get(f"{url}/metrics").status_code == 404
     browser = httpx.Client(base_url=url, timeout=15)
     assert browser.get("/").headers["location"] == "/dashboard/"
     page = browser.get("/login/")
