@@ -15,7 +15,8 @@ and podman-compose ignores health conditions there, so each Tollgate process wai
 outside through the published ports: a streamed completion with the official SDK, its usage
 row, a dashboard sign-in behind a (simulated) TLS proxy, beat's reaper run by the worker,
 each container holding only the settings it needs, a bad profiles file refused in one line,
-and the data kept across `down` and `up`.
+a second `up -d` on the live stack (migrate again, a stopped service started, the rest
+untouched), and the data kept across `down` and `up`.
 
 This machine reaches no registry: scripts/deploy-prereqs.sh installs podman and
 podman-compose and builds the base image and the postgres / redis stand-ins
@@ -445,15 +446,27 @@ def test_the_compose_stack_serves_signs_in_reaps_holds_and_keeps_its_data_across
     stack.write_profiles(json.dumps(stack._profiles()))
     assert "loaded 1 profile(s): stub-openai" in stack.sh(RELOAD_PROFILES).stdout
 
+    # `up -d` again on the live stack: migrate runs again, a stopped service starts again
+    # (the same container, with its wait), nothing else is touched.
+    gateway, control = stack.container("gateway"), stack.container("control")
+    started = stack.podman("inspect", "--format", "{{.State.StartedAt}}", control).stdout
+    stack.podman("stop", gateway)
+    stack.up()
+    assert stack.container("gateway") == gateway
+    assert stack.podman("inspect", "--format", "{{.State.StartedAt}}", control).stdout == started
+    assert stack.logs("migrate").count("loaded 1 profile(s): stub-openai") == 2
+    _stream_once(client)
+    stack.wait(lambda: len(usage_rows()) == 2, what="the usage row after the second up")
+
     # Down (volumes kept) and up again: the same key serves, the wallet is where it was.
     stack.sh(DOWN)
     kept = [f"{PROJECT}_{volume}" for volume in ("archives", "beat", "pgdata", "redisdata")]
     assert sorted(stack.leftovers()) == kept
     stack.up()
     again = api.get(f"/api/accounts/{tenant['account_id']}/wallet").json()
-    assert again["balance_micro"] == wallet["balance_micro"]
+    assert again["balance_micro"] == wallet["balance_micro"] - row["provider_cost_micro"]
     _stream_once(client)
-    stack.wait(lambda: len(usage_rows()) == 2, what="the second usage row")
+    stack.wait(lambda: len(usage_rows()) == 3, what="the usage row after down and up")
     browser = TlsProxiedBrowser(stack.control, public_url=public)
     browser.sign_in(tenant["username"], PASSWORD)
 
