@@ -204,6 +204,8 @@ def main() -> None:
     values: dict[str, float] = {}
     for measure in measures:
         values |= measure()
+    # Times depend on what else the machine runs: say so beside them.
+    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
     for name in FIGURES:
         print(f"{name}: {values[name]}" if name in values else f"{name}: not measured here")
     print("rewrote:", ", ".join(rewrite(values)) or "nothing")
