@@ -18,8 +18,9 @@ from accounts.models import Account, ApiKey
 from core.money import format_usd
 from dashboard.selectors import chart_window, every_day, spend_micro
 from dashboard.templatetags.money import count, usd
+from providers.models import ProviderModel
 from usage.models import ServedBy
-from usage.selectors import usage_totals
+from usage.selectors import TOTALS, usage_totals, usage_zero_totals
 
 MONEY = "usd"  # values in micro-USD
 TOKENS = "tokens"
@@ -152,7 +153,7 @@ def charts_page(*, account: Account, days: int, now: datetime | None = None) -> 
     per_day = every_day(
         usage_totals(accounts=accounts, by="day", start=start), start=start, days=days
     )
-    per_model = usage_totals(accounts=accounts, by="model", start=start)
+    per_model = group_unknown(usage_totals(accounts=accounts, by="model", start=start))
     per_key = usage_totals(accounts=accounts, by="api_key_id", start=start)
     per_payer = {
         row["served_by"]: spend_micro(row)
@@ -226,6 +227,44 @@ def charts_page(*, account: Account, days: int, now: datetime | None = None) -> 
         charts=charts,
         per_model=[{**row, "spend_micro": spend_micro(row)} for row in per_model],
     )
+
+
+def known_models() -> frozenset[str]:
+    """Return every name the gateway serves a model by (enabled profiles): canonical names,
+    aliases, and each as "profile/name"."""
+    known: set[str] = set()
+    rows = ProviderModel.objects.filter(profile__enabled=True).values_list(
+        "profile__name", "name", "aliases"
+    )
+    for profile, name, aliases in rows:
+        for each in (name, *(a for a in aliases or () if isinstance(a, str))):
+            known |= {each, f"{profile}/{each}"}
+    return frozenset(known)
+
+
+def group_unknown(per_model: list[dict], known: frozenset[str] | None = None) -> list[dict]:
+    """Return the per-model totals with the names no model answers to (a misspelt "gpt-4o-mni",
+    refused with LM-2001) summed into one last row, "unknown models (N requests)": a typo is
+    not a model, and a row each would bury the real ones. Its `names` lists them.
+
+    Unknown: every request of the name failed and no enabled profile has a model or alias by
+    it. A name that served a request was a model then, even if no profile offers it now.
+    """
+    known = known_models() if known is None else known
+    models, unknown, names = [], usage_zero_totals(), []
+    for row in per_model:
+        name = row["model"]  # "" is a web action's: not a model
+        if not name or name in known or row["errors"] < row["requests"]:
+            models.append(row)
+            continue
+        names.append(name)
+        for total in TOTALS:
+            unknown[total] += row[total]
+    if names:
+        asked = unknown["requests"]
+        label = f"unknown models ({asked:,} request{'s' * (asked != 1)})"
+        models.append({**unknown, "model": label, "names": names, "unknown": True})
+    return models
 
 
 def spend_per_day_by_payer(

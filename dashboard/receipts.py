@@ -28,6 +28,7 @@ from audit.services import signed_audit_head
 from billing import statements
 from billing.models import Receipt
 from billing.receipts import signed_receipt_head
+from core.errors import REFUSAL_CODES
 from dashboard import selectors
 from dashboard.access import Seat, require_change, seat_of
 
@@ -62,10 +63,21 @@ class ReceiptRow:
     receipt: Receipt
     model: str
     paid_by: str
+    error_code: str = ""
 
     @property
     def total_micro(self) -> int:
         return self.receipt.cost_micro + self.receipt.bandwidth_micro
+
+    @property
+    def refused(self) -> bool:
+        """A charge receipt of a request the gateway refused: it proves nothing was charged,
+        so it is listed as a refusal, not as a $0.00 charge (its signed body is unchanged)."""
+        return (
+            self.receipt.kind == Receipt.Kind.CHARGE
+            and self.error_code in REFUSAL_CODES
+            and not self.total_micro
+        )
 
 
 def _row(receipt: Receipt) -> ReceiptRow:
@@ -74,6 +86,7 @@ def _row(receipt: Receipt) -> ReceiptRow:
         receipt=receipt,
         model=body.get("model_served") or body.get("model_requested") or "",
         paid_by=body.get("paid_by") or "",
+        error_code=body.get("error_code") or "",
     )
 
 

@@ -8,6 +8,7 @@ from django import template
 
 from core import money
 from core.admin_views import dollars
+from core.errors import REFUSAL_CODES
 
 register = template.Library()
 
@@ -36,6 +37,13 @@ def finest_places(rows: Iterable, attribute: str) -> int:
 def places_of(*amounts: int | None) -> int:
     """The precision of amounts shown together, as `finest_places` for a few named ones."""
     return money.finest_places(amounts)
+
+
+@register.filter
+def refused(error_code: str | None) -> bool:
+    """Whether a request ended in a gateway refusal: billed nothing, so listed as a refusal
+    ("refused: LM-2001"), never as a $0.00 charge."""
+    return error_code in REFUSAL_CODES
 
 
 @register.filter
