@@ -14,7 +14,7 @@ import pytest
 
 from accounts.logins import password_link_issue
 from accounts.models import Group, Membership
-from byok.models import KeyPool
+from byok.models import KeyPool, TeamKey
 from tests.support.a11y import summary, violations
 from tests.support.browser import ARTIFACTS as BROWSER_ARTIFACTS
 from tests.support.browser import DESKTOP, PHONE, open_page, requires_chromium
@@ -42,6 +42,7 @@ PAGES = {
     "group-edit": ("groups/{group_id}/", "Groups"),
     "team-keys": ("team-keys/", "Team keys"),
     "pool-remove": ("team-keys/pools/{pool_id}/remove/", "Team keys"),
+    "team-key-remove": ("team-keys/{team_key_id}/remove/", "Team keys"),
     "members": ("members/", "Members"),
     "wallet": ("wallet/", "Wallet"),
     "receipts": ("receipts/", "Receipts"),
@@ -124,6 +125,7 @@ def test_page_fits_the_screen_and_has_no_serious_violation(stack, tenant, browse
                 key_id=tenant.api_key_id,
                 group_id=tenant.group_id,
                 pool_id=KeyPool.objects.get(group_id=tenant.group_id).pk,
+                team_key_id=TeamKey.objects.get(pool__group_id=tenant.group_id).pk,
             )
             response = tab.goto(f"{stack.url}/dashboard/{tenant.account_id}/{path}")
             assert response.status == 200
