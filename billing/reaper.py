@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from django.db import transaction
 from django.utils import timezone
 
 from billing import ledger, receipts
+from billing.feed import CrashCharge, usage_feed
 from billing.models import Receipt, Reservation, SpendHold
-from core.sqlexec import ALL, Program, run_sync
+from core.sqlexec import ALL, Program, run_here
 
 
 def expire_stale_holds(*, now: datetime | None = None) -> tuple[int, int]:
@@ -17,20 +19,15 @@ def expire_stale_holds(*, now: datetime | None = None) -> tuple[int, int]:
     A request whose usage row reached the database was settled with it (billing/settlement.py,
     same transaction), so what is still pending past its expiry belongs to a request whose
     row never arrived. One whose vendor call was sent was served: it is charged at its hold,
-    marked unmeasured (billing.ledger.reap_reservation / reap_hold); one whose call never
-    left is released at 0. Run after storing the usage journal (the task billing
+    marked unmeasured (billing.ledger.reap_reservation / reap_hold), and given a usage row
+    that says so (billing.feed: the tenant's usage lists it); one whose call never left is
+    released at 0. Run after storing the usage journal (the task billing
     .expire_stale_holds does, through billing.feed), so late rows settle at their measured
     cost first.
     """
     now = now or timezone.now()
     reservations = sum(
-        bool(
-            run_sync(
-                _with_receipt(
-                    ledger.reap_reservation(pk, now=now), request_id, now=now, reservation_id=pk
-                )
-            )
-        )
+        _reap(ledger.reap_reservation(pk, now=now), request_id, now=now, reservation_id=pk)
         for pk, request_id in list(
             Reservation.objects.filter(
                 status=Reservation.Status.PENDING, expires_at__lt=now
@@ -38,7 +35,7 @@ def expire_stale_holds(*, now: datetime | None = None) -> tuple[int, int]:
         )
     )
     holds = sum(
-        bool(run_sync(_with_receipt(ledger.reap_hold(request_id, now=now), request_id, now=now)))
+        _reap(ledger.reap_hold(request_id, now=now), request_id, now=now)
         for request_id in list(
             SpendHold.objects.filter(status=SpendHold.Status.HELD, expires_at__lt=now).values_list(
                 "request_id", flat=True
@@ -48,12 +45,27 @@ def expire_stale_holds(*, now: datetime | None = None) -> tuple[int, int]:
     return reservations, holds
 
 
+def _reap(
+    reap: Program[bool], request_id: str, *, now: datetime, reservation_id: int | None = None
+) -> bool:
+    """Run a reap step with its receipt and, for a request it charged, the request's usage
+    row (unmeasured, through billing.feed), all in one transaction."""
+    with transaction.atomic():
+        resolved, charge = run_here(
+            _with_receipt(reap, request_id, now=now, reservation_id=reservation_id)
+        )
+        if charge is not None:
+            usage_feed().record_crash_charge(charge, now=now)
+    return bool(resolved)
+
+
 def _with_receipt(
     reap: Program[bool], request_id: str, *, now: datetime, reservation_id: int | None = None
-) -> Program[bool]:
+) -> Program[tuple[bool, CrashCharge | None]]:
     """Run a reap step and, in its transaction, write the receipt of what it charged: a
-    request's settled marker the reaper inserted, receipted once; or, for a reservation
-    (`reservation_id`) committed after its request was receipted, that wallet debit."""
+    request's settled marker the reaper inserted, receipted once (returned as the request's
+    CrashCharge); or, for a reservation (`reservation_id`) committed after its request was
+    receipted, that wallet debit."""
     resolved = yield from reap
     charged = yield (
         f"SELECT group_id, api_key_id, provider_cost_micro, bandwidth_micro FROM {ledger.SETTLED}"
@@ -64,7 +76,7 @@ def _with_receipt(
     if charged is None:
         if resolved and reservation_id is not None:
             yield from _late_commit_receipt(reservation_id, request_id, now=now)
-        return resolved
+        return resolved, None
     group_id, api_key_id, cost, bandwidth = charged
     accounts = yield from receipts.accounts_of_groups([group_id])
     # The wallet's commits at the hold (a request may have had several calls sent): the
@@ -94,7 +106,16 @@ def _with_receipt(
         wallet_taken_micro=debited,
     )
     yield from receipts.append([draft], now=now)
-    return resolved
+    charge = CrashCharge(
+        request_id=request_id,
+        account_id=accounts[group_id],
+        group_id=group_id,
+        api_key_id=api_key_id,
+        cost_micro=cost,
+        bandwidth_micro=bandwidth,
+        charged_at=now,
+    )
+    return resolved, charge
 
 
 def _late_commit_receipt(reservation_id: int, request_id: str, *, now: datetime) -> Program[None]:

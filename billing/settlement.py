@@ -35,13 +35,14 @@ from core.sqlexec import Program, run_here
 from core.usage_record import UsageRecord
 
 
-def settle_rows(records: list[UsageRecord], *, now: datetime) -> None:
+def settle_rows(records: list[UsageRecord], *, now: datetime) -> set[str]:
     """Apply the money of freshly stored usage records and write their receipts (call inside
-    their transaction)."""
-    run_here(_settle(records, now=now))
+    their transaction). Returns the request ids trued up: the reaper had charged them at
+    their hold."""
+    return run_here(_settle(records, now=now))
 
 
-def _settle(records: list[UsageRecord], *, now: datetime) -> Program[None]:
+def _settle(records: list[UsageRecord], *, now: datetime) -> Program[set[str]]:
     settled = yield from ledger.settle(
         [
             ledger.Settle(
@@ -64,6 +65,7 @@ def _settle(records: list[UsageRecord], *, now: datetime) -> Program[None]:
         ],
         now=now,
     )
+    return {rid for rid, trued in settled.trued_up.items() if trued.counters}
 
 
 def receipt_of(record: UsageRecord, settled: ledger.Settled) -> receipts.Draft:

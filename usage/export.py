@@ -21,10 +21,13 @@ from core.usage_record import TENANT_FIELDS
 from usage.models import UsageLog
 from usage.selectors import older_than
 
-# A tenant's view of a usage record by API name: the endpoint keeps the name `route` it
-# always had in the API and the CSV export.
+# A tenant's view of a usage row by API name: the endpoint keeps the name `route` it always
+# had in the API and the CSV export. `measurement` (a column of the row, not of the record:
+# measured, unmeasured, trueup; usage/crash_rows.py) comes last, so the CSV's columns before
+# it stay where they were.
 API_NAMES = {"endpoint": "route"}
-LOG_FIELDS = [API_NAMES.get(name, name) for name in TENANT_FIELDS]
+ROW_FIELDS = (*TENANT_FIELDS, "measurement")
+LOG_FIELDS = [API_NAMES.get(name, name) for name in ROW_FIELDS]
 CSV_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 EXPORT_PAGE = 2000
 
@@ -45,9 +48,9 @@ def _cell(value) -> object:
 
 def rows_after(logs: QuerySet[UsageLog], after: tuple[datetime, int] | None) -> list[tuple]:
     """The next page of `logs` (newest first) after the row at (created_at, id) `after`:
-    each row as (created_at, id, *TENANT_FIELDS)."""
+    each row as (created_at, id, *ROW_FIELDS)."""
     page = older_than(logs, after) if after is not None else logs.order_by("-created_at", "-id")
-    return list(page.values_list("created_at", "id", *TENANT_FIELDS)[:EXPORT_PAGE])
+    return list(page.values_list("created_at", "id", *ROW_FIELDS)[:EXPORT_PAGE])
 
 
 async def csv_lines(logs: QuerySet[UsageLog]) -> AsyncIterator[str]:

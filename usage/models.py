@@ -16,6 +16,17 @@ class ServedBy(models.TextChoices):
     PLATFORM = "platform"
 
 
+class Measurement(models.TextChoices):
+    """How a usage row's amounts were known."""
+
+    MEASURED = "measured"  # the vendor's usage, recorded by the gateway that served it
+    # Its gateway died before recording it: the reaper charged the request at its hold
+    # (billing/reaper.py); the row holds that charge, no tokens.
+    UNMEASURED = "unmeasured"
+    # Charged at its hold first, then its late row arrived and trued it up to what it measured.
+    TRUEUP = "trueup"
+
+
 class UsageLog(models.Model):
     """One request: who, what was asked and served, what it used. Never its prompt or answer.
 
@@ -80,6 +91,15 @@ class UsageLog(models.Model):
     # The attempts, packed (usage/trail.py): a few dozen bytes here, not a row per attempt
     # elsewhere. Read them as `attempts`. A database default for writers that do not know it.
     attempt_trail = AttemptTrailField(default=b"", db_default=b"")
+    # Not a usage record field: the writer's rows are measured (the database default); the
+    # reaper's and the true-ups' rows say so (usage/crash_rows.py).
+    measurement = models.CharField(
+        max_length=10,
+        choices=Measurement.choices,
+        default=Measurement.MEASURED,
+        db_default=Measurement.MEASURED,
+    )
+
 
     class Meta:
         # Declared here, not with db_index / unique on the fields: on PostgreSQL those add a

@@ -71,8 +71,9 @@ def next_day(moment: datetime) -> datetime:
     return floor if floor == moment else floor + timedelta(days=1)
 
 
-def add_to_rollups(records: Iterable[UsageRecord]) -> int:
-    """Add freshly stored records to their hours' rollups, in the caller's transaction.
+def add_to_rollups(records: Iterable[UsageRecord], *, sign: int = 1) -> int:
+    """Add freshly stored records to their hours' rollups, in the caller's transaction
+    (`sign` -1: take deleted ones out).
 
     Returns the rollup rows touched.
     """
@@ -91,10 +92,10 @@ def add_to_rollups(records: Iterable[UsageRecord]) -> int:
         sums = buckets.get(key)
         if sums is None:
             sums = buckets[key] = [0] * (2 + len(ROLLUP_SUMS))
-        sums[0] += 1
-        sums[1] += record.status != 200
+        sums[0] += sign
+        sums[1] += sign * (record.status != 200)
         for i, name in enumerate(ROLLUP_SUMS, start=2):
-            sums[i] += getattr(record, name) or 0
+            sums[i] += sign * (getattr(record, name) or 0)
     days: dict[tuple, list[int]] = {}
     for (hour, *key), sums in buckets.items():
         day = days.setdefault((hour.replace(hour=0), *key), [0] * len(sums))

@@ -38,7 +38,7 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 from jsonschema import Draft202012Validator
 
-from billing.feed import LoggedCharge, WindowReconciler
+from billing.feed import CrashCharge, LoggedCharge, WindowReconciler
 from billing.selectors import (
     corrections_between,
     first_correction_at,
@@ -58,7 +58,8 @@ from core.sinks import (
     configured_sink,
     rfc3339,
 )
-from usage.models import UsageCursor, UsageEvent, UsageLog
+from usage.crash_rows import store_crash_charge
+from usage.models import Measurement, UsageCursor, UsageEvent, UsageLog
 from usage.writer import drain_journal_sync
 
 log = logging.getLogger(__name__)
@@ -152,9 +153,11 @@ def _walk(name: str, handle: Callable[[Window], T], *, now: datetime | None) -> 
 
 
 def _rows_in(window: Window):
+    # Unmeasured rows (usage/crash_rows.py) are charges these readers count from billing's
+    # receipts and markers already.
     return UsageLog.objects.filter(
         stored_at__gte=window.start, stored_at__lt=window.end, group_id__isnull=False
-    )
+    ).exclude(measurement=Measurement.UNMEASURED)
 
 
 # ---------------------------------------------------------------- events
@@ -450,6 +453,9 @@ class UsageLogFeed:
 
     def store_journaled(self) -> int:
         return usage_journal_drain()
+
+    def record_crash_charge(self, charge: CrashCharge, *, now: datetime) -> None:
+        store_crash_charge(charge, now=now)
 
     def reconcile_windows(
         self, reconcile: WindowReconciler, *, now: datetime | None = None

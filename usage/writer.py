@@ -41,6 +41,7 @@ from core.db import off_loop
 from core.metrics import USAGE_DEAD_LETTERS
 from core.shared_state import SharedState, SharedStateDown
 from core.usage_record import UsageRecord
+from usage.crash_rows import true_up_rows
 from usage.models import UsageDeadLetter
 from usage.rollups import add_to_rollups
 from usage.rows import clean_record, clean_text
@@ -84,7 +85,8 @@ def _store_rows(records: list[UsageRecord]) -> int:
         ids = insert_new(list(by_id.values()), stored_at=stored_at)
         fresh = [record for rid, record in by_id.items() if rid in ids]
         add_to_rollups(fresh)  # rollups in the rows' transaction: always equal to them
-        settle_rows(fresh, now=stored_at)  # a stored row and its money: one transaction
+        trued = settle_rows(fresh, now=stored_at)  # a stored row and its money: one transaction
+        true_up_rows(fresh, trued)  # late rows replace what the reaper charged at the hold
     return len(fresh)
 
 

@@ -191,7 +191,11 @@ def test_killed_mid_stream_charges_every_served_request(doomed):
     assert len(doomed.stub.vendor_calls()) == 2 * STREAMS
     reservations = reap_until_resolved(prepaid)
     expire_stale_holds(now=timezone.now() + timedelta(seconds=TTL_S * 2))
-    assert UsageLog.objects.filter(group_id__in=[prepaid.group_id, invoiced.group_id]).count() == 0
+    # No gateway recorded a row: each request's usage row is the reaper's, unmeasured.
+    rows = UsageLog.objects.filter(group_id__in=[prepaid.group_id, invoiced.group_id])
+    assert sorted(rows.values_list("measurement", "provider_cost_micro", "tokens_out")) == [
+        ("unmeasured", hold, 0)
+    ] * (2 * STREAMS)
     # Every stream was served, so every one is charged: the wallet at its reservation...
     assert [(r.status, r.unmeasured, r.committed_micro) for r in reservations] == [
         ("committed", True, reserved)

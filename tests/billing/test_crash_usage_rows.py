@@ -1,0 +1,223 @@
+"""Requests charged after a crash are in the tenant's usage, with their state.
+
+A real gateway answers one request (its row journaled, never stored: its writer waits ten
+minutes) and is killed with SIGKILL in the middle of a second, streamed one. The reaper
+(billing.reaper.expire_stale_holds, the beat task's body) charges both at their hold, with
+`unmeasured` receipts, and gives each a usage row marked `unmeasured` (usage/crash_rows.py):
+the usage API, its request detail, the CSV export and the dashboard's usage list and detail
+all list them, amounts exact, and the totals (read from the rollups) equal what the group was
+charged. Then the first request's journaled row is drained late: it trues its request up to
+what it measured and takes the unmeasured row's place, marked `trueup`; the other stays
+`unmeasured`. One row per request throughout.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import signal
+import threading
+from datetime import timedelta
+
+import httpx
+import lxml.html
+import openai
+import pytest
+from django.test import Client
+from django.urls import reverse
+from django.utils import timezone
+from rest_framework.test import APIClient
+
+from accounts.models import Group, Membership
+from billing.models import Receipt, SettledRequest, Wallet
+from billing.reaper import expire_stale_holds
+from tests.support.processes import INTERNAL_TOKEN
+from tests.support.profiles import install_profiles
+from tests.support.services import clear_shared_state, requires_postgres, requires_redis
+from tests.support.stacks import Stack
+from tests.support.usage import streamed_body
+from tests.support.waits import wait_until
+from usage.models import UsageLog
+from usage.writer import drain_journal_sync
+
+pytestmark = [requires_postgres, requires_redis, pytest.mark.timeout(120)]
+WALLET = 1_000_000
+TTL_S = 4
+HELLO = [{"role": "user", "content": "hello there"}]  # the stub bills 2 tokens in, 8 out
+COST = 6  # 2 x 0.15 + 8 x 0.60 = 5.1 micro-USD, rounded up
+
+
+@pytest.fixture
+def doomed(transactional_db, spawn_gateway, stub, own_redis) -> Stack:
+    """A gateway whose writer would store its journal only after ten minutes, on a Redis of
+    its own (the session's other gateways would otherwise drain its journal)."""
+    stub.clear()
+    clear_shared_state()
+    install_profiles(stub.url)
+    gateway = spawn_gateway(
+        REDIS_URL=own_redis.url,
+        TOLLGATE_RESERVATION_TTL_S=str(TTL_S),
+        TOLLGATE_REQUEST_DEADLINE_S=str(TTL_S),
+        TOLLGATE_USAGE_FLUSH_MS="600000",
+    )
+    return Stack(gateway=gateway, stub=stub)
+
+
+def hold_of(stack: Stack, tenant) -> int:
+    """The budget hold the plan takes for HELLO (what the reaper charges)."""
+    plan = httpx.post(
+        f"{stack.url}/internal/decide",
+        json={
+            "group": tenant.group_id,
+            "request_id": "x",
+            "model": "gpt-4o-mini",
+            "messages": HELLO,
+        },
+        headers={"Authorization": f"Bearer {INTERNAL_TOKEN}"},
+    ).json()
+    return plan["budget_estimate_micro"]
+
+
+def api_rows(tenant) -> dict[str, dict]:
+    """The usage API's rows by request id; each request's detail says the same measurement."""
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Token {tenant.api_token}")
+    rows = {r["request_id"]: r for r in client.get("/api/usage").json()["results"]}
+    for request_id, row in rows.items():
+        detail = client.get(f"/api/usage/requests/{request_id}")
+        assert detail.status_code == 200
+        assert detail.json()["measurement"] == row["measurement"]
+    return rows
+
+
+def api_total_cost(tenant) -> int:
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Token {tenant.api_token}")
+    # No range: whole days, read from the daily rollups alone.
+    return sum(
+        day["provider_cost_micro"] for day in client.get("/api/usage/daily").json()["results"]
+    )
+
+
+def csv_rows(tenant) -> dict[str, dict]:
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Token {tenant.api_token}")
+    text = streamed_body(client.get("/api/usage/export.csv")).decode()
+    assert text.splitlines()[0].endswith(",measurement")  # added last: earlier columns stay
+    return {r["request_id"]: r for r in csv.DictReader(io.StringIO(text))}
+
+
+def dashboard_badges(tenant, request_ids) -> dict[str, list[str]]:
+    """Each request's measurement badge on the dashboard's usage list and its detail page."""
+    client = Client()
+    client.force_login(Membership.objects.get(account_id=tenant.account_id, role="owner").user)
+    listed = lxml.html.fromstring(
+        client.get(reverse("dashboard:usage", args=[tenant.account_id])).content
+    )
+    badges = {}
+    for rid in request_ids:
+        detail = lxml.html.fromstring(
+            client.get(reverse("dashboard:usage-detail", args=[tenant.account_id, rid])).content
+        )
+        badges[rid] = [
+            *listed.xpath(
+                f'//tr[@data-request="{rid}"]//span[contains(@class, "measurement")]/text()'
+            ),
+            *detail.xpath('//dd[@id="status"]/span[contains(@class, "measurement")]/text()'),
+        ]
+    return badges
+
+
+def test_crash_charged_requests_are_listed_unmeasured_then_trued_up(doomed, own_redis):
+    tenant = doomed.tenant(wallet_micro=WALLET, budget_micro=WALLET)
+    hold = hold_of(doomed, tenant)
+    client = doomed.openai(tenant)
+    answered = client.chat.completions.with_raw_response.create(model="gpt-4o-mini", messages=HELLO)
+    assert answered.parse().usage.completion_tokens == 8
+    measured = answered.headers["x-tollgate-request-id"]
+
+    doomed.stub.faults({"kind": "slow", "delay_ms": 500, "times": 1})
+    chunks: list = []
+
+    def read_stream() -> None:
+        try:
+            for chunk in client.chat.completions.create(
+                model="gpt-4o-mini", messages=HELLO, stream=True
+            ):
+                chunks.append(chunk)
+        except openai.APIError:
+            pass  # the gateway died under it
+
+    reader = threading.Thread(target=read_stream)
+    reader.start()
+    wait_until(
+        lambda: sum(bool(c.choices and c.choices[0].delta.content) for c in chunks) >= 2,
+        what="tokens of the stream",
+    )
+    doomed.gateway.stop(signal.SIGKILL)
+    reader.join(10)
+    assert not any(c.usage for c in chunks)  # cut before its end
+    assert not UsageLog.objects.filter(group_id=tenant.group_id).exists()
+
+    # The reaper, its clock past the holds' expiry: both served, neither stored: at the hold.
+    assert expire_stale_holds(now=timezone.now() + timedelta(seconds=2 * TTL_S)) == (2, 2)
+    markers = dict(
+        SettledRequest.objects.filter(group_id=tenant.group_id).values_list("request_id", "source")
+    )
+    assert measured in markers and set(markers.values()) == {"reaper"}
+    [cut] = set(markers) - {measured}
+    assert sorted(
+        Receipt.objects.filter(account_id=tenant.account_id).values_list(
+            "request_id", "kind", "cost_micro"
+        )
+    ) == sorted([(measured, "unmeasured", hold), (cut, "unmeasured", hold)])
+
+    rows = api_rows(tenant)
+    assert {
+        rid: (r["measurement"], r["provider_cost_micro"], r["tokens_in"], r["tokens_out"])
+        for rid, r in rows.items()
+    } == {
+        measured: ("unmeasured", hold, 0, 0),
+        cut: ("unmeasured", hold, 0, 0),
+    }
+    assert {
+        rid: (r["measurement"], r["provider_cost_micro"]) for rid, r in csv_rows(tenant).items()
+    } == {
+        measured: ("unmeasured", str(hold)),
+        cut: ("unmeasured", str(hold)),
+    }
+    assert dashboard_badges(tenant, [measured, cut]) == {
+        measured: ["unmeasured", "unmeasured"],
+        cut: ["unmeasured", "unmeasured"],
+    }
+    group = Group.objects.get(pk=tenant.group_id)
+    assert group.settled_micro == 2 * hold == api_total_cost(tenant)
+
+    # The first request's row arrives late: trued up to what it measured, in its row's place.
+    assert drain_journal_sync(own_redis.url, idle_ms=0) == 1
+    rows = api_rows(tenant)
+    assert {
+        rid: (r["measurement"], r["provider_cost_micro"], r["tokens_in"], r["tokens_out"])
+        for rid, r in rows.items()
+    } == {
+        measured: ("trueup", COST, 2, 8),
+        cut: ("unmeasured", hold, 0, 0),
+    }
+    assert {
+        rid: (r["measurement"], r["provider_cost_micro"]) for rid, r in csv_rows(tenant).items()
+    } == {
+        measured: ("trueup", str(COST)),
+        cut: ("unmeasured", str(hold)),
+    }
+    assert dashboard_badges(tenant, [measured, cut]) == {
+        measured: ["trueup", "trueup"],
+        cut: ["unmeasured", "unmeasured"],
+    }
+    assert UsageLog.objects.filter(group_id=tenant.group_id).count() == 2
+    group = Group.objects.get(pk=tenant.group_id)
+    assert group.settled_micro == hold + COST == api_total_cost(tenant)
+    assert SettledRequest.objects.get(request_id=measured).source == "trueup"
+    assert Receipt.objects.filter(request_id=measured, kind="trueup").exists()
+    wallet = Wallet.objects.get(account_id=tenant.account_id)
+    reserved = sum(r.amount_micro for r in wallet.reservations.filter(request_id=cut))
+    assert (wallet.balance_micro, wallet.reserved_micro) == (WALLET - COST - reserved, 0)
