@@ -100,7 +100,6 @@ class UsageLog(models.Model):
         db_default=Measurement.MEASURED,
     )
 
-
     class Meta:
         # Declared here, not with db_index / unique on the fields: on PostgreSQL those add a
         # varchar_pattern_ops twin to every text index, which no query here uses. The unique
