@@ -307,3 +307,18 @@ def test_a_viewer_cannot_remove_a_key_nor_see_its_confirmation(stub):
     assert TeamKey.objects.filter(pk=only.pk).exists()
     other = make_tenant()
     assert signed_in(other).get(page(other, f"team-keys/{only.pk}/remove/")).status_code == 404
+
+
+def test_the_last_key_of_a_web_profile_names_the_provider_not_models(stub):
+    profiles(stub, {**RENDER, "allows_platform": True})
+    tenant = make_tenant()
+    group = Group.objects.get(pk=tenant.group_id)
+    only = team_key_add(group=group, provider="stub-render", label="web", key="sk-render-7777")
+    pool_set_fallback(group=group, provider="stub-render", fallback=True)
+
+    asked = signed_in(tenant).get(page(tenant, f"team-keys/{only.pk}/remove/"))
+
+    assert (
+        "The next of default's requests for stub-render is served on the platform's keys and"
+        " paid from your wallet: platform fallback is on."
+    ) in words(asked)
