@@ -217,3 +217,31 @@ def test_another_accounts_key_map_is_a_404(stack):
     other_account = f"/dashboard/{mine.account_id}/keys/{mine.api_key_id}/payers/"
     assert client.get(own_account).status_code == 404
     assert client.get(other_account).status_code == 404
+
+
+def test_with_platform_serving_off_the_map_and_the_gateway_refuse_alike(
+    transactional_db, spawn_gateway, stub
+):
+    from tests.support.stacks import own_stack
+
+    stack = own_stack(spawn_gateway(GATEWAY_PTB_ENABLED="false"), stub)
+    tenant = stack.tenant()
+    team_keys(stack, tenant, "stub-anthropic", ["sk-ant-team"])
+
+    # Served by this gateway process, so read with its settings.
+    models = by_model(payers_api(stack, tenant).json())
+
+    assert models["claude-3-5-haiku"]["payer"] == "team_key"
+    refusal = models["gpt-4o-mini"]["refusal"]
+    assert refusal == {
+        "code": "LM-3021",
+        "message": "No team key for stub-openai: platform serving is off.",
+    }
+    with pytest.raises(openai.RateLimitError) as refused:
+        ask(stack, tenant, "gpt-4o-mini")
+    assert (refused.value.body["code"], refused.value.body["message"]) == (
+        refusal["code"],
+        refusal["message"],
+    )
+    assert ask(stack, tenant, "claude-3-5-haiku").usage.completion_tokens == 8
+    assert [c["key"] for c in stack.stub.vendor_calls()] == ["sk-ant-team"]
