@@ -6,7 +6,6 @@ without /v1, a browser-like sign-in on the dashboard and the tenant API's pagina
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 
@@ -19,7 +18,12 @@ from accounts.models import Membership
 from tests.support.nginx import NGINX, Nginx, documented_block, served_on
 from tests.support.processes import Gateway, free_port, start_gateway
 from tests.support.profiles import install_profiles
-from tests.support.services import clear_shared_state, requires_postgres, requires_redis
+from tests.support.services import (
+    clear_shared_state,
+    requires_postgres,
+    requires_redis,
+    unavailable,
+)
 from tests.support.tenants import make_tenant
 
 pytestmark = [requires_postgres, requires_redis]
@@ -27,17 +31,11 @@ pytestmark = [requires_postgres, requires_redis]
 PASSWORD = "owner-password-behind-nginx"
 
 
-def _unavailable(reason: str):
-    if os.environ.get("TEST_REQUIRE_SERVICES") == "1":
-        pytest.fail(f"TEST_REQUIRE_SERVICES=1 but {reason}")
-    pytest.skip(reason)
-
-
 @pytest.fixture(scope="module")
 def proxy(tmp_path_factory, django_db_setup, django_db_blocker, stub):
     """The documented nginx in front of a gateway and a control plane of this module's own."""
     if shutil.which(NGINX) is None:
-        _unavailable(f"needs nginx at {NGINX} (Debian package nginx-light)")
+        unavailable(f"needs nginx at {NGINX} (Debian package nginx-light)")
     port = free_port()
     public = f"https://127.0.0.1:{port}"  # what clients of the documented proxy use
     planes: list[Gateway] = []

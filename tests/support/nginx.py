@@ -9,11 +9,7 @@ import signal
 import subprocess
 from pathlib import Path
 
-import httpx
-import pytest
-
-from tests.support.processes import ROOT
-from tests.support.waits import wait_until
+from tests.support.processes import ROOT, wait_healthy
 
 NGINX = os.environ.get("TEST_NGINX", "/usr/sbin/nginx")
 DOC = ROOT / "docs" / "production.md"
@@ -61,25 +57,17 @@ class Nginx:
             f"http {{\naccess_log {tmp}/access.log;\nclient_body_temp_path {tmp}/body;\n"
             f"proxy_temp_path {tmp}/proxy;\n{server_block}\n}}\n"
         )
-        self.proc = subprocess.Popen(
-            [NGINX, "-p", str(tmp), "-c", str(tmp / "nginx.conf")],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-        )
-
-        def up() -> bool:
-            if self.proc.poll() is not None:
-                pytest.fail(f"nginx exited: {self.proc.stdout.read().decode()}{self.log()}")
-            try:
-                return httpx.get(f"{self.url}/healthz", timeout=1).status_code == 200
-            except httpx.HTTPError:
-                return False
-
-        wait_until(up, timeout_s=15, what="nginx in front of the gateway")
+        with open(tmp / "stdout.log", "wb") as out:
+            self.proc = subprocess.Popen(
+                [NGINX, "-p", str(tmp), "-c", str(tmp / "nginx.conf")],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+        wait_healthy(self.proc, self.url, "nginx in front of the gateway", self.log, timeout_s=15)
 
     def log(self) -> str:
-        path = self.tmp / "error.log"
-        return path.read_text(errors="replace")[-3000:] if path.exists() else ""
+        logs = [self.tmp / "stdout.log", self.tmp / "error.log"]
+        return "".join(p.read_text(errors="replace") for p in logs if p.exists())[-3000:]
 
     def stop(self) -> None:
         self.proc.send_signal(signal.SIGQUIT)  # graceful: workers finish, then exit

@@ -8,6 +8,7 @@ import signal
 import socket
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -192,17 +193,24 @@ def start_gateway(
             env=full_env,
         )
     gateway = Gateway(url=f"http://127.0.0.1:{port}", proc=proc, log_path=log_path, env=full_env)
+    wait_healthy(proc, gateway.url, "gateway", lambda: gateway.log()[-3000:], timeout_s=30)
+    return gateway
+
+
+def wait_healthy(
+    proc: subprocess.Popen, url: str, what: str, log: Callable[[], str], *, timeout_s: float
+) -> None:
+    """Wait until `url`/healthz answers 200; fail the test, with `log()`, if `proc` exits."""
 
     def up() -> bool:
         if proc.poll() is not None:
-            pytest.fail(f"gateway exited with {proc.returncode}:\n{gateway.log()[-3000:]}")
+            pytest.fail(f"{what} exited with {proc.returncode}:\n{log()}")
         try:
-            return httpx.get(f"{gateway.url}/healthz", timeout=1).status_code == 200
+            return httpx.get(f"{url}/healthz", timeout=1).status_code == 200
         except httpx.HTTPError:
             return False
 
-    wait_until(up, timeout_s=30, what="gateway /healthz")
-    return gateway
+    wait_until(up, timeout_s=timeout_s, what=f"{what} /healthz")
 
 
 # ---------------------------------------------------------------- Celery workers

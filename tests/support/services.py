@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+from typing import NoReturn
+
 import pytest
 from django.conf import settings
 
@@ -10,6 +13,13 @@ IS_POSTGRES = not settings.EMBEDDED and "postgresql" in settings.DATABASES["defa
 
 requires_redis = pytest.mark.skipif(not HAS_REDIS, reason="needs Redis: set REDIS_URL")
 requires_postgres = pytest.mark.skipif(not IS_POSTGRES, reason="needs PostgreSQL: set DATABASE_URL")
+
+
+def unavailable(reason: str) -> NoReturn:
+    """A tool a test needs is missing: skip, or fail where every test must run (CI)."""
+    if os.environ.get("TEST_REQUIRE_SERVICES") == "1":
+        pytest.fail(f"TEST_REQUIRE_SERVICES=1 but {reason}")
+    pytest.skip(reason)
 
 
 def clear_shared_state() -> None:
