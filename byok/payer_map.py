@@ -56,7 +56,7 @@ class ProfileView:
 
 
 @dataclass(frozen=True, slots=True)
-class PoolView:
+class PoolCounts:
     """A group's pool as the rule reads it: its flag and its keys (ids, never secrets)."""
 
     fallback: bool
@@ -167,7 +167,7 @@ def _tried_in_order(offers: Sequence[Offer]) -> list[Offer]:
     return sorted(offers, key=rank)
 
 
-def pools_of(*, group_id: int, now: datetime) -> dict[str, PoolView]:
+def pools_of(*, group_id: int, now: datetime) -> dict[str, PoolCounts]:
     """Return the group's pools by provider, with their key ids and how many may serve now."""
     pools = {}
     for pool in KeyPool.objects.filter(group_id=group_id).prefetch_related("keys"):
@@ -178,7 +178,7 @@ def pools_of(*, group_id: int, now: datetime) -> dict[str, PoolView]:
             if k.status == TeamKey.Status.ACTIVE
             and (k.benched_until is None or k.benched_until <= now)
         )
-        pools[pool.provider] = PoolView(pool.fallback, tuple(k.pk for k in keys), usable)
+        pools[pool.provider] = PoolCounts(pool.fallback, tuple(k.pk for k in keys), usable)
     return pools
 
 
@@ -194,14 +194,16 @@ def key_refusal(api_key: ApiKey, *, now: datetime) -> tuple[str, str] | None:
     return None
 
 
-def model_payers(offers: list[Offer], *, group_id: int, pools: dict[str, PoolView]) -> ModelPayers:
+def model_payers(
+    offers: list[Offer], *, group_id: int, pools: dict[str, PoolCounts]
+) -> ModelPayers:
     """Return who pays for one model's request: its offers' links walked in the gateway's
     order through the payer rule, the chain lock carried from link to link."""
     first = offers[0]
     locked = False
     attempts: list[Payment] = []
     price: Price | None = None
-    team_pool_of: PoolView | None = None
+    team_pool_of: PoolCounts | None = None
     reason = ""
     for offer in _tried_in_order(offers) if len(offers) > 1 else offers:
         pool = team_pool(offer.profile, group_id, lambda _g, name: pools.get(name))

@@ -10,7 +10,7 @@ import itertools
 import pytest
 
 from byok.payer_map import Offer as MapOffer
-from byok.payer_map import PoolView, Price, ProfileView, model_payers
+from byok.payer_map import PoolCounts, Price, ProfileView, model_payers
 from byok.payers import refusal_message
 from byok.pools import Pool, PoolKey
 from gateway.attempts import TEAM
@@ -29,8 +29,8 @@ def gateway_pool(provider: str, state: str) -> Pool | None:
     return Pool(GROUP, provider, state.endswith("-on"), keys)
 
 
-def map_pool(pool: Pool) -> PoolView:
-    return PoolView(pool.fallback, tuple(k.key_id for k in pool.keys), len(pool.keys))
+def map_pool(pool: Pool) -> PoolCounts:
+    return PoolCounts(pool.fallback, tuple(k.key_id for k in pool.keys), len(pool.keys))
 
 
 def map_offer(offer: ModelOffer) -> MapOffer:
@@ -94,7 +94,7 @@ def test_the_map_lists_the_plans_attempts_for_every_pool_state(settings, platfor
 def test_a_refused_chain_is_answered_the_last_links_words():
     llama = [map_offer(o) for o in OFFERS if o.name == "llama"]
     # deepinfra's pool emptied with fallback off locks the links after it.
-    entry = model_payers(llama, group_id=GROUP, pools={"deepinfra": PoolView(False, (), 0)})
+    entry = model_payers(llama, group_id=GROUP, pools={"deepinfra": PoolCounts(False, (), 0)})
 
     assert (entry.payer, entry.code, entry.reason) == (
         "refused",
@@ -108,7 +108,7 @@ def test_the_price_is_the_first_platform_attempts_and_team_keys_are_the_first_po
     entry = model_payers(
         llama,
         group_id=GROUP,
-        pools={"deepinfra": PoolView(True, (4, 5), 1), "groq": PoolView(False, (6,), 1)},
+        pools={"deepinfra": PoolCounts(True, (4, 5), 1), "groq": PoolCounts(False, (6,), 1)},
     )
 
     assert [(a.payer, a.provider) for a in entry.attempts] == [
