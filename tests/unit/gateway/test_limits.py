@@ -16,7 +16,7 @@ import redis
 from django.conf import settings
 
 from core.errors import CapacityExhausted, RequestRateLimited, TokenRateLimited
-from gateway.admission import Scope
+from gateway.admission import MODEL, WEB, Scope
 from gateway.limits import Limiter
 from tests.support.clock import START_S
 from tests.support.shared_state import cut, restore, shared_state
@@ -29,7 +29,7 @@ def group_id() -> int:
     return random.randrange(10**12, 2 * 10**12)  # no real group's concurrency slots
 
 
-async def admit(limiter, scopes, *, group_id=1, concurrency=None, estimate=0):
+async def admit(limiter, scopes, *, group_id=1, concurrency=None, estimate=0, bulkhead=MODEL):
     return await limiter.admit(
         request_id=f"req-{uuid.uuid4().hex}",
         group_id=group_id,
@@ -37,6 +37,7 @@ async def admit(limiter, scopes, *, group_id=1, concurrency=None, estimate=0):
         concurrency=concurrency,
         lease_s=30.0,
         tokens_estimate=estimate,
+        bulkhead=bulkhead,
     )
 
 
@@ -105,6 +106,32 @@ def test_a_key_rpm_admits_the_limit_then_refuses_for_the_rest_of_the_window(
     assert isinstance(refused, RequestRateLimited)
     assert (refused.code, refused.message) == ("LM-3001", "Request rate over limit for key.")
     assert refused.retry_after_s == 45  # +60 s, from +15 s
+
+
+def test_web_actions_and_model_requests_hold_in_flight_caps_of_their_own(backend, tollgate, clock):
+    tollgate(REPLICAS=1, INFLIGHT_MAX=1, WEB_INFLIGHT_MAX=2)
+
+    async def scenario():
+        async with shared_state() as shared:
+            limiter = Limiter(shared, clock=clock)
+            web = [await admit(limiter, (), bulkhead=WEB) for _ in range(2)]
+            web_refused = await refusal(limiter, (), bulkhead=WEB)
+            model = await admit(limiter, ())  # web's two slots leave the model's one free
+            model_refused = await refusal(limiter, ())
+            for admission in (*web, model):
+                await limiter.finish(admission, tokens=0)
+            again = await admit(limiter, (), bulkhead=WEB)
+            await limiter.finish(again, tokens=0)
+            return web_refused, model_refused
+
+    web_refused, model_refused = asyncio.run(scenario())
+
+    assert (web_refused.code, web_refused.message, web_refused.retry_after_s) == (
+        "LM-3003",
+        "The fleet in-flight cap of web actions is reached.",
+        1,
+    )
+    assert model_refused.message == "The fleet in-flight cap is reached."
 
 
 def test_a_window_known_full_is_refused_without_asking_redis_until_the_limit_is_raised(
