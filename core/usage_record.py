@@ -74,6 +74,9 @@ class UsageRecord:
     web_rendered_pages: int = 0  # rendered with JavaScript by a rendering vendor
     web_queries: int = 0  # search queries
     web_url: str = ""  # the page a scrape or crawl page asked for (the tenant's own label)
+    # The message an error told the client, exactly (bounded by its column): our own text,
+    # or for LM-2002 the vendor's refusal as the adapter cleaned it of any credential.
+    error_message: str = ""
     attempts: tuple[AttemptRecord, ...] = ()
     # The prices the served attempt was charged at (`input_micro_per_mtok`, ..., or a web
     # unit's `page_micro`, ...): its receipt states them (billing/receipts.py); not a column.

@@ -63,6 +63,7 @@ class RequestContext:
     # How the request ended (set once, by the pipeline's finish).
     status: int = 200
     error_code: str = ""
+    error_message: str = ""  # the message the client was told (ours; LM-2002's is cleaned)
 
     @property
     def caller_budgeted(self) -> bool:

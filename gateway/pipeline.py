@@ -99,10 +99,17 @@ class Ending:
     error_code: str = ""
     final: bytes | None = None  # the last body bytes; None: only end the body
     headers: tuple[tuple[bytes, bytes], ...] = ()  # when no response has started yet
+    error_message: str = ""  # what the client was told: the usage row keeps it
+
+    @classmethod
+    def of_error(cls, exc: errors.GatewayError, **rest) -> Ending:
+        """End with an error: its status, its code and the message the client reads."""
+        return cls(exc.status, exc.code, error_message=exc.message, **rest)
 
 
 CLIENT_CLOSED = Ending(499, "client_closed")
-CRASHED = Ending(500, "internal")  # a bug: recorded, then the ASGI app answers 500
+# A bug: recorded, then the ASGI app answers 500 with the base error's message.
+CRASHED = Ending(500, "internal", error_message=errors.GatewayError.default_message)
 
 # The stages run in order, so what an earlier stage set is there for the later ones: the
 # principal and the request (`accept`), the admission (`admit`, released only by `finish`).
@@ -420,9 +427,9 @@ async def stream(
                     result.delivered()
     except TimeoutError:
         broke = errors.UpstreamTimeout("The stream passed the request deadline.")
-        return Ending(broke.status, broke.code, final=renderer.error(broke))
+        return Ending.of_error(broke, final=renderer.error(broke))
     except errors.GatewayError as broke:
-        return Ending(broke.status, broke.code, final=renderer.error(broke))
+        return Ending.of_error(broke, final=renderer.error(broke))
     result.finished = True
     return Ending(final=renderer.finish(result.finish_reason or "stop", result.usage))
 
@@ -440,8 +447,8 @@ def deadline_left_s(ctx: RequestContext) -> float:
 def refusal(ex: Exchange, exc: errors.GatewayError) -> Ending:
     """End with our error body, or, when the answer already started, just end it."""
     if ex.started:
-        return Ending(exc.status, exc.code)
-    return Ending(exc.status, exc.code, final=ex.error_body(exc), headers=(JSON, *exc.headers()))
+        return Ending.of_error(exc)
+    return Ending.of_error(exc, final=ex.error_body(exc), headers=(JSON, *exc.headers()))
 
 
 def _ignore() -> None:
@@ -458,6 +465,7 @@ async def finish(ex: Exchange, ctx: RequestContext, ending: Ending) -> None:
     if ctx.money is not None:  # a reservation taken ahead for a call never made goes back
         await ctx.money.close()
     ctx.status, ctx.error_code = ending.status, ending.error_code
+    ctx.error_message = ending.error_message
     if isinstance(ctx, ModelContext) and ctx.stream is not None:
         ctx.usage = ctx.stream.billed_usage()
     if ctx.admission is not None:

@@ -99,6 +99,7 @@ def usage_record(ctx: RequestContext, *, bytes_out: int) -> UsageRecord:
         upstream_sent=ctx.meter.upstream_sent,
         status=ctx.status,
         error_code=ctx.error_code,
+        error_message=ctx.error_message,
         latency_ms=ctx.elapsed_ms(),
         ttft_ms=model.ttft_ms if model else None,
         streamed=model.req.stream if model and model.req else False,

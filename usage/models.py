@@ -83,6 +83,9 @@ class UsageLog(models.Model):
     upstream_sent = models.BooleanField(default=False)
     status = models.PositiveSmallIntegerField(default=200)
     error_code = models.CharField(max_length=16, blank=True)
+    # The message the client was told with that code, exactly: our own text (LM-2002: the
+    # vendor's refusal, cleaned of credentials by the adapter); cut to this length when stored.
+    error_message = models.CharField(max_length=1000, blank=True, default="", db_default="")
     latency_ms = models.PositiveIntegerField(default=0)
     ttft_ms = models.PositiveIntegerField(null=True, blank=True)
     streamed = models.BooleanField(default=False)

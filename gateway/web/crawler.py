@@ -184,9 +184,10 @@ class PageFetcher:
                 served = await runtime.web.run(ctx, plan, req, keep_page=page_is_whole)
         except TimeoutError:
             ctx.status, ctx.error_code = 504, errors.UpstreamTimeout.code
+            ctx.error_message = errors.UpstreamTimeout.default_message
             return self._failed(ctx, errors.UpstreamTimeout.code)
         except errors.GatewayError as exc:
-            ctx.status, ctx.error_code = exc.status, exc.code
+            ctx.status, ctx.error_code, ctx.error_message = exc.status, exc.code, exc.message
             stop = next((why for kind, why in MONEY_STOPS.items() if isinstance(exc, kind)), None)
             if stop is not None:
                 raise StopCrawl("budget_exhausted", stop) from None
