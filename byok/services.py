@@ -131,11 +131,24 @@ def team_key_add(
     return team_key
 
 
-def team_key_delete(*, team_key: TeamKey, actor: Actor | None = None) -> None:
-    """Delete a key and evict it from every replica's memory before returning."""
+class LastTeamKey(TeamKeyRefused):
+    """The pool's last key, asked to be kept: a change that asks first (the dashboard) was
+    not confirmed."""
+
+
+def team_key_delete(
+    *, team_key: TeamKey, actor: Actor | None = None, keep_last: bool = False
+) -> None:
+    """Delete a key and evict it from every replica's memory before returning. `keep_last`:
+    refuse (LastTeamKey) when it is its pool's last key, decided under the pool's lock so two
+    removals at once cannot empty a pool unasked."""
     key_id = team_key.pk
     pool = team_key.pool
     with transaction.atomic():
+        KeyPool.objects.select_for_update().filter(pk=pool.pk).first()  # the pool's lock
+        others = TeamKey.objects.filter(pool_id=pool.pk).exclude(pk=key_id)
+        if keep_last and not others.exists():
+            raise LastTeamKey(f"{key_label(team_key)} is the last key of its pool.")
         if TeamKey.objects.filter(pk=key_id).delete()[0]:
             audit.record(
                 actor=actor,

@@ -94,16 +94,24 @@ def team_key_remove(request: HttpRequest, account_id: int, key_id: int) -> HttpR
         pk=key_id,
     )
     require_change(seat)
-    last = is_last_key(team_key)
-    after = after_last_key(team_key.pool) if last else None
-    if request.method != "POST" or (last and "confirm" not in request.POST):
-        return page(request, seat, "dashboard/team_key_remove.html", team_key=team_key, after=after)
-    byok_services.team_key_delete(team_key=team_key, actor=request_actor(request))
-    said = f"Team key {team_key.label} (…{team_key.last4}) removed."
-    if after is not None:
-        said += f" The {team_key.pool.provider} pool has no key left. {after.sentence}"
-    messages.success(request, said)
-    return redirect("dashboard:team-keys", account_id=account_id)
+    if request.method == "POST":
+        try:
+            byok_services.team_key_delete(
+                team_key=team_key,
+                actor=request_actor(request),
+                keep_last="confirm" not in request.POST,
+            )
+        except byok_services.LastTeamKey:
+            pass  # asked first, below
+        else:
+            said = f"Team key {team_key.label} (…{team_key.last4}) removed."
+            if is_last_key(team_key):  # none left beside it: the pool is empty now
+                after = after_last_key(team_key.pool)
+                said += f" The {team_key.pool.provider} pool has no key left. {after.sentence}"
+            messages.success(request, said)
+            return redirect("dashboard:team-keys", account_id=account_id)
+    after = after_last_key(team_key.pool) if is_last_key(team_key) else None
+    return page(request, seat, "dashboard/team_key_remove.html", team_key=team_key, after=after)
 
 
 @require_POST
