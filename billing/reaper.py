@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from billing import ledger, receipts
@@ -26,21 +27,25 @@ def expire_stale_holds(*, now: datetime | None = None) -> tuple[int, int]:
     cost first.
     """
     now = now or timezone.now()
+    expired_holds = list(
+        SpendHold.objects.filter(status=SpendHold.Status.HELD, expires_at__lt=now).values_list(
+            "request_id", flat=True
+        )
+    )
+    # A hold outlives its request, so one expired marks its request dead: its reservations
+    # (taken after it, expiring a little later) are resolved first, in this pass, and the
+    # hold's receipt names every wallet debit rather than leaving one to a correction.
     reservations = sum(
         _reap(ledger.reap_reservation(pk, now=now), request_id, now=now, reservation_id=pk)
         for pk, request_id in list(
-            Reservation.objects.filter(
-                status=Reservation.Status.PENDING, expires_at__lt=now
-            ).values_list("pk", "request_id")
+            Reservation.objects.filter(status=Reservation.Status.PENDING)
+            .filter(Q(expires_at__lt=now) | Q(request_id__in=expired_holds))
+            .values_list("pk", "request_id")
         )
     )
     holds = sum(
         _reap(ledger.reap_hold(request_id, now=now), request_id, now=now)
-        for request_id in list(
-            SpendHold.objects.filter(status=SpendHold.Status.HELD, expires_at__lt=now).values_list(
-                "request_id", flat=True
-            )
-        )
+        for request_id in expired_holds
     )
     return reservations, holds
 
