@@ -106,8 +106,8 @@ def team_key_remove(request: HttpRequest, account_id: int, key_id: int) -> HttpR
         else:
             said = f"Team key {team_key.label} (…{team_key.last4}) removed."
             if is_last_key(team_key):  # none left beside it: the pool is empty now
-                after = after_last_key(team_key.pool)
-                said += f" The {team_key.pool.provider} pool has no key left. {after.sentence}"
+                next_request = after_last_key(team_key.pool).sentence
+                said += f" The {team_key.pool.provider} pool has no key left. {next_request}"
             messages.success(request, said)
             return redirect("dashboard:team-keys", account_id=account_id)
     after = after_last_key(team_key.pool) if is_last_key(team_key) else None
