@@ -19,7 +19,6 @@ import signal
 import threading
 from datetime import timedelta
 
-import httpx
 import lxml.html
 import openai
 import pytest
@@ -31,51 +30,22 @@ from rest_framework.test import APIClient
 from accounts.models import Group, Membership
 from billing.models import Receipt, SettledRequest, Wallet
 from billing.reaper import expire_stale_holds
-from tests.support.processes import INTERNAL_TOKEN
-from tests.support.profiles import install_profiles
-from tests.support.services import clear_shared_state, requires_postgres, requires_redis
-from tests.support.stacks import Stack
+from tests.billing.test_crash_safety import worst_case
+from tests.billing.test_true_up import slow_writer  # noqa: F401  (a fixture)
+from tests.support.services import requires_postgres, requires_redis
 from tests.support.usage import streamed_body
 from tests.support.waits import wait_until
 from usage.models import UsageLog
+from usage.rollups import reconcile_rollups
 from usage.writer import drain_journal_sync
 
 pytestmark = [requires_postgres, requires_redis, pytest.mark.timeout(120)]
 WALLET = 1_000_000
 TTL_S = 4
 HELLO = [{"role": "user", "content": "hello there"}]  # the stub bills 2 tokens in, 8 out
+# (test_true_up's slow_writer: a gateway whose writer would store its journal only after ten
+# minutes, on a Redis of its own; holds that expire after TTL_S.)
 COST = 6  # 2 x 0.15 + 8 x 0.60 = 5.1 micro-USD, rounded up
-
-
-@pytest.fixture
-def doomed(transactional_db, spawn_gateway, stub, own_redis) -> Stack:
-    """A gateway whose writer would store its journal only after ten minutes, on a Redis of
-    its own (the session's other gateways would otherwise drain its journal)."""
-    stub.clear()
-    clear_shared_state()
-    install_profiles(stub.url)
-    gateway = spawn_gateway(
-        REDIS_URL=own_redis.url,
-        TOLLGATE_RESERVATION_TTL_S=str(TTL_S),
-        TOLLGATE_REQUEST_DEADLINE_S=str(TTL_S),
-        TOLLGATE_USAGE_FLUSH_MS="600000",
-    )
-    return Stack(gateway=gateway, stub=stub)
-
-
-def hold_of(stack: Stack, tenant) -> int:
-    """The budget hold the plan takes for HELLO (what the reaper charges)."""
-    plan = httpx.post(
-        f"{stack.url}/internal/decide",
-        json={
-            "group": tenant.group_id,
-            "request_id": "x",
-            "model": "gpt-4o-mini",
-            "messages": HELLO,
-        },
-        headers={"Authorization": f"Bearer {INTERNAL_TOKEN}"},
-    ).json()
-    return plan["budget_estimate_micro"]
 
 
 def api_rows(tenant) -> dict[str, dict]:
@@ -128,11 +98,14 @@ def dashboard_badges(tenant, request_ids) -> dict[str, list[str]]:
     return badges
 
 
-def test_crash_charged_requests_are_listed_unmeasured_then_trued_up(doomed, own_redis):
+def test_crash_charged_requests_are_listed_unmeasured_then_trued_up(slow_writer, own_redis):  # noqa: F811
+    doomed = slow_writer
     tenant = doomed.tenant(wallet_micro=WALLET, budget_micro=WALLET)
-    hold = hold_of(doomed, tenant)
+    hold, reserved = worst_case(doomed, tenant)  # for max_tokens=100
     client = doomed.openai(tenant)
-    answered = client.chat.completions.with_raw_response.create(model="gpt-4o-mini", messages=HELLO)
+    answered = client.chat.completions.with_raw_response.create(
+        model="gpt-4o-mini", messages=HELLO, max_tokens=100
+    )
     assert answered.parse().usage.completion_tokens == 8
     measured = answered.headers["x-tollgate-request-id"]
 
@@ -142,7 +115,7 @@ def test_crash_charged_requests_are_listed_unmeasured_then_trued_up(doomed, own_
     def read_stream() -> None:
         try:
             for chunk in client.chat.completions.create(
-                model="gpt-4o-mini", messages=HELLO, stream=True
+                model="gpt-4o-mini", messages=HELLO, max_tokens=100, stream=True
             ):
                 chunks.append(chunk)
         except openai.APIError:
@@ -219,5 +192,7 @@ def test_crash_charged_requests_are_listed_unmeasured_then_trued_up(doomed, own_
     assert SettledRequest.objects.get(request_id=measured).source == "trueup"
     assert Receipt.objects.filter(request_id=measured, kind="trueup").exists()
     wallet = Wallet.objects.get(account_id=tenant.account_id)
-    reserved = sum(r.amount_micro for r in wallet.reservations.filter(request_id=cut))
+    # The cut stream's reservation committed at its amount, the other's trued to its cost.
     assert (wallet.balance_micro, wallet.reserved_micro) == (WALLET - COST - reserved, 0)
+    # The rollups equal the rows after the swap: their audit rebuilds no day.
+    assert reconcile_rollups(now=timezone.now() + timedelta(days=2)) == []
