@@ -16,10 +16,12 @@ COPY requirements.lock .
 # setuptools in the venv (about 25 MB). The final stage copies the venv alone, so neither the
 # wheels nor the pip that installed them become its layers, and a changed lock (a new layer
 # above) builds it again. A CA bundle for an index behind a TLS-inspecting proxy comes in as
-# a build secret: read by this step, stored in no layer.
+# a build secret: read by this step, stored in no layer. A current pip first, as the
+# Makefile does: one before 23.3 warns that lxml has no `html_clean` extra.
 RUN --mount=type=secret,id=pip_ca \
     python3 -m venv /opt/build-venv \
     && if [ -s /run/secrets/pip_ca ]; then export PIP_CERT=/run/secrets/pip_ca; fi \
+    && /opt/build-venv/bin/pip install -q --disable-pip-version-check 'pip>=23.3' \
     && /opt/build-venv/bin/pip wheel --no-cache-dir --disable-pip-version-check \
         -r requirements.lock -w /wheels \
     && python3 -m venv --without-pip /opt/venv \

@@ -307,6 +307,8 @@ def stack(tools, tmp_path_factory):
     # One image for the five Tollgate services: one `podman build`, its base read once.
     output = built.stdout + built.stderr
     assert output.count("Successfully tagged") == 1, output[-3000:]
+    # A build that installs (no cached layer) warns of no missing extra: a current pip.
+    assert "does not provide the extra" not in output, output[-3000:]
     print(f"built {IMAGE} in {time.monotonic() - started:.0f} s: {size / 1e6:.0f} MB")
     new = stack.podman("image", "inspect", "--format", "{{.Id}}", IMAGE).stdout
     if old.strip() and old != new:  # the previous build, now untagged: ours to remove
