@@ -10,6 +10,7 @@ import re
 
 import openai
 import pytest
+from django.contrib.auth import get_user_model
 from django.test import Client
 from rest_framework.test import APIClient
 
@@ -55,6 +56,12 @@ def test_the_usage_row_and_api_keep_the_message_the_sdk_read(stack, misspelt):
     assert (detail["error_code"], detail["error_message"]) == ("LM-2001", told)
     assert [r["error_message"] for r in listed if r["request_id"] == request_id] == [told]
     assert [r["error_message"] for r in listed if r["request_id"] != request_id] == [""]
+
+    operator = Client()
+    operator.force_login(get_user_model().objects.create_superuser("op", "op@example.invalid"))
+    page = operator.get(f"/django-admin/usage/usagelog/{row.pk}/change/").content.decode()
+    shown = page.split("field-error_message")[1].split('<div class="readonly">')[1]
+    assert text_of(shown.split("</div>")[0]) == told
 
 
 def test_the_dashboard_shows_the_message_and_lists_the_refusal_as_one(misspelt):
