@@ -4,11 +4,15 @@ figures): "budget max: $5.00 → $7.50; rpm limit: none → 60"."""
 from __future__ import annotations
 
 import json
+import re
+from datetime import UTC, datetime
 from typing import Any
 
 from core.money import format_usd_exact
 
 ARROW = "→"
+# A moment as the trail keeps it (audit.services.jsonable): UTC ISO, to the microsecond.
+ISO_MOMENT = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d:\d\d)")
 
 
 def label(name: str) -> str:
@@ -20,7 +24,8 @@ def label(name: str) -> str:
 
 
 def show(name: str, value: Any) -> str:
-    """A value as a person reads it: money in dollars, flags on/off, lists joined."""
+    """A value as a person reads it: money in dollars, flags on/off, lists joined, a moment
+    to the second in UTC (its every digit stays in the entry's before/after)."""
     if value is None:
         return "none"
     if isinstance(value, bool):
@@ -33,6 +38,8 @@ def show(name: str, value: Any) -> str:
         return json.dumps(value, sort_keys=True, ensure_ascii=False)
     if value == "":
         return '""'
+    if isinstance(value, str) and ISO_MOMENT.fullmatch(value):
+        return f"{datetime.fromisoformat(value).astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC"
     return str(value)
 
 

@@ -1,7 +1,8 @@
 /* The dashboard's (and the admin's) small behaviours, all progressive: without this file every
    page still works. A static file, not inline: the Content-Security-Policy allows no inline
    script.
-   - [data-copy]: a one-time secret gets a Copy button beside it.
+   - [data-copy]: a one-time secret (the element, or the <code> in it) gets a Copy button
+     under it; the attribute's value names the button.
    - .table-wrap (the admin's .results too): marked .scrolls while its table is wider than it
      (the CSS then shows a cue);
      a table.cards gets its header's words on each cell, for the phone's card layout. */
@@ -25,13 +26,15 @@
   }
 
   function addCopyButtons() {
-    document.querySelectorAll("[data-copy]").forEach(function (secret) {
+    document.querySelectorAll("[data-copy]").forEach(function (holder) {
+      var secret = holder.matches("code") ? holder : holder.querySelector("code");
+      if (!secret) return;
       var button = document.createElement("button");
       var status = document.createElement("span");
       button.type = "button";
       button.className = "copy";
       button.textContent = "Copy";
-      button.setAttribute("aria-label", secret.getAttribute("data-copy") || "Copy");
+      button.setAttribute("aria-label", holder.getAttribute("data-copy") || "Copy");
       status.className = "copy-status";
       status.setAttribute("role", "status");
       button.addEventListener("click", function () {

@@ -130,6 +130,16 @@ def test_changes_read_in_dollars_with_every_digit():
     assert describe({"rpm_limit": 5}, {"rpm_limit": None}) == "rpm limit: 5 → none"
 
 
+def test_a_moment_reads_to_the_second_in_utc_not_as_raw_iso():
+    assert describe({"revoked_at": None}, {"revoked_at": "2026-12-06T10:51:15.123456+00:00"}) == (
+        "revoked at: none → 2026-12-06 10:51:15 UTC"
+    )
+    assert describe({}, {"expires_at": "2027-01-31T18:00:00-05:00"}) == (
+        "expires at: 2027-01-31 23:00:00 UTC"
+    )
+    assert describe({}, {"name": "2026-12-06"}) == "name: 2026-12-06"  # a date is a word
+
+
 def test_a_model_added_and_one_removed_read_field_by_field():
     before, after = changes(
         {"models": {"old": {"input_micro_per_mtok": 150_000}}},
