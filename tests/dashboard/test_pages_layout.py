@@ -192,7 +192,7 @@ def test_key_and_action_columns_are_in_view_at_1280(stack, tenant, browser):
         assert in_view(tab, f"{row} .status, {row} .actions a, #keys th") == []
         tab.goto(f"{base}/usage/")
         assert tab.locator("#usage tbody tr a").count() == 2
-        assert in_view(tab, "#usage tbody tr a, #usage th") == []
+        assert in_view(tab, "#usage tbody tr a, #usage .cost, #usage .status, #usage th") == []
         tab.goto(f"{base}/members/")
         assert in_view(tab, "#members .role select, #members th") == []
     finally:
