@@ -243,3 +243,23 @@ def test_times_read_as_local_times_with_the_iso_value_on_hover(stack, tenant, br
         )
     finally:
         tab.context.close()
+
+
+def test_an_operators_password_link_is_copied_with_its_button(stack, tenant, browser):
+    membership = Membership.objects.get(account_id=tenant.account_id, role="owner")
+    tab = operator_tab(browser, stack, "desktop")
+    tab.context.grant_permissions(["clipboard-read", "clipboard-write"])
+    try:
+        tab.goto(f"{stack.url}/django-admin/accounts/membership/")
+        tab.check(f"input[name=_selected_action][value='{membership.pk}']")
+        tab.select_option("select[name=action]", "issue_password_link")
+        tab.click("button[name=index]")
+        link = tab.inner_text(".messagelist code[data-copy]")
+        assert re.fullmatch(rf"{re.escape(stack.url)}/set-password/\S+/", link), link
+        tab.click(".messagelist button.copy")
+        tab.wait_for_selector(".messagelist .copy-status:text('Copied')")
+        tab.shot("admin-password-link-copied-desktop")
+        assert tab.evaluate("navigator.clipboard.readText()") == link
+        assert tab.evaluate("window.__csp") == []
+    finally:
+        tab.context.close()
