@@ -19,6 +19,7 @@ from audit import services as audit
 from audit.adminkit import AuditedDeletes, operator
 from billing.selectors import in_flight
 from core.admin_views import Dollars, dollars, html_table
+from core.money import finest_places
 from dashboard.selectors import Overview, api_keys_of_account, overview, spend_micro
 from usage.selectors import usage_totals
 
@@ -215,11 +216,12 @@ class AccountAdmin(AuditedDeletes, Dollars, admin.ModelAdmin):
         wallet = _overview(account).wallet
         if wallet is None:
             return "no wallet (invoiced: bounded by its budgets)"
+        places = finest_places([wallet.reserved_micro])  # beside a sub-cent hold, its digits
         return format_html(
             "balance {}, held by requests in flight {}, available {}",
-            dollars(wallet.balance_micro),
+            dollars(wallet.balance_micro, places),
             dollars(wallet.reserved_micro),
-            dollars(wallet.balance_micro - wallet.reserved_micro),
+            dollars(wallet.balance_micro - wallet.reserved_micro, places),
         )
 
     @admin.display(description="in flight")

@@ -21,20 +21,25 @@ from tests.support.tenants import Tenant, make_tenant
 pytestmark = pytest.mark.django_db
 
 
-def charge(tenant: Tenant, request_id: str, cost_micro: int) -> None:
-    """Hold a cent for a request and commit it at `cost_micro`: one wallet entry."""
-    reservation_id = run_sync(
+def hold(tenant: Tenant, request_id: str, amount_micro: int = 10_000) -> int:
+    """Reserve `amount_micro` of the wallet for a request in flight."""
+    return run_sync(
         ledger.reserve(
             account_id=tenant.account_id,
             request_id=request_id,
             group_id=tenant.group_id,
             api_key_id=tenant.api_key_id,
             attempt_no=1,
-            amount_micro=10_000,
+            amount_micro=amount_micro,
             now=timezone.now(),
             ttl_s=60,
         )
     )
+
+
+def charge(tenant: Tenant, request_id: str, cost_micro: int) -> None:
+    """Hold a cent for a request and commit it at `cost_micro`: one wallet entry."""
+    reservation_id = hold(tenant, request_id)
     assert Reservation.objects.filter(pk=reservation_id).exists()
     run_sync(
         ledger.commit_reservations({reservation_id: (request_id, cost_micro)}, now=timezone.now())
@@ -105,3 +110,18 @@ def test_a_top_up_confirms_the_balance_its_result_then_reports():
         f"Topped up {wallet.account}'s wallet by $5.00: balance now {after}"
         f" (ledger entry {entry.pk})."
     )
+
+
+def test_the_admin_shows_a_balance_beside_a_sub_cent_hold_with_its_digits():
+    tenant = make_tenant(wallet_micro=1_234_567)
+    hold(tenant, "in-flight", 2_520)
+    operator = get_user_model().objects.create_superuser("op", "op@example.invalid", "pw")
+    client = Client()
+    client.force_login(operator)
+
+    page = client.get(f"/django-admin/accounts/account/{tenant.account_id}/change/")
+
+    shown = " ".join(re.sub(r"<[^>]+>", " ", page.content.decode()).split()).replace(" ,", ",")
+    # The hold shows five decimals, so do the balance and what is available (every digit in
+    # their tooltips): they visibly move by it.
+    assert "balance $1.23457, held by requests in flight $0.00252, available $1.23205" in shown
