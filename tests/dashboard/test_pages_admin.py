@@ -8,22 +8,12 @@ import re
 
 import pytest
 from django.contrib.admin.models import LogEntry
-from django.contrib.auth import get_user_model
-from django.test import Client
 
 from accounts.models import Account
 from billing.models import LedgerEntry, Wallet
 from tests.support.tenants import make_tenant
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def operator() -> Client:
-    user = get_user_model().objects.create_superuser("root", "root@example.invalid", "pw")
-    client = Client()
-    client.force_login(user)
-    return client
 
 
 def test_the_admin_is_branded_tollgate_and_lists_each_model_under_its_own_name(operator):
