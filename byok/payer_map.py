@@ -1,10 +1,11 @@
 """A virtual key's payer map: for each model the live config serves, who pays for it.
 
-Read from the database the gateway's catalog and pools are loaded from, and decided by the
-gateway's own rule (byok.payers: team pool, platform serving, fallback flags, the chain lock),
-so the map answers what the key's next request meets: the team's keys (which pool), the
-platform (at which prices) or a refusal (its LM code and message). A model served by several
-profiles is walked in the order the gateway tries them: cheapest per token first.
+Read from the database the gateway's catalog and pools are loaded from, by the catalog's own
+rules (providers.catalog: which offers of a name count, which profiles have a platform key,
+cheapest per token first), and decided by the gateway's own payer rule (byok.payers: team
+pool, platform serving, fallback flags, the chain lock), so the map answers what the key's
+next request meets: the team's keys (which pool), the platform (at which prices) or a refusal
+(its LM code and message).
 
 What it cannot see from here: a request's own shape (a surcharged field is served on team keys
 only), a wallet too low for the platform's hold (LM-4002) and keys benched this minute (counted
@@ -13,7 +14,6 @@ as `team_keys_usable`; the request then goes to the next payer listed).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -31,7 +31,15 @@ from byok.payers import (
     team_pool,
 )
 from core.errors import AccountSuspended, Forbidden, TeamKeysExhausted, Unauthorized
-from providers.models import TEAM_KEY_ELIGIBLE_KINDS, WEB_KINDS, ProviderProfile
+from providers.catalog import (
+    cache_prices,
+    cheapest_first,
+    enabled_profiles,
+    model_aliases,
+    offers_by_model,
+    platform_keys,
+)
+from providers.models import TEAM_KEY_ELIGIBLE_KINDS, WEB_KINDS, ProviderModel, ProviderProfile
 
 TEAM_KEY = "team_key"  # what the map calls a team attempt's payer
 PAYER_OF = {TEAM: TEAM_KEY, PLATFORM: PLATFORM}
@@ -82,6 +90,15 @@ class Offer:
     aliases: tuple[str, ...]
     price: Price
 
+    # What providers.catalog.price_rank reads.
+    @property
+    def input_micro_per_mtok(self) -> int:
+        return self.price.input_micro_per_mtok
+
+    @property
+    def output_micro_per_mtok(self) -> int:
+        return self.price.output_micro_per_mtok
+
 
 @dataclass(frozen=True, slots=True)
 class Payment:
@@ -117,54 +134,33 @@ class KeyPayers:
     models: tuple[ModelPayers, ...]
 
 
-def _has_platform_key(row: ProviderProfile) -> bool:
-    """Say whether the profile has a platform credential, as gateway.catalog loads it: its
-    own (an environment variable named, or sealed in the row) or an enabled, active one of
-    its platform keys."""
-    own = bool(row.api_key_env) or (not row.api_key_env and bool(row.api_key_sealed))
-    return own or any(
-        k.enabled and k.status == k.Status.ACTIVE and (k.api_key_env or k.sealed)
-        for k in row.platform_keys.all()
+def profile_view(row: ProviderProfile) -> ProfileView:
+    """Return a profile row as the payer rule reads it: a platform key of those the gateway
+    loads (providers.catalog.platform_keys) counts as present."""
+    return ProfileView(
+        name=row.name,
+        kind=row.kind,
+        allows_platform=row.allows_platform,
+        platform_key=NAMED if platform_keys(row) else None,
     )
 
 
+def _offer(profile: ProfileView, m: ProviderModel) -> Offer:
+    cached, write = cache_prices(
+        input_micro_per_mtok=m.input_micro_per_mtok,
+        cached=m.cached_input_micro_per_mtok,
+        write=m.cache_write_micro_per_mtok,
+    )
+    price = Price(m.input_micro_per_mtok, m.output_micro_per_mtok, cached, write)
+    return Offer(profile, m.name, m.kind, model_aliases(m), price)
+
+
 def served_offers() -> dict[str, list[Offer]]:
-    """Return every model offer of the enabled profiles, by model name, the way
-    gateway.catalog.load_catalog builds them: a name answers the kind of its first profile
-    (by name); web-only profiles serve no model."""
-    offers: dict[str, list[Offer]] = {}
-    rows = ProviderProfile.objects.filter(enabled=True).exclude(kind__in=WEB_KINDS)
-    for row in rows.order_by("name").prefetch_related("models", "platform_keys"):
-        profile = ProfileView(
-            name=row.name,
-            kind=row.kind,
-            allows_platform=row.allows_platform,
-            platform_key=NAMED if _has_platform_key(row) else None,
-        )
-        for m in row.models.all():
-            offered = offers.get(m.name)
-            if offered and offered[0].kind != m.kind:
-                continue  # the catalog logs and ignores it
-            cached = m.cached_input_micro_per_mtok
-            write = m.cache_write_micro_per_mtok
-            price = Price(
-                input_micro_per_mtok=m.input_micro_per_mtok,
-                output_micro_per_mtok=m.output_micro_per_mtok,
-                cached_input_micro_per_mtok=m.input_micro_per_mtok if cached is None else cached,
-                cache_write_micro_per_mtok=m.input_micro_per_mtok if write is None else write,
-            )
-            aliases = tuple(a for a in m.aliases or () if isinstance(a, str) and a)
-            offers.setdefault(m.name, []).append(Offer(profile, m.name, m.kind, aliases, price))
+    """Return every model offer of the enabled profiles, by model name, by the catalog's
+    rules (providers.catalog.offers_by_model); web-only profiles serve no model."""
+    served = [(profile_view(row), row) for row in enabled_profiles() if row.kind not in WEB_KINDS]
+    offers, _ignored = offers_by_model(served, _offer)  # the gateway logs them
     return offers
-
-
-def _tried_in_order(offers: Sequence[Offer]) -> list[Offer]:
-    # gateway.plan.price_rank: cheapest per token first, then by profile name.
-    def rank(offer: Offer) -> tuple[int, str]:
-        price = offer.price
-        return (price.input_micro_per_mtok + price.output_micro_per_mtok, offer.profile.name)
-
-    return sorted(offers, key=rank)
 
 
 def pools_of(*, group_id: int, now: datetime) -> dict[str, PoolCounts]:
@@ -205,7 +201,7 @@ def model_payers(
     price: Price | None = None
     team_pool_of: PoolCounts | None = None
     reason = ""
-    for offer in _tried_in_order(offers) if len(offers) > 1 else offers:
+    for offer in cheapest_first(offers):
         pool = team_pool(offer.profile, group_id, lambda _g, name: pools.get(name))
         payers: Payers = link_payers(
             pool=pool, platform_ok=platform_serves(offer.profile), locked=locked

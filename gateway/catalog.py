@@ -26,14 +26,24 @@ from gateway.adapters.registry import build_adapter
 from gateway.platform_keys import KeyPool, PlatformCredential
 from gateway.web.adapters import WEB_ADAPTERS, WebAdapter
 from gateway.web.types import PAGE, QUERY, RENDERED_PAGE
+from providers.catalog import (
+    KeySource,
+    cache_prices,
+    enabled_key_rows,
+    enabled_profiles,
+    model_aliases,
+    offers_by_model,
+    own_key,
+    platform_keys,
+)
 from providers.models import (
     TEAM_KEY_ELIGIBLE_KINDS,
     WEB_KINDS,
     ModelKind,
-    PlatformKey,
+    ProviderModel,
     ProviderProfile,
 )
-from providers.services import OWN_KEY_LABEL, key_from_env
+from providers.services import key_from_env
 
 log = logging.getLogger(__name__)
 
@@ -100,10 +110,13 @@ class ModelOffer:
     kind: str = ModelKind.CHAT  # which requests it answers: chat or embeddings
 
     def __post_init__(self) -> None:
-        if self.cached_input_micro_per_mtok is None:
-            object.__setattr__(self, "cached_input_micro_per_mtok", self.input_micro_per_mtok)
-        if self.cache_write_micro_per_mtok is None:
-            object.__setattr__(self, "cache_write_micro_per_mtok", self.input_micro_per_mtok)
+        cached, write = cache_prices(
+            input_micro_per_mtok=self.input_micro_per_mtok,
+            cached=self.cached_input_micro_per_mtok,
+            write=self.cache_write_micro_per_mtok,
+        )
+        object.__setattr__(self, "cached_input_micro_per_mtok", cached)
+        object.__setattr__(self, "cache_write_micro_per_mtok", write)
 
 
 @dataclass(frozen=True)
@@ -182,63 +195,44 @@ def _pin_index(
 EMPTY = Catalog(profiles={}, offers_by_model={})
 
 
-def _credential(
-    *, env: str, sealed: bytes | memoryview | None, version: str, binding: str, what: str
-) -> str | None:
-    """Return a platform credential: from the environment, or unsealed (None if neither)."""
-    if env:
-        return key_from_env(env) or None
-    if sealed:
+def _opened(key: KeySource, *, profile: str) -> str | None:
+    """Return a platform credential's secret: from the environment, or unsealed (None if
+    the variable is unset or the seal does not open)."""
+    if key.env:
+        return key_from_env(key.env) or None
+    if key.sealed:
         try:
             # bytes(): a memoryview from some database drivers
-            return unseal(bytes(sealed), version=version, bound_to=binding)
+            return unseal(bytes(key.sealed), version=key.seal_version, bound_to=key.binding)
         except SealBroken:
-            log.error("%s does not open; it serves nothing", what)
+            what = f"platform key {key.label}" if key.key_id else "the platform key"
+            log.error("%s of profile %s does not open; it serves nothing", what, profile)
     return None
 
 
-def _platform_key(profile: ProviderProfile) -> str | None:
-    return _credential(
-        env=profile.api_key_env,
-        sealed=profile.api_key_sealed,
-        version=profile.api_key_seal_version,
-        binding=profile.seal_binding,
-        what=f"the platform key of profile {profile.name}",
-    )
-
-
-def _unsealed(key: PlatformKey) -> str | None:
-    return _credential(
-        env=key.api_key_env,
-        sealed=key.sealed,
-        version=key.seal_version,
-        binding=key.seal_binding,
-        what=f"platform key {key.label} of profile {key.profile_id}",
-    )
+def _platform_key(row: ProviderProfile) -> str | None:
+    own = own_key(row)
+    return _opened(own, profile=row.name) if own is not None else None
 
 
 def _key_pool(row: ProviderProfile) -> KeyPool | None:
-    """Return the profile's pool of platform keys: its own key first (labelled `profile`),
-    then its usable PlatformKey rows; None when it has no rows (its own key serves alone)."""
-    rows = [k for k in row.platform_keys.all() if k.enabled]
-    if not rows:
+    """Return the profile's pool of platform keys: those of providers.catalog.platform_keys
+    that open; None when it has no enabled rows (its own key serves alone)."""
+    if not enabled_key_rows(row):
         return None
     keys = []
-    own = _platform_key(row)
-    if own is not None:
-        keys.append(PlatformCredential(key_id=0, label=OWN_KEY_LABEL, secret=own))
-    for key in rows:
-        secret = _unsealed(key)
-        if secret is None or key.status != PlatformKey.Status.ACTIVE:
-            continue  # a failing key waits for an operator (gateway/platform_keys.py)
+    for key in platform_keys(row):
+        secret = _opened(key, profile=row.name)
+        if secret is None:
+            continue
         keys.append(
             PlatformCredential(
-                key_id=key.pk,
+                key_id=key.key_id,
                 label=key.label,
                 secret=secret,
                 weight=key.weight,
-                rpm=key.rpm or 0,
-                tpm=key.tpm or 0,
+                rpm=key.rpm,
+                tpm=key.tpm,
             )
         )
     return KeyPool(profile=row.name, strategy=row.key_strategy, keys=tuple(keys))
@@ -247,10 +241,9 @@ def _key_pool(row: ProviderProfile) -> KeyPool | None:
 def load_catalog(session: aiohttp.ClientSession) -> Catalog:
     """Read enabled profiles and models (sync ORM: call from a thread)."""
     profiles: dict[str, Profile] = {}
-    offers: dict[str, list[ModelOffer]] = {}
+    served: list[tuple[Profile, ProviderProfile]] = []
     web: dict[str, WebProfile] = {}
-    profiles_by_name = ProviderProfile.objects.filter(enabled=True).order_by("name")
-    for row in profiles_by_name.prefetch_related("models", "platform_keys"):
+    for row in enabled_profiles():
         prices = _unit_prices(row)
         if row.kind in WEB_KINDS or (prices and row.kind in WEB_ADAPTERS):
             web[row.name] = WebProfile(
@@ -291,38 +284,37 @@ def load_catalog(session: aiohttp.ClientSession) -> Catalog:
             passthrough=row.passthrough,
         )
         profiles[row.name] = profile
-        for m in row.models.all():
-            offered = offers.get(m.name)
-            if offered and offered[0].kind != m.kind:
-                # A name answers one kind of request: the first profile's (by name) wins.
-                log.warning(
-                    "model %s of profile %s is a %s model, but %s already offers it as %s: ignored",
-                    m.name,
-                    row.name,
-                    m.kind,
-                    offered[0].profile.name,
-                    offered[0].kind,
-                )
-                continue
-            offers.setdefault(m.name, []).append(
-                ModelOffer(
-                    profile=profile,
-                    name=m.name,
-                    upstream=m.upstream or m.name,
-                    input_micro_per_mtok=m.input_micro_per_mtok,
-                    output_micro_per_mtok=m.output_micro_per_mtok,
-                    max_output_tokens=m.max_output_tokens,
-                    # No cache price of its own: ModelOffer charges the input price.
-                    cached_input_micro_per_mtok=m.cached_input_micro_per_mtok,  # type: ignore[arg-type]
-                    cache_write_micro_per_mtok=m.cache_write_micro_per_mtok,  # type: ignore[arg-type]
-                    aliases=tuple(a for a in m.aliases or () if isinstance(a, str) and a),
-                    kind=m.kind,
-                )
-            )
+        served.append((profile, row))
+    offers, ignored = offers_by_model(served, _offer)
+    for clash in ignored:
+        log.warning(
+            "model %s of profile %s is a %s model, but %s already offers it as %s: ignored",
+            clash.model,
+            clash.profile,
+            clash.kind,
+            clash.offered_by,
+            clash.offered_as,
+        )
     return Catalog(
         profiles=profiles,
         offers_by_model={name: tuple(r) for name, r in offers.items()},
         web=web,
+    )
+
+
+def _offer(profile: Profile, m: ProviderModel) -> ModelOffer:
+    return ModelOffer(
+        profile=profile,
+        name=m.name,
+        upstream=m.upstream or m.name,
+        input_micro_per_mtok=m.input_micro_per_mtok,
+        output_micro_per_mtok=m.output_micro_per_mtok,
+        max_output_tokens=m.max_output_tokens,
+        # No cache price of its own: ModelOffer charges the input price.
+        cached_input_micro_per_mtok=m.cached_input_micro_per_mtok,  # type: ignore[arg-type]
+        cache_write_micro_per_mtok=m.cache_write_micro_per_mtok,  # type: ignore[arg-type]
+        aliases=model_aliases(m),
+        kind=m.kind,
     )
 
 

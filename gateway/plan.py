@@ -2,10 +2,11 @@
 
 Links follow the client's chain (the model, then its route list or one fallback model, in
 the client's order); a canonical model served by several providers with no pin fans out
-ranked by per-token cost. Who may pay for each link (team first, the platform when allowed,
-the chain lock, the breaker's scope, the margin) is gateway/attempts.py's billing boundary,
-shared with web plans; a link's worst case here is its prompt's bound and its output cap at
-the offer's prices.
+ranked by per-token cost (providers.catalog.cheapest_first, the order a key's payer map
+walks too). Who may pay for each link (team first, the platform when allowed, the chain
+lock, the breaker's scope, the margin) is gateway/attempts.py's billing boundary, shared
+with web plans; a link's worst case here is its prompt's bound and its output cap at the
+offer's prices.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from gateway.shapes.requests_to_anthropic import openai_request_to_anthropic
 from gateway.shapes.requests_to_openai import anthropic_request_to_openai
 from gateway.shapes.responses_requests import responses_request_to_chat
 from gateway.types import ANTHROPIC, RESPONSES, ModelRequest
+from providers.catalog import cheapest_first
 from providers.models import ModelKind
 
 
@@ -92,11 +94,6 @@ class Plan:
             "links": [link.as_json() for link in self.links],
             "budget_estimate_micro": self.budget_estimate_micro,
         }
-
-
-def price_rank(offer: ModelOffer) -> tuple[int, str]:
-    """Rank a canonical model's offers: cheapest per token first, then by profile name."""
-    return (offer.input_micro_per_mtok + offer.output_micro_per_mtok, offer.profile.name)
 
 
 def prompt_bound(req: ModelRequest) -> int:
@@ -182,7 +179,7 @@ def offers_for(
         if kind == ModelKind.EMBEDDING:
             raise InvalidRequest(f"Model {model!r} is not an embedding model.")
         raise InvalidRequest(f"Model {model!r} is an embedding model: ask POST /v1/embeddings.")
-    return sorted(resolved, key=price_rank) if len(resolved) > 1 else list(resolved)
+    return cheapest_first(resolved)
 
 
 def build_plan(
