@@ -173,6 +173,7 @@ class Escrow:
                 {
                     "requests": [h.request_id for h in holds],
                     "amounts": [h.amount_micro for h in holds],
+                    "keys": [h.api_key_id for h in holds],
                     "group": group_id,
                     "now": now,
                     "expires": expires,
@@ -194,6 +195,7 @@ class Escrow:
             {
                 "amount": hold.amount_micro,
                 "group": hold.group_id,
+                "key": hold.api_key_id,
                 "request": hold.request_id,
                 "now": now,
                 "expires": expires,
@@ -217,6 +219,7 @@ class Escrow:
                 "escrow": first.amount_micro,
                 "account": first.account_id,
                 "group": hold.group_id,
+                # The request's key (the hold's and the reservation's: one request, one key).
                 "key": first.api_key_id,
                 "request": hold.request_id,
                 "now": now,
@@ -414,14 +417,21 @@ class Escrow:
             raise errors.DependencyDown() from None
 
     async def mark_sent(
-        self, *, request_id: str, group_id: int, amount_micro: int, hold_taken: bool
+        self,
+        *,
+        request_id: str,
+        group_id: int,
+        api_key_id: int | None,
+        amount_micro: int,
+        hold_taken: bool,
     ) -> bool:
         """Record that a platform call is about to be sent, before it is; return whether the
         request now has a hold (marked).
 
         The request's hold is marked; a request without one (`hold_taken` false) takes a hold
-        of its worst case now, marked (one statement on PostgreSQL). If the gateway dies
-        before the usage row is stored, the reaper charges it instead of releasing it at 0.
+        of its worst case now, marked (one statement on PostgreSQL), naming its key. If the
+        gateway dies before the usage row is stored, the reaper charges it (to the group and
+        the key) instead of releasing it at 0.
 
         With the database unreachable the call is still made: its budget and wallet checks
         (if any) already passed, and its charge rides on the usage journal, which outlives
@@ -441,6 +451,7 @@ class Escrow:
                     {
                         "request": request_id,
                         "group": group_id,
+                        "key": api_key_id,
                         "amount": amount_micro,
                         "now": now,
                         "expires": now + timedelta(seconds=self.ttl_s),
@@ -451,7 +462,7 @@ class Escrow:
                 hold = ledger.Hold(
                     request_id=request_id,
                     group_id=group_id,
-                    api_key_id=None,
+                    api_key_id=api_key_id,
                     key_budgeted=False,
                     amount_micro=amount_micro,
                 )

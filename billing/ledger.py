@@ -100,8 +100,8 @@ PERIODS = BudgetPeriod._meta.db_table
 ALERTS = BudgetAlert._meta.db_table
 
 _HOLD_COLUMNS = (
-    "request_id, group_id, api_key_id, caller_spend_id, amount_micro, status, call_sent,"
-    " created_at, expires_at"
+    "request_id, group_id, api_key_id, key_held, caller_spend_id, amount_micro, status,"
+    " call_sent, created_at, expires_at"
 )
 _RESERVATION_COLUMNS = (
     "wallet_id, request_id, group_id, api_key_id, attempt_no, amount_micro, committed_micro,"
@@ -198,7 +198,7 @@ class Moves:
 
     def released(self, h: Held) -> None:
         self.groups[h.group_id][2] -= h.amount_micro
-        if h.api_key_id is not None:
+        if h.api_key_id is not None and h.key_held:
             self.keys[h.api_key_id][1] -= h.amount_micro
         if h.caller_spend_id is not None:
             self.callers[h.caller_spend_id][1] -= h.amount_micro
@@ -269,8 +269,8 @@ class CallerBudget:
 class Hold:
     request_id: str
     group_id: int
-    api_key_id: int | None
-    key_budgeted: bool
+    api_key_id: int | None  # the request's key: named on the hold, so a reaper charge hits it
+    key_budgeted: bool  # the hold also reserves on the key (checked against its budget)
     amount_micro: int
     caller: CallerBudget | None = None
 
@@ -292,7 +292,8 @@ class Held:
     request_id: str
     amount_micro: int
     group_id: int
-    api_key_id: int | None  # the key the hold reserved on (a budgeted key), else None
+    api_key_id: int | None  # the request's key (charged with the hold if the reaper charges it)
+    key_held: bool  # the hold reserved on that key (a budgeted key): released with it
     caller_spend_id: int | None
     status: str
 
@@ -302,7 +303,9 @@ def take_hold(h: Hold, *, now: datetime, ttl_s: int, call_sent: bool = False) ->
 
     Refused when spent + reserved >= budget_max (zero credit is a hard stop, even for a
     zero estimate) or when the hold would pass budget_max. `call_sent` takes it as the
-    crash marker of a platform call about to be sent (a group without a budget).
+    crash marker of a platform call about to be sent (a group without a budget). The hold
+    names the request's key even when it does not reserve on it (`key_budgeted` false), so
+    a charge the reaper makes with it reaches the key as a normal finish does.
     """
     amount = h.amount_micro
     row = yield (
@@ -340,11 +343,12 @@ def take_hold(h: Hold, *, now: datetime, ttl_s: int, call_sent: bool = False) ->
         caller_spend_id = row[0]
     yield (
         f"INSERT INTO {HOLDS} ({_HOLD_COLUMNS})"
-        " VALUES (%s, %s, %s, %s, %s, 'held', %s, %s, %s) RETURNING id",
+        " VALUES (%s, %s, %s, %s, %s, %s, 'held', %s, %s, %s) RETURNING id",
         (
             h.request_id,
             h.group_id,
-            h.api_key_id if h.key_budgeted else None,
+            h.api_key_id,
+            h.key_budgeted and h.api_key_id is not None,
             caller_spend_id,
             amount,
             call_sent,
@@ -380,10 +384,11 @@ def _group_hold(*, checked: bool, when: str = "") -> str:
 
 
 def _hold_row(*, call_sent: str, source: str = "grp") -> str:
-    """The INSERT of the request's hold for the group `source` returned (group-only holds)."""
+    """The INSERT of the request's hold for the group `source` returned (group-only holds:
+    the request's key %(key)s is named, for a reaper's charge, and not held on)."""
     return (
-        f"INSERT INTO {HOLDS} ({_HOLD_COLUMNS}) SELECT %(request)s, {source}.id, NULL, NULL,"
-        f" %(amount)s, 'held', {call_sent}, %(now)s, %(expires)s FROM {source}"
+        f"INSERT INTO {HOLDS} ({_HOLD_COLUMNS}) SELECT %(request)s, {source}.id, %(key)s,"
+        f" FALSE, NULL, %(amount)s, 'held', {call_sent}, %(now)s, %(expires)s FROM {source}"
     )
 
 
@@ -396,19 +401,20 @@ def take_hold_statement(*, call_sent: bool = False) -> str:
 
 
 def take_holds_statement() -> str:
-    """`take_hold` for many group-only holds on one group (arrays of request ids and amounts):
-    all are taken, or none (then each on its own, for its own verdict). The room check is the
-    one the holds would pass one by one, the largest last. Returns their request ids."""
+    """`take_hold` for many group-only holds on one group (arrays of request ids, amounts and
+    the requests' keys): all are taken, or none (then each on its own, for its own verdict).
+    The room check is the one the holds would pass one by one, the largest last. Returns
+    their request ids."""
     check = room(amount="tot.total", now="%(now)s", row="g.", ahead="tot.total - tot.largest")
     return (
-        "WITH req AS (SELECT * FROM unnest(%(requests)s::text[], %(amounts)s::bigint[])"
-        " AS r(request_id, amount)),"
+        "WITH req AS (SELECT * FROM unnest(%(requests)s::text[], %(amounts)s::bigint[],"
+        " %(keys)s::bigint[]) AS r(request_id, amount, api_key_id)),"
         " tot AS (SELECT sum(amount) AS total, max(amount) AS largest FROM req),"
         f" grp AS (UPDATE {GROUPS} g SET reserved_micro = g.reserved_micro + tot.total FROM tot"
         f" WHERE g.id = %(group)s AND {check} RETURNING g.id)"
         f" INSERT INTO {HOLDS} ({_HOLD_COLUMNS})"
-        " SELECT req.request_id, grp.id, NULL, NULL, req.amount, 'held', FALSE, %(now)s,"
-        " %(expires)s FROM req, grp RETURNING request_id"
+        " SELECT req.request_id, grp.id, req.api_key_id, FALSE, NULL, req.amount, 'held', FALSE,"
+        " %(now)s, %(expires)s FROM req, grp RETURNING request_id"
     )
 
 
@@ -441,7 +447,8 @@ def release_holds(
     rows = yield (
         f"UPDATE {HOLDS} SET status = {status} WHERE status = 'held'"
         f" AND request_id IN ({requests}) AND request_id BETWEEN %s AND %s"
-        " RETURNING request_id, amount_micro, group_id, api_key_id, caller_spend_id, status",
+        " RETURNING request_id, amount_micro, group_id, api_key_id, key_held, caller_spend_id,"
+        " status",
         (*params, *request_span(ids)),
         ALL,
     )
@@ -1327,8 +1334,9 @@ def reap_reservation(reservation_id: int, *, now: datetime) -> Program[bool]:
 def reap_hold(request_id: str, *, now: datetime) -> Program[bool]:
     """Resolve an expired budget hold: charged if a platform call was sent, else released at 0.
 
-    The charge is the hold (the request's worst case), unmeasured, to the group and to the
-    key and caller it held on.
+    The charge is the hold (the request's worst case), unmeasured, to the counters its usage
+    row would have charged: the group, the request's key (the hold names it, budgeted or
+    not) and the caller it held on.
     """
     moves = Moves()
     held = yield from release_holds([request_id], reaped=True, moves=moves)

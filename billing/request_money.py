@@ -75,6 +75,7 @@ class RequestMoney:
             self._held = await self._escrow.mark_sent(
                 request_id=self.request_id,
                 group_id=self.group_id,
+                api_key_id=self.api_key_id,
                 amount_micro=self.estimate_micro,
                 hold_taken=self._held,
             )

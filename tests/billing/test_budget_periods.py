@@ -203,8 +203,8 @@ def test_holds_of_every_form_see_a_fresh_budget_once_the_period_ended():
         with connection.cursor() as cursor:
             cursor.execute(
                 ledger.HOLD_ONE_STATEMENT,
-                {"request": rid(), "group": tenant.group_id, "amount": 10, "now": now,
-                 "expires": now + timedelta(seconds=60)},
+                {"request": rid(), "group": tenant.group_id, "key": tenant.api_key_id,
+                 "amount": 10, "now": now, "expires": now + timedelta(seconds=60)},
             )  # fmt: skip
             return cursor.fetchone() is not None
 
@@ -212,8 +212,8 @@ def test_holds_of_every_form_see_a_fresh_budget_once_the_period_ended():
         with connection.cursor() as cursor:
             cursor.execute(
                 ledger.HOLD_MANY_STATEMENT,
-                {"requests": [rid(), rid()], "amounts": [10, 20], "group": tenant.group_id,
-                 "now": now, "expires": now + timedelta(seconds=60)},
+                {"requests": [rid(), rid()], "amounts": [10, 20], "keys": [tenant.api_key_id] * 2,
+                 "group": tenant.group_id, "now": now, "expires": now + timedelta(seconds=60)},
             )  # fmt: skip
             return len(cursor.fetchall()) == 2
 

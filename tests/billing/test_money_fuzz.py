@@ -151,6 +151,7 @@ def plan_hold(w: World):
                     {
                         "request": request.request_id,
                         "group": owner.group_id,
+                        "key": key_id,
                         "amount": amount,
                         "now": now,
                         "expires": now + timedelta(seconds=ttl_s),
@@ -168,6 +169,7 @@ def plan_hold(w: World):
                     {
                         "request": request.request_id,
                         "group": owner.group_id,
+                        "key": key_id,
                         "amount": amount,
                         "now": now,
                         "expires": now + timedelta(seconds=ttl_s),
@@ -203,7 +205,12 @@ def plan_hold_and_reserve(w: World):
     escrow = w.rng.randrange(1, 6_000)
     now = w.now
     expires = now + timedelta(seconds=w.rng.randrange(5, 60))
-    hold_params = {"request": request.request_id, "group": owner.group_id, "amount": amount}
+    hold_params = {
+        "request": request.request_id,
+        "group": owner.group_id,
+        "key": request.api_key_id,
+        "amount": amount,
+    }
 
     def run():
         with connection.cursor() as cursor:
@@ -213,7 +220,6 @@ def plan_hold_and_reserve(w: World):
                     **hold_params,
                     "escrow": escrow,
                     "account": owner.account_id,
-                    "key": request.api_key_id,
                     "now": now,
                     "expires": expires,
                 },
@@ -509,6 +515,12 @@ def check_books(w: World) -> None:
         )
     )
     assert len({m[0] for m in markers}) == len(markers)
+    # Whoever charged a request (its row, the reaper at its hold or reservation), the charge
+    # names the request's key, budgeted or not: the key's spent is what its rows say.
+    key_of = {r.request_id: r.api_key_id for r in w.requests}
+    for request_id, _, api_key_id, _, _ in markers:
+        if request_id in key_of:
+            assert api_key_id == key_of[request_id], f"{request_id}: charged to another key"
     for group in Group.objects.all():
         assert group.reserved_micro == sum(
             held.filter(group=group).values_list("amount_micro", flat=True)
@@ -520,7 +532,7 @@ def check_books(w: World) -> None:
         assert group.settled_micro == sum(m[4] for m in mine), f"group {group.pk}: settled"
     for key in ApiKey.objects.all():
         assert key.reserved_micro == sum(
-            held.filter(api_key=key).values_list("amount_micro", flat=True)
+            held.filter(api_key=key, key_held=True).values_list("amount_micro", flat=True)
         ), f"key {key.pk}: reserved != its held holds"
         assert key.spent_micro == sum(m[3] + m[4] for m in markers if m[2] == key.pk), (
             f"key {key.pk}: spent != what its markers charged"

@@ -48,8 +48,8 @@ def events_every_minute(settings):
 
 def test_a_late_row_above_the_hold_takes_what_the_wallet_has_and_states_the_rest_uncollected():
     tenant = make_tenant(wallet_micro=FUNDS)
-    # A key with a budget: the hold is on it too, so the reaper charges it (a key without
-    # one is not held on, and the reaper charges the group only).
+    # A key with a budget: the hold reserves on it too (a key without one is only named on
+    # the hold); either way the reaper charges the key with the group.
     ApiKey.objects.filter(pk=tenant.api_key_id).update(budget_max_micro=1_000_000)
     request_id = f"req-{uuid.uuid4().hex}"
     now = timezone.now()
