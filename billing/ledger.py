@@ -1306,7 +1306,8 @@ def reap_reservation(reservation_id: int, *, now: datetime) -> Program[bool]:
 
     A sent call whose usage never arrived was served by a gateway that died: the wallet is
     debited the hold, marked unmeasured for reconciliation. A request that took no budget
-    hold is charged to its group's counters here too; one with a hold is charged with it.
+    hold is charged to its group's and key's counters here too (raising the spend alerts a
+    settled row would); one with a hold is charged with it.
     """
     row = yield (
         "SELECT call_sent, amount_micro, request_id, group_id, api_key_id"
@@ -1325,9 +1326,13 @@ def reap_reservation(reservation_id: int, *, now: datetime) -> Program[bool]:
         return False
     hold = yield (f"SELECT id FROM {HOLDS} WHERE request_id = %s", (request_id,))
     if hold is None and group_id is not None:
-        yield from charge(
+        charged = yield from charge(
             [Charge(request_id, group_id, api_key_id, cost_micro=amount)], source="reaper", now=now
         )
+        if charged:
+            yield from raise_alerts(
+                group_ids=[group_id], key_ids=[] if api_key_id is None else [api_key_id], now=now
+            )
     return True
 
 
@@ -1336,21 +1341,28 @@ def reap_hold(request_id: str, *, now: datetime) -> Program[bool]:
 
     The charge is the hold (the request's worst case), unmeasured, to the counters its usage
     row would have charged: the group, the request's key (the hold names it, budgeted or
-    not) and the caller it held on.
+    not) and the caller it held on; and the spend alerts that charge reached are raised.
     """
     moves = Moves()
     held = yield from release_holds([request_id], reaped=True, moves=moves)
     if not held:
         return False
     h = held[request_id]
+    charged: set[str] = set()
     if h.status == "charged":
-        yield from charge(
+        charged = yield from charge(
             [Charge(request_id, h.group_id, h.api_key_id, h.caller_spend_id, h.amount_micro)],
             source="reaper",
             now=now,
             moves=moves,
         )
     yield from move_counters(moves, now=now)
+    if charged:  # the alerts a settled row's charge would raise (`settle`)
+        yield from raise_alerts(
+            group_ids=[h.group_id],
+            key_ids=[] if h.api_key_id is None else [h.api_key_id],
+            now=now,
+        )
     return True
 
 

@@ -172,3 +172,40 @@ def test_a_receiver_refusing_for_good_fails_the_alert_at_once(webhook):  # noqa:
     [alert] = BudgetAlert.objects.filter(group_id=tenant.group_id)
     assert (report.failed, alert.delivery, alert.delivery_attempts) == (1, "failed", 1)
     assert len(receiver.received) == 1
+
+
+@pytest.mark.parametrize("held", [True, False], ids=["with a hold", "reservation alone"])
+def test_a_crash_charge_raises_the_alerts_its_settled_row_would(held):
+    """The reaper charges a dead gateway's request at its hold (or its reservation, when it
+    took no hold): that charge raises the group's and the key's alerts as settling would."""
+    from billing import ledger
+    from billing.reaper import expire_stale_holds
+    from core.sqlexec import run_sync
+
+    tenant = make_tenant(wallet_micro=10_000, budget_micro=1_000 if held else None)
+    ApiKey.objects.filter(pk=tenant.api_key_id).update(budget_max_micro=1_000)
+    now = timezone.now()
+    request_id = f"crash-{held}"
+    if held:
+        hold = ledger.Hold(request_id, tenant.group_id, tenant.api_key_id, True, 800)
+        run_sync(ledger.take_hold(hold, now=now, ttl_s=5, call_sent=True))
+    else:  # a request without budgets on its group: its reservation says the call was sent
+        run_sync(
+            ledger.reserve(
+                account_id=tenant.account_id,
+                request_id=request_id,
+                group_id=tenant.group_id,
+                api_key_id=tenant.api_key_id,
+                attempt_no=1,
+                amount_micro=800,
+                now=now,
+                ttl_s=5,
+            )
+        )
+
+    assert expire_stale_holds(now=now + timedelta(seconds=6)) == ((0, 1) if held else (1, 0))
+
+    assert ApiKey.objects.get(pk=tenant.api_key_id).spent_micro == 800
+    assert alerts(api_key_id=tenant.api_key_id) == [(50, 800, 1_000, None), (80, 800, 1_000, None)]
+    group_alerts = [(50, 800, 1_000, None), (80, 800, 1_000, None)] if held else []
+    assert alerts(group_id=tenant.group_id, api_key__isnull=True) == group_alerts
