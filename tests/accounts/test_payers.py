@@ -13,6 +13,7 @@ from django.test import Client
 
 from accounts.models import ApiKey, Membership
 from tests.byok.helpers import Byok, team_keys
+from tests.support.processes import INTERNAL_TOKEN
 from tests.support.profiles import PLATFORM_KEY
 from tests.support.usage import usage_rows
 
@@ -245,3 +246,98 @@ def test_with_platform_serving_off_the_map_and_the_gateway_refuse_alike(
     )
     assert ask(stack, tenant, "claude-3-5-haiku").usage.completion_tokens == 8
     assert [c["key"] for c in stack.stub.vendor_calls()] == ["sk-ant-team"]
+
+
+def test_the_map_and_the_gateways_plan_agree_on_offers_ranked_keys_and_clashing_kinds(stack):
+    """Four profiles offer gpt-4o-mini: the catalog's rules (providers.catalog) decide which
+    offers count, in which order they are tried and which have a platform key; the map and
+    the gateway's plan (/internal/decide, no vendor call) read them alike."""
+    from providers.models import PlatformKey
+    from providers.services import platform_key_add, profile_set_platform_key, profiles_bootstrap
+
+    def profile(name: str, kind: str, upstream: str, prices: tuple[int, int], model_kind="chat"):
+        return {
+            "name": name,
+            "kind": kind,
+            "base_url": f"{stack.stub.url}/v1",
+            "models": [
+                {
+                    "name": "gpt-4o-mini",
+                    "kind": model_kind,
+                    "upstream": upstream,
+                    "input_micro_per_mtok": prices[0],
+                    "output_micro_per_mtok": prices[1],
+                }
+            ],
+        }
+
+    # Tried cheapest first (input + output per Mtok): stub-cheap 500_000, stub-pooled 620_000,
+    # stub-openai 750_000; by name stub-openai would come before stub-pooled.
+    _cheap, pooled, embed = profiles_bootstrap(
+        spec=[
+            profile("stub-cheap", "openai_compatible", "cheap-mini", (100_000, 400_000)),
+            profile("stub-pooled", "openai", "pooled-mini", (120_000, 500_000)),
+            # Cheapest of all, but stub-cheap (first by name) offers the name as chat: ignored.
+            profile("stub-zembed", "openai", "embed-mini", (1, 0), model_kind="embedding"),
+        ]
+    )
+    profile_set_platform_key(profile=embed, api_key=PLATFORM_KEY)
+    embed.save()
+    # No platform key: stub-cheap has none; stub-pooled's only one is a row the vendor
+    # refused (failing), so neither falls back to the platform after its team key.
+    failed = platform_key_add(profile=pooled, label="pk-1", api_key="sk-platform-refused")
+    PlatformKey.objects.filter(pk=failed.pk).update(status=PlatformKey.Status.FAILING)
+    tenant = stack.tenant()
+    team_keys(stack, tenant, "stub-cheap", ["sk-team-cheap"], fallback=True)
+    team_keys(stack, tenant, "stub-pooled", ["sk-team-pooled"], fallback=True)
+
+    entry = by_model(payers_api(stack, tenant).json())["gpt-4o-mini"]
+    plan = httpx.post(
+        f"{stack.url}/internal/decide",
+        headers={"Authorization": f"Bearer {INTERNAL_TOKEN}"},
+        json={
+            "group": tenant.group_id,
+            "request_id": "payers-1",
+            "model": "gpt-4o-mini",
+            "messages": HELLO,
+        },
+    ).json()
+
+    expected = [
+        {"payer": "team_key", "provider": "stub-cheap"},
+        {"payer": "team_key", "provider": "stub-pooled"},
+        {"payer": "platform", "provider": "stub-openai"},
+    ]
+    assert entry["attempts"] == expected
+    assert [
+        {
+            "payer": "team_key" if a["served_by"] == "team" else "platform",
+            "provider": link["provider"],
+        }
+        for link in plan["links"]
+        for a in link["attempts"]
+    ] == expected
+    assert [link["provider"] for link in plan["links"]] == [
+        "stub-cheap",
+        "stub-pooled",
+        "stub-openai",
+    ]
+    assert (entry["payer"], entry["provider"], entry["then"]) == (
+        "team_key",
+        "stub-cheap",
+        "team_key",
+    )
+    assert entry["price"]["input_micro_per_mtok"] == 150_000  # the platform's, on stub-openai
+    assert stack.stub.vendor_calls() == []
+
+    # What a request meets: each team key refuses (429), then the platform pays on stub-openai.
+    stack.stub.faults(
+        {"kind": "429", "match": {"key": "sk-team-cheap"}},
+        {"kind": "429", "match": {"key": "sk-team-pooled"}},
+    )
+    assert ask(stack, tenant, "gpt-4o-mini").usage.completion_tokens == 8
+    assert [(c["key"], c["model"]) for c in stack.stub.vendor_calls()] == [
+        ("sk-team-cheap", "cheap-mini"),
+        ("sk-team-pooled", "pooled-mini"),
+        (PLATFORM_KEY, "gpt-4o-mini"),
+    ]
