@@ -1,2 +1,2 @@
 from tests.support.browser import browser  # noqa: F401  (a fixture)
-from tests.support.checkouts import checkout  # noqa: F401  (a fixture)
+from tests.support.checkouts import checkout, module_checkout  # noqa: F401  (fixtures)

@@ -28,11 +28,11 @@ def running(pid: int) -> bool:
     return state != "Z"
 
 
-@pytest.fixture
-def checkout(tmp_path: Path):
+def copy_checkout(where: Path) -> Path:
+    """Copy the checkout's files (tracked and not ignored) to `where`/checkout; return it."""
     if not Path("/proc/self").is_dir():
         pytest.skip("needs /proc to tell a live process from a zombie")
-    copy = tmp_path / "checkout"
+    copy = where / "checkout"
     listed = subprocess.run(
         ["git", "ls-files", "-co", "--exclude-standard", "-z"],
         cwd=ROOT,
@@ -45,6 +45,20 @@ def checkout(tmp_path: Path):
             shutil.copy2(ROOT / name, copy / name)
     (copy / "var").mkdir()
     (copy / "var/.installed").touch()
+    return copy
+
+
+@pytest.fixture
+def checkout(tmp_path: Path):
+    copy = copy_checkout(tmp_path)
+    yield copy
+    subprocess.run(["scripts/stop.sh"], cwd=copy, env=make_env(), capture_output=True)
+
+
+@pytest.fixture(scope="module")
+def module_checkout(tmp_path_factory):
+    """A checkout for one test module's tests, which share what they start in it."""
+    copy = copy_checkout(tmp_path_factory.mktemp("module-checkout"))
     yield copy
     subprocess.run(["scripts/stop.sh"], cwd=copy, env=make_env(), capture_output=True)
 

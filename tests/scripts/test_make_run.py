@@ -1,14 +1,23 @@
-"""`make run`'s demo serves one profile of every vendor kind on the stub: each answers the
-official SDKs, streamed, through the gateway (Azure OpenAI, Bedrock, Gemini, Vertex AI,
-beside OpenAI and Anthropic), and a profile of several platform keys shares its calls."""
+"""`make run`'s demo, one run shared by this module's tests (neither changes what the other
+checks): what it prints is right for the port it runs on (every address it names is the run's,
+gateway or stub, and the management command it prints, run as printed in another shell, gives
+a set-password link on that port), and it serves one profile of every vendor kind on the stub:
+each answers the official SDKs, streamed, through the gateway (Azure OpenAI, Bedrock, Gemini,
+Vertex AI, beside OpenAI and Anthropic), and a profile of several platform keys shares its
+calls."""
 
 from __future__ import annotations
+
+import json
+import re
+import subprocess
 
 import anthropic
 import httpx
 import openai
+import pytest
 
-from tests.support.checkouts import make_run
+from tests.support.checkouts import MadeRun, make_env, make_run
 
 HELLO = [{"role": "user", "content": "hello there"}]
 
@@ -28,8 +37,30 @@ DEMO_MODELS = {
 }
 
 
-def test_the_demo_serves_a_profile_of_every_vendor_kind(checkout):
-    run = make_run(checkout)
+@pytest.fixture(scope="module")
+def demo(module_checkout) -> MadeRun:
+    return make_run(module_checkout)
+
+
+def test_the_printed_lines_name_the_runs_port(demo: MadeRun):
+    run = demo
+    ports = {run.url.rsplit(":", 1)[1], run.stub_url.rsplit(":", 1)[1]}
+
+    named = set(re.findall(r"(?:127\.0\.0\.1|localhost):(\d+)", run.printed))
+    assert named == ports, run.printed
+
+    [command] = [line for line in run.printed.splitlines() if "manage.py create_tenant" in line]
+    # A new shell: none of the run's environment, as a reader who copies the line has.
+    made = subprocess.run(
+        ["bash", "-c", command], env=make_env(), capture_output=True, text=True, timeout=60
+    )
+    assert made.returncode == 0, made.stderr
+    assert json.loads(made.stdout)["password_link"].startswith(f"{run.url}/set-password/")
+    assert "TOLLGATE_PUBLIC_URL is not set" not in made.stderr
+
+
+def test_the_demo_serves_a_profile_of_every_vendor_kind(demo: MadeRun, module_checkout):
+    run = demo
     client = openai.OpenAI(base_url=f"{run.url}/v1", api_key=run.api_key, max_retries=0)
     listed = {model.id for model in client.models.list()}
     assert set(DEMO_MODELS) <= listed
@@ -67,5 +98,5 @@ def test_the_demo_serves_a_profile_of_every_vendor_kind(checkout):
     )
     assert answer.content[0].text and answer.usage.output_tokens > 0
 
-    log = (checkout / "var/gateway.log").read_text()
+    log = (module_checkout / "var/gateway.log").read_text()
     assert "Traceback" not in log, log
