@@ -62,26 +62,35 @@ def _retry_flush_on_deadlock() -> None:
 
 def _flush_only_tables_with_rows() -> None:
     """Make the flush that ends a `transactional_db` test truncate only the tables holding
-    rows (and, by CASCADE, the tables referencing them), on PostgreSQL.
+    rows (and, by CASCADE, the tables referencing them), on PostgreSQL, and refill the
+    content types and permissions (post_migrate) only when they changed.
 
     Why: Django's flush TRUNCATEs every table of every app (over a hundred), and a TRUNCATE
     makes new files for each table and index, whether it held rows or not: 1-3 s a test on
-    CI's machine, against some 0.1 s for the few tables a test fills. The tables are the
-    ones Django's flush names, and after it every one of them is empty, as before: only the
-    empty ones are no longer truncated again. (A table referencing a Django table from
-    outside that list would make Django's own flush fail, so CASCADE reaches only tables of
-    the list.) Other flushes (`manage.py flush`, `call_command("flush")`) are left alone.
+    CI's machine, against some 0.1 s for the few tables a test fills; then post_migrate
+    writes the content types and permissions it has just truncated again (~0.3 s). The tables
+    are the ones Django's flush names, and after it each one holds what it held after
+    Django's flush: nothing, or for the content types and permissions, the rows post_migrate
+    makes (the very rows of the last full flush, when a fingerprint of the two tables says
+    nothing changed them; only their ids are not new). A table referencing a Django table
+    from outside that list would make Django's own flush fail, so CASCADE reaches only
+    tables of the list. Other flushes (`manage.py flush`, `call_command("flush")`) are left
+    alone.
     """
+    from django.contrib.auth.models import Permission
+    from django.contrib.contenttypes.models import ContentType
     from django.core.management.commands import flush
+    from django.db import connections
     from django.test import TransactionTestCase
 
-    everything = flush.sql_flush
+    everything, emit = flush.sql_flush, flush.emit_post_migrate_signal
+    refilled = sorted({ContentType._meta.db_table, Permission._meta.db_table})
+    # The two tables' fingerprint as post_migrate left them after the last full flush, when
+    # they were the only tables holding rows then ({} until then, or when others did).
+    made: dict[str, str] = {}
+    unchanged = [False]  # this flush kept them as post_migrate made them
 
-    def with_rows(style, connection, reset_sequences=True, allow_cascade=False):
-        if connection.vendor != "postgresql" or reset_sequences:
-            return everything(
-                style, connection, reset_sequences=reset_sequences, allow_cascade=allow_cascade
-            )
+    def filled(connection) -> list[str]:
         tables = connection.introspection.django_table_names(
             only_existing=True, include_views=False
         )
@@ -91,19 +100,53 @@ def _flush_only_tables_with_rows() -> None:
         )
         with connection.cursor() as cursor:
             cursor.execute(probe, tables)
-            filled = [row[0] for row in cursor.fetchall()]
-        if not filled:  # (never after a test: post_migrate fills the permissions)
+            return [row[0] for row in cursor.fetchall()]
+
+    def fingerprint(connection) -> dict[str, str]:
+        quote = connection.ops.quote_name
+        query = " UNION ALL ".join(
+            f"SELECT %s, md5(coalesce(string_agg(r::text, ',' ORDER BY r::text), ''))"
+            f" FROM {quote(table)} r"
+            for table in refilled
+        )
+        with connection.cursor() as cursor:
+            cursor.execute(query, refilled)
+            return dict(cursor.fetchall())
+
+    def with_rows(style, connection, reset_sequences=True, allow_cascade=False):
+        unchanged[0] = False
+        if connection.vendor != "postgresql" or reset_sequences:
+            return everything(
+                style, connection, reset_sequences=reset_sequences, allow_cascade=allow_cascade
+            )
+        holding = filled(connection)
+        if made and fingerprint(connection) == made:
+            unchanged[0] = True
+            holding = [table for table in holding if table not in made]
+        if not holding:
+            if unchanged[0]:
+                return []  # nothing to empty, nothing to refill (flush skips post_migrate)
             return everything(style, connection, reset_sequences=False, allow_cascade=False)
-        return [f"TRUNCATE {', '.join(quote(table) for table in filled)} CASCADE;"]
+        quote = connection.ops.quote_name
+        return [f"TRUNCATE {', '.join(quote(table) for table in holding)} CASCADE;"]
+
+    def post_migrate(verbosity, interactive, db, **kwargs):
+        connection = connections[db]
+        if unchanged[0] and fingerprint(connection) == made:
+            return
+        emit(verbosity, interactive, db, **kwargs)
+        made.clear()
+        if connection.vendor == "postgresql" and sorted(filled(connection)) == refilled:
+            made.update(fingerprint(connection))
 
     original = TransactionTestCase._fixture_teardown
 
     def teardown(self):
-        flush.sql_flush = with_rows
+        flush.sql_flush, flush.emit_post_migrate_signal = with_rows, post_migrate
         try:
             return original(self)
         finally:
-            flush.sql_flush = everything
+            flush.sql_flush, flush.emit_post_migrate_signal = everything, emit
 
     TransactionTestCase._fixture_teardown = teardown
 
