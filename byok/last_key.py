@@ -15,6 +15,7 @@ from byok.payer_map import NAMED, ProfileView, served_offers
 from byok.payers import PLATFORM, link_payers, platform_serves, refusal_message
 from byok.selectors import listing
 from core.errors import TeamKeysExhausted
+from providers.catalog import platform_keys
 from providers.models import ProviderProfile
 
 
@@ -66,7 +67,7 @@ def _profile_view(provider: str) -> tuple[ProfileView | None, tuple[str, ...]]:
     if view is None:  # a web profile, or one serving no model yet: read its row
         row = ProviderProfile.objects.filter(name=provider, enabled=True).first()
         if row is not None:
-            has_key = bool(row.api_key_env or row.api_key_sealed)
+            has_key = bool(platform_keys(row))  # the catalog's rule, as payer_map reads it
             view = ProfileView(row.name, row.kind, row.allows_platform, NAMED if has_key else None)
     return view, tuple(sorted(models))
 
