@@ -100,7 +100,7 @@ PERIODS = BudgetPeriod._meta.db_table
 ALERTS = BudgetAlert._meta.db_table
 
 _HOLD_COLUMNS = (
-    "request_id, group_id, api_key_id, key_held, caller_spend_id, amount_micro, status,"
+    "request_id, group_id, api_key_id, request_key_id, caller_spend_id, amount_micro, status,"
     " call_sent, created_at, expires_at"
 )
 _RESERVATION_COLUMNS = (
@@ -198,8 +198,8 @@ class Moves:
 
     def released(self, h: Held) -> None:
         self.groups[h.group_id][2] -= h.amount_micro
-        if h.api_key_id is not None and h.key_held:
-            self.keys[h.api_key_id][1] -= h.amount_micro
+        if h.held_key_id is not None:
+            self.keys[h.held_key_id][1] -= h.amount_micro
         if h.caller_spend_id is not None:
             self.callers[h.caller_spend_id][1] -= h.amount_micro
 
@@ -292,8 +292,10 @@ class Held:
     request_id: str
     amount_micro: int
     group_id: int
-    api_key_id: int | None  # the request's key (charged with the hold if the reaper charges it)
-    key_held: bool  # the hold reserved on that key (a budgeted key): released with it
+    held_key_id: int | None  # the key the hold reserved on (a budgeted key): released with it
+    # The request's key, charged with the hold if the reaper charges it: the hold's
+    # request_key, or for a hold a release before billing 0015 wrote, the key it held on.
+    request_key_id: int | None
     caller_spend_id: int | None
     status: str
 
@@ -347,8 +349,8 @@ def take_hold(h: Hold, *, now: datetime, ttl_s: int, call_sent: bool = False) ->
         (
             h.request_id,
             h.group_id,
+            h.api_key_id if h.key_budgeted else None,
             h.api_key_id,
-            h.key_budgeted and h.api_key_id is not None,
             caller_spend_id,
             amount,
             call_sent,
@@ -385,10 +387,10 @@ def _group_hold(*, checked: bool, when: str = "") -> str:
 
 def _hold_row(*, call_sent: str, source: str = "grp") -> str:
     """The INSERT of the request's hold for the group `source` returned (group-only holds:
-    the request's key %(key)s is named, for a reaper's charge, and not held on)."""
+    no key held on; the request's key %(key)s named, for a reaper's charge)."""
     return (
-        f"INSERT INTO {HOLDS} ({_HOLD_COLUMNS}) SELECT %(request)s, {source}.id, %(key)s,"
-        f" FALSE, NULL, %(amount)s, 'held', {call_sent}, %(now)s, %(expires)s FROM {source}"
+        f"INSERT INTO {HOLDS} ({_HOLD_COLUMNS}) SELECT %(request)s, {source}.id, NULL, %(key)s,"
+        f" NULL, %(amount)s, 'held', {call_sent}, %(now)s, %(expires)s FROM {source}"
     )
 
 
@@ -408,12 +410,12 @@ def take_holds_statement() -> str:
     check = room(amount="tot.total", now="%(now)s", row="g.", ahead="tot.total - tot.largest")
     return (
         "WITH req AS (SELECT * FROM unnest(%(requests)s::text[], %(amounts)s::bigint[],"
-        " %(keys)s::bigint[]) AS r(request_id, amount, api_key_id)),"
+        " %(keys)s::bigint[]) AS r(request_id, amount, key_id)),"
         " tot AS (SELECT sum(amount) AS total, max(amount) AS largest FROM req),"
         f" grp AS (UPDATE {GROUPS} g SET reserved_micro = g.reserved_micro + tot.total FROM tot"
         f" WHERE g.id = %(group)s AND {check} RETURNING g.id)"
         f" INSERT INTO {HOLDS} ({_HOLD_COLUMNS})"
-        " SELECT req.request_id, grp.id, req.api_key_id, FALSE, NULL, req.amount, 'held', FALSE,"
+        " SELECT req.request_id, grp.id, NULL, req.key_id, NULL, req.amount, 'held', FALSE,"
         " %(now)s, %(expires)s FROM req, grp RETURNING request_id"
     )
 
@@ -447,8 +449,8 @@ def release_holds(
     rows = yield (
         f"UPDATE {HOLDS} SET status = {status} WHERE status = 'held'"
         f" AND request_id IN ({requests}) AND request_id BETWEEN %s AND %s"
-        " RETURNING request_id, amount_micro, group_id, api_key_id, key_held, caller_spend_id,"
-        " status",
+        " RETURNING request_id, amount_micro, group_id, api_key_id,"
+        " coalesce(request_key_id, api_key_id), caller_spend_id, status",
         (*params, *request_span(ids)),
         ALL,
     )
@@ -1351,7 +1353,7 @@ def reap_hold(request_id: str, *, now: datetime) -> Program[bool]:
     charged: set[str] = set()
     if h.status == "charged":
         charged = yield from charge(
-            [Charge(request_id, h.group_id, h.api_key_id, h.caller_spend_id, h.amount_micro)],
+            [Charge(request_id, h.group_id, h.request_key_id, h.caller_spend_id, h.amount_micro)],
             source="reaper",
             now=now,
             moves=moves,
@@ -1360,7 +1362,7 @@ def reap_hold(request_id: str, *, now: datetime) -> Program[bool]:
     if charged:  # the alerts a settled row's charge would raise (`settle`)
         yield from raise_alerts(
             group_ids=[h.group_id],
-            key_ids=[] if h.api_key_id is None else [h.api_key_id],
+            key_ids=[] if h.request_key_id is None else [h.request_key_id],
             now=now,
         )
     return True

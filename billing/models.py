@@ -141,12 +141,15 @@ class SpendHold(models.Model):
 
     request_id = models.CharField(max_length=64)
     group = models.ForeignKey("accounts.Group", on_delete=models.CASCADE)
-    # The request's key, budgeted or not: a hold the reaper charges charges it, as the
-    # request's usage row would have.
+    # The key the hold reserved on (a key with a budget), else NULL: its release gives that
+    # key's reserved back.
     api_key = models.ForeignKey("accounts.ApiKey", null=True, on_delete=models.CASCADE)
-    # Whether the hold moved the key's reserved (the key has a budget): its release gives it
-    # back. Holds written before the key was always named named it only when they held it.
-    key_held = models.BooleanField(default=True, db_default=True)
+    # The request's key, budgeted or not: a hold the reaper charges charges it, as the
+    # request's usage row would have. NULL on a hold a release before billing 0015 wrote:
+    # its request's key is then api_key (named only when it had a budget).
+    request_key = models.ForeignKey(
+        "accounts.ApiKey", null=True, on_delete=models.CASCADE, related_name="+"
+    )
     caller_spend = models.ForeignKey("CallerSpend", null=True, on_delete=models.CASCADE)
     amount_micro = models.BigIntegerField()
     status = models.CharField(max_length=8, choices=Status.choices, default=Status.HELD)

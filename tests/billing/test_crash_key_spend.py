@@ -101,8 +101,8 @@ def test_a_crash_charge_reaches_the_key_spend_its_usage_row_states(doomed, case)
     assert cut != finished
     if key_held is not None:
         assert SpendHold.objects.filter(request_id=cut).values_list(
-            "api_key_id", "key_held", "status"
-        ).get() == (tenant.api_key_id, key_held, "charged")
+            "request_key_id", "api_key_id", "status"
+        ).get() == (tenant.api_key_id, tenant.api_key_id if key_held else None, "charged")
     else:
         assert not SpendHold.objects.filter(request_id=cut).exists()
     assert Receipt.objects.get(request_id=cut).api_key_id == tenant.api_key_id
