@@ -338,6 +338,16 @@ class Stack:
         assert exit_code == "0", f"migrate exited {exit_code}:\n{self.logs('migrate')}"
         assert "loaded 1 profile(s): stub-openai" in self.logs("migrate")
         assert "role tollgate_app: owns" in self.logs("migrate")
+        # podman's DNS for the network (aardvark-dns) reloads as migrate's container goes;
+        # once seen failing a lookup just after, under Docker Compose: the next command
+        # (an exec into control) starts once control resolves the database's name.
+        control = self.container("control")
+
+        def resolves() -> bool:
+            found = self.podman("exec", control, "getent", "hosts", "postgres", check=False)
+            return found.returncode == 0
+
+        self.wait(resolves, what="control resolving postgres", timeout_s=60)
 
     def leftovers(self) -> list[str]:
         """Containers, volumes and networks of the project still on the machine."""
