@@ -239,12 +239,23 @@ class LedgerEntryAdmin(Dollars, LargeTable, ReadOnly, admin.ModelAdmin):
 
 @admin.register(SpendHold)
 class SpendHoldAdmin(Dollars, LargeTable, admin.ModelAdmin):
-    list_display = ["request_id", "group", "api_key", "amount_micro", "status", "expires_at"]
+    list_display = [
+        "request_id", "group", "key", "reserved_on_key", "amount_micro", "status", "expires_at"
+    ]  # fmt: skip
     list_filter = ["status"]
     search_fields = ["=request_id"]
     search_help_text = "An exact request id."
-    list_select_related = ["group", "api_key"]
+    list_select_related = ["group", "api_key", "request_key"]
     ordering = ["-id"]
+
+    @admin.display(description="key")
+    def key(self, hold: SpendHold):
+        # A hold from before billing 0015 names its key only when it reserved on it.
+        return hold.request_key or hold.api_key
+
+    @admin.display(description="reserved on the key", boolean=True)
+    def reserved_on_key(self, hold: SpendHold) -> bool:
+        return hold.api_key_id is not None
 
     def has_add_permission(self, request):
         return False

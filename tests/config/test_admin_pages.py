@@ -5,15 +5,17 @@ fifty. Storage stays micro-USD."""
 from __future__ import annotations
 
 import re
+from datetime import timedelta
 
 import pytest
 from django.contrib import admin
 from django.contrib.auth import get_user_model
 from django.test import Client
 from django.urls import reverse
+from django.utils import timezone
 
 from accounts.models import ApiKey, Group
-from billing.models import Wallet
+from billing.models import SpendHold, Wallet
 from tests.support.tenants import make_tenant
 from tests.support.usage import attempt, journal_row, store
 from usage.models import UsageLog
@@ -127,3 +129,19 @@ def test_the_ledger_is_searched_by_the_operator_who_wrote_an_entry(operator):
 
     assert re.findall(r'<td class="field-actor">([^<]*)</td>', page) == ["alice"]
     assert f"/django-admin/billing/ledgerentry/{entry.pk}/change/" in page
+
+
+def test_a_hold_names_its_requests_key_and_whether_it_reserved_on_it(operator):
+    tenant = make_tenant(wallet_micro=1_000_000)
+    key = ApiKey.objects.get(pk=tenant.api_key_id)
+    expires = timezone.now() + timedelta(minutes=5)
+    # The key without a budget: named as the request's, not reserved on.
+    SpendHold.objects.create(
+        request_id="req-unbudgeted", group_id=tenant.group_id, request_key=key,
+        amount_micro=1_500, expires_at=expires,
+    )  # fmt: skip
+    page = operator.get("/django-admin/billing/spendhold/").content.decode()
+    row = re.search(r"<tr>.*?req-unbudgeted.*?</tr>", page, re.S).group(0)
+    assert f">{key}<" in row
+    assert 'alt="False"' in row  # reserved on the key: no
+    assert "$0.0015" in row
