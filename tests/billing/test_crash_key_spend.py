@@ -13,11 +13,8 @@ reservation alone), and a key with a budget (the hold reserves on the key too).
 
 from __future__ import annotations
 
-import signal
-import threading
 from datetime import timedelta
 
-import openai
 import pytest
 from django.utils import timezone
 from rest_framework.test import APIClient
@@ -69,27 +66,7 @@ def test_a_crash_charge_reaches_the_key_spend_its_usage_row_states(doomed, case)
     finished = answered.headers["x-tollgate-request-id"]
     wait_until(lambda: UsageLog.objects.filter(request_id=finished).exists(), what="the stored row")
 
-    doomed.stub.faults({"kind": "slow", "delay_ms": 500, "times": 1})
-    chunks: list = []
-
-    def read_stream() -> None:
-        try:
-            for chunk in client.chat.completions.create(
-                model="gpt-4o-mini", messages=HELLO, max_tokens=100, stream=True
-            ):
-                chunks.append(chunk)
-        except openai.APIError:
-            pass  # the gateway died under it
-
-    reader = threading.Thread(target=read_stream)
-    reader.start()
-    wait_until(
-        lambda: sum(bool(c.choices and c.choices[0].delta.content) for c in chunks) >= 2,
-        what="tokens of the stream",
-    )
-    doomed.gateway.stop(signal.SIGKILL)
-    reader.join(10)
-    assert not any(c.usage for c in chunks)  # cut before its end
+    doomed.kill_mid_stream(client, model="gpt-4o-mini", messages=HELLO, max_tokens=100)
 
     # The reaper, its clock past the holds' expiry: the cut request was served, never stored.
     assert expire_stale_holds(now=timezone.now() + timedelta(seconds=2 * TTL_S)) == reaped

@@ -15,12 +15,9 @@ from __future__ import annotations
 
 import csv
 import io
-import signal
-import threading
 from datetime import timedelta
 
 import lxml.html
-import openai
 import pytest
 from django.test import Client
 from django.urls import reverse
@@ -34,7 +31,6 @@ from tests.billing.test_crash_safety import worst_case
 from tests.billing.test_true_up import slow_writer  # noqa: F401  (a fixture)
 from tests.support.services import requires_postgres, requires_redis
 from tests.support.usage import streamed_body
-from tests.support.waits import wait_until
 from usage.models import UsageLog
 from usage.rollups import reconcile_rollups
 from usage.writer import drain_journal_sync
@@ -109,27 +105,7 @@ def test_crash_charged_requests_are_listed_unmeasured_then_trued_up(slow_writer,
     assert answered.parse().usage.completion_tokens == 8
     measured = answered.headers["x-tollgate-request-id"]
 
-    doomed.stub.faults({"kind": "slow", "delay_ms": 500, "times": 1})
-    chunks: list = []
-
-    def read_stream() -> None:
-        try:
-            for chunk in client.chat.completions.create(
-                model="gpt-4o-mini", messages=HELLO, max_tokens=100, stream=True
-            ):
-                chunks.append(chunk)
-        except openai.APIError:
-            pass  # the gateway died under it
-
-    reader = threading.Thread(target=read_stream)
-    reader.start()
-    wait_until(
-        lambda: sum(bool(c.choices and c.choices[0].delta.content) for c in chunks) >= 2,
-        what="tokens of the stream",
-    )
-    doomed.gateway.stop(signal.SIGKILL)
-    reader.join(10)
-    assert not any(c.usage for c in chunks)  # cut before its end
+    doomed.kill_mid_stream(client, model="gpt-4o-mini", messages=HELLO, max_tokens=100)
     assert not UsageLog.objects.filter(group_id=tenant.group_id).exists()
 
     # The reaper, its clock past the holds' expiry: both served, neither stored: at the hold.

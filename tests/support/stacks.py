@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import signal
+import threading
 from dataclasses import dataclass
 
 from tests.support.processes import Gateway, Stub
 from tests.support.profiles import install_profiles
 from tests.support.services import clear_shared_state
 from tests.support.tenants import Tenant, make_tenant
+from tests.support.waits import wait_until
 
 
 @dataclass
@@ -38,6 +41,33 @@ class Stack:
         return anthropic.Anthropic(
             base_url=self.url, api_key=tenant.api_key, max_retries=0, **kwargs
         )
+
+    def kill_mid_stream(self, client, **create) -> list:
+        """Stream `client.chat.completions.create(**create)` from a stub answering slowly,
+        SIGKILL the gateway once two tokens have arrived, and return the chunks read (the
+        stream is cut before its end: none carries usage)."""
+        import openai
+
+        self.stub.faults({"kind": "slow", "delay_ms": 500, "times": 1})
+        chunks: list = []
+
+        def read_stream() -> None:
+            try:
+                for chunk in client.chat.completions.create(stream=True, **create):
+                    chunks.append(chunk)
+            except openai.APIError:
+                pass  # the gateway died under it
+
+        reader = threading.Thread(target=read_stream)
+        reader.start()
+        wait_until(
+            lambda: sum(bool(c.choices and c.choices[0].delta.content) for c in chunks) >= 2,
+            what="tokens of the stream",
+        )
+        self.gateway.stop(signal.SIGKILL)
+        reader.join(10)
+        assert not any(c.usage for c in chunks)  # cut before its end
+        return chunks
 
 
 def own_stack(gateway: Gateway, stub: Stub, spec: list[dict] | None = None) -> Stack:
