@@ -479,7 +479,13 @@ if EMBEDDED:
         "default": {
             "ENGINE": "django.db.backends.sqlite3",
             "NAME": VAR_DIR / "tollgate.sqlite3",
-            "OPTIONS": {"timeout": 20, "init_command": "PRAGMA journal_mode=WAL;"},
+            # IMMEDIATE: a transaction takes the write lock when it begins, so a second writer
+            # waits (up to the timeout) instead of failing "database is locked" on a stale read.
+            "OPTIONS": {
+                "timeout": 20,
+                "transaction_mode": "IMMEDIATE",
+                "init_command": "PRAGMA journal_mode=WAL;",
+            },
             # A file, not memory, so gateway processes started by the tests share it.
             "TEST": {"NAME": str(VAR_DIR / "test.sqlite3")},
         }
@@ -497,7 +503,7 @@ else:
     DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
     if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
         DATABASES["default"]["CONN_MAX_AGE"] = 0
-        DATABASES["default"]["OPTIONS"] = {"timeout": 20}
+        DATABASES["default"]["OPTIONS"] = {"timeout": 20, "transaction_mode": "IMMEDIATE"}
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
