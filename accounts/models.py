@@ -16,6 +16,26 @@ def default_alert_pcts() -> list[int]:
     return list(DEFAULT_ALERT_PCTS)
 
 
+class CacheMode(models.TextChoices):
+    """Whether a group's or key's answers are cached (gateway/cache/policy.py)."""
+
+    OFF = "off", "Off: nothing cached"
+    ON_REQUEST = "on_request", "On request: only requests that ask"
+    ALWAYS = "always", "Always, for the TTL set here"
+
+
+class CacheScope(models.TextChoices):
+    """Who shares a cached answer: never wider than the account."""
+
+    ACCOUNT = "account", "The account"
+    GROUP = "group", "The group"
+    KEY = "key", "The key"
+    CALLER = "caller", "The end caller (its label)"
+
+
+DEFAULT_CACHE_TTL_S = 3600
+
+
 def validate_time_zone(value: str) -> None:
     if not valid_time_zone(value):
         raise ValidationError(f"{value!r} is not an IANA time zone (e.g. UTC, Europe/Berlin).")
@@ -133,6 +153,24 @@ class Group(PeriodSpend, models.Model):
     period_starts_at = models.DateTimeField(null=True, blank=True, editable=False)
     period_ends_at = models.DateTimeField(null=True, blank=True, editable=False)
     created_at = models.DateTimeField(default=timezone.now)
+    # The response cache (gateway/cache/): the group's rule, which its keys may override.
+    cache_mode = models.CharField(
+        max_length=12,
+        choices=CacheMode.choices,
+        default=CacheMode.ON_REQUEST,
+        db_default=CacheMode.ON_REQUEST,
+    )
+    cache_ttl_s = models.PositiveIntegerField(
+        default=DEFAULT_CACHE_TTL_S,
+        db_default=DEFAULT_CACHE_TTL_S,
+        help_text="How long answers are kept under 'always' (the model's maximum bounds it).",
+    )
+    cache_scope = models.CharField(
+        max_length=8,
+        choices=CacheScope.choices,
+        default=CacheScope.ACCOUNT,
+        db_default=CacheScope.ACCOUNT,
+    )
 
     class Meta:
         indexes = [models.Index(fields=["period_ends_at"], name="group_period_ends")]
@@ -170,6 +208,14 @@ class ApiKey(PeriodSpend, models.Model):
     budget_period = models.CharField(max_length=8, choices=Period.choices, default=Period.NONE)
     period_starts_at = models.DateTimeField(null=True, blank=True, editable=False)
     period_ends_at = models.DateTimeField(null=True, blank=True, editable=False)
+    # The response cache: empty (null) fields follow the group's.
+    cache_mode = models.CharField(
+        max_length=12, choices=CacheMode.choices, blank=True, default="", db_default=""
+    )
+    cache_ttl_s = models.PositiveIntegerField(null=True, blank=True)
+    cache_scope = models.CharField(
+        max_length=8, choices=CacheScope.choices, blank=True, default="", db_default=""
+    )
 
     class Meta:
         verbose_name = "API key"

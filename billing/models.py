@@ -323,6 +323,7 @@ class Receipt(models.Model):
 
     class Kind(models.TextChoices):
         CHARGE = "charge"  # a usage row stored: its measured cost
+        CACHE_HIT = "cache_hit"  # a usage row of a response-cache hit: its cache price
         UNMEASURED = "unmeasured"  # the reaper: a served request whose row never arrived
         TRUEUP = "trueup"  # that row arrived late: the difference to its measured cost
         CORRECTION = "correction"  # reconciliation: a row stored unsettled, or its bandwidth

@@ -73,6 +73,9 @@ def receipt_of(record: UsageRecord, settled: ledger.Settled) -> receipts.Draft:
     assert record.account_id is not None  # only rows of an account get receipts
     detail = receipts.request_detail(record)
     kind, cost, bandwidth = Receipt.Kind.CHARGE, 0, 0
+    if record.cache_status == "hit":  # no vendor call: the cache's price, and what it saved
+        kind = Receipt.Kind.CACHE_HIT
+        detail["cache"] = {"status": "hit", "uncached_cost_micro": record.uncached_cost_micro}
     wallet = settled.wallet.get(record.request_id) or ledger.WalletMoved()
     if record.request_id in settled.charged:
         # What was taken: the measured cost less what the wallet could not cover.

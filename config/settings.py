@@ -100,6 +100,9 @@ SCHEME: dict[str, tuple[type, object]] = {
     "TOLLGATE_LOG_LEVEL": (str, "INFO"),
     "TOLLGATE_IDEMPOTENCY_TTL_S": (int, 86_400),
     "TOLLGATE_IDEMPOTENCY_MAX_BYTES": (int, 4_194_304),
+    "TOLLGATE_CACHE_REDIS_URL": (str, ""),
+    "TOLLGATE_CACHE_MAX_ENTRY_BYTES": (int, 1_048_576),
+    "TOLLGATE_CACHE_MEMORY_MB": (int, 64),
     "TOLLGATE_METRICS_DIR": (str, ""),
     "TOLLGATE_METRICS_TOKEN": (str, ""),
     # Web acquisition (webfetch/, gateway/web/).
@@ -322,6 +325,12 @@ TOLLGATE = {
     # Idempotency-Key records live this long; answers past the cap are served, not stored.
     "IDEMPOTENCY_TTL_S": env("TOLLGATE_IDEMPOTENCY_TTL_S"),
     "IDEMPOTENCY_MAX_BYTES": env("TOLLGATE_IDEMPOTENCY_MAX_BYTES"),
+    # The response cache (docs/cache.md): its Redis (empty: REDIS_URL's; none: in process),
+    # the largest entry kept (compressed), and the cap on its memory (the in-process store's;
+    # a cache Redis of its own is set to it with LRU eviction at start).
+    "CACHE_REDIS_URL": env("TOLLGATE_CACHE_REDIS_URL") or REDIS_URL,
+    "CACHE_MAX_ENTRY_BYTES": max(1024, env("TOLLGATE_CACHE_MAX_ENTRY_BYTES")),
+    "CACHE_MEMORY_MB": max(1, env("TOLLGATE_CACHE_MEMORY_MB")),
     # Where the workers of a multi-process server share their metrics (core/metrics.py).
     "METRICS_DIR": Path(env("TOLLGATE_METRICS_DIR") or VAR_DIR / "metrics"),
     "METRICS_TOKEN": env("TOLLGATE_METRICS_TOKEN"),

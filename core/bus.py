@@ -36,6 +36,7 @@ class Topic(enum.StrEnum):
     GROUP = "group"
     PROFILES = "profiles"
     POOL = "pool"
+    CACHE_PURGE = "cache_purge"  # a tenant purged its cached answers (core/response_cache.py)
 
 
 Subscriber = Callable[[dict], Awaitable | None]

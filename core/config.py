@@ -67,6 +67,10 @@ class TollgateSettings:
     caller_window: str
     idempotency_ttl_s: int
     idempotency_max_bytes: int
+    # The response cache: its Redis ("": in process), entry and memory caps.
+    cache_redis_url: str = field(repr=False)
+    cache_max_entry_bytes: int
+    cache_memory_mb: int
     metrics_dir: Path
     metrics_token: str = field(repr=False)
     # Web acquisition and crawl jobs.

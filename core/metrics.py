@@ -267,3 +267,25 @@ AUTH_THROTTLED = Counter(
     "Requests refused LM-3001 before a key lookup: their address failed too many.",
     registry=REGISTRY,
 )
+CACHE_LOOKUPS = Counter(
+    "tollgate_cache_lookups_total",
+    "Response-cache outcomes by route: hit, miss, bypass (not looked up), error (store down).",
+    ["route", "outcome"],
+    registry=REGISTRY,
+)
+CACHE_STORES = Counter(
+    "tollgate_cache_stores_total",
+    "Answers written to the response cache, or skipped (too large, store down).",
+    ["outcome"],
+    registry=REGISTRY,
+)
+CACHE_STORED_BYTES = Counter(
+    "tollgate_cache_stored_bytes_total",
+    "Compressed bytes written to the response cache.",
+    registry=REGISTRY,
+)
+CACHE_SAVED_MICRO = Counter(
+    "tollgate_cache_saved_micro_usd_total",
+    "What cache hits saved: the replayed calls' cost less the hits' price, micro-USD.",
+    registry=REGISTRY,
+)

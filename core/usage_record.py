@@ -77,6 +77,11 @@ class UsageRecord:
     # The message an error told the client, exactly (bounded by its column): our own text,
     # or for LM-2002 the vendor's refusal as the adapter cleaned it of any credential.
     error_message: str = ""
+    # The response cache (gateway/cache/): "hit", "miss" or "bypass" on its routes, "" off
+    # them; a hit's `provider_cost_micro` is its cache price, and this what the vendor call
+    # it replays cost (at the served offer's prices, whoever paid): the money it saved.
+    cache_status: str = ""
+    uncached_cost_micro: int = 0
     attempts: tuple[AttemptRecord, ...] = ()
     # The prices the served attempt was charged at (`input_micro_per_mtok`, ..., or a web
     # unit's `page_micro`, ...): its receipt states them (billing/receipts.py); not a column.

@@ -51,6 +51,8 @@ class Exchange:
         "request_id",
         "client_request_id",
         "caller_header",
+        "cache_status",
+        "cache_age",
         "disconnected",
         "_watcher",
         "idem",
@@ -71,6 +73,9 @@ class Exchange:
         given = self.headers.get(b"x-request-id", b"").decode("latin-1")
         self.client_request_id = given if REQUEST_ID_OK.match(given) else ""
         self.caller_header: bytes | None = None
+        # The response cache's word on this answer (gateway/cache/stage.py), on its routes.
+        self.cache_status: bytes | None = None
+        self.cache_age: int | None = None
 
     async def read_body(self) -> bytes:
         """Read the body, counting its bytes, refusing past the size cap (LM-2013).
@@ -138,6 +143,12 @@ class Exchange:
                         if self.caller_header
                         else []
                     ),
+                    *(
+                        [(b"x-tollgate-cache", self.cache_status)]
+                        if self.cache_status is not None
+                        else []
+                    ),
+                    *([(b"age", b"%d" % self.cache_age)] if self.cache_age is not None else []),
                 ],
             }
         )

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 from django.db import DatabaseError
 
-from accounts.models import ApiKey, Group
+from accounts.models import DEFAULT_CACHE_TTL_S, ApiKey, CacheMode, CacheScope, Group
 from accounts.secrets import hash_secret
 from core import metrics
 from core.config import tollgate
@@ -76,6 +76,11 @@ class Principal:
     allowed_models: frozenset[str] = frozenset()
     expires_at: float | None = None
     suspended: bool = False  # the account's, set by an operator: every request refused
+    # The response cache's tenant rule: the key's where it sets one, else its group's.
+    cache_mode: str = CacheMode.ON_REQUEST
+    cache_ttl_s: int = DEFAULT_CACHE_TTL_S
+    cache_scope: str = CacheScope.ACCOUNT
+    account_created_us: int = 0  # with the id, names the account for good (cache keys)
 
     def may_use(self, model: str) -> bool:
         return not self.allowed_models or model in self.allowed_models
@@ -85,7 +90,7 @@ class Principal:
         return self.group_budget_max_micro is not None or self.key_budget_max_micro is not None
 
 
-def _principal_for_group(group: Group, **key_fields) -> Principal:
+def _principal_for_group(group: Group, api_key: ApiKey | None = None, **key_fields) -> Principal:
     return Principal(
         account_id=group.account_id,
         billing_mode=group.account.billing_mode,
@@ -100,6 +105,14 @@ def _principal_for_group(group: Group, **key_fields) -> Principal:
         caller_budget_max_micro=group.caller_budget_max_micro,
         web_units_per_day=group.web_units_per_day,
         suspended=group.account.suspended_at is not None,
+        cache_mode=(api_key and api_key.cache_mode) or group.cache_mode,
+        cache_ttl_s=(
+            api_key.cache_ttl_s
+            if api_key is not None and api_key.cache_ttl_s is not None
+            else group.cache_ttl_s
+        ),
+        cache_scope=(api_key and api_key.cache_scope) or group.cache_scope,
+        account_created_us=int(group.account.created_at.timestamp() * 1_000_000),
         **key_fields,
     )
 
@@ -114,6 +127,7 @@ def _load_key(key_hash: str) -> Principal | None:
         return None
     return _principal_for_group(
         api_key.group,
+        api_key,
         api_key_id=api_key.pk,
         key_hash=key_hash,
         key_budget_max_micro=api_key.budget_max_micro,

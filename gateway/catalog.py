@@ -94,6 +94,18 @@ class WebProfile:
 
 
 @dataclass(frozen=True, slots=True)
+class CacheTerms:
+    """The operator's response-cache terms for one model (providers/response_cache.py)."""
+
+    cacheable: bool
+    max_ttl_s: int
+    hit_price_pct: int
+
+
+NOT_CACHEABLE = CacheTerms(False, 0, 0)
+
+
+@dataclass(frozen=True, slots=True)
 class ModelOffer:
     """One provider's offer of one model: where it goes upstream and what it costs."""
 
@@ -108,6 +120,7 @@ class ModelOffer:
     cache_write_micro_per_mtok: int = None  # type: ignore[assignment]
     aliases: tuple[str, ...] = ()  # other names clients may use for this offer's model
     kind: str = ModelKind.CHAT  # which requests it answers: chat or embeddings
+    cache: CacheTerms = NOT_CACHEABLE  # the operator's response-cache terms for this model
 
     def __post_init__(self) -> None:
         cached, write = cache_prices(
@@ -315,6 +328,7 @@ def _offer(profile: Profile, m: ProviderModel) -> ModelOffer:
         cache_write_micro_per_mtok=m.cache_write_micro_per_mtok,  # type: ignore[arg-type]
         aliases=model_aliases(m),
         kind=m.kind,
+        cache=CacheTerms(m.cacheable, m.cache_max_ttl_s, m.cache_hit_price_pct),
     )
 
 

@@ -17,6 +17,7 @@ from gateway.web.types import WebBill
 
 if TYPE_CHECKING:
     from billing.request_money import RequestMoney
+    from gateway.cache.stage import CacheState
 
 
 @dataclass(slots=True)
@@ -87,6 +88,7 @@ class ModelContext(RequestContext):
     usage: Usage = field(default_factory=Usage)
     stream: StreamResult | None = None  # a streamed answer as far as it got
     ttft_ms: int | None = None
+    cache: CacheState | None = None  # the response cache's part (its routes only)
 
 
 @dataclass(slots=True)

@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import re
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
@@ -39,6 +40,7 @@ from gateway.admission import Scope
 from gateway.attempts import Attempt
 from gateway.auth import bearer, require_internal
 from gateway.breakers import Ticket
+from gateway.cache import stage as cache_stage
 from gateway.context import ModelContext, RequestContext
 from gateway.plan import Plan, build_plan, output_bound, prompt_bound
 from gateway.recording import record_and_release, usage_record
@@ -50,7 +52,7 @@ from gateway.shapes.internal import INTERNAL_SHAPE
 from gateway.shapes.openai import OPENAI_SHAPE
 from gateway.shapes.protocols import ClientShape
 from gateway.shapes.responses import RESPONSES_SHAPE
-from gateway.types import ModelRequest, StreamResult
+from gateway.types import Chunk, ModelRequest, StreamResult
 from usage.pseudonym import caller_label, window_id
 
 if TYPE_CHECKING:  # the plumbing hands its exchange in; nothing here builds one
@@ -63,6 +65,7 @@ NO_CACHE = (b"cache-control", b"no-cache")
 # A client's request id (X-Request-Id, or an internal caller's request_id): a label only.
 REQUEST_ID_OK = re.compile(r"^[A-Za-z0-9._:-]{1,64}$")
 FALLBACK_HEADER = b"x-tollgate-fallback"
+BYPASS_HEADER = b"bypass"
 CALLER_HEADER = b"x-tollgate-caller"
 
 
@@ -74,6 +77,11 @@ class Endpoint:
     shape: ClientShape
     internal: bool = False  # trusted services: the internal token, a group, their own ids
     stream: bool | None = None  # set by an internal route; None: the client's body says
+
+    @property
+    def cached(self) -> bool:
+        """Say whether the response cache serves this route (the public ones)."""
+        return not self.internal
 
 
 CHAT = Endpoint("chat", OPENAI_SHAPE)
@@ -134,6 +142,8 @@ async def serve(ex: Exchange, endpoint: Endpoint) -> None:
     ctx = request_context(ex, endpoint.name, ModelContext)
     ending = CRASHED
     replayed = False
+    if endpoint.cached:
+        ex.cache_status = BYPASS_HEADER  # until the cache stage says otherwise
     try:
         accepted = await accept(ex, endpoint, ctx)
         # Keyed requests only: no database work for the others.
@@ -142,14 +152,23 @@ async def serve(ex: Exchange, endpoint: Endpoint) -> None:
             if replayed:
                 return  # the stored answer went out: no slot, no hold, no record
         plan = plan_request(ctx, accepted.request)
-        first_ticket = await admit(ctx, plan)
+        hit = (
+            await cache_stage.look_up(runtime.cache, ex, ctx, endpoint.name)
+            if endpoint.cached
+            else None
+        )
+        first_ticket = await admit(ctx, plan, calls_upstream=hit is None)
         # A client leaving cancels a stream at once; a non-streamed call runs to its answer
         # (its usage is what the vendor bills), but nothing more is sent to the client.
         task = asyncio.current_task()
         assert task is not None  # serve runs in the server's task for the request
         ex.watch_disconnect(task.cancel if accepted.request.stream else _ignore)
-        await hold(ctx, plan, first_ticket)
-        ending = await execute(ex, ctx, endpoint, first_ticket)
+        if hit is None:
+            await hold(ctx, plan, first_ticket)
+        else:  # the hit's price, not the vendor call's worst case
+            await hold(ctx, plan, estimate_micro=hit.cost_micro, first=hit.attempt)
+            await cache_stage.cover_hit(ctx, hit)
+        ending = await execute(ex, ctx, endpoint, first_ticket, hit)
     except errors.GatewayError as exc:
         ending = refusal(ex, exc)
     except asyncio.CancelledError:
@@ -250,15 +269,17 @@ def plan_request(ctx: ModelContext, req: ModelRequest) -> Plan:
 # ---------------------------------------------------------------- 3. admit
 
 
-async def admit(ctx: ModelContext, plan: Plan) -> Ticket | None:
+async def admit(ctx: ModelContext, plan: Plan, *, calls_upstream: bool = True) -> Ticket | None:
     """Admit the request against its limits and caps (LM-3001 / LM-3002 / LM-3003).
 
     The same Redis round trip reads the first link's breaker; when it is closed and clean
     the breakers grant that link's ticket now, and its call needs no round trip of its own.
+    A cache hit (`calls_upstream` false) asks no breaker.
     """
     principal, req = ctx.principal, ctx.req
     assert principal is not None and req is not None, ACCEPTED
-    first = plan.links[0] if plan.links and plan.links[0].calls_upstream else None
+    links = plan.links if calls_upstream else ()
+    first = links[0] if links and links[0].calls_upstream else None
     ctx.admission = await runtime.limiter.admit(
         request_id=ctx.request_id,
         group_id=principal.group_id,
@@ -305,23 +326,30 @@ def limit_scopes(ctx: RequestContext) -> tuple[Scope, ...]:
 
 
 async def hold(
-    ctx: RequestContext, plan: Plan | WebPlan, first_ticket: Ticket | None = None
+    ctx: RequestContext,
+    plan: Plan | WebPlan,
+    first_ticket: Ticket | None = None,
+    *,
+    estimate_micro: int | None = None,
+    first: Attempt | None = None,
 ) -> None:
     """Open the request's money handle and hold the plan's worst case on the budgets that
     bound this request (LM-4001).
 
     When the first call is sure to be a platform attempt on the wallet (the first link's
     breaker already let it through), its reservation is asked for with the hold: one commit
-    before the vendor call instead of two.
+    before the vendor call instead of two. A cache hit holds its own price instead
+    (`estimate_micro`), with its wallet cover (`first`).
     """
     principal = ctx.principal
     assert principal is not None, ACCEPTED
+    amount = plan.budget_estimate_micro if estimate_micro is None else estimate_micro
     ctx.money = runtime.escrow.open_request(
         request_id=ctx.request_id,
         account_id=principal.account_id,
         group_id=principal.group_id,
         api_key_id=principal.api_key_id,
-        estimate_micro=plan.budget_estimate_micro,
+        estimate_micro=amount,
     )
     if not (principal.has_budget or ctx.caller_budgeted):
         return
@@ -336,7 +364,10 @@ async def hold(
         if ctx.caller_label and caller_budget is not None  # ctx.caller_budgeted
         else None
     )
-    first = first_call_on_wallet(plan, first_ticket)
+    if estimate_micro is None:
+        first = first_call_on_wallet(plan, first_ticket)
+    elif first is not None and not first.needs_escrow:
+        first = None
     with_hold = (
         FirstReservation(principal.account_id, principal.api_key_id, first.escrow_budget_micro)
         if first is not None
@@ -348,7 +379,7 @@ async def hold(
             group_id=principal.group_id,
             api_key_id=principal.api_key_id,
             key_budgeted=principal.key_budget_max_micro is not None,
-            amount_micro=plan.budget_estimate_micro,
+            amount_micro=amount,
             caller=caller,
         ),
         first=with_hold,
@@ -368,19 +399,36 @@ def first_call_on_wallet(plan: Plan | WebPlan, first_ticket: Ticket | None) -> A
 
 
 async def execute(
-    ex: Exchange, ctx: ModelContext, endpoint: Endpoint, first_ticket: Ticket | None
+    ex: Exchange,
+    ctx: ModelContext,
+    endpoint: Endpoint,
+    first_ticket: Ticket | None,
+    hit: cache_stage.Hit | None = None,
 ) -> Ending:
-    """Run the plan and send the answer as it comes; vendor failures arrive as GatewayError."""
+    """Run the plan (or replay a cache hit) and send the answer as it comes; vendor failures
+    arrive as GatewayError."""
     req, admission = ctx.req, ctx.admission
     assert req is not None, ACCEPTED
     assert admission is not None, ADMITTED
     if req.stream:
-        return await stream(ex, ctx, endpoint, first_ticket)
-    try:
-        async with asyncio.timeout(deadline_left_s(ctx)):
-            completion = await runtime.orchestrator.complete(ctx, first_ticket=first_ticket)
-    except TimeoutError:
-        raise errors.UpstreamTimeout("The request passed its deadline.") from None
+        if hit is not None:
+            return await stream(ex, ctx, endpoint, cache_stage.hit_arrivals(hit, ctx))
+        try:
+            async with asyncio.timeout(deadline_left_s(ctx)):
+                chunks = await runtime.orchestrator.open_stream(ctx, first_ticket=first_ticket)
+        except TimeoutError:
+            raise errors.UpstreamTimeout("The request passed its deadline.") from None
+        return await stream(ex, ctx, endpoint, chunks)
+    if hit is not None:
+        completion = cache_stage.hit_completion(hit, req)
+    else:
+        try:
+            async with asyncio.timeout(deadline_left_s(ctx)):
+                completion = await runtime.orchestrator.complete(ctx, first_ticket=first_ticket)
+        except TimeoutError:
+            raise errors.UpstreamTimeout("The request passed its deadline.") from None
+        if ctx.cache is not None:
+            ctx.cache.completion = completion
     ctx.usage = completion.usage
     return Ending(
         final=endpoint.shape.render_completion(
@@ -394,27 +442,25 @@ async def execute(
 
 
 async def stream(
-    ex: Exchange, ctx: ModelContext, endpoint: Endpoint, first_ticket: Ticket | None
+    ex: Exchange, ctx: ModelContext, endpoint: Endpoint, chunks: AsyncIterator[list[Chunk]]
 ) -> Ending:
     """Stream the answer; once its first chunk is out, a failure is told in-band, not retried."""
     req, admission = ctx.req, ctx.admission
     assert req is not None, ACCEPTED
     assert admission is not None, ADMITTED
-    try:
-        async with asyncio.timeout(deadline_left_s(ctx)):
-            chunks = await runtime.orchestrator.open_stream(ctx, first_ticket=first_ticket)
-    except TimeoutError:
-        raise errors.UpstreamTimeout("The request passed its deadline.") from None
     served = ctx.served
     assert served is not None  # an open stream has its served attempt (the orchestrator's)
     renderer = endpoint.shape.stream_renderer(
         req, request_id=answer_id(ctx, endpoint), model=served.model
     )
     result = ctx.stream = StreamResult(prompt_tokens_estimate=prompt_bound(req))
+    kept = cache_stage.collect_stream(ctx)  # the arrivals, when the answer is to be cached
     await ex.start(200, [SSE, NO_CACHE, *admission.headers(anthropic=endpoint is MESSAGES)])
     try:
         async with asyncio.timeout(deadline_left_s(ctx)):
             async for arrived in chunks:
+                if kept is not None:
+                    kept.append(tuple(arrived))
                 # What arrived together leaves together: one write, not one per chunk.
                 out = []
                 for chunk in arrived:
@@ -474,6 +520,10 @@ async def finish(ex: Exchange, ctx: RequestContext, ending: Ending) -> None:
     predicted_out = len(final) if final is not None and not ex.disconnected else 0
     record = usage_record(ctx, bytes_out=ex.meter.bytes_out + predicted_out)
     await record_and_release(ctx, record)
+    if isinstance(ctx, ModelContext) and ctx.cache is not None:  # before the client sees it
+        await cache_stage.keep(
+            runtime.cache, ctx, ok=ending.status == 200 and not ending.error_code
+        )
     try:
         if final is not None:
             if not ex.started:

@@ -108,6 +108,8 @@ def usage_record(ctx: RequestContext, *, bytes_out: int) -> UsageRecord:
         web_rendered_pages=web.rendered_pages if web else 0,
         web_queries=web.queries if web else 0,
         web_url=web.url if web else "",
+        cache_status=model.cache.status if model and model.cache else "",
+        uncached_cost_micro=model.cache.uncached_cost_micro if model and model.cache else 0,
         attempts=tuple(ctx.trail),
         prices=prices,
     )

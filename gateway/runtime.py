@@ -17,10 +17,13 @@ from byok.routing import KeyRotation
 from core import bus
 from core.config import tollgate
 from core.db import off_loop
+from core.response_cache import account_prefix
 from core.shared_state import SharedState
 from core.sqlexec import Database
 from gateway.auth import PrincipalCache
 from gateway.breakers import BreakerBoard
+from gateway.cache.stage import ResponseCache
+from gateway.cache.store import MB, MemoryStore, RedisStore, Store
 from gateway.catalog import EMPTY, Catalog, load_catalog
 from gateway.limits import Limiter
 from gateway.orchestrator import Orchestrator
@@ -46,6 +49,7 @@ class Runtime:
     orchestrator: Orchestrator
     web: AcquisitionOrchestrator  # web acquisition's (gateway/web/)
     usage: UsageWriter
+    cache: ResponseCache  # the response cache (gateway/cache/)
 
     def __init__(self) -> None:
         self.started = False
@@ -55,6 +59,7 @@ class Runtime:
         self.principals = PrincipalCache()
         self._tasks: list[asyncio.Task] = []
         self._subscribed = False
+        self._cache_shared: SharedState | None = None  # a cache Redis of its own
 
     async def start(self) -> None:
         """Build everything once per process (lifespan startup, or the first request)."""
@@ -86,6 +91,7 @@ class Runtime:
                 breakers=self.breakers, keys=self.keys, units=DailyUnits(self.shared)
             )
             self.usage = UsageWriter(self.shared)
+            self.cache = await self._response_cache()
             self._subscribe()
             await self.reload()
             if not tollgate().byok_enabled:
@@ -106,6 +112,29 @@ class Runtime:
             gc.collect()
             gc.freeze()
 
+    async def _response_cache(self) -> ResponseCache:
+        """The cache on Redis (the limits' own, or one of its own, capped), else in memory."""
+        conf = tollgate()
+        store: Store
+        if not conf.cache_redis_url:
+            store = MemoryStore(cap_bytes=conf.cache_memory_mb * MB)
+        elif conf.cache_redis_url == self.shared.url:
+            store = RedisStore(self.shared)
+        else:
+            own = SharedState()
+            own.use(conf.cache_redis_url)
+            self._cache_shared = own
+            store = RedisStore(own)
+            await store.cap_memory(conf.cache_memory_mb)
+        return ResponseCache(store, max_entry_bytes=conf.cache_max_entry_bytes)
+
+    def _purge_cache(self, payload: dict) -> None:
+        """Drop an account's answers from this process's memory (Redis is purged by the
+        control plane itself)."""
+        store = self.cache.store if self.started else None
+        if isinstance(store, MemoryStore):
+            store.purge_now(account_prefix(int(payload["account_id"])))
+
     async def stop(self) -> None:
         if not self.started:
             return
@@ -116,6 +145,9 @@ class Runtime:
         await self.session.close()
         await self.db.close()
         await self.shared.close()
+        if self._cache_shared is not None:
+            await self._cache_shared.close()
+            self._cache_shared = None
         self._tasks.clear()
         self._starting = None  # a worker's next event loop builds everything anew
         self.started = False
@@ -182,6 +214,7 @@ class Runtime:
         bus.subscribe(bus.Topic.GROUP, self.principals.evict_group)
         bus.subscribe(bus.Topic.PROFILES, lambda _: self._apply_change(pools_only=False))
         bus.subscribe(bus.Topic.POOL, self._on_pool_change)
+        bus.subscribe(bus.Topic.CACHE_PURGE, self._purge_cache)
 
     def _on_pool_change(self, payload: dict) -> Awaitable | None:
         if payload.get("evict_key_id") is not None:

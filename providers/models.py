@@ -4,9 +4,14 @@ The tables keep the names they had when these models lived in the gateway app.""
 
 from __future__ import annotations
 
-from django.core.validators import MinValueValidator, URLValidator
+from django.core.validators import MaxValueValidator, MinValueValidator, URLValidator
 from django.db import models
 from django.utils import timezone
+
+# The response cache's operator defaults (docs/cache.md): a day at most, a hit at 10% of the
+# call it replays.
+DEFAULT_CACHE_MAX_TTL_S = 86_400
+DEFAULT_CACHE_HIT_PRICE_PCT = 10
 
 
 class ProviderKind(models.TextChoices):
@@ -200,6 +205,21 @@ class ProviderModel(models.Model):
         default=list,
         blank=True,
         help_text="Other names clients may use for this model (a list of strings).",
+    )
+    # The response cache (gateway/cache/): the operator's say, which no tenant can widen.
+    cacheable = models.BooleanField(
+        default=False, db_default=False, help_text="Answers of this model may be cached."
+    )
+    cache_max_ttl_s = models.PositiveIntegerField(
+        default=DEFAULT_CACHE_MAX_TTL_S,
+        db_default=DEFAULT_CACHE_MAX_TTL_S,
+        help_text="The longest any tenant may keep an answer, in seconds.",
+    )
+    cache_hit_price_pct = models.PositiveSmallIntegerField(
+        default=DEFAULT_CACHE_HIT_PRICE_PCT,
+        db_default=DEFAULT_CACHE_HIT_PRICE_PCT,
+        validators=[MaxValueValidator(100)],
+        help_text="What a cache hit costs, in percent of what the vendor call cost.",
     )
 
     class Meta:

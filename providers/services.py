@@ -24,6 +24,7 @@ from providers.models import (
     ProviderModel,
     ProviderProfile,
 )
+from providers.response_cache import CACHE_FIELDS, cache_fields, cache_fields_problem
 
 PROFILE_FIELDS = {
     "name",
@@ -59,6 +60,7 @@ MODEL_FIELDS = {
     "cached_input_micro_per_mtok",
     "cache_write_micro_per_mtok",
     "aliases",
+    *CACHE_FIELDS,
 }
 # Web units in the profile JSON ("units": {"page": micro-USD, ...}) and their columns.
 UNIT_COLUMNS = {
@@ -105,6 +107,7 @@ MODEL_AUDITED = (
     "cache_write_micro_per_mtok",
     "max_output_tokens",
     "aliases",
+    *CACHE_FIELDS,
 )
 
 
@@ -438,6 +441,9 @@ def _check_profile(item: object, index: int) -> None:
                     f"Malformed setting {m_where}: {price!r} must be a non-negative integer "
                     "(micro-USD per million tokens) or absent."
                 )
+        problem = cache_fields_problem(model)
+        if problem:
+            raise ImproperlyConfigured(f"Malformed setting {m_where}: {problem}.")
         aliases = model.get("aliases", [])
         if not isinstance(aliases, list):
             raise ImproperlyConfigured(
@@ -539,6 +545,7 @@ def profiles_bootstrap(*, spec: list[dict], actor: Actor | None = None) -> list[
                     "cached_input_micro_per_mtok": model.get("cached_input_micro_per_mtok"),
                     "cache_write_micro_per_mtok": model.get("cache_write_micro_per_mtok"),
                     "aliases": list(model.get("aliases") or []),
+                    **cache_fields(model),
                 },
             )
         profile.models.exclude(name__in=names).delete()

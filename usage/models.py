@@ -86,6 +86,10 @@ class UsageLog(models.Model):
     # The message the client was told with that code, exactly: our own text (LM-2002: the
     # vendor's refusal, cleaned of credentials by the adapter); cut to this length when stored.
     error_message = models.CharField(max_length=1000, blank=True, default="", db_default="")
+    # The response cache: hit / miss / bypass ("" off its routes), and for a hit what the
+    # vendor call it replayed cost. Database defaults for writers of the release before.
+    cache_status = models.CharField(max_length=6, blank=True, default="", db_default="")
+    uncached_cost_micro = models.BigIntegerField(default=0, db_default=0)
     latency_ms = models.PositiveIntegerField(default=0)
     ttft_ms = models.PositiveIntegerField(null=True, blank=True)
     streamed = models.BooleanField(default=False)

@@ -111,8 +111,9 @@ class ReceiptOut(serializers.Serializer):
     account_id = serializers.IntegerField()
     seq = serializers.IntegerField(help_text="Its place in the account's chain, from 1.")
     kind = serializers.CharField(
-        help_text='"charge" (a stored request), "unmeasured" (served, its usage never arrived:'
-        ' charged at its hold) or "trueup" (that usage arrived: the difference).'
+        help_text='"charge" (a stored request), "cache_hit" (a request the response cache'
+        ' answered: its cache price), "unmeasured" (served, its usage never arrived: charged at'
+        ' its hold) or "trueup" (that usage arrived: the difference).'
     )
     request_id = serializers.CharField()
     settled_at = serializers.DateTimeField()

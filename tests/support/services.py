@@ -34,6 +34,7 @@ def clear_shared_state() -> None:
         "tollgate:bench:*",
         "tollgate:wu:*",
         "tollgate:pk:*",
+        "tollgate:cache:*",
     )
     for pattern in patterns:
         keys = list(client.scan_iter(pattern, count=1000))

@@ -71,6 +71,15 @@ def demo_service_account(stub_url: str) -> str:
 
 
 def demo_profiles(stub_url: str) -> list[dict]:
+    """The demo's profiles, every model's answers cacheable (the response cache's demo)."""
+    profiles = _demo_profiles(stub_url)
+    for profile in profiles:
+        for model in profile.get("models", ()):
+            model["cacheable"] = True
+    return profiles
+
+
+def _demo_profiles(stub_url: str) -> list[dict]:
     return [
         {
             "name": "stub-openai",

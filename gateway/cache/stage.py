@@ -1,0 +1,300 @@
+"""The response cache as a stage of the request pipeline (gateway/pipeline.py).
+
+- `look_up`, after the plan: decides (cache/policy.py), keys (cache/keys.py) and looks for
+  a stored answer; a store that is down is a miss, never an error. Every answer on the
+  cached routes then says `X-Tollgate-Cache: hit | miss | bypass` (and `Age` on a hit).
+- A hit is a request like any other but for its vendor call: admitted against the limits,
+  held against the budgets, covered on the wallet like a platform call, recorded with a usage
+  row and a receipt. It is priced at the operator's share of the call it replays
+  (`cache_hit_price_pct` of the served model's prices) and paid as that call was: a team-key
+  answer's hit is the team's (cost 0, like a team-served call); no platform money moves.
+  The row says `cache_status: hit` and what the replayed call cost (`uncached_cost_micro`).
+- `keep`, in the finish, stores a miss's answer before the client sees its end, so the
+  next identical request hits: only a whole answer the vendor ended normally (never an
+  error, a cut stream, a refusal or a content filter's end).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
+
+from core import metrics
+from core.money import token_cost_micro
+from core.usage_record import AttemptRecord
+from gateway.attempts import PLATFORM, Attempt
+from gateway.cache import modes
+from gateway.cache.entries import Entry, pack, unpack
+from gateway.cache.keys import entry_key
+from gateway.cache.policy import BYPASS, BYPASSED, HIT, MISS, Decision, decide
+from gateway.cache.store import Store, StoreDown
+from gateway.catalog import ModelOffer
+from gateway.context import ModelContext, Served
+from gateway.plan import Link
+from gateway.types import Chunk, Completion, ModelRequest, Usage
+
+if TYPE_CHECKING:
+    from gateway.asgi import Exchange
+
+log = logging.getLogger(__name__)
+CACHE_HEADER = b"x-tollgate-cache"
+# Ends that are not an answer worth replaying: a content filter's or a model's refusal.
+UNSTORED_ENDS = frozenset({"content_filter", "refusal"})
+
+
+@dataclass(slots=True)
+class CacheState:
+    """One request's dealings with the cache."""
+
+    decision: Decision
+    key: str = ""
+    status: str = BYPASS
+    hit: Hit | None = None
+    uncached_cost_micro: int = 0  # a hit's replayed call, at full price
+    completion: Completion | None = None  # a whole miss's answer, to keep
+    arrivals: list[tuple[Chunk, ...]] | None = None  # a streamed miss's chunks, to keep
+    age_s: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Hit:
+    entry: Entry
+    link: Link  # the plan's link whose offer served the stored answer
+    offer: ModelOffer  # that offer at the cache's prices
+    attempt: Attempt  # who pays the hit, and its wallet cover
+    cost_micro: int  # what the hit costs its payer (0 for a team's)
+    uncached_cost_micro: int
+
+
+@dataclass(slots=True)
+class ResponseCache:
+    """The process's cache: its store, its clock (tests move it) and its entry cap."""
+
+    store: Store
+    max_entry_bytes: int
+    clock: Callable[[], float] = field(default=time.time)
+
+    async def find(self, key: str) -> Entry | None:
+        raw = await self.store.get(key)
+        entry = unpack(raw) if raw is not None else None
+        return entry if entry is not None and entry.fresh(self.clock()) else None
+
+    async def keep(self, key: str, entry: Entry) -> bool:
+        packed = pack(entry)
+        if len(packed) > self.max_entry_bytes:
+            metrics.CACHE_STORES.labels("too_large").inc()
+            return False
+        await self.store.put(key, packed, entry.ttl_s)
+        metrics.CACHE_STORES.labels("stored").inc()
+        metrics.CACHE_STORED_BYTES.inc(len(packed))
+        return True
+
+
+async def look_up(cache: ResponseCache, ex: Exchange, ctx: ModelContext, route: str) -> Hit | None:
+    """Decide what the cache does for this request and return its hit, if any."""
+    req, plan, principal = ctx.req, ctx.plan, ctx.principal
+    assert req is not None and plan is not None and principal is not None
+    first = plan.links[0] if plan.links else None
+    decision = (
+        decide(
+            ex.headers,
+            mode=principal.cache_mode,
+            tenant_ttl_s=principal.cache_ttl_s,
+            terms=first.offer.cache,
+        )
+        if first is not None
+        else BYPASSED
+    )
+    state = ctx.cache = CacheState(decision)
+    if decision.bypassed:
+        metrics.CACHE_LOOKUPS.labels(route, BYPASS).inc()
+        return None
+    state.status = MISS
+    state.key = entry_key(
+        principal,
+        ctx.caller_label,
+        route=route,
+        chain=tuple(link.offer.name for link in plan.links),
+        body=req.body,
+    )
+    ex.cache_status = MISS.encode()
+    if not decision.lookup:
+        metrics.CACHE_LOOKUPS.labels(route, MISS).inc()
+        return None
+    try:
+        entry = await cache.find(state.key)
+    except StoreDown:
+        metrics.CACHE_LOOKUPS.labels(route, "error").inc()
+        return None
+    hit = _hit(ctx, entry, stream=req.stream) if entry is not None else None
+    if hit is None:
+        metrics.CACHE_LOOKUPS.labels(route, MISS).inc()
+        return None
+    metrics.CACHE_LOOKUPS.labels(route, HIT).inc()
+    state.status, state.hit = HIT, hit
+    state.uncached_cost_micro = hit.uncached_cost_micro
+    state.age_s = hit.entry.age_s(cache.clock())
+    ex.cache_status = HIT.encode()
+    ex.cache_age = state.age_s
+    return hit
+
+
+def _hit(ctx: ModelContext, entry: Entry, *, stream: bool) -> Hit | None:
+    """Return the hit a stored entry makes for this request, or None when it cannot serve it
+    (another mode it cannot cross to, or a plan that no longer offers what served it)."""
+    if entry.streamed != stream and not _portable(entry):
+        return None
+    assert ctx.plan is not None
+    links = [link for link in ctx.plan.links if link.attempts and not link.locked]
+    link = next(
+        (
+            link
+            for link in links
+            if (link.offer.profile.name, link.offer.name) == (entry.provider, entry.model)
+        ),
+        links[0] if links else None,
+    )
+    if link is None or not link.offer.cache.cacheable:
+        return None
+    payer = link.attempts[0]
+    full = link.offer
+    pct = full.cache.hit_price_pct
+    priced = replace(
+        full,
+        input_micro_per_mtok=full.input_micro_per_mtok * pct // 100,
+        output_micro_per_mtok=full.output_micro_per_mtok * pct // 100,
+        cached_input_micro_per_mtok=full.cached_input_micro_per_mtok * pct // 100,
+        cache_write_micro_per_mtok=full.cache_write_micro_per_mtok * pct // 100,
+    )
+    uncached = offer_cost_micro(full, entry.usage)
+    cost = offer_cost_micro(priced, entry.usage) if payer.served_by == PLATFORM else 0
+    attempt = Attempt(
+        served_by=payer.served_by,
+        source=f"cache:{full.name}:{payer.served_by}",
+        needs_escrow=payer.needs_escrow and cost > 0,
+        escrow_budget_micro=cost,
+    )
+    return Hit(entry, link, priced, attempt, cost, uncached)
+
+
+def _portable(entry: Entry) -> bool:
+    if entry.completion is not None:
+        return modes.completion_is_portable(entry.completion)
+    assert entry.arrivals is not None
+    return modes.chunks_are_portable([chunk for arrival in entry.arrivals for chunk in arrival])
+
+
+def offer_cost_micro(offer: ModelOffer, usage: Usage) -> int:
+    """Return what `usage` costs at an offer's token prices."""
+    return token_cost_micro(
+        tokens_in=usage.input_tokens,
+        tokens_out=usage.output_tokens,
+        input_micro_per_mtok=offer.input_micro_per_mtok,
+        output_micro_per_mtok=offer.output_micro_per_mtok,
+        cache_read_tokens=usage.cache_read_tokens,
+        cached_input_micro_per_mtok=offer.cached_input_micro_per_mtok,
+        cache_write_tokens=usage.cache_write_tokens,
+        cache_write_micro_per_mtok=offer.cache_write_micro_per_mtok,
+    )
+
+
+async def cover_hit(ctx: ModelContext, hit: Hit) -> None:
+    """Cover the hit like the platform call it replaces (a wallet reservation for prepaid,
+    the hold marked otherwise), then say who served it: the attempt trail's one try."""
+    reservation_id = None
+    if hit.cost_micro > 0:
+        assert ctx.money is not None  # the hold stage opened it
+        reservation_id = await ctx.money.before_platform_call(
+            hit.attempt,
+            escrow_micro=hit.attempt.escrow_budget_micro if hit.attempt.needs_escrow else None,
+            attempt_no=1,
+        )
+    ctx.served = Served(
+        offer=hit.offer, served_by=hit.attempt.served_by, reservation_id=reservation_id
+    )
+    ctx.usage = hit.entry.usage
+    ctx.trail.append(
+        AttemptRecord(
+            order=1,
+            provider="cache",
+            model=hit.offer.name,
+            served_by=hit.attempt.served_by,
+            source=hit.attempt.source,
+            outcome="ok",
+            upstream_status=None,
+            reservation_id=reservation_id,
+        )
+    )
+    metrics.CACHE_SAVED_MICRO.inc(max(0, hit.uncached_cost_micro - hit.cost_micro))
+
+
+def hit_completion(hit: Hit, req: ModelRequest) -> Completion:
+    """The stored answer as a whole one (from a stored stream when it was streamed)."""
+    entry = hit.entry
+    if entry.completion is not None:
+        return replace(entry.completion, model=hit.offer.name)
+    assert entry.arrivals is not None
+    chunks = [chunk for arrival in entry.arrivals for chunk in arrival]
+    return modes.completion_from_chunks(chunks, req, model=hit.offer.name)
+
+
+async def hit_arrivals(hit: Hit, ctx: ModelContext) -> AsyncIterator[list[Chunk]]:
+    """The stored answer as a stream, arrival by arrival (made from a whole one when it was
+    stored whole)."""
+    entry = hit.entry
+    assert ctx.req is not None
+    if entry.arrivals is not None:
+        arrivals = [list(arrival) for arrival in entry.arrivals]
+    else:
+        assert entry.completion is not None
+        arrivals = modes.chunks_from_completion(entry.completion, ctx.req)
+    for arrival in arrivals:
+        yield arrival
+
+
+def collect_stream(ctx: ModelContext) -> list[tuple[Chunk, ...]] | None:
+    """Return the list a streamed miss's arrivals go into, when its answer is to be kept."""
+    state = ctx.cache
+    if state is None or state.status != MISS or not state.decision.ttl_s:
+        return None
+    state.arrivals = []
+    return state.arrivals
+
+
+async def keep(cache: ResponseCache, ctx: ModelContext, *, ok: bool) -> None:
+    """Store a miss's answer when it is one worth replaying (see the module's docstring)."""
+    state, served = ctx.cache, ctx.served
+    if (
+        state is None
+        or state.status != MISS
+        or not state.decision.ttl_s
+        or not ok
+        or served is None
+        or not served.offer.cache.cacheable
+    ):
+        return
+    stream = ctx.stream
+    if stream is not None:
+        if not stream.finished or stream.finish_reason in UNSTORED_ENDS or not state.arrivals:
+            return
+        usage, completion, arrivals = stream.usage, None, tuple(state.arrivals)
+    else:
+        if state.completion is None or state.completion.finish_reason in UNSTORED_ENDS:
+            return
+        usage, completion, arrivals = state.completion.usage, state.completion, None
+    entry = Entry(
+        created_s=cache.clock(),
+        ttl_s=min(state.decision.ttl_s, served.offer.cache.max_ttl_s),
+        provider=served.provider,
+        model=served.model,
+        usage=usage,
+        completion=completion,
+        arrivals=arrivals,
+    )
+    try:
+        await cache.keep(state.key, entry)
+    except StoreDown:
+        metrics.CACHE_STORES.labels("store_down").inc()
