@@ -28,6 +28,9 @@ class ProviderModelForm(forms.ModelForm):
             "cached_input_micro_per_mtok",
             "cache_write_micro_per_mtok",
             "max_output_tokens",
+            "cacheable",
+            "cache_max_ttl_s",
+            "cache_hit_price_pct",
         ]
 
     def __init__(self, *args, **kwargs):

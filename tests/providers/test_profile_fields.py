@@ -213,6 +213,9 @@ def admin_form(profile: ProviderProfile, **model_values: dict) -> dict:
             "cached_input_micro_per_mtok": "",
             "cache_write_micro_per_mtok": "",
             "max_output_tokens": str(model.max_output_tokens),
+            **({"cacheable": "on"} if model.cacheable else {}),
+            "cache_max_ttl_s": str(model.cache_max_ttl_s),
+            "cache_hit_price_pct": str(model.cache_hit_price_pct),
             **model_values.get(model.name, {}),
         }
         form.update({f"models-{index}-{key}": value for key, value in values.items()})
@@ -247,6 +250,56 @@ def test_the_admin_shows_and_saves_the_new_fields(admin_client):
     assert ProviderProfile.objects.get(pk=profile.pk).passthrough is True
     assert model_fields("claude-3-5-haiku") == (["haiku-latest", "haiku"], 90_000, None)
     assert model_fields("claude-3-opus") == ([], None, None)
+
+
+def cache_terms(name: str) -> tuple:
+    return ProviderModel.objects.filter(name=name).values_list(
+        "cacheable", "cache_max_ttl_s", "cache_hit_price_pct"
+    )[0]
+
+
+def test_the_response_cache_terms_default_to_not_cacheable_and_load_from_json():
+    models = [
+        {"name": "kept", "cacheable": True, "cache_max_ttl_s": 600, "cache_hit_price_pct": 25},
+        {"name": "plain"},
+    ]
+    profiles_bootstrap(spec=read_profiles_spec(json.dumps(spec(models=models))))
+
+    assert cache_terms("kept") == (True, 600, 25)
+    assert cache_terms("plain") == (False, 86_400, 10)  # the documented defaults
+
+
+@pytest.mark.parametrize(
+    ("terms", "named"),
+    [
+        ({"cacheable": "yes"}, "'cacheable' must be true or false"),
+        ({"cache_max_ttl_s": 0}, "'cache_max_ttl_s' must be whole seconds from 1 to 2592000"),
+        ({"cache_max_ttl_s": 1.5}, "'cache_max_ttl_s' must be whole seconds"),
+        ({"cache_hit_price_pct": 101}, "'cache_hit_price_pct' must be a whole percent"),
+        ({"cache_hit_price_pct": True}, "'cache_hit_price_pct' must be a whole percent"),
+    ],
+)
+def test_malformed_cache_terms_are_refused(terms, named):
+    raw = json.dumps(spec(models=[{"name": "m", **terms}]))
+    with pytest.raises(ImproperlyConfigured, match=named):
+        read_profiles_spec(raw)
+
+
+def test_the_admin_marks_a_model_cacheable(admin_client):
+    [profile] = profiles_bootstrap(spec=spec())
+    url = f"/django-admin/providers/providerprofile/{profile.pk}/change/"
+    assert 'name="models-0-cacheable"' in admin_client.get(url).content.decode()
+
+    terms = {"cacheable": "on", "cache_max_ttl_s": "3600", "cache_hit_price_pct": "20"}
+    saved = admin_client.post(url, admin_form(profile, **{"claude-3-opus": terms}))
+
+    assert saved.status_code == 302, saved.content.decode()[:2000]
+    assert cache_terms("claude-3-opus") == (True, 3600, 20)
+    assert cache_terms("claude-3-5-haiku") == (False, 86_400, 10)
+    refused = admin_client.post(
+        url, admin_form(profile, **{"claude-3-opus": {**terms, "cache_hit_price_pct": "150"}})
+    )
+    assert refused.status_code == 200 and cache_terms("claude-3-opus")[2] == 20
 
 
 def test_the_admin_refuses_an_alias_that_names_another_model(admin_client):
