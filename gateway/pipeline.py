@@ -10,7 +10,7 @@ first byte to its usage record.
 2. `plan`     the attempt plan, built once; it calls nothing -> Plan.
 3. `admit`    rate limits and caps in one Redis round trip, which also reads the first
               link's breaker -> Admission, and maybe that link's breaker Ticket.
-4. `hold`     the budget hold on group, key and end caller (LM-4001).
+4. `hold`     the budget hold on group, key and end caller (LM-4001): gateway/holding.py.
 5. `execute`  the orchestrator runs the plan; the answer goes out as it comes -> Ending.
 6. `finish`   in one `finally`: the usage record journaled and the admission released (one
               Redis round trip), then the last bytes. Refusals, vendor failures and a client
@@ -32,16 +32,15 @@ from typing import TYPE_CHECKING, TypeVar
 
 import orjson
 
-from billing.ledger import CallerBudget, FirstReservation, Hold
 from core import errors, metrics
 from core.config import tollgate
 from gateway import idempotency
 from gateway.admission import Scope
-from gateway.attempts import Attempt
 from gateway.auth import bearer, require_internal
 from gateway.breakers import Ticket
 from gateway.cache import stage as cache_stage
 from gateway.context import ModelContext, RequestContext
+from gateway.holding import hold
 from gateway.plan import Plan, build_plan, output_bound, prompt_bound
 from gateway.recording import record_and_release, usage_record
 from gateway.runtime import runtime
@@ -53,11 +52,10 @@ from gateway.shapes.openai import OPENAI_SHAPE
 from gateway.shapes.protocols import ClientShape
 from gateway.shapes.responses import RESPONSES_SHAPE
 from gateway.types import Chunk, ModelRequest, StreamResult
-from usage.pseudonym import caller_label, window_id
+from usage.pseudonym import caller_label
 
 if TYPE_CHECKING:  # the plumbing hands its exchange in; nothing here builds one
     from gateway.asgi import Exchange
-    from gateway.web.plan import WebPlan
 
 JSON = (b"content-type", b"application/json")
 SSE = (b"content-type", b"text/event-stream")
@@ -320,79 +318,6 @@ def limit_scopes(ctx: RequestContext) -> tuple[Scope, ...]:
             )
         )
     return tuple(scopes)
-
-
-# ---------------------------------------------------------------- 4. hold
-
-
-async def hold(
-    ctx: RequestContext,
-    plan: Plan | WebPlan,
-    first_ticket: Ticket | None = None,
-    *,
-    estimate_micro: int | None = None,
-    first: Attempt | None = None,
-) -> None:
-    """Open the request's money handle and hold the plan's worst case on the budgets that
-    bound this request (LM-4001).
-
-    When the first call is sure to be a platform attempt on the wallet (the first link's
-    breaker already let it through), its reservation is asked for with the hold: one commit
-    before the vendor call instead of two. A cache hit holds its own price instead
-    (`estimate_micro`), with its wallet cover (`first`).
-    """
-    principal = ctx.principal
-    assert principal is not None, ACCEPTED
-    amount = plan.budget_estimate_micro if estimate_micro is None else estimate_micro
-    ctx.money = runtime.escrow.open_request(
-        request_id=ctx.request_id,
-        account_id=principal.account_id,
-        group_id=principal.group_id,
-        api_key_id=principal.api_key_id,
-        estimate_micro=amount,
-    )
-    if not (principal.has_budget or ctx.caller_budgeted):
-        return
-    caller_budget = principal.caller_budget_max_micro
-    caller = (
-        CallerBudget(
-            group_id=principal.group_id,
-            label=ctx.caller_label,
-            period=window_id(),
-            budget_max_micro=caller_budget,
-        )
-        if ctx.caller_label and caller_budget is not None  # ctx.caller_budgeted
-        else None
-    )
-    if estimate_micro is None:
-        first = first_call_on_wallet(plan, first_ticket)
-    elif first is not None and not first.needs_escrow:
-        first = None
-    with_hold = (
-        FirstReservation(principal.account_id, principal.api_key_id, first.escrow_budget_micro)
-        if first is not None
-        else None
-    )
-    await ctx.money.hold(
-        Hold(
-            request_id=ctx.request_id,
-            group_id=principal.group_id,
-            api_key_id=principal.api_key_id,
-            key_budgeted=principal.key_budget_max_micro is not None,
-            amount_micro=amount,
-            caller=caller,
-        ),
-        first=with_hold,
-        first_call=first,
-    )
-
-
-def first_call_on_wallet(plan: Plan | WebPlan, first_ticket: Ticket | None) -> Attempt | None:
-    """Return the attempt the first vendor call is sure to be, when it reserves the wallet."""
-    if first_ticket is None:  # the first link's breaker has not let it through (yet)
-        return None
-    attempt = plan.links[0].attempts[0]
-    return attempt if attempt.needs_escrow else None
 
 
 # ---------------------------------------------------------------- 5. execute

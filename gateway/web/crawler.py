@@ -28,7 +28,7 @@ from core.db import off_loop
 from core.ids import time_ordered_id
 from gateway.auth import Principal
 from gateway.context import Meter, WebContext
-from gateway.pipeline import hold
+from gateway.holding import hold
 from gateway.recording import record_and_release, usage_record
 from gateway.runtime import runtime
 from gateway.tasks import run_crawls

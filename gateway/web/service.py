@@ -25,6 +25,7 @@ from core.db import off_loop
 from gateway.admission import WEB
 from gateway.auth import bearer, require_internal
 from gateway.context import RequestContext, WebContext
+from gateway.holding import hold
 from gateway.pipeline import (
     ACCEPTED,
     ADMITTED,
@@ -33,7 +34,6 @@ from gateway.pipeline import (
     Ending,
     authenticate,
     finish,
-    hold,
     limit_scopes,
     refusal,
     request_context,

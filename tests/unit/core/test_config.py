@@ -70,6 +70,7 @@ def test_secrets_stay_out_of_the_repr(settings):
         "metrics_token",
         "internal_token",
         "web_internal_tokens",
+        "cache_redis_url",  # a Redis URL may carry its password
     }
 
 
