@@ -9,8 +9,11 @@ from django.db import transaction
 from django.utils import timezone
 
 from accounts.models import (
+    DEFAULT_CACHE_TTL_S,
     Account,
     ApiKey,
+    CacheMode,
+    CacheScope,
     Group,
     Membership,
     Period,
@@ -22,7 +25,7 @@ from accounts.periods import period_bounds
 from accounts.secrets import TENANT_TOKEN_PREFIX, VIRTUAL_KEY_PREFIX, mint_secret
 from audit import services as audit
 from audit.actors import Actor
-from core import bus
+from core import bus, response_cache
 from core.money import gateway_rate_micro_per_gb
 
 # What the audit trail records of a group and of a key (audit/services.py): settings,
@@ -41,6 +44,9 @@ GROUP_AUDITED = (
     "caller_budget_max_micro",
     "web_units_per_day",
     "bandwidth_micro_usd_per_gb",
+    "cache_mode",
+    "cache_ttl_s",
+    "cache_scope",
 )
 KEY_AUDITED = (
     "name",
@@ -55,6 +61,9 @@ KEY_AUDITED = (
     "period_ends_at",
     "rpm_limit",
     "tpm_limit",
+    "cache_mode",
+    "cache_ttl_s",
+    "cache_scope",
 )
 ACCOUNT_AUDITED = (
     "name",
@@ -141,6 +150,9 @@ def group_create(
     tpm_limit: int | None = None,
     concurrency_limit: int | None = None,
     budget_period: str = Period.NONE,
+    cache_mode: str = CacheMode.ON_REQUEST,
+    cache_ttl_s: int = DEFAULT_CACHE_TTL_S,
+    cache_scope: str = CacheScope.ACCOUNT,
     actor: Actor | None = None,
 ) -> Group:
     starts, ends = current_period(account=account, budget_period=budget_period)
@@ -156,6 +168,9 @@ def group_create(
             budget_period=budget_period,
             period_starts_at=starts,
             period_ends_at=ends,
+            cache_mode=cache_mode,
+            cache_ttl_s=cache_ttl_s,
+            cache_scope=cache_scope,
         )
         record_group(group, action="group.create", actor=actor, before=None)
     return group
@@ -216,6 +231,9 @@ def api_key_create(
     rpm_limit: int | None = None,
     tpm_limit: int | None = None,
     budget_period: str = Period.NONE,
+    cache_mode: str = "",
+    cache_ttl_s: int | None = None,
+    cache_scope: str = "",
     actor: Actor | None = None,
 ) -> tuple[ApiKey, str]:
     """Create a virtual key; the secret is returned here and never again."""
@@ -235,6 +253,9 @@ def api_key_create(
             budget_period=budget_period,
             period_starts_at=starts,
             period_ends_at=ends,
+            cache_mode=cache_mode,
+            cache_ttl_s=cache_ttl_s,
+            cache_scope=cache_scope,
         )
         record_key(api_key, action="key.create", actor=actor, before=None)
     return api_key, secret
@@ -270,6 +291,22 @@ def group_changed(*, group: Group) -> None:
     """Tell every replica a group's limits changed: its keys' cached contexts are stale.
     Returns once they all dropped them."""
     bus.publish(bus.Topic.GROUP, {"group_id": group.pk}, wait=True)
+
+
+def response_cache_purge(*, account: Account, actor: Actor | None = None) -> int:
+    """Drop every cached answer of the account on every replica and record who did; return
+    how many the cache Redis held (an embedded run's in-process store is not counted)."""
+    purged = response_cache.purge_account(account.pk)
+    audit.record(
+        actor=actor,
+        action="cache.purge",
+        account_id=account.pk,
+        target_type="account",
+        target_id=account.pk,
+        target_label=account.name,
+        after={"purged": purged},
+    )
+    return purged
 
 
 def record_token(

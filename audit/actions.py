@@ -19,12 +19,14 @@ ACTIONS: dict[str, str] = {
     "token.restore": "An operator cleared a token's revocation.",
     "token.delete": "An operator deleted a tenant API token.",
     "group.create": "A group was created.",
-    "group.update": "A group's name, budget, budget period or limits changed.",
+    "group.update": "A group's name, budget, budget period, limits or cache settings changed.",
     "group.delete": "An operator deleted a group.",
     "key.create": "A virtual key was created (its secret shown once, never recorded).",
-    "key.update": "A virtual key's name, models, budget, budget period, limits or expiry changed.",
+    "key.update": "A virtual key's name, models, budget, budget period, limits, expiry or cache "
+    "settings changed.",
     "key.revoke": "A virtual key was revoked.",
     "key.delete": "An operator deleted a virtual key.",
+    "cache.purge": "Every cached answer of the account was dropped (the response cache).",
     "pool.fallback.enable": "Platform fallback turned on for a team key pool: consent to pay "
     "platform prices when the team's keys cannot serve.",
     "pool.fallback.disable": "Platform fallback turned off (or a pool created with it off).",

@@ -3,7 +3,71 @@ from __future__ import annotations
 from rest_framework import serializers
 
 from accounts.api.fields import column_integer, id_of, money_micro
-from accounts.models import Account, ApiKey, Group, Period
+from accounts.models import Account, ApiKey, CacheMode, CacheScope, Group, Period
+
+# The response cache's settings (gateway/cache/policy.py): a group's rule, which a key may
+# override; a key's empty mode or scope and null TTL follow its group.
+CACHE_MODE_HELP = (
+    "off: nothing cached; on_request: only requests that send X-Tollgate-Cache-TTL; "
+    "always: every cacheable request, kept cache_ttl_s seconds (the model's maximum bounds it)."
+)
+CACHE_SCOPE_HELP = (
+    "Who shares a cached answer, never wider than the account: account, group, key or caller "
+    "(the end caller's label)."
+)
+CACHE_TTL_HELP = (
+    "How long answers are kept under always, in seconds (the model's maximum bounds it)."
+)
+FOLLOWS_GROUP = ' Empty ("") or null: follow the group.'
+
+
+def _choices_message(choices) -> str:
+    return f'"{{input}}" is not one of {", ".join(value for value, _ in choices)}.'
+
+
+def cache_mode_field(*, key: bool, **kwargs) -> serializers.ChoiceField:
+    """A group's cache mode, or a key's ("" follows its group)."""
+    return serializers.ChoiceField(
+        choices=CacheMode.choices,
+        allow_blank=key,
+        allow_null=key,
+        help_text=CACHE_MODE_HELP + (FOLLOWS_GROUP if key else ""),
+        error_messages={"invalid_choice": _choices_message(CacheMode.choices)},
+        **kwargs,
+    )
+
+
+def cache_scope_field(*, key: bool, **kwargs) -> serializers.ChoiceField:
+    """A group's cache scope, or a key's ("" follows its group)."""
+    return serializers.ChoiceField(
+        choices=CacheScope.choices,
+        allow_blank=key,
+        allow_null=key,
+        help_text=CACHE_SCOPE_HELP + (FOLLOWS_GROUP if key else ""),
+        error_messages={"invalid_choice": _choices_message(CacheScope.choices)},
+        **kwargs,
+    )
+
+
+def cache_ttl_field(*, key: bool, **kwargs) -> serializers.IntegerField:
+    """A cache TTL in seconds: at least 1 (mode off is how nothing is kept); a key's null
+    follows its group."""
+    return column_integer(
+        Group,
+        "cache_ttl_s",
+        min_value=1,
+        allow_null=key,
+        help_text=CACHE_TTL_HELP + (" Null: follow the group." if key else ""),
+        **kwargs,
+    )
+
+
+def key_cache_settings(attrs: dict) -> dict:
+    """A key's cache inputs as stored: null mode or scope is "" (follow the group)."""
+    for name in ("cache_mode", "cache_scope"):
+        if name in attrs and attrs[name] is None:
+            attrs[name] = ""
+    return attrs
 
 
 class AccountOut(serializers.ModelSerializer):
@@ -45,6 +109,9 @@ class GroupOut(serializers.ModelSerializer):
             "period_starts_at",
             "period_ends_at",
             "created_at",
+            "cache_mode",
+            "cache_ttl_s",
+            "cache_scope",
         ]
 
 
@@ -58,6 +125,9 @@ class GroupIn(serializers.Serializer):
         Group, "concurrency_limit", min_value=1, required=False, allow_null=True
     )
     budget_period = serializers.ChoiceField(choices=Period.choices, required=False)
+    cache_mode = cache_mode_field(key=False, required=False)
+    cache_ttl_s = cache_ttl_field(key=False, required=False)
+    cache_scope = cache_scope_field(key=False, required=False)
 
 
 class GroupUpdateIn(serializers.Serializer):
@@ -78,6 +148,9 @@ class GroupUpdateIn(serializers.Serializer):
         Group, "web_units_per_day", min_value=0, required=False, allow_null=True
     )
     budget_period = serializers.ChoiceField(choices=Period.choices, required=False)
+    cache_mode = cache_mode_field(key=False, required=False)
+    cache_ttl_s = cache_ttl_field(key=False, required=False)
+    cache_scope = cache_scope_field(key=False, required=False)
 
 
 class ApiKeyOut(serializers.ModelSerializer):
@@ -101,6 +174,9 @@ class ApiKeyOut(serializers.ModelSerializer):
             "budget_period",
             "period_starts_at",
             "period_ends_at",
+            "cache_mode",
+            "cache_ttl_s",
+            "cache_scope",
         ]
 
 
@@ -115,6 +191,32 @@ class ApiKeyIn(serializers.Serializer):
     rpm_limit = column_integer(ApiKey, "rpm_limit", min_value=1, required=False, allow_null=True)
     tpm_limit = column_integer(ApiKey, "tpm_limit", min_value=1, required=False, allow_null=True)
     budget_period = serializers.ChoiceField(choices=Period.choices, required=False)
+    cache_mode = cache_mode_field(key=True, required=False)
+    cache_ttl_s = cache_ttl_field(key=True, required=False)
+    cache_scope = cache_scope_field(key=True, required=False)
+
+    def validate(self, attrs: dict) -> dict:
+        return key_cache_settings(attrs)
+
+
+class ApiKeyUpdateIn(serializers.Serializer):
+    """What a key's PATCH may change: any of these, the rest kept (null clears a limit)."""
+
+    name = serializers.CharField(max_length=200, required=False, allow_blank=True)
+    expires_at = serializers.DateTimeField(required=False, allow_null=True)
+    allowed_models = serializers.ListField(
+        child=serializers.CharField(max_length=200), required=False
+    )
+    budget_max_micro = money_micro(required=False, allow_null=True)
+    rpm_limit = column_integer(ApiKey, "rpm_limit", min_value=1, required=False, allow_null=True)
+    tpm_limit = column_integer(ApiKey, "tpm_limit", min_value=1, required=False, allow_null=True)
+    budget_period = serializers.ChoiceField(choices=Period.choices, required=False)
+    cache_mode = cache_mode_field(key=True, required=False)
+    cache_ttl_s = cache_ttl_field(key=True, required=False)
+    cache_scope = cache_scope_field(key=True, required=False)
+
+    def validate(self, attrs: dict) -> dict:
+        return key_cache_settings(attrs)
 
 
 class ApiKeyCreatedOut(ApiKeyOut):
@@ -135,3 +237,16 @@ class GroupPage(serializers.Serializer):
 
 class ApiKeyPage(serializers.Serializer):
     results = ApiKeyOut(many=True)
+
+
+class CachePurgeIn(serializers.Serializer):
+    account = id_of(
+        Account, required=False, help_text="The account to purge; else the caller's first."
+    )
+
+
+class CachePurgeOut(serializers.Serializer):
+    purged = serializers.IntegerField(
+        help_text="How many cached answers the cache Redis held (its in-process copies on "
+        "every replica are dropped too)."
+    )

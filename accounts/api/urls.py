@@ -9,6 +9,7 @@ urlpatterns = [
     path("keys", views.ApiKeyListView.as_view()),
     path("keys/<int:key_id>", views.ApiKeyDetailView.as_view()),
     path("keys/<int:key_id>/revoke", views.ApiKeyRevokeView.as_view()),
+    path("cache/purge", views.CachePurgeView.as_view()),
     path("audit", audit.AuditListView.as_view()),
     path("audit/head", heads.AuditHeadView.as_view()),
     path("audit/export.csv", audit.AuditCsvView.as_view()),

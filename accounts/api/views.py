@@ -10,6 +10,7 @@ from rest_framework.views import APIView
 
 from accounts import selectors, services
 from accounts.api import serializers as s
+from accounts.api.fields import account_or_404
 from accounts.api.permissions import require_manager
 from accounts.api.schema import error_responses
 from audit.actors import request_actor
@@ -78,7 +79,8 @@ class GroupDetailView(APIView):
     @extend_schema(
         operation_id="groups_update",
         tags=["groups"],
-        summary="Change a group's budget and limits (null clears one)",
+        summary="Change a group's budget, limits or cache settings (null clears a limit; live "
+        "on every replica when this answers)",
         request=s.GroupUpdateIn,
         responses={200: s.GroupOut, **error_responses(400, 403, 404)},
     )
@@ -138,6 +140,24 @@ class ApiKeyDetailView(APIView):
         api_key = get_object_or_404(selectors.api_keys_of_user(user=request.user), pk=key_id)
         return Response(s.ApiKeyOut(api_key).data)
 
+    @extend_schema(
+        operation_id="keys_update",
+        tags=["keys"],
+        summary="Change a key's name, models, expiry, budget, limits or cache settings "
+        "(null clears a limit; live on every replica when this answers)",
+        request=s.ApiKeyUpdateIn,
+        responses={200: s.ApiKeyOut, **error_responses(400, 403, 404)},
+    )
+    def patch(self, request, key_id: int):
+        api_key = get_object_or_404(selectors.api_keys_of_user(user=request.user), pk=key_id)
+        require_manager(user=request.user, account=api_key.group.account)
+        data = s.ApiKeyUpdateIn(data=request.data, partial=True)
+        data.is_valid(raise_exception=True)
+        api_key = services.api_key_update(
+            api_key=api_key, actor=request_actor(request), **data.validated_data
+        )
+        return Response(s.ApiKeyOut(api_key).data)
+
 
 class ApiKeyRevokeView(APIView):
     @extend_schema(
@@ -152,3 +172,21 @@ class ApiKeyRevokeView(APIView):
         require_manager(user=request.user, account=api_key.group.account)
         api_key = services.api_key_revoke(api_key=api_key, actor=request_actor(request))
         return Response(s.ApiKeyOut(api_key).data)
+
+
+class CachePurgeView(APIView):
+    @extend_schema(
+        operation_id="cache_purge",
+        tags=["cache"],
+        summary="Drop every cached answer of an account (`account`, else the caller's first) "
+        "on every replica",
+        request=s.CachePurgeIn,
+        responses={200: s.CachePurgeOut, **error_responses(400, 403, 404)},
+    )
+    def post(self, request):
+        data = s.CachePurgeIn(data=request.data)
+        data.is_valid(raise_exception=True)
+        account = account_or_404(request, data.validated_data.get("account"))
+        require_manager(user=request.user, account=account)
+        purged = services.response_cache_purge(account=account, actor=request_actor(request))
+        return Response(s.CachePurgeOut({"purged": purged}).data)

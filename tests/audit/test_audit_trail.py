@@ -128,6 +128,9 @@ def test_keys_created_and_revoked_through_the_api_name_the_token_and_its_address
             "period_ends_at": None,
             "rpm_limit": None,
             "tpm_limit": None,
+            "cache_mode": "",
+            "cache_ttl_s": None,
+            "cache_scope": "",
         },
         "consent": "",
     }
