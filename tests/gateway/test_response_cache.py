@@ -198,3 +198,35 @@ def test_different_sampling_or_tools_is_another_answer(cached):
     assert ask(client, seed=7)[0]["x-tollgate-cache"] == "miss"
     assert ask(client, user="someone-else")[0]["x-tollgate-cache"] == "hit"  # a label only
     assert vendor_calls(cached) == 3
+
+
+def test_errors_and_cut_streams_are_never_kept(cached):
+    import openai
+
+    tenant = cached.tenant()
+    client = cached.openai(tenant)
+
+    # A stream the vendor cuts after two tokens: served as far as it went, never kept.
+    cached.stub.faults({"kind": "fail_after_tokens", "after_tokens": 2, "times": 1})
+    raw = client.chat.completions.with_raw_response.create(
+        model="gpt-4o-mini", messages=PROMPT, stream=True, extra_headers=TTL
+    )
+    assert raw.headers["x-tollgate-cache"] == "miss"
+    with pytest.raises(openai.APIError):
+        list(raw.parse())
+    # A vendor error: refused, never kept.
+    cached.stub.faults({"kind": "401", "times": 1})
+    with pytest.raises(openai.APIStatusError) as refused:
+        ask(client, model="gpt-4o")
+    assert refused.value.response.headers["x-tollgate-cache"] == "miss"
+
+    assert ask(client)[0]["x-tollgate-cache"] == "miss"  # the cut stream left nothing
+    assert ask(client)[0]["x-tollgate-cache"] == "hit"
+    assert ask(client, model="gpt-4o")[0]["x-tollgate-cache"] == "miss"
+    rows = usage_rows(group_id=tenant.group_id, expect=5)
+    assert [(row.cache_status, row.status) for row in rows][2:] == [
+        ("miss", 200),
+        ("hit", 200),
+        ("miss", 200),
+    ]
+    assert rows[0].error_code and rows[1].error_code

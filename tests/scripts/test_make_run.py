@@ -100,3 +100,23 @@ def test_the_demo_serves_a_profile_of_every_vendor_kind(demo: MadeRun, module_ch
 
     log = (module_checkout / "var/gateway.log").read_text()
     assert "Traceback" not in log, log
+
+
+def test_the_demo_caches_answers_in_its_own_memory(demo: MadeRun):
+    """No Redis under `make run`: the in-process store, with the same rules."""
+    run = demo
+    client = openai.OpenAI(base_url=f"{run.url}/v1", api_key=run.api_key, max_retries=0)
+    httpx.delete(f"{run.stub_url}/_stub/calls").raise_for_status()
+    asked = {"X-Tollgate-Cache-TTL": "60"}
+    prompt = [{"role": "user", "content": "remember this answer"}]
+
+    def ask(**create) -> str:
+        raw = client.chat.completions.with_raw_response.create(
+            model="gpt-4o-mini", messages=prompt, extra_headers=asked, **create
+        )
+        list(raw.parse()) if create.get("stream") else raw.parse()
+        return raw.headers["x-tollgate-cache"]
+
+    assert [ask(), ask(), ask(stream=True)] == ["miss", "hit", "hit"]
+    calls = [c for c in httpx.get(f"{run.stub_url}/_stub/calls").json()["calls"] if c["model"]]
+    assert len(calls) == 1
