@@ -126,8 +126,15 @@ class _Wire(asyncio.Protocol):
             self._transport.close()
 
 
+# What a process does while its Redis is down, as its log says it.
+LIMITS_FALLBACK = "limits and breakers fall back to this process"
+
+
 class SharedState:
-    def __init__(self) -> None:
+    def __init__(self, *, fallback: str = LIMITS_FALLBACK) -> None:
+        # The limits' Redis is the one the `tollgate_redis_degraded` gauge watches; another
+        # (the response cache's own) only logs what its users do without it.
+        self.fallback = fallback
         self.client: aioredis.Redis | None = None
         self.timeout_s = tollgate().redis_timeout_ms / 1000
         self.degraded = False
@@ -270,10 +277,12 @@ class SharedState:
             self._drop_idle_connections()
         if not self.degraded:
             self.degraded = True
-            metrics.REDIS_DEGRADED.set(1)
+            if self.fallback == LIMITS_FALLBACK:
+                metrics.REDIS_DEGRADED.set(1)
             log.warning(
-                "Redis unavailable (%s): limits and breakers fall back to this process",
+                "Redis unavailable (%s): %s",
                 "TimeoutError" if timed_out else "ConnectionError",
+                self.fallback,
             )
         raise SharedStateDown() from None
 
@@ -281,8 +290,11 @@ class SharedState:
         if self.degraded:
             self.degraded = False
             self._down_until = 0.0  # a success (e.g. the usage flusher's) ends the wait too
-            metrics.REDIS_DEGRADED.set(0)
-            log.warning("Redis is back: limits and breakers are shared again")
+            if self.fallback == LIMITS_FALLBACK:
+                metrics.REDIS_DEGRADED.set(0)
+                log.warning("Redis is back: limits and breakers are shared again")
+            else:
+                log.warning("Redis is back (while it was down, %s)", self.fallback)
 
     def _drop_idle_connections(self) -> None:
         """Forget pooled connections in the background: after a Redis restart each would
