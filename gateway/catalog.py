@@ -20,10 +20,12 @@ from dataclasses import dataclass, field
 
 import aiohttp
 
+from core.money import token_cost_micro
 from core.sealing import SealBroken, unseal
 from gateway.adapters.base import Provider, VendorOptions
 from gateway.adapters.registry import build_adapter
 from gateway.platform_keys import KeyPool, PlatformCredential
+from gateway.types import Usage
 from gateway.web.adapters import WEB_ADAPTERS, WebAdapter
 from gateway.web.types import PAGE, QUERY, RENDERED_PAGE
 from providers.catalog import (
@@ -121,6 +123,19 @@ class ModelOffer:
     aliases: tuple[str, ...] = ()  # other names clients may use for this offer's model
     kind: str = ModelKind.CHAT  # which requests it answers: chat or embeddings
     cache: CacheTerms = NOT_CACHEABLE  # the operator's response-cache terms for this model
+
+    def cost_micro(self, usage: Usage) -> int:
+        """Return what `usage` costs at this offer's token prices (DESIGN's one rounding)."""
+        return token_cost_micro(
+            tokens_in=usage.input_tokens,
+            tokens_out=usage.output_tokens,
+            input_micro_per_mtok=self.input_micro_per_mtok,
+            output_micro_per_mtok=self.output_micro_per_mtok,
+            cache_read_tokens=usage.cache_read_tokens,
+            cached_input_micro_per_mtok=self.cached_input_micro_per_mtok,
+            cache_write_tokens=usage.cache_write_tokens,
+            cache_write_micro_per_mtok=self.cache_write_micro_per_mtok,
+        )
 
     def __post_init__(self) -> None:
         cached, write = cache_prices(

@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 
 from core import metrics
 from core.errors import REFUSAL_CODES
-from core.money import bandwidth_charge_micro, token_cost_micro
+from core.money import bandwidth_charge_micro
 from core.shared_state import SharedStateDown
 from core.usage_record import UsageRecord
 from gateway.attempts import PLATFORM, TEAM
@@ -37,20 +37,7 @@ def usage_record(ctx: RequestContext, *, bytes_out: int) -> UsageRecord:
     priced = served.offer if served is not None and served.served_by == PLATFORM else None
     platform = priced is not None
     team = served is not None and served.served_by == TEAM
-    provider_cost_micro = (
-        token_cost_micro(
-            tokens_in=usage.input_tokens,
-            tokens_out=usage.output_tokens,
-            input_micro_per_mtok=priced.input_micro_per_mtok,
-            output_micro_per_mtok=priced.output_micro_per_mtok,
-            cache_read_tokens=usage.cache_read_tokens,
-            cached_input_micro_per_mtok=priced.cached_input_micro_per_mtok,
-            cache_write_tokens=usage.cache_write_tokens,
-            cache_write_micro_per_mtok=priced.cache_write_micro_per_mtok,
-        )
-        if priced is not None
-        else 0
-    )
+    provider_cost_micro = priced.cost_micro(usage) if priced is not None else 0
     prices = (
         {
             "input_micro_per_mtok": priced.input_micro_per_mtok,

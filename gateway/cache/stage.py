@@ -23,7 +23,6 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from core import metrics
-from core.money import token_cost_micro
 from core.usage_record import AttemptRecord
 from gateway.attempts import PLATFORM, Attempt
 from gateway.cache import modes
@@ -34,7 +33,7 @@ from gateway.cache.store import Store, StoreDown
 from gateway.catalog import ModelOffer
 from gateway.context import ModelContext, Served
 from gateway.plan import Link
-from gateway.types import Chunk, Completion, ModelRequest, Usage
+from gateway.types import Chunk, Completion, ModelRequest
 
 if TYPE_CHECKING:
     from gateway.asgi import Exchange
@@ -169,8 +168,8 @@ def _hit(ctx: ModelContext, entry: Entry, *, stream: bool) -> Hit | None:
         cached_input_micro_per_mtok=full.cached_input_micro_per_mtok * pct // 100,
         cache_write_micro_per_mtok=full.cache_write_micro_per_mtok * pct // 100,
     )
-    uncached = offer_cost_micro(full, entry.usage)
-    cost = offer_cost_micro(priced, entry.usage) if payer.served_by == PLATFORM else 0
+    uncached = full.cost_micro(entry.usage)
+    cost = priced.cost_micro(entry.usage) if payer.served_by == PLATFORM else 0
     attempt = Attempt(
         served_by=payer.served_by,
         source=f"cache:{full.name}:{payer.served_by}",
@@ -185,20 +184,6 @@ def _portable(entry: Entry) -> bool:
         return modes.completion_is_portable(entry.completion)
     assert entry.arrivals is not None
     return modes.chunks_are_portable([chunk for arrival in entry.arrivals for chunk in arrival])
-
-
-def offer_cost_micro(offer: ModelOffer, usage: Usage) -> int:
-    """Return what `usage` costs at an offer's token prices."""
-    return token_cost_micro(
-        tokens_in=usage.input_tokens,
-        tokens_out=usage.output_tokens,
-        input_micro_per_mtok=offer.input_micro_per_mtok,
-        output_micro_per_mtok=offer.output_micro_per_mtok,
-        cache_read_tokens=usage.cache_read_tokens,
-        cached_input_micro_per_mtok=offer.cached_input_micro_per_mtok,
-        cache_write_tokens=usage.cache_write_tokens,
-        cache_write_micro_per_mtok=offer.cache_write_micro_per_mtok,
-    )
 
 
 async def cover_hit(ctx: ModelContext, hit: Hit) -> None:
