@@ -207,6 +207,13 @@ class RollupTotals(models.Model):
     bytes_out = models.BigIntegerField(default=0)
     bandwidth_charge_micro = models.BigIntegerField(default=0)
     latency_ms = models.BigIntegerField(default=0, help_text="The rows' latencies, summed.")
+    # The response cache (usage/rollups.py, CACHE_COLUMNS): rows by cache status, and a hit's
+    # price and what it saved (the vendor call it replayed less that price).
+    cache_hits = models.BigIntegerField(default=0, db_default=0)
+    cache_misses = models.BigIntegerField(default=0, db_default=0)
+    cache_bypasses = models.BigIntegerField(default=0, db_default=0)
+    cache_hit_cost_micro = models.BigIntegerField(default=0, db_default=0)
+    cache_saved_micro = models.BigIntegerField(default=0, db_default=0)
 
     class Meta:
         abstract = True

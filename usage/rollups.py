@@ -10,6 +10,10 @@ rollups with its rows (once per day, under a cursor) and rebuilds a day that dif
 `rebuild_rollups` recomputes whole days from the rows (the migration's backfill, a repair).
 Retention drops only rows of days audited so (`audited_until`).
 
+Besides the sums of same-named usage columns (ROLLUP_SUMS), a rollup keeps the response
+cache's totals (CACHE_COLUMNS): its rows by cache status, and of its hits what they were
+charged and what they saved, so hit rates and money saved read as fast as spend.
+
 Upserts take row locks in one order (the unique key's), so concurrent writers never deadlock
 on them.
 """
@@ -21,7 +25,8 @@ from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 
 from django.db import connection, transaction
-from django.db.models import Count, F, Q, Sum, Value
+from django.db.models import Aggregate, Count, F, Q, Sum, Value
+from django.db.models.expressions import Combinable
 from django.db.models.functions import Coalesce, TruncDay, TruncHour
 
 from core.db import values_placeholders
@@ -45,8 +50,51 @@ CLOSE_AFTER = timedelta(hours=1)
 DAYS_PER_RUN = 31
 UPSERT_CHUNK = 200  # rollup rows per statement: well under SQLite's parameter limit
 
-TOTAL_COLUMNS = ("requests", "errors", *ROLLUP_SUMS)
+HIT, MISS, BYPASS = "hit", "miss", "bypass"  # a usage row's cache_status on the cached routes
+# What a rollup keeps of the response cache, each from its rows: how many were hits, misses
+# and bypasses; the hits' price (provider_cost_micro); and what the hits saved (the vendor
+# call each replayed, uncached_cost_micro, less its price).
+CACHE_COLUMNS = (
+    "cache_hits",
+    "cache_misses",
+    "cache_bypasses",
+    "cache_hit_cost_micro",
+    "cache_saved_micro",
+)
+TOTAL_COLUMNS = ("requests", "errors", *ROLLUP_SUMS, *CACHE_COLUMNS)
 COLUMNS = ("hour", *ROLLUP_KEY, *TOTAL_COLUMNS)  # an hourly rollup's; a daily one has `day`
+
+
+def cache_sums(record: UsageRecord) -> tuple[int, ...]:
+    """One record's share of CACHE_COLUMNS."""
+    status = record.cache_status
+    if status != HIT:
+        return (0, int(status == MISS), int(status == BYPASS), 0, 0)
+    cost = record.provider_cost_micro or 0
+    return (1, 0, 0, cost, (record.uncached_cost_micro or 0) - cost)
+
+
+def cache_aggregates() -> dict[str, Aggregate | Combinable]:
+    """CACHE_COLUMNS as aggregates over usage rows (each 0 over none)."""
+    hit = Q(cache_status=HIT)
+    saved = F("uncached_cost_micro") - F("provider_cost_micro")
+    return {
+        "cache_hits": Count("id", filter=hit),
+        "cache_misses": Count("id", filter=Q(cache_status=MISS)),
+        "cache_bypasses": Count("id", filter=Q(cache_status=BYPASS)),
+        "cache_hit_cost_micro": Coalesce(Sum("provider_cost_micro", filter=hit), Value(0)),
+        "cache_saved_micro": Coalesce(Sum(saved, filter=hit), Value(0)),
+    }
+
+
+def _has_field(model, name: str) -> bool:
+    return any(field.name == name for field in model._meta.fields)
+
+
+def _totals_of(model) -> tuple[str, ...]:
+    """The TOTAL_COLUMNS a rollup model has: a historical one (an earlier migration's
+    backfill) may predate the cache's."""
+    return tuple(name for name in TOTAL_COLUMNS if _has_field(model, name))
 
 
 def hour_of(moment: datetime) -> datetime:
@@ -91,11 +139,13 @@ def add_to_rollups(records: Iterable[UsageRecord], *, sign: int = 1) -> int:
         )
         sums = buckets.get(key)
         if sums is None:
-            sums = buckets[key] = [0] * (2 + len(ROLLUP_SUMS))
+            sums = buckets[key] = [0] * len(TOTAL_COLUMNS)
         sums[0] += sign
         sums[1] += sign * (record.status != 200)
         for i, name in enumerate(ROLLUP_SUMS, start=2):
             sums[i] += sign * (getattr(record, name) or 0)
+        for i, value in enumerate(cache_sums(record), start=2 + len(ROLLUP_SUMS)):
+            sums[i] += sign * value
     days: dict[tuple, list[int]] = {}
     for (hour, *key), sums in buckets.items():
         day = days.setdefault((hour.replace(hour=0), *key), [0] * len(sums))
@@ -117,11 +167,11 @@ def _lock_order(key: tuple) -> tuple:
 
 def time_field(model) -> str:
     """The rollup model's time column: "hour" or "day" (historical models in migrations too)."""
-    return "hour" if any(field.name == "hour" for field in model._meta.fields) else "day"
+    return "hour" if _has_field(model, "hour") else "day"
 
 
 def _columns(model) -> tuple[str, ...]:
-    return (time_field(model), *ROLLUP_KEY, *TOTAL_COLUMNS)
+    return (time_field(model), *ROLLUP_KEY, *_totals_of(model))
 
 
 def _upsert(model, rows: list[tuple[tuple, list[int]]]) -> None:
@@ -154,7 +204,8 @@ def rollups_from_rows(
     log_model=UsageLog,
 ):
     """The rollups (per "hour" or "day") the usage rows in [start, end) make, as a values
-    queryset whose columns are COLUMNS in order (the time first, whatever the grain)."""
+    queryset whose columns are COLUMNS in order (the time first, whatever the grain; without
+    CACHE_COLUMNS for a historical log model from before the cache)."""
     rows = log_model.objects.all()
     if start is not None:
         rows = rows.filter(created_at__gte=start)
@@ -169,11 +220,16 @@ def rollups_from_rows(
         **{f"r_{name}": F(name) for name in ROLLUP_KEY[3:]},
     }
     sums = {f"r_{name}": Coalesce(Sum(name), Value(0)) for name in ROLLUP_SUMS}
+    names = COLUMNS[1:]
+    if _has_field(log_model, "cache_status"):
+        sums |= {f"r_{name}": aggregate for name, aggregate in cache_aggregates().items()}
+    else:
+        names = names[: -len(CACHE_COLUMNS)]
     return (
         rows.order_by()
         .values(**key)
         .annotate(r_requests=Count("id"), r_errors=Count("id", filter=~Q(status=200)), **sums)
-        .values_list("r_time", *(f"r_{name}" for name in COLUMNS[1:]))
+        .values_list("r_time", *(f"r_{name}" for name in names))
     )
 
 
@@ -184,12 +240,13 @@ def _days_from_hours(*, start: datetime | None, end: datetime | None, hourly_mod
         hours = hours.filter(hour__gte=start)
     if end is not None:
         hours = hours.filter(hour__lt=end)
-    sums = {f"r_{name}": Sum(name) for name in TOTAL_COLUMNS}
+    totals = _totals_of(hourly_model)
+    sums = {f"r_{name}": Sum(name) for name in totals}
     return (
         hours.order_by()
         .values(r_time=TruncDay("hour", tzinfo=UTC), **{f"r_{n}": F(n) for n in ROLLUP_KEY})
         .annotate(**sums)
-        .values_list("r_time", *(f"r_{name}" for name in COLUMNS[1:]))
+        .values_list("r_time", *(f"r_{name}" for name in (*ROLLUP_KEY, *totals)))
     )
 
 

@@ -19,7 +19,15 @@ from django.db.models.functions import Coalesce, NullIf, TruncDate
 
 from accounts.selectors import accounts_of_user
 from usage.models import UsageDailyRollup, UsageLog, UsageRollup
-from usage.rollups import day_of, hour_of, next_day, next_hour, time_field
+from usage.rollups import (
+    CACHE_COLUMNS,
+    cache_aggregates,
+    day_of,
+    hour_of,
+    next_day,
+    next_hour,
+    time_field,
+)
 
 # Filters only the rows know: with one of these, totals are summed from the rows.
 ROW_ONLY_FILTERS = ("caller", "client_request_id")
@@ -124,13 +132,19 @@ def _row_totals() -> dict:
     }
 
 
-def _rollup_totals() -> dict:
-    return {name: Coalesce(Sum(name), Value(0)) for name in TOTALS}
+def _rollup_totals(names: Sequence[str] = TOTALS) -> dict:
+    return {name: Coalesce(Sum(name), Value(0)) for name in names}
 
 
 def usage_zero_totals() -> dict:
     """Return the totals of no usage at all: each total usage_per_day gives, at 0."""
     return dict.fromkeys(TOTALS, 0)
+
+
+# The kinds of totals a range is read for: the names, and their aggregates over usage rows
+# (over rollups each is the sum of the rollup column of its name).
+USAGE_KIND = (TOTALS, _row_totals)
+CACHE_KIND = (CACHE_COLUMNS, cache_aggregates)
 
 
 def _rollups(
@@ -214,9 +228,14 @@ def spans(start: datetime | None, end: datetime | None) -> Spans:
     return Spans(rows=rows, hours=hours, days=(lo_d, hi_d))
 
 
-def usage_totals(*, accounts: Sequence[int], by: str | None = None, **filters) -> list[dict]:
+def usage_totals(
+    *, accounts: Sequence[int], by: str | None = None, kind: tuple = USAGE_KIND, **filters
+) -> list[dict]:
     """Return the filtered usage's totals, one dict per value of `by` (a SPLITS name, sorted
-    by it, the value under that name) or one dict for all (`by` None)."""
+    by it, the value under that name) or one dict for all (`by` None). `kind` CACHE_KIND
+    totals the response cache's columns instead of TOTALS."""
+    names, row_totals = kind
+    zero = dict.fromkeys(names, 0)
     row_split, hour_split, day_split = SPLITS[by] if by else (None, None, None)
     start, end = filters.pop("start", None), filters.pop("end", None)
     if any(filters.get(name) for name in ROW_ONLY_FILTERS):
@@ -226,24 +245,24 @@ def usage_totals(*, accounts: Sequence[int], by: str | None = None, **filters) -
     parts: list[dict] = []
     for lo, hi in cut.rows:
         rows = usage_logs(accounts=accounts, start=lo, end=hi, **filters)
-        parts += _grouped(rows, row_split, _row_totals())
+        parts += _grouped(rows, row_split, row_totals())
     rollup_filters = {k: v for k, v in filters.items() if k not in ROW_ONLY_FILTERS}
     rollup_filters["model_name"] = rollup_filters.pop("model", None)
     for lo, hi in cut.hours:
         hours = _rollups(UsageRollup, accounts=accounts, start=lo, end=hi, **rollup_filters)
-        parts += _grouped(hours, hour_split, _rollup_totals())
+        parts += _grouped(hours, hour_split, _rollup_totals(names))
     if cut.days is not None:
         lo, hi = cut.days
         days = _rollups(UsageDailyRollup, accounts=accounts, start=lo, end=hi, **rollup_filters)
-        parts += _grouped(days, day_split, _rollup_totals())
+        parts += _grouped(days, day_split, _rollup_totals(names))
     merged: dict = {}
     for part in parts:
         value = part.pop("split", None)
-        into = merged.setdefault(value, usage_zero_totals())
-        for name in TOTALS:
+        into = merged.setdefault(value, dict(zero))
+        for name in names:
             into[name] += int(part[name])
     if by is None:
-        return [merged.get(None, usage_zero_totals())]
+        return [merged.get(None, dict(zero))]
     return [{by: value, **merged[value]} for value in sorted(merged)]
 
 
@@ -276,6 +295,57 @@ def usage_per_day(*, accounts: Sequence[int], **filters) -> list[dict]:
 def usage_per_model(*, accounts: Sequence[int], **filters) -> list[dict]:
     """Return totals per model (the one that served, else the one asked for), by name."""
     return usage_totals(accounts=accounts, by="model", **filters)
+
+
+CACHE_SPLITS = {"key": "api_key_id", "group": "group_id", "model": "model"}
+
+
+@dataclass(frozen=True)
+class CacheReport:
+    """The response cache's totals over a range: all of them, and per key, group and model
+    (only those with cache activity; a missing key or group is None)."""
+
+    totals: dict
+    by_key: list[dict]
+    by_group: list[dict]
+    by_model: list[dict]
+
+
+def cache_figures(totals: dict) -> dict:
+    """The figures a tenant reads of CACHE_COLUMNS' totals: counts, the hit rate (hits of the
+    requests that looked up, hits and misses; None without any) and money in micro-USD."""
+    hits, misses = totals["cache_hits"], totals["cache_misses"]
+    looked_up = hits + misses
+    return {
+        "hits": hits,
+        "misses": misses,
+        "bypasses": totals["cache_bypasses"],
+        "hit_rate": round(hits / looked_up, 4) if looked_up else None,
+        "saved_micro": totals["cache_saved_micro"],
+        "spent_on_hits_micro": totals["cache_hit_cost_micro"],
+    }
+
+
+def _cache_active(totals: dict) -> bool:
+    return any(totals[name] for name in ("cache_hits", "cache_misses", "cache_bypasses"))
+
+
+def cache_report(*, accounts: Sequence[int], **filters) -> CacheReport:
+    """Return the response cache's hit rate and money saved over the filtered usage, in all
+    and per key, group and model: read from the rollups as usage_totals reads spend."""
+    [totals] = usage_totals(accounts=accounts, kind=CACHE_KIND, **dict(filters))
+    splits = {}
+    for name, by in CACHE_SPLITS.items():
+        rows = usage_totals(accounts=accounts, by=by, kind=CACHE_KIND, **dict(filters))
+        splits[name] = [
+            {name: row[by] or None, **cache_figures(row)} for row in rows if _cache_active(row)
+        ]
+    return CacheReport(
+        totals=cache_figures(totals),
+        by_key=splits["key"],
+        by_group=splits["group"],
+        by_model=splits["model"],
+    )
 
 
 def models_of_account(*, account_id: int, since: datetime) -> set[str]:

@@ -36,6 +36,7 @@ OPERATIONS = {
     ("get", "/api/usage"),
     ("get", "/api/usage/daily"),
     ("get", "/api/usage/models"),
+    ("get", "/api/usage/cache"),
     ("get", "/api/usage/export.csv"),
     ("get", "/api/usage/requests/{request_id}"),
     ("post", "/api/cache/purge"),
@@ -219,7 +220,14 @@ def test_token_scheme_is_defined_and_applied_to_every_operation(schema):
 
 
 @pytest.mark.parametrize(
-    "path", ["/api/usage", "/api/usage/daily", "/api/usage/models", "/api/usage/export.csv"]
+    "path",
+    [
+        "/api/usage",
+        "/api/usage/daily",
+        "/api/usage/models",
+        "/api/usage/cache",
+        "/api/usage/export.csv",
+    ],
 )
 def test_usage_filters_are_documented_query_parameters(schema, path):
     parameters = schema["paths"][path]["get"]["parameters"]

@@ -34,6 +34,9 @@ class UsageQuery:
     def per_model(self) -> list[dict]:
         return selectors.usage_per_model(accounts=self.accounts, **self.filters)
 
+    def cache(self) -> selectors.CacheReport:
+        return selectors.cache_report(accounts=self.accounts, **self.filters)
+
 
 def usage_query(
     *, user: AbstractBaseUser, params: Mapping, account: int | None = None

@@ -115,6 +115,50 @@ class ModelTotalsOut(TotalsOut):
     model = serializers.CharField()
 
 
+class CacheFiguresOut(serializers.Serializer):
+    hits = serializers.IntegerField(help_text="Requests answered from the cache.")
+    misses = serializers.IntegerField(
+        help_text="Requests that looked up (or skipped the lookup with no-cache) and went to "
+        "the vendor."
+    )
+    bypasses = serializers.IntegerField(
+        help_text="Requests on the cached routes the cache left alone (off, not asked, not "
+        "cacheable)."
+    )
+    hit_rate = serializers.FloatField(
+        allow_null=True,
+        help_text="hits / (hits + misses), to 4 places; null when no request looked up.",
+    )
+    saved_micro = serializers.IntegerField(
+        help_text="What the hits' vendor calls would have cost, less what the hits cost, in "
+        "micro-USD."
+    )
+    spent_on_hits_micro = serializers.IntegerField(
+        help_text="What the hits cost (the cache-hit price), in micro-USD."
+    )
+
+
+class KeyCacheFiguresOut(CacheFiguresOut):
+    key = serializers.IntegerField(allow_null=True, help_text="The virtual key's id.")
+
+
+class GroupCacheFiguresOut(CacheFiguresOut):
+    group = serializers.IntegerField(allow_null=True, help_text="The group's id.")
+
+
+class ModelCacheFiguresOut(CacheFiguresOut):
+    model = serializers.CharField(
+        allow_null=True, help_text="The model that served, else the one asked for."
+    )
+
+
+class CacheReportOut(serializers.Serializer):
+    totals = CacheFiguresOut()
+    by_key = KeyCacheFiguresOut(many=True)
+    by_group = GroupCacheFiguresOut(many=True)
+    by_model = ModelCacheFiguresOut(many=True)
+
+
 class DayTotalsPage(serializers.Serializer):
     results = DayTotalsOut(many=True)
 

@@ -7,6 +7,7 @@ urlpatterns = [
     path("usage", views.UsageListView.as_view()),
     path("usage/daily", views.UsagePerDayView.as_view()),
     path("usage/models", views.UsagePerModelView.as_view()),
+    path("usage/cache", views.UsageCacheView.as_view()),
     path("usage/export.csv", views.UsageExportView.as_view()),
     path("usage/requests/<str:request_id>", views.UsageDetailView.as_view()),
 ]

@@ -1,4 +1,5 @@
-"""Tenant usage API: the caller's own usage rows, totals per day and per model, CSV export.
+"""Tenant usage API: the caller's own usage rows, totals per day and per model, the response
+cache's hit rate and money saved, CSV export.
 
 Every view reads through one scoped query: another account's group or key is a 404.
 """
@@ -88,6 +89,19 @@ class UsagePerModelView(APIView):
     def get(self, request):
         rows = scoped_query(request).per_model()
         return Response({"results": s.ModelTotalsOut(rows, many=True).data})
+
+
+class UsageCacheView(APIView):
+    @extend_schema(
+        operation_id="usage_cache_retrieve",
+        tags=["usage"],
+        summary="The response cache's hit rate and money saved over the filtered usage, in all "
+        "and per key, group and model",
+        parameters=[s.UsageQueryIn],
+        responses={200: s.CacheReportOut, **error_responses(400, 404)},
+    )
+    def get(self, request):
+        return Response(s.CacheReportOut(scoped_query(request).cache()).data)
 
 
 class UsageExportView(APIView):
