@@ -22,6 +22,13 @@ What it does
    Every response is checked: status 200; non-streams must report the expected
    ``completion_tokens`` / ``output_tokens``; streams must end properly (``data: [DONE]`` /
    ``event: message_stop``) and report the expected usage in their last usage event.
+   The response cache's scenarios (``gw-openai-hit``, ``gw-openai-stream-hit``,
+   ``gw-openai-hit-serial``, ``gw-openai-miss``, ``gw-openai-stream-miss``) send
+   ``X-Tollgate-Cache-TTL: 600`` (the demo's models are cacheable) and every measured answer
+   must also say ``X-Tollgate-Cache: hit`` / ``miss``.  A hit scenario sends one body over and
+   over (its warm-up, at least one request, stores the answer; its status is not checked); a
+   miss scenario makes every body unique (a run tag and a counter in the message), so each
+   request goes to the stub and its answer is stored.
 3. Stops both processes (SIGTERM, SIGKILL after 5 s) and deletes the temp dir, always.
 
 ``--peer litellm`` (``--peer-server granian|uvicorn``, ``--peer-workers N``; default granian x
@@ -44,7 +51,14 @@ The numbers
 * Comparison (each ``gw-X`` against ``stub-X``): ``rps ratio`` = gw req/s / stub req/s;
   ``+p50`` / ``+p99`` = gw latency - stub latency (the gateway's added latency at that
   concurrency); ``gw cpu/req`` against the design budget (<= 1 ms per non-streamed request,
-  <= 1.5 ms per streamed request).
+  <= 1.5 ms per streamed request).  A cache scenario's baseline is its uncached twin's.
+* Cache comparison (each cache scenario against its uncached twin: ``gw-openai-hit`` and
+  ``gw-openai-miss`` against ``gw-openai``, the streamed ones against ``gw-openai-stream``,
+  ``gw-openai-hit-serial`` against ``gw-openai-serial``): ``+p50`` and ``+cpu/req`` are the
+  differences; ``cpu/miss`` = a hit's gateway cpu/req / the miss's of its kind (streamed or
+  not).  Each row is judged by issue 40's target for it: a serial hit's ``+p50`` <= 1 ms, a
+  hit's ``cpu/miss`` <= 0.5, a miss's ``+cpu/req`` <= 0.05 ms.  Run the twin (and for a hit
+  the miss) in the same run, or the row shows ``-``.
 
 Paced streams
 -------------
@@ -104,6 +118,7 @@ import asyncio
 import base64
 import contextlib
 import ctypes
+import itertools
 import json
 import os
 import platform
@@ -119,7 +134,7 @@ import urllib.error
 import urllib.request
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -147,6 +162,16 @@ GEMINI_MODEL = "gemini-2.5-flash"
 VERTEX_MODEL = "vertex-gemini-flash"
 ANTHROPIC_MODEL = "claude-3-5-haiku"
 PROMPT = "Say hello to the benchmark"
+# The response cache (gateway/cache/): what a cache scenario's requests ask, what answers say.
+CACHE_TTL_HEADER = "x-tollgate-cache-ttl"
+CACHE_STATUS_HEADER = "x-tollgate-cache"
+CACHE_TTL_S = 600
+HIT, MISS = "hit", "miss"
+# Issue 40's speed targets for the cache: a hit adds at most 1 ms p50 one request at a time
+# and costs at most half a miss's gateway CPU; a miss costs at most 0.05 ms more CPU.
+HIT_MAX_ADDED_P50_MS = 1.0
+HIT_MAX_SHARE_OF_MISS_CPU = 0.5
+MISS_MAX_ADDED_CPU_MS = 0.05
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 MAX_EXAMPLES = 5
 ALLOWED_PREFIXED = (
@@ -171,23 +196,38 @@ class Scenario:
     shape: str  # "openai", "anthropic" or "search" (web acquisition)
     stream: bool
     serial: bool = False
+    # The response cache (gw only): HIT or MISS, what every measured answer must say in
+    # X-Tollgate-Cache; each request asks for caching (X-Tollgate-Cache-TTL).
+    cache: str | None = None
+
+    @property
+    def uncached(self) -> str:
+        """The scenario of the same load without the cache (itself when it uses none)."""
+        return self.name.replace(f"-{self.cache}", "") if self.cache else self.name
 
     @property
     def baseline(self) -> str | None:
-        return None if self.target == "stub" else "stub-" + self.name.split("-", 1)[1]
+        return None if self.target == "stub" else "stub-" + self.uncached.split("-", 1)[1]
 
 
 SCENARIOS: tuple[Scenario, ...] = (
     Scenario("stub-openai", "stub", "openai", False),
     Scenario("gw-openai", "gw", "openai", False),
+    # The response cache, right after its uncached twin (their CPU is compared): every body
+    # unique (each a miss, stored), or every body the same (the warm-up stores it: hits).
+    Scenario("gw-openai-miss", "gw", "openai", False, cache=MISS),
+    Scenario("gw-openai-hit", "gw", "openai", False, cache=HIT),
     Scenario("stub-openai-stream", "stub", "openai", True),
     Scenario("gw-openai-stream", "gw", "openai", True),
+    Scenario("gw-openai-stream-miss", "gw", "openai", True, cache=MISS),
+    Scenario("gw-openai-stream-hit", "gw", "openai", True, cache=HIT),
     Scenario("stub-anthropic", "stub", "anthropic", False),
     Scenario("gw-anthropic", "gw", "anthropic", False),
     Scenario("stub-anthropic-stream", "stub", "anthropic", True),
     Scenario("gw-anthropic-stream", "gw", "anthropic", True),
     Scenario("stub-openai-serial", "stub", "openai", False, serial=True),
     Scenario("gw-openai-serial", "gw", "openai", False, serial=True),
+    Scenario("gw-openai-hit-serial", "gw", "openai", False, serial=True, cache=HIT),
     # Web acquisition: a search through the gateway (units, daily budget, hold, wallet).
     Scenario("stub-search", "stub", "search", False),
     Scenario("gw-search", "gw", "search", False),
@@ -211,8 +251,10 @@ SCENARIOS: tuple[Scenario, ...] = (
 PEER_SCENARIOS: tuple[Scenario, ...] = tuple(
     Scenario("peer-" + s.name[3:], "peer", s.shape, s.stream, s.serial)
     for s in SCENARIOS
-    # a peer model proxy has no web search, and is set up for neither the pool nor a platform vendor
+    # a peer model proxy has no web search, and is set up for neither the pool nor a platform
+    # vendor nor a cache
     if s.target == "gw"
+    and s.cache is None
     and s.shape not in ("search", "pooled", "bedrock", "azure", "gemini", "vertex")
 )
 BY_NAME = {s.name: s for s in SCENARIOS + PEER_SCENARIOS}
@@ -530,12 +572,30 @@ def setup(args: argparse.Namespace, tmp: Path, procs: list[Proc]) -> Servers:
 # --------------------------------------------------------------------------- requests
 
 
-@dataclass
+@dataclass(frozen=True)
 class Prepared:
     url: str
     headers: dict[str, str]
     body: bytes
     check: Callable[[bytes], str | None]  # None when the body is right, else what is wrong
+    # The X-Tollgate-Cache every answer must carry (None: not checked).
+    cache_status: str | None = None
+    # Makes each request's body instead of sending `body` every time.
+    next_body: Callable[[], bytes] | None = None
+
+
+def unique_bodies(payload: dict[str, Any]) -> Callable[[], bytes]:
+    """Return a maker of payload's body with a message never sent before: a cache miss each,
+    in this run and in any earlier one on the same Redis (the run's random tag)."""
+    tag = secrets.token_hex(8)
+    sent = itertools.count()
+    first, *rest = payload["messages"]
+
+    def next_body() -> bytes:
+        message = {**first, "content": f"{first['content']} ({tag}-{next(sent)})"}
+        return orjson.dumps({**payload, "messages": [message, *rest]})
+
+    return next_body
 
 
 def _sse_events(body: bytes) -> list[tuple[bytes, bytes]]:
@@ -644,11 +704,15 @@ def prepare(sc: Scenario, servers: Servers, words: int) -> Prepared:
         }
         if sc.stream:
             payload["stream_options"] = {"include_usage": True}
+        if sc.cache:
+            headers[CACHE_TTL_HEADER] = str(CACHE_TTL_S)
         return Prepared(
             base + "/v1/chat/completions",
             headers,
             orjson.dumps(payload),
             openai_check(expect, sc.stream),
+            cache_status=sc.cache,
+            next_body=unique_bodies(payload) if sc.cache == MISS else None,
         )
     headers["x-api-key"] = key
     headers["anthropic-version"] = "2023-06-01"
@@ -682,10 +746,11 @@ class Tally:
 async def one_request(
     session: aiohttp.ClientSession, prep: Prepared, stream: bool, tally: Tally
 ) -> None:
+    sent = prep.next_body() if prep.next_body else prep.body
     t0 = time.perf_counter()
     ttfb: float | None = None
     try:
-        async with session.post(prep.url, data=prep.body, headers=prep.headers) as resp:
+        async with session.post(prep.url, data=sent, headers=prep.headers) as resp:
             if stream and resp.status == 200:
                 chunks = []
                 async for chunk in resp.content.iter_any():
@@ -697,6 +762,7 @@ async def one_request(
                 body = await resp.read()
             elapsed = time.perf_counter() - t0
             status = resp.status
+            cache_status = resp.headers.get(CACHE_STATUS_HEADER)
     except TimeoutError:
         tally.fail("timeout", f"no complete answer within {REQUEST_TIMEOUT_S:.0f}s")
         return
@@ -710,6 +776,9 @@ async def one_request(
     wrong = prep.check(body)
     if wrong is not None:
         tally.fail(wrong, body[-400:].decode("utf-8", "replace"))
+        return
+    if prep.cache_status is not None and cache_status != prep.cache_status:
+        tally.fail(f"{CACHE_STATUS_HEADER}: {cache_status}", f"expected {prep.cache_status}")
         return
     tally.ok += 1
     tally.latencies.append(elapsed)
@@ -782,15 +851,19 @@ async def run_scenario(sc: Scenario, servers: Servers, args: argparse.Namespace)
     n = max(1, args.n // 4) if sc.serial else args.n
     c = 1 if sc.serial else args.c
     warm = min(200, n // 10)
+    if sc.cache == HIT:
+        warm = max(1, warm)  # the warm-up stores the answer every measured request hits
     result = Result(sc.name, sc.target, sc.stream, n, c, warm)
     prep = prepare(sc, servers, args.words)
+    # A hit scenario's warm-up misses until the answer is stored: its status is not checked.
+    warm_prep = replace(prep, cache_status=None) if sc.cache == HIT else prep
     watch = Watch(servers, time.monotonic() + args.scenario_timeout)
     timeout = aiohttp.ClientTimeout(total=REQUEST_TIMEOUT_S)
     connector = aiohttp.TCPConnector(limit=c, limit_per_host=c)
     async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
         await clear_stub(session, servers.stub_url)
         if warm:
-            warm_tally = await drive(session, prep, sc.stream, warm, c, watch)
+            warm_tally = await drive(session, warm_prep, sc.stream, warm, c, watch)
             result.warmup_failed = warm_tally.failed
             result.failure_kinds.update({f"warm-up {k}": v for k, v in warm_tally.kinds.items()})
             result.failure_examples.extend(f"warm-up {e}" for e in warm_tally.examples)
@@ -891,7 +964,53 @@ def comparisons(results: list[Result]) -> list[dict[str, Any]]:
     return out
 
 
-def report(results: list[Result], comps: list[dict[str, Any]]) -> str:
+def cache_comparisons(results: list[Result]) -> list[dict[str, Any]]:
+    """Set each cache scenario against its uncached twin (and a hit against the miss of its
+    kind) and judge it by issue 40's target for it:
+    - a hit one at a time (``*-hit-serial``): its p50 minus the uncached serial p50;
+    - a hit: its gateway CPU per request over the miss's of the same kind (streamed or not);
+    - a miss: its gateway CPU per request minus the uncached twin's."""
+    by_name = {r.name: r for r in results}
+    out = []
+    for r in results:
+        sc = BY_NAME[r.name]
+        if not sc.cache:
+            continue
+        twin = by_name.get(sc.uncached)
+        miss = by_name.get(sc.uncached + "-" + MISS) if sc.cache == HIT and not sc.serial else None
+        cpu = r.gateway_cpu_ms_per_req
+        added_p50 = _minus(r.p50_ms, twin.p50_ms if twin else None)
+        added_cpu = _minus(cpu, twin.gateway_cpu_ms_per_req if twin else None)
+        miss_cpu = miss.gateway_cpu_ms_per_req if miss else None
+        share = cpu / miss_cpu if cpu is not None and miss_cpu else None
+        if sc.cache == HIT and sc.serial:
+            target, value, limit = "+p50", added_p50, HIT_MAX_ADDED_P50_MS
+        elif sc.cache == HIT:
+            target, value, limit = "cpu/miss", share, HIT_MAX_SHARE_OF_MISS_CPU
+        else:
+            target, value, limit = "+cpu", added_cpu, MISS_MAX_ADDED_CPU_MS
+        out.append(
+            {
+                "scenario": r.name,
+                "uncached": twin.name if twin else None,
+                "added_p50_ms": added_p50,
+                "added_cpu_ms_per_req": added_cpu,
+                "miss": miss.name if miss else None,
+                "cpu_share_of_miss": share,
+                "target": f"{target} <= {limit:g}",
+                "within_target": None if value is None else value <= limit,
+            }
+        )
+    return out
+
+
+def _minus(a: float | None, b: float | None) -> float | None:
+    return None if a is None or b is None else a - b
+
+
+def report(
+    results: list[Result], comps: list[dict[str, Any]], cache_comps: list[dict[str, Any]]
+) -> str:
     headers = [
         "scenario", "n", "c", "ok", "fail", "req/s", "p50 ms", "p99 ms", "ttfb50 ms",
         "cpu/req ms", "stub/req ms", "client/req ms", "gw ERR logs",
@@ -952,9 +1071,34 @@ def report(results: list[Result], comps: list[dict[str, Any]]) -> str:
                 ],
             )  # fmt: skip
         )
+    if cache_comps:
+        crow = [
+            [
+                cp["scenario"],
+                cp["uncached"] or "-",
+                fmt(cp["added_p50_ms"]),
+                fmt(cp["added_cpu_ms_per_req"], 3),
+                cp["miss"] or "-",
+                fmt(cp["cpu_share_of_miss"], 3),
+                cp["target"],
+                "-" if cp["within_target"] is None else ("ok" if cp["within_target"] else "OVER"),
+            ]
+            for cp in cache_comps
+        ]
+        headers = [
+            "cache vs uncached", "uncached", "+p50 ms", "+cpu/req ms", "miss", "cpu/miss",
+            "target", "verdict",
+        ]  # fmt: skip
+        parts.append(render_table(crow, headers))
     parts.append(
         "DESIGN budget (reference): <= 1 ms gateway CPU per non-streamed request, "
         "<= 1.5 ms per streamed request."
+        + (
+            "\nCache targets (issue 40): a hit adds <= 1 ms p50 one at a time and costs <= half "
+            "a miss's gateway CPU; a miss costs <= 0.05 ms more CPU than the uncached path."
+            if cache_comps
+            else ""
+        )
     )
     return "\n\n".join(parts)
 
@@ -1144,9 +1288,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.paced_streams and servers.gateway.alive() and servers.stub.alive():
             paced_results = run_loop(lambda: paced.run_paced(args, servers, sys.modules[__name__]))
         comps = comparisons(results)
+        cache_comps = cache_comparisons(results)
         print()
         if results:
-            print(report(results, comps))
+            print(report(results, comps, cache_comps))
             print_failures(results)
         if paced_results:
             print("\n" + paced.report(paced_results, sys.modules[__name__]))
@@ -1187,6 +1332,7 @@ def main(argv: list[str] | None = None) -> int:
                 "budget_ms": {"non_stream": BUDGET_MS[False], "stream": BUDGET_MS[True]},
                 "results": [asdict(r) for r in results],
                 "comparisons": comps,
+                "cache_comparisons": cache_comps,
                 "paced": paced.as_json(paced_results),
                 "ok": status == 0,
             }
