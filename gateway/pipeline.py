@@ -444,11 +444,20 @@ async def finish(ex: Exchange, ctx: RequestContext, ending: Ending) -> None:
     final = ending.final
     predicted_out = len(final) if final is not None and not ex.disconnected else 0
     record = usage_record(ctx, bytes_out=ex.meter.bytes_out + predicted_out)
-    await record_and_release(ctx, record)
-    if isinstance(ctx, ModelContext) and ctx.cache is not None:  # before the client sees it
-        await cache_stage.keep(
+    kept = (
+        cache_stage.answer_to_keep(
             runtime.cache, ctx, ok=ending.status == 200 and not ending.error_code
         )
+        if isinstance(ctx, ModelContext) and ctx.cache is not None
+        else None
+    )
+    # A kept answer rides with the usage journal when the cache shares its Redis.
+    rides = (
+        kept.command() if kept is not None and runtime.cache.rides_with(runtime.shared) else None
+    )
+    replies = await record_and_release(ctx, record, also=(rides,) if rides else ())
+    if kept is not None:  # stored before the client sees the end: the next request hits
+        await cache_stage.keep(runtime.cache, kept, reply=replies[0] if replies else None)
     try:
         if final is not None:
             if not ex.started:

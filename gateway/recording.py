@@ -103,13 +103,17 @@ def usage_record(ctx: RequestContext, *, bytes_out: int) -> UsageRecord:
     return clean_record(record)  # bounded before it is journaled: no client text jams storage
 
 
-async def record_and_release(ctx: RequestContext, record: UsageRecord) -> None:
+async def record_and_release(
+    ctx: RequestContext, record: UsageRecord, *, also: tuple[tuple, ...] = ()
+) -> list | None:
     """Journal the usage record and free the request's limits: one Redis round trip.
 
     Runs before the client sees the end of its answer, so a completed answer always has its
-    record, and the caller's next request is judged with these tokens counted.
+    record, and the caller's next request is judged with these tokens counted. `also`: more
+    commands for that round trip (a cached answer); returns their replies, None when unsent.
     """
     metrics.count_usage(record)
+    also_replies = None
     admission, ctx.admission = ctx.admission, None
     tokens = ctx.usage.total_tokens if isinstance(ctx, ModelContext) else 0
     journal = ctx.principal is not None
@@ -120,7 +124,8 @@ async def record_and_release(ctx: RequestContext, record: UsageRecord) -> None:
         if shared is not None:
             commands += runtime.limiter.finish_commands(shared, tokens=tokens)
         try:
-            await runtime.shared.run(*commands)
+            replies = await runtime.shared.run(*commands, *also)
+            also_replies = replies[len(commands) :] if also else None
             journal = False
             admission = None if shared is not None else admission
         except SharedStateDown:
@@ -132,3 +137,4 @@ async def record_and_release(ctx: RequestContext, record: UsageRecord) -> None:
         runtime.usage.keep(record)
     if admission is not None:
         runtime.limiter.finish_local(admission, tokens=tokens)
+    return also_replies

@@ -9,9 +9,11 @@
   (`cache_hit_price_pct` of the served model's prices) and paid as that call was: a team-key
   answer's hit is the team's (cost 0, like a team-served call); no platform money moves.
   The row says `cache_status: hit` and what the replayed call cost (`uncached_cost_micro`).
-- `keep`, in the finish, stores a miss's answer before the client sees its end, so the
-  next identical request hits: only a whole answer the vendor ended normally (never an
-  error, a cut stream, a refusal or a content filter's end).
+- `answer_to_keep` and `keep`, in the finish, store a miss's answer before the client sees
+  its end, so the next identical request hits: only a whole answer the vendor ended normally
+  (never an error, a cut stream, a refusal or a content filter's end). On the limits' Redis
+  the write joins the finish's one round trip (the usage journal and the admission's
+  release).
 """
 
 from __future__ import annotations
@@ -23,13 +25,14 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from core import metrics
+from core.shared_state import Script, ScriptCall, SharedState
 from core.usage_record import AttemptRecord
 from gateway.attempts import PLATFORM, Attempt
 from gateway.cache import modes
 from gateway.cache.entries import Entry, pack, unpack
 from gateway.cache.keys import entry_key
 from gateway.cache.policy import BYPASS, BYPASSED, HIT, MISS, Decision, decide
-from gateway.cache.store import Store, StoreDown
+from gateway.cache.store import RedisStore, Store, StoreDown
 from gateway.catalog import ModelOffer
 from gateway.context import ModelContext, Served
 from gateway.plan import Link
@@ -39,6 +42,15 @@ if TYPE_CHECKING:
     from gateway.asgi import Exchange
 
 log = logging.getLogger(__name__)
+# A SET whose refusal (a Redis out of memory that evicts nothing) is a reply, not an error:
+# it rides in the finish's batch beside the usage journal, which it must never fail.
+KEEP = Script(
+    """
+    local done = redis.pcall('SET', KEYS[1], ARGV[1], 'EX', ARGV[2])
+    if type(done) == 'table' and done.err then return 0 end
+    return 1
+    """
+)
 CACHE_HEADER = b"x-tollgate-cache"
 # Ends that are not an answer worth replaying: a content filter's or a model's refusal.
 UNSTORED_ENDS = frozenset({"content_filter", "refusal"})
@@ -68,6 +80,19 @@ class Hit:
     uncached_cost_micro: int
 
 
+@dataclass(frozen=True, slots=True)
+class Kept:
+    """A miss's answer, packed, on its way to the store."""
+
+    key: str
+    packed: bytes
+    ttl_s: int
+
+    def command(self) -> ScriptCall:
+        """The write as a command that cannot fail the batch it joins (a full Redis: 0)."""
+        return KEEP.command([self.key], [self.packed, self.ttl_s])
+
+
 @dataclass(slots=True)
 class ResponseCache:
     """The process's cache: its store, its clock (tests move it) and its entry cap."""
@@ -82,14 +107,17 @@ class ResponseCache:
         return entry if entry is not None and entry.fresh(self.clock()) else None
 
     async def keep(self, key: str, entry: Entry) -> bool:
+        """Pack and store an entry; False when it is over the entry cap."""
         packed = pack(entry)
         if len(packed) > self.max_entry_bytes:
             metrics.CACHE_STORES.labels("too_large").inc()
             return False
         await self.store.put(key, packed, entry.ttl_s)
-        metrics.CACHE_STORES.labels("stored").inc()
-        metrics.CACHE_STORED_BYTES.inc(len(packed))
         return True
+
+    def rides_with(self, shared: SharedState) -> bool:
+        """Say whether answers are kept in `shared`'s Redis (a write can join its batch)."""
+        return isinstance(self.store, RedisStore) and self.store.shared is shared
 
 
 async def look_up(cache: ResponseCache, ex: Exchange, ctx: ModelContext, route: str) -> Hit | None:
@@ -249,8 +277,9 @@ def collect_stream(ctx: ModelContext) -> list[tuple[Chunk, ...]] | None:
     return state.arrivals
 
 
-async def keep(cache: ResponseCache, ctx: ModelContext, *, ok: bool) -> None:
-    """Store a miss's answer when it is one worth replaying (see the module's docstring)."""
+def answer_to_keep(cache: ResponseCache, ctx: ModelContext, *, ok: bool) -> Kept | None:
+    """Return a miss's answer packed for the store, when it is one worth replaying (see the
+    module's docstring) and not too large."""
     state, served = ctx.cache, ctx.served
     if (
         state is None
@@ -260,26 +289,46 @@ async def keep(cache: ResponseCache, ctx: ModelContext, *, ok: bool) -> None:
         or served is None
         or not served.offer.cache.cacheable
     ):
-        return
+        return None
     stream = ctx.stream
     if stream is not None:
         if not stream.finished or stream.finish_reason in UNSTORED_ENDS or not state.arrivals:
-            return
+            return None
         usage, completion, arrivals = stream.usage, None, tuple(state.arrivals)
     else:
         if state.completion is None or state.completion.finish_reason in UNSTORED_ENDS:
-            return
+            return None
         usage, completion, arrivals = state.completion.usage, state.completion, None
-    entry = Entry(
-        created_s=cache.clock(),
-        ttl_s=min(state.decision.ttl_s, served.offer.cache.max_ttl_s),
-        provider=served.provider,
-        model=served.model,
-        usage=usage,
-        completion=completion,
-        arrivals=arrivals,
+    ttl_s = min(state.decision.ttl_s, served.offer.cache.max_ttl_s)
+    packed = pack(
+        Entry(
+            created_s=cache.clock(),
+            ttl_s=ttl_s,
+            provider=served.provider,
+            model=served.model,
+            usage=usage,
+            completion=completion,
+            arrivals=arrivals,
+        )
     )
-    try:
-        await cache.keep(state.key, entry)
-    except StoreDown:
-        metrics.CACHE_STORES.labels("store_down").inc()
+    if len(packed) > cache.max_entry_bytes:
+        metrics.CACHE_STORES.labels("too_large").inc()
+        return None
+    return Kept(state.key, packed, ttl_s)
+
+
+async def keep(cache: ResponseCache, kept: Kept, *, reply: int | None) -> None:
+    """Store a packed answer, unless it went with the request's last Redis round trip (then
+    `reply` is what that write answered: 1 kept, 0 refused); a store that is down keeps
+    nothing."""
+    if reply == 0:
+        metrics.CACHE_STORES.labels("refused").inc()
+        return
+    if reply is None:
+        try:
+            await cache.store.put(kept.key, kept.packed, kept.ttl_s)
+        except StoreDown:
+            metrics.CACHE_STORES.labels("store_down").inc()
+            return
+    metrics.CACHE_STORES.labels("stored").inc()
+    metrics.CACHE_STORED_BYTES.inc(len(kept.packed))

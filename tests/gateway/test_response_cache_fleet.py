@@ -129,3 +129,40 @@ def test_ttl_header_is_capped_by_the_models_maximum(stack):
     client = redis.Redis.from_url(settings.REDIS_URL)
     [key] = list(client.scan_iter(f"tollgate:cache:{tenant.account_id}:*"))
     assert 55 <= client.ttl(key) <= 60
+
+
+def test_a_full_redis_refuses_the_answer_without_failing_the_batch_it_rides_in():
+    """The write that rides with the usage journal is a script whose refusal is a reply."""
+    import asyncio
+
+    import redis
+
+    from core.shared_state import SharedState
+    from gateway.cache.stage import Kept
+
+    full = RedisServer(port=free_port())
+    full.start()
+    try:
+        client = redis.Redis.from_url(full.url)
+        client.config_set("maxmemory-policy", "noeviction")
+        client.set("filler", b"x" * 2_000_000)
+        client.config_set("maxmemory", "1mb")
+        with pytest.raises(redis.exceptions.OutOfMemoryError):
+            client.set("plain", b"v")
+
+        async def write() -> list:
+            shared = SharedState()
+            shared.use(full.url)
+            try:
+                kept = Kept("tollgate:cache:1:k", b"answer", 60)
+                return await shared.run(("PING",), kept.command())
+            finally:
+                await shared.close()
+
+        assert asyncio.run(write()) == [b"PONG", 0]
+        assert client.exists("tollgate:cache:1:k") == 0
+        client.config_set("maxmemory", "0")
+        assert asyncio.run(write()) == [b"PONG", 1]
+        assert client.get("tollgate:cache:1:k") == b"answer"
+    finally:
+        full.stop()
