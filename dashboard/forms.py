@@ -5,7 +5,15 @@ from __future__ import annotations
 from django import forms
 from django.contrib.auth.validators import UnicodeUsernameValidator
 
-from accounts.models import Account, Membership, Period
+from accounts.models import (
+    DEFAULT_CACHE_TTL_S,
+    Account,
+    CacheMode,
+    CacheScope,
+    Group,
+    Membership,
+    Period,
+)
 from byok.models import LABEL_MAX_CHARS
 from byok.selectors import TeamKeyProfile, eligible_providers_hint
 from core.admin_views import DollarField
@@ -91,7 +99,86 @@ class LimitsForm(forms.Form):
         }
 
 
-class KeyForm(LimitsForm):
+CACHE_FIELDS = ("cache_mode", "cache_ttl_s", "cache_scope")
+TTL_HELP = "E.g. 3600 for an hour; the model's maximum bounds it."
+MODE_HELP = (
+    "On request: only requests sending X-Tollgate-Cache-TTL are cached. Always: every "
+    "request to a cacheable model, for the time below."
+)
+SCOPE_HELP = "Who may be served an answer cached for another request: never another account."
+
+
+def mode_label(value: str) -> str:
+    """A cache mode as a person reads it (the model's label, shortened)."""
+    return CacheMode(value).label.split(":")[0].split(",")[0]
+
+
+class CacheForm(forms.Form):
+    """The response cache's settings of a group (a key's are KeyCacheForm's)."""
+
+    cache_mode = forms.ChoiceField(
+        label="Cache answers",
+        choices=CacheMode.choices,
+        initial=CacheMode.ON_REQUEST,
+        help_text=MODE_HELP,
+    )
+    cache_ttl_s = forms.IntegerField(
+        label="Keep cached answers for (seconds)",
+        min_value=1,
+        max_value=2_147_483_647,
+        initial=DEFAULT_CACHE_TTL_S,
+        help_text=TTL_HELP,
+    )
+    cache_scope = forms.ChoiceField(
+        label="Share cached answers within",
+        choices=CacheScope.choices,
+        initial=CacheScope.ACCOUNT,
+        help_text=SCOPE_HELP,
+    )
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        # A form posted without them (a script's) keeps what is set: the page always sends them.
+        for name in CACHE_FIELDS:
+            self.fields[name].required = False
+
+    def cache_fields(self) -> dict:
+        """The settings the form was sent (the others are kept, or the defaults on create)."""
+        data = self.cleaned_data
+        return {name: data[name] for name in CACHE_FIELDS if data[name] not in ("", None)}
+
+    @staticmethod
+    def cache_initial_of(row) -> dict:
+        return {name: getattr(row, name) for name in CACHE_FIELDS}
+
+
+class KeyCacheForm(CacheForm):
+    """A key's cache settings: each empty follows its group's."""
+
+    def __init__(self, *args, group: Group | None = None, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        follow = "Follow the group"
+        mode, ttl, scope = (self.fields[name] for name in CACHE_FIELDS)
+        mode.initial = scope.initial = ttl.initial = None
+        mode.choices = [("", follow + (f" ({mode_label(group.cache_mode)})" if group else ""))]
+        mode.choices += CacheMode.choices
+        scope_now = f" ({CacheScope(group.cache_scope).label.lower()})" if group else ""
+        scope.choices = [("", follow + scope_now)]
+        scope.choices += CacheScope.choices
+        ttl.help_text = "Empty: the group's" + (f" ({group.cache_ttl_s} s). " if group else ". ")
+        ttl.help_text += TTL_HELP
+
+    def cache_fields(self) -> dict:
+        """Every setting: an empty one follows the group."""
+        data = self.cleaned_data
+        return {
+            "cache_mode": data["cache_mode"] or "",
+            "cache_ttl_s": data["cache_ttl_s"],
+            "cache_scope": data["cache_scope"] or "",
+        }
+
+
+class KeyForm(LimitsForm, KeyCacheForm):
     """A virtual key's name, models, limits and expiry (the group only when creating)."""
 
     name = forms.CharField(max_length=200, required=False)
@@ -106,10 +193,22 @@ class KeyForm(LimitsForm):
         widget=forms.DateTimeInput(attrs={"type": "datetime-local"}),
         help_text="In the account's time zone. Empty: never.",
     )
-    field_order = ["group", "name", "models", "budget", "budget_period", "rpm_limit"]
+    # The cache's settings after every field named here.
+    field_order = [
+        "group",
+        "name",
+        "models",
+        "budget",
+        "budget_period",
+        "rpm_limit",
+        "tpm_limit",
+        "expires_at",
+    ]
 
-    def __init__(self, *args, account: Account, creating: bool, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(
+        self, *args, account: Account, creating: bool, group: Group | None = None, **kwargs
+    ) -> None:
+        super().__init__(*args, group=group, **kwargs)
         if creating:
             self.fields = {"group": _group_field(account), **self.fields}
 
@@ -124,36 +223,47 @@ class KeyForm(LimitsForm):
             "name": data["name"],
             "allowed_models": data["models"],
             "expires_at": data["expires_at"],
+            **self.cache_fields(),
         }
 
     @staticmethod
     def initial_of(row) -> dict:
         return {
             **LimitsForm.initial_of(row),
+            **CacheForm.cache_initial_of(row),
             "name": row.name,
             "models": ", ".join(row.allowed_models or []),
             "expires_at": row.expires_at,
         }
 
 
-class GroupForm(LimitsForm):
+class GroupForm(LimitsForm, CacheForm):
     name = forms.CharField(max_length=200)
     concurrency_limit = forms.IntegerField(
         label="Requests in flight", min_value=1, required=False, help_text="Empty: no limit."
     )
-    field_order = ["name", "budget", "budget_period"]
+    field_order = [
+        "name",
+        "budget",
+        "budget_period",
+        "rpm_limit",
+        "tpm_limit",
+        "concurrency_limit",
+    ]
 
     def group_fields(self) -> dict:
         return {
             **self.limits(),
             "name": self.cleaned_data["name"],
             "concurrency_limit": self.cleaned_data["concurrency_limit"],
+            **self.cache_fields(),
         }
 
     @staticmethod
     def initial_of(row) -> dict:
         return {
             **LimitsForm.initial_of(row),
+            **CacheForm.cache_initial_of(row),
             "name": row.name,
             "concurrency_limit": row.concurrency_limit,
         }

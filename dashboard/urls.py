@@ -2,7 +2,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import path
 from django.views.generic import RedirectView
 
-from dashboard import payers, receipts, team_keys, views
+from dashboard import cache, payers, receipts, team_keys, views
 
 app_name = "dashboard"
 
@@ -40,6 +40,8 @@ urlpatterns = [
     path(account + "usage/", views.usage, name="usage"),
     path(account + "usage.csv", views.usage_csv, name="usage-csv"),
     path(account + "usage/<str:request_id>/", views.usage_detail, name="usage-detail"),
+    path(account + "cache/", cache.cache, name="cache"),
+    path(account + "cache/purge/", cache.cache_purge, name="cache-purge"),
     path(account + "wallet/", views.wallet, name="wallet"),
     path(account + "receipts/", receipts.receipts, name="receipts"),
     path(account + "receipts/statement.json", receipts.statement_json, name="receipts-statement"),

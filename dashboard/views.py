@@ -118,7 +118,13 @@ def key_edit(request: HttpRequest, account_id: int, key_id: int) -> HttpResponse
     seat = seat_of(user=request.user, account_id=account_id)
     api_key = get_object_or_404(selectors.api_keys_of_account(account=seat.account), pk=key_id)
     initial = KeyForm.initial_of(api_key)
-    form = KeyForm(request.POST or None, initial=initial, account=seat.account, creating=False)
+    form = KeyForm(
+        request.POST or None,
+        initial=initial,
+        account=seat.account,
+        creating=False,
+        group=api_key.group,
+    )
     if request.method == "POST":
         require_change(seat)
         if form.is_valid():

@@ -58,3 +58,9 @@ def percent_of(part: int, whole: int | None) -> str:
     if not whole:
         return ""
     return f"{int(part) * 100 // int(whole)}%"
+
+
+@register.filter
+def hit_rate(rate: float | None) -> str:
+    """A cache hit rate (a fraction) as a percentage to one decimal, or "–" without one."""
+    return "–" if rate is None else f"{rate * 100:.1f}%"

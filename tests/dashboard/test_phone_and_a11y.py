@@ -34,6 +34,8 @@ PAGES = {
     "usage": ("usage/", "Usage"),
     "usage-detail": ("usage/{request_id}/", "Usage"),
     "charts": ("charts/", "Charts"),
+    "cache": ("cache/", "Cache"),
+    "cache-purge": ("cache/purge/", "Cache"),
     "keys": ("keys/", "Keys"),
     "key-edit": ("keys/{key_id}/", "Keys"),
     "key-revoke": ("keys/{key_id}/revoke/", "Keys"),
