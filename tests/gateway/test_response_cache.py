@@ -230,3 +230,31 @@ def test_errors_and_cut_streams_are_never_kept(cached):
         ("miss", 200),
     ]
     assert rows[0].error_code and rows[1].error_code
+
+
+def test_a_hit_is_held_at_its_price_so_a_budget_too_small_for_a_call_still_serves_it(cached):
+    import openai
+
+    from accounts.models import Group
+
+    tenant = cached.tenant(budget_micro=1_000_000)
+    client = cached.openai(tenant)
+    _, first = ask(client, max_tokens=50)
+    [miss] = settled(tenant, 1)
+    # Leave the group less than a fresh call's worst case, more than a hit's price.
+    spent = Group.objects.get(pk=tenant.group_id).spent_micro
+    assert spent == miss.provider_cost_micro
+    Group.objects.filter(pk=tenant.group_id).update(budget_max_micro=spent + 5)
+    set_cache(tenant.group_id)  # announce the change
+
+    with pytest.raises(openai.APIStatusError) as refused:
+        ask(client, max_tokens=50, messages=[{"role": "user", "content": "a fresh question"}])
+    assert refused.value.body["code"] == "LM-4001"
+    headers, again = ask(client, max_tokens=50)
+    assert headers["x-tollgate-cache"] == "hit"
+    assert again.choices[0].message.content == first.choices[0].message.content
+    hit = settled(tenant, 3)[-1]
+    assert hit.cache_status == "hit" and 0 < hit.provider_cost_micro <= 5
+    group = Group.objects.get(pk=tenant.group_id)
+    assert group.spent_micro == spent + hit.provider_cost_micro
+    assert group.reserved_micro == 0
