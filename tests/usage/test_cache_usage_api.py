@@ -178,3 +178,25 @@ def test_another_accounts_hits_and_filters_are_not_the_callers(cached_usage):
     assert (foreign_key.status_code, foreign_key.json()["error"]["code"]) == (404, "LM-2004")
     assert bad_range.status_code == 400
     assert bad_range.json()["error"]["message"] == "start must be before end."
+
+
+def test_whole_days_are_read_from_the_rollups_alone_never_the_rows(cached_usage):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from usage.models import UsageLog
+
+    mine = cached_usage[0]
+    whole_days = {"start": DAY.isoformat(), "end": (DAY + timedelta(days=2)).isoformat()}
+
+    with CaptureQueriesContext(connection) as queries:
+        response = client_for(mine).get("/api/usage/cache", whole_days)
+
+    with CaptureQueriesContext(connection) as partial:
+        client_for(mine).get("/api/usage/cache", {**whole_days, "end": END.isoformat()})
+
+    assert response.json()["totals"] == figures(3, 3, 1, 0.5, 81, 9)
+    log_table = UsageLog._meta.db_table
+    assert [q["sql"] for q in queries if log_table in q["sql"]] == []
+    # Its partial last hour (05:00-05:40) is read from the rows: totals, then each split.
+    assert sum(log_table in q["sql"] for q in partial) == 4
