@@ -55,6 +55,9 @@ def test_a_groups_cache_settings_are_edited_and_a_bad_ttl_is_refused_in_words():
     assert 'name="cache_ttl_s" value="3600"' in form
     assert "Ensure this value is greater than or equal to 1." in text(refused)
     assert saved.status_code == 302
+    listed = client.get(page(tenant, "groups/")).content.decode()
+    row = listed.split(f'<tr data-group="{tenant.group_id}">')[1].split("</tr>")[0]
+    assert words_of(row.split('class="cache">')[1].split("</td>")[0]) == ("always 900 s · group")
     group = Group.objects.get(pk=tenant.group_id)
     assert (group.cache_mode, group.cache_ttl_s, group.cache_scope) == ("always", 900, "group")
     entry = AuditEntry.objects.filter(account_id=tenant.account_id).order_by("-id").first()
