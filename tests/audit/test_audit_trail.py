@@ -670,6 +670,9 @@ def test_load_profiles_records_a_created_profile_then_only_its_changes(tmp_path)
             "cache_write_micro_per_mtok": None,
             "max_output_tokens": 4096,
             "aliases": [],
+            "cacheable": False,
+            "cache_max_ttl_s": 86_400,
+            "cache_hit_price_pct": 10,
         }
     }
     assert (entries[1].before, entries[1].after) == (

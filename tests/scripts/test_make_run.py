@@ -120,3 +120,10 @@ def test_the_demo_caches_answers_in_its_own_memory(demo: MadeRun):
     assert [ask(), ask(), ask(stream=True)] == ["miss", "hit", "hit"]
     calls = [c for c in httpx.get(f"{run.stub_url}/_stub/calls").json()["calls"] if c["model"]]
     assert len(calls) == 1
+
+    # The tenant's purge reaches the gateway's memory (one process serves both planes).
+    purged = httpx.post(
+        f"{run.url}/api/cache/purge", headers={"Authorization": f"Token {run.api_token}"}
+    )
+    assert purged.status_code == 200, purged.text
+    assert [ask(), ask()] == ["miss", "hit"]
