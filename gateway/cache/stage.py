@@ -6,8 +6,9 @@
 - A hit is a request like any other but for its vendor call: admitted against the limits,
   held against the budgets, covered on the wallet like a platform call, recorded with a usage
   row and a receipt. It is priced at the operator's share of the call it replays
-  (`cache_hit_price_pct` of the served model's prices) and paid as that call was: a team-key
-  answer's hit is the team's (cost 0, like a team-served call); no platform money moves.
+  (`cache_hit_price_pct` of the served model's prices) and paid by whoever would pay for that
+  call now: when a team key would, the hit costs 0, like a team-served call, and no platform
+  money moves.
   The row says `cache_status: hit` and what the replayed call cost (`uncached_cost_micro`).
 - `answer_to_keep` and `keep`, in the finish, store a miss's answer before the client sees
   its end, so the next identical request hits: only a whole answer the vendor ended normally
@@ -18,7 +19,6 @@
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field, replace
@@ -35,13 +35,11 @@ from gateway.cache.policy import BYPASS, BYPASSED, HIT, MISS, Decision, decide
 from gateway.cache.store import RedisStore, Store, StoreDown
 from gateway.catalog import ModelOffer
 from gateway.context import ModelContext, Served
-from gateway.plan import Link
 from gateway.types import Chunk, Completion, ModelRequest
 
 if TYPE_CHECKING:
     from gateway.asgi import Exchange
 
-log = logging.getLogger(__name__)
 # A SET whose refusal (a Redis out of memory that evicts nothing) is a reply, not an error:
 # it rides in the finish's batch beside the usage journal, which it must never fail.
 KEEP = Script(
@@ -51,7 +49,6 @@ KEEP = Script(
     return 1
     """
 )
-CACHE_HEADER = b"x-tollgate-cache"
 # Ends that are not an answer worth replaying: a content filter's or a model's refusal.
 UNSTORED_ENDS = frozenset({"content_filter", "refusal"})
 
@@ -63,18 +60,15 @@ class CacheState:
     decision: Decision
     key: str = ""
     status: str = BYPASS
-    hit: Hit | None = None
     uncached_cost_micro: int = 0  # a hit's replayed call, at full price
     completion: Completion | None = None  # a whole miss's answer, to keep
     arrivals: list[tuple[Chunk, ...]] | None = None  # a streamed miss's chunks, to keep
-    age_s: int = 0
 
 
 @dataclass(frozen=True, slots=True)
 class Hit:
     entry: Entry
-    link: Link  # the plan's link whose offer served the stored answer
-    offer: ModelOffer  # that offer at the cache's prices
+    offer: ModelOffer  # the plan's offer that served the stored answer, at the cache's prices
     attempt: Attempt  # who pays the hit, and its wallet cover
     cost_micro: int  # what the hit costs its payer (0 for a team's)
     uncached_cost_micro: int
@@ -108,12 +102,18 @@ class ResponseCache:
 
     async def keep(self, key: str, entry: Entry) -> bool:
         """Pack and store an entry; False when it is over the entry cap."""
+        packed = self.packed(entry)
+        if packed is not None:
+            await self.store.put(key, packed, entry.ttl_s)
+        return packed is not None
+
+    def packed(self, entry: Entry) -> bytes | None:
+        """Return an entry packed for the store, or None (counted) when over the entry cap."""
         packed = pack(entry)
         if len(packed) > self.max_entry_bytes:
             metrics.CACHE_STORES.labels("too_large").inc()
-            return False
-        await self.store.put(key, packed, entry.ttl_s)
-        return True
+            return None
+        return packed
 
     def rides_with(self, shared: SharedState) -> bool:
         """Say whether answers are kept in `shared`'s Redis (a write can join its batch)."""
@@ -161,17 +161,17 @@ async def look_up(cache: ResponseCache, ex: Exchange, ctx: ModelContext, route: 
         metrics.CACHE_LOOKUPS.labels(route, MISS).inc()
         return None
     metrics.CACHE_LOOKUPS.labels(route, HIT).inc()
-    state.status, state.hit = HIT, hit
+    state.status = HIT
     state.uncached_cost_micro = hit.uncached_cost_micro
-    state.age_s = hit.entry.age_s(cache.clock())
     ex.cache_status = HIT.encode()
-    ex.cache_age = state.age_s
+    ex.cache_age = hit.entry.age_s(cache.clock())
     return hit
 
 
 def _hit(ctx: ModelContext, entry: Entry, *, stream: bool) -> Hit | None:
     """Return the hit a stored entry makes for this request, or None when it cannot serve it
-    (another mode it cannot cross to, or a plan that no longer offers what served it)."""
+    (another mode it cannot cross to, or a plan that no longer offers the model that answered:
+    a hit is always named and priced as what really answered it)."""
     if entry.streamed != stream and not _portable(entry):
         return None
     assert ctx.plan is not None
@@ -182,7 +182,7 @@ def _hit(ctx: ModelContext, entry: Entry, *, stream: bool) -> Hit | None:
             for link in links
             if (link.offer.profile.name, link.offer.name) == (entry.provider, entry.model)
         ),
-        links[0] if links else None,
+        None,
     )
     if link is None or not link.offer.cache.cacheable:
         return None
@@ -204,7 +204,7 @@ def _hit(ctx: ModelContext, entry: Entry, *, stream: bool) -> Hit | None:
         needs_escrow=payer.needs_escrow and cost > 0,
         escrow_budget_micro=cost,
     )
-    return Hit(entry, link, priced, attempt, cost, uncached)
+    return Hit(entry, priced, attempt, cost, uncached)
 
 
 def _portable(entry: Entry) -> bool:
@@ -300,7 +300,7 @@ def answer_to_keep(cache: ResponseCache, ctx: ModelContext, *, ok: bool) -> Kept
             return None
         usage, completion, arrivals = state.completion.usage, state.completion, None
     ttl_s = min(state.decision.ttl_s, served.offer.cache.max_ttl_s)
-    packed = pack(
+    packed = cache.packed(
         Entry(
             created_s=cache.clock(),
             ttl_s=ttl_s,
@@ -311,10 +311,7 @@ def answer_to_keep(cache: ResponseCache, ctx: ModelContext, *, ok: bool) -> Kept
             arrivals=arrivals,
         )
     )
-    if len(packed) > cache.max_entry_bytes:
-        metrics.CACHE_STORES.labels("too_large").inc()
-        return None
-    return Kept(state.key, packed, ttl_s)
+    return Kept(state.key, packed, ttl_s) if packed is not None else None
 
 
 async def keep(cache: ResponseCache, kept: Kept, *, reply: int | None) -> None:

@@ -258,3 +258,25 @@ def test_a_hit_is_held_at_its_price_so_a_budget_too_small_for_a_call_still_serve
     group = Group.objects.get(pk=tenant.group_id)
     assert group.spent_micro == spent + hit.provider_cost_micro
     assert group.reserved_micro == 0
+
+
+def test_a_fallbacks_answer_is_replayed_named_and_priced_as_the_fallback(cached):
+    tenant = cached.tenant()
+    client = cached.openai(tenant)
+    chain = {"X-Tollgate-Fallback": "gpt-4o", **TTL}
+    cached.stub.faults({"kind": "500", "times": 20, "match": {"model": "gpt-4o-mini"}})
+
+    _, first = ask(client, headers=chain)
+    cached.stub.clear()  # the first model answers again: the hit is still the fallback's
+    headers, again = ask(client, headers=chain)
+
+    assert headers["x-tollgate-cache"] == "hit"
+    assert first.model == again.model == "gpt-4o"
+    assert again.choices[0].message.content == first.choices[0].message.content
+    miss, hit = settled(tenant, 2)
+    assert (miss.model_served, hit.model_served) == ("gpt-4o", "gpt-4o")
+    full = micro(first.usage.prompt_tokens, first.usage.completion_tokens, 2_500_000, 10_000_000)
+    assert (miss.provider_cost_micro, hit.uncached_cost_micro) == (full, full)
+    assert hit.provider_cost_micro == micro(
+        first.usage.prompt_tokens, first.usage.completion_tokens, 250_000, 1_000_000
+    )
