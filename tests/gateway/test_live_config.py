@@ -151,6 +151,8 @@ def test_profile_changed_in_the_admin_reaches_every_replica(fleet, replicas):
                     model.output_micro_per_mtok if model else 1
                 ),
                 prefix + "max_output_tokens": str(model.max_output_tokens if model else 4096),
+                prefix + "cache_max_ttl_s": str(model.cache_max_ttl_s if model else 86_400),
+                prefix + "cache_hit_price_pct": str(model.cache_hit_price_pct if model else 10),
             }
         )
 
