@@ -79,6 +79,9 @@ class Admission:
     requests_used: list[int] = field(default_factory=list)
     tokens_used: list[int] = field(default_factory=list)
     peeked: list | None = None  # the fields of the caller's `peek` (None: Redis did not judge)
+    # The replies of the caller's extra commands (`also`) in the same round trip; None when
+    # Redis did not judge (they were not sent).
+    also_replies: list | None = None
     resets_at: int = 0  # when the window ends (Unix seconds)
     clock: Callable[[], float] = time.time
 

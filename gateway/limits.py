@@ -103,6 +103,7 @@ class Limiter:
         tokens_estimate: int = 0,
         peek: Peek | None = None,
         bulkhead: Bulkhead = MODEL,
+        also: tuple[tuple, ...] = (),
     ) -> Admission:
         """Admit a request or raise LM-3001 / LM-3002 / LM-3003 (with Retry-After).
 
@@ -111,7 +112,8 @@ class Limiter:
         `tokens_estimate` (prompt bound + max output tokens) is reserved in every scope's
         token count until the finish trues it up. `peek` names a hash whose fields the same
         round trip reads for another module (the breakers): they are the admission's
-        `peeked`, None when Redis did not judge.
+        `peeked`, None when Redis did not judge. `also`: more commands for that round trip
+        (the response cache's lookup), their replies the admission's `also_replies`.
         """
         now = self._clock()
         window = int((now - self._epoch_s) // WINDOW_S)
@@ -135,7 +137,7 @@ class Limiter:
                 if window == self._resync_window or self._syncing is not None:
                     await self._resync(window)
                 result = await self._admit_shared_within_shares(
-                    admission, concurrency or 0, now, lease_s, peek
+                    admission, concurrency or 0, now, lease_s, peek, also
                 )
             except SharedStateDown:
                 result = None
@@ -249,6 +251,7 @@ class Limiter:
         now: float,
         lease_s: float,
         peek: Peek | None,
+        also: tuple[tuple, ...] = (),
     ) -> list[int]:
         """Let Redis judge, within this process's shares if it judged this window alone."""
         held = admission.window == self._shares_window
@@ -257,7 +260,7 @@ class Limiter:
             if refused is not None:
                 return refused
         try:
-            result = await self._admit_shared(admission, concurrency, now, lease_s, peek)
+            result = await self._admit_shared(admission, concurrency, now, lease_s, peek, also)
         except SharedStateDown:
             if held:
                 self._give_back_shares(admission)
@@ -274,6 +277,7 @@ class Limiter:
         now: float,
         lease_s: float,
         peek: Peek | None,
+        also: tuple[tuple, ...] = (),
     ) -> list[int]:
         args: list = [
             now,
@@ -293,7 +297,10 @@ class Limiter:
         else:
             keys.append(peek[0])
             args += [len(peek[1]), *peek[1]]
-        return (await self._shared.run(ADMIT.command(keys, args)))[0]
+        replies = await self._shared.run(ADMIT.command(keys, args), *also)
+        if also:
+            admission.also_replies = replies[1:]
+        return replies[0]
 
     def _saw(self, admission: Admission) -> None:
         """Remember the fleet counts of limited scopes, for when Redis misses this window."""

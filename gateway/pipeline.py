@@ -150,12 +150,17 @@ async def serve(ex: Exchange, endpoint: Endpoint) -> None:
             if replayed:
                 return  # the stored answer went out: no slot, no hold, no record
         plan = plan_request(ctx, accepted.request)
+        lookup = (
+            cache_stage.prepare(runtime.cache, runtime.shared, ex, ctx, endpoint.name)
+            if endpoint.cached
+            else ()
+        )
+        first_ticket = await admit(ctx, plan, also=lookup)
         hit = (
             await cache_stage.look_up(runtime.cache, ex, ctx, endpoint.name)
             if endpoint.cached
             else None
         )
-        first_ticket = await admit(ctx, plan, calls_upstream=hit is None)
         # A client leaving cancels a stream at once; a non-streamed call runs to its answer
         # (its usage is what the vendor bills), but nothing more is sent to the client.
         task = asyncio.current_task()
@@ -267,17 +272,16 @@ def plan_request(ctx: ModelContext, req: ModelRequest) -> Plan:
 # ---------------------------------------------------------------- 3. admit
 
 
-async def admit(ctx: ModelContext, plan: Plan, *, calls_upstream: bool = True) -> Ticket | None:
+async def admit(ctx: ModelContext, plan: Plan, *, also: tuple[tuple, ...] = ()) -> Ticket | None:
     """Admit the request against its limits and caps (LM-3001 / LM-3002 / LM-3003).
 
     The same Redis round trip reads the first link's breaker; when it is closed and clean
     the breakers grant that link's ticket now, and its call needs no round trip of its own.
-    A cache hit (`calls_upstream` false) asks no breaker.
+    `also`: more commands for that round trip (the response cache's lookup).
     """
     principal, req = ctx.principal, ctx.req
     assert principal is not None and req is not None, ACCEPTED
-    links = plan.links if calls_upstream else ()
-    first = links[0] if links and links[0].calls_upstream else None
+    first = plan.links[0] if plan.links and plan.links[0].calls_upstream else None
     ctx.admission = await runtime.limiter.admit(
         request_id=ctx.request_id,
         group_id=principal.group_id,
@@ -288,6 +292,7 @@ async def admit(ctx: ModelContext, plan: Plan, *, calls_upstream: bool = True) -
         tokens_estimate=prompt_bound(req)
         + max((output_bound(req, link.max_tokens) for link in plan.links), default=0),
         peek=runtime.breakers.peek(first.breaker_key, first.offer.name) if first else None,
+        also=also,
     )
     metrics.IN_FLIGHT.inc()
     if first is None:

@@ -1,7 +1,8 @@
 """The response cache as a stage of the request pipeline (gateway/pipeline.py).
 
-- `look_up`, after the plan: decides (cache/policy.py), keys (cache/keys.py) and looks for
-  a stored answer; a store that is down is a miss, never an error. Every answer on the
+- `prepare`, after the plan, decides (cache/policy.py) and keys (cache/keys.py); its lookup
+  rides in the admission's Redis round trip when the cache shares that Redis. `look_up`
+  then reads the stored answer; a store that is down is a miss, never an error. Every answer on the
   cached routes then says `X-Tollgate-Cache: hit | miss | bypass` (and `Age` on a hit).
 - A hit is a request like any other but for its vendor call: admitted against the limits,
   held against the budgets, covered on the wallet like a platform call, recorded with a usage
@@ -96,7 +97,11 @@ class ResponseCache:
     clock: Callable[[], float] = field(default=time.time)
 
     async def find(self, key: str) -> Entry | None:
-        raw = await self.store.get(key)
+        """Return the fresh entry stored under `key`, or None (StoreDown when it is down)."""
+        return self.fresh(await self.store.get(key))
+
+    def fresh(self, raw: bytes | None) -> Entry | None:
+        """Return the entry a stored value holds while it is fresh on the cache's clock."""
         entry = unpack(raw) if raw is not None else None
         return entry if entry is not None and entry.fresh(self.clock()) else None
 
@@ -120,8 +125,11 @@ class ResponseCache:
         return isinstance(self.store, RedisStore) and self.store.shared is shared
 
 
-async def look_up(cache: ResponseCache, ex: Exchange, ctx: ModelContext, route: str) -> Hit | None:
-    """Decide what the cache does for this request and return its hit, if any."""
+def prepare(
+    cache: ResponseCache, shared: SharedState, ex: Exchange, ctx: ModelContext, route: str
+) -> tuple[tuple, ...]:
+    """Decide what the cache does for this request and key it; return the lookup to send in
+    the admission's Redis round trip when the cache shares that Redis (else nothing)."""
     req, plan, principal = ctx.req, ctx.plan, ctx.principal
     assert req is not None and plan is not None and principal is not None
     first = plan.links[0] if plan.links else None
@@ -138,8 +146,7 @@ async def look_up(cache: ResponseCache, ex: Exchange, ctx: ModelContext, route: 
     state = ctx.cache = CacheState(decision)
     if decision.bypassed:
         metrics.CACHE_LOOKUPS.labels(route, BYPASS).inc()
-        return None
-    state.status = MISS
+        return ()
     state.key = entry_key(
         principal,
         ctx.caller_label,
@@ -147,15 +154,31 @@ async def look_up(cache: ResponseCache, ex: Exchange, ctx: ModelContext, route: 
         chain=tuple(link.offer.name for link in plan.links),
         body=req.body,
     )
-    ex.cache_status = MISS.encode()
-    if not decision.lookup:
+    if not decision.lookup:  # a fresh answer, to be kept: a miss whatever is stored
+        state.status = MISS
+        ex.cache_status = MISS.encode()
         metrics.CACHE_LOOKUPS.labels(route, MISS).inc()
+        return ()
+    return (("GET", state.key),) if cache.rides_with(shared) else ()
+
+
+async def look_up(cache: ResponseCache, ex: Exchange, ctx: ModelContext, route: str) -> Hit | None:
+    """Return the request's hit, if any: from the admission's round trip when the lookup
+    rode in it, else from the store (a store that is down is a miss)."""
+    state, req = ctx.cache, ctx.req
+    assert state is not None and req is not None  # `prepare` ran
+    if not state.decision.lookup:
         return None
+    # Until here (an admission refused) the answer says bypass: nothing was looked up.
+    state.status = MISS
+    ex.cache_status = MISS.encode()
+    replies = ctx.admission.also_replies if ctx.admission is not None else None
     try:
-        entry = await cache.find(state.key)
+        raw = replies[0] if replies else await cache.store.get(state.key)
     except StoreDown:
         metrics.CACHE_LOOKUPS.labels(route, "error").inc()
         return None
+    entry = cache.fresh(raw)
     hit = _hit(ctx, entry, stream=req.stream) if entry is not None else None
     if hit is None:
         metrics.CACHE_LOOKUPS.labels(route, MISS).inc()
