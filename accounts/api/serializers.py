@@ -25,28 +25,26 @@ def _choices_message(choices) -> str:
     return f'"{{input}}" is not one of {", ".join(value for value, _ in choices)}.'
 
 
-def cache_mode_field(*, key: bool, **kwargs) -> serializers.ChoiceField:
-    """A group's cache mode, or a key's ("" follows its group)."""
+def cache_choice_field(
+    choices: list[tuple[str, str]], help_text: str, *, key: bool, **kwargs
+) -> serializers.ChoiceField:
+    """A group's cache mode or scope, or a key's ("" or null follows its group)."""
     return serializers.ChoiceField(
-        choices=CacheMode.choices,
+        choices=choices,
         allow_blank=key,
         allow_null=key,
-        help_text=CACHE_MODE_HELP + (FOLLOWS_GROUP if key else ""),
-        error_messages={"invalid_choice": _choices_message(CacheMode.choices)},
+        help_text=help_text + (FOLLOWS_GROUP if key else ""),
+        error_messages={"invalid_choice": _choices_message(choices)},
         **kwargs,
     )
+
+
+def cache_mode_field(*, key: bool, **kwargs) -> serializers.ChoiceField:
+    return cache_choice_field(CacheMode.choices, CACHE_MODE_HELP, key=key, **kwargs)
 
 
 def cache_scope_field(*, key: bool, **kwargs) -> serializers.ChoiceField:
-    """A group's cache scope, or a key's ("" follows its group)."""
-    return serializers.ChoiceField(
-        choices=CacheScope.choices,
-        allow_blank=key,
-        allow_null=key,
-        help_text=CACHE_SCOPE_HELP + (FOLLOWS_GROUP if key else ""),
-        error_messages={"invalid_choice": _choices_message(CacheScope.choices)},
-        **kwargs,
-    )
+    return cache_choice_field(CacheScope.choices, CACHE_SCOPE_HELP, key=key, **kwargs)
 
 
 def cache_ttl_field(*, key: bool, **kwargs) -> serializers.IntegerField:
@@ -180,25 +178,6 @@ class ApiKeyOut(serializers.ModelSerializer):
         ]
 
 
-class ApiKeyIn(serializers.Serializer):
-    group = id_of(Group)
-    name = serializers.CharField(max_length=200, required=False, allow_blank=True)
-    expires_at = serializers.DateTimeField(required=False, allow_null=True)
-    allowed_models = serializers.ListField(
-        child=serializers.CharField(max_length=200), required=False
-    )
-    budget_max_micro = money_micro(required=False, allow_null=True)
-    rpm_limit = column_integer(ApiKey, "rpm_limit", min_value=1, required=False, allow_null=True)
-    tpm_limit = column_integer(ApiKey, "tpm_limit", min_value=1, required=False, allow_null=True)
-    budget_period = serializers.ChoiceField(choices=Period.choices, required=False)
-    cache_mode = cache_mode_field(key=True, required=False)
-    cache_ttl_s = cache_ttl_field(key=True, required=False)
-    cache_scope = cache_scope_field(key=True, required=False)
-
-    def validate(self, attrs: dict) -> dict:
-        return key_cache_settings(attrs)
-
-
 class ApiKeyUpdateIn(serializers.Serializer):
     """What a key's PATCH may change: any of these, the rest kept (null clears a limit)."""
 
@@ -217,6 +196,12 @@ class ApiKeyUpdateIn(serializers.Serializer):
 
     def validate(self, attrs: dict) -> dict:
         return key_cache_settings(attrs)
+
+
+class ApiKeyIn(ApiKeyUpdateIn):
+    """A new key: its group, and what a PATCH may change later."""
+
+    group = id_of(Group)
 
 
 class ApiKeyCreatedOut(ApiKeyOut):
