@@ -13,20 +13,12 @@ from audit.models import AuditEntry
 from core.money import format_usd
 from tests.dashboard.test_browser import sign_in
 from tests.support.a11y import summary, violations
-from tests.support.browser import ARTIFACTS, DESKTOP, PHONE, open_page, requires_chromium
+from tests.support.browser import requires_chromium
 from tests.support.profiles import install_profiles, stub_profiles
 from tests.support.usage import settled
 
 pytestmark = requires_chromium
 PROMPT = [{"role": "user", "content": "an answer worth keeping"}]
-
-
-@pytest.fixture(params=[DESKTOP, PHONE], ids=["desktop", "phone"])
-def page(browser, request):
-    tab = open_page(browser, ARTIFACTS / "dashboard" / request.node.name, viewport=request.param)
-    yield tab
-    tab.shot("last")
-    tab.context.close()
 
 
 @pytest.fixture

@@ -17,19 +17,11 @@ from accounts import services as account_services
 from accounts.models import ApiKey, Group, Membership
 from core.money import format_usd
 from tests.dashboard.test_browser import sign_in
-from tests.support.browser import ARTIFACTS, DESKTOP, PHONE, open_page, requires_chromium
+from tests.support.browser import ARTIFACTS, open_page, requires_chromium
 from tests.support.usage import usage_rows
 
 pytestmark = requires_chromium
 HELLO = [{"role": "user", "content": "hello"}]
-
-
-@pytest.fixture(params=[DESKTOP, PHONE], ids=["desktop", "phone"])
-def page(browser, request):
-    tab = open_page(browser, ARTIFACTS / "dashboard" / request.node.name, viewport=request.param)
-    yield tab
-    tab.shot("last")
-    tab.context.close()
 
 
 def test_create_use_narrow_and_revoke_a_key(stack, page):
