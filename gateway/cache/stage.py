@@ -96,21 +96,10 @@ class ResponseCache:
     max_entry_bytes: int
     clock: Callable[[], float] = field(default=time.time)
 
-    async def find(self, key: str) -> Entry | None:
-        """Return the fresh entry stored under `key`, or None (StoreDown when it is down)."""
-        return self.fresh(await self.store.get(key))
-
     def fresh(self, raw: bytes | None) -> Entry | None:
         """Return the entry a stored value holds while it is fresh on the cache's clock."""
         entry = unpack(raw) if raw is not None else None
         return entry if entry is not None and entry.fresh(self.clock()) else None
-
-    async def keep(self, key: str, entry: Entry) -> bool:
-        """Pack and store an entry; False when it is over the entry cap."""
-        packed = self.packed(entry)
-        if packed is not None:
-            await self.store.put(key, packed, entry.ttl_s)
-        return packed is not None
 
     def packed(self, entry: Entry) -> bytes | None:
         """Return an entry packed for the store, or None (counted) when over the entry cap."""

@@ -146,12 +146,14 @@ async def test_an_answer_expires_at_its_ttl_on_the_cache_clock():
     store_key = f"tollgate:cache:999999:{uuid.uuid4().hex}"
     async with shared_state() as shared:
         cache = ResponseCache(RedisStore(shared), max_entry_bytes=10_000, clock=clock)
-        assert await cache.keep(store_key, whole_entry(clock(), ttl_s=30))
+        packed = cache.packed(whole_entry(clock(), ttl_s=30))
+        assert packed is not None
+        await cache.store.put(store_key, packed, 30)
         clock.advance(29.9)
-        found = await cache.find(store_key)
+        found = cache.fresh(await cache.store.get(store_key))
         assert found is not None and found.age_s(clock()) == 29
         clock.advance(0.1)
-        assert await cache.find(store_key) is None
+        assert cache.fresh(await cache.store.get(store_key)) is None
 
 
 @in_a_loop
@@ -159,7 +161,7 @@ async def test_an_answer_over_the_entry_cap_is_not_kept():
     clock = FakeClock()
     store = MemoryStore(cap_bytes=1 << 20, clock=clock)
     cache = ResponseCache(store, max_entry_bytes=len(pack(whole_entry(clock()))) - 1, clock=clock)
-    assert not await cache.keep("tollgate:cache:1:a", whole_entry(clock()))
+    assert cache.packed(whole_entry(clock())) is None
     assert store.bytes == 0
 
 
