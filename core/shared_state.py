@@ -131,10 +131,12 @@ LIMITS_FALLBACK = "limits and breakers fall back to this process"
 
 
 class SharedState:
-    def __init__(self, *, fallback: str = LIMITS_FALLBACK) -> None:
-        # The limits' Redis is the one the `tollgate_redis_degraded` gauge watches; another
-        # (the response cache's own) only logs what its users do without it.
+    def __init__(self, *, fallback: str = LIMITS_FALLBACK, gauged: bool = True) -> None:
+        # `fallback` says in the log what its users do without it; the limits' Redis is the
+        # one the `tollgate_redis_degraded` gauge watches (another, the cache's, is not
+        # `gauged`).
         self.fallback = fallback
+        self.gauged = gauged
         self.client: aioredis.Redis | None = None
         self.timeout_s = tollgate().redis_timeout_ms / 1000
         self.degraded = False
@@ -277,7 +279,7 @@ class SharedState:
             self._drop_idle_connections()
         if not self.degraded:
             self.degraded = True
-            if self.fallback == LIMITS_FALLBACK:
+            if self.gauged:
                 metrics.REDIS_DEGRADED.set(1)
             log.warning(
                 "Redis unavailable (%s): %s",
@@ -290,8 +292,9 @@ class SharedState:
         if self.degraded:
             self.degraded = False
             self._down_until = 0.0  # a success (e.g. the usage flusher's) ends the wait too
-            if self.fallback == LIMITS_FALLBACK:
+            if self.gauged:
                 metrics.REDIS_DEGRADED.set(0)
+            if self.fallback == LIMITS_FALLBACK:
                 log.warning("Redis is back: limits and breakers are shared again")
             else:
                 log.warning("Redis is back (while it was down, %s)", self.fallback)

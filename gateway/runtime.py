@@ -121,7 +121,7 @@ class Runtime:
         elif conf.cache_redis_url == self.shared.url:
             store = RedisStore(self.shared)
         else:
-            own = SharedState(fallback="response cache lookups are misses")
+            own = SharedState(fallback="response cache lookups are misses", gauged=False)
             own.use(conf.cache_redis_url)
             self._cache_shared = own
             store = RedisStore(own)
