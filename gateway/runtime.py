@@ -60,6 +60,9 @@ class Runtime:
         self._tasks: list[asyncio.Task] = []
         self._subscribed = False
         self._cache_shared: SharedState | None = None  # a cache Redis of its own
+        # One reload at a time: two overlapping (a bus message's and an operator's) could
+        # finish out of order, and the one that read the database first would win.
+        self._reloading = asyncio.Lock()
 
     async def start(self) -> None:
         """Build everything once per process (lifespan startup, or the first request)."""
@@ -71,6 +74,7 @@ class Runtime:
             if self.started:
                 return
             self._loop = asyncio.get_running_loop()
+            self._reloading = asyncio.Lock()  # a lock binds to the loop it first waits on
             self.session = aiohttp.ClientSession(
                 connector=aiohttp.TCPConnector(limit=0, ttl_dns_cache=300),
                 timeout=aiohttp.ClientTimeout(total=None, sock_connect=10),
@@ -153,12 +157,15 @@ class Runtime:
         self.started = False
 
     async def reload(self) -> None:
-        """Rebuild config and pools from the database, off the request path."""
-        self.catalog = await off_loop(load_catalog)(self.session)
-        await self._reload_pools()
+        """Rebuild config and pools from the database, off the request path; a reload asked
+        for while one runs reads the database after it, so the latest state is what stays."""
+        async with self._reloading:
+            self.catalog = await off_loop(load_catalog)(self.session)
+            self.pools.replace(await off_loop(load_pools)())
 
     async def _reload_pools(self) -> None:
-        self.pools.replace(await off_loop(load_pools)())
+        async with self._reloading:
+            self.pools.replace(await off_loop(load_pools)())
 
     def _on_loop(self) -> bool:
         try:
