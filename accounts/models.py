@@ -50,6 +50,19 @@ def validate_alert_pcts(value) -> None:
         raise ValidationError("Alert thresholds are listed once each.")
 
 
+DIRECTORY_GROUP_MAX = 200  # characters of a directory group's name
+
+
+def validate_directory_roles(value) -> None:
+    if not isinstance(value, dict) or not all(
+        isinstance(name, str) and 0 < len(name) <= DIRECTORY_GROUP_MAX for name in value
+    ):
+        raise ValidationError("Directory roles map group names (1-200 characters) to roles.")
+    roles = set(Membership.Role.values)
+    if not all(role in roles for role in value.values()):
+        raise ValidationError(f"A directory group maps to one of: {', '.join(sorted(roles))}.")
+
+
 class Period(models.TextChoices):
     """A budget's period: its spent is that of the current day or month, then resets."""
 
@@ -88,6 +101,15 @@ class Account(models.Model):
     suspended_at = models.DateTimeField(null=True, blank=True, editable=False)
     suspended_reason = models.CharField(max_length=200, blank=True, editable=False)
     created_at = models.DateTimeField(default=timezone.now)
+    # The company directory's groups (an SSO groups claim, SCIM Groups) and the role each
+    # gives a member here (accounts/directory.py).
+    directory_roles = models.JSONField(
+        default=dict,
+        db_default={},
+        blank=True,
+        validators=[validate_directory_roles],
+        help_text='Directory group -> role, e.g. {"eng-leads": "admin", "eng": "viewer"}.',
+    )
 
     def __str__(self) -> str:
         return self.name
