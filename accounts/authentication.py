@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from rest_framework import authentication, exceptions, status
 
-from accounts import throttle
+from accounts import rotation, throttle
 from accounts.models import TenantToken
 from accounts.secrets import hash_secret
 
@@ -41,7 +41,10 @@ class TenantTokenAuthentication(authentication.BaseAuthentication):
         try:
             token = (
                 TenantToken.objects.select_related("user")
-                .filter(token_hash=hash_secret(secret), revoked_at__isnull=True)
+                # The current token, or the previous one while in grace (accounts/rotation.py).
+                .filter(
+                    rotation.matching("token_hash", hash_secret(secret)), revoked_at__isnull=True
+                )
                 .first()
             )
         except BaseException:

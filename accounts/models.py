@@ -214,6 +214,11 @@ class ApiKey(PeriodSpend, models.Model):
     name = models.CharField(max_length=200, blank=True)
     prefix = models.CharField(max_length=16, help_text="Shown to tell keys apart.")
     key_hash = models.CharField(max_length=64, unique=True, editable=False)
+    # After a rotation (accounts/rotation.py) the replaced secret's hash, valid until then.
+    previous_hash = models.CharField(
+        max_length=64, unique=True, null=True, blank=True, editable=False
+    )
+    previous_valid_until = models.DateTimeField(null=True, blank=True, editable=False)
     created_at = models.DateTimeField(default=timezone.now)
     revoked_at = models.DateTimeField(null=True, blank=True)
     expires_at = models.DateTimeField(null=True, blank=True)
@@ -266,6 +271,11 @@ class TenantToken(models.Model):
     )
     prefix = models.CharField(max_length=16)
     token_hash = models.CharField(max_length=64, unique=True, editable=False)
+    # After a rotation (accounts/rotation.py) the replaced token's hash, valid until then.
+    previous_hash = models.CharField(
+        max_length=64, unique=True, null=True, blank=True, editable=False
+    )
+    previous_valid_until = models.DateTimeField(null=True, blank=True, editable=False)
     created_at = models.DateTimeField(default=timezone.now)
     revoked_at = models.DateTimeField(null=True, blank=True)
 

@@ -16,6 +16,8 @@ ACTIONS: dict[str, str] = {
     "member.remove": "A member was removed from the account.",
     "token.create": "A tenant API token was issued to a member.",
     "token.revoke": "A member's tenant API token was revoked.",
+    "token.rotate": "A tenant API token got a new secret; the old one works until its grace "
+    "period ends (recorded by prefix, never the token).",
     "token.restore": "An operator cleared a token's revocation.",
     "token.delete": "An operator deleted a tenant API token.",
     "group.create": "A group was created.",
@@ -24,6 +26,8 @@ ACTIONS: dict[str, str] = {
     "key.create": "A virtual key was created (its secret shown once, never recorded).",
     "key.update": "A virtual key's name, models, budget, budget period, limits, expiry or cache "
     "settings changed.",
+    "key.rotate": "A virtual key got a new secret (same id, models, limits, budget); the old "
+    "one works until its grace period ends (recorded by prefix, never the secret).",
     "key.revoke": "A virtual key was revoked.",
     "key.delete": "An operator deleted a virtual key.",
     "cache.purge": "Every cached answer of the account was dropped (the response cache).",

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 from django.db import DatabaseError
 
+from accounts import rotation
 from accounts.models import DEFAULT_CACHE_TTL_S, ApiKey, CacheMode, CacheScope, Group
 from accounts.secrets import hash_secret
 from core import metrics
@@ -75,6 +76,8 @@ class Principal:
     key_tpm: int | None = None
     allowed_models: frozenset[str] = frozenset()
     expires_at: float | None = None
+    # Set when the secret presented is a rotated key's previous one: refused from then on.
+    grace_ends_at: float | None = None
     suspended: bool = False  # the account's, set by an operator: every request refused
     # The response cache's tenant rule: the key's where it sets one, else its group's.
     cache_mode: str = CacheMode.ON_REQUEST
@@ -118,13 +121,16 @@ def _principal_for_group(group: Group, api_key: ApiKey | None = None, **key_fiel
 
 
 def _load_key(key_hash: str) -> Principal | None:
+    # The key's current secret, or its previous one while in grace (accounts/rotation.py):
+    # either way the same key, so the same limits, budgets and usage rows.
     api_key = (
         ApiKey.objects.select_related("group__account")
-        .filter(key_hash=key_hash, revoked_at__isnull=True)
+        .filter(rotation.matching("key_hash", key_hash), revoked_at__isnull=True)
         .first()
     )
     if api_key is None:
         return None
+    grace_ends = api_key.previous_valid_until if api_key.key_hash != key_hash else None
     return _principal_for_group(
         api_key.group,
         api_key,
@@ -135,6 +141,7 @@ def _load_key(key_hash: str) -> Principal | None:
         key_tpm=api_key.tpm_limit,
         allowed_models=frozenset(api_key.allowed_models or ()),
         expires_at=api_key.expires_at.timestamp() if api_key.expires_at else None,
+        grace_ends_at=grace_ends.timestamp() if grace_ends else None,
     )
 
 
@@ -242,6 +249,10 @@ class PrincipalCache:
         principal = entry[0]
         if principal.expires_at is not None and principal.expires_at <= time.time():
             raise Unauthorized("API key expired.")
+        # Checked on every request, so a cached previous secret ends on time on every
+        # replica, with no message needed.
+        if principal.grace_ends_at is not None and principal.grace_ends_at <= time.time():
+            raise Unauthorized("This key was rotated and its previous secret's grace ended.")
         if principal.suspended:
             raise AccountSuspended()
         return principal
@@ -315,9 +326,10 @@ class PrincipalCache:
 
     # Bus handlers: evict what changed.
     def evict_key(self, payload: dict) -> None:
-        key_hash = payload.get("key_hash", "")
-        self._keys.pop(key_hash, None)
-        self._unknown.pop(key_hash, None)  # a key restored or changed is looked up again
+        # A rotated key is cached under each of its secrets: "key_hashes" names them all.
+        for key_hash in payload.get("key_hashes") or [payload.get("key_hash", "")]:
+            self._keys.pop(key_hash, None)
+            self._unknown.pop(key_hash, None)  # a key restored or changed is looked up again
 
     def evict_group(self, payload: dict) -> None:
         group_id = payload.get("group_id")
