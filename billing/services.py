@@ -16,12 +16,12 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from accounts.members import record_member
 from accounts.models import Account, ApiKey, Group, Membership
 from accounts.services import (
     account_create,
     api_key_create,
     group_create,
-    record_member,
     tenant_token_create,
 )
 from audit import services as audit

@@ -20,6 +20,7 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_POST
 from rest_framework.exceptions import ValidationError
 
+from accounts import members as account_members
 from accounts import services as account_services
 from accounts.forms import SignInForm
 from accounts.logins import password_link_issue
@@ -207,14 +208,14 @@ def members(request: HttpRequest, account_id: int) -> HttpResponse:
         if form.is_valid():
             data = form.cleaned_data
             try:
-                invited = account_services.membership_invite(
+                invited = account_members.membership_invite(
                     account=seat.account,
                     username=data["username"],
                     email=data["email"],
                     role=data["role"],
                     actor=request_actor(request),
                 )
-            except account_services.MembershipRefused as exc:
+            except account_members.MembershipRefused as exc:
                 form.add_error("username", str(exc))
             else:
                 # Shown in this response only, like a key's secret: hand it to the person.
@@ -240,10 +241,10 @@ def member_role(request: HttpRequest, account_id: int, member_id: int) -> HttpRe
     form = RoleForm(request.POST)
     if form.is_valid():
         try:
-            account_services.membership_set_role(
+            account_members.membership_set_role(
                 membership=member, role=form.cleaned_data["role"], actor=request_actor(request)
             )
-        except account_services.MembershipRefused as exc:
+        except account_members.MembershipRefused as exc:
             messages.error(request, str(exc))
         else:
             messages.success(request, f"{member.user} is now {member.role}.")
@@ -259,8 +260,8 @@ def member_remove(request: HttpRequest, account_id: int, member_id: int) -> Http
     if asking := _asked_first(request, seat, "dashboard/member_remove.html", member=member):
         return asking
     try:
-        account_services.membership_remove(membership=member, actor=request_actor(request))
-    except account_services.MembershipRefused as exc:
+        account_members.membership_remove(membership=member, actor=request_actor(request))
+    except account_members.MembershipRefused as exc:
         messages.error(request, str(exc))
     else:
         messages.success(request, f"{member.user} removed from {seat.account}.")
