@@ -1,6 +1,6 @@
 from django.urls import path
 
-from accounts.api import audit, heads, views
+from accounts.api import audit, heads, rotation, views
 
 urlpatterns = [
     path("account", views.AccountView.as_view()),
@@ -9,6 +9,9 @@ urlpatterns = [
     path("keys", views.ApiKeyListView.as_view()),
     path("keys/<int:key_id>", views.ApiKeyDetailView.as_view()),
     path("keys/<int:key_id>/revoke", views.ApiKeyRevokeView.as_view()),
+    path("keys/<int:key_id>/rotate", rotation.ApiKeyRotateView.as_view()),
+    path("tokens", rotation.TenantTokenListView.as_view()),
+    path("tokens/<int:token_id>/rotate", rotation.TenantTokenRotateView.as_view()),
     path("cache/purge", views.CachePurgeView.as_view()),
     path("audit", audit.AuditListView.as_view()),
     path("audit/head", heads.AuditHeadView.as_view()),
