@@ -7,6 +7,7 @@ from django.core.exceptions import ValidationError
 from django.db import models
 from django.utils import timezone
 
+from accounts.model_access import BadEntry, clean_entries, name_problem
 from accounts.periods import valid_time_zone
 
 DEFAULT_ALERT_PCTS = (50, 80, 100)
@@ -284,3 +285,42 @@ class TenantToken(models.Model):
 
     def __str__(self) -> str:
         return f"{self.prefix}… ({self.user})"
+
+
+def validate_access_entries(value) -> None:
+    try:
+        clean_entries(value)
+    except BadEntry as exc:
+        raise ValidationError(str(exc)) from None
+
+
+def validate_access_group_name(value: str) -> None:
+    problem = name_problem(value)
+    if problem:
+        raise ValidationError(problem[0].upper() + problem[1:] + ".")
+
+
+class AccessGroup(models.Model):
+    """A named set of model names and patterns (accounts/model_access.py says how they
+    match and combine). Assigned to a key, it adds to what the key may call; assigned to a
+    budget group, it bounds every key of the group."""
+
+    account = models.ForeignKey(Account, on_delete=models.CASCADE, related_name="access_groups")
+    name = models.CharField(max_length=64, validators=[validate_access_group_name])
+    description = models.CharField(max_length=200, blank=True)
+    entries = models.JSONField(
+        default=list,
+        validators=[validate_access_entries],
+        help_text='Model names and patterns, e.g. ["gpt-4o-mini", "claude-*", "anthropic/*"].',
+    )
+    keys = models.ManyToManyField(ApiKey, related_name="access_groups", blank=True)
+    groups = models.ManyToManyField(Group, related_name="access_groups", blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["account", "name"], name="access_group_name_once")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.account}/{self.name}"

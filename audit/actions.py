@@ -30,6 +30,13 @@ ACTIONS: dict[str, str] = {
     "one works until its grace period ends (recorded by prefix, never the secret).",
     "key.revoke": "A virtual key was revoked.",
     "key.delete": "An operator deleted a virtual key.",
+    "key.access_groups": "The model access groups assigned to a virtual key changed (they add "
+    "to the models it may call).",
+    "group.access_groups": "The model access groups bounding a group's keys changed.",
+    "access_group.create": "A model access group (named model names and patterns) was created.",
+    "access_group.update": "A model access group's name, description or entries changed: live "
+    "for every key it is assigned to.",
+    "access_group.delete": "A model access group was deleted with its assignments.",
     "cache.purge": "Every cached answer of the account was dropped (the response cache).",
     "pool.fallback.enable": "Platform fallback turned on for a team key pool: consent to pay "
     "platform prices when the team's keys cannot serve.",
