@@ -1,6 +1,6 @@
 from django.urls import path
 
-from accounts.api import audit, heads, rotation, views
+from accounts.api import audit, heads, members, rotation, views
 
 urlpatterns = [
     path("account", views.AccountView.as_view()),
@@ -13,6 +13,8 @@ urlpatterns = [
     path("tokens", rotation.TenantTokenListView.as_view()),
     path("tokens/<int:token_id>/rotate", rotation.TenantTokenRotateView.as_view()),
     path("cache/purge", views.CachePurgeView.as_view()),
+    path("members", members.MemberListView.as_view()),
+    path("members/<int:member_id>", members.MemberDetailView.as_view()),
     path("audit", audit.AuditListView.as_view()),
     path("audit/head", heads.AuditHeadView.as_view()),
     path("audit/export.csv", audit.AuditCsvView.as_view()),

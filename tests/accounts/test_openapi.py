@@ -43,6 +43,10 @@ OPERATIONS = {
     ("get", "/api/usage/export.csv"),
     ("get", "/api/usage/requests/{request_id}"),
     ("post", "/api/cache/purge"),
+    ("get", "/api/members"),
+    ("post", "/api/members"),
+    ("patch", "/api/members/{member_id}"),
+    ("delete", "/api/members/{member_id}"),
     ("get", "/api/audit"),
     ("get", "/api/audit/export.csv"),
     ("get", "/api/audit/export.jsonl"),
@@ -64,7 +68,10 @@ PUBLIC = {("get", "/api/receipts/keys")}
 # Writes that genuinely take no body.
 NO_REQUEST_BODY = {("post", "/api/keys/{key_id}/revoke")}
 # Operations whose success genuinely has no body (204).
-NO_RESPONSE_BODY = {("delete", "/admin/groups/{group_id}/byok/keys/{key_id}")}
+NO_RESPONSE_BODY = {
+    ("delete", "/admin/groups/{group_id}/byok/keys/{key_id}"),
+    ("delete", "/api/members/{member_id}"),
+}
 USAGE_FILTERS = {"group", "key", "caller", "route", "client_request_id", "model", "start", "end"}
 
 
