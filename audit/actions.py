@@ -37,6 +37,14 @@ ACTIONS: dict[str, str] = {
     "access_group.update": "A model access group's name, description or entries changed: live "
     "for every key it is assigned to.",
     "access_group.delete": "A model access group was deleted with its assignments.",
+    "sso.settings": "The account's single sign-on provider or its rules (just-in-time domains "
+    "and role, groups claim, enabled, password sign-in) changed; a client secret by the fact.",
+    "sso.link": "A person's identity at an OpenID provider (issuer and subject) was linked to a "
+    "user: on their first sign-in, by SCIM's externalId, or by the member themselves.",
+    "sso.unlink": "An operator removed an identity link: that identity's next sign-in starts "
+    "afresh.",
+    "sso.operator": "An operator signing in through the admin's OpenID provider was made staff "
+    "and superuser.",
     "cache.purge": "Every cached answer of the account was dropped (the response cache).",
     "pool.fallback.enable": "Platform fallback turned on for a team key pool: consent to pay "
     "platform prices when the team's keys cannot serve.",

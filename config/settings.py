@@ -66,6 +66,16 @@ SCHEME: dict[str, tuple[type, object]] = {
     "TOLLGATE_LOGIN_LOCKOUT_MAX_S": (int, 3600),
     "TOLLGATE_LOGIN_CONCURRENCY": (int, 1),
     "TOLLGATE_PROXY_HOPS": (int, 0),
+    # Single sign-on (sso/): the operators' own OpenID provider for the Django admin, and
+    # whether an http:// issuer is accepted (a test provider; never in production).
+    "TOLLGATE_ADMIN_OIDC_ISSUER": (str, ""),
+    "TOLLGATE_ADMIN_OIDC_CLIENT_ID": (str, ""),
+    "TOLLGATE_ADMIN_OIDC_CLIENT_SECRET": (str, ""),
+    "TOLLGATE_ADMIN_OIDC_NAME": (str, "single sign-on"),
+    "TOLLGATE_ADMIN_OIDC_SUBJECTS": (list, []),
+    "TOLLGATE_ADMIN_OIDC_GROUP": (str, ""),
+    "TOLLGATE_ADMIN_OIDC_GROUPS_CLAIM": (str, "groups"),
+    "TOLLGATE_SSO_ALLOW_HTTP": (bool, False),
     "TOLLGATE_BEAT_SCHEDULE": (str, ""),
     "TOLLGATE_MAX_BODY_BYTES": (int, 1_048_576),
     "TOLLGATE_MAX_ROUTE": (int, 2),
@@ -261,6 +271,24 @@ if PUBLIC_URL and not PUBLIC_URL.startswith(("http://", "https://")):
         "Malformed setting TOLLGATE_PUBLIC_URL: an absolute URL, e.g. https://tollgate.example.com."
     )
 
+# The operators' OpenID provider for the Django admin (sso/operators.py): who may enter is a
+# subject in SUBJECTS or a member of GROUP (the groups claim); either makes a superuser.
+ADMIN_OIDC = {
+    "ISSUER": env("TOLLGATE_ADMIN_OIDC_ISSUER"),
+    "CLIENT_ID": env("TOLLGATE_ADMIN_OIDC_CLIENT_ID"),
+    "CLIENT_SECRET": env("TOLLGATE_ADMIN_OIDC_CLIENT_SECRET"),
+    "NAME": env("TOLLGATE_ADMIN_OIDC_NAME"),
+    "SUBJECTS": frozenset(env("TOLLGATE_ADMIN_OIDC_SUBJECTS")),
+    "GROUP": env("TOLLGATE_ADMIN_OIDC_GROUP"),
+    "GROUPS_CLAIM": env("TOLLGATE_ADMIN_OIDC_GROUPS_CLAIM"),
+}
+if ADMIN_OIDC["ISSUER"] and not (ADMIN_OIDC["SUBJECTS"] or ADMIN_OIDC["GROUP"]):
+    raise ImproperlyConfigured(
+        "Missing setting TOLLGATE_ADMIN_OIDC_SUBJECTS or TOLLGATE_ADMIN_OIDC_GROUP: who may"
+        " enter the admin through TOLLGATE_ADMIN_OIDC_ISSUER."
+    )
+SSO_ALLOW_HTTP = env("TOLLGATE_SSO_ALLOW_HTTP")
+
 # The usage journal lives in Redis: without persistence a Redis crash loses measured rows.
 # `check` (default) refuses to start on a Redis without AOF; `trusted` skips the check (a
 # managed Redis that hides CONFIG but persists); `none` runs without it on purpose.
@@ -431,6 +459,7 @@ INSTALLED_APPS = [
     "usage",
     "dashboard",
     "webfetch",
+    "sso",
     "stubvendor",
 ]
 

@@ -35,6 +35,7 @@ urlpatterns = [
         docs_csp(SpectacularRedocView.as_view(url_name="schema", template_name="api/redoc.html")),
         name="api-redoc",
     ),
+    path("", include("sso.urls")),
     path("", include("dashboard.urls")),
     # A model request sent here answers JSON naming the gateway's base URLs.
     path("", include("config.model_routes")),

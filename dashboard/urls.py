@@ -2,7 +2,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import path
 from django.views.generic import RedirectView
 
-from dashboard import cache, payers, receipts, team_keys, views
+from dashboard import cache, payers, receipts, sso_settings, team_keys, views
 
 app_name = "dashboard"
 
@@ -49,6 +49,7 @@ urlpatterns = [
     path(account + "receipts/head.json", receipts.receipts_head_json, name="receipts-head"),
     path(account + "receipts/<str:request_id>/", receipts.receipt_detail, name="receipt-detail"),
     path(account + "receipts/<str:request_id>/json", receipts.receipt_json, name="receipt-json"),
+    path(account + "sso/", sso_settings.sso_settings, name="sso-settings"),
     path(account + "audit/", views.audit, name="audit"),
     path(account + "audit.csv", views.audit_csv, name="audit-csv"),
     path(account + "audit.jsonl", views.audit_jsonl, name="audit-jsonl"),

@@ -42,6 +42,7 @@ from dashboard.forms import (
 )
 from dashboard.pages import asked_first as _asked_first
 from dashboard.pages import page as _page
+from sso.services import SSO_ONLY, password_sign_in_allowed
 from usage.api.queries import usage_query
 from usage.export import usage_csv_response
 from usage.selectors import parse_mark, usage_logs_of_user, usage_page
@@ -392,6 +393,14 @@ class LoginView(auth_views.LoginView):
     template_name = "dashboard/login.html"
     redirect_authenticated_user = True
     authentication_form = SignInForm
+
+    def form_valid(self, form):
+        # An account that requires single sign-on refuses its members' passwords: the right
+        # password gets the message, never a session.
+        if not password_sign_in_allowed(user=form.get_user()):
+            form.add_error(None, SSO_ONLY)
+            return self.form_invalid(form)
+        return super().form_valid(form)
 
     def form_invalid(self, form):
         response = super().form_invalid(form)
