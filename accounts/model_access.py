@@ -215,3 +215,15 @@ def briefly(names: list[str], *, shown: int = 5) -> str:
     head = ", ".join(names[:shown])
     rest = len(names) - shown
     return f"{head} and {rest} more" if rest > 0 else head
+
+
+def refusal_message(name: str, allowed: list[str]) -> str:
+    """Say that the key may not call `name` and name, briefly, the canonical models it may
+    call (only its own: nothing of another account's ever appears)."""
+    shown = name[:200]
+    if not allowed:
+        return f"This key may not use model {shown!r}: its access allows no model served here."
+    return (
+        f"This key may not use model {shown!r}. It may use: {briefly(allowed)}"
+        " (GET /v1/models lists them)."
+    )

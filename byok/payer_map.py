@@ -19,6 +19,9 @@ from datetime import datetime
 
 from django.utils import timezone
 
+from accounts.access_groups import policy_for_key
+from accounts.model_access import AccessPolicy, Offering
+from accounts.model_access import refusal_message as refusal_message_of_access
 from accounts.models import ApiKey
 from byok.models import KeyPool, TeamKey
 from byok.payers import (
@@ -256,14 +259,45 @@ def payer_map(*, api_key: ApiKey, now: datetime | None = None) -> KeyPayers:
     offers = served_offers()
     pools = pools_of(group_id=api_key.group_id, now=now)
     refused = key_refusal(api_key, now=now)
-    allowed = set(api_key.allowed_models or ())
+    permitted = _permitted(offers, policy_for_key(api_key))
+    allowed = sorted(name for name in offers if permitted[name])
     models = []
     for name in sorted(offers):
         if refused is not None:
             models.append(_refused(offers[name], *refused))
-        elif allowed and name not in allowed:
-            message = f"This key may not use model {name!r}."
+        elif not permitted[name]:
+            message = refusal_message_of_access(name, allowed)
             models.append(_refused(offers[name], Forbidden.code, message))
         else:
-            models.append(model_payers(offers[name], group_id=api_key.group_id, pools=pools))
+            models.append(model_payers(permitted[name], group_id=api_key.group_id, pools=pools))
     return KeyPayers(api_key=api_key, models=tuple(models))
+
+
+def _permitted(offers: dict[str, list[Offer]], policy: AccessPolicy) -> dict[str, list[Offer]]:
+    """Return each model's offers the key's policy permits, by the gateway's rule
+    (gateway/access.py): an alias counts for the model the catalog resolves it to (a
+    canonical name wins; else the alias of the profile whose name sorts first)."""
+    resolves_to: dict[str, str] = {}
+    for offer in sorted((o for os in offers.values() for o in os), key=_by_profile):
+        for alias in offer.aliases:
+            if alias not in offers:
+                resolves_to.setdefault(alias, offer.model)
+    return {
+        name: [
+            o
+            for o in group
+            if policy.permits(
+                Offering(
+                    profile=o.profile.name,
+                    provider=o.profile.kind,
+                    model=o.model,
+                    aliases=tuple(a for a in o.aliases if resolves_to.get(a) == o.model),
+                )
+            )
+        ]
+        for name, group in offers.items()
+    }
+
+
+def _by_profile(offer: Offer) -> tuple[str, str]:
+    return offer.profile.name, offer.model

@@ -21,6 +21,7 @@ from core import errors, metrics
 from core.config import tollgate
 from core.ids import time_ordered_id
 from gateway import count_tokens, pipeline
+from gateway.access import listed_models
 from gateway.auth import bearer, internal_authorized
 from gateway.context import Meter
 from gateway.health import readiness
@@ -181,11 +182,9 @@ class Exchange:
 
 
 async def list_models(ex: Exchange) -> None:
-    """List the canonical models and aliases the key may use, sorted by id, each with its
-    `kind` ("chat" or "embedding": which routes it answers).
-
-    An alias is listed when the key may use it or its model (as a chat request is allowed),
-    with `alias_of` naming the model.
+    """List the canonical models and aliases the key may call, sorted by id, each with its
+    `kind` ("chat" or "embedding": which routes it answers); an alias with `alias_of`
+    naming its model. The list is gateway/access.py's, the one enforcement refuses by.
     """
     try:
         principal = await runtime.principals.for_secret(
@@ -195,21 +194,16 @@ async def list_models(ex: Exchange) -> None:
         await ex.refuse(exc)
         return
     catalog = runtime.catalog
-
-    def entry(name: str, model: str) -> dict:
-        return {
+    data = []
+    for name, model in listed_models(principal.access, catalog).items():
+        entry = {
             "id": name,
             "object": "model",
             "created": 0,
             "owned_by": "tollgate",
             "kind": catalog.kind_of(model),
         }
-
-    entries = {name: entry(name, name) for name in catalog.model_names() if principal.may_use(name)}
-    for alias, name in catalog.aliases().items():
-        if principal.may_use(alias) or principal.may_use(name):
-            entries[alias] = {**entry(alias, name), "alias_of": name}
-    data = [entries[key] for key in sorted(entries)]
+        data.append(entry if name == model else {**entry, "alias_of": model})
     await ex.reply(200, orjson.dumps({"object": "list", "data": data}))
 
 

@@ -29,6 +29,8 @@ from dataclasses import dataclass
 from django.db import DatabaseError
 
 from accounts import rotation
+from accounts.access_groups import policy_for_group, policy_for_key
+from accounts.model_access import UNRESTRICTED, AccessPolicy
 from accounts.models import DEFAULT_CACHE_TTL_S, ApiKey, CacheMode, CacheScope, Group
 from accounts.secrets import hash_secret
 from core import metrics
@@ -74,7 +76,8 @@ class Principal:
     key_budget_max_micro: int | None = None
     key_rpm: int | None = None
     key_tpm: int | None = None
-    allowed_models: frozenset[str] = frozenset()
+    # Which models the key may call (accounts/model_access.py; gateway/access.py applies it).
+    access: AccessPolicy = UNRESTRICTED
     expires_at: float | None = None
     # Set when the secret presented is a rotated key's previous one: refused from then on.
     grace_ends_at: float | None = None
@@ -84,9 +87,6 @@ class Principal:
     cache_ttl_s: int = DEFAULT_CACHE_TTL_S
     cache_scope: str = CacheScope.ACCOUNT
     account_created_us: int = 0  # with the id, names the account for good (cache keys)
-
-    def may_use(self, model: str) -> bool:
-        return not self.allowed_models or model in self.allowed_models
 
     @property
     def has_budget(self) -> bool:
@@ -139,7 +139,7 @@ def _load_key(key_hash: str) -> Principal | None:
         key_budget_max_micro=api_key.budget_max_micro,
         key_rpm=api_key.rpm_limit,
         key_tpm=api_key.tpm_limit,
-        allowed_models=frozenset(api_key.allowed_models or ()),
+        access=policy_for_key(api_key),
         expires_at=api_key.expires_at.timestamp() if api_key.expires_at else None,
         grace_ends_at=grace_ends.timestamp() if grace_ends else None,
     )
@@ -147,7 +147,8 @@ def _load_key(key_hash: str) -> Principal | None:
 
 def _load_group(group_id: int) -> Principal | None:
     group = Group.objects.select_related("account").filter(pk=group_id).first()
-    return _principal_for_group(group) if group else None
+    # A service acting for a group is bounded by the group's access groups, as its keys are.
+    return _principal_for_group(group, access=policy_for_group(group)) if group else None
 
 
 def bearer(headers: dict[bytes, bytes]) -> str | None:
@@ -332,11 +333,19 @@ class PrincipalCache:
             self._unknown.pop(key_hash, None)  # a key restored or changed is looked up again
 
     def evict_group(self, payload: dict) -> None:
+        if payload.get("account_id") is not None:  # its access groups changed
+            self._evict_account(payload["account_id"])
         group_id = payload.get("group_id")
         if group_id is None:
             return
         self._groups.pop(group_id, None)
         for key_hash in [h for h, (c, _) in self._keys.items() if c.group_id == group_id]:
+            self._keys.pop(key_hash, None)
+
+    def _evict_account(self, account_id: int) -> None:
+        for group_id in [g for g, (c, _) in self._groups.items() if c.account_id == account_id]:
+            self._groups.pop(group_id, None)
+        for key_hash in [h for h, (c, _) in self._keys.items() if c.account_id == account_id]:
             self._keys.pop(key_hash, None)
 
     def clear(self) -> None:

@@ -19,6 +19,7 @@ from byok.pools import Pool
 from core.config import tollgate
 from core.errors import Forbidden, InvalidRequest
 from core.money import prompt_tokens_bound, token_cost_micro
+from gateway.access import listed_models, refusal_message, usable_offers
 from gateway.attempts import (
     Attempt,
     ChainLock,
@@ -158,7 +159,7 @@ def _served_payload(req: ModelRequest, profile: Profile) -> tuple[str, dict]:
 def unknown_model_message(model: str, principal: Principal, catalog: Catalog) -> str:
     """Name the unknown model, the nearest this key may use if one is close, and where the
     list is. Only names the key may use are suggested: a hint never reveals another's."""
-    usable = [name for name in catalog.model_names() if principal.may_use(name)]
+    usable = list(listed_models(principal.access, catalog))
     close = difflib.get_close_matches(model[:200], usable, n=1, cutoff=0.75)
     hint = f" Did you mean {close[0]!r}?" if close else ""
     return f"Unknown model {model!r}.{hint} GET /v1/models lists the models this key may use."
@@ -170,11 +171,11 @@ def offers_for(
     """Return the offers of one model of a chain, in the order it tries them: a canonical
     model's cheapest first (LM-2001 unknown or not of the kind asked, LM-1003 not for this
     key)."""
-    resolved = catalog.resolve(model)
-    if not resolved:
+    if not catalog.resolve(model):
         raise InvalidRequest(unknown_model_message(model, principal, catalog))
-    if not principal.may_use(model) and not principal.may_use(resolved[0].name):
-        raise Forbidden(f"This key may not use model {model!r}.")
+    resolved = usable_offers(model, principal.access, catalog)  # what /v1/models lists
+    if not resolved:
+        raise Forbidden(refusal_message(model, principal.access, catalog))
     if resolved[0].kind != kind:  # a name is one kind (gateway/catalog.py)
         if kind == ModelKind.EMBEDDING:
             raise InvalidRequest(f"Model {model!r} is not an embedding model.")

@@ -176,7 +176,8 @@ def test_a_model_the_key_may_not_use_is_refused_lm_1003(stack):
     assert models["gpt-4o-mini"]["payer"] == "platform"
     assert models["gpt-4o"]["refusal"] == {
         "code": "LM-1003",
-        "message": "This key may not use model 'gpt-4o'.",
+        "message": "This key may not use model 'gpt-4o'. It may use: gpt-4o-mini"
+        " (GET /v1/models lists them).",
     }
     with pytest.raises(openai.PermissionDeniedError) as refusal:
         ask(stack, tenant, "gpt-4o")

@@ -320,7 +320,8 @@ def test_messages_route_refuses_a_model_the_key_may_not_use(stack):
 
     assert refused.value.body["error"]["code"] == "LM-1003"
     assert refused.value.body["error"]["message"] == (
-        "This key may not use model 'claude-3-5-haiku'."
+        "This key may not use model 'claude-3-5-haiku'. It may use: gpt-4o-mini"
+        " (GET /v1/models lists them)."
     )
     assert stack.stub.vendor_calls() == []
 

@@ -74,7 +74,7 @@ def test_models_lists_canonical_names_and_aliases_naming_their_model(aliased):
     assert [m.id for m in aliased.openai(tenant).models.list()] == [m["id"] for m in listed]
 
 
-def test_an_alias_is_listed_when_the_key_may_use_it_or_its_model(aliased):
+def test_an_alias_and_its_model_are_listed_when_the_key_may_use_either(aliased):
     tenant = aliased.tenant()
 
     allow(aliased, tenant, "claude-3-5-haiku")
@@ -84,8 +84,15 @@ def test_an_alias_is_listed_when_the_key_may_use_it_or_its_model(aliased):
         "haiku",
     ]
 
+    # An alias allowed is its model allowed (accounts/model_access.py): the same offers serve
+    # both, so the model and its other aliases are listed too.
     allow(aliased, tenant, "haiku", "gpt-4o")
-    assert [m["id"] for m in models(aliased, tenant)] == ["gpt-4o", "haiku"]
+    assert [m["id"] for m in models(aliased, tenant)] == [
+        "claude-3-5-haiku",
+        "claude-3-5-haiku-latest",
+        "gpt-4o",
+        "haiku",
+    ]
 
 
 def test_a_chat_by_alias_is_served_and_recorded_as_the_canonical_model(aliased):

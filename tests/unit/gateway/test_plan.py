@@ -13,6 +13,7 @@ from dataclasses import replace
 
 import pytest
 
+from accounts.model_access import policy_of
 from byok.pools import Pool, PoolKey
 from core.errors import Forbidden, InvalidRequest
 from gateway.adapters.fake import FakeProvider
@@ -205,7 +206,7 @@ def test_a_misspelt_model_is_answered_with_the_nearest_one_the_key_may_use():
 
 
 def test_the_hint_never_names_a_model_the_key_may_not_use():
-    only_claude = principal(allowed_models=frozenset({"claude-3-5-haiku"}))
+    only_claude = principal(access=policy_of(key_names=["claude-3-5-haiku"]))
     with pytest.raises(InvalidRequest) as refused:
         build_plan(request("claude-3-5-haiku", "gpt-4o-mnii"), only_claude, catalog(), no_pools)
 
@@ -213,19 +214,19 @@ def test_the_hint_never_names_a_model_the_key_may_not_use():
 
 
 def test_a_model_the_key_may_not_use_is_refused_lm_1003():
-    allowed = principal(allowed_models=frozenset({"gpt-4o-mini"}))
+    allowed = principal(access=policy_of(key_names=["gpt-4o-mini"]))
 
     with pytest.raises(Forbidden) as refused:
         build_plan(request("gpt-4o-mini", "gpt-4o"), allowed, catalog(), no_pools)
 
     assert (refused.value.code, refused.value.message) == (
         "LM-1003",
-        "This key may not use model 'gpt-4o'.",
+        "This key may not use model 'gpt-4o'. It may use: gpt-4o-mini (GET /v1/models lists them).",
     )
 
 
 def test_a_pinned_model_is_allowed_when_the_key_may_use_its_model():
-    allowed = principal(allowed_models=frozenset({"gpt-4o-mini"}))
+    allowed = principal(access=policy_of(key_names=["gpt-4o-mini"]))
 
     plan = build_plan(request("openai-main/gpt-4o-mini"), allowed, catalog(), no_pools)
 
