@@ -1,0 +1,153 @@
+"""Key rotation under load (issue 41): an open-loop ~500 requests/s over two gateways, the key
+rotated midway with a 3 s grace while the load still sends the old secret, then switches.
+No request fails; the old secret is refused LM-1001 on both gateways within 5 s of its grace
+end, though each had it in memory."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+
+import aiohttp
+import httpx
+from django.utils.dateparse import parse_datetime
+
+from tests.support.stacks import own_stack
+from tests.support.usage import usage_rows
+from tests.support.waits import wait_until
+
+RATE_PER_S = 500
+GRACE_S = 3
+SWITCH_AFTER_S = 1.0  # the load sends the old secret this long after the rotation answered
+ROTATE_AFTER_S = 1.5  # of load before the rotation
+MAX_LOAD_S = 15.0  # a backstop: the test stops the load once both gateways refused
+BODY = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 5}
+
+
+@dataclass
+class Load:
+    """An open-loop load: request i is due at start + i / RATE_PER_S whatever the answers."""
+
+    urls: list[str]
+    secret: str
+    switch_at: float = float("inf")  # from then on, new_secret
+    new_secret: str = ""
+    stop: threading.Event = field(default_factory=threading.Event)
+    started_at: float = 0.0
+    sent: int = 0
+    ended_at: float = 0.0
+    # (which secret, gateway index, status, error code) per answered request
+    answers: list[tuple[str, int, int, str]] = field(default_factory=list)
+
+    async def _one(self, session: aiohttp.ClientSession, index: int) -> None:
+        old = time.time() < self.switch_at
+        secret, which = (self.secret, "old") if old else (self.new_secret, "new")
+        gateway = index % len(self.urls)
+        try:
+            async with session.post(
+                f"{self.urls[gateway]}/v1/chat/completions",
+                json=BODY,
+                headers={"Authorization": f"Bearer {secret}"},
+            ) as response:
+                body = await response.json(content_type=None)
+                code = "" if response.status == 200 else body["error"]["code"]
+                self.answers.append((which, gateway, response.status, code))
+        except (aiohttp.ClientError, TimeoutError) as failed:
+            self.answers.append((which, gateway, 0, type(failed).__name__))
+
+    async def run(self) -> None:
+        connector = aiohttp.TCPConnector(limit=0)
+        timeout = aiohttp.ClientTimeout(total=30)
+        async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+            loop = asyncio.get_running_loop()
+            tasks = set()
+            start = loop.time()
+            self.started_at = time.time()
+            while not self.stop.is_set() and loop.time() - start < MAX_LOAD_S:
+                due = start + self.sent / RATE_PER_S
+                if due > loop.time():
+                    await asyncio.sleep(due - loop.time())
+                task = asyncio.ensure_future(self._one(session, self.sent))
+                tasks.add(task)
+                task.add_done_callback(tasks.discard)
+                self.sent += 1
+            self.ended_at = time.time()
+            await asyncio.gather(*tasks)
+
+
+def test_rotation_under_load_on_two_gateways_fails_nothing_and_ends_the_old_secret_in_5_s(
+    transactional_db, spawn_gateway, stub
+):
+    first = own_stack(spawn_gateway(), stub)
+    second = spawn_gateway()
+    second.reload()
+    tenant = first.tenant(invoiced=True)  # no wallet: the load measures auth, not escrow
+    urls = [first.url, second.url]
+    load = Load(urls=urls, secret=tenant.api_key)
+    runner = threading.Thread(target=asyncio.run, args=(load.run(),))
+    runner.start()
+    try:
+        wait_until(lambda: load.sent >= ROTATE_AFTER_S * RATE_PER_S, what="load under way")
+        # Through the tenant API on one gateway; the bus tells the other before it answers.
+        asked_at = time.monotonic()
+        rotated = httpx.post(
+            f"{first.url}/api/keys/{tenant.api_key_id}/rotate",
+            json={"grace_s": GRACE_S},
+            headers={"Authorization": f"Token {tenant.api_token}"},
+            timeout=10,
+        ).json()
+        rotate_s = time.monotonic() - asked_at
+        load.new_secret = rotated["secret"]
+        load.switch_at = time.time() + SWITCH_AFTER_S
+        grace_end = parse_datetime(rotated["previous_valid_until"]).timestamp()
+
+        # Probe the old secret on each gateway until it is refused; served before the grace
+        # end is right, refused before it is a failure.
+        refused_after_s: dict[int, float] = {}
+        early_refusals: list[tuple[int, int]] = []
+
+        def refused_on_both() -> bool:
+            for index, url in enumerate(urls):
+                if index in refused_after_s:
+                    continue
+                answer = httpx.post(
+                    f"{url}/v1/chat/completions",
+                    json=BODY,
+                    headers={"Authorization": f"Bearer {tenant.api_key}"},
+                    timeout=10,
+                )
+                answered_at = time.time()
+                if answer.status_code == 200:
+                    continue
+                if answered_at < grace_end:
+                    early_refusals.append((index, answer.status_code))
+                elif (answer.status_code, answer.json()["error"]["code"]) == (401, "LM-1001"):
+                    refused_after_s[index] = answered_at - grace_end
+            return len(refused_after_s) == len(urls)
+
+        wait_until(refused_on_both, timeout_s=GRACE_S + 10, interval_s=0.02, what="refusals")
+    finally:
+        load.stop.set()
+        runner.join(30)
+
+    duration_s = load.ended_at - load.started_at
+    print(
+        f"\nsent {load.sent} requests in {duration_s:.2f} s: {load.sent / duration_s:.0f}/s "
+        f"over 2 gateways; the rotation answered in {rotate_s:.3f} s; old secret refused "
+        f"{refused_after_s[0]:.3f} s and "
+        f"{refused_after_s[1]:.3f} s after its grace ended"
+    )
+    assert early_refusals == []
+    assert max(refused_after_s.values()) < 5
+    assert len(load.answers) == load.sent
+    failed = Counter(answer for answer in load.answers if answer[2] != 200)
+    assert failed == Counter()
+    by_secret = {(which, gateway) for which, gateway, _, _ in load.answers}
+    assert by_secret == {("old", 0), ("old", 1), ("new", 0), ("new", 1)}
+    assert load.sent / duration_s >= 0.8 * RATE_PER_S, "the load generator fell behind"
+    # Every request on either secret is the same key's.
+    rows = usage_rows(group_id=tenant.group_id, expect=load.sent)
+    assert {row.api_key_id for row in rows} == {tenant.api_key_id}
