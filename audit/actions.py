@@ -20,6 +20,20 @@ ACTIONS: dict[str, str] = {
     "period ends (recorded by prefix, never the token).",
     "token.restore": "An operator cleared a token's revocation.",
     "token.delete": "An operator deleted a tenant API token.",
+    "scim.token.create": "An owner created the account's SCIM token (shown once, never recorded).",
+    "scim.token.rotate": "An owner rotated the SCIM token; the old one works until its grace "
+    "period ends (recorded by prefix, never the token).",
+    "scim.user.create": "The directory (SCIM) provisioned a person into the account.",
+    "scim.user.update": "The directory changed a provisioned person's userName, email or "
+    "externalId.",
+    "scim.user.deactivate": "The directory deactivated a person: their membership ended, their "
+    "sessions ended and their tenant API tokens were revoked.",
+    "scim.user.activate": "The directory activated a person again (a role from their groups).",
+    "scim.user.delete": "The directory deleted a person from the account (sessions ended, "
+    "tokens revoked; the user deactivated when no other account has them).",
+    "scim.group.create": "The directory pushed a group to the account.",
+    "scim.group.update": "A directory group's name or members changed (roles follow).",
+    "scim.group.delete": "The directory removed a group (its members' roles follow).",
     "group.create": "A group was created.",
     "group.update": "A group's name, budget, budget period, limits or cache settings changed.",
     "group.delete": "An operator deleted a group.",

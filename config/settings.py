@@ -460,6 +460,7 @@ INSTALLED_APPS = [
     "dashboard",
     "webfetch",
     "sso",
+    "scim",
     "stubvendor",
 ]
 

@@ -9,6 +9,7 @@ from drf_spectacular.views import (
 )
 
 from byok.api.payers import KeyPayersView
+from scim.api import ScimTokenView
 
 # Swagger UI and Redoc style their pages with inline styles and Redoc searches in a worker it
 # makes from a blob: their two pages allow these; their scripts stay our own files.
@@ -21,6 +22,9 @@ urlpatterns = [
     path("api/", include("billing.api.urls")),
     path("api/keys/<int:key_id>/payers", KeyPayersView.as_view()),  # byok reads the key's map
     path("admin/", include("byok.api.urls")),
+    path("api/scim-token", ScimTokenView.as_view()),
+    # SCIM 2.0 provisioning (RFC 7644): its own errors and content type (scim/views.py).
+    path("scim/v2/", include("scim.urls")),
     path("api/schema", SpectacularAPIView.as_view(), name="schema"),
     path("api/schema/", SpectacularAPIView.as_view()),
     # Local Swagger UI and Redoc assets (drf-spectacular-sidecar); no CDN.

@@ -1,0 +1,16 @@
+from django.apps import AppConfig
+
+
+class ScimConfig(AppConfig):
+    name = "scim"
+    verbose_name = "SCIM provisioning"
+    default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        # Every sign-in records its session key against the user, so a deprovisioning can
+        # end that person's sessions (scim/sessions.py).
+        from django.contrib.auth.signals import user_logged_in
+
+        from scim.sessions import remember_session
+
+        user_logged_in.connect(remember_session, dispatch_uid="scim.remember_session")
