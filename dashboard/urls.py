@@ -2,7 +2,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import path
 from django.views.generic import RedirectView
 
-from dashboard import cache, payers, receipts, sso_settings, team_keys, views
+from dashboard import cache, payers, receipts, rotation, sso_settings, team_keys, views
 
 app_name = "dashboard"
 
@@ -19,6 +19,7 @@ urlpatterns = [
     path(account + "keys/", views.keys, name="keys"),
     path(account + "keys/<int:key_id>/", views.key_edit, name="key-edit"),
     path(account + "keys/<int:key_id>/revoke/", views.key_revoke, name="key-revoke"),
+    path(account + "keys/<int:key_id>/rotate/", rotation.key_rotate, name="key-rotate"),
     path(account + "keys/<int:key_id>/payers/", payers.key_payers, name="key-payers"),
     path(account + "groups/", views.groups, name="groups"),
     path(account + "groups/<int:group_id>/", views.group_edit, name="group-edit"),

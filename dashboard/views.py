@@ -42,6 +42,7 @@ from dashboard.forms import (
 )
 from dashboard.pages import asked_first as _asked_first
 from dashboard.pages import page as _page
+from dashboard.rotation import RotateForm
 from sso.services import SSO_ONLY, password_sign_in_allowed
 from usage.api.queries import usage_query
 from usage.export import usage_csv_response
@@ -142,6 +143,8 @@ def key_edit(request: HttpRequest, account_id: int, key_id: int) -> HttpResponse
         form=form,
         key=api_key,
         models=selectors.model_names(),
+        rotate_form=RotateForm(),
+        now=timezone.now(),
     )
 
 
