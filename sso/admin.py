@@ -14,6 +14,7 @@ from sso.services import AUDITED, password_off_refusal, provider_save
 
 
 class ProviderAdminForm(forms.ModelForm):
+    issuer = forms.URLField(max_length=500, assume_scheme="https")
     client_secret = forms.CharField(
         required=False,
         widget=forms.PasswordInput(render_value=False),

@@ -15,7 +15,9 @@ class ProviderForm(forms.Form):
         max_length=60, initial="single sign-on", help_text='The button reads "Sign in with …".'
     )
     issuer = forms.URLField(
-        max_length=500, help_text="Your provider's issuer, e.g. https://example.okta.com."
+        max_length=500,
+        assume_scheme="https",
+        help_text="Your provider's issuer, e.g. https://example.okta.com.",
     )
     client_id = forms.CharField(max_length=255)
     client_secret = forms.CharField(

@@ -18,7 +18,7 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 from django.utils import timezone
 
-from accounts import services as account_services
+from accounts import members as account_services
 from accounts.directory import role_for_groups
 from accounts.models import Membership
 from audit import services as audit
