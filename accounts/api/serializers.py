@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
+from accounts.api.access_groups import access_groups_field, entries_field
 from accounts.api.fields import column_integer, id_of, money_micro
 from accounts.models import Account, ApiKey, CacheMode, CacheScope, Group, Period
 
@@ -84,6 +85,10 @@ class AccountOut(serializers.ModelSerializer):
 
 
 class GroupOut(serializers.ModelSerializer):
+    access_groups = serializers.PrimaryKeyRelatedField(
+        many=True, read_only=True, help_text="Access groups bounding every key of the group."
+    )
+
     class Meta:
         model = Group
         fields = [
@@ -110,6 +115,7 @@ class GroupOut(serializers.ModelSerializer):
             "cache_mode",
             "cache_ttl_s",
             "cache_scope",
+            "access_groups",
         ]
 
 
@@ -149,9 +155,14 @@ class GroupUpdateIn(serializers.Serializer):
     cache_mode = cache_mode_field(key=False, required=False)
     cache_ttl_s = cache_ttl_field(key=False, required=False)
     cache_scope = cache_scope_field(key=False, required=False)
+    access_groups = access_groups_field(required=False)
 
 
 class ApiKeyOut(serializers.ModelSerializer):
+    access_groups = serializers.PrimaryKeyRelatedField(
+        many=True, read_only=True, help_text="Access groups adding to the key's own models."
+    )
+
     class Meta:
         model = ApiKey
         fields = [
@@ -175,6 +186,7 @@ class ApiKeyOut(serializers.ModelSerializer):
             "cache_mode",
             "cache_ttl_s",
             "cache_scope",
+            "access_groups",
         ]
 
 
@@ -183,9 +195,8 @@ class ApiKeyUpdateIn(serializers.Serializer):
 
     name = serializers.CharField(max_length=200, required=False, allow_blank=True)
     expires_at = serializers.DateTimeField(required=False, allow_null=True)
-    allowed_models = serializers.ListField(
-        child=serializers.CharField(max_length=200), required=False
-    )
+    allowed_models = entries_field(required=False)
+    access_groups = access_groups_field(required=False)
     budget_max_micro = money_micro(required=False, allow_null=True)
     rpm_limit = column_integer(ApiKey, "rpm_limit", min_value=1, required=False, allow_null=True)
     tpm_limit = column_integer(ApiKey, "tpm_limit", min_value=1, required=False, allow_null=True)

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from accounts.api import audit, heads, members, rotation, views
+from accounts.api import access_groups, audit, heads, members, rotation, views
 
 urlpatterns = [
     path("account", views.AccountView.as_view()),
@@ -12,6 +12,8 @@ urlpatterns = [
     path("keys/<int:key_id>/rotate", rotation.ApiKeyRotateView.as_view()),
     path("tokens", rotation.TenantTokenListView.as_view()),
     path("tokens/<int:token_id>/rotate", rotation.TenantTokenRotateView.as_view()),
+    path("access-groups", access_groups.AccessGroupListView.as_view()),
+    path("access-groups/<int:access_group_id>", access_groups.AccessGroupDetailView.as_view()),
     path("cache/purge", views.CachePurgeView.as_view()),
     path("members", members.MemberListView.as_view()),
     path("members/<int:member_id>", members.MemberDetailView.as_view()),

@@ -10,6 +10,7 @@ from rest_framework.views import APIView
 
 from accounts import selectors, services
 from accounts.api import serializers as s
+from accounts.api.access_groups import assign_to_group, assign_to_key, chosen_access_groups
 from accounts.api.fields import account_or_404
 from accounts.api.permissions import require_manager
 from accounts.api.schema import error_responses
@@ -79,8 +80,8 @@ class GroupDetailView(APIView):
     @extend_schema(
         operation_id="groups_update",
         tags=["groups"],
-        summary="Change a group's budget, limits or cache settings (null clears a limit; live "
-        "on every replica when this answers)",
+        summary="Change a group's budget, limits, cache settings or access groups (null "
+        "clears a limit; live on every replica when this answers)",
         request=s.GroupUpdateIn,
         responses={200: s.GroupOut, **error_responses(400, 403, 404)},
     )
@@ -89,9 +90,11 @@ class GroupDetailView(APIView):
         require_manager(user=request.user, account=group.account)
         data = s.GroupUpdateIn(data=request.data, partial=True)
         data.is_valid(raise_exception=True)
-        group = services.group_update(
-            group=group, actor=request_actor(request), **data.validated_data
-        )
+        fields = dict(data.validated_data)
+        chosen = chosen_access_groups(group.account_id, fields.pop("access_groups", None))
+        if fields:
+            group = services.group_update(group=group, actor=request_actor(request), **fields)
+        assign_to_group(request, group, chosen)
         return Response(s.GroupOut(group).data)
 
 
@@ -121,9 +124,11 @@ class ApiKeyListView(APIView):
             selectors.groups_of_user(user=request.user), pk=fields.pop("group")
         )
         require_manager(user=request.user, account=group.account)
+        chosen = chosen_access_groups(group.account_id, fields.pop("access_groups", None))
         api_key, secret = services.api_key_create(
             group=group, actor=request_actor(request), **fields
         )
+        assign_to_key(request, api_key, chosen)
         out = s.ApiKeyCreatedOut(api_key).data
         out["secret"] = secret
         return Response(out, status=status.HTTP_201_CREATED)
@@ -143,8 +148,8 @@ class ApiKeyDetailView(APIView):
     @extend_schema(
         operation_id="keys_update",
         tags=["keys"],
-        summary="Change a key's name, models, expiry, budget, limits or cache settings "
-        "(null clears a limit; live on every replica when this answers)",
+        summary="Change a key's name, models, access groups, expiry, budget, limits or cache "
+        "settings (null clears a limit; live on every replica when this answers)",
         request=s.ApiKeyUpdateIn,
         responses={200: s.ApiKeyOut, **error_responses(400, 403, 404)},
     )
@@ -153,9 +158,13 @@ class ApiKeyDetailView(APIView):
         require_manager(user=request.user, account=api_key.group.account)
         data = s.ApiKeyUpdateIn(data=request.data, partial=True)
         data.is_valid(raise_exception=True)
-        api_key = services.api_key_update(
-            api_key=api_key, actor=request_actor(request), **data.validated_data
-        )
+        fields = dict(data.validated_data)
+        chosen = chosen_access_groups(api_key.group.account_id, fields.pop("access_groups", None))
+        if fields:
+            api_key = services.api_key_update(
+                api_key=api_key, actor=request_actor(request), **fields
+            )
+        assign_to_key(request, api_key, chosen)
         return Response(s.ApiKeyOut(api_key).data)
 
 

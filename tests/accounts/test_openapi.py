@@ -43,6 +43,11 @@ OPERATIONS = {
     ("get", "/api/usage/export.csv"),
     ("get", "/api/usage/requests/{request_id}"),
     ("post", "/api/cache/purge"),
+    ("get", "/api/access-groups"),
+    ("post", "/api/access-groups"),
+    ("get", "/api/access-groups/{access_group_id}"),
+    ("patch", "/api/access-groups/{access_group_id}"),
+    ("delete", "/api/access-groups/{access_group_id}"),
     ("get", "/api/members"),
     ("post", "/api/members"),
     ("patch", "/api/members/{member_id}"),
@@ -71,6 +76,7 @@ NO_REQUEST_BODY = {("post", "/api/keys/{key_id}/revoke")}
 NO_RESPONSE_BODY = {
     ("delete", "/admin/groups/{group_id}/byok/keys/{key_id}"),
     ("delete", "/api/members/{member_id}"),
+    ("delete", "/api/access-groups/{access_group_id}"),
 }
 USAGE_FILTERS = {"group", "key", "caller", "route", "client_request_id", "model", "start", "end"}
 
