@@ -124,7 +124,51 @@ def unknown(request: HttpRequest, caller: None, rest: str = "") -> HttpResponse:
 
 @scim_view("POST")
 def root_search(request: HttpRequest, caller: Caller) -> HttpResponse:
-    raise ScimError(501, "Search Users or Groups at /Users/.search or /Groups/.search.")
+    """Search Users and Groups at once (RFC 7644 §3.4.3): Users first, then Groups, one page
+    over both; a filter applies to each type that has its attribute."""
+    params = _params(request, search=True)
+    start, count = resources.page_bounds(params["startIndex"], params["count"])
+    url = base_url(request)
+    kinds = []
+    for group, lookups, rows in (
+        (False, USER_FILTERS, users.users_of_account(caller.account)),
+        (True, GROUP_FILTERS, ScimGroup.objects.filter(account=caller.account).order_by("id")),
+    ):
+        try:
+            kinds.append(
+                (group, _filtered(rows, params["filter"], lookups, caller, users_of=not group))
+            )
+        except ScimError as exc:
+            if exc.scim_type != "invalidFilter" or "not supported" not in exc.detail:
+                raise
+            kinds.append((group, rows.none()))  # the attribute is not this type's
+    total = sum(rows.count() for _, rows in kinds)
+    found, skip = [], start - 1
+    for group, rows in kinds:
+        size = rows.count()
+        if skip >= size:
+            skip -= size
+            continue
+        for row in rows[skip : skip + count - len(found)]:
+            shape = (
+                resources.group_resource(row, base_url=url)
+                if group
+                else resources.user_resource(row, account=caller.account, base_url=url)
+            )
+            found.append(
+                resources.project(
+                    shape, attributes=params["attributes"], excluded=params["excludedAttributes"]
+                )
+            )
+        skip = 0
+    body_out = {
+        "schemas": [schemas.LIST_RESPONSE],
+        "totalResults": total,
+        "startIndex": start,
+        "itemsPerPage": len(found),
+        "Resources": found,
+    }
+    return scim_response(body_out)
 
 
 # ---------------------------------------------------------------- queries

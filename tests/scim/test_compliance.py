@@ -21,9 +21,43 @@ def run_checks(stack) -> list:
         return check_server(SyncSCIMClient(http))
 
 
+# Every check scim2-tester 0.5.2 runs, and for which resource type: none may be skipped.
+CHECKS = {
+    ("service_provider_config_endpoint", None),
+    ("service_provider_config_endpoint_methods", None),
+    ("query_all_resource_types", None),
+    ("query_resource_type_by_id", None),
+    ("access_invalid_resource_type", None),
+    ("resource_types_endpoint_methods", None),
+    ("resource_types_schema_validation", None),
+    ("query_all_schemas", None),
+    ("access_schema_by_id", None),
+    ("access_invalid_schema", None),
+    ("schemas_endpoint_methods", None),
+    ("random_url", None),
+    *(
+        (check, resource_type)
+        for resource_type in ("User", "Group")
+        for check in (
+            "object_creation",
+            "object_query",
+            "object_query_without_id",
+            "object_query_with_attributes",
+            "object_list_with_attributes",
+            "search_with_attributes",
+            "object_replacement",
+            "object_deletion",
+            "check_add_attribute",
+            "check_remove_attribute",
+            "check_replace_attribute",
+        )
+    ),
+}
+
+
 def test_every_scim2_tester_check_passes_against_a_gateway(stack):
     results = run_checks(stack)
 
-    failed = [(r.title, r.resource_type, r.reason) for r in results if r.status == Status.ERROR]
+    failed = [(r.title, r.resource_type, r.reason) for r in results if r.status != Status.SUCCESS]
     assert failed == []
-    print(sorted({(r.title, r.resource_type, r.status.name) for r in results}))
+    assert {(r.title, r.resource_type) for r in results} == CHECKS
