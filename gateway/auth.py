@@ -227,6 +227,7 @@ class PrincipalCache:
         self._groups: dict[int, tuple[Principal, float]] = {}
         self._unknown: dict[str, float] = {}  # key hash -> when the database did not know it
         self._pending: dict[str, asyncio.Future] = {}
+        self._evictions = 0  # bus evictions so far: a lookup that spans one reads again
         conf = tollgate()
         self._failures = FailedLookups(conf.auth_fail_per_min, epoch_s=conf.rate_epoch_s)
         self._ttl_s = float(conf.auth_cache_ttl_s)
@@ -244,7 +245,13 @@ class PrincipalCache:
         key_hash = hash_secret(secret)
         entry = self._keys.get(key_hash)
         if entry is None or time.monotonic() - entry[1] > self._ttl_s:
-            principal = await self._lookup(key_hash, client[0] if client else "")
+            address = client[0] if client else ""
+            evictions = self._evictions
+            principal = await self._lookup(key_hash, address)
+            if self._evictions != evictions:
+                # A change (a rotation, a revoke) was announced while the row was read: the
+                # read may predate it, so read again rather than keep a stale key for the TTL.
+                principal = await self._lookup(key_hash, address)
             entry = (principal, time.monotonic())
             self._keys[key_hash] = entry
         principal = entry[0]
@@ -326,7 +333,12 @@ class PrincipalCache:
             raise DependencyDown() from None
 
     # Bus handlers: evict what changed.
+    def _evicted(self) -> None:
+        self._evictions += 1
+        self._pending.clear()  # queries under way may predate the change: none is joined
+
     def evict_key(self, payload: dict) -> None:
+        self._evicted()
         # A rotated key is cached under each of its secrets: "key_hashes" names them all.
         for key_hash in payload.get("key_hashes") or [payload.get("key_hash", "")]:
             self._keys.pop(key_hash, None)
@@ -338,6 +350,7 @@ class PrincipalCache:
         group_id = payload.get("group_id")
         if group_id is None:
             return
+        self._evicted()
         self._groups.pop(group_id, None)
         for key_hash in [h for h, (c, _) in self._keys.items() if c.group_id == group_id]:
             self._keys.pop(key_hash, None)
