@@ -46,6 +46,7 @@ from audit.actors import Actor
 from core import bus
 
 GRACE_MAX_S = 7 * 24 * 3600  # a week: long enough to roll a fleet's config, short-lived
+GRACE_ERROR = f"Give grace_s in whole seconds from 0 (none) to {GRACE_MAX_S} (7 days)."
 PREVIOUS_HASH = "previous_hash"
 PREVIOUS_VALID_UNTIL = "previous_valid_until"
 
@@ -73,10 +74,8 @@ class Rotated:
 
 def check_grace_s(grace_s: object) -> int:
     """Return the grace in seconds, or raise BadGrace naming the allowed range."""
-    if isinstance(grace_s, bool) or not isinstance(grace_s, int):
-        raise BadGrace(f"grace_s is a whole number of seconds from 0 to {GRACE_MAX_S}.")
-    if not 0 <= grace_s <= GRACE_MAX_S:
-        raise BadGrace(f"grace_s must be from 0 (none) to {GRACE_MAX_S} (7 days).")
+    if isinstance(grace_s, bool) or not isinstance(grace_s, int) or not 0 <= grace_s <= GRACE_MAX_S:
+        raise BadGrace(GRACE_ERROR)
     return grace_s
 
 
@@ -130,14 +129,6 @@ def rotate(
         before=before,
         after=after,
     )
-
-
-def live_hashes(row: models.Model, hash_field: str) -> list[str]:
-    """Return every hash a cache may hold the row under: current and previous."""
-    hashes = [getattr(row, hash_field)]
-    if getattr(row, PREVIOUS_HASH):
-        hashes.append(getattr(row, PREVIOUS_HASH))
-    return hashes
 
 
 def api_key_rotate(*, api_key: ApiKey, grace_s: int, actor: Actor | None = None) -> Rotated:

@@ -22,7 +22,6 @@ GRACE_HELP = (
     "(7 days). Rotating again before it ends ends the older secret at once."
 )
 VALID_UNTIL_HELP = "When the old secret stops working; null: it already has."
-_GRACE_ERROR = f"Give grace_s in whole seconds from 0 (none) to {rotation.GRACE_MAX_S} (7 days)."
 
 
 class RotateIn(serializers.Serializer):
@@ -31,14 +30,15 @@ class RotateIn(serializers.Serializer):
         max_value=rotation.GRACE_MAX_S,
         help_text=GRACE_HELP,
         error_messages={
-            key: _GRACE_ERROR for key in ("invalid", "min_value", "max_value", "max_string_length")
+            key: rotation.GRACE_ERROR
+            for key in ("invalid", "min_value", "max_value", "max_string_length")
         },
     )
 
     def validate_grace_s(self, value: object) -> int:
         # DRF's IntegerField takes "60" and 60.0; the grace is a JSON integer, said plainly.
         if isinstance(self.initial_data.get("grace_s"), bool | float | str):
-            raise serializers.ValidationError(_GRACE_ERROR)
+            raise serializers.ValidationError(rotation.GRACE_ERROR)
         return int(value)  # type: ignore[call-overload]
 
 
