@@ -40,6 +40,34 @@ def _audited(access_group: AccessGroup) -> dict:
     return {name: getattr(access_group, name) for name in AUDITED}
 
 
+def audited_with_assignments(access_group: AccessGroup) -> dict:
+    """Return what the trail records of an access group: its fields, and its keys (by
+    prefix) and groups (by name)."""
+    return {
+        **_audited(access_group),
+        "keys": sorted(access_group.keys.values_list("prefix", flat=True)),
+        "groups": sorted(access_group.groups.values_list("name", flat=True)),
+    }
+
+
+def record_admin_save(access_group: AccessGroup, *, before: dict | None, actor: Actor) -> None:
+    """Record an operator's save of an access group with its assignments (created when
+    `before` is None), then tell every replica."""
+    fields = {
+        "actor": actor,
+        "account_id": access_group.account_id,
+        "target_type": "access_group",
+        "target_id": access_group.pk,
+        "target_label": access_group.name,
+    }
+    after = audited_with_assignments(access_group)
+    if before is None:
+        audit.record(action="access_group.create", after=after, **fields)
+    else:
+        audit.record_change(action="access_group.update", before=before, after=after, **fields)
+    account_access_changed(account_id=access_group.account_id)
+
+
 def account_access_changed(*, account_id: int) -> None:
     """Tell every replica an account's access groups changed: each of its keys' cached
     policy is stale. Returns once they all dropped them."""
@@ -112,11 +140,7 @@ def access_group_delete(*, access_group: AccessGroup, actor: Actor | None = None
             target_type="access_group",
             target_id=access_group.pk,
             target_label=access_group.name,
-            before={
-                **_audited(access_group),
-                "keys": sorted(access_group.keys.values_list("prefix", flat=True)),
-                "groups": sorted(access_group.groups.values_list("name", flat=True)),
-            },
+            before=audited_with_assignments(access_group),
         )
         access_group.delete()
     account_access_changed(account_id=account_id)

@@ -1,5 +1,6 @@
 import functools
 
+from django import forms
 from django.contrib import admin, messages
 from django.contrib.auth import admin as auth_admin
 from django.contrib.auth import get_user_model
@@ -9,9 +10,9 @@ from django.db.models import Q
 from django.http import HttpRequest, HttpResponse
 from django.utils import timezone
 
-from accounts import services, throttle
+from accounts import access_groups, model_access, services, throttle
 from accounts.forms import AdminSignInForm
-from accounts.models import ApiKey, Group, TenantToken
+from accounts.models import AccessGroup, ApiKey, Group, TenantToken
 from audit.adminkit import AuditedDeletes, operator
 from core.admin_views import Dollars
 
@@ -249,3 +250,66 @@ class PermissionGroupAdmin(auth_admin.GroupAdmin):
     site_label = "Staff permission groups"
 
     list_filter = ["permissions__content_type__app_label"]
+
+
+class AccessGroupForm(forms.ModelForm):
+    """An access group's admin form: its keys and groups must be its account's."""
+
+    class Meta:
+        model = AccessGroup
+        fields = ["account", "name", "description", "entries", "keys", "groups"]
+
+    def clean(self):
+        data = super().clean()
+        account = data.get("account")
+        if account is not None:
+            foreign = [k for k in data.get("keys", ()) if k.group.account_id != account.pk]
+            foreign += [g for g in data.get("groups", ()) if g.account_id != account.pk]
+            if foreign:
+                raise forms.ValidationError(
+                    f"Only keys and groups of {account} may be assigned; not {foreign[0]}."
+                )
+        return data
+
+
+@admin.register(AccessGroup)
+class AccessGroupAdmin(AuditedDeletes, admin.ModelAdmin):
+    """Model access groups (accounts/model_access.py). Every change reaches every replica
+    once saved with its assignments; deletes too."""
+
+    form = AccessGroupForm
+    audit_type = "access_group"
+    list_display = ["name", "account", "entries", "created_at"]
+    list_select_related = ["account"]
+    search_fields = ["name", "account__name"]
+    filter_horizontal = ["keys", "groups"]
+
+    def save_model(self, request, obj, form, change):
+        # What it was, read before the save (kept on the row: this admin serves every request).
+        obj.audit_was = (
+            access_groups.audited_with_assignments(AccessGroup.objects.get(pk=obj.pk))
+            if change
+            else None
+        )
+        obj.entries = model_access.clean_entries(obj.entries)
+        super().save_model(request, obj, form, change)
+
+    def save_related(self, request, form, formsets, change):
+        # Assignments are saved here, after save_model: the replicas are told only then.
+        super().save_related(request, form, formsets, change)
+        obj = form.instance
+        access_groups.record_admin_save(obj, before=obj.audit_was, actor=operator(request))
+
+    def audit_before(self, obj):
+        return access_groups.audited_with_assignments(obj)
+
+    def delete_model(self, request, obj):
+        account_id = obj.account_id
+        super().delete_model(request, obj)
+        access_groups.account_access_changed(account_id=account_id)
+
+    def delete_queryset(self, request, queryset):
+        account_ids = sorted(set(queryset.values_list("account_id", flat=True)))
+        super().delete_queryset(request, queryset)
+        for account_id in account_ids:
+            access_groups.account_access_changed(account_id=account_id)
