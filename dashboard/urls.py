@@ -2,7 +2,16 @@ from django.contrib.auth import views as auth_views
 from django.urls import path
 from django.views.generic import RedirectView
 
-from dashboard import cache, payers, receipts, rotation, sso_settings, team_keys, views
+from dashboard import (
+    cache,
+    payers,
+    receipts,
+    rotation,
+    scim_token,
+    sso_settings,
+    team_keys,
+    views,
+)
 
 app_name = "dashboard"
 
@@ -26,6 +35,7 @@ urlpatterns = [
     path(account + "members/", views.members, name="members"),
     path(account + "members/<int:member_id>/role/", views.member_role, name="member-role"),
     path(account + "members/<int:member_id>/remove/", views.member_remove, name="member-remove"),
+    path(account + "members/scim-token/", scim_token.scim_token, name="scim-token"),
     path(account + "team-keys/", team_keys.team_keys, name="team-keys"),
     path(account + "team-keys/fallback/", team_keys.pool_fallback, name="pool-fallback"),
     path(

@@ -43,6 +43,7 @@ from dashboard.forms import (
 from dashboard.pages import asked_first as _asked_first
 from dashboard.pages import page as _page
 from dashboard.rotation import RotateForm
+from dashboard.scim_token import scim_context
 from sso.services import SSO_ONLY, password_sign_in_allowed
 from usage.api.queries import usage_query
 from usage.export import usage_csv_response
@@ -233,6 +234,7 @@ def members(request: HttpRequest, account_id: int) -> HttpResponse:
         link=link,
         members=selectors.members_of_account(account=seat.account),
         roles=Membership.Role.choices,
+        **scim_context(seat.account),
     )
 
 

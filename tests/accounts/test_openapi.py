@@ -52,6 +52,7 @@ OPERATIONS = {
     ("post", "/api/members"),
     ("patch", "/api/members/{member_id}"),
     ("delete", "/api/members/{member_id}"),
+    ("post", "/api/scim-token"),
     ("get", "/api/audit"),
     ("get", "/api/audit/export.csv"),
     ("get", "/api/audit/export.jsonl"),
