@@ -42,7 +42,9 @@ def sso_settings(request: HttpRequest, account_id: int) -> HttpResponse:
                 return redirect("dashboard:sso-settings", account_id=account_id)
     linked = (
         provider is not None
-        and IdentityLink.objects.filter(issuer=provider.issuer, user=request.user).exists()
+        and IdentityLink.objects.filter(
+            issuer=provider.issuer, user_id=int(request.user.pk or 0)
+        ).exists()
     )
     return page(
         request,

@@ -14,7 +14,6 @@ from typing import Any
 
 from django.apps import apps
 from django.contrib.auth import get_user_model
-from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 from django.utils import timezone
 
@@ -42,7 +41,7 @@ def verified_email(claims: dict[str, Any]) -> str:
     return email.strip().lower() if isinstance(email, str) and verified else ""
 
 
-def scim_user_for(*, account_id: int, subject: str) -> AbstractBaseUser | None:
+def scim_user_for(*, account_id: int, subject: str) -> Any:
     """Return the user SCIM provisioned into the account under externalId == `subject`.
 
     The scim app (issue 41, item 2) stores each provisioned user's externalId; when it is

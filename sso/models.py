@@ -75,7 +75,9 @@ class Provider(models.Model):
         if not self.client_secret_version:
             return ""
         return unseal(
-            self.client_secret_sealed, version=self.client_secret_version, bound_to=self.bound_to
+            bytes(self.client_secret_sealed),
+            version=self.client_secret_version,
+            bound_to=self.bound_to,
         )
 
 

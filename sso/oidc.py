@@ -246,7 +246,7 @@ def validate_id_token(
     params = {"nonce": nonce, "client_id": client.client_id}
     if access_token:
         params["access_token"] = access_token
-    claims = CodeIDToken(token.claims, token.header, options, params)  # type: ignore[arg-type]
+    claims = CodeIDToken(token.claims, token.header, options, params)
     try:
         claims.validate(now=int(time.time()), leeway=LEEWAY_S)
     except ExpiredTokenError:
