@@ -11,6 +11,8 @@ could not).
 
 from __future__ import annotations
 
+import ipaddress
+import socket
 import threading
 import time
 from collections import OrderedDict
@@ -27,6 +29,8 @@ from django.conf import settings
 from joserfc import jwt
 from joserfc.errors import ExpiredTokenError, InvalidKeyIdError, JoseError
 from joserfc.jwk import KeySet
+
+from webfetch.addresses import allowed_networks, literal_host, refusal
 
 # The provider's metadata and keys are kept this long, for this many issuers (oldest out).
 CACHE_TTL_S = 3600
@@ -55,6 +59,9 @@ class Client:
     client_id: str
     client_secret: str
     redirect_uri: str
+    # An account's provider is the tenant's to name: its URLs must reach public addresses
+    # only. The operators' own (from settings) may live on their network.
+    operator: bool = False
 
 
 @dataclass(frozen=True)
@@ -116,7 +123,39 @@ def check_issuer(issuer: str) -> str | None:
     return None
 
 
-def _get_json(url: str, *, what: str) -> dict:
+def check_reachable(url: str) -> None:
+    """Refuse a tenant's provider URL whose host is, or resolves to, an address that is not
+    globally reachable (loopback, private, link-local, cloud metadata...), unless inside
+    TOLLGATE_WEB_ALLOW_NETS: a tenant's issuer never makes the control plane call into the
+    operator's own network. The web fetcher's rules (webfetch/addresses.py), one list."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    literal = literal_host(host)
+    try:
+        ips = (
+            [literal]
+            if literal is not None
+            else [
+                ipaddress.ip_address(info[4][0].split("%")[0])
+                for info in socket.getaddrinfo(host, parts.port or 443, type=socket.SOCK_STREAM)
+            ]
+        )
+    except (OSError, ValueError):
+        raise SignInRefused(
+            f"The provider's host {host} does not resolve.", reason="address"
+        ) from None
+    allow = allowed_networks(settings.TOLLGATE["WEB_ALLOW_NETS"])
+    for ip in ips:
+        if why := refusal(ip, allow=allow):
+            raise SignInRefused(
+                f"The provider's host {host} is a {why} address, which Tollgate does not call.",
+                reason="address",
+            )
+
+
+def _get_json(url: str, *, what: str, operator: bool = False) -> dict:
+    if not operator:
+        check_reachable(url)
     try:
         response = httpx.get(url, timeout=HTTP_TIMEOUT_S, follow_redirects=False)
     except httpx.HTTPError:
@@ -136,7 +175,7 @@ def _get_json(url: str, *, what: str) -> dict:
     return body
 
 
-def metadata(issuer: str) -> dict:
+def metadata(issuer: str, *, operator: bool = False) -> dict:
     """Return the issuer's discovery document (/.well-known/openid-configuration), cached."""
     found = _metadata.get(issuer)
     if found is not None:
@@ -144,7 +183,7 @@ def metadata(issuer: str) -> dict:
     if why := check_issuer(issuer):
         raise SignInRefused(why, reason="discovery")
     url = issuer.rstrip("/") + "/.well-known/openid-configuration"
-    body = _get_json(url, what="discovery document")
+    body = _get_json(url, what="discovery document", operator=operator)
     # Discovery 4.3: the document must name exactly the issuer it was fetched for.
     if body.get("issuer") != issuer:
         raise SignInRefused("The provider's discovery names another issuer.", reason="discovery")
@@ -155,10 +194,10 @@ def metadata(issuer: str) -> dict:
     return body
 
 
-def _key_set(jwks_uri: str, *, fresh: bool = False) -> KeySet:
+def _key_set(jwks_uri: str, *, operator: bool, fresh: bool = False) -> KeySet:
     found = None if fresh else _jwks.get(jwks_uri)
     if found is None:
-        found = _get_json(jwks_uri, what="signing keys")
+        found = _get_json(jwks_uri, what="signing keys", operator=operator)
         _jwks.put(jwks_uri, found)
     try:
         return KeySet.import_key_set(found)  # type: ignore[arg-type]
@@ -168,7 +207,7 @@ def _key_set(jwks_uri: str, *, fresh: bool = False) -> KeySet:
 
 def authorization_url(client: Client, pending: Pending) -> str:
     """Return where to send the browser: the provider's sign-in, for this pending sign-in."""
-    found = metadata(client.issuer)
+    found = metadata(client.issuer, operator=client.operator)
     params = {
         "response_type": "code",
         "client_id": client.client_id,
@@ -184,7 +223,7 @@ def authorization_url(client: Client, pending: Pending) -> str:
 
 def exchange(client: Client, *, code: str, pending: Pending) -> dict[str, Any]:
     """Trade the code for tokens at the provider and return the ID token's validated claims."""
-    found = metadata(client.issuer)
+    found = metadata(client.issuer, operator=client.operator)
     form = {
         "grant_type": "authorization_code",
         "code": code,
@@ -192,6 +231,8 @@ def exchange(client: Client, *, code: str, pending: Pending) -> dict[str, Any]:
         "code_verifier": pending.code_verifier,
     }
     methods = found.get("token_endpoint_auth_methods_supported") or ["client_secret_basic"]
+    if not client.operator:
+        check_reachable(found["token_endpoint"])
     auth = None
     if "client_secret_basic" in methods:
         auth = httpx.BasicAuth(client.client_id, client.client_secret)
@@ -224,15 +265,21 @@ def validate_id_token(
 ) -> dict[str, Any]:
     """Return the claims of an ID token signed by the issuer's keys, for this client, not
     expired, carrying this sign-in's nonce; refuse anything else."""
-    found = metadata(client.issuer)
+    found = metadata(client.issuer, operator=client.operator)
     offered = found.get("id_token_signing_alg_values_supported") or ["RS256"]
     algorithms = [alg for alg in offered if alg in SIGNING_ALGORITHMS] or ["RS256"]
     try:
         try:
-            token = jwt.decode(id_token, _key_set(found["jwks_uri"]), algorithms=algorithms)
+            token = jwt.decode(
+                id_token,
+                _key_set(found["jwks_uri"], operator=client.operator),
+                algorithms=algorithms,
+            )
         except InvalidKeyIdError:  # the provider rotated its keys since we read them
             token = jwt.decode(
-                id_token, _key_set(found["jwks_uri"], fresh=True), algorithms=algorithms
+                id_token,
+                _key_set(found["jwks_uri"], operator=client.operator, fresh=True),
+                algorithms=algorithms,
             )
     except JoseError:
         raise SignInRefused(

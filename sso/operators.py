@@ -37,6 +37,7 @@ def operator_client(*, redirect_uri: str) -> Client | None:
         client_id=conf["CLIENT_ID"],
         client_secret=conf["CLIENT_SECRET"],
         redirect_uri=redirect_uri,
+        operator=True,
     )
 
 

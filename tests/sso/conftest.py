@@ -80,6 +80,8 @@ def sso_stack(module_gateways, tmp_path_factory) -> SsoStack:
     issuer = f"http://127.0.0.1:{op_port}/o"
     gateway = module_gateways(
         TOLLGATE_SSO_ALLOW_HTTP="true",
+        # The test provider is on 127.0.0.1: allowed as an operator allows a host of theirs.
+        TOLLGATE_WEB_ALLOW_NETS="127.0.0.1/32",
         TOLLGATE_ADMIN_OIDC_ISSUER=issuer,
         TOLLGATE_ADMIN_OIDC_CLIENT_ID=ADMIN_CLIENT["client_id"],
         TOLLGATE_ADMIN_OIDC_CLIENT_SECRET=ADMIN_CLIENT["client_secret"],
