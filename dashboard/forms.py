@@ -5,6 +5,7 @@ from __future__ import annotations
 from django import forms
 from django.contrib.auth.validators import UnicodeUsernameValidator
 
+from accounts.model_access import BadEntry, clean_entries
 from accounts.models import (
     DEFAULT_CACHE_TTL_S,
     Account,
@@ -185,7 +186,8 @@ class KeyForm(LimitsForm, KeyCacheForm):
     models = forms.CharField(
         required=False,
         max_length=2000,
-        help_text="Model names separated by commas. Empty: every model.",
+        help_text="Model names or patterns (gpt-*, anthropic/*) separated by commas. Empty, "
+        "with no access groups: every model.",
     )
     expires_at = forms.DateTimeField(
         label="Expires",
@@ -214,7 +216,10 @@ class KeyForm(LimitsForm, KeyCacheForm):
 
     def clean_models(self) -> list[str]:
         names = [name.strip() for name in self.cleaned_data["models"].split(",")]
-        return list(dict.fromkeys(name for name in names if name))
+        try:  # the one rule's bounds (accounts/model_access.py)
+            return clean_entries([name for name in names if name])
+        except BadEntry as exc:
+            raise forms.ValidationError(str(exc)) from None
 
     def key_fields(self) -> dict:
         data = self.cleaned_data

@@ -4,6 +4,7 @@ from django.views.generic import RedirectView
 
 from dashboard import (
     cache,
+    model_access,
     payers,
     receipts,
     rotation,
@@ -32,6 +33,19 @@ urlpatterns = [
     path(account + "keys/<int:key_id>/payers/", payers.key_payers, name="key-payers"),
     path(account + "groups/", views.groups, name="groups"),
     path(account + "groups/<int:group_id>/", views.group_edit, name="group-edit"),
+    path(account + "access/", model_access.access_groups, name="access-groups"),
+    path(
+        account + "access/<int:access_group_id>/",
+        model_access.access_group_edit,
+        name="access-group-edit",
+    ),
+    path(
+        account + "access/<int:access_group_id>/delete/",
+        model_access.access_group_delete,
+        name="access-group-delete",
+    ),
+    path(account + "keys/<int:key_id>/access/", model_access.key_access, name="key-access"),
+    path(account + "groups/<int:group_id>/access/", model_access.group_access, name="group-access"),
     path(account + "members/", views.members, name="members"),
     path(account + "members/<int:member_id>/role/", views.member_role, name="member-role"),
     path(account + "members/<int:member_id>/remove/", views.member_remove, name="member-remove"),
