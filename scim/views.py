@@ -143,7 +143,8 @@ def root_search(request: HttpRequest, caller: Caller) -> HttpResponse:
                 raise
             kinds.append((group, rows.none()))  # the attribute is not this type's
     total = sum(rows.count() for _, rows in kinds)
-    found, skip = [], start - 1
+    found: list[dict] = []
+    skip = start - 1
     for group, rows in kinds:
         size = rows.count()
         if skip >= size:
