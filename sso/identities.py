@@ -56,7 +56,7 @@ def scim_user_for(*, account_id: int, subject: str) -> Any:
         .filter(account_id=account_id, external_id=subject)
         .first()
     )
-    if row is not None and not row.active:
+    if row is not None and row.active is False:  # None: the directory did not say
         raise SignInRefused(
             "Your company's directory has deactivated you in this account.", reason="scim"
         )

@@ -160,3 +160,31 @@ def test_someone_not_an_operator_is_refused_at_the_admin(sso):
         reply = client.get(provider_sign_in(client, f"{sso.url}/login/sso/operator/", "mallory"))
         refused(reply, "not-operator")
         assert client.get(f"{sso.url}/django-admin/").status_code == 302
+
+
+def scim_provisioned(account, *, external_id: str, active: bool | None = True):
+    from scim.models import ScimUser
+
+    user = get_user_model().objects.create_user(username="ana.scim", email="ana@acme.test")
+    if active is not False:
+        Membership.objects.create(account=account, user=user, role="viewer")
+    ScimUser.objects.create(account=account, user=user, external_id=external_id, active=active)
+    return user
+
+
+def test_a_scim_users_first_sign_in_links_to_them_by_external_id(sso):
+    account = sso.acme(jit_domains=[])  # nobody joins by domain: SCIM made the member
+    user = scim_provisioned(account, external_id="ana-sub", active=None)
+    with httpx.Client() as client:
+        assert client.get(provider_sign_in(client, start(sso, account), "ana")).status_code == 302
+    assert IdentityLink.objects.get(subject="ana-sub").user_id == user.pk
+    assert get_user_model().objects.count() == 2  # the owner and the SCIM user, no other
+    assert Membership.objects.get(account=account, user=user).role == "admin"  # groups claim
+
+
+def test_a_user_the_directory_deactivated_is_refused(sso):
+    account = sso.acme()
+    scim_provisioned(account, external_id="ana-sub", active=False)
+    with httpx.Client() as client:
+        refused(client.get(provider_sign_in(client, start(sso, account), "ana")), "scim")
+    assert not IdentityLink.objects.exists()
