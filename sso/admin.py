@@ -78,6 +78,7 @@ class IdentityLinkAdmin(AuditedDeletes, admin.ModelAdmin):
     audit_type = "sso"
     audit_delete_action = "sso.unlink"
     list_display = ("subject", "issuer", "user", "email", "last_sign_in_at")
+    list_filter = ("issuer",)
     search_fields = ("subject", "issuer", "user__username", "email")
     readonly_fields = ("issuer", "subject", "user", "email", "created_at", "last_sign_in_at")
 

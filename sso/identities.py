@@ -193,6 +193,8 @@ def link_current_user(
 ) -> IdentityLink:
     """Link the signed-in member to the identity they just proved at the account's provider
     (both sign-ins proved: the password's and the provider's)."""
+    if not Membership.objects.filter(account_id=provider.account_id, user_id=user.pk).exists():
+        raise SignInRefused("Only the account's members link their sign-in.", reason="not-member")
     issuer, subject = provider.issuer, claims["sub"]
     link = IdentityLink.objects.filter(issuer=issuer, subject=subject).first()
     if link is not None and link.user_id != user.pk:

@@ -156,6 +156,8 @@ def callback(request: HttpRequest) -> HttpResponse:
                 raise SignInRefused("This account's single sign-on is off.", reason="config")
             claims = exchange(_client(provider, request), code=code, pending=pending)
             if kind == "link":
+                if not request.user.is_authenticated:
+                    raise SignInRefused("Sign in first, then link.", reason="state")
                 link_current_user(
                     provider=provider, claims=claims, user=request.user, address=address
                 )
