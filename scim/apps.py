@@ -9,8 +9,9 @@ class ScimConfig(AppConfig):
     def ready(self) -> None:
         # Every sign-in records its session key against the user, so a deprovisioning can
         # end that person's sessions (scim/sessions.py).
-        from django.contrib.auth.signals import user_logged_in
+        from django.contrib.auth.signals import user_logged_in, user_logged_out
 
-        from scim.sessions import remember_session
+        from scim.sessions import forget_session, remember_session
 
         user_logged_in.connect(remember_session, dispatch_uid="scim.remember_session")
+        user_logged_out.connect(forget_session, dispatch_uid="scim.forget_session")

@@ -13,6 +13,7 @@ from typing import Any
 
 from django.contrib.sessions.models import Session
 from django.db import transaction
+from django.db.models import Exists, OuterRef
 
 from scim.models import SignedInSession
 
@@ -24,6 +25,16 @@ def remember_session(sender: Any, request: Any, user: Any, **kwargs: Any) -> Non
     if key is None or user is None or user.pk is None:
         return
     SignedInSession.objects.update_or_create(session_key=key, defaults={"user": user})
+    # Forget this user's keys whose sessions expired or were cleared meanwhile.
+    live = Session.objects.filter(session_key=OuterRef("session_key"))
+    SignedInSession.objects.filter(user=user).exclude(Exists(live)).delete()
+
+
+def forget_session(sender: Any, request: Any, user: Any, **kwargs: Any) -> None:
+    """Drop the record of a session its user signed out of."""
+    key = getattr(getattr(request, "session", None), "session_key", None)
+    if key is not None:
+        SignedInSession.objects.filter(session_key=key).delete()
 
 
 @transaction.atomic

@@ -125,13 +125,21 @@ def _record(account: Account, user: Any, action: str, actor: Actor | None, befor
     )
 
 
-def _store(row: ScimUser, user: Any, data: dict) -> None:
-    name = data["name"] or {}
-    user.username = data["userName"]
-    user.email = primary_email(data["emails"])
-    user.first_name = (name.get("givenName") or "")[:150]
-    user.last_name = (name.get("familyName") or "")[:150]
-    user.save(update_fields=["username", "email", "first_name", "last_name"])
+def shared_elsewhere(account: Account, user: Any) -> bool:
+    """Whether the person is not this directory's alone: a member of another account too, or
+    an operator. Their sign-in name, email and names are theirs everywhere, so this
+    account's directory does not change them."""
+    return user.is_staff or Membership.objects.filter(user=user).exclude(account=account).exists()
+
+
+def _store(row: ScimUser, user: Any, data: dict, *, shared: bool = False) -> None:
+    if not shared:
+        name = data["name"] or {}
+        user.username = data["userName"]
+        user.email = primary_email(data["emails"])
+        user.first_name = (name.get("givenName") or "")[:150]
+        user.last_name = (name.get("familyName") or "")[:150]
+        user.save(update_fields=["username", "email", "first_name", "last_name"])
     row.external_id = data["externalId"]
     row.active = data["active"]
     row.attributes = {k: data[k] for k in ("name", "displayName", "emails") if data[k]}
@@ -167,12 +175,21 @@ def user_create(*, account: Account, data: dict, actor: Actor | None) -> Any:
 def user_replace(*, account: Account, user: Any, data: dict, actor: Actor | None) -> Any:
     """Store a User's attributes (a PUT, or a PATCH's result); `active` moves the person in
     or out of the account."""
-    if data["userName"].lower() != user.username.lower() and _taken(data["userName"], but=user):
+    renamed = data["userName"].lower() != user.username.lower()
+    shared = shared_elsewhere(account, user)
+    if renamed and shared:
+        raise ScimError(
+            400,
+            "This person is also a member of another account (or an operator): their "
+            "userName is not this directory's to change.",
+            "mutability",
+        )
+    if renamed and _taken(data["userName"], but=user):
         raise _uniqueness(data["userName"])
     row, _ = ScimUser.objects.get_or_create(account=account, user=user)
     before = _audited(user, row)
     was_active = Membership.objects.filter(account=account, user=user).exists()
-    _store(row, user, data)
+    _store(row, user, data, shared=shared)
     _record(account, user, "scim.user.update", actor, before, _audited(user, row))
     if data["active"] is False and was_active:
         _deactivate(account, user, actor)
@@ -231,7 +248,8 @@ def _end_access(user: Any, actor: Actor | None) -> dict:
     sessions = sessions_end(user=user)
     tokens = tenant_tokens_revoke(user=user, actor=actor)
     still_member = Membership.objects.filter(user=user).exists()
-    if not still_member and user.is_active:
+    # An operator keeps their sign-in to the admin; only their sessions end.
+    if not still_member and not user.is_staff and user.is_active:
         user.is_active = False
         user.save(update_fields=["is_active"])
     return {"sessions_ended": sessions, "tokens_revoked": tokens, "user_active": still_member}

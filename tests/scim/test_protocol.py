@@ -207,3 +207,20 @@ def test_delete_removes_the_user_and_its_group_places():
     assert d.get(f"/Users/{ada['id']}").status_code == 404
     assert d.get(f"/Groups/{group['id']}").json().get("members") is None
     assert Account.objects.get(pk=d.tenant.account_id).memberships.count() == 1
+
+
+def test_a_person_of_another_account_too_keeps_their_name_and_email():
+    d, other = directory(), directory()
+    ada = d.create_user("ada@example.com", emails=[{"value": "ada@example.com"}])
+    person = Membership.objects.get(account=d.account, user_id=int(ada["id"])).user
+    Membership.objects.create(account=other.account, user=person, role="viewer")
+    path = f"/Users/{ada['id']}"
+
+    renamed = d.patch(path, {"op": "replace", "path": "userName", "value": "eve@example.com"})
+    emailed = d.patch(path, {"op": "replace", "path": "emails", "value": [{"value": "e@x.com"}]})
+
+    assert (renamed.status_code, renamed.json()["scimType"]) == (400, "mutability")
+    assert emailed.status_code == 200  # kept on the directory's record of them
+    assert emailed.json()["emails"] == [{"value": "e@x.com"}]
+    person.refresh_from_db()
+    assert (person.username, person.email) == ("ada@example.com", "ada@example.com")
