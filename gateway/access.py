@@ -46,6 +46,34 @@ def listed_models(policy: AccessPolicy, catalog: Catalog) -> dict[str, str]:
     return dict(sorted(listed.items()))
 
 
+EPOCH = "1970-01-01T00:00:00Z"  # Anthropic's list carries a creation time; we know none
+
+
+def model_list(policy: AccessPolicy, catalog: Catalog, *, anthropic: bool = False) -> dict:
+    """Return the body of GET /v1/models: `listed_models`, in OpenAI's list shape, or with
+    `anthropic` in Anthropic's (`type`, `display_name`, `created_at`, and the page fields its
+    SDK reads). Both carry `kind` and, for an alias, `alias_of`."""
+    data = []
+    for name, model in listed_models(policy, catalog).items():
+        entry: dict = (
+            {"type": "model", "id": name, "display_name": name, "created_at": EPOCH}
+            if anthropic
+            else {"id": name, "object": "model", "created": 0, "owned_by": "tollgate"}
+        )
+        entry["kind"] = catalog.kind_of(model)
+        if name != model:
+            entry["alias_of"] = model
+        data.append(entry)
+    if not anthropic:
+        return {"object": "list", "data": data}
+    return {
+        "data": data,
+        "has_more": False,
+        "first_id": data[0]["id"] if data else None,
+        "last_id": data[-1]["id"] if data else None,
+    }
+
+
 def refusal_message(name: str, policy: AccessPolicy, catalog: Catalog) -> str:
     """Say that the key may not call `name`, and name what it may call, briefly."""
     allowed = sorted(set(listed_models(policy, catalog).values()))

@@ -21,7 +21,7 @@ from core import errors, metrics
 from core.config import tollgate
 from core.ids import time_ordered_id
 from gateway import count_tokens, pipeline
-from gateway.access import listed_models
+from gateway.access import model_list
 from gateway.auth import bearer, internal_authorized
 from gateway.context import Meter
 from gateway.health import readiness
@@ -184,7 +184,8 @@ class Exchange:
 async def list_models(ex: Exchange) -> None:
     """List the canonical models and aliases the key may call, sorted by id, each with its
     `kind` ("chat" or "embedding": which routes it answers); an alias with `alias_of`
-    naming its model. The list is gateway/access.py's, the one enforcement refuses by.
+    naming its model. The list is gateway/access.py's, the one enforcement refuses by; in
+    Anthropic's shape when the request says `anthropic-version` (its SDK always does).
     """
     try:
         principal = await runtime.principals.for_secret(
@@ -193,18 +194,10 @@ async def list_models(ex: Exchange) -> None:
     except errors.GatewayError as exc:
         await ex.refuse(exc)
         return
-    catalog = runtime.catalog
-    data = []
-    for name, model in listed_models(principal.access, catalog).items():
-        entry = {
-            "id": name,
-            "object": "model",
-            "created": 0,
-            "owned_by": "tollgate",
-            "kind": catalog.kind_of(model),
-        }
-        data.append(entry if name == model else {**entry, "alias_of": model})
-    await ex.reply(200, orjson.dumps({"object": "list", "data": data}))
+    body = model_list(
+        principal.access, runtime.catalog, anthropic=b"anthropic-version" in ex.headers
+    )
+    await ex.reply(200, orjson.dumps(body))
 
 
 async def stored_response(ex: Exchange) -> None:

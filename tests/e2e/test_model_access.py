@@ -60,6 +60,17 @@ def test_models_list_is_exactly_what_the_key_may_call_and_a_refusal_names_it(sta
 
     assert listed(stack, tenant) == ["claude-3-5-haiku", "gpt-4o-mini"]
     assert callable_models(stack, tenant) == ["claude-3-5-haiku", "gpt-4o-mini"]
+    # The Anthropic SDK reads the same list in its own shape.
+    page = stack.anthropic(tenant).models.list()
+    assert [(m.id, m.type, m.display_name) for m in page.data] == [
+        ("claude-3-5-haiku", "model", "claude-3-5-haiku"),
+        ("gpt-4o-mini", "model", "gpt-4o-mini"),
+    ]
+    assert (page.has_more, page.first_id, page.last_id) == (
+        False,
+        "claude-3-5-haiku",
+        "gpt-4o-mini",
+    )
     stack.stub.clear()
     assert outcome(stack, tenant, "gpt-4o") == (
         "LM-1003: This key may not use model 'gpt-4o'. It may use: claude-3-5-haiku, "
