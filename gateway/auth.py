@@ -356,6 +356,7 @@ class PrincipalCache:
             self._keys.pop(key_hash, None)
 
     def _evict_account(self, account_id: int) -> None:
+        self._evicted()  # a lookup under way may have read the access groups before
         for group_id in [g for g, (c, _) in self._groups.items() if c.account_id == account_id]:
             self._groups.pop(group_id, None)
         for key_hash in [h for h, (c, _) in self._keys.items() if c.account_id == account_id]:

@@ -6,10 +6,12 @@ running gateway when the write answers (no reload)."""
 from __future__ import annotations
 
 import anthropic
+import httpx
 import openai
 import pytest
 from rest_framework.test import APIClient
 
+from tests.support.processes import INTERNAL_TOKEN
 from tests.support.stacks import Stack
 from tests.support.tenants import Tenant
 
@@ -131,3 +133,26 @@ def test_an_access_groups_change_is_live_on_every_gateway_when_the_write_answers
     # Deleted, the key has no access groups and no names of its own: unrestricted.
     assert api(tenant).delete(f"/api/access-groups/{cheap}").status_code == 204
     assert listed(stack, tenant) == EVERY_MODEL
+
+
+def test_a_service_acting_for_a_group_is_bounded_by_the_groups_access_groups(stack):
+    tenant = stack.tenant()
+    bound = access_group(tenant, "openai-only", ["openai/*"])
+    patch(tenant, f"/api/groups/{tenant.group_id}", {"access_groups": [bound]})
+
+    def decide(model: str) -> httpx.Response:
+        body = {"group": tenant.group_id, "request_id": f"r-{model}", "model": model}
+        return httpx.post(
+            f"{stack.url}/internal/decide",
+            json={**body, "messages": HELLO},
+            headers={"Authorization": f"Bearer {INTERNAL_TOKEN}"},
+            timeout=20,
+        )
+
+    assert decide("gpt-4o").status_code == 200
+    refused = decide("claude-3-5-haiku")
+    assert (refused.status_code, refused.json()["error"]["message"]) == (
+        403,
+        "This key may not use model 'claude-3-5-haiku'. It may use: gpt-4o, gpt-4o-mini "
+        "(GET /v1/models lists them).",
+    )
