@@ -4,6 +4,7 @@ is LM-1001 and the new one goes on."""
 
 from __future__ import annotations
 
+import secrets
 import time
 
 import openai
@@ -37,6 +38,15 @@ def refusal(client: openai.OpenAI) -> tuple[int, str] | None:
     return None
 
 
+def tenant_api(tenant) -> APIClient:
+    """The tenant API in this process, from an address of its own (a random /64): other
+    tests' wrong tokens from 127.0.0.1 may have it locked out (accounts/throttle.py)."""
+    address = f"2001:db8:{secrets.randbits(16):x}:{secrets.randbits(16):x}::1"
+    api = APIClient(REMOTE_ADDR=address)
+    api.credentials(HTTP_AUTHORIZATION=f"Token {tenant.api_token}")
+    return api
+
+
 def test_both_secrets_are_one_key_through_the_grace_then_the_old_one_is_lm_1001(
     fresh_window_stack,
 ):
@@ -46,8 +56,7 @@ def test_both_secrets_are_one_key_through_the_grace_then_the_old_one_is_lm_1001(
     old = stack.openai(tenant)
     served = [ask(old)]  # the old secret is now in the gateway's memory
 
-    api = APIClient()
-    api.credentials(HTTP_AUTHORIZATION=f"Token {tenant.api_token}")
+    api = tenant_api(tenant)
     rotated = api.post(f"/api/keys/{tenant.api_key_id}/rotate", {"grace_s": 3}, "json").json()
     grace_end = parse_datetime(rotated["previous_valid_until"]).timestamp()
     new = openai.OpenAI(base_url=f"{stack.url}/v1", api_key=rotated["secret"], max_retries=0)
@@ -73,8 +82,7 @@ def test_a_rotation_with_no_grace_refuses_the_old_secret_on_the_next_request(sta
     old = stack.openai(tenant)
     ask(old)  # cached
 
-    api = APIClient()
-    api.credentials(HTTP_AUTHORIZATION=f"Token {tenant.api_token}")
+    api = tenant_api(tenant)
     rotated = api.post(f"/api/keys/{tenant.api_key_id}/rotate", {"grace_s": 0}, "json").json()
 
     assert refusal(old) == (401, "LM-1001")
@@ -85,8 +93,7 @@ def test_a_rotation_with_no_grace_refuses_the_old_secret_on_the_next_request(sta
 @pytest.mark.parametrize("then", ["revoke", "rotate again"])
 def test_a_revoke_or_second_rotation_ends_a_cached_secret_in_grace_at_once(stack, then):
     tenant = stack.tenant()
-    api = APIClient()
-    api.credentials(HTTP_AUTHORIZATION=f"Token {tenant.api_token}")
+    api = tenant_api(tenant)
     rotated = api.post(f"/api/keys/{tenant.api_key_id}/rotate", {"grace_s": 600}, "json").json()
     old = stack.openai(tenant)
     ask(old)  # the secret in grace, now in the gateway's memory
