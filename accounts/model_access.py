@@ -35,12 +35,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 ENTRY_MAX_CHARS = 200  # as a model name may be (ProviderModel.name)
 ENTRIES_MAX = 100  # per access group, and per key's own list
 STARS_MAX = 4  # `*` in one entry
 ACCESS_GROUPS_MAX = 20  # assigned to one key or one group
+VERDICTS_MAX = 10_000  # offerings one policy remembers its verdict on
 ENTRY_CHARS = re.compile(r"[A-Za-z0-9._:@+/*-]+")
 NAME_CHARS = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")  # an access group's name
 
@@ -166,6 +167,12 @@ class AccessPolicy:
 
     key: Rule | None = None
     group: Rule | None = None
+    # Verdicts so far, by offering: a request re-asks about the same few offerings, and the
+    # policy lives as long as its key's cache entry. At most one per offering of the catalog
+    # (and of catalogs before a reload), so it stays small.
+    _verdicts: dict[Offering, bool] = field(
+        default_factory=dict, compare=False, hash=False, repr=False
+    )
 
     @property
     def unrestricted(self) -> bool:
@@ -173,9 +180,14 @@ class AccessPolicy:
 
     def permits(self, offering: Offering) -> bool:
         """Say whether the key may call this offering: both sides must permit it."""
-        return (self.key is None or self.key.matches(offering)) and (
-            self.group is None or self.group.matches(offering)
-        )
+        verdict = self._verdicts.get(offering)
+        if verdict is None:
+            verdict = (self.key is None or self.key.matches(offering)) and (
+                self.group is None or self.group.matches(offering)
+            )
+            if len(self._verdicts) < VERDICTS_MAX:
+                self._verdicts[offering] = verdict
+        return verdict
 
     def entries(self) -> tuple[str, ...]:
         """Return the entries that bound the key, its side's first (for messages)."""
