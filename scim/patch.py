@@ -80,12 +80,17 @@ def _lookup(item: dict, name: str) -> Any:
     return None
 
 
-def _key(resource: dict, name: str, known: dict[str, str]) -> str:
-    """The attribute's spelling in `resource` (names compare without case, RFC 7643 §2.1)."""
-    canonical = known.get(name.lower())
-    if canonical is None:
-        raise invalid_path(f"No attribute {name!r} here (or it is read-only).")
-    return canonical
+# Attributes a read answers that no write may set (RFC 7643 §3.1, §4.1.2).
+READ_ONLY = {"id", "meta", "schemas", "groups"}
+
+
+def _key(name: str, known: dict[str, str]) -> str | None:
+    """The attribute's spelling (names compare without case, RFC 7643 §2.1); None for one
+    our schema does not list: accepted and not kept, so a directory's default mappings
+    (title, phoneNumbers, the enterprise extension) work unchanged."""
+    if name.lower() in READ_ONLY:
+        raise ScimError(400, f"{name} is read-only.", "mutability")
+    return known.get(name.lower())
 
 
 def strip_urn(path: str, urns: tuple[str, ...]) -> str:
@@ -129,16 +134,27 @@ def apply(
                 raise no_target("A remove names its target in path.")
             if not isinstance(value, dict):
                 raise invalid_value("Without a path, the value is an object of attributes.")
-            for name, each in value.items():
-                name = strip_urn(name, urns)
-                if name.lower() in urns_lower(urns):  # an extension's object: none are served
-                    raise invalid_path(f"No schema extension {name!r} here.")
-                _apply_path(resource, op, name, each, known, multi, key_of or {})
+            _apply_object(resource, op, value, known, multi, urns, key_of or {})
         else:
             if not isinstance(path, str):
                 raise invalid_path("path is a string.")
-            _apply_path(resource, op, strip_urn(path, urns), value, known, multi, key_of or {})
+            name = strip_urn(path, urns)
+            if name.lower().startswith("urn:"):
+                continue  # an attribute of a schema extension: none is kept
+            _apply_path(resource, op, name, value, known, multi, key_of or {})
     return resource
+
+
+def _apply_object(resource, op, value: dict, known, multi, urns, key_of) -> None:
+    """A pathless add or replace: each key is a path, or a schema's URN holding attributes."""
+    for name, each in value.items():
+        if name.lower() in urns_lower(urns) and isinstance(each, dict):
+            _apply_object(resource, op, each, known, multi, urns, key_of)
+            continue
+        name = strip_urn(name, urns)
+        if name.lower().startswith("urn:"):
+            continue  # a schema extension's object or attribute: none is kept
+        _apply_path(resource, op, name, each, known, multi, key_of)
 
 
 def urns_lower(urns: tuple[str, ...]) -> set[str]:
@@ -157,7 +173,9 @@ def _apply_path(
     match = PATH.match(path.strip())
     if match is None:
         raise invalid_path(f"Cannot read the path {path!r}.")
-    attr = _key(resource, match["attr"], known)
+    attr = _key(match["attr"], known)
+    if attr is None:
+        return
     where = parse_eq(match["filter"]) if match["filter"] else None
     sub = match["sub"]
     if attr == "active":

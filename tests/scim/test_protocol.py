@@ -224,3 +224,31 @@ def test_a_person_of_another_account_too_keeps_their_name_and_email():
     assert emailed.json()["emails"] == [{"value": "e@x.com"}]
     person.refresh_from_db()
     assert (person.username, person.email) == ("ada@example.com", "ada@example.com")
+
+
+def test_attributes_outside_the_schema_are_accepted_and_not_kept_read_only_ones_refused():
+    d = directory()
+    enterprise = "urn:ietf:params:scim:schemas:extension:enterprise:2.0:User"
+    created = d.post(
+        "/Users",
+        {"userName": "ada@example.com", "title": "Engineer", enterprise: {"department": "R&D"}},
+    )
+    path = f"/Users/{created.json()['id']}"
+
+    entra = d.patch(
+        path,
+        {"op": "Add", "path": "title", "value": "Lead"},
+        {"op": "Add", "path": f"{enterprise}:employeeNumber", "value": "42"},
+        {"op": "Replace", "path": 'phoneNumbers[type eq "work"].value', "value": "555"},
+        {"op": "replace", "value": {"displayName": "Ada", enterprise: {"department": "Ops"}}},
+    )
+    read_only = d.patch(path, {"op": "add", "path": "groups", "value": [{"value": "1"}]})
+
+    assert created.status_code == 201 and "title" not in created.json()
+    assert entra.status_code == 200
+    assert {k for k in entra.json() if k not in ("schemas", "id", "meta")} == {
+        "userName",
+        "displayName",
+        "active",
+    }
+    assert (read_only.status_code, read_only.json()["scimType"]) == (400, "mutability")
