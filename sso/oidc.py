@@ -136,7 +136,7 @@ def check_reachable(url: str) -> None:
             [literal]
             if literal is not None
             else [
-                ipaddress.ip_address(info[4][0].split("%")[0])
+                ipaddress.ip_address(str(info[4][0]).split("%")[0])
                 for info in socket.getaddrinfo(host, parts.port or 443, type=socket.SOCK_STREAM)
             ]
         )
