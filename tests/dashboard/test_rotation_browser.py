@@ -52,6 +52,8 @@ def test_rotate_a_key_with_a_grace_then_again_with_none(stack, page):
     assert served(stack, tenant, tenant.api_key)  # in its grace
 
     page.click("text=Back to the keys")
+    status = page.inner_text(f"tr[data-key='{tenant.api_key_id}'] .status")
+    assert status.startswith("active; old secret until ")
     page.click(f"tr[data-key='{tenant.api_key_id}'] >> text=Edit")
     assert "rotating again ends it now" in page.inner_text("#rotate-key")
     page.shot("4-edit-in-grace")
