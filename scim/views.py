@@ -54,6 +54,10 @@ def scim_view(*methods: str, public: bool = False) -> Callable:
                 response = ScimError(503, "A dependency is down; try again shortly.").response()
                 response["Retry-After"] = "5"
                 return response
+            except Exception:
+                # A bug: logged with its traceback, answered in SCIM's format all the same.
+                log.exception("SCIM: %s %s failed", request.method, request.path)
+                return ScimError(500, "Internal error.").response()
 
         return wrapper
 
