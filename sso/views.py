@@ -26,6 +26,7 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.cache import never_cache
 
 from audit.actors import remote_address
+from core.sealing import SealBroken
 from sso import operators
 from sso.identities import link_current_user, tenant_sign_in
 from sso.models import Provider
@@ -45,10 +46,17 @@ def redirect_uri(request: HttpRequest) -> str:
 
 
 def _client(provider: Provider, request: HttpRequest) -> Client:
+    try:
+        secret = provider.client_secret()
+    except SealBroken:  # a master key retired too early, or a row copied from elsewhere
+        raise SignInRefused(
+            "This account's single sign-on secret cannot be read: an owner saves it again.",
+            reason="config",
+        ) from None
     return Client(
         issuer=provider.issuer,
         client_id=provider.client_id,
-        client_secret=provider.client_secret(),
+        client_secret=secret,
         redirect_uri=redirect_uri(request),
     )
 
@@ -108,7 +116,11 @@ def start(request: HttpRequest, account_id: int) -> HttpResponse:
         raise Http404("No single sign-on for this account.")
     linking = request.GET.get("link") == "1" and request.user.is_authenticated
     kind = "link" if linking else "tenant"
-    return _begin(request, _client(provider, request), kind=kind, account_id=account_id)
+    try:
+        client = _client(provider, request)
+    except SignInRefused as exc:
+        return refused(request, exc, kind=kind)
+    return _begin(request, client, kind=kind, account_id=account_id)
 
 
 @never_cache

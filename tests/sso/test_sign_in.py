@@ -188,3 +188,47 @@ def test_a_user_the_directory_deactivated_is_refused(sso):
     with httpx.Client() as client:
         refused(client.get(provider_sign_in(client, start(sso, account), "ana")), "scim")
     assert not IdentityLink.objects.exists()
+
+
+def test_each_sign_in_applies_the_groups_role_and_keeps_the_last_owner(sso):
+    account = sso.acme()
+    account.directory_roles = {"acme-admins": "admin", "acme-viewers": "viewer"}
+    account.save(update_fields=["directory_roles"])
+    ana = sso.op.config["users"]["ana"]["claims"]
+
+    def sign_in(name: str) -> None:
+        with httpx.Client() as client:
+            assert (
+                client.get(provider_sign_in(client, start(sso, account), name)).status_code == 302
+            )
+
+    sign_in("ana")
+    member = Membership.objects.get(account=account, user__identity_links__subject="ana-sub")
+    assert member.role == "admin"
+    sso.op.set_user("ana", claims={**ana, "groups": ["unmapped"]})
+    sign_in("ana")
+    member.refresh_from_db()
+    assert member.role == "admin"  # a claim that maps to nothing changes nothing
+    sso.op.set_user("ana", claims={**ana, "groups": ["acme-viewers"]})
+    sign_in("ana")
+    member.refresh_from_db()
+    assert member.role == "viewer"
+
+    # The account's one owner signs in with groups that map to viewer: still the owner.
+    owner = Membership.objects.get(account=account, role="owner")
+    IdentityLink.objects.create(issuer=sso.op.issuer, subject="olly-sub", user=owner.user)
+    olly = sso.op.config["users"]["olly"]["claims"]
+    sso.op.set_user("olly", claims={**olly, "groups": ["acme-viewers"]})
+    sign_in("olly")
+    owner.refresh_from_db()
+    assert owner.role == "owner"
+
+
+def test_the_login_pages_email_finds_the_accounts_button(sso):
+    account = sso.acme()
+    page = httpx.get(f"{sso.url}/login/sso/", params={"email": "someone@acme.test"}).text
+    assert f'href="/login/sso/{account.pk}/"' in page
+    assert "Sign in with Acme IdP" in page
+    page = httpx.get(f"{sso.url}/login/sso/", params={"email": "someone@elsewhere.test"}).text
+    assert 'id="sso-none"' in page
+    assert "/login/sso/" + str(account.pk) not in page
