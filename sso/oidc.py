@@ -39,6 +39,8 @@ HTTP_TIMEOUT_S = 5.0
 # Clocks differ a little between us and the provider: this much, no more.
 LEEWAY_S = 60
 SCOPES = "openid email profile"
+SUB_MAX = 255  # OpenID Connect Core 2: a subject is at most 255 ASCII characters
+EMAIL_MAX = 254
 # Asymmetric only: a shared-secret (HS256) token would be signed with the client secret.
 SIGNING_ALGORITHMS = ("RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384")
 
@@ -304,6 +306,12 @@ def validate_id_token(
             f"The ID token is not for this sign-in (its {claim or 'claims'} do not match).",
             reason=claim or "claims",
         ) from None
-    if not isinstance(claims.get("sub"), str) or not claims["sub"]:
-        raise SignInRefused("The ID token names no subject.", reason="sub")
-    return dict(claims)
+    if not isinstance(claims.get("sub"), str) or not 0 < len(claims["sub"]) <= SUB_MAX:
+        raise SignInRefused("The ID token names no subject we can keep.", reason="sub")
+    found_claims = dict(claims)
+    email = found_claims.get("email")
+    if not isinstance(email, str) or len(email) > EMAIL_MAX or "@" not in email:
+        # An address we could not store or route is no address: never half of one.
+        found_claims.pop("email", None)
+        found_claims.pop("email_verified", None)
+    return found_claims
