@@ -15,6 +15,7 @@ from typing import Any
 
 import orjson
 from django.core.exceptions import RequestDataTooBig
+from django.db import transaction
 from django.http import HttpRequest, HttpResponse
 from django.views.decorators.csrf import csrf_exempt
 
@@ -290,12 +291,16 @@ def user_detail(request: HttpRequest, caller: Caller, user_id: str) -> HttpRespo
     if request.method == "DELETE":
         users.user_delete(account=caller.account, user=user, actor=caller.actor)
         return HttpResponse(status=204)
-    if request.method == "PUT":
-        data = users.clean(body(request))
-    else:
-        current = resources.user_resource(user, account=caller.account, base_url="")
-        data = users.clean(_patched(resources.user_writable(current), request, USER_KNOWN))
-    users.user_replace(account=caller.account, user=user, data=data, actor=caller.actor)
+    # A PATCH reads, changes and writes the resource: with the row locked, so directories'
+    # concurrent PATCHes of one resource each apply to the other's result.
+    with transaction.atomic():
+        user = type(user).objects.select_for_update().get(pk=user.pk)
+        if request.method == "PUT":
+            data = users.clean(body(request))
+        else:
+            current = resources.user_resource(user, account=caller.account, base_url="")
+            data = users.clean(_patched(resources.user_writable(current), request, USER_KNOWN))
+        users.user_replace(account=caller.account, user=user, data=data, actor=caller.actor)
     user.refresh_from_db()
     return _user_answer(request, caller, user)
 
@@ -359,11 +364,13 @@ def group_detail(request: HttpRequest, caller: Caller, group_id: str) -> HttpRes
     if request.method == "DELETE":
         groups.group_delete(group=group, actor=caller.actor)
         return HttpResponse(status=204)
-    if request.method == "PUT":
-        raw = body(request)
-    else:
-        current = resources.group_writable(resources.group_resource(group, base_url=""))
-        raw = _patched(current, request, GROUP_KNOWN, key_of={"members": "value"})
-    data = groups.clean(raw, account=caller.account)
-    group = groups.group_replace(group=group, data=data, actor=caller.actor)
+    with transaction.atomic():  # locked, as a User's (Okta sends a group's PATCHes at once)
+        group = ScimGroup.objects.select_for_update().get(pk=group.pk)
+        if request.method == "PUT":
+            raw = body(request)
+        else:
+            current = resources.group_writable(resources.group_resource(group, base_url=""))
+            raw = _patched(current, request, GROUP_KNOWN, key_of={"members": "value"})
+        data = groups.clean(raw, account=caller.account)
+        group = groups.group_replace(group=group, data=data, actor=caller.actor)
     return _group_answer(request, group)
