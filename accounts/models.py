@@ -263,6 +263,12 @@ class ApiKey(PeriodSpend, models.Model):
             return False
         return self.expires_at is None or self.expires_at > now
 
+    def eviction(self) -> dict:
+        """Return the bus message that evicts this key: its secret's hash and, after a
+        rotation, the one still in grace (gateway/auth.py caches each secret on its own)."""
+        hashes = [self.key_hash, *([self.previous_hash] if self.previous_hash else [])]
+        return {"key_hash": self.key_hash, "key_hashes": hashes}
+
 
 class TenantToken(models.Model):
     """A tenant API credential (`Authorization: Token ...`). Stored hashed; buys no tokens."""

@@ -276,23 +276,14 @@ def api_key_revoke(*, api_key: ApiKey, actor: Actor | None = None) -> ApiKey:
                 before={"revoked_at": None},
                 after={"revoked_at": api_key.revoked_at},
             )
-    bus.publish(bus.Topic.API_KEY, key_hashes_payload(api_key), wait=True)
+    bus.publish(bus.Topic.API_KEY, api_key.eviction(), wait=True)
     return api_key
 
 
 def api_key_changed(*, api_key: ApiKey) -> None:
     """Tell every replica a key's limits, models or expiry changed; returns once they all
     dropped the old ones."""
-    bus.publish(bus.Topic.API_KEY, key_hashes_payload(api_key), wait=True)
-
-
-def key_hashes_payload(api_key: ApiKey) -> dict:
-    """The bus message that evicts a key: its secret's hash and, after a rotation, the one
-    still in grace (gateway/auth.py caches each secret on its own)."""
-    payload: dict = {"key_hash": api_key.key_hash}
-    if api_key.previous_hash:
-        payload["key_hashes"] = [api_key.key_hash, api_key.previous_hash]
-    return payload
+    bus.publish(bus.Topic.API_KEY, api_key.eviction(), wait=True)
 
 
 def group_changed(*, group: Group) -> None:
@@ -528,4 +519,3 @@ def account_billing_update(
         account.save(update_fields=["bandwidth_price_micro_per_gb", "markup_bp"])
         record_account(account, action="account.billing", actor=actor, before=before)
     return account_billing_changed(account=account)
-

@@ -106,3 +106,15 @@ def test_a_revoke_or_second_rotation_ends_a_cached_secret_in_grace_at_once(stack
     assert refusal(old) == (401, "LM-1001")
     new = openai.OpenAI(base_url=f"{stack.url}/v1", api_key=rotated["secret"], max_retries=0)
     assert (refusal(new) is None) == (then == "rotate again")
+
+
+def test_a_change_to_the_key_reaches_its_secret_in_grace_at_once(stack):
+    tenant = stack.tenant()
+    api = tenant_api(tenant)
+    api.post(f"/api/keys/{tenant.api_key_id}/rotate", {"grace_s": 600}, "json")
+    old = stack.openai(tenant)
+    ask(old)  # the secret in grace, now in the gateway's memory
+
+    api.patch(f"/api/keys/{tenant.api_key_id}", {"allowed_models": ["claude-3-5-haiku"]}, "json")
+
+    assert refusal(old) == (403, "LM-1003")  # the same key, narrowed
