@@ -10,7 +10,7 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.validators import UnicodeUsernameValidator
 from django.core.exceptions import ValidationError
 from django.core.validators import validate_email
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 
@@ -153,13 +153,17 @@ def user_create(*, account: Account, data: dict, actor: Actor | None) -> Any:
     SSO or a set-password link) and, unless created inactive, a viewer membership."""
     if _taken(data["userName"]):
         raise _uniqueness(data["userName"])
-    membership = members.membership_invite(
-        account=account,
-        username=data["userName"],
-        email=primary_email(data["emails"]),
-        role=Membership.Role.VIEWER,
-        actor=actor,
-    )
+    try:
+        with transaction.atomic():  # a savepoint: a concurrent create of the name may win
+            membership = members.membership_invite(
+                account=account,
+                username=data["userName"],
+                email=primary_email(data["emails"]),
+                role=Membership.Role.VIEWER,
+                actor=actor,
+            )
+    except (members.MembershipRefused, IntegrityError) as exc:
+        raise _uniqueness(data["userName"]) from exc
     user = membership.user
     row = ScimUser.objects.create(account=account, user=user)
     if data["active"] is None:
