@@ -1,7 +1,9 @@
 """Key rotation under load (issue 41): an open-loop ~500 requests/s over two gateways, the key
 rotated midway with a 4 s grace while the load still sends the old secret, then switches.
-No request fails; the old secret is refused LM-1001 on both gateways within 5 s of its grace
-end, though each had it in memory."""
+No request fails (an old-secret request the gateway only reads after the grace end, queued on
+a busy host, is refused and counted apart); the old secret is refused LM-1001 on both
+gateways within 5 s of its grace end, though each had it in memory. It prints the rate
+achieved, the latencies, how long the rotation took to answer and the refusal delays."""
 
 from __future__ import annotations
 
@@ -29,6 +31,16 @@ MAX_LOAD_S = 15.0  # a backstop: the test stops the load once both gateways refu
 BODY = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 5}
 
 
+@dataclass(frozen=True)
+class Answer:
+    secret: str  # "old" or "new"
+    gateway: int
+    status: int  # 0: no answer
+    code: str
+    sent_at: float
+    answered_at: float
+
+
 @dataclass
 class Load:
     """An open-loop load: request i is due at start + i / RATE_PER_S whatever the answers."""
@@ -41,15 +53,13 @@ class Load:
     started_at: float = 0.0
     sent: int = 0
     ended_at: float = 0.0
-    # (which secret, gateway index, status, error code) per answered request
-    answers: list[tuple[str, int, int, str]] = field(default_factory=list)
-    latencies_s: list[float] = field(default_factory=list)
+    answers: list[Answer] = field(default_factory=list)
 
     async def _one(self, session: aiohttp.ClientSession, index: int) -> None:
         old = time.time() < self.switch_at
         secret, which = (self.secret, "old") if old else (self.new_secret, "new")
         gateway = index % len(self.urls)
-        sent_at = time.monotonic()
+        sent_at = time.time()
         try:
             async with session.post(
                 f"{self.urls[gateway]}/v1/chat/completions",
@@ -58,10 +68,10 @@ class Load:
             ) as response:
                 body = await response.json(content_type=None)
                 code = "" if response.status == 200 else body["error"]["code"]
-                self.answers.append((which, gateway, response.status, code))
-                self.latencies_s.append(time.monotonic() - sent_at)
+                status = response.status
         except (aiohttp.ClientError, TimeoutError) as failed:
-            self.answers.append((which, gateway, 0, type(failed).__name__))
+            status, code = 0, type(failed).__name__
+        self.answers.append(Answer(which, gateway, status, code, sent_at, time.time()))
 
     async def run(self) -> None:
         connector = aiohttp.TCPConnector(limit=0)
@@ -87,8 +97,10 @@ def test_rotation_under_load_on_two_gateways_fails_nothing_and_ends_the_old_secr
     transactional_db, spawn_gateway, stub
 ):
     # Tenant-token lockouts off: other tests' wrong tokens from 127.0.0.1 must not refuse
-    # this test's rotation (tests/accounts/test_login_throttle.py tests them).
-    env = {"TOLLGATE_LOGIN_FAILURES": "0"}
+    # this test's rotation (tests/accounts/test_login_throttle.py tests them). The fleet's
+    # in-flight cap raised: on the shared host other work can stall the gateways for
+    # seconds, and this test measures the rotation, not admission (test_caps_and_rate_limits).
+    env = {"TOLLGATE_LOGIN_FAILURES": "0", "TOLLGATE_INFLIGHT_MAX": "20000"}
     first = own_stack(spawn_gateway(**env), stub)
     second = spawn_gateway(**env)
     second.reload()
@@ -147,21 +159,36 @@ def test_rotation_under_load_on_two_gateways_fails_nothing_and_ends_the_old_secr
         runner.join(30)
 
     duration_s = load.ended_at - load.started_at
-    latencies = sorted(load.latencies_s)
+    latencies = sorted(a.answered_at - a.sent_at for a in load.answers)
+
+    # An old-secret request sent before the grace end but still queued on the busy shared
+    # host when it ended is refused, rightly: the gateway decides when it reads it. Only a
+    # refusal answered before the grace end, or any other failure, is a failure.
+    def late(a: Answer) -> bool:
+        return (a.secret, a.status, a.code) == ("old", 401, "LM-1001") and (
+            a.answered_at >= grace_end
+        )
+
+    failed = Counter(
+        (a.secret, a.gateway, a.status, a.code)
+        for a in load.answers
+        if a.status != 200 and not late(a)
+    )
+    late_count = sum(map(late, load.answers))
     print(
         f"\nlatency p50 {latencies[len(latencies) // 2] * 1000:.0f} ms, "
         f"p99 {latencies[len(latencies) * 99 // 100] * 1000:.0f} ms; "
         f"sent {load.sent} requests in {duration_s:.2f} s: {load.sent / duration_s:.0f}/s "
         f"over 2 gateways; the rotation answered in {rotate_s:.3f} s; old secret refused "
         f"{refused_after_s[0]:.3f} s and "
-        f"{refused_after_s[1]:.3f} s after its grace ended"
+        f"{refused_after_s[1]:.3f} s after its grace ended; {late_count} old-secret requests "
+        "still queued at the grace end were refused"
     )
     assert early_refusals == []
     assert max(refused_after_s.values()) < 5
     assert len(load.answers) == load.sent
-    failed = Counter(answer for answer in load.answers if answer[2] != 200)
     assert failed == Counter()
-    by_secret = {(which, gateway) for which, gateway, _, _ in load.answers}
+    by_secret = {(a.secret, a.gateway) for a in load.answers if a.status == 200}
     assert by_secret == {("old", 0), ("old", 1), ("new", 0), ("new", 1)}
     assert load.sent / duration_s >= 0.8 * RATE_PER_S, "the load generator fell behind"
     # Every request on either secret is the same key's.
