@@ -36,10 +36,11 @@ def user_resource(user: Any, *, account: Account, base_url: str) -> dict:
         out["emails"] = attrs["emails"]
     elif row is None and user.email:
         out["emails"] = [{"value": user.email, "primary": True}]
-    if row is None:
-        out["active"] = Membership.objects.filter(account=account, user=user).exists()
-    elif row.active is not None:
-        out["active"] = row.active
+    member = Membership.objects.filter(account=account, user=user).exists()
+    if row is None or row.active is not None:
+        # A member an owner removed (dashboard, tenant API) reads inactive until the
+        # directory says active again.
+        out["active"] = member and (row is None or bool(row.active))
     groups = ScimGroup.objects.filter(account=account, members=user).order_by("id")
     if groups:
         out["groups"] = [

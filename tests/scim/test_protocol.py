@@ -252,3 +252,17 @@ def test_attributes_outside_the_schema_are_accepted_and_not_kept_read_only_ones_
         "active",
     }
     assert (read_only.status_code, read_only.json()["scimType"]) == (400, "mutability")
+
+
+def test_a_member_an_owner_removed_reads_inactive_until_the_directory_says_active():
+    d = directory()
+    ada = d.create_user("ada@example.com")
+    path = f"/Users/{ada['id']}"
+    Membership.objects.get(account=d.account, user_id=int(ada["id"])).delete()
+
+    assert d.get(path).json()["active"] is False
+    renamed = d.patch(path, {"op": "replace", "path": "displayName", "value": "Ada"})
+    assert renamed.json()["active"] is False
+    assert not Membership.objects.filter(account=d.account, user_id=int(ada["id"])).exists()
+    d.patch(path, {"op": "replace", "path": "active", "value": True})
+    assert Membership.objects.filter(account=d.account, user_id=int(ada["id"])).exists()
