@@ -282,6 +282,7 @@ class AccessGroupAdmin(AuditedDeletes, admin.ModelAdmin):
     list_display = ["name", "account", "entries", "created_at"]
     list_select_related = ["account"]
     search_fields = ["name", "account__name"]
+    list_filter = [("account", admin.RelatedOnlyFieldListFilter)]
     filter_horizontal = ["keys", "groups"]
 
     def save_model(self, request, obj, form, change):

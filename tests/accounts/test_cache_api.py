@@ -166,7 +166,8 @@ def test_a_key_follows_its_group_until_it_sets_its_own(announced):
         120,
         "caller",
     )
-    assert announced == [("api_key", {"key_hash": api_key.key_hash})]
+    assert announced == [("api_key", api_key.eviction())]
+    assert api_key.eviction()["key_hashes"] == [api_key.key_hash]  # never rotated: one secret
     entry = last_entry(tenant.account_id)
     assert (entry.action, entry.target_type, entry.target_id) == (
         "key.update",
