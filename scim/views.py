@@ -254,8 +254,8 @@ def _user(caller: Caller, user_id: str):
     return user
 
 
-def _user_answer(request, caller: Caller, user, *, status: int = 200) -> HttpResponse:
-    resource = resources.user_resource(user, account=caller.account, base_url=base_url(request))
+def _answer(request, resource: dict, *, status: int = 200) -> HttpResponse:
+    """A resource as the request's attributes ask, with its Location when created."""
     response = scim_response(
         resources.project(
             resource,
@@ -267,6 +267,11 @@ def _user_answer(request, caller: Caller, user, *, status: int = 200) -> HttpRes
     if status == 201:
         response["Location"] = resource["meta"]["location"]
     return response
+
+
+def _user_answer(request, caller: Caller, user, *, status: int = 200) -> HttpResponse:
+    resource = resources.user_resource(user, account=caller.account, base_url=base_url(request))
+    return _answer(request, resource, status=status)
 
 
 @scim_view("GET", "POST")
@@ -328,18 +333,9 @@ def _group(caller: Caller, group_id: str) -> ScimGroup:
 
 
 def _group_answer(request, group: ScimGroup, *, status: int = 200) -> HttpResponse:
-    resource = resources.group_resource(group, base_url=base_url(request))
-    response = scim_response(
-        resources.project(
-            resource,
-            attributes=request.GET.get("attributes"),
-            excluded=request.GET.get("excludedAttributes"),
-        ),
-        status=status,
+    return _answer(
+        request, resources.group_resource(group, base_url=base_url(request)), status=status
     )
-    if status == 201:
-        response["Location"] = resource["meta"]["location"]
-    return response
 
 
 @scim_view("GET", "POST")
