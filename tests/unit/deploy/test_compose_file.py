@@ -47,6 +47,7 @@ def test_secrets_go_only_where_they_are_used():
     assert holders("TOLLGATE_METRICS_TOKEN") == ["gateway"]
     assert holders("TOLLGATE_USAGE_SINK_SECRET") == ["worker"]
     assert holders("OPENAI_API_KEY") == ["migrate", "gateway", "worker"]
+    assert holders("TOLLGATE_ADMIN_OIDC_CLIENT_SECRET") == ["control"]
     # What config/settings.py requires of every process with a database.
     for name in ("DATABASE_URL", "SECRET_KEY", "SEALING_KEYS", "TOLLGATE_RECEIPT_KEYS"):
         assert holders(name) == list(TOLLGATE), name
