@@ -136,7 +136,13 @@ def api_key_rotate(*, api_key: ApiKey, grace_s: int, actor: Actor | None = None)
     every replica dropped its cached entries, so both secrets are looked up afresh."""
     check_grace_s(grace_s)
     with transaction.atomic():
-        locked = ApiKey.objects.select_for_update().select_related("group").get(pk=api_key.pk)
+        # The key's row alone: the money path updates its group's row then the key's, and a
+        # lock taken on both here (select_related's join) deadlocks with it under load.
+        locked = (
+            ApiKey.objects.select_for_update(of=("self",))
+            .select_related("group")
+            .get(pk=api_key.pk)
+        )
         if locked.revoked_at is not None:
             raise NotRotatable("A revoked key cannot be rotated.")
         done = rotate(
@@ -169,7 +175,11 @@ def tenant_token_rotate(*, token: TenantToken, grace_s: int, actor: Actor | None
     """Rotate a tenant API token (looked up per request: no cache to evict)."""
     check_grace_s(grace_s)
     with transaction.atomic():
-        locked = TenantToken.objects.select_for_update().select_related("user").get(pk=token.pk)
+        locked = (
+            TenantToken.objects.select_for_update(of=("self",))
+            .select_related("user")
+            .get(pk=token.pk)
+        )
         if locked.revoked_at is not None:
             raise NotRotatable("A revoked token cannot be rotated.")
         done = rotate(

@@ -113,7 +113,7 @@ def tenant_sign_in(*, provider: Provider, claims: dict[str, Any], address: str |
     email = verified_email(claims)
     role = role_for_groups(account, claimed_groups(claims, provider.groups_claim))
     link = (
-        IdentityLink.objects.select_for_update()
+        IdentityLink.objects.select_for_update(of=("self",))
         .select_related("user")
         .filter(issuer=issuer, subject=subject)
         .first()

@@ -138,7 +138,13 @@ def _too_large_response() -> HttpResponse:
 def tenant_exception_handler(exc: Exception, context: dict) -> HttpResponse | None:
     """Answer an exception raised in a DRF view in our error language; None re-raises it."""
     if isinstance(exc, OUTAGES):
-        log.warning("tenant API: a dependency is down (%s): answering LM-5004", type(exc).__name__)
+        # The first line only (a deadlock's, a refused connection's): no statement or values.
+        first_line = str(exc).strip().partition("\n")[0][:200]
+        log.warning(
+            "tenant API: a dependency is down (%s: %s): answering LM-5004",
+            type(exc).__name__,
+            first_line,
+        )
         set_rollback()
         return outage_response()
     if isinstance(exc, RequestDataTooBig):
