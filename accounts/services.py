@@ -71,6 +71,7 @@ ACCOUNT_AUDITED = (
     "markup_bp",
     "time_zone",
     "budget_alert_pcts",
+    "directory_roles",
 )
 
 

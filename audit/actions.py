@@ -7,6 +7,7 @@ ACTIONS: dict[str, str] = {
     "account.update": "An operator changed an account's settings.",
     "account.billing": "The account's bandwidth price or markup changed.",
     "account.governance": "The account's time zone or budget alert percents changed.",
+    "account.directory": "The account's directory roles (directory group -> role) changed.",
     "account.suspend": "An operator suspended the account: every key refused (LM-1004).",
     "account.resume": "An operator resumed the account.",
     "account.delete": "An operator deleted the account.",

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from django import forms
 from django.contrib.auth.validators import UnicodeUsernameValidator
+from django.core.exceptions import ValidationError
 
+from accounts.directory import directory_roles_parse, directory_roles_text
 from accounts.model_access import BadEntry, clean_entries
 from accounts.models import (
     DEFAULT_CACHE_TTL_S,
@@ -286,3 +288,25 @@ class InviteForm(forms.Form):
 
 class RoleForm(forms.Form):
     role = forms.ChoiceField(choices=Membership.Role.choices)
+
+
+class DirectoryRolesForm(forms.Form):
+    """The account's directory roles, one `group = role` per line (accounts/directory.py)."""
+
+    roles = forms.CharField(
+        label="Directory roles",
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 4, "spellcheck": "false"}),
+        help_text="One 'group = role' per line (owner, admin or viewer), e.g. 'eng-leads ="
+        " admin'. A member gets the highest role any of their groups maps to.",
+    )
+
+    @classmethod
+    def of(cls, account: Account) -> DirectoryRolesForm:
+        return cls(initial={"roles": directory_roles_text(account.directory_roles)})
+
+    def clean_roles(self) -> dict[str, str]:
+        try:
+            return directory_roles_parse(self.cleaned_data["roles"])
+        except ValueError as exc:
+            raise ValidationError(str(exc)) from exc

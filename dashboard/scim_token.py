@@ -14,7 +14,7 @@ from accounts.models import Membership
 from audit.actors import request_actor
 from dashboard import selectors
 from dashboard.access import require_owner, seat_of
-from dashboard.forms import InviteForm
+from dashboard.forms import DirectoryRolesForm, InviteForm
 from dashboard.pages import page
 from scim.models import ScimToken
 from scim.tokens import scim_token_issue
@@ -73,4 +73,5 @@ def scim_token(request: HttpRequest, account_id: int) -> HttpResponse:
             scim_secret=secret,
             scim_url=request.build_absolute_uri("/scim/v2"),
         ),
+        directory_form=DirectoryRolesForm.of(seat.account),
     )

@@ -4,6 +4,7 @@ from django.views.generic import RedirectView
 
 from dashboard import (
     cache,
+    directory_roles,
     model_access,
     payers,
     receipts,
@@ -50,6 +51,11 @@ urlpatterns = [
     path(account + "members/<int:member_id>/role/", views.member_role, name="member-role"),
     path(account + "members/<int:member_id>/remove/", views.member_remove, name="member-remove"),
     path(account + "members/scim-token/", scim_token.scim_token, name="scim-token"),
+    path(
+        account + "members/directory-roles/",
+        directory_roles.directory_roles,
+        name="directory-roles",
+    ),
     path(account + "team-keys/", team_keys.team_keys, name="team-keys"),
     path(account + "team-keys/fallback/", team_keys.pool_fallback, name="pool-fallback"),
     path(

@@ -35,6 +35,7 @@ from dashboard import selectors
 from dashboard.access import Seat, first_account_id, require_change, require_owner, seat_of
 from dashboard.charts import charts_page
 from dashboard.forms import (
+    DirectoryRolesForm,
     GroupForm,
     InviteForm,
     KeyForm,
@@ -235,6 +236,7 @@ def members(request: HttpRequest, account_id: int) -> HttpResponse:
         members=selectors.members_of_account(account=seat.account),
         roles=Membership.Role.choices,
         **scim_context(seat.account),
+        directory_form=DirectoryRolesForm.of(seat.account),
     )
 
 

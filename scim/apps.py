@@ -15,3 +15,8 @@ class ScimConfig(AppConfig):
 
         user_logged_in.connect(remember_session, dispatch_uid="scim.remember_session")
         user_logged_out.connect(forget_session, dispatch_uid="scim.forget_session")
+        # A new directory-roles map: provisioned members take their roles at once.
+        from accounts.directory import directory_roles_changed
+        from scim.roles import follow_directory
+
+        directory_roles_changed.connect(follow_directory, dispatch_uid="scim.follow_directory")

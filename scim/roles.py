@@ -10,7 +10,7 @@ from accounts.directory import role_for_groups
 from accounts.models import Account, Membership
 from audit.actors import Actor
 from scim.errors import ScimError
-from scim.models import ScimGroup
+from scim.models import ScimGroup, ScimUser
 
 
 def directory_role(*, account: Account, user: Any) -> str:
@@ -39,3 +39,20 @@ def roles_recompute(*, account: Account, users: list[Any], actor: Actor | None) 
             members.membership_set_role(membership=membership, role=role, actor=actor)
         except members.MembershipRefused as exc:
             raise last_owner_refusal(exc) from exc
+
+
+def follow_directory(*, account: Account, actor: Actor | None, **_: Any) -> None:
+    """The account's directory roles changed (accounts.directory.directory_roles_changed):
+    each member the directory provisioned takes the role its groups map to now. The
+    account's last owner stays owner: an owner's hand changes that, not a map."""
+    provisioned = ScimUser.objects.filter(account=account).values("user")
+    for membership in Membership.objects.filter(
+        account=account, user__in=provisioned
+    ).select_related("user"):
+        role = directory_role(account=account, user=membership.user)
+        if role == membership.role:
+            continue
+        try:
+            members.membership_set_role(membership=membership, role=role, actor=actor)
+        except members.MembershipRefused:
+            continue

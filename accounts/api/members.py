@@ -1,4 +1,5 @@
-"""Tenant API for an account's members: list, invite (a one-time link), change a role, remove.
+"""Tenant API for an account's members: list, invite (a one-time link), change a role, remove;
+and the directory roles that SSO and SCIM groups give them.
 
 The dashboard's rules (dashboard/views.py members, member_role, member_remove): every member
 reads the list; only the account's owners invite, change roles and remove; the last owner
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 from django.conf import settings
 from django.contrib.auth.validators import UnicodeUsernameValidator
+from django.core.exceptions import ValidationError as DjangoValidationError
 from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
@@ -18,7 +20,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from accounts import members
+from accounts import directory, members
 from accounts.api.errors import Conflict
 from accounts.api.fields import account_or_404, id_of
 from accounts.api.schema import error_responses
@@ -166,3 +168,56 @@ class MemberDetailView(APIView):
         except members.MembershipRefused as exc:
             raise Conflict(str(exc)) from exc
         return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class DirectoryRolesIn(serializers.Serializer):
+    account = id_of(Account, required=False, help_text="Default: the caller's first account.")
+    roles = serializers.DictField(
+        child=serializers.ChoiceField(choices=Membership.Role.choices),
+        help_text='Directory group name -> role, e.g. {"eng-leads": "admin", "eng": "viewer"}.'
+        " The whole map: groups left out map to nothing.",
+    )
+
+
+class DirectoryRolesOut(serializers.Serializer):
+    account = serializers.IntegerField()
+    roles = serializers.DictField(child=serializers.CharField())
+
+
+class DirectoryRolesView(APIView):
+    """The account's directory roles: the role each directory group (an SSO groups claim,
+    a SCIM Group) gives a member (accounts/directory.py)."""
+
+    @extend_schema(
+        operation_id="directory_roles_get",
+        tags=["members"],
+        summary="The account's directory roles (`account`, else the caller's first)",
+        parameters=[MemberListIn],
+        responses={200: DirectoryRolesOut, **error_responses(400, 404)},
+    )
+    def get(self, request):
+        query = MemberListIn(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        account = account_or_404(request, query.validated_data.get("account"))
+        return Response({"account": account.pk, "roles": account.directory_roles})
+
+    @extend_schema(
+        operation_id="directory_roles_set",
+        tags=["members"],
+        summary="Replace the account's directory roles (owners only); provisioned members"
+        " take their new roles at once",
+        request=DirectoryRolesIn,
+        responses={200: DirectoryRolesOut, **error_responses(400, 403, 404)},
+    )
+    def put(self, request):
+        data = DirectoryRolesIn(data=request.data)
+        data.is_valid(raise_exception=True)
+        account = account_or_404(request, data.validated_data.get("account"))
+        require_owner(user=request.user, account=account)
+        try:
+            directory.directory_roles_set(
+                account=account, roles=data.validated_data["roles"], actor=request_actor(request)
+            )
+        except DjangoValidationError as exc:
+            raise serializers.ValidationError({"roles": exc.messages}) from exc
+        return Response({"account": account.pk, "roles": account.directory_roles})

@@ -17,6 +17,7 @@ urlpatterns = [
     path("cache/purge", views.CachePurgeView.as_view()),
     path("members", members.MemberListView.as_view()),
     path("members/<int:member_id>", members.MemberDetailView.as_view()),
+    path("directory-roles", members.DirectoryRolesView.as_view()),
     path("audit", audit.AuditListView.as_view()),
     path("audit/head", heads.AuditHeadView.as_view()),
     path("audit/export.csv", audit.AuditCsvView.as_view()),

@@ -52,6 +52,8 @@ OPERATIONS = {
     ("post", "/api/members"),
     ("patch", "/api/members/{member_id}"),
     ("delete", "/api/members/{member_id}"),
+    ("get", "/api/directory-roles"),
+    ("put", "/api/directory-roles"),
     ("post", "/api/scim-token"),
     ("get", "/api/audit"),
     ("get", "/api/audit/export.csv"),
