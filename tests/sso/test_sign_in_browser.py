@@ -1,11 +1,15 @@
 """Single sign-on in a real browser (Debian's Chromium via Playwright) against the real
 OpenID provider: the login page's "Sign in with …" at a desktop and a phone width, the
-operators' button on the admin's login, and an owner's settings page with its link step.
+operators' button on the admin's login, an owner's settings page with its link step, and the
+refusals of a wrong audience, an expired token and a replayed code.
 
 Screenshots go to $TEST_ARTIFACTS_DIR/sso (default var/test-artifacts/sso), not committed.
 """
 
 from __future__ import annotations
+
+import re
+from urllib.parse import unquote
 
 import pytest
 
@@ -128,3 +132,52 @@ def test_an_owner_sets_sso_up_links_themselves_and_turns_passwords_off(sso, page
     page.click('#sign-in button[type="submit"]')
     assert "signs in with single sign-on only" in page.inner_text("#sign-in")
     assert page.url.startswith(f"{sso.url}/login/")
+
+
+@pytest.mark.parametrize(
+    ("username", "reason"), [("dee", "aud"), ("eve", "expired")], ids=["audience", "expired"]
+)
+def test_a_token_for_another_audience_or_expired_is_refused_in_the_browser(
+    sso, page, username, reason
+):
+    account = sso.acme()
+    page.goto(f"{sso.url}/login/sso/{account.pk}/")
+    sign_in_at_provider(page, username)
+    page.wait_for_selector("#sso-refused")
+    assert page.get_attribute("#sso-refused", "data-reason") == reason
+    assert not IdentityLink.objects.exists()
+    page.goto(f"{sso.url}/dashboard/")
+    assert page.url.startswith(f"{sso.url}/login/")  # no session
+
+
+def test_a_replayed_code_is_refused_in_the_browser(sso, page, browser):
+    account = sso.acme()
+    callbacks: list[str] = []
+    page.on(
+        "request",
+        lambda r: callbacks.append(r.url) if "/login/sso/callback/" in r.url else None,
+    )
+    page.goto(f"{sso.url}/login/sso/{account.pk}/")
+    sign_in_at_provider(page, "olly")
+    page.wait_for_url(f"{sso.url}/dashboard/{account.pk}/")
+    [callback] = callbacks
+
+    page.goto(callback)  # the same browser again: its state worked once
+    page.wait_for_selector("#sso-refused")
+    assert page.get_attribute("#sso-refused", "data-reason") == "state"
+
+    # Another browser with a sign-in of its own started: the provider refuses the used code.
+    other = open_page(browser, ARTIFACTS / "sso" / "replay-thief", viewport=DESKTOP)
+    try:
+        other.goto(f"{sso.url}/login/sso/{account.pk}/")
+        other.wait_for_selector("#op-login")  # at the provider, this browser's state issued
+        # The provider's login page carries the authorize request (state included) in `next`.
+        [state] = re.findall(r"[?&]state=([^&]+)", unquote(other.url))
+        [code] = re.findall(r"[?&]code=([^&]+)", callback)
+        other.goto(f"{sso.url}/login/sso/callback/?code={code}&state={state}")
+        other.wait_for_selector("#sso-refused")
+        assert other.get_attribute("#sso-refused", "data-reason") == "code"
+        other.goto(f"{sso.url}/dashboard/")
+        assert other.url.startswith(f"{sso.url}/login/")
+    finally:
+        other.context.close()
