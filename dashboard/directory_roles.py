@@ -11,13 +11,10 @@ from django.shortcuts import redirect
 from django.views.decorators.http import require_POST
 
 from accounts.directory import directory_roles_set
-from accounts.models import Membership
 from audit.actors import request_actor
-from dashboard import selectors
 from dashboard.access import require_owner, seat_of
-from dashboard.forms import DirectoryRolesForm, InviteForm
-from dashboard.pages import page
-from dashboard.scim_token import scim_context
+from dashboard.forms import DirectoryRolesForm
+from dashboard.members import members_page
 
 
 @require_POST
@@ -38,14 +35,4 @@ def directory_roles(request: HttpRequest, account_id: int) -> HttpResponse:
         else:
             messages.success(request, "Directory roles saved.")
             return redirect("dashboard:members", account_id=account_id)
-    return page(
-        request,
-        seat,
-        "dashboard/members.html",
-        form=InviteForm(),
-        link=None,
-        members=selectors.members_of_account(account=seat.account),
-        roles=Membership.Role.choices,
-        **scim_context(seat.account),
-        directory_form=form,
-    )
+    return members_page(request, seat, directory_form=form)

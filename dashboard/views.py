@@ -24,7 +24,6 @@ from accounts import members as account_members
 from accounts import services as account_services
 from accounts.forms import SignInForm
 from accounts.logins import password_link_issue
-from accounts.models import Membership
 from audit import export as audit_export
 from audit.actors import request_actor
 from audit.selectors import actions_of_accounts, entries_of_accounts
@@ -35,16 +34,15 @@ from dashboard import selectors
 from dashboard.access import Seat, first_account_id, require_change, require_owner, seat_of
 from dashboard.charts import charts_page
 from dashboard.forms import (
-    DirectoryRolesForm,
     GroupForm,
     InviteForm,
     KeyForm,
     RoleForm,
 )
+from dashboard.members import members_page
 from dashboard.pages import asked_first as _asked_first
 from dashboard.pages import page as _page
 from dashboard.rotation import RotateForm
-from dashboard.scim_token import scim_context
 from sso.services import SSO_ONLY, password_sign_in_allowed
 from usage.api.queries import usage_query
 from usage.export import usage_csv_response
@@ -227,17 +225,7 @@ def members(request: HttpRequest, account_id: int) -> HttpResponse:
                 # Shown in this response only, like a key's secret: hand it to the person.
                 link = request.build_absolute_uri(password_link_issue(user=invited.user))
                 form = InviteForm()
-    return _page(
-        request,
-        seat,
-        "dashboard/members.html",
-        form=form,
-        link=link,
-        members=selectors.members_of_account(account=seat.account),
-        roles=Membership.Role.choices,
-        **scim_context(seat.account),
-        directory_form=DirectoryRolesForm.of(seat.account),
-    )
+    return members_page(request, seat, form=form, link=link)
 
 
 @require_POST
