@@ -155,29 +155,54 @@ def _checked(account_id: int, access_groups: Iterable[AccessGroup]) -> list[Acce
     return sorted(chosen, key=lambda g: g.name)
 
 
+def _assign(
+    row: ApiKey | Group,
+    *,
+    account_id: int,
+    access_groups: Iterable[AccessGroup],
+    actor: Actor | None,
+    action: str,
+    target_type: str,
+    target_label: str,
+) -> bool:
+    """Set exactly these access groups on a key or group, recorded; say whether they changed
+    (the caller then tells every replica)."""
+    chosen = _checked(account_id, access_groups)
+    before = sorted(row.access_groups.values_list("name", flat=True))
+    after = [g.name for g in chosen]
+    if before == after:
+        return False
+    with transaction.atomic():
+        row.access_groups.set(chosen)
+        audit.record(
+            actor=actor,
+            action=action,
+            account_id=account_id,
+            target_type=target_type,
+            target_id=row.pk,
+            target_label=target_label,
+            before={"access_groups": before},
+            after={"access_groups": after},
+        )
+    return True
+
+
 def key_access_groups_set(
     *, api_key: ApiKey, access_groups: Iterable[AccessGroup], actor: Actor | None = None
 ) -> ApiKey:
     """Assign exactly these access groups to a key (AccessGroupInUse for another account's);
     live on every replica when this returns."""
-    chosen = _checked(api_key.group.account_id, access_groups)
-    before = sorted(api_key.access_groups.values_list("name", flat=True))
-    after = [g.name for g in chosen]
-    if before == after:
-        return api_key
-    with transaction.atomic():
-        api_key.access_groups.set(chosen)
-        audit.record(
-            actor=actor,
-            action="key.access_groups",
-            account_id=api_key.group.account_id,
-            target_type="key",
-            target_id=api_key.pk,
-            target_label=f"{api_key.prefix}… {api_key.name}".strip(),
-            before={"access_groups": before},
-            after={"access_groups": after},
-        )
-    api_key_changed(api_key=api_key)
+    label = f"{api_key.prefix}… {api_key.name}".strip()
+    if _assign(
+        api_key,
+        account_id=api_key.group.account_id,
+        access_groups=access_groups,
+        actor=actor,
+        action="key.access_groups",
+        target_type="key",
+        target_label=label,
+    ):
+        api_key_changed(api_key=api_key)
     return api_key
 
 
@@ -186,24 +211,16 @@ def group_access_groups_set(
 ) -> Group:
     """Bound a budget group's keys by exactly these access groups (none: unbounded); live on
     every replica when this returns."""
-    chosen = _checked(group.account_id, access_groups)
-    before = sorted(group.access_groups.values_list("name", flat=True))
-    after = [g.name for g in chosen]
-    if before == after:
-        return group
-    with transaction.atomic():
-        group.access_groups.set(chosen)
-        audit.record(
-            actor=actor,
-            action="group.access_groups",
-            account_id=group.account_id,
-            target_type="group",
-            target_id=group.pk,
-            target_label=group.name,
-            before={"access_groups": before},
-            after={"access_groups": after},
-        )
-    group_changed(group=group)
+    if _assign(
+        group,
+        account_id=group.account_id,
+        access_groups=access_groups,
+        actor=actor,
+        action="group.access_groups",
+        target_type="group",
+        target_label=group.name,
+    ):
+        group_changed(group=group)
     return group
 
 
