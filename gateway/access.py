@@ -30,7 +30,13 @@ def offering(offer: ModelOffer, catalog: Catalog) -> Offering:
 
 def usable_offers(name: str, policy: AccessPolicy, catalog: Catalog) -> tuple[ModelOffer, ...]:
     """Return the offers of `name` the policy permits (all of them when unrestricted)."""
-    offers = catalog.resolve(name)
+    return permitted(catalog.resolve(name), policy, catalog)
+
+
+def permitted(
+    offers: tuple[ModelOffer, ...], policy: AccessPolicy, catalog: Catalog
+) -> tuple[ModelOffer, ...]:
+    """Return those of a name's resolved `offers` the policy permits."""
     if policy.unrestricted:
         return offers
     return tuple(o for o in offers if policy.permits(offering(o, catalog)))

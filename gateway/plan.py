@@ -19,7 +19,7 @@ from byok.pools import Pool
 from core.config import tollgate
 from core.errors import Forbidden, InvalidRequest
 from core.money import prompt_tokens_bound, token_cost_micro
-from gateway.access import listed_models, refusal_message, usable_offers
+from gateway.access import listed_models, permitted, refusal_message
 from gateway.attempts import (
     Attempt,
     ChainLock,
@@ -171,9 +171,10 @@ def offers_for(
     """Return the offers of one model of a chain, in the order it tries them: a canonical
     model's cheapest first (LM-2001 unknown or not of the kind asked, LM-1003 not for this
     key)."""
-    if not catalog.resolve(model):
+    offers = catalog.resolve(model)
+    if not offers:
         raise InvalidRequest(unknown_model_message(model, principal, catalog))
-    resolved = usable_offers(model, principal.access, catalog)  # what /v1/models lists
+    resolved = permitted(offers, principal.access, catalog)  # what /v1/models lists
     if not resolved:
         raise Forbidden(refusal_message(model, principal.access, catalog))
     if resolved[0].kind != kind:  # a name is one kind (gateway/catalog.py)
