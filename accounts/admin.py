@@ -10,7 +10,7 @@ from django.db.models import Q
 from django.http import HttpRequest, HttpResponse
 from django.utils import timezone
 
-from accounts import access_groups, model_access, services, throttle
+from accounts import access_groups, model_access, services, throttle, tokens
 from accounts.forms import AdminSignInForm
 from accounts.models import AccessGroup, ApiKey, Group, TenantToken
 from audit.adminkit import AuditedDeletes, operator
@@ -185,7 +185,7 @@ class TenantTokenAdmin(admin.ModelAdmin):
         was = TenantToken.objects.get(pk=obj.pk).revoked_at
         super().save_model(request, obj, form, change)
         if was != obj.revoked_at:
-            services.record_token(
+            tokens.record_token(
                 obj,
                 action="token.revoke" if obj.revoked_at else "token.restore",
                 actor=operator(request),
@@ -207,7 +207,7 @@ class TenantTokenAdmin(admin.ModelAdmin):
     @staticmethod
     def _record_delete(request, token) -> None:
         before = {"prefix": token.prefix, "revoked_at": token.revoked_at}
-        services.record_token(
+        tokens.record_token(
             token, action="token.delete", actor=operator(request), before=before, after={}
         )
 

@@ -40,7 +40,7 @@ from django.utils import timezone
 
 from accounts.models import ApiKey, TenantToken
 from accounts.secrets import TENANT_TOKEN_PREFIX, VIRTUAL_KEY_PREFIX, mint_secret
-from accounts.services import record_token
+from accounts.tokens import record_token
 from audit import services as audit
 from audit.actors import Actor
 from core import bus

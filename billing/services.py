@@ -22,8 +22,8 @@ from accounts.services import (
     account_create,
     api_key_create,
     group_create,
-    tenant_token_create,
 )
+from accounts.tokens import tenant_token_create
 from audit import services as audit
 from audit.actors import Actor, Kind
 from billing import ledger

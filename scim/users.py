@@ -16,7 +16,7 @@ from django.utils import timezone
 
 from accounts import members
 from accounts.models import Account, Membership
-from accounts.services import tenant_tokens_revoke
+from accounts.tokens import tenant_tokens_revoke
 from audit import services as audit
 from audit.actors import Actor
 from scim.errors import ScimError, invalid_value

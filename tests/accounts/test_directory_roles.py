@@ -94,7 +94,7 @@ def test_a_map_that_would_demote_the_last_owner_leaves_them_owner():
 def client_for_user_of(account_id: int, username: str):
     from rest_framework.test import APIClient
 
-    from accounts.services import tenant_token_create
+    from accounts.tokens import tenant_token_create
 
     _, secret = tenant_token_create(user=get_user_model().objects.get(username=username))
     client = APIClient()

@@ -9,7 +9,7 @@ from django.test import Client
 from rest_framework.test import APIClient
 
 from accounts.models import Membership
-from accounts.services import tenant_token_create
+from accounts.tokens import tenant_token_create
 from audit.models import AuditEntry
 from tests.support.tenants import make_tenant
 

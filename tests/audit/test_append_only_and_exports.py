@@ -58,7 +58,7 @@ def owner(tenant: Tenant) -> Client:
 
 
 def viewer(tenant: Tenant) -> tuple[Client, APIClient]:
-    from accounts.services import tenant_token_create
+    from accounts.tokens import tenant_token_create
 
     user = get_user_model().objects.create_user(f"viewer-{tenant.account_id}")
     Membership.objects.create(account_id=tenant.account_id, user=user, role="viewer")

@@ -13,7 +13,7 @@ import pytest
 from django.contrib.auth import get_user_model
 
 from accounts.models import Account, Membership, TenantToken
-from accounts.services import tenant_token_create
+from accounts.tokens import tenant_token_create
 from scim.models import SignedInSession
 from scim.tokens import scim_token_issue
 from tests.support.services import delete_redis_keys

@@ -21,9 +21,8 @@ from accounts.models import Account, ApiKey, Membership
 from accounts.services import (
     api_key_create,
     api_key_revoke,
-    tenant_token_create,
-    tenant_tokens_revoke,
 )
+from accounts.tokens import tenant_token_create, tenant_tokens_revoke
 from billing.services import tenant_provision
 from providers.models import ProviderKind, ProviderProfile
 from providers.services import platform_key_add, profile_set_platform_key, profiles_bootstrap
