@@ -8,6 +8,7 @@ import orjson
 from django.db import models
 from django.utils import timezone
 
+from accounts.models import Period
 from billing.receipt_codec import HexDigestField, PackedJsonField
 
 
@@ -189,6 +190,60 @@ class CallerSpend(models.Model):
 
     def __str__(self) -> str:
         return f"{self.caller_label} in {self.group_id} ({self.period})"
+
+
+class TagBudget(models.Model):
+    """A budget on one request tag of an account (core/tags.py): every request carrying the
+    tag holds on it before any vendor is called and is refused LM-4001 naming the tag when
+    spent + reserved reaches the budget, like a group budget. Spend is counted per period in
+    TagSpend rows (a new period is a new row: nothing to roll)."""
+
+    account = models.ForeignKey("accounts.Account", on_delete=models.CASCADE)
+    tag = models.CharField(max_length=64)
+    budget_max_micro = models.BigIntegerField()
+    budget_period = models.CharField(max_length=8, choices=Period.choices, default=Period.MONTHLY)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["account", "tag"], name="tag_budget_once")]
+
+    def __str__(self) -> str:
+        return f"tag {self.tag} of account {self.account_id}"
+
+
+class TagSpend(models.Model):
+    """What one tag of an account spent and holds in one budget period.
+
+    `period` is the period's key in the account's time zone: "2026-12-06" (daily),
+    "2026-12" (monthly) or "all" (a budget that never resets).
+    """
+
+    account = models.ForeignKey("accounts.Account", on_delete=models.CASCADE)
+    tag = models.CharField(max_length=64)
+    period = models.CharField(max_length=10)
+    spent_micro = models.BigIntegerField(default=0)
+    reserved_micro = models.BigIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["account", "tag", "period"], name="tag_spend_once")
+        ]
+
+    def __str__(self) -> str:
+        return f"tag {self.tag} of account {self.account_id} ({self.period})"
+
+
+class SpendHoldTag(models.Model):
+    """A request's hold on one budgeted tag: released, and charged to the tag, with the
+    request's hold (SpendHold) by its request id."""
+
+    request_id = models.CharField(max_length=64)
+    tag_spend = models.ForeignKey(TagSpend, on_delete=models.CASCADE)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["request_id", "tag_spend"], name="spend_hold_tag_once")
+        ]
 
 
 class SpendAdjustment(models.Model):
