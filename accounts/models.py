@@ -111,6 +111,14 @@ class Account(models.Model):
         validators=[validate_directory_roles],
         help_text='Directory group -> role, e.g. {"eng-leads": "admin", "eng": "viewer"}.',
     )
+    # Set by an operator: the account's traces carry prompt and answer text (gateway tracing).
+    # Off, a trace holds sizes, models, money and timings, never content.
+    trace_content = models.BooleanField(
+        "trace content",
+        default=False,
+        db_default=False,
+        help_text="Export prompts and answers in this account's traces (off: never).",
+    )
 
     def __str__(self) -> str:
         return self.name
@@ -171,6 +179,8 @@ class Group(PeriodSpend, models.Model):
     caller_budget_max_micro = models.BigIntegerField(null=True, blank=True)
     # Web units (pages, rendered pages, queries) the group may use per UTC day; empty: no cap.
     web_units_per_day = models.PositiveIntegerField(null=True, blank=True)
+    # Tags every request of the group's keys carries after its own and its key's (core/tags.py).
+    default_tags = models.JSONField(default=list, db_default=[], blank=True)
     # With a period, spent_micro is the current period's spend (billing.ledger.roll_periods).
     budget_period = models.CharField(max_length=8, choices=Period.choices, default=Period.NONE)
     period_starts_at = models.DateTimeField(null=True, blank=True, editable=False)
@@ -226,6 +236,8 @@ class ApiKey(PeriodSpend, models.Model):
     allowed_models = models.JSONField(
         default=list, blank=True, help_text="Model names this key may use; empty means all."
     )
+    # Tags every request of the key carries after its own (core/tags.py).
+    default_tags = models.JSONField(default=list, db_default=[], blank=True)
     budget_max_micro = models.BigIntegerField(null=True, blank=True)
     spent_micro = models.BigIntegerField(default=0)
     reserved_micro = models.BigIntegerField(default=0)
