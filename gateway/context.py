@@ -58,6 +58,9 @@ class RequestContext:
     started: float = field(default_factory=time.monotonic)
     principal: Principal | None = None
     caller_label: str | None = None
+    # The request's tags (core/tags.py): its own, then its key's and group's defaults. Labels
+    # of the account's books (usage rows, tag budgets), never keys of anything else.
+    tags: tuple[str, ...] = ()
     admission: Admission | None = None  # until the finish releases it
     money: RequestMoney | None = None  # opened by the hold stage, closed by the finish
     trail: list[AttemptRecord] = field(default_factory=list)
