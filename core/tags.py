@@ -14,7 +14,6 @@ from collections.abc import Iterable
 
 MAX_TAGS = 10
 MAX_TAG_CHARS = 64
-TAG_HEADER = "x-tollgate-tags"
 _TAG = re.compile(r"[a-z0-9][a-z0-9_.:/-]{0,63}")
 RULE = (
     f"a tag is 1-{MAX_TAG_CHARS} characters of a-z, 0-9, '_', '.', ':', '/', '-', starting "
@@ -62,3 +61,16 @@ def merge_tags(*sources: Iterable[str]) -> tuple[str, ...]:
                 return tuple(merged)
             merged[tag] = None
     return tuple(merged)
+
+
+def stored_tags(*sources: object) -> tuple[str, ...]:
+    """Return the default tags of stored lists (a key's, then its group's), merged. They were
+    checked when written; one that is not a tag (written around the API) is left out."""
+    tags: list[str] = []
+    for source in sources:
+        for value in source if isinstance(source, list | tuple) else ():
+            try:
+                tags.append(clean_tag(value))
+            except TagError:
+                continue
+    return merge_tags(tags)

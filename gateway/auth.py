@@ -43,6 +43,7 @@ from core.errors import (
     RequestRateLimited,
     Unauthorized,
 )
+from core.tags import stored_tags
 
 NEGATIVE_TTL_S = 30.0
 MAX_NEGATIVE = 10_000
@@ -87,6 +88,8 @@ class Principal:
     cache_ttl_s: int = DEFAULT_CACHE_TTL_S
     cache_scope: str = CacheScope.ACCOUNT
     account_created_us: int = 0  # with the id, names the account for good (cache keys)
+    # The key's default tags, then its group's (gateway/tags.py puts them after the request's).
+    default_tags: tuple[str, ...] = ()
 
     @property
     def has_budget(self) -> bool:
@@ -116,6 +119,7 @@ def _principal_for_group(group: Group, api_key: ApiKey | None = None, **key_fiel
         ),
         cache_scope=(api_key and api_key.cache_scope) or group.cache_scope,
         account_created_us=int(group.account.created_at.timestamp() * 1_000_000),
+        default_tags=stored_tags(api_key.default_tags if api_key else (), group.default_tags),
         **key_fields,
     )
 

@@ -51,6 +51,7 @@ from gateway.shapes.internal import INTERNAL_SHAPE
 from gateway.shapes.openai import OPENAI_SHAPE
 from gateway.shapes.protocols import ClientShape
 from gateway.shapes.responses import RESPONSES_SHAPE
+from gateway.tags import TAG_HEADER, tag_request
 from gateway.types import Chunk, ModelRequest, StreamResult
 from usage.pseudonym import caller_label
 
@@ -232,10 +233,12 @@ async def authenticate(
             raise errors.InvalidRequest("'request_id' is required (1-64 of [A-Za-z0-9._:-]).")
         ex.client_request_id = ctx.client_request_id = request_id  # a label, like X-Request-Id
         ctx.principal = await runtime.principals.for_group(data.get("group"))
+        tag_request(ctx, ex.headers.get(TAG_HEADER))
         return body, data
     ctx.principal = await runtime.principals.for_secret(
         bearer(ex.headers), client=ex.scope.get("client")
     )
+    tag_request(ctx, ex.headers.get(TAG_HEADER))
     body = await ex.read_body()
     return body, parse_json(body)
 
