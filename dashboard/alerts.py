@@ -16,7 +16,7 @@ from django.views.decorators.http import require_POST
 from accounts.models import Account, ApiKey, Group, validate_alert_pcts
 from alerts import services
 from alerts.channels import Unreachable
-from alerts.models import AlertDelivery, AlertRule, AlertWebhook
+from alerts.models import AlertDelivery, AlertFiring, AlertRule, AlertWebhook
 from audit.actors import request_actor
 from core.money import AmountInvalid, parse_usd
 from core.tags import TagError, clean_tag
@@ -25,6 +25,7 @@ from dashboard.access import require_change, seat_of
 from dashboard.pages import asked_first, page
 
 DELIVERIES_SHOWN = 50
+FIRINGS_SHOWN = 20
 
 
 class WebhookForm(forms.Form):
@@ -122,6 +123,10 @@ def _render(request, seat, **context) -> HttpResponse:
         "dashboard/alerts.html",
         hooks=hooks,
         rules=rules.order_by("id"),
+        firings=AlertFiring.objects.filter(rule__account=account)
+        .select_related("rule")
+        .prefetch_related("deliveries__webhook")
+        .order_by("-created_at", "-id")[:FIRINGS_SHOWN],
         hook_form=context.pop("hook_form", None) or WebhookForm(),
         rule_form=context.pop("rule_form", None) or RuleForm(account=account),
         **context,

@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import orjson
 
-from accounts.models import Account
+from accounts.models import Account, Group
 from alerts import services
 from alerts.delivery import deliveries_send
+from alerts.evaluate import rules_evaluate
 from alerts.models import AlertRule, AlertWebhook
 from core.sealing import unseal
 from tests.alerts.conftest import allowing_loopback
+from tests.billing.test_budget_periods import spend
 from tests.dashboard.test_browser import sign_in
 from tests.dashboard.test_pages_layout import check
 from tests.support.alert_receivers import WebhookReceiver
@@ -63,6 +65,20 @@ def test_webhooks_rules_and_a_test_send_on_the_alerts_page(stack, page):
     )
     assert page.inner_text(f"tr[data-rule='{rule.pk}'] td.fires") == "50%, 90%"
 
+    # Spend past 50% of a budget (a stored usage row, settled as a gateway's): it is listed.
+    Group.objects.filter(pk=tenant.group_id).update(budget_max_micro=1_000)
+    spend(tenant, 600)
+    [firing] = rules_evaluate()
+    page.goto(f"{base}/alerts/")
+    row = page.inner_text(f"tr[data-firing='{firing.pk}']")
+    assert "arule_" in row and "reached 50% of its budget, now $0.0006" in row
+    assert "https://93.184.215.14/tollgate: pending" in row
+    # Removing the webhook drops what was still to be sent to it.
+    page.click(f"tr[data-webhook='{hook.pk}'] >> text=Remove")
+    page.click("#confirm-delete button[type=submit]")
+    assert not AlertWebhook.objects.filter(pk=hook.pk).exists()
+    assert page.inner_text(f"tr[data-firing='{firing.pk}'] td.sent") == "email: pending"
+
     receiver = WebhookReceiver()
     try:
         with allowing_loopback():
@@ -74,7 +90,8 @@ def test_webhooks_rules_and_a_test_send_on_the_alerts_page(stack, page):
         page.wait_for_url(f"{base}/alerts/webhooks/{local.pk}/")
         assert "not yet" in page.inner_text("#alert-deliveries")
         with allowing_loopback():
-            assert deliveries_send().delivered == 1  # what the worker does
+            # What the worker does: the test, and the alert's email (to the test outbox).
+            assert deliveries_send().delivered == 2
         page.reload()
         assert "#1: 200" in page.inner_text("#alert-deliveries")
         page.shot("2-test-delivered")
