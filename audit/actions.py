@@ -79,4 +79,14 @@ ACTIONS: dict[str, str] = {
     "platformkey.update": "A platform key's weight, limits or state changed.",
     "platformkey.delete": "A platform key was removed from a profile.",
     "platformkey.failed": "The vendor refused a platform key (401 / 403): Tollgate took it out.",
+    "alert_rule.create": "A tenant alert rule (budget percents or amount, or a wallet floor) "
+    "was created.",
+    "alert_rule.update": "A tenant alert rule's thresholds, recipients or state changed.",
+    "alert_rule.delete": "A tenant alert rule was deleted.",
+    "alert_webhook.create": "A tenant alert webhook was added (its signing secret shown once, "
+    "never recorded).",
+    "alert_webhook.update": "A tenant alert webhook's URL, description or state changed.",
+    "alert_webhook.rotate": "A tenant alert webhook got a new signing secret (shown once).",
+    "alert_webhook.delete": "A tenant alert webhook was removed.",
+    "alert_webhook.test": "A test alert was queued for a tenant webhook.",
 }

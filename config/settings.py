@@ -105,6 +105,19 @@ SCHEME: dict[str, tuple[type, object]] = {
     "TOLLGATE_ARCHIVE_DIR": (str, ""),
     "TOLLGATE_BUDGET_ROLL_S": (int, 60),
     "TOLLGATE_BUDGET_ALERTS_S": (int, 10),
+    # Tenant alerts (alerts/): how often beat evaluates the rules and sends what is due, and
+    # the first retry's wait (doubling after each failed try, at most an hour).
+    "TOLLGATE_ALERTS_S": (int, 30),
+    "TOLLGATE_ALERT_RETRY_BASE_S": (int, 30),
+    # Django's email (tenant alert emails): the SMTP server and the sender (docs/production.md).
+    "EMAIL_HOST": (str, "localhost"),
+    "EMAIL_PORT": (int, 25),
+    "EMAIL_HOST_USER": (str, ""),
+    "EMAIL_HOST_PASSWORD": (str, ""),
+    "EMAIL_USE_TLS": (bool, False),
+    "EMAIL_USE_SSL": (bool, False),
+    "EMAIL_TIMEOUT": (int, 10),
+    "DEFAULT_FROM_EMAIL": (str, "tollgate@localhost"),
     "TOLLGATE_CALLER_KEY": (str, ""),
     "TOLLGATE_CALLER_WINDOW": (str, "month"),
     "TOLLGATE_LOG_LEVEL": (str, "INFO"),
@@ -348,6 +361,8 @@ TOLLGATE = {
     # spend alerts settlement raised.
     "BUDGET_ROLL_S": max(1, env("TOLLGATE_BUDGET_ROLL_S")),
     "BUDGET_ALERTS_S": max(1, env("TOLLGATE_BUDGET_ALERTS_S")),
+    "ALERTS_S": max(1, env("TOLLGATE_ALERTS_S")),
+    "ALERT_RETRY_BASE_S": max(1, env("TOLLGATE_ALERT_RETRY_BASE_S")),
     "CALLER_KEY": CALLER_KEY,
     "CALLER_WINDOW": env("TOLLGATE_CALLER_WINDOW"),
     # Idempotency-Key records live this long; answers past the cap are served, not stored.
@@ -457,6 +472,7 @@ INSTALLED_APPS = [
     "byok",
     "gateway",
     "usage",
+    "alerts",
     "dashboard",
     "webfetch",
     "sso",
@@ -660,6 +676,8 @@ CELERY_BEAT_SCHEDULE: dict = {
         "task": "billing.deliver_budget_alerts",
         "schedule": float(TOLLGATE["BUDGET_ALERTS_S"]),
     },
+    # Tenant alerts: evaluate the rules against the counters, then send what is due.
+    "alerts-run": {"task": "alerts.run", "schedule": float(TOLLGATE["ALERTS_S"])},
     "billing-expire-stale-holds": {
         "task": "billing.expire_stale_holds",
         "schedule": float(min(60, TOLLGATE["RESERVATION_TTL_S"])),
@@ -671,6 +689,18 @@ CELERY_BEAT_SCHEDULE: dict = {
         "schedule": float(max(5, TOLLGATE["CRAWL_LEASE_S"] // 2)),
     },
 }
+
+# Tenant alert emails go through Django's SMTP backend (docs/production.md, "Email").
+EMAIL_HOST = env("EMAIL_HOST")
+EMAIL_PORT = env("EMAIL_PORT")
+EMAIL_HOST_USER = env("EMAIL_HOST_USER")
+EMAIL_HOST_PASSWORD = env("EMAIL_HOST_PASSWORD")
+EMAIL_USE_TLS = env("EMAIL_USE_TLS")
+EMAIL_USE_SSL = env("EMAIL_USE_SSL")
+EMAIL_TIMEOUT = env("EMAIL_TIMEOUT")
+DEFAULT_FROM_EMAIL = env("DEFAULT_FROM_EMAIL")
+if EMAIL_USE_TLS and EMAIL_USE_SSL:
+    raise ImproperlyConfigured("EMAIL_USE_TLS and EMAIL_USE_SSL exclude each other: set one.")
 
 LOGGING = {
     "version": 1,

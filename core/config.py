@@ -62,6 +62,8 @@ class TollgateSettings:
     archive_dir: Path
     budget_roll_s: int
     budget_alerts_s: int
+    alerts_s: int
+    alert_retry_base_s: int
     # Caller labels ("" when off) and their window ("month" or "year").
     caller_key: str = field(repr=False)
     caller_window: str

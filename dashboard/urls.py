@@ -3,6 +3,7 @@ from django.urls import path
 from django.views.generic import RedirectView
 
 from dashboard import (
+    alerts,
     cache,
     directory_roles,
     model_access,
@@ -47,6 +48,21 @@ urlpatterns = [
     ),
     path(account + "keys/<int:key_id>/access/", model_access.key_access, name="key-access"),
     path(account + "groups/<int:group_id>/access/", model_access.group_access, name="group-access"),
+    path(account + "alerts/", alerts.alerts, name="alerts"),
+    path(
+        account + "alerts/rules/<int:rule_id>/delete/", alerts.rule_delete, name="alert-rule-delete"
+    ),
+    path(account + "alerts/webhooks/<int:webhook_id>/", alerts.webhook, name="alert-webhook"),
+    path(
+        account + "alerts/webhooks/<int:webhook_id>/test/",
+        alerts.webhook_test,
+        name="alert-webhook-test",
+    ),
+    path(
+        account + "alerts/webhooks/<int:webhook_id>/delete/",
+        alerts.webhook_delete,
+        name="alert-webhook-delete",
+    ),
     path(account + "members/", views.members, name="members"),
     path(account + "members/<int:member_id>/role/", views.member_role, name="member-role"),
     path(account + "members/<int:member_id>/remove/", views.member_remove, name="member-remove"),

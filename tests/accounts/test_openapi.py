@@ -48,6 +48,19 @@ OPERATIONS = {
     ("get", "/api/access-groups/{access_group_id}"),
     ("patch", "/api/access-groups/{access_group_id}"),
     ("delete", "/api/access-groups/{access_group_id}"),
+    ("get", "/api/alert-rules"),
+    ("post", "/api/alert-rules"),
+    ("get", "/api/alert-rules/{rule_id}"),
+    ("patch", "/api/alert-rules/{rule_id}"),
+    ("delete", "/api/alert-rules/{rule_id}"),
+    ("get", "/api/webhooks"),
+    ("post", "/api/webhooks"),
+    ("get", "/api/webhooks/{webhook_id}"),
+    ("patch", "/api/webhooks/{webhook_id}"),
+    ("delete", "/api/webhooks/{webhook_id}"),
+    ("post", "/api/webhooks/{webhook_id}/rotate"),
+    ("post", "/api/webhooks/{webhook_id}/test"),
+    ("get", "/api/webhooks/{webhook_id}/deliveries"),
     ("get", "/api/members"),
     ("post", "/api/members"),
     ("patch", "/api/members/{member_id}"),
@@ -74,12 +87,18 @@ OPERATIONS = {
 # Operations anyone may call, without authentication (the receipts' public keys).
 PUBLIC = {("get", "/api/receipts/keys")}
 # Writes that genuinely take no body.
-NO_REQUEST_BODY = {("post", "/api/keys/{key_id}/revoke")}
+NO_REQUEST_BODY = {
+    ("post", "/api/keys/{key_id}/revoke"),
+    ("post", "/api/webhooks/{webhook_id}/rotate"),
+    ("post", "/api/webhooks/{webhook_id}/test"),
+}
 # Operations whose success genuinely has no body (204).
 NO_RESPONSE_BODY = {
     ("delete", "/admin/groups/{group_id}/byok/keys/{key_id}"),
     ("delete", "/api/members/{member_id}"),
     ("delete", "/api/access-groups/{access_group_id}"),
+    ("delete", "/api/alert-rules/{rule_id}"),
+    ("delete", "/api/webhooks/{webhook_id}"),
 }
 USAGE_FILTERS = {"group", "key", "caller", "route", "client_request_id", "model", "start", "end"}
 
