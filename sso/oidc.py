@@ -11,8 +11,6 @@ could not).
 
 from __future__ import annotations
 
-import ipaddress
-import socket
 import threading
 import time
 from collections import OrderedDict
@@ -30,7 +28,7 @@ from joserfc import jwt
 from joserfc.errors import ExpiredTokenError, InvalidKeyIdError, JoseError
 from joserfc.jwk import KeySet
 
-from webfetch.addresses import allowed_networks, literal_host, refusal
+from webfetch.addresses import allowed_networks, host_refusal
 
 # The provider's metadata and keys are kept this long, for this many issuers (oldest out).
 CACHE_TTL_S = 3600
@@ -130,29 +128,9 @@ def check_reachable(url: str) -> None:
     globally reachable (loopback, private, link-local, cloud metadata...), unless inside
     TOLLGATE_WEB_ALLOW_NETS: a tenant's issuer never makes the control plane call into the
     operator's own network. The web fetcher's rules (webfetch/addresses.py), one list."""
-    parts = urlsplit(url)
-    host = parts.hostname or ""
-    literal = literal_host(host)
-    try:
-        ips = (
-            [literal]
-            if literal is not None
-            else [
-                ipaddress.ip_address(str(info[4][0]).split("%")[0])
-                for info in socket.getaddrinfo(host, parts.port or 443, type=socket.SOCK_STREAM)
-            ]
-        )
-    except (OSError, ValueError):
-        raise SignInRefused(
-            f"The provider's host {host} does not resolve.", reason="address"
-        ) from None
     allow = allowed_networks(settings.TOLLGATE["WEB_ALLOW_NETS"])
-    for ip in ips:
-        if why := refusal(ip, allow=allow):
-            raise SignInRefused(
-                f"The provider's host {host} is a {why} address, which Tollgate does not call.",
-                reason="address",
-            )
+    if why := host_refusal(url, allow=allow):
+        raise SignInRefused(f"The provider's {why}.", reason="address")
 
 
 def _get_json(url: str, *, what: str, operator: bool = False) -> dict:

@@ -26,8 +26,10 @@ from __future__ import annotations
 
 import ipaddress
 import re
+import socket
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -254,3 +256,32 @@ def _ipv6(text: str, host: str) -> ipaddress.IPv6Address:
         return ipaddress.IPv6Address(text)
     except ValueError:
         raise ValueError(f"host {host!r} is not an IPv6 address") from None
+
+
+def host_refusal(url: str, *, allow: Sequence[Network] = ()) -> str | None:
+    """Why the control plane must not call `url`'s host, or None: it does not resolve, or it
+    is (or resolves to) an address that is not globally reachable and not in `allow`. The one
+    check for URLs a tenant gives (SSO providers, alert webhooks). Resolves with the system's
+    resolver (blocking): the control plane's, never the request path's."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    literal = literal_host(host)
+    try:
+        ips = (
+            [literal]
+            if literal is not None
+            else [
+                ipaddress.ip_address(str(info[4][0]).split("%")[0])
+                for info in socket.getaddrinfo(
+                    host,
+                    parts.port or (80 if parts.scheme == "http" else 443),
+                    type=socket.SOCK_STREAM,
+                )
+            ]
+        )
+    except (OSError, ValueError):
+        return f"host {host} does not resolve"
+    for ip in ips:
+        if why := refusal(ip, allow=allow):
+            return f"host {host} is a {why} address, which Tollgate does not call"
+    return None
