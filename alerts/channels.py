@@ -18,6 +18,7 @@ from django.conf import settings
 from django.core.mail import EmailMessage
 
 from alerts.signing import EVENT_ID_HEADER, SIGNATURE_HEADER, sign
+from core.sinks import SinkError, configured_sink
 from webfetch.addresses import allowed_networks, host_refusal
 
 TIMEOUT_S = 10.0
@@ -101,4 +102,13 @@ def send_email(*, recipients: list[str], payload: dict) -> Outcome:
         return Outcome(ok=False, error=f"{type(exc).__name__}"[:200], permanent=True)
     except (OSError, smtplib.SMTPException) as exc:
         return Outcome(ok=False, error=f"{type(exc).__name__}: {exc}"[:200])
+    return Outcome(ok=True)
+
+
+def send_to_sink(*, event_id: str, payload: dict) -> Outcome:
+    """Send a firing to the operator's sink (core/sinks.py: a signed webhook, or the log)."""
+    try:
+        configured_sink().send(event_id=event_id, body=orjson.dumps(payload))
+    except SinkError as exc:
+        return Outcome(ok=False, error=str(exc)[:200], permanent=exc.permanent)
     return Outcome(ok=True)

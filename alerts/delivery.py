@@ -20,7 +20,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from alerts.channels import Outcome, post_webhook, send_email
+from alerts.channels import Outcome, post_webhook, send_email, send_to_sink
 from alerts.models import AlertAttempt, AlertDelivery
 from alerts.thresholds import backoff_s
 from core.sealing import unseal
@@ -50,6 +50,8 @@ def _claim(delivery_id: int, due_at: datetime, now: datetime) -> bool:
 def _send(delivery: AlertDelivery) -> Outcome:
     if delivery.channel == AlertDelivery.Channel.EMAIL:
         return send_email(recipients=list(delivery.recipients), payload=delivery.payload)
+    if delivery.channel == AlertDelivery.Channel.SINK:
+        return send_to_sink(event_id=delivery.event_id, payload=delivery.payload)
     hook = delivery.webhook
     if hook is None:
         return Outcome(ok=False, error="the webhook was deleted", permanent=True)

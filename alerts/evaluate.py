@@ -186,6 +186,17 @@ def queue_deliveries(*, firing: AlertFiring, rule: AlertRule, now: datetime) -> 
                 created_at=now,
             )
         )
+    rows.append(  # the operator's sink receives every firing, as it does spend alerts
+        AlertDelivery(
+            account_id=rule.account_id,
+            firing=firing,
+            channel=AlertDelivery.Channel.SINK,
+            event_id=firing.public_id,
+            payload=firing.payload,
+            next_attempt_at=now,
+            created_at=now,
+        )
+    )
     AlertDelivery.objects.bulk_create(rows)
     return len(rows)
 

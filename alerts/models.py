@@ -116,11 +116,13 @@ class AlertWebhook(models.Model):
 
 
 class AlertDelivery(models.Model):
-    """One firing (or a test) sent to one channel: a webhook or the rule's email list."""
+    """One firing (or a test) sent to one channel: a webhook, the rule's email list, or the
+    operator's sink (core/sinks.py), which receives every firing and which tenants never see."""
 
     class Channel(models.TextChoices):
         WEBHOOK = "webhook"
         EMAIL = "email"
+        SINK = "sink"
 
     class State(models.TextChoices):
         PENDING = "pending"

@@ -8,6 +8,7 @@ from django import forms
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ValidationError
+from django.db.models import Prefetch
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect
 from django.views.decorators.cache import never_cache
@@ -125,7 +126,14 @@ def _render(request, seat, **context) -> HttpResponse:
         rules=rules.order_by("id"),
         firings=AlertFiring.objects.filter(rule__account=account)
         .select_related("rule")
-        .prefetch_related("deliveries__webhook")
+        .prefetch_related(
+            Prefetch(
+                "deliveries",
+                AlertDelivery.objects.exclude(channel=AlertDelivery.Channel.SINK).select_related(
+                    "webhook"
+                ),
+            )
+        )
         .order_by("-created_at", "-id")[:FIRINGS_SHOWN],
         hook_form=context.pop("hook_form", None) or WebhookForm(),
         rule_form=context.pop("rule_form", None) or RuleForm(account=account),

@@ -31,7 +31,7 @@ class Migration(migrations.Migration):
             name='AlertDelivery',
             fields=[
                 ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('channel', models.CharField(choices=[('webhook', 'Webhook'), ('email', 'Email')], max_length=8)),
+                ('channel', models.CharField(choices=[('webhook', 'Webhook'), ('email', 'Email'), ('sink', 'Sink')], max_length=8)),
                 ('recipients', models.JSONField(blank=True, default=list)),
                 ('event_id', models.CharField(max_length=40)),
                 ('payload', models.JSONField()),

@@ -8,6 +8,7 @@ from datetime import timedelta
 
 import orjson
 import pytest
+from django.conf import settings
 from django.test import override_settings
 from django.utils import timezone
 
@@ -19,6 +20,7 @@ from alerts.models import AlertAttempt, AlertDelivery, AlertFiring, AlertRule
 from billing.models import TagBudget, TagSpend, Wallet
 from tests.billing.test_budget_periods import spend, with_period
 from tests.support.tenants import make_tenant
+from tests.usage.test_events import SECRET, webhook  # noqa: F401 (the receiver fixture)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -150,7 +152,7 @@ def test_a_receiver_answering_500_then_200_is_retried_with_backoff_and_both_are_
     now = timezone.now()
 
     first = deliveries_send(now=now)
-    assert (first.retrying, first.delivered) == (1, 0)
+    assert (first.retrying, first.delivered) == (1, 1)  # the webhook, and the operator's sink
     # The first retry waits TOLLGATE_ALERT_RETRY_BASE_S (30 s): not due a second early.
     assert deliveries_send(now=now + timedelta(seconds=29)).retrying == 0
     second = deliveries_send(now=now + timedelta(seconds=30))
@@ -187,7 +189,7 @@ def test_a_4xx_fails_at_once_and_a_dead_receiver_keeps_retrying(receiver):
     services.alert_rule_create(account=account, scope="wallet", amount_micro=10**12)
     rules_evaluate()
     report = deliveries_send()
-    assert (report.failed, report.retrying) == (1, 1)
+    assert (report.failed, report.retrying, report.delivered) == (1, 1, 1)  # 1: the sink
     assert AlertDelivery.objects.get(webhook=refusing).state == "failed"
     gone = AlertDelivery.objects.get(webhook=dead)
     assert (gone.state, gone.last_status_code) == ("pending", None)
@@ -217,7 +219,7 @@ def test_alert_email_goes_through_djangos_smtp_backend_to_the_recipients(smtp):
         EMAIL_PORT=smtp.port,
         DEFAULT_FROM_EMAIL="alerts@tollgate.example",
     ):
-        assert deliveries_send().delivered == 1
+        assert deliveries_send().delivered == 2  # the email, and the operator's sink
     [(recipients, message)] = smtp.messages
     assert recipients == ["ops@example.com", "owner@example.com"]
     assert message["From"] == "alerts@tollgate.example"
@@ -226,3 +228,28 @@ def test_alert_email_goes_through_djangos_smtp_backend_to_the_recipients(smtp):
     assert "value_micro: 800" in message.get_payload()
     delivery = AlertDelivery.objects.get(channel="email")
     assert (delivery.state, delivery.attempts) == ("delivered", 1)
+
+
+def test_the_operators_sink_receives_every_firing_signed_and_tenants_never_see_it(webhook):  # noqa: F811
+    from core.sinks import signature
+
+    sink = webhook(200)
+    tenant = make_tenant(budget_micro=1_000)
+    account = Account.objects.get(pk=tenant.account_id)
+    services.alert_rule_create(
+        account=account, scope="group", group=Group.objects.get(pk=tenant.group_id)
+    )
+    spend(tenant, 800)
+    firings = rules_evaluate()
+    assert len(firings) == 2  # 50% and 80%, no webhook or email of the tenant's
+    with override_settings(
+        TOLLGATE={**settings.TOLLGATE, "USAGE_SINK_URL": sink.url, "USAGE_SINK_SECRET": SECRET}
+    ):
+        assert deliveries_send().delivered == 2
+    assert sorted(orjson.loads(body)["threshold"]["value"] for _, body in sink.received) == [
+        50,
+        80,
+    ]
+    for headers, body in sink.received:
+        assert headers["x-tollgate-signature"] == signature(body, secret=SECRET)
+    assert set(AlertDelivery.objects.values_list("channel", flat=True)) == {"sink"}
