@@ -4,12 +4,15 @@ requests, cache hits and web actions all hold here."""
 
 from __future__ import annotations
 
+from django.utils import timezone
+
 from billing.ledger import CallerBudget, FirstReservation, Hold
 from gateway.attempts import Attempt
 from gateway.breakers import Ticket
 from gateway.context import RequestContext
 from gateway.plan import Plan
 from gateway.runtime import runtime
+from gateway.tags import tag_holds
 from gateway.web.plan import WebPlan
 from usage.pseudonym import window_id
 
@@ -42,7 +45,8 @@ async def hold(
         api_key_id=principal.api_key_id,
         estimate_micro=amount,
     )
-    if not (principal.has_budget or ctx.caller_budgeted):
+    tags = tag_holds(principal, ctx.tags, timezone.now())
+    if not (principal.has_budget or ctx.caller_budgeted or tags):
         return
     caller_budget = principal.caller_budget_max_micro
     caller = (
@@ -72,6 +76,7 @@ async def hold(
             key_budgeted=principal.key_budget_max_micro is not None,
             amount_micro=amount,
             caller=caller,
+            tags=tags,
         ),
         first=with_hold,
         first_call=first,
