@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 from django.db.models import QuerySet
 from django.utils import timezone
@@ -41,7 +40,7 @@ class TagBudgetView:
     reserved_micro: int
 
 
-def tag_budgets_of_user(*, user: AbstractBaseUser) -> QuerySet[TagBudget]:
+def tag_budgets_of_user(*, user) -> QuerySet[TagBudget]:
     return TagBudget.objects.filter(account__memberships__user=user).order_by("id")
 
 
