@@ -48,6 +48,11 @@ OPERATIONS = {
     ("get", "/api/access-groups/{access_group_id}"),
     ("patch", "/api/access-groups/{access_group_id}"),
     ("delete", "/api/access-groups/{access_group_id}"),
+    ("get", "/api/tag-budgets"),
+    ("post", "/api/tag-budgets"),
+    ("get", "/api/tag-budgets/{tag_budget_id}"),
+    ("patch", "/api/tag-budgets/{tag_budget_id}"),
+    ("delete", "/api/tag-budgets/{tag_budget_id}"),
     ("get", "/api/members"),
     ("post", "/api/members"),
     ("patch", "/api/members/{member_id}"),
@@ -80,6 +85,7 @@ NO_RESPONSE_BODY = {
     ("delete", "/admin/groups/{group_id}/byok/keys/{key_id}"),
     ("delete", "/api/members/{member_id}"),
     ("delete", "/api/access-groups/{access_group_id}"),
+    ("delete", "/api/tag-budgets/{tag_budget_id}"),
 }
 USAGE_FILTERS = {"group", "key", "caller", "route", "client_request_id", "model", "start", "end"}
 
