@@ -159,3 +159,37 @@ def test_a_gateway_killed_mid_answer_leaves_the_tag_charged_at_its_hold(doomed):
     )
     assert SpendHold.objects.get(group_id=tenant.group_id).status == "charged"
     assert spend(tenant, "customer-42", month) == (hold, 0)
+
+
+def test_a_cache_hit_holds_on_the_tag_and_is_charged_to_it(stack):
+    from tests.gateway.test_response_cache import TTL, cacheable_profiles
+    from tests.support.profiles import install_profiles
+
+    install_profiles(stack.stub.url, cacheable_profiles(stack.stub.url))
+    stack.gateway.reload()
+    tenant = stack.tenant(wallet_micro=1_000_000)
+    row = budget(tenant, "customer-42", 1_000_000)
+    client = stack.openai(tenant)
+    headers = {**TTL, **tagged("customer-42")}
+
+    def ask():
+        raw = client.chat.completions.with_raw_response.create(
+            model="gpt-4o-mini", messages=HELLO, max_tokens=100, extra_headers=headers
+        )
+        return raw.headers["x-tollgate-cache"]
+
+    assert [ask(), ask()] == ["miss", "hit"]
+    rows = settled(tenant, 2)
+    assert [r.cache_status for r in rows] == ["miss", "hit"]
+    costs = [r.provider_cost_micro + r.bandwidth_charge_micro for r in rows]
+    assert costs[1] > 0  # a hit is priced (the operator's share of the call it replays)
+    assert spend(tenant, "customer-42") == (sum(costs), 0)
+
+    # The tag's budget used up: the hit is refused before it is served, naming the tag.
+    from billing.tag_budgets import tag_budget_update
+
+    tag_budget_update(budget=row, budget_max_micro=sum(costs))
+    with pytest.raises(openai.APIStatusError) as refused:
+        ask()
+    assert "tag 'customer-42' has used its budget" in refused.value.body["message"]
+    assert len(stack.stub.vendor_calls()) == 1
