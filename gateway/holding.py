@@ -4,8 +4,6 @@ requests, cache hits and web actions all hold here."""
 
 from __future__ import annotations
 
-from django.utils import timezone
-
 from billing.ledger import CallerBudget, FirstReservation, Hold
 from gateway.attempts import Attempt
 from gateway.breakers import Ticket
@@ -45,7 +43,7 @@ async def hold(
         api_key_id=principal.api_key_id,
         estimate_micro=amount,
     )
-    tags = tag_holds(principal, ctx.tags, timezone.now())
+    tags = tag_holds(principal, ctx.tags)
     if not (principal.has_budget or ctx.caller_budgeted or tags):
         return
     caller_budget = principal.caller_budget_max_micro

@@ -8,6 +8,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from datetime import datetime
 
+from django.utils import timezone
+
 from accounts.periods import period_key
 from billing.tag_ledger import TagHold
 from core import errors
@@ -32,11 +34,14 @@ def tag_request(
     ctx.tags = merge_tags(own, principal.default_tags) if principal.default_tags else own
 
 
-def tag_holds(principal: Principal, tags: tuple[str, ...], now: datetime) -> tuple[TagHold, ...]:
+def tag_holds(
+    principal: Principal, tags: tuple[str, ...], now: datetime | None = None
+) -> tuple[TagHold, ...]:
     """The request's tags that carry a budget (its account's, loaded with the principal: no
-    query), each with its current period's key in the account's time zone."""
+    query), each with its current period's key in the account's time zone (at `now`)."""
     if not principal.tag_budgets or not tags:
         return ()
+    now = now or timezone.now()
     return tuple(
         TagHold(
             tag=limit.tag,

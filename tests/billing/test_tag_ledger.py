@@ -10,6 +10,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from django.utils import timezone
 
 from accounts.models import Account
 from billing import ledger
@@ -173,3 +174,18 @@ print(json.dumps({"refused": refused, "spend": [row.spent_micro, row.reserved_mi
 def test_tag_holds_work_on_embedded_sqlite(tmp_path):
     report = run_on_sqlite(SQLITE_SCRIPT, tmp_path)
     assert report == {"refused": "tag budget 't'", "spend": [31 + 500, 0]}
+
+
+def test_retention_deletes_the_tag_holds_of_closed_holds_only():
+    from billing.models import SpendHoldTag
+    from billing.partitions import apply_retention
+
+    tenant = make_tenant()
+    a = tag(tenant.account_id, "t", 1_000)
+    closed = hold(tenant, 100, a, now=timezone.now())
+    still_open = hold(tenant, 100, a, now=timezone.now())
+    settle(tenant, closed, 10)
+
+    apply_retention(now=timezone.now() + timedelta(days=30), days=10)
+
+    assert list(SpendHoldTag.objects.values_list("request_id", flat=True)) == [still_open]
