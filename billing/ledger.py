@@ -3,13 +3,13 @@
 step                  moves                                         used by
 take_hold             group, key, caller, tags reserved += hold     request path (escrow)
 mark_hold_sent        nothing: marks the hold's call sent           request path
-release_holds         group, key, caller reserved -= hold           settle, reaper
+release_holds         group, key, caller, tags reserved -= hold     settle, reaper
 reserve               wallet reserved += hold                       request path
 commit_reservations   wallet reserved -= hold, balance -= cost      settle, reaper
 collect_excess        wallet balance -= cost above the hold, as     settle (commit, true-up)
                       far as what it has available covers it
 cancel_reservation    wallet reserved -= hold                       request path, reaper
-charge                group spent, settled; key, caller spent       settle, reaper, reconcile
+charge                group spent, settled; key, caller, tags spent settle, reaper, reconcile
 charge_bandwidth      group, key spent by a marker's correction     reconcile
 credit_wallet         wallet balance: opening, top-up, adjustment   billing.services
 roll_periods          group, key spent -> 0 at a period's end,      settle, reaper, beat
