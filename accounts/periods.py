@@ -52,3 +52,12 @@ def period_bounds(period: str, tz_name: str, now: datetime) -> tuple[datetime, d
     else:
         raise ValueError(f"a {period!r} budget has no period bounds")
     return _midnight(first, zone), _midnight(following, zone)
+
+
+def period_key(period: str, tz_name: str, now: datetime) -> str:
+    """Name the `period` containing `now` in the time zone: "2026-12-06" (daily), "2026-12"
+    (monthly), or "all" for a budget that never resets (billing.models.TagSpend's period)."""
+    if period == NONE:
+        return "all"
+    today = now.astimezone(ZoneInfo(tz_name)).date()
+    return today.isoformat() if period == DAILY else today.isoformat()[:7]

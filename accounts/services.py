@@ -364,6 +364,8 @@ def account_governance_update(
         with transaction.atomic():
             account.save(update_fields=changed)
             record_account(account, action="account.governance", actor=actor, before=before)
+    if time_zone is not None:  # the gateways' tag budget periods follow it (gateway/auth.py)
+        bus.publish(bus.Topic.GROUP, {"account_id": account.pk}, wait=True)
     return account
 
 

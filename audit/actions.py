@@ -52,6 +52,10 @@ ACTIONS: dict[str, str] = {
     "access_group.update": "A model access group's name, description or entries changed: live "
     "for every key it is assigned to.",
     "access_group.delete": "A model access group was deleted with its assignments.",
+    "tag_budget.create": "A request tag got a budget per period (LM-4001 naming the tag once "
+    "it is used).",
+    "tag_budget.update": "A tag budget's amount or period changed.",
+    "tag_budget.delete": "A tag's budget was removed (its spend rows stay).",
     "sso.settings": "The account's single sign-on provider or its rules (just-in-time domains "
     "and role, groups claim, enabled, password sign-in) changed; a client secret by the fact.",
     "sso.link": "A person's identity at an OpenID provider (issuer and subject) was linked to a "

@@ -14,6 +14,8 @@ from billing.models import (
     Reservation,
     SpendAdjustment,
     SpendHold,
+    TagBudget,
+    TagSpend,
     Wallet,
 )
 from core.admin_views import DollarField, Dollars, LargeTable, ReadOnly, dollars
@@ -313,3 +315,21 @@ class BudgetAlertAdmin(Dollars, ReadOnly, admin.ModelAdmin):
     search_fields = ["group__name", "api_key__name"]
     list_select_related = ["group", "api_key"]
     exclude = ["key_scope", "period_scope"]
+
+
+@admin.register(TagBudget)
+class TagBudgetAdmin(Dollars, ReadOnly, admin.ModelAdmin):
+    """Tenants set tag budgets (API, dashboard: audited, live on every replica)."""
+
+    list_display = ["tag", "account", "budget_max_micro", "budget_period", "created_at"]
+    list_filter = ["budget_period"]
+    search_fields = ["tag", "account__name"]
+    list_select_related = ["account"]
+
+
+@admin.register(TagSpend)
+class TagSpendAdmin(Dollars, ReadOnly, admin.ModelAdmin):
+    list_display = ["tag", "account", "period", "spent_micro", "reserved_micro"]
+    list_filter = ["period"]
+    search_fields = ["tag", "account__name"]
+    list_select_related = ["account"]

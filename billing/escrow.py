@@ -19,7 +19,7 @@ from datetime import UTC, timedelta
 from django.db import DatabaseError, connection
 from django.utils import timezone
 
-from billing import ledger
+from billing import ledger, tag_ledger
 from billing.request_money import RequestMoney
 from core import errors, metrics
 from core.config import tollgate
@@ -310,7 +310,7 @@ class Escrow:
         busy wallet still takes its reservations in batches.
         """
         try:
-            if self._pg is not None and not hold.key_budgeted and hold.caller is None:
+            if self._pg is not None and not (hold.key_budgeted or hold.caller or hold.tags):
                 if first is not None and not self._may_reserve_ahead(hold, first):
                     first = None
                 if first is not None:
@@ -326,6 +326,9 @@ class Escrow:
             await self.run(ledger.take_hold(hold, now=timezone.now(), ttl_s=self.ttl_s))
             return None
         except ledger.Refused as refused:
+            tagged = tag_ledger.refusal_message(hold.tags, str(refused), now=timezone.now())
+            if tagged is not None:
+                raise errors.BudgetExhausted(tagged) from None
             resets = await self._reset_note(hold, str(refused))
             raise errors.BudgetExhausted(f"Budget exhausted ({refused}){resets}.") from None
         except DB_ERRORS:

@@ -1,15 +1,15 @@
 """Every balance change in Tollgate, each one named program of portable SQL.
 
 step                  moves                                         used by
-take_hold             group, key, caller reserved += hold           request path (escrow)
+take_hold             group, key, caller, tags reserved += hold     request path (escrow)
 mark_hold_sent        nothing: marks the hold's call sent           request path
-release_holds         group, key, caller reserved -= hold           settle, reaper
+release_holds         group, key, caller, tags reserved -= hold     settle, reaper
 reserve               wallet reserved += hold                       request path
 commit_reservations   wallet reserved -= hold, balance -= cost      settle, reaper
 collect_excess        wallet balance -= cost above the hold, as     settle (commit, true-up)
                       far as what it has available covers it
 cancel_reservation    wallet reserved -= hold                       request path, reaper
-charge                group spent, settled; key, caller spent       settle, reaper, reconcile
+charge                group spent, settled; key, caller, tags spent settle, reaper, reconcile
 charge_bandwidth      group, key spent by a marker's correction     reconcile
 credit_wallet         wallet balance: opening, top-up, adjustment   billing.services
 roll_periods          group, key spent -> 0 at a period's end,      settle, reaper, beat
@@ -43,7 +43,8 @@ budget; each status moves only from held / pending, once.
 
 Lock order, the same in every program (so concurrent programs wait, never deadlock):
 reservation -> wallet -> ledger entry -> spend hold -> settled marker -> group -> key ->
-caller spend. `take_hold` locks group, key, caller, then inserts a new hold.
+caller spend -> tag spend (billing/tag_ledger.py). `take_hold` locks group, key, caller,
+tags, then inserts a new hold.
 
 Budget periods. A group or key with a daily or monthly budget period counts in spent_micro
 the spend of its current period, which ends at period_ends_at (local midnight in the
@@ -64,7 +65,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
 import orjson
@@ -72,6 +73,7 @@ from django.db import connection
 
 from accounts.models import Account, ApiKey, Group
 from accounts.periods import period_bounds
+from billing import tag_ledger
 from billing.models import (
     BudgetAlert,
     BudgetPeriod,
@@ -140,6 +142,7 @@ def wallet_covers(amount: str, *, row: str = "") -> str:
 
 
 ROOM = room(amount="%s", now="%s")  # parameters: now, now, amount
+_BUDGET_ROOM = room(amount="%s", now=None, budget="%s")  # parameters: amount, budget, budget
 
 
 def batch_rows(types: tuple[str, ...], rows: list[tuple]) -> tuple[str, tuple]:
@@ -182,6 +185,8 @@ class Moves:
     groups: dict[int, list[int]] = field(default_factory=lambda: defaultdict(lambda: [0, 0, 0, 0]))
     keys: dict[int, list[int]] = field(default_factory=lambda: defaultdict(lambda: [0, 0, 0]))
     callers: dict[int, list[int]] = field(default_factory=lambda: defaultdict(lambda: [0, 0]))
+    # Tag spends (billing/tag_ledger.py), by (tag, period, id): [spent, reserved].
+    tags: dict[tuple, list[int]] = field(default_factory=lambda: defaultdict(lambda: [0, 0]))
 
     def charged(self, c: Charge, *, bandwidth_micro: int | None = None) -> None:
         bandwidth = c.bandwidth_micro if bandwidth_micro is None else bandwidth_micro
@@ -195,6 +200,8 @@ class Moves:
             self.keys[c.api_key_id][2] += c.uncollected_micro
         if c.caller_spend_id is not None:
             self.callers[c.caller_spend_id][0] += spent
+        for ref in c.tag_spends:
+            self.tags[ref][0] += spent
 
     def released(self, h: Held) -> None:
         self.groups[h.group_id][2] -= h.amount_micro
@@ -202,6 +209,8 @@ class Moves:
             self.keys[h.held_key_id][1] -= h.amount_micro
         if h.caller_spend_id is not None:
             self.callers[h.caller_spend_id][1] -= h.amount_micro
+        for ref in h.tag_spends:
+            self.tags[ref][1] -= h.amount_micro
 
 
 def move_counters(moves: Moves, *, now: datetime | None = None) -> Program[None]:
@@ -249,9 +258,11 @@ def move_counters(moves: Moves, *, now: datetime | None = None) -> Program[None]
                 " reserved_micro = reserved_micro + %s WHERE id = %s RETURNING id",
                 (spent, reserved, caller_spend_id),
             )
+    yield from tag_ledger.move_tag_counters(moves.tags)
     moves.groups.clear()
     moves.keys.clear()
     moves.callers.clear()
+    moves.tags.clear()
 
 
 # ---------------------------------------------------------------- budget holds
@@ -273,6 +284,7 @@ class Hold:
     key_budgeted: bool  # the hold also reserves on the key (checked against its budget)
     amount_micro: int
     caller: CallerBudget | None = None
+    tags: tuple[tag_ledger.TagHold, ...] = ()  # the request's budgeted tags
 
 
 @dataclass(frozen=True, slots=True)
@@ -298,6 +310,7 @@ class Held:
     request_key_id: int | None
     caller_spend_id: int | None
     status: str
+    tag_spends: tuple[tag_ledger.TagSpendRef, ...] = ()
 
 
 def take_hold(h: Hold, *, now: datetime, ttl_s: int, call_sent: bool = False) -> Program[bool]:
@@ -337,12 +350,16 @@ def take_hold(h: Hold, *, now: datetime, ttl_s: int, call_sent: bool = False) ->
         row = yield (
             f"UPDATE {CALLER_SPENDS} SET reserved_micro = reserved_micro + %s"
             " WHERE group_id = %s AND caller_label = %s AND period = %s"
-            f" AND {room(amount='%s', now=None, budget='%s')} RETURNING id",
+            f" AND {_BUDGET_ROOM} RETURNING id",
             (amount, c.group_id, c.label, c.period, c.budget_max_micro, c.budget_max_micro, amount),
         )
         if row is None:
             raise Refused("caller budget")
         caller_spend_id = row[0]
+    tags = yield from tag_ledger.hold_tags(h.tags, amount, check=_BUDGET_ROOM)
+    if isinstance(tags, str):
+        raise Refused(tags)
+    yield from tag_ledger.record_tag_holds(h.request_id, tags)
     yield (
         f"INSERT INTO {HOLDS} ({_HOLD_COLUMNS})"
         " VALUES (%s, %s, %s, %s, %s, %s, 'held', %s, %s, %s) RETURNING id",
@@ -458,8 +475,11 @@ def release_holds(
     if moves is None:
         moves = Moves()
     held = {}
+    tagged = yield from tag_ledger.held_tags([row[0] for row in rows], batch_rows)
     for row in rows:
         h = Held(*row)
+        if h.request_id in tagged:
+            h = replace(h, tag_spends=tagged[h.request_id])
         held[h.request_id] = h
         moves.released(h)
     if own:
@@ -798,6 +818,7 @@ class Charge:
     # Measured cost the wallet could not cover: not in cost_micro, stated on the group's and
     # key's uncollected counters only.
     uncollected_micro: int = 0
+    tag_spends: tuple[tag_ledger.TagSpendRef, ...] = ()  # charged as the caller is
 
 
 def charge(
@@ -1169,6 +1190,7 @@ def settle(rows: list[Settle], *, now: datetime) -> Program[Settled]:
                     r.cost_micro - (moved.uncollected_micro if moved else 0),
                     r.bandwidth_micro,
                     moved.uncollected_micro if moved else 0,
+                    h.tag_spends if h else (),
                 )
             )
     charged = yield from charge(owing, source="settle", now=now, moves=moves)
@@ -1269,6 +1291,7 @@ def true_up(
                 )
             )
     counters: dict[str, tuple[int, int, int]] = {}
+    tagged = yield from tag_ledger.held_tags([m[0] for m in markers], batch_rows)
     for request_id, cost, bandwidth, group_id, api_key_id, caller_spend_id in markers:
         r = by_id[request_id]
         moved = wallet.get(request_id)
@@ -1288,6 +1311,7 @@ def true_up(
             taken_cost - cost,
             r.bandwidth_micro - bandwidth,
             moved.uncollected_micro if moved else 0,
+            tagged.get(request_id, ()),
         )
         moves.charged(difference)
         counters[request_id] = (difference.cost_micro, difference.bandwidth_micro, cost)
@@ -1353,7 +1377,16 @@ def reap_hold(request_id: str, *, now: datetime) -> Program[bool]:
     charged: set[str] = set()
     if h.status == "charged":
         charged = yield from charge(
-            [Charge(request_id, h.group_id, h.request_key_id, h.caller_spend_id, h.amount_micro)],
+            [
+                Charge(
+                    request_id,
+                    h.group_id,
+                    h.request_key_id,
+                    h.caller_spend_id,
+                    h.amount_micro,
+                    tag_spends=h.tag_spends,
+                )
+            ],  # fmt: skip
             source="reaper",
             now=now,
             moves=moves,

@@ -26,7 +26,8 @@ earlier one: nothing is dropped before it is due.
 
 Retention (`apply_retention`, TOLLGATE_BILLING_STATE_RETENTION_DAYS, run with the usage
 log's) drops a period's three partitions once it ended before the cutoff and none of its
-holds or reservations is still open; the cutoff is never less than MIN_RETENTION back, so a
+holds or reservations is still open (a request's tag holds, in a table of their own, go with
+its closed hold); the cutoff is never less than MIN_RETENTION back, so a
 late reconciliation always finds a request's settled marker. In the default partition, and
 on SQLite (no partitions), the closed rows before the cutoff are deleted in batches. Ledger
 entries are kept: they are the balances' history (their reservation link has no database
@@ -42,7 +43,7 @@ from datetime import datetime, timedelta
 from django.db import connection, transaction
 from django.utils import timezone
 
-from billing.models import Reservation, SettledRequest, SpendHold
+from billing.models import Reservation, SettledRequest, SpendHold, SpendHoldTag
 from core import partitions as core_partitions
 from core.config import tollgate
 from core.ids import time_prefix
@@ -156,12 +157,13 @@ def apply_retention(*, now: datetime | None = None, days: int | None = None) -> 
         return RetentionReport()
     now = now or timezone.now()
     cutoff = now - max(timedelta(days=days), MIN_RETENTION)
+    deleted = _delete_tag_holds(before=cutoff)
     if is_partitioned():
         dropped, kept_open = _drop_ended(before=cutoff)
-        deleted = sum(_delete_closed(default_partition(t), t, before=cutoff) for t in TABLES)
+        deleted += sum(_delete_closed(default_partition(t), t, before=cutoff) for t in TABLES)
         report = RetentionReport(cutoff, dropped, kept_open, deleted)
     else:
-        deleted = sum(_delete_closed(t, t, before=cutoff) for t in TABLES)
+        deleted += sum(_delete_closed(t, t, before=cutoff) for t in TABLES)
         report = RetentionReport(cutoff, deleted_rows=deleted)
     if report.dropped or report.deleted_rows or report.kept_open:
         log.info(
@@ -200,6 +202,19 @@ def _drop_ended(*, before: datetime) -> tuple[list[str], list[str]]:
                 drop_partition(cursor, table, name)
                 dropped.append(name)
     return dropped, kept
+
+
+def _delete_tag_holds(*, before: datetime) -> int:
+    """Delete the tag holds (billing.models.SpendHoldTag: not partitioned) of requests minted
+    before `before` whose hold is closed or gone; return how many went."""
+    tag_holds, holds = SpendHoldTag._meta.db_table, TABLES[0]
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(
+            f"DELETE FROM {tag_holds} WHERE request_id < %s AND NOT EXISTS (SELECT 1 FROM"
+            f" {holds} h WHERE h.request_id = {tag_holds}.request_id AND {OPEN[holds]})",
+            [time_prefix(before)],
+        )
+        return cursor.rowcount
 
 
 def _has_open_rows(cursor, table: str, relation: str) -> bool:

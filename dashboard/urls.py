@@ -12,6 +12,7 @@ from dashboard import (
     rotation,
     scim_token,
     sso_settings,
+    tag_budgets,
     team_keys,
     views,
 )
@@ -35,6 +36,17 @@ urlpatterns = [
     path(account + "keys/<int:key_id>/payers/", payers.key_payers, name="key-payers"),
     path(account + "groups/", views.groups, name="groups"),
     path(account + "groups/<int:group_id>/", views.group_edit, name="group-edit"),
+    path(account + "tag-budgets/", tag_budgets.tag_budgets, name="tag-budgets"),
+    path(
+        account + "tag-budgets/<int:tag_budget_id>/",
+        tag_budgets.tag_budget_edit,
+        name="tag-budget-edit",
+    ),
+    path(
+        account + "tag-budgets/<int:tag_budget_id>/remove/",
+        tag_budgets.tag_budget_delete,
+        name="tag-budget-delete",
+    ),
     path(account + "access/", model_access.access_groups, name="access-groups"),
     path(
         account + "access/<int:access_group_id>/",

@@ -33,6 +33,7 @@ from accounts.access_groups import policy_for_group, policy_for_key
 from accounts.model_access import UNRESTRICTED, AccessPolicy
 from accounts.models import DEFAULT_CACHE_TTL_S, ApiKey, CacheMode, CacheScope, Group
 from accounts.secrets import hash_secret
+from billing.models import TagBudget
 from core import metrics
 from core.config import tollgate
 from core.db import off_loop
@@ -50,6 +51,24 @@ MAX_NEGATIVE = 10_000
 FAIL_WINDOW_S = 60
 MAX_ADDRESSES = 10_000
 OVERFLOW_ADDRESS = "*"  # addresses past MAX_ADDRESSES in one window share one budget
+
+
+@dataclass(frozen=True, slots=True)
+class TagLimit:
+    """One tag budget of the principal's account."""
+
+    tag: str
+    budget_max_micro: int
+    budget_period: str
+
+
+def _tag_limits(account_id: int) -> tuple[TagLimit, ...]:
+    return tuple(
+        TagLimit(*row)
+        for row in TagBudget.objects.filter(account_id=account_id)
+        .order_by("tag")
+        .values_list("tag", "budget_max_micro", "budget_period")
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +109,10 @@ class Principal:
     account_created_us: int = 0  # with the id, names the account for good (cache keys)
     # The key's default tags, then its group's (gateway/tags.py puts them after the request's).
     default_tags: tuple[str, ...] = ()
+    # The account's tag budgets (billing.models.TagBudget) and the time zone of their periods:
+    # loaded with the principal, evicted with the account's (billing/tag_budgets.py).
+    tag_budgets: tuple[TagLimit, ...] = ()
+    time_zone: str = "UTC"
 
     @property
     def has_budget(self) -> bool:
@@ -120,6 +143,8 @@ def _principal_for_group(group: Group, api_key: ApiKey | None = None, **key_fiel
         cache_scope=(api_key and api_key.cache_scope) or group.cache_scope,
         account_created_us=int(group.account.created_at.timestamp() * 1_000_000),
         default_tags=stored_tags(api_key.default_tags if api_key else (), group.default_tags),
+        tag_budgets=_tag_limits(group.account_id),
+        time_zone=group.account.time_zone,
         **key_fields,
     )
 

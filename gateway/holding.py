@@ -10,6 +10,7 @@ from gateway.breakers import Ticket
 from gateway.context import RequestContext
 from gateway.plan import Plan
 from gateway.runtime import runtime
+from gateway.tags import tag_holds
 from gateway.web.plan import WebPlan
 from usage.pseudonym import window_id
 
@@ -42,7 +43,8 @@ async def hold(
         api_key_id=principal.api_key_id,
         estimate_micro=amount,
     )
-    if not (principal.has_budget or ctx.caller_budgeted):
+    tags = tag_holds(principal, ctx.tags)
+    if not (principal.has_budget or ctx.caller_budgeted or tags):
         return
     caller_budget = principal.caller_budget_max_micro
     caller = (
@@ -72,6 +74,7 @@ async def hold(
             key_budgeted=principal.key_budget_max_micro is not None,
             amount_micro=amount,
             caller=caller,
+            tags=tags,
         ),
         first=with_hold,
         first_call=first,

@@ -6,9 +6,15 @@ not fit beside the request's own are left off."""
 from __future__ import annotations
 
 from collections.abc import Iterable
+from datetime import datetime
 
+from django.utils import timezone
+
+from accounts.periods import period_key
+from billing.tag_ledger import TagHold
 from core import errors
 from core.tags import TagError, clean_tags, merge_tags
+from gateway.auth import Principal
 from gateway.context import RequestContext
 
 TAG_HEADER = b"x-tollgate-tags"
@@ -26,3 +32,25 @@ def tag_request(
     except TagError as exc:
         raise errors.InvalidRequest(str(exc)) from None
     ctx.tags = merge_tags(own, principal.default_tags) if principal.default_tags else own
+
+
+def tag_holds(
+    principal: Principal, tags: tuple[str, ...], now: datetime | None = None
+) -> tuple[TagHold, ...]:
+    """The request's tags that carry a budget (its account's, loaded with the principal: no
+    query), each with its current period's key in the account's time zone (at `now`)."""
+    if not principal.tag_budgets or not tags:
+        return ()
+    now = now or timezone.now()
+    return tuple(
+        TagHold(
+            tag=limit.tag,
+            period=period_key(limit.budget_period, principal.time_zone, now),
+            account_id=principal.account_id,
+            budget_max_micro=limit.budget_max_micro,
+            budget_period=limit.budget_period,
+            time_zone=principal.time_zone,
+        )
+        for limit in principal.tag_budgets
+        if limit.tag in tags
+    )

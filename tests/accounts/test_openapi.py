@@ -61,6 +61,11 @@ OPERATIONS = {
     ("post", "/api/webhooks/{webhook_id}/rotate"),
     ("post", "/api/webhooks/{webhook_id}/test"),
     ("get", "/api/webhooks/{webhook_id}/deliveries"),
+    ("get", "/api/tag-budgets"),
+    ("post", "/api/tag-budgets"),
+    ("get", "/api/tag-budgets/{tag_budget_id}"),
+    ("patch", "/api/tag-budgets/{tag_budget_id}"),
+    ("delete", "/api/tag-budgets/{tag_budget_id}"),
     ("get", "/api/members"),
     ("post", "/api/members"),
     ("patch", "/api/members/{member_id}"),
@@ -99,6 +104,7 @@ NO_RESPONSE_BODY = {
     ("delete", "/api/access-groups/{access_group_id}"),
     ("delete", "/api/alert-rules/{rule_id}"),
     ("delete", "/api/webhooks/{webhook_id}"),
+    ("delete", "/api/tag-budgets/{tag_budget_id}"),
 }
 USAGE_FILTERS = {"group", "key", "caller", "route", "client_request_id", "model", "start", "end"}
 

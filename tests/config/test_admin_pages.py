@@ -145,3 +145,22 @@ def test_a_hold_names_its_requests_key_and_whether_it_reserved_on_it(operator):
     assert f">{key}<" in row
     assert 'alt="False"' in row  # reserved on the key: no
     assert "$0.0015" in row
+
+
+def test_tag_budgets_and_their_spend_are_listed_in_dollars_and_read_only(operator):
+    from billing.models import TagBudget, TagSpend
+
+    tenant = make_tenant()
+    budget = TagBudget.objects.create(
+        account_id=tenant.account_id, tag="customer-42", budget_max_micro=7_500_000
+    )
+    spend = TagSpend.objects.create(
+        account_id=tenant.account_id, tag="customer-42", period="2026-12", spent_micro=2_520
+    )
+    for model, row, amount in ((TagBudget, budget, "$7.50"), (TagSpend, spend, "$0.00")):
+        name = model._meta.model_name
+        listed = operator.get(f"/django-admin/billing/{name}/", {"q": "customer-42"})
+        assert listed.status_code == 200 and amount in listed.content.decode()
+        assert operator.get(f"/django-admin/billing/{name}/add/").status_code == 403
+        page = operator.get(f"/django-admin/billing/{name}/{row.pk}/change/").content.decode()
+        assert "customer-42" in page and "<form" in page and 'name="_save"' not in page

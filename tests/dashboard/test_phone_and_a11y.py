@@ -42,6 +42,7 @@ PAGES = {
     "key-payers": ("keys/{key_id}/payers/", "Keys"),
     "groups": ("groups/", "Groups"),
     "group-edit": ("groups/{group_id}/", "Groups"),
+    "tag-budgets": ("tag-budgets/", "Tag budgets"),
     "team-keys": ("team-keys/", "Team keys"),
     "pool-remove": ("team-keys/pools/{pool_id}/remove/", "Team keys"),
     "team-key-remove": ("team-keys/{team_key_id}/remove/", "Team keys"),
