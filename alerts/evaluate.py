@@ -27,8 +27,9 @@ from django.db.models import QuerySet
 from django.utils import timezone
 
 from accounts.models import Account, Membership
+from accounts.periods import period_key
 from alerts.models import AlertDelivery, AlertFiring, AlertRule, AlertWebhook
-from alerts.thresholds import period_key, reached, wallet_step
+from alerts.thresholds import reached, wallet_step
 from billing.models import TagBudget, TagSpend, Wallet
 from core.money import format_usd_exact
 from core.sinks import rfc3339

@@ -4,8 +4,6 @@ database (tests/unit/alerts)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime
-from zoneinfo import ZoneInfo
 
 BACKOFF_MAX_S = 3600
 
@@ -36,15 +34,6 @@ def wallet_step(*, balance_micro: int, floor_micro: int, armed: bool) -> tuple[b
     if below and armed:
         return True, False
     return False, armed or not below
-
-
-def period_key(period: str, tz_name: str, now: datetime) -> str:
-    """Return a calendar period's key in the account's zone: "2026-12-06" (daily),
-    "2026-12" (monthly), "all" (never resets); TagSpend's `period` reads the same."""
-    if period == "none":
-        return "all"
-    local = now.astimezone(ZoneInfo(tz_name)).date()
-    return local.isoformat() if period == "daily" else local.strftime("%Y-%m")
 
 
 def backoff_s(attempts: int, *, base_s: int) -> int:

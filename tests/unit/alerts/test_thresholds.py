@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+from accounts.periods import period_key
 from alerts.signing import sign, verify
-from alerts.thresholds import backoff_s, period_key, reached, wallet_step
+from alerts.thresholds import backoff_s, reached, wallet_step
 
 
 def keys(**kwargs) -> list[str]:
