@@ -87,6 +87,7 @@ class Principal:
     cache_ttl_s: int = DEFAULT_CACHE_TTL_S
     cache_scope: str = CacheScope.ACCOUNT
     account_created_us: int = 0  # with the id, names the account for good (cache keys)
+    trace_content: bool = False  # the account's traces carry prompts and answers
 
     @property
     def has_budget(self) -> bool:
@@ -116,6 +117,7 @@ def _principal_for_group(group: Group, api_key: ApiKey | None = None, **key_fiel
         ),
         cache_scope=(api_key and api_key.cache_scope) or group.cache_scope,
         account_created_us=int(group.account.created_at.timestamp() * 1_000_000),
+        trace_content=group.account.trace_content,
         **key_fields,
     )
 
