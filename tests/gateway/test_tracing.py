@@ -8,7 +8,10 @@ carried (the stub records it) are asserted.
 
 from __future__ import annotations
 
+import base64
+import os
 import re
+import subprocess
 import time
 
 import httpx
@@ -27,6 +30,32 @@ CLIENT_SPAN = "00f067aa0ba902b7"
 CLIENT_PARENT = f"00-{CLIENT_TRACE}-{CLIENT_SPAN}-01"
 OVERHEAD = re.compile(r"^\d+\.\d\d$")
 SERVER, CLIENT = 2, 3  # the protocol's SpanKind values
+# docs/observability.md's settings, verbatim: run by bash, then handed to a gateway (with
+# the receiver's address for the collector's or Langfuse's).
+COLLECTOR_SETTINGS = """
+export OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:4318
+export OTEL_SERVICE_NAME=tollgate
+export OTEL_TRACES_SAMPLER=parentbased_traceidratio
+export OTEL_TRACES_SAMPLER_ARG=1
+"""
+LANGFUSE_SETTINGS = """
+export OTEL_EXPORTER_OTLP_TRACES_ENDPOINT=https://cloud.langfuse.com/api/public/otel/v1/traces
+export LANGFUSE_AUTH=$(printf '%s' "$LANGFUSE_PUBLIC_KEY:$LANGFUSE_SECRET_KEY" | base64 -w0)
+export OTEL_EXPORTER_OTLP_HEADERS="Authorization=Basic%20$LANGFUSE_AUTH"
+"""
+
+
+def settings_of(block: str, **given: str) -> dict[str, str]:
+    """Run a documented block in bash; return the OTEL_* variables it exported."""
+    done = subprocess.run(
+        ["bash", "-c", f"{block}\nenv -0"],
+        env={"PATH": os.environ["PATH"], **given},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    pairs = (entry.partition("=") for entry in done.stdout.split("\0") if entry)
+    return {name: value for name, _, value in pairs if name.startswith("OTEL_")}
 
 
 @pytest.fixture(scope="module")
@@ -37,10 +66,11 @@ def receiver():
 
 
 def otel_env(endpoint: str, **more: str) -> dict[str, str]:
+    """The documented collector settings, at `endpoint`, exporting every 50 ms."""
     return {
+        **settings_of(COLLECTOR_SETTINGS),
         "OTEL_EXPORTER_OTLP_ENDPOINT": endpoint,
         "OTEL_BSP_SCHEDULE_DELAY": "50",
-        "OTEL_SERVICE_NAME": "tollgate-test",
         **more,
     }
 
@@ -80,7 +110,7 @@ def test_a_chat_request_is_a_span_with_genai_attributes_under_the_clients_parent
     root = request_span(spans)
     assert (root.trace_id, root.parent_span_id) == (CLIENT_TRACE, CLIENT_SPAN)
     assert root.name == "chat gpt-4o-mini"
-    assert root.service == "tollgate-test"
+    assert root.service == "tollgate"
     assert root.attributes == {
         "gen_ai.operation.name": "chat",
         "gen_ai.provider.name": "openai",
@@ -180,20 +210,22 @@ def test_content_capture_on_exports_the_prompt_and_the_answer(tstack, receiver):
     client = tstack.openai(tenant)
 
     raw = client.chat.completions.with_raw_response.create(model="gpt-4o-mini", messages=PROMPT)
-    chunks = list(client.chat.completions.create(model="gpt-4o-mini", messages=PROMPT, stream=True))
+    streamed_raw = client.chat.completions.with_raw_response.create(
+        model="gpt-4o-mini", messages=PROMPT, stream=True
+    )
+    chunks = list(streamed_raw.parse())
 
     answer = raw.parse().choices[0].message.content
     whole = request_span(receiver.trace_of(raw.headers["x-tollgate-request-id"], count=5))
     assert "the secret prompt words" in whole.attributes["gen_ai.input.messages"]
     assert answer in whole.attributes["gen_ai.output.messages"]
     streamed_text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
-    streamed = [
-        s
-        for s in receiver.spans()
-        if s.kind == SERVER and s.attributes.get("tollgate.streamed") is True
-    ]
-    assert len(streamed) == 1
-    assert streamed_text in streamed[0].attributes["gen_ai.output.messages"]
+    streamed = request_span(
+        receiver.trace_of(streamed_raw.headers["x-tollgate-request-id"], count=6)
+    )
+    assert streamed.attributes["tollgate.streamed"] is True
+    assert "the secret prompt words" in streamed.attributes["gen_ai.input.messages"]
+    assert streamed_text in streamed.attributes["gen_ai.output.messages"]
 
 
 def test_a_fallback_chain_is_one_trace_with_an_attempt_span_per_call(tstack, receiver):
@@ -317,3 +349,26 @@ def test_a_dead_collector_never_fails_a_request(transactional_db, module_gateway
 
     assert all(a.choices[0].message.content for a in answers)
     assert time.monotonic() - started < 5
+
+
+def test_langfuse_settings_send_its_basic_auth_to_its_otel_path(
+    transactional_db, module_gateways, stub, receiver
+):
+    settings = settings_of(
+        LANGFUSE_SETTINGS, LANGFUSE_PUBLIC_KEY="pk-lf-1", LANGFUSE_SECRET_KEY="sk-lf-2"
+    )
+    endpoint = settings["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"]
+    settings["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"] = endpoint.replace(
+        "https://cloud.langfuse.com", receiver.url
+    )
+    gateway = module_gateways(**settings, OTEL_BSP_SCHEDULE_DELAY="50")
+    stack = own_stack(gateway, stub, fast_profiles(stub.url, timeout_s=5, idle_s=5))
+    receiver.clear()
+    raw = stack.openai(stack.tenant()).chat.completions.with_raw_response.create(
+        model="gpt-4o-mini", messages=PROMPT
+    )
+
+    receiver.trace_of(raw.headers["x-tollgate-request-id"], count=5)
+    [seen] = receiver.headers_seen
+    assert seen["path"] == "/api/public/otel/v1/traces"
+    assert seen["authorization"] == "Basic " + base64.b64encode(b"pk-lf-1:sk-lf-2").decode()

@@ -1,7 +1,8 @@
 """A small OTLP/HTTP trace receiver: a real HTTP server that decodes what the gateway exports.
 
-`POST /v1/traces` bodies are decoded as the collector protocol's ExportTraceServiceRequest
-(protobuf); tests read the spans as plain `Span` values. `hang()` makes it hold every export
+`POST .../v1/traces` bodies (any prefix: Langfuse's is /api/public/otel) are decoded as the
+collector protocol's ExportTraceServiceRequest (protobuf); tests read the spans as plain
+`Span` values, and each export's path and headers. `hang()` makes it hold every export
 without answering (a collector that hangs) until `release()`.
 """
 
@@ -57,11 +58,13 @@ class OtlpReceiver:
                     receiver.exports += 1
                 if receiver._hang.is_set():
                     receiver._released.wait(60)
-                if self.path != "/v1/traces":
+                if not self.path.endswith("/v1/traces"):
                     self.send_response(404)
                     self.end_headers()
                     return
-                receiver._take(body, dict(self.headers))
+                receiver._take(
+                    body, {"path": self.path} | {k.lower(): v for k, v in self.headers.items()}
+                )
                 answer = ExportTraceServiceResponse().SerializeToString()
                 self.send_response(200)
                 self.send_header("content-type", "application/x-protobuf")
