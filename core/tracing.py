@@ -10,7 +10,8 @@ dead or hanging collector only drops spans, never slows or fails a request.
 Sampling is decided here when a request starts, not by the SDK: a client's `traceparent`
 flag is obeyed when the sampler is parent-based, else the trace id is compared with the
 ratio (the SDK's own rule, so a trace's services agree). Only a sampled request records
-anything; its spans are built when it ends (gateway/tracing.py), with the ids decided here.
+anything; its spans are built when it ends (gateway/trace_spans.py), with the ids decided
+here.
 """
 
 from __future__ import annotations
@@ -36,7 +37,6 @@ SAMPLERS = frozenset(
     }
 )
 DEFAULT_SERVICE = "tollgate"
-_PROVIDERS: list[Any] = []  # the process's provider, once built
 QUEUE_MAX = 4096  # spans waiting for export: past it they are dropped, never waited on
 BATCH_MAX = 512
 EXPORT_TIMEOUT_S = 5.0  # one export's wait on a collector that does not answer
@@ -149,62 +149,65 @@ def should_sample(parent: Parent | None) -> tuple[int, bool]:
     return trace_id, SETTINGS.sampler.sampled(trace_id, parent.sampled if parent else None)
 
 
+@dataclass(frozen=True, slots=True)
+class Exporter:
+    """What finished spans are handed to: the SDK's batch processor (its own thread, a bounded
+    queue, OTLP/HTTP protobuf), with the process's resource and instrumentation scope."""
+
+    processor: Any
+    resource: Any
+    scope: Any
+
+    def export(self, spans: list) -> None:
+        """Queue finished spans (ReadableSpan); never waits: a full queue drops them."""
+        on_end = self.processor.on_end
+        for span in spans:
+            on_end(span)
+
+
 @cache
-def tracer() -> Any:
-    """Return the process's tracer (built on first use: after a worker forked), exporting
-    over OTLP/HTTP in batches. Its sampler is always on: the decision was ours, earlier."""
+def exporter() -> Exporter:
+    """Return the process's exporter (built on first use: after a worker forked).
+
+    Spans are made whole (sdk.trace.ReadableSpan) by gateway/trace_spans.py, with the times
+    and ids the request recorded, and queued here: the SDK's Tracer, its sampler and its
+    attribute checks are skipped (they were most of tracing's cost per request), not its
+    batch processor and exporter."""
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
     from opentelemetry.sdk.resources import SERVICE_NAME, Resource
-    from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
-    from opentelemetry.sdk.trace.sampling import ALWAYS_ON
+    from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
-    resource = Resource.create(
-        {} if os.environ.get("OTEL_SERVICE_NAME") else {SERVICE_NAME: DEFAULT_SERVICE}
-    )
-    # PresetIds is the SDK's IdGenerator by its two methods (importing the SDK only when on).
-    provider = TracerProvider(
-        resource=resource,
-        sampler=ALWAYS_ON,
-        id_generator=PRESET_IDS,  # type: ignore[arg-type]
-    )
-    _PROVIDERS.append(provider)
-    timeout_s = float(os.environ.get("OTEL_EXPORTER_OTLP_TIMEOUT") or EXPORT_TIMEOUT_S)
-    provider.add_span_processor(
-        BatchSpanProcessor(
-            OTLPSpanExporter(timeout=min(timeout_s, EXPORT_TIMEOUT_S)),
-            max_queue_size=QUEUE_MAX,
-            max_export_batch_size=BATCH_MAX,
-            export_timeout_millis=int(EXPORT_TIMEOUT_S * 1000),
+    class KnownResource(Resource):
+        """The process's resource, hashed once: the encoder hashes it per span (JSON each
+        time, a fifth of the encoding's cost)."""
+
+        def __init__(self, resource: Resource) -> None:
+            super().__init__(dict(resource.attributes), resource.schema_url)
+            self._hash = super().__hash__()
+
+        def __hash__(self) -> int:
+            return self._hash
+
+        def __eq__(self, other: object) -> bool:
+            return super().__eq__(other)
+
+    resource = KnownResource(
+        Resource.create(
+            {} if os.environ.get("OTEL_SERVICE_NAME") else {SERVICE_NAME: DEFAULT_SERVICE}
         )
     )
-    return provider.get_tracer("tollgate")
-
-
-class PresetIds:
-    """The SDK's id generator, told the next ids: spans get the ids decided (and sent to
-    vendors) while the request ran. Used only on the event loop's thread, one span at a time."""
-
-    def __init__(self) -> None:
-        self.span_id: int | None = None
-        self.trace_id: int | None = None
-
-    def generate_span_id(self) -> int:
-        span_id, self.span_id = self.span_id, None
-        return span_id or new_span_id()
-
-    def generate_trace_id(self) -> int:
-        trace_id, self.trace_id = self.trace_id, None
-        return trace_id or new_trace_id()
-
-    def is_trace_id_random(self) -> bool:
-        return True  # ours are, and a client's are its own word
-
-
-PRESET_IDS = PresetIds()
+    timeout_s = float(os.environ.get("OTEL_EXPORTER_OTLP_TIMEOUT") or EXPORT_TIMEOUT_S)
+    processor = BatchSpanProcessor(
+        OTLPSpanExporter(timeout=min(timeout_s, EXPORT_TIMEOUT_S)),
+        max_queue_size=QUEUE_MAX,
+        max_export_batch_size=BATCH_MAX,
+        export_timeout_millis=int(EXPORT_TIMEOUT_S * 1000),
+    )
+    return Exporter(processor, resource, InstrumentationScope("tollgate"))
 
 
 def flush(timeout_s: float = EXPORT_TIMEOUT_S) -> None:
     """Export what is queued, waiting at most `timeout_s` (a process about to stop)."""
-    if tracer.cache_info().currsize:
-        _PROVIDERS[0].force_flush(int(timeout_s * 1000))
+    if exporter.cache_info().currsize:
+        exporter().processor.force_flush(int(timeout_s * 1000))

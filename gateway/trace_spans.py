@@ -1,4 +1,5 @@
-"""A sampled request's spans, built at once when it ended (gateway/tracing.py recorded them).
+"""A sampled request's spans, built whole at once when it ended (gateway/tracing.py recorded
+them), and queued for the SDK's batch processor (core/tracing.py): no Tracer, no sampler.
 
 The request span (SERVER; a child of the client's traceparent when it sent one) carries the
 OpenTelemetry GenAI attributes and ours (`tollgate.*`); under it: admission, the hold, one
@@ -11,15 +12,15 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import orjson
-from opentelemetry import trace as otel
-from opentelemetry.trace import SpanKind, Status, StatusCode
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags, TraceState
 
 from core import tracing
 from core.usage_record import UsageRecord
 
 if TYPE_CHECKING:
     from gateway.context import RequestContext
-    from gateway.tracing import RequestTrace
+    from gateway.tracing import Call, RequestTrace
 
 # Our provider kinds as GenAI's well-known `gen_ai.provider.name` values (others: as is).
 GENAI_PROVIDERS = {
@@ -32,6 +33,9 @@ GENAI_PROVIDERS = {
     "vertex": "gcp.vertex_ai",
     "openrouter": "openrouter",
 }
+SAMPLED = TraceFlags(TraceFlags.SAMPLED)
+UNSET = Status(StatusCode.UNSET)
+NO_ATTRIBUTES: dict[str, Any] = {}
 # Stage spans: (name, the mark it starts at, the mark it ends at).
 STAGES = (
     ("admission", "planned", "admitted"),
@@ -127,78 +131,97 @@ def request_attributes(
 
 
 def build(ctx: RequestContext, trace: RequestTrace, record: UsageRecord, now: float) -> None:
-    """Build and end the request's spans with the times recorded; the SDK queues them."""
-    tracer = tracing.tracer()
-    ids = tracing.PRESET_IDS
+    """Build the request's spans whole, with the times and ids recorded, and queue them."""
+    out = tracing.exporter()
+    resource, scope = out.resource, out.scope
     kinds = provider_kinds(ctx)
     attrs = request_attributes(ctx, trace, record, kinds)
+    trace_id = trace.trace_id
     parent = trace.parent
-    parent_ctx = None
-    if parent is not None:
-        parent_ctx = otel.set_span_in_context(
-            otel.NonRecordingSpan(
-                otel.SpanContext(
-                    parent.trace_id,
-                    parent.span_id,
-                    is_remote=True,
-                    trace_flags=otel.TraceFlags(otel.TraceFlags.SAMPLED),
-                    trace_state=otel.TraceState.from_header([parent.state])
-                    if parent.state
-                    else None,
-                )
-            )
-        )
-    else:
-        ids.trace_id = trace.trace_id
-    ids.span_id = trace.span_id
-    op, model = attrs.get("gen_ai.operation.name", ctx.endpoint), attrs.get("gen_ai.request.model")
-    name = f"{op} {model}" if model else op
-    span = tracer.start_span(
-        name,
-        context=parent_ctx,
-        kind=SpanKind.SERVER,
-        attributes=attrs,
-        start_time=trace.wall_ns,
+    state = TraceState.from_header([parent.state]) if parent and parent.state else None
+    remote = (
+        SpanContext(trace_id, parent.span_id, True, SAMPLED, state) if parent is not None else None
     )
-    if record.status >= 500:  # ours or the vendor's failure; a refusal (4xx) is no error
-        span.set_status(Status(StatusCode.ERROR, record.error_code))
-    inside = otel.set_span_in_context(span)
+    here = SpanContext(trace_id, trace.span_id, False, SAMPLED, state)
+    op, model = attrs.get("gen_ai.operation.name", ctx.endpoint), attrs.get("gen_ai.request.model")
+    spans = [
+        ReadableSpan(
+            f"{op} {model}" if model else op,
+            here,
+            remote,
+            resource,
+            attrs,
+            kind=SpanKind.SERVER,
+            # A 5xx is ours or the vendor's failure; a refusal (4xx) is no error of ours.
+            status=Status(StatusCode.ERROR, record.error_code) if record.status >= 500 else UNSET,
+            start_time=trace.wall_ns,
+            end_time=trace.ns(now),
+            instrumentation_scope=scope,
+        )
+    ]
     marks = trace.marks
     for stage, start, end in STAGES:
         if start in marks and end in marks:
-            tracer.start_span(stage, context=inside, start_time=trace.ns(marks[start])).end(
-                end_time=trace.ns(marks[end])
+            spans.append(
+                ReadableSpan(
+                    stage,
+                    SpanContext(trace_id, tracing.new_span_id(), False, SAMPLED, state),
+                    here,
+                    resource,
+                    NO_ATTRIBUTES,
+                    start_time=trace.ns(marks[start]),
+                    end_time=trace.ns(marks[end]),
+                    instrumentation_scope=scope,
+                )
             )
     for call in trace.calls:
-        if not call.ended:
-            continue
-        index = call.trail_index
-        line = record.attempts[index] if 0 <= index < len(record.attempts) else None
-        call_attrs: dict[str, Any] = {}
-        if line is not None:
-            call_attrs = {
-                "tollgate.attempt": line.order,
-                "tollgate.provider": line.provider,
-                "gen_ai.provider.name": kinds.get(line.provider, line.provider),
-                "gen_ai.request.model": line.model,
-                "tollgate.served_by": line.served_by,
-                "tollgate.outcome": line.outcome,
-            }
-            if line.upstream_status is not None:
-                call_attrs["http.response.status_code"] = line.upstream_status
-            if line.key_label:
-                call_attrs["tollgate.key_label"] = line.key_label
-            if record.streamed and line.outcome == "ok":
-                call_attrs["tollgate.ttft_ms"] = round((call.ended - call.started) * 1000, 3)
-        ids.span_id = call.span_id
-        child = tracer.start_span(
-            f"attempt {line.order if line else ''} {line.provider if line else ''}".strip(),
-            context=inside,
-            kind=SpanKind.CLIENT,
-            attributes=call_attrs,
-            start_time=trace.ns(call.started),
-        )
-        if line is not None and line.outcome != "ok":
-            child.set_status(Status(StatusCode.ERROR, line.outcome))
-        child.end(end_time=trace.ns(call.ended))
-    span.end(end_time=trace.ns(now))
+        if call.ended:
+            spans.append(call_span(call, trace, record, kinds, here, state, resource, scope))
+    out.export(spans)
+
+
+def call_span(
+    call: Call,
+    trace: RequestTrace,
+    record: UsageRecord,
+    kinds: dict[str, str],
+    parent: SpanContext,
+    state: TraceState | None,
+    resource: Any,
+    scope: Any,
+) -> ReadableSpan:
+    """One vendor call's span (CLIENT), under the request's, with the id its traceparent
+    named."""
+    index = call.trail_index
+    line = record.attempts[index] if 0 <= index < len(record.attempts) else None
+    attrs: dict[str, Any] = {}
+    status = UNSET
+    if line is not None:
+        attrs = {
+            "tollgate.attempt": line.order,
+            "tollgate.provider": line.provider,
+            "gen_ai.provider.name": kinds.get(line.provider, line.provider),
+            "gen_ai.request.model": line.model,
+            "tollgate.served_by": line.served_by,
+            "tollgate.outcome": line.outcome,
+        }
+        if line.upstream_status is not None:
+            attrs["http.response.status_code"] = line.upstream_status
+        if line.key_label:
+            attrs["tollgate.key_label"] = line.key_label
+        if record.streamed and line.outcome == "ok":
+            attrs["tollgate.ttft_ms"] = round((call.ended - call.started) * 1000, 3)
+        if line.outcome != "ok":
+            status = Status(StatusCode.ERROR, line.outcome)
+    return ReadableSpan(
+        f"attempt {line.order} {line.provider}" if line is not None else "attempt",
+        SpanContext(trace.trace_id, call.span_id, False, SAMPLED, state),
+        parent,
+        resource,
+        attrs,
+        kind=SpanKind.CLIENT,
+        status=status,
+        start_time=trace.ns(call.started),
+        end_time=trace.ns(call.ended),
+        instrumentation_scope=scope,
+    )
