@@ -120,8 +120,10 @@ def report(results: list) -> str:
         verdict = ""
         if target is not None and row["added_cpu_ms_per_req"] is not None:
             verdict = " ok" if row["added_cpu_ms_per_req"] <= target else f" OVER {target} ms"
+        added = row["added_cpu_ms_per_req"]
         lines.append(
             f"  {row['scenario']:<28} {fmt(row['cpu_ms_per_req'])} vs {row['twin']} "
-            f"{fmt(row['twin_cpu_ms_per_req'])}: +{fmt(row['added_cpu_ms_per_req'])}{verdict}"
+            f"{fmt(row['twin_cpu_ms_per_req'])}: "
+            f"{'-' if added is None else format(added, '+.3f')}{verdict}"
         )
     return "\n".join(lines)

@@ -271,7 +271,7 @@ def test_a_fallback_chain_is_one_trace_with_an_attempt_span_per_call(tstack, rec
     ]
 
 
-def test_every_proxied_answer_says_its_overhead_errors_too(tstack):
+def test_every_proxied_answer_says_its_overhead_errors_too(tstack, receiver):
     tenant = tstack.tenant()
     auth = {"Authorization": f"Bearer {tenant.api_key}"}
     url = tstack.url
@@ -298,6 +298,14 @@ def test_every_proxied_answer_says_its_overhead_errors_too(tstack):
     for answer in answers:
         assert OVERHEAD.match(answer.headers["x-tollgate-overhead-ms"]), answer.text
     assert float(answers[0].headers["x-tollgate-overhead-ms"]) < 1000
+    # A web action is traced like a model request: its own span, named for its route.
+    web = answers[-1]
+    spans = receiver.trace_of(web.headers["x-tollgate-request-id"], count=1)
+    root = request_span(spans)
+    assert root.name == "web.scrape"
+    assert root.attributes["tollgate.route"] == "web.scrape"
+    assert root.attributes["http.response.status_code"] == web.status_code
+    assert "gen_ai.operation.name" not in root.attributes
 
 
 def test_a_hanging_collector_never_slows_a_request(tstack, receiver):
