@@ -70,6 +70,7 @@ ACCOUNT_AUDITED = (
     "time_zone",
     "budget_alert_pcts",
     "directory_roles",
+    "trace_content",
 )
 
 

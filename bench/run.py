@@ -144,6 +144,7 @@ import login_flood  # bench/login_flood.py: --login-flood, one process vs. two p
 import orjson
 import paced  # bench/paced.py: the paced-streams scenario (the script's directory is on the path)
 import scale  # bench/scale.py: --scale, a bulk-loaded ledger
+import traced  # bench/traced.py: the gw loads through gateways that trace
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_WORDS = 8  # the stub's default answer length, the only one the gateway ever gets
@@ -199,11 +200,16 @@ class Scenario:
     # The response cache (gw only): HIT or MISS, what every measured answer must say in
     # X-Tollgate-Cache; each request asks for caching (X-Tollgate-Cache-TTL).
     cache: str | None = None
+    # Tracing (gw only): "trace100" or "trace1", a gateway of its own sampling 100 % or 1 %
+    # of requests, exporting to a sink (bench/traced.py).
+    traced: str | None = None
 
     @property
     def uncached(self) -> str:
-        """The scenario of the same load without the cache (itself when it uses none)."""
-        return self.name.replace(f"-{self.cache}", "") if self.cache else self.name
+        """The scenario of the same load without the cache or tracing (itself when it uses
+        neither)."""
+        name = self.name.replace(f"-{self.cache}", "") if self.cache else self.name
+        return name.replace(f"-{self.traced}", "") if self.traced else name
 
     @property
     def baseline(self) -> str | None:
@@ -217,8 +223,13 @@ SCENARIOS: tuple[Scenario, ...] = (
     # unique (each a miss, stored), or every body the same (the warm-up stores it: hits).
     Scenario("gw-openai-miss", "gw", "openai", False, cache=MISS),
     Scenario("gw-openai-hit", "gw", "openai", False, cache=HIT),
+    # Tracing: the same load through gateways that trace every request, or 1 % of them.
+    Scenario("gw-openai-trace100", "gw", "openai", False, traced="trace100"),
+    Scenario("gw-openai-trace1", "gw", "openai", False, traced="trace1"),
     Scenario("stub-openai-stream", "stub", "openai", True),
     Scenario("gw-openai-stream", "gw", "openai", True),
+    Scenario("gw-openai-stream-trace100", "gw", "openai", True, traced="trace100"),
+    Scenario("gw-openai-stream-trace1", "gw", "openai", True, traced="trace1"),
     Scenario("gw-openai-stream-miss", "gw", "openai", True, cache=MISS),
     Scenario("gw-openai-stream-hit", "gw", "openai", True, cache=HIT),
     Scenario("stub-anthropic", "stub", "anthropic", False),
@@ -255,6 +266,7 @@ PEER_SCENARIOS: tuple[Scenario, ...] = tuple(
     # vendor nor a cache
     if s.target == "gw"
     and s.cache is None
+    and s.traced is None
     and s.shape not in ("search", "pooled", "bedrock", "azure", "gemini", "vertex")
 )
 BY_NAME = {s.name: s for s in SCENARIOS + PEER_SCENARIOS}
@@ -1180,12 +1192,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 async def run_all(
-    args: argparse.Namespace, servers: Servers, peer: Servers | None = None
+    args: argparse.Namespace,
+    servers: Servers,
+    peer: Servers | None = None,
+    traced_servers: dict[str, Servers] | None = None,
 ) -> list[Result]:
     results = []
     for sc in args.scenarios:
         print(f"running {sc.name} ...", flush=True)
         target = peer if sc.target == "peer" and peer else servers
+        if sc.traced and traced_servers:
+            target = traced_servers[sc.traced]
         result = await run_scenario(sc, target, args)
         results.append(result)
         print(
@@ -1268,6 +1285,19 @@ def main(argv: list[str] | None = None) -> int:
             servers = setup(args, tmp, procs)
             wants_peer = any(s.target == "peer" for s in args.scenarios)
             peer = start_peer(args, servers, tmp, procs) if wants_peer else None
+            tracings = {s.traced for s in args.scenarios if s.traced}
+            traced_servers = (
+                traced.start(
+                    child_env(str(tmp / "var"), args.database_url, args.redis_url),
+                    servers,
+                    tmp,
+                    procs,
+                    tracings,
+                    start_gateway,
+                )
+                if tracings
+                else {}
+            )
         except (RuntimeError, subprocess.TimeoutExpired, OSError) as exc:
             return setup_failed(exc, procs)
         print(
@@ -1284,7 +1314,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"forwarded) while stub-* answers are {args.words}: unequal comparison",
                 flush=True,
             )
-        results = run_loop(lambda: run_all(args, servers, peer))
+        results = run_loop(lambda: run_all(args, servers, peer, traced_servers))
         if args.paced_streams and servers.gateway.alive() and servers.stub.alive():
             paced_results = run_loop(lambda: paced.run_paced(args, servers, sys.modules[__name__]))
         comps = comparisons(results)
@@ -1292,6 +1322,8 @@ def main(argv: list[str] | None = None) -> int:
         print()
         if results:
             print(report(results, comps, cache_comps))
+            if traced.report(results):
+                print("\n" + traced.report(results))
             print_failures(results)
         if paced_results:
             print("\n" + paced.report(paced_results, sys.modules[__name__]))
@@ -1333,6 +1365,7 @@ def main(argv: list[str] | None = None) -> int:
                 "results": [asdict(r) for r in results],
                 "comparisons": comps,
                 "cache_comparisons": cache_comps,
+                "tracing_comparisons": traced.comparisons(results),
                 "paced": paced.as_json(paced_results),
                 "ok": status == 0,
             }

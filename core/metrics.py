@@ -112,6 +112,22 @@ UPSTREAM_LATENCY = Histogram(
     registry=REGISTRY,
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
 )
+# Time in the gateway outside the vendor call, up to the answer's head (its
+# X-Tollgate-Overhead-Ms), by route: our routes' names, a handful.
+OVERHEAD = Histogram(
+    "tollgate_gateway_overhead_seconds",
+    "Time a request spent in the gateway outside its vendor calls, up to the answer's head.",
+    ["route"],
+    registry=REGISTRY,
+    buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
+)
+TIME_TO_FIRST_TOKEN = Histogram(
+    "tollgate_time_to_first_token_seconds",
+    "A streamed answer's first token, from the request's arrival, by provider profile.",
+    ["provider"],
+    registry=REGISTRY,
+    buckets=(0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
+)
 IN_FLIGHT = Gauge(
     "tollgate_in_flight",
     "Requests in flight (summed over live workers).",

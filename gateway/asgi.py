@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import logging
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 
@@ -23,11 +24,12 @@ from core.ids import time_ordered_id
 from gateway import count_tokens, pipeline
 from gateway.access import model_list
 from gateway.auth import bearer, internal_authorized
-from gateway.context import Meter
+from gateway.context import Meter, RequestContext
 from gateway.health import readiness
 from gateway.pipeline import JSON, REQUEST_ID_OK
 from gateway.runtime import runtime
 from gateway.shapes import anthropic as anthropic_shape
+from gateway.tracing import overhead_header
 from gateway.web import service as web
 
 log = logging.getLogger(__name__)
@@ -57,12 +59,15 @@ class Exchange:
         "disconnected",
         "_watcher",
         "idem",
+        "arrived",
+        "timed",
     )
 
     def __init__(self, scope: Scope, receive: Receive, send: Send) -> None:
         self.scope = scope
         self._receive = receive
         self._send = send
+        self.arrived = time.monotonic()
         self.meter = Meter()
         self.headers = dict(scope["headers"])
         self.started = False
@@ -77,6 +82,8 @@ class Exchange:
         # The response cache's word on this answer (gateway/cache/stage.py), on its routes.
         self.cache_status: bytes | None = None
         self.cache_age: int | None = None
+        # A proxied request's context: its answer says the gateway's overhead (gateway/tracing).
+        self.timed: RequestContext | None = None
 
     async def read_body(self) -> bytes:
         """Read the body, counting its bytes, refusing past the size cap (LM-2013).
@@ -150,6 +157,7 @@ class Exchange:
                         else []
                     ),
                     *([(b"age", b"%d" % self.cache_age)] if self.cache_age is not None else []),
+                    *([overhead_header(self.timed)] if self.timed is not None else []),
                 ],
             }
         )

@@ -113,6 +113,7 @@ class Principal:
     # loaded with the principal, evicted with the account's (billing/tag_budgets.py).
     tag_budgets: tuple[TagLimit, ...] = ()
     time_zone: str = "UTC"
+    trace_content: bool = False  # the account's traces carry prompts and answers
 
     @property
     def has_budget(self) -> bool:
@@ -145,6 +146,7 @@ def _principal_for_group(group: Group, api_key: ApiKey | None = None, **key_fiel
         default_tags=stored_tags(api_key.default_tags if api_key else (), group.default_tags),
         tag_budgets=_tag_limits(group.account_id),
         time_zone=group.account.time_zone,
+        trace_content=group.account.trace_content,
         **key_fields,
     )
 

@@ -43,6 +43,7 @@ from gateway.breakers import Ticket
 from gateway.catalog import Profile
 from gateway.context import RequestContext
 from gateway.platform_keys import NoKeyFree, PlatformKeys
+from gateway.tracing import called, calling
 
 TEAM_BENCH_429_MIN_S = 30.0
 TEAM_BENCH_AUTH_S = 600.0
@@ -516,6 +517,7 @@ class ChainRunner:
         key_label: str = "",
     ) -> Any:
         """One call, and its line of the trail."""
+        calling(ctx)  # a traced call's span id, sent to the vendor as its traceparent
         started = time.monotonic()
         try:
             answer = await policy.call(
@@ -576,3 +578,5 @@ class ChainRunner:
                 key_label=key_label,
             )
         )
+        if started is not None:
+            called(ctx, started)  # its wait (the overhead leaves it out), its span's end

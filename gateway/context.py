@@ -18,6 +18,7 @@ from gateway.web.types import WebBill
 if TYPE_CHECKING:
     from billing.request_money import RequestMoney
     from gateway.cache.stage import CacheState
+    from gateway.tracing import RequestTrace
 
 
 @dataclass(slots=True)
@@ -68,6 +69,10 @@ class RequestContext:
     status: int = 200
     error_code: str = ""
     error_message: str = ""  # the message the client was told (ours; LM-2002's is cleaned)
+    # Seconds spent waiting on vendor calls (the overhead header is the rest), and what a
+    # sampled request records for its trace (gateway/tracing.py); None: not sampled.
+    vendor_s: float = 0.0
+    trace: RequestTrace | None = None
 
     @property
     def caller_budgeted(self) -> bool:

@@ -34,7 +34,7 @@ import orjson
 
 from core import errors, metrics
 from core.config import tollgate
-from gateway import idempotency
+from gateway import idempotency, tracing
 from gateway.admission import Scope
 from gateway.auth import bearer, require_internal
 from gateway.breakers import Ticket
@@ -52,6 +52,7 @@ from gateway.shapes.openai import OPENAI_SHAPE
 from gateway.shapes.protocols import ClientShape
 from gateway.shapes.responses import RESPONSES_SHAPE
 from gateway.tags import TAG_HEADER, tag_request
+from gateway.tracing import mark
 from gateway.types import Chunk, ModelRequest, StreamResult
 from usage.pseudonym import caller_label
 
@@ -127,13 +128,17 @@ C = TypeVar("C", bound=RequestContext)
 
 
 def request_context(ex: Exchange, endpoint_name: str, kind: type[C]) -> C:
-    """Start a request's context: the gateway's id, the client's label, the byte meter."""
-    return kind(
+    """Start a request's context: the gateway's id, the client's label, the byte meter, its
+    trace (when sampled); its answer will say the gateway's overhead."""
+    ex.timed = ctx = kind(
         request_id=ex.request_id,
         client_request_id=ex.client_request_id,
         endpoint=endpoint_name,
         meter=ex.meter,
+        started=ex.arrived,
+        trace=tracing.begin(ex.headers, ex.arrived),
     )
+    return ctx
 
 
 async def serve(ex: Exchange, endpoint: Endpoint) -> None:
@@ -156,7 +161,9 @@ async def serve(ex: Exchange, endpoint: Endpoint) -> None:
             if endpoint.cached
             else ()
         )
+        mark(ctx, "planned")
         first_ticket = await admit(ctx, plan, also=lookup)
+        mark(ctx, "admitted")
         hit = (
             await cache_stage.look_up(runtime.cache, ex, ctx, endpoint.name)
             if endpoint.cached
@@ -172,6 +179,7 @@ async def serve(ex: Exchange, endpoint: Endpoint) -> None:
         else:  # the hit's price, not the vendor call's worst case
             await hold(ctx, plan, estimate_micro=hit.cost_micro, first=hit.attempt)
             await cache_stage.cover_hit(ctx, hit)
+        mark(ctx, "held")
         ending = await execute(ex, ctx, endpoint, first_ticket, hit)
     except errors.GatewayError as exc:
         ending = refusal(ex, exc)
@@ -363,6 +371,7 @@ async def execute(
         if ctx.cache is not None:
             ctx.cache.completion = completion
     ctx.usage = completion.usage
+    tracing.answered(ctx, completion.finish_reason, completion.text)
     return Ending(
         final=endpoint.shape.render_completion(
             completion, request_id=answer_id(ctx, endpoint), req=req
@@ -389,6 +398,8 @@ async def stream(
     result = ctx.stream = StreamResult(prompt_tokens_estimate=prompt_bound(req))
     kept = cache_stage.collect_stream(ctx)  # the arrivals, when the answer is to be cached
     await ex.start(200, [SSE, NO_CACHE, *admission.headers(anthropic=endpoint is MESSAGES)])
+    mark(ctx, "streaming")
+    texts = tracing.answer_sink(ctx)  # the answer's text, only when the trace captures it
     try:
         async with asyncio.timeout(deadline_left_s(ctx)):
             async for arrived in chunks:
@@ -398,6 +409,8 @@ async def stream(
                 out = []
                 for chunk in arrived:
                     result.fold(chunk)
+                    if texts is not None:
+                        texts.append(chunk.text)
                     out.append(renderer.chunk(chunk))
                 data = b"".join(out)
                 if data:
@@ -441,6 +454,7 @@ async def finish(ex: Exchange, ctx: RequestContext, ending: Ending) -> None:
     """Record the request and release what it holds (before the client sees its end), then
     send its last bytes. The one place a request's books are closed."""
     ex.stop_watching()
+    mark(ctx, "settling")
     if ctx.money is not None:  # a reservation taken ahead for a call never made goes back
         await ctx.money.close()
     ctx.status, ctx.error_code = ending.status, ending.error_code
@@ -464,6 +478,7 @@ async def finish(ex: Exchange, ctx: RequestContext, ending: Ending) -> None:
         kept.command() if kept is not None and runtime.cache.rides_with(runtime.shared) else None
     )
     replies = await record_and_release(ctx, record, also=(rides,) if rides else ())
+    mark(ctx, "settled")
     if kept is not None:  # stored before the client sees the end: the next request hits
         await cache_stage.keep(runtime.cache, kept, reply=replies[0] if replies else None)
     try:
@@ -475,3 +490,4 @@ async def finish(ex: Exchange, ctx: RequestContext, ending: Ending) -> None:
             await ex.body(b"", more=False)
     finally:
         metrics.REQUESTS.labels(ctx.endpoint, str(ctx.status), ctx.error_code or "ok").inc()
+        tracing.finished(ctx, record)  # its spans, built after its last byte went out

@@ -14,7 +14,7 @@ import aiohttp
 from billing.escrow import Escrow
 from byok.pools import PoolRegistry, load_pools
 from byok.routing import KeyRotation
-from core import bus
+from core import bus, tracing
 from core.config import tollgate
 from core.db import off_loop
 from core.response_cache import account_prefix
@@ -28,6 +28,7 @@ from gateway.catalog import EMPTY, Catalog, load_catalog
 from gateway.limits import Limiter
 from gateway.orchestrator import Orchestrator
 from gateway.platform_keys import PlatformKeys
+from gateway.tracing import client_hooks
 from gateway.web.orchestrator import AcquisitionOrchestrator
 from gateway.web.units import DailyUnits
 from usage.writer import UsageWriter
@@ -79,6 +80,7 @@ class Runtime:
                 connector=aiohttp.TCPConnector(limit=0, ttl_dns_cache=300),
                 timeout=aiohttp.ClientTimeout(total=None, sock_connect=10),
                 skip_auto_headers=("User-Agent",),
+                trace_configs=client_hooks(),  # traced calls send their traceparent
             )
             self.shared = SharedState()
             self.breakers = BreakerBoard(self.shared)
@@ -146,6 +148,7 @@ class Runtime:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         await self.usage.flush()
+        await asyncio.to_thread(tracing.flush)  # queued spans, bounded by the export timeout
         await self.session.close()
         await self.db.close()
         await self.shared.close()

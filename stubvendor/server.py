@@ -266,8 +266,10 @@ Control routes (a contract other tools rely on)
   decremented, the fault removed at 0).  An invalid fault answers 400 and
   queues nothing.  ``GET /_stub/faults`` lists the queue.
 * ``GET /_stub/calls`` -> ``{"calls": [{"seq", "path", "shape", "model",
-  "key", "stream", "user", "max_tokens", "fault", "status", "body"}]}`` in
-  arrival order; every vendor call is recorded at arrival (rejected ones too);
+  "key", "stream", "user", "max_tokens", "fault", "status", "body",
+  "traceparent"}]}`` in arrival order (``traceparent``: the call's W3C trace
+  context header as received, or null); every vendor call is recorded at
+  arrival (rejected ones too);
   ``status`` is filled in when answered and stays null if dropped/hung;
   ``body`` is the parsed JSON request body as received (null if not JSON or
   none, e.g. ``GET .../models``).  ``seq`` starts at 1 after each clear.
@@ -313,6 +315,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextvars
 import hashlib
 import itertools
 import os
@@ -422,6 +425,7 @@ class StubState:
             "fault": None,
             "status": None,
             "body": body,
+            "traceparent": INBOUND_TRACEPARENT.get(),
         }
         self.calls.append(call)
         return call
@@ -1862,6 +1866,18 @@ async def health(request: web.Request) -> web.Response:
 # --------------------------------------------------------------------------- app / running
 
 
+# The W3C traceparent of the call being handled: every recorded call lists it.
+INBOUND_TRACEPARENT: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "stub_inbound_traceparent", default=None
+)
+
+
+@web.middleware
+async def trace_context(request: web.Request, handler: Any) -> web.StreamResponse:
+    INBOUND_TRACEPARENT.set(request.headers.get("traceparent"))
+    return await handler(request)
+
+
 def _accept_keys_from_env() -> frozenset[str] | None:
     raw = os.environ.get("STUB_ACCEPT_KEYS", "")
     keys = frozenset(k.strip() for k in raw.split(",") if k.strip())
@@ -1872,7 +1888,7 @@ def make_app(accept_keys: Iterable[str] | None = None) -> web.Application:
     """Build the stub app.  ``accept_keys`` defaults to ``$STUB_ACCEPT_KEYS``."""
     from stubvendor.site import site_page  # the demo's pages (stubvendor/site.py)
 
-    app = web.Application(client_max_size=64 * 1024 * 1024)
+    app = web.Application(client_max_size=64 * 1024 * 1024, middlewares=[trace_context])
     keys = frozenset(accept_keys) if accept_keys is not None else _accept_keys_from_env()
     app[STATE] = StubState(keys)
     app.router.add_post("/_stub/faults", post_faults)

@@ -26,6 +26,7 @@ from core import errors
 from core.config import tollgate
 from core.db import off_loop
 from core.ids import time_ordered_id
+from gateway import tracing
 from gateway.auth import Principal
 from gateway.context import Meter, WebContext
 from gateway.holding import hold
@@ -175,6 +176,7 @@ class PageFetcher:
             endpoint=PAGE_ENDPOINT,
             meter=Meter(),
         )
+        ctx.trace = tracing.begin({}, ctx.started)  # each page its own trace, as a scrape's
         req = WebRequest(action=SCRAPE, url=page.url, render_js=job.render_js, formats=self.formats)
         try:
             ctx.principal = await runtime.principals.for_group(job.group_id)
@@ -193,7 +195,9 @@ class PageFetcher:
                 raise StopCrawl("budget_exhausted", stop) from None
             return self._failed(ctx, exc.code)
         finally:
-            await record_and_release(ctx, usage_record(ctx, bytes_out=0))
+            record = usage_record(ctx, bytes_out=0)
+            await record_and_release(ctx, record)
+            tracing.finished(ctx, record)
         answer = served.answer
         assert isinstance(answer, PageAnswer)  # a scrape is answered with a page
         body = await asyncio.to_thread(page_json, req, answer)

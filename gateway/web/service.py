@@ -39,6 +39,7 @@ from gateway.pipeline import (
     request_context,
 )
 from gateway.runtime import runtime
+from gateway.tracing import mark
 from gateway.web import crawler, shape
 from gateway.web.adapters import REFUSED_REASONS
 from gateway.web.pages import page_is_whole, page_json
@@ -78,8 +79,11 @@ async def serve(ex: Exchange, endpoint: WebEndpoint) -> None:
         assert ctx.principal is not None, ACCEPTED
         plan = build_web_plan(req, ctx.principal, runtime.catalog, runtime.pools.get)
         ctx.plan = plan
+        mark(ctx, "planned")
         await admit(ctx, plan)
+        mark(ctx, "admitted")
         await hold(ctx, plan)
+        mark(ctx, "held")
         ending = await execute(ctx, endpoint, plan, req)
     except errors.GatewayError as exc:
         ending = refusal(ex, exc)

@@ -23,6 +23,16 @@ SERVICES = COMPOSE["services"]
 TOLLGATE = ("migrate", "gateway", "control", "worker", "beat")
 # Read by compose.yaml itself (commands, ports, the image) or set there, never passed on.
 COMPOSE_OWN = {"GATEWAY_WORKERS", "GATEWAY_BIND", "GATEWAY_PORT", "TOLLGATE_IMAGE"}
+# OpenTelemetry's standard variables (docs/observability.md): read by its SDK, not SCHEME.
+OTEL = {
+    "OTEL_EXPORTER_OTLP_ENDPOINT",
+    "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+    "OTEL_EXPORTER_OTLP_HEADERS",
+    "OTEL_TRACES_SAMPLER",
+    "OTEL_TRACES_SAMPLER_ARG",
+    "OTEL_SERVICE_NAME",
+    "OTEL_SDK_DISABLED",
+}
 
 
 def given(service: str) -> set[str]:
@@ -32,7 +42,7 @@ def given(service: str) -> set[str]:
 def test_every_setting_reaches_a_tollgate_service_and_only_those():
     passed = set().union(*(given(service) for service in TOLLGATE))
     assert sorted(set(SCHEME) - passed - COMPOSE_OWN) == []
-    assert sorted((passed - set(SCHEME)) - {"OPENAI_API_KEY", "ANTHROPIC_API_KEY"}) == []
+    assert sorted((passed - set(SCHEME)) - {"OPENAI_API_KEY", "ANTHROPIC_API_KEY"} - OTEL) == []
     assert given("postgres") == {"POSTGRES_USER", "POSTGRES_PASSWORD", "POSTGRES_DB"}
     assert "environment" not in SERVICES["redis"] and "env_file" not in str(COMPOSE)
 
@@ -47,6 +57,8 @@ def test_secrets_go_only_where_they_are_used():
     assert holders("TOLLGATE_METRICS_TOKEN") == ["gateway"]
     assert holders("TOLLGATE_USAGE_SINK_SECRET") == ["worker"]
     assert holders("OPENAI_API_KEY") == ["migrate", "gateway", "worker"]
+    for name in OTEL:  # the processes that serve requests and crawl pages
+        assert holders(name) == ["gateway", "worker"], name
     assert holders("TOLLGATE_ADMIN_OIDC_CLIENT_SECRET") == ["control"]
     # What config/settings.py requires of every process with a database.
     for name in ("DATABASE_URL", "SECRET_KEY", "SEALING_KEYS", "TOLLGATE_RECEIPT_KEYS"):

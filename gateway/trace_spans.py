@@ -1,0 +1,227 @@
+"""A sampled request's spans, built whole at once when it ended (gateway/tracing.py recorded
+them), and queued for the SDK's batch processor (core/tracing.py): no Tracer, no sampler.
+
+The request span (SERVER; a child of the client's traceparent when it sent one) carries the
+OpenTelemetry GenAI attributes and ours (`tollgate.*`); under it: admission, the hold, one
+CLIENT span per vendor call (its HTTP status; a stream's ends at its first token), the
+stream, and settlement. Prompt and answer text only with the account's content capture.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import orjson
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags, TraceState
+
+from core import tracing
+from core.usage_record import UsageRecord
+
+if TYPE_CHECKING:
+    from gateway.context import RequestContext
+    from gateway.tracing import Call, RequestTrace
+
+# Our provider kinds as GenAI's well-known `gen_ai.provider.name` values (others: as is).
+GENAI_PROVIDERS = {
+    "openai": "openai",
+    "openai_compatible": "openai",
+    "azure": "azure.ai.openai",
+    "anthropic": "anthropic",
+    "bedrock": "aws.bedrock",
+    "gemini": "gcp.gemini",
+    "vertex": "gcp.vertex_ai",
+    "openrouter": "openrouter",
+}
+SAMPLED = TraceFlags(TraceFlags.SAMPLED)
+UNSET = Status(StatusCode.UNSET)
+NO_ATTRIBUTES: dict[str, Any] = {}
+# Stage spans: (name, the mark it starts at, the mark it ends at).
+STAGES = (
+    ("admission", "planned", "admitted"),
+    ("hold", "admitted", "held"),
+    ("stream", "streaming", "settling"),
+    ("settlement", "settling", "settled"),
+)
+
+
+def operation(endpoint: str) -> str:
+    """GenAI's operation name of a route: embeddings, chat, or the web action's own name."""
+    if endpoint == "embeddings":
+        return "embeddings"
+    if endpoint.startswith(("web.", "internal.scrape", "internal.search", "internal.crawl")):
+        return endpoint
+    return "chat"
+
+
+def provider_kinds(ctx: RequestContext) -> dict[str, str]:
+    """Profile name -> GenAI provider name, for the profiles this request's plan names."""
+    plan = getattr(ctx, "plan", None)
+    kinds: dict[str, str] = {}
+    for link in getattr(plan, "links", ()) or ():
+        profile = getattr(link, "profile", None) or link.offer.profile
+        kinds[profile.name] = GENAI_PROVIDERS.get(profile.kind, profile.kind)
+    return kinds
+
+
+def request_attributes(
+    ctx: RequestContext, trace: RequestTrace, record: UsageRecord, kinds: dict[str, str]
+) -> dict[str, Any]:
+    """The request span's attributes: GenAI's, then ours."""
+    principal = ctx.principal
+    req = getattr(ctx, "req", None)
+    op = operation(ctx.endpoint)
+    attrs: dict[str, Any] = {
+        "tollgate.request_id": record.request_id,
+        "tollgate.route": ctx.endpoint,
+        "tollgate.cost_micro_usd": record.provider_cost_micro,
+        "tollgate.bandwidth_charge_micro_usd": record.bandwidth_charge_micro,
+        "tollgate.attempts": len(trace.calls),
+        "tollgate.streamed": record.streamed,
+        "http.response.status_code": record.status,
+    }
+    if op != ctx.endpoint or not hasattr(ctx, "web"):  # a model route: GenAI's operation
+        attrs["gen_ai.operation.name"] = op
+    if record.model_requested or req is not None:
+        attrs["gen_ai.request.model"] = req.model if req is not None else record.model_requested
+    if record.model_served:
+        attrs["gen_ai.response.model"] = record.model_served
+    if record.provider:
+        attrs["gen_ai.provider.name"] = kinds.get(record.provider, record.provider)
+        attrs["tollgate.provider"] = record.provider
+    if record.status == 200 or record.tokens_in or record.byok_tokens_in:
+        attrs["gen_ai.usage.input_tokens"] = record.tokens_in + record.byok_tokens_in
+        attrs["gen_ai.usage.output_tokens"] = record.tokens_out + record.byok_tokens_out
+    stream = getattr(ctx, "stream", None)
+    finish_reason = trace.finish_reason or (stream.finish_reason if stream is not None else "")
+    if finish_reason:
+        attrs["gen_ai.response.finish_reasons"] = (finish_reason,)
+    if record.served_by:
+        attrs["tollgate.served_by"] = record.served_by
+    if record.cache_status:
+        attrs["tollgate.cache"] = record.cache_status
+    if record.error_code:
+        attrs["tollgate.error_code"] = attrs["error.type"] = record.error_code
+    if record.ttft_ms is not None:
+        attrs["tollgate.ttft_ms"] = record.ttft_ms
+    if record.client_request_id:
+        attrs["tollgate.client_request_id"] = record.client_request_id
+    if principal is not None:
+        attrs["tollgate.account_id"] = principal.account_id
+        attrs["tollgate.group_id"] = principal.group_id
+        if principal.api_key_id is not None:
+            attrs["tollgate.api_key_id"] = principal.api_key_id
+    served_label = next((a.key_label for a in record.attempts if a.outcome == "ok"), "")
+    if served_label:
+        attrs["tollgate.key_label"] = served_label
+    if ctx.tags:
+        attrs["tollgate.tags"] = tuple(ctx.tags)
+    for unit in ("web_pages", "web_rendered_pages", "web_queries"):
+        if getattr(record, unit):
+            attrs[f"tollgate.{unit}"] = getattr(record, unit)
+    if principal is not None and principal.trace_content:
+        if req is not None:
+            asked = req.body.get("messages") or req.body.get("input") or []
+            attrs["gen_ai.input.messages"] = orjson.dumps(asked).decode()
+        if trace.answer is not None:
+            text = "".join(trace.answer)
+            said = [{"role": "assistant", "parts": [{"type": "text", "content": text}]}]
+            attrs["gen_ai.output.messages"] = orjson.dumps(said).decode()
+    return attrs
+
+
+def build(ctx: RequestContext, trace: RequestTrace, record: UsageRecord, now: float) -> None:
+    """Build the request's spans whole, with the times and ids recorded, and queue them."""
+    out = tracing.exporter()
+    resource, scope = out.resource, out.scope
+    kinds = provider_kinds(ctx)
+    attrs = request_attributes(ctx, trace, record, kinds)
+    trace_id = trace.trace_id
+    parent = trace.parent
+    state = TraceState.from_header([parent.state]) if parent and parent.state else None
+    remote = (
+        SpanContext(trace_id, parent.span_id, True, SAMPLED, state) if parent is not None else None
+    )
+    here = SpanContext(trace_id, trace.span_id, False, SAMPLED, state)
+    op, model = attrs.get("gen_ai.operation.name", ctx.endpoint), attrs.get("gen_ai.request.model")
+    spans = [
+        ReadableSpan(
+            f"{op} {model}" if model else op,
+            here,
+            remote,
+            resource,
+            attrs,
+            kind=SpanKind.SERVER,
+            # A 5xx is ours or the vendor's failure; a refusal (4xx) is no error of ours.
+            status=Status(StatusCode.ERROR, record.error_code) if record.status >= 500 else UNSET,
+            start_time=trace.wall_ns,
+            end_time=trace.ns(now),
+            instrumentation_scope=scope,
+        )
+    ]
+    marks = trace.marks
+    for stage, start, end in STAGES:
+        if start in marks and end in marks:
+            spans.append(
+                ReadableSpan(
+                    stage,
+                    SpanContext(trace_id, tracing.new_span_id(), False, SAMPLED, state),
+                    here,
+                    resource,
+                    NO_ATTRIBUTES,
+                    start_time=trace.ns(marks[start]),
+                    end_time=trace.ns(marks[end]),
+                    instrumentation_scope=scope,
+                )
+            )
+    for call in trace.calls:
+        if call.ended:
+            spans.append(call_span(call, trace, record, kinds, here, state, resource, scope))
+    out.export(spans)
+
+
+def call_span(
+    call: Call,
+    trace: RequestTrace,
+    record: UsageRecord,
+    kinds: dict[str, str],
+    parent: SpanContext,
+    state: TraceState | None,
+    resource: Any,
+    scope: Any,
+) -> ReadableSpan:
+    """One vendor call's span (CLIENT), under the request's, with the id its traceparent
+    named."""
+    index = call.trail_index
+    line = record.attempts[index] if 0 <= index < len(record.attempts) else None
+    attrs: dict[str, Any] = {}
+    status = UNSET
+    if line is not None:
+        attrs = {
+            "tollgate.attempt": line.order,
+            "tollgate.provider": line.provider,
+            "gen_ai.provider.name": kinds.get(line.provider, line.provider),
+            "gen_ai.request.model": line.model,
+            "tollgate.served_by": line.served_by,
+            "tollgate.outcome": line.outcome,
+        }
+        if line.upstream_status is not None:
+            attrs["http.response.status_code"] = line.upstream_status
+        if line.key_label:
+            attrs["tollgate.key_label"] = line.key_label
+        if record.streamed and line.outcome == "ok":
+            attrs["tollgate.ttft_ms"] = round((call.ended - call.started) * 1000, 3)
+        if line.outcome != "ok":
+            status = Status(StatusCode.ERROR, line.outcome)
+    return ReadableSpan(
+        f"attempt {line.order} {line.provider}" if line is not None else "attempt",
+        SpanContext(trace.trace_id, call.span_id, False, SAMPLED, state),
+        parent,
+        resource,
+        attrs,
+        kind=SpanKind.CLIENT,
+        status=status,
+        start_time=trace.ns(call.started),
+        end_time=trace.ns(call.ended),
+        instrumentation_scope=scope,
+    )
