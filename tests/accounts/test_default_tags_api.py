@@ -102,3 +102,33 @@ def test_a_bad_default_tag_is_a_400_naming_the_rule(tags, message):
     assert message in response.json()["error"]["message"]
     assert response.json()["error"]["code"] == "LM-2001"
     assert ApiKey.objects.get(pk=tenant.api_key_id).default_tags == []
+
+
+def test_the_operators_admin_edits_them_by_the_same_rules(announced):
+    import re
+
+    from django.contrib.auth import get_user_model
+    from django.test import Client
+
+    tenant = make_tenant()
+    operator = Client()
+    operator.force_login(get_user_model().objects.create_superuser("root", "r@x.invalid", "pw"))
+    url = f"/django-admin/accounts/group/{tenant.group_id}/change/"
+    form = operator.get(url).content.decode()
+    fields = {
+        name: value
+        for name, value in re.findall(r'name="(\w+)" value="([^"]*)"', form)
+        if name != "csrfmiddlewaretoken"
+    }
+    selects = {
+        name: re.search(r'<option value="([^"]*)" selected', options).group(1)
+        for name, options in re.findall(r'<select name="(\w+)"[^>]*>(.*?)</select>', form, re.S)
+    }
+
+    refused = operator.post(url, {**fields, **selects, "default_tags": '["no spaces"]'})
+    assert refused.status_code == 200
+    assert "Tag &#x27;no spaces&#x27; is not valid" in refused.content.decode()
+    saved = operator.post(url, {**fields, **selects, "default_tags": '["Team:A", "team:a"]'})
+    assert saved.status_code == 302, saved.content.decode()[:2000]
+    assert Group.objects.get(pk=tenant.group_id).default_tags == ["team:a"]
+    assert ("group", {"group_id": tenant.group_id}) in announced
