@@ -15,6 +15,7 @@ from accounts.forms import AdminSignInForm
 from accounts.models import AccessGroup, ApiKey, Group, TenantToken
 from audit.adminkit import AuditedDeletes, operator
 from core.admin_views import Dollars
+from core.tags import TagError, clean_tags
 
 # The admin's login is throttled like the dashboard's (accounts/throttle.py).
 admin.site.login_form = AdminSignInForm
@@ -37,8 +38,22 @@ def throttled_admin_login(request: HttpRequest, extra_context=None) -> HttpRespo
 admin.site.login = throttled_admin_login
 
 
+class DefaultTagsForm(forms.ModelForm):
+    """A group's or key's form: its default tags checked by the tenant API's rules."""
+
+    def clean_default_tags(self):
+        value = self.cleaned_data.get("default_tags") or []
+        if not isinstance(value, list):
+            raise forms.ValidationError('Default tags are a JSON list, e.g. ["team:search"].')
+        try:
+            return list(clean_tags(value))
+        except TagError as exc:
+            raise forms.ValidationError(str(exc)) from None
+
+
 @admin.register(Group)
 class GroupAdmin(AuditedDeletes, Dollars, admin.ModelAdmin):
+    form = DefaultTagsForm
     site_label = "Key groups"  # auth has its "Groups" too (core/admin_site.py)
     audit_type = "group"
     search_fields = ["name", "account__name"]
@@ -112,6 +127,7 @@ class KeyStateFilter(admin.SimpleListFilter):
 
 @admin.register(ApiKey)
 class ApiKeyAdmin(AuditedDeletes, Dollars, admin.ModelAdmin):
+    form = DefaultTagsForm
     audit_type = "key"
     search_fields = ["prefix", "name", "group__name", "group__account__name"]
     search_help_text = "A key's prefix (tg-…), its name, its group's or account's name."

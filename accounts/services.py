@@ -44,6 +44,7 @@ GROUP_AUDITED = (
     "cache_mode",
     "cache_ttl_s",
     "cache_scope",
+    "default_tags",
 )
 KEY_AUDITED = (
     "name",
@@ -61,6 +62,7 @@ KEY_AUDITED = (
     "cache_mode",
     "cache_ttl_s",
     "cache_scope",
+    "default_tags",
 )
 ACCOUNT_AUDITED = (
     "name",
@@ -152,6 +154,7 @@ def group_create(
     cache_mode: str = CacheMode.ON_REQUEST,
     cache_ttl_s: int = DEFAULT_CACHE_TTL_S,
     cache_scope: str = CacheScope.ACCOUNT,
+    default_tags: list[str] | None = None,
     actor: Actor | None = None,
 ) -> Group:
     starts, ends = current_period(account=account, budget_period=budget_period)
@@ -170,6 +173,7 @@ def group_create(
             cache_mode=cache_mode,
             cache_ttl_s=cache_ttl_s,
             cache_scope=cache_scope,
+            default_tags=default_tags or [],
         )
         record_group(group, action="group.create", actor=actor, before=None)
     return group
@@ -233,6 +237,7 @@ def api_key_create(
     cache_mode: str = "",
     cache_ttl_s: int | None = None,
     cache_scope: str = "",
+    default_tags: list[str] | None = None,
     actor: Actor | None = None,
 ) -> tuple[ApiKey, str]:
     """Create a virtual key; the secret is returned here and never again."""
@@ -255,6 +260,7 @@ def api_key_create(
             cache_mode=cache_mode,
             cache_ttl_s=cache_ttl_s,
             cache_scope=cache_scope,
+            default_tags=default_tags or [],
         )
         record_key(api_key, action="key.create", actor=actor, before=None)
     return api_key, secret

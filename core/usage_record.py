@@ -82,6 +82,9 @@ class UsageRecord:
     # it replays cost (at the served offer's prices, whoever paid): the money it saved.
     cache_status: str = ""
     uncached_cost_micro: int = 0
+    # The request's tags (core/tags.py): its own, then its key's and group's defaults.
+    # Labels the tenant chose: they split its usage, and key nothing of the books.
+    tags: tuple[str, ...] = ()
     attempts: tuple[AttemptRecord, ...] = ()
     # The prices the served attempt was charged at (`input_micro_per_mtok`, ..., or a web
     # unit's `page_micro`, ...): its receipt states them (billing/receipts.py); not a column.
@@ -117,6 +120,7 @@ class UsageRecord:
                 (a.reservation_id for a in attempts if a.outcome == "ok" and a.reservation_id),
                 None,
             )
+        data["tags"] = tuple(data.get("tags") or ())  # JSON's list; absent before tags
         created_at = data.pop("created_at")
         if isinstance(created_at, str):
             created_at = datetime.fromisoformat(created_at)

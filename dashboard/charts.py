@@ -21,6 +21,7 @@ from dashboard.templatetags.money import count, usd
 from providers.models import ProviderModel
 from usage.models import ServedBy
 from usage.selectors import TOTALS, usage_totals, usage_zero_totals
+from usage.tags import tag_totals
 
 MONEY = "usd"  # values in micro-USD
 TOKENS = "tokens"
@@ -217,6 +218,18 @@ def charts_page(*, account: Account, days: int, now: datetime | None = None) -> 
                 strict=True,
             ),
             empty=f"No spend by any key in the last {days} days.",
+            days=days,
+        ),
+        # From the tag rollups: a request with several tags is under each of them.
+        ranking(
+            slug="spend-tag",
+            title="Spend by tag",
+            heading="Tag",
+            named=(
+                (row["tag"], row["spend_micro"])
+                for row in tag_totals(accounts=accounts, start=start)
+            ),
+            empty=f"No spend by any tagged request in the last {days} days.",
             days=days,
         ),
         by_payer,

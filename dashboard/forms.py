@@ -20,6 +20,8 @@ from accounts.models import (
 from byok.models import LABEL_MAX_CHARS
 from byok.selectors import TeamKeyProfile, eligible_providers_hint
 from core.admin_views import DollarField
+from core.tags import RULE as TAG_RULE
+from core.tags import TagError, clean_tags
 from dashboard.selectors import groups_of_account
 
 
@@ -181,6 +183,26 @@ class KeyCacheForm(CacheForm):
         }
 
 
+def default_tags_field() -> forms.CharField:
+    return forms.CharField(
+        label="Default tags",
+        required=False,
+        max_length=1000,
+        help_text="Added to every request after its own, separated by commas. "
+        + TAG_RULE[0].upper()
+        + TAG_RULE[1:]
+        + ".",
+    )
+
+
+def cleaned_tags(text: str) -> list[str]:
+    """Default tags typed with commas, cleaned by the tenant API's rules (core/tags.py)."""
+    try:
+        return list(clean_tags(item for item in text.split(",") if item.strip()))
+    except TagError as exc:
+        raise forms.ValidationError(str(exc)) from None
+
+
 class KeyForm(LimitsForm, KeyCacheForm):
     """A virtual key's name, models, limits and expiry (the group only when creating)."""
 
@@ -197,6 +219,7 @@ class KeyForm(LimitsForm, KeyCacheForm):
         widget=forms.DateTimeInput(attrs={"type": "datetime-local"}),
         help_text="In the account's time zone. Empty: never.",
     )
+    default_tags = default_tags_field()
     # The cache's settings after every field named here.
     field_order = [
         "group",
@@ -207,6 +230,7 @@ class KeyForm(LimitsForm, KeyCacheForm):
         "rpm_limit",
         "tpm_limit",
         "expires_at",
+        "default_tags",
     ]
 
     def __init__(
@@ -223,6 +247,9 @@ class KeyForm(LimitsForm, KeyCacheForm):
         except BadEntry as exc:
             raise forms.ValidationError(str(exc)) from None
 
+    def clean_default_tags(self) -> list[str]:
+        return cleaned_tags(self.cleaned_data["default_tags"])
+
     def key_fields(self) -> dict:
         data = self.cleaned_data
         return {
@@ -230,6 +257,7 @@ class KeyForm(LimitsForm, KeyCacheForm):
             "name": data["name"],
             "allowed_models": data["models"],
             "expires_at": data["expires_at"],
+            "default_tags": data["default_tags"],
             **self.cache_fields(),
         }
 
@@ -241,6 +269,7 @@ class KeyForm(LimitsForm, KeyCacheForm):
             "name": row.name,
             "models": ", ".join(row.allowed_models or []),
             "expires_at": row.expires_at,
+            "default_tags": ", ".join(row.default_tags or []),
         }
 
 
@@ -249,6 +278,7 @@ class GroupForm(LimitsForm, CacheForm):
     concurrency_limit = forms.IntegerField(
         label="Requests in flight", min_value=1, required=False, help_text="Empty: no limit."
     )
+    default_tags = default_tags_field()
     field_order = [
         "name",
         "budget",
@@ -256,13 +286,18 @@ class GroupForm(LimitsForm, CacheForm):
         "rpm_limit",
         "tpm_limit",
         "concurrency_limit",
+        "default_tags",
     ]
+
+    def clean_default_tags(self) -> list[str]:
+        return cleaned_tags(self.cleaned_data["default_tags"])
 
     def group_fields(self) -> dict:
         return {
             **self.limits(),
             "name": self.cleaned_data["name"],
             "concurrency_limit": self.cleaned_data["concurrency_limit"],
+            "default_tags": self.cleaned_data["default_tags"],
             **self.cache_fields(),
         }
 
@@ -273,6 +308,7 @@ class GroupForm(LimitsForm, CacheForm):
             **CacheForm.cache_initial_of(row),
             "name": row.name,
             "concurrency_limit": row.concurrency_limit,
+            "default_tags": ", ".join(row.default_tags or []),
         }
 
 

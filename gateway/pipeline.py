@@ -217,11 +217,13 @@ async def accept(ex: Exchange, endpoint: Endpoint, ctx: ModelContext) -> Accepte
     body, data = await authenticate(ex, ctx, internal=endpoint.internal)
     if endpoint.internal:
         ctx.req = internal_shape.parse_request(data, stream=endpoint.stream)
+        tag_request(ctx, ex.headers.get(TAG_HEADER), ctx.req.tags)
         return Accepted(ctx.req, body)
     fallback = ex.headers.get(FALLBACK_HEADER)
     ctx.req = endpoint.shape.parse_request(
         data, fallback_header=fallback.decode() if fallback else None
     )
+    tag_request(ctx, ex.headers.get(TAG_HEADER), ctx.req.tags)  # the header's, the body's
     label_caller(ex, ctx, ctx.req)
     return Accepted(ctx.req, body)
 
@@ -241,12 +243,10 @@ async def authenticate(
             raise errors.InvalidRequest("'request_id' is required (1-64 of [A-Za-z0-9._:-]).")
         ex.client_request_id = ctx.client_request_id = request_id  # a label, like X-Request-Id
         ctx.principal = await runtime.principals.for_group(data.get("group"))
-        tag_request(ctx, ex.headers.get(TAG_HEADER))
         return body, data
     ctx.principal = await runtime.principals.for_secret(
         bearer(ex.headers), client=ex.scope.get("client")
     )
-    tag_request(ctx, ex.headers.get(TAG_HEADER))
     body = await ex.read_body()
     return body, parse_json(body)
 

@@ -97,6 +97,7 @@ def usage_record(ctx: RequestContext, *, bytes_out: int) -> UsageRecord:
         web_url=web.url if web else "",
         cache_status=model.cache.status if model and model.cache else "",
         uncached_cost_micro=model.cache.uncached_cost_micro if model and model.cache else 0,
+        tags=ctx.tags,
         attempts=tuple(ctx.trail),
         prices=prices,
     )

@@ -37,6 +37,9 @@ class ModelRequest:
     # A field the vendor bills beyond tokens (a server tool, a dearer tier): no price of
     # ours covers it, so only team keys serve it.
     surcharged: str | None = None
+    # The body's own tags (`metadata.tags`, taken out of `body`): unchecked until
+    # gateway/tags.py applies the rules to them with the header's.
+    tags: tuple[str, ...] = ()
 
     @property
     def embeds(self) -> bool:

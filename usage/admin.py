@@ -13,10 +13,12 @@ from core.usage_record import ATTEMPT_FIELDS, LOG_FIELDS, AttemptRecord
 from usage.models import (
     ROLLUP_KEY,
     ROLLUP_SUMS,
+    TAG_SUMS,
     UsageDeadLetter,
     UsageEvent,
     UsageLog,
     UsageRollup,
+    UsageTagRollup,
 )
 from usage.services import usage_events_redeliver
 
@@ -135,6 +137,18 @@ class UsageRollupAdmin(Dollars, LargeTable, ReadOnly, admin.ModelAdmin):
     search_help_text = "An exact account, group or key id."
     ordering = ["-hour"]
     fields = ["hour", *ROLLUP_KEY, "requests", "errors", *ROLLUP_SUMS]
+
+
+@admin.register(UsageTagRollup)
+class UsageTagRollupAdmin(Dollars, LargeTable, ReadOnly, admin.ModelAdmin):
+    """Usage per hour, account and request tag (usage/tags.py): what /api/usage/tags reads."""
+
+    list_display = ["hour", "account_id", "tag", "requests", "errors", "provider_cost_micro"]
+    list_filter = ["hour"]
+    search_fields = ["=account_id", "=tag"]
+    search_help_text = "An exact account id or tag."
+    ordering = ["-hour"]
+    fields = ["hour", "account_id", "tag", "requests", "errors", *TAG_SUMS]
 
 
 @admin.register(UsageEvent)

@@ -24,9 +24,9 @@ from usage.selectors import older_than
 # A tenant's view of a usage row by API name: the endpoint keeps the name `route` it always
 # had in the API and the CSV export. `measurement` (a column of the row, not of the record:
 # measured, unmeasured, trueup; usage/crash_rows.py) comes last, so the CSV's columns before
-# it stay where they were.
+# it stay where they were; `tags` (comma-separated) after it, for the same reason.
 API_NAMES = {"endpoint": "route"}
-ROW_FIELDS = (*TENANT_FIELDS, "measurement")
+ROW_FIELDS = (*(f for f in TENANT_FIELDS if f != "tags"), "measurement", "tags")
 LOG_FIELDS = [API_NAMES.get(name, name) for name in ROW_FIELDS]
 CSV_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 EXPORT_PAGE = 2000
@@ -40,6 +40,8 @@ class _Echo:
 def _cell(value) -> object:
     if isinstance(value, datetime):
         return value.isoformat()
+    if isinstance(value, list):  # tags: a-z 0-9 _ . : / -, never a formula's first character
+        return ",".join(value)
     # A spreadsheet would run a cell starting like a formula: quote it.
     if isinstance(value, str) and value.startswith(CSV_FORMULA_START):
         return "'" + value

@@ -40,6 +40,7 @@ from usage.models import (
     UsageLog,
     UsageRollup,
 )
+from usage.tags import add_to_tag_rollups, rebuild_tag_rollups
 
 log = logging.getLogger(__name__)
 
@@ -125,6 +126,7 @@ def add_to_rollups(records: Iterable[UsageRecord], *, sign: int = 1) -> int:
 
     Returns the rollup rows touched.
     """
+    records = list(records)
     buckets: dict[tuple, list[int]] = {}
     for record in records:
         key = (
@@ -157,7 +159,8 @@ def add_to_rollups(records: Iterable[UsageRecord], *, sign: int = 1) -> int:
         for start in range(0, len(rows), UPSERT_CHUNK):
             _upsert(model, rows[start : start + UPSERT_CHUNK])
         touched += len(rows)
-    return touched
+    # After the others: a rebuild (which locks those tables first) never waits on these.
+    return touched + add_to_tag_rollups(records, sign=sign)
 
 
 def _lock_order(key: tuple) -> tuple:
@@ -295,6 +298,8 @@ def rebuild_rollups(
         _insert_select(
             daily_model, _days_from_hours(start=start, end=end, hourly_model=hourly_model)
         )
+        if log_model is UsageLog:  # a migration's historical log may predate tags
+            rebuild_tag_rollups(start=start, end=end)
         return written
 
 

@@ -28,9 +28,10 @@ from usage.rollups import (
     next_hour,
     time_field,
 )
+from usage.tags import tagged
 
 # Filters only the rows know: with one of these, totals are summed from the rows.
-ROW_ONLY_FILTERS = ("caller", "client_request_id")
+ROW_ONLY_FILTERS = ("caller", "client_request_id", "tag")
 # The totals a tenant reads (the API's TotalsOut), each also a rollup column.
 TOTALS = (
     "requests",
@@ -73,6 +74,7 @@ def usage_logs(
     client_request_id: str | None = None,
     model: str | None = None,
     served_by: str | None = None,
+    tag: str | None = None,
     start: datetime | None = None,
     end: datetime | None = None,
 ) -> QuerySet[UsageLog]:
@@ -93,6 +95,8 @@ def usage_logs(
         logs = logs.filter(client_request_id=client_request_id)
     if model:
         logs = logs.filter(Q(model_served=model) | Q(model_requested=model))
+    if tag:
+        logs = tagged(logs, tag)
     if start is not None:
         logs = logs.filter(created_at__gte=start)
     if end is not None:

@@ -17,6 +17,8 @@ from rest_framework import serializers
 from accounts.models import Account
 from accounts.selectors import account_of_user
 from core.money import MAX_TYPED_MICRO
+from core.tags import RULE as TAG_RULE
+from core.tags import TagError, clean_tags
 
 # A request id in a path: the gateway's own (32 hex digits) or a client's X-Request-Id label;
 # both are 1-64 of these (gateway/pipeline.py's REQUEST_ID_OK). Nothing else names a row.
@@ -66,3 +68,25 @@ def account_or_404(request, account_id: int | None) -> Account:
     if account is None:
         raise Http404
     return account
+
+
+class DefaultTagsField(serializers.ListField):
+    """A key's or group's default tags (core/tags.py): cleaned (lower-cased, duplicates
+    dropped); a tag breaking the rules is a 400 naming them."""
+
+    child = serializers.CharField(trim_whitespace=False)
+
+    def __init__(self, **kwargs) -> None:
+        kwargs.setdefault(
+            "help_text",
+            "Tags added to every request after its own (a key's before its group's). "
+            + TAG_RULE
+            + ".",
+        )
+        super().__init__(**kwargs)
+
+    def to_internal_value(self, data) -> list[str]:
+        try:
+            return list(clean_tags(super().to_internal_value(data)))
+        except TagError as exc:
+            raise serializers.ValidationError(str(exc)) from None

@@ -3,7 +3,7 @@ from __future__ import annotations
 from rest_framework import serializers
 
 from accounts.api.access_groups import access_groups_field, entries_field
-from accounts.api.fields import column_integer, id_of, money_micro
+from accounts.api.fields import DefaultTagsField, column_integer, id_of, money_micro
 from accounts.models import Account, ApiKey, CacheMode, CacheScope, Group, Period
 
 # The response cache's settings (gateway/cache/policy.py): a group's rule, which a key may
@@ -116,6 +116,7 @@ class GroupOut(serializers.ModelSerializer):
             "cache_ttl_s",
             "cache_scope",
             "access_groups",
+            "default_tags",
         ]
 
 
@@ -132,6 +133,7 @@ class GroupIn(serializers.Serializer):
     cache_mode = cache_mode_field(key=False, required=False)
     cache_ttl_s = cache_ttl_field(key=False, required=False)
     cache_scope = cache_scope_field(key=False, required=False)
+    default_tags = DefaultTagsField(required=False)
 
 
 class GroupUpdateIn(serializers.Serializer):
@@ -156,6 +158,7 @@ class GroupUpdateIn(serializers.Serializer):
     cache_ttl_s = cache_ttl_field(key=False, required=False)
     cache_scope = cache_scope_field(key=False, required=False)
     access_groups = access_groups_field(required=False)
+    default_tags = DefaultTagsField(required=False)
 
 
 class ApiKeyOut(serializers.ModelSerializer):
@@ -187,6 +190,7 @@ class ApiKeyOut(serializers.ModelSerializer):
             "cache_ttl_s",
             "cache_scope",
             "access_groups",
+            "default_tags",
         ]
 
 
@@ -204,6 +208,7 @@ class ApiKeyUpdateIn(serializers.Serializer):
     cache_mode = cache_mode_field(key=True, required=False)
     cache_ttl_s = cache_ttl_field(key=True, required=False)
     cache_scope = cache_scope_field(key=True, required=False)
+    default_tags = DefaultTagsField(required=False)
 
     def validate(self, attrs: dict) -> dict:
         return key_cache_settings(attrs)

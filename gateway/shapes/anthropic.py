@@ -24,6 +24,7 @@ from gateway.shapes.common import (
     optional_max_tokens,
     prompt_parts,
     refuse_unknown,
+    split_tags,
     unknown_fields,
 )
 from gateway.types import ANTHROPIC, Chunk, Completion, ModelRequest, Usage
@@ -85,6 +86,7 @@ ERROR_TYPES = {
 
 def parse_request(body: dict, *, fallback_header: str | None = None) -> ModelRequest:
     """Check a client's messages body and keep it whole as a ModelRequest."""
+    body, tags = split_tags(body)
     messages = checked_messages(body, roles=ROLES)
     max_tokens = optional_max_tokens(body.get("max_tokens"), "max_tokens")
     if max_tokens is None:
@@ -112,6 +114,7 @@ def parse_request(body: dict, *, fallback_header: str | None = None) -> ModelReq
         model=chain[0],
         shape=ANTHROPIC,
         body=body,
+        tags=tags,
         chain=chain,
         max_tokens=max_tokens,
         stream=checked_bool(body, "stream"),

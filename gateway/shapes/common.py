@@ -89,6 +89,35 @@ def refuse_unknown(body: dict, allowed: frozenset[str], *, where: str = "") -> N
             raise InvalidRequest(f"{where}'{name}' is not supported by Tollgate.")
 
 
+def split_tags(body: dict) -> tuple[dict, tuple[str, ...]]:
+    """Return the body without `metadata.tags`, and the tags it carried, unchecked (the
+    rules are core/tags.py's, applied with the header's: gateway/tags.py).
+
+    `metadata.tags` is Tollgate's: a comma-separated string (OpenAI's `metadata` values are
+    strings) or a list of strings (LiteLLM's clients send one). It never reaches a vendor: a
+    `metadata` left empty goes too. The client's dict is not changed.
+    """
+    metadata = body.get("metadata")
+    if not isinstance(metadata, dict) or "tags" not in metadata:
+        return body, ()
+    raw = metadata["tags"]
+    if isinstance(raw, str):
+        tags = tuple(item for item in raw.split(",") if item.strip())
+    elif isinstance(raw, list) and all(isinstance(item, str) for item in raw):
+        tags = tuple(raw)
+    elif raw is None:
+        tags = ()
+    else:
+        raise InvalidRequest(
+            "'metadata.tags' must be a comma-separated string or a list of strings."
+        )
+    rest = {name: value for name, value in metadata.items() if name != "tags"}
+    body = {name: value for name, value in body.items() if name != "metadata"}
+    if rest:
+        body["metadata"] = rest
+    return body, tags
+
+
 def unknown_fields(body: dict, known: frozenset[str]) -> tuple[str, ...]:
     """Return the top-level fields neither owned nor known (forwarded only on passthrough)."""
     return tuple(name for name in body if name not in known)

@@ -13,7 +13,7 @@ from typing import Any, NoReturn
 import orjson
 
 from core.errors import InvalidRequest
-from gateway.shapes.common import checked_string, model_chain, unknown_fields
+from gateway.shapes.common import checked_string, model_chain, split_tags, unknown_fields
 from gateway.types import EMBEDDINGS, Completion, ModelRequest, Usage
 
 OWNED = frozenset({"model", "user", "fallback_model"})
@@ -24,6 +24,7 @@ MAX_INPUTS = 2048  # OpenAI's own limit on the inputs of one request
 
 def parse_request(body: dict, *, fallback_header: str | None = None) -> ModelRequest:
     """Check an embeddings body and keep it whole; measure its input for the hold."""
+    body, tags = split_tags(body)
     inputs = _inputs(body.get("input"))
     dimensions = body.get("dimensions")
     if dimensions is not None and (
@@ -37,6 +38,7 @@ def parse_request(body: dict, *, fallback_header: str | None = None) -> ModelReq
         model=chain[0],
         shape=EMBEDDINGS,
         body=body,
+        tags=tags,
         chain=chain,
         caller_id=checked_string(body.get("user"), "user"),
         prompt_bytes=sum(_bound(item) for item in inputs),

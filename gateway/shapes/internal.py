@@ -9,6 +9,7 @@ import orjson
 
 from core.errors import GatewayError
 from gateway.shapes import openai as openai_shape
+from gateway.shapes.common import split_tags
 from gateway.types import Chunk, Completion, ModelRequest, Usage
 
 ENVELOPE_FIELDS = ("group", "request_id")
@@ -17,10 +18,11 @@ ENVELOPE_FIELDS = ("group", "request_id")
 def parse_request(
     data: dict, *, stream: bool | None = None, fallback_header: str | None = None
 ) -> ModelRequest:
-    """Parse the body without its envelope; `stream`, unless None, is the route's choice."""
-    body = {k: v for k, v in data.items() if k not in ENVELOPE_FIELDS}
+    """Parse the body without its envelope; `stream`, unless None, is the route's choice.
+    `metadata` may carry only `tags` here (the text routes take no other metadata)."""
+    body, tags = split_tags({k: v for k, v in data.items() if k not in ENVELOPE_FIELDS})
     req = openai_shape.parse_text_request(body, fallback_header=fallback_header)
-    return req if stream is None else replace(req, stream=stream)
+    return replace(req, tags=tags, stream=req.stream if stream is None else stream)
 
 
 def _usage(usage: Usage) -> dict:

@@ -28,6 +28,7 @@ from gateway.shapes.common import (
     optional_max_tokens,
     prompt_parts,
     refuse_unknown,
+    split_tags,
     text_of,
     unknown_fields,
 )
@@ -96,6 +97,7 @@ TEXT_ROLES = frozenset({"system", "developer", "user", "assistant"})
 
 def parse_request(body: dict, *, fallback_header: str | None = None) -> ModelRequest:
     """Check a client's chat-completions body and keep it whole as a ModelRequest."""
+    body, tags = split_tags(body)
     messages = checked_messages(body, roles=ROLES)
     n = body.get("n")
     if n is None:
@@ -120,6 +122,7 @@ def parse_request(body: dict, *, fallback_header: str | None = None) -> ModelReq
         model=chain[0],
         shape=OPENAI,
         body=body,
+        tags=tags,
         chain=chain,
         max_tokens=optional_max_tokens(body.get(cap_name), cap_name),
         n=n,

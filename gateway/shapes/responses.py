@@ -32,6 +32,7 @@ from gateway.shapes.common import (
     checked_string,
     model_chain,
     optional_max_tokens,
+    split_tags,
     unknown_fields,
 )
 from gateway.shapes.responses_answers import chat_completion_to_response
@@ -105,6 +106,7 @@ ENDED_EVENTS = frozenset({"response.completed", "response.incomplete"})
 
 def parse_request(body: dict, *, fallback_header: str | None = None) -> ModelRequest:
     """Check a Responses API body for what Tollgate reads and keep it whole."""
+    body, tags = split_tags(body)
     items = body.get("input")
     if not (isinstance(items, str) and items) and not (isinstance(items, list) and items):
         raise InvalidRequest("'input' must be a non-empty string or a non-empty list of items.")
@@ -136,6 +138,7 @@ def parse_request(body: dict, *, fallback_header: str | None = None) -> ModelReq
         model=chain[0],
         shape=RESPONSES,
         body=body,
+        tags=tags,
         chain=chain,
         max_tokens=optional_max_tokens(body.get("max_output_tokens"), "max_output_tokens"),
         stream=checked_bool(body, "stream"),

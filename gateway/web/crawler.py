@@ -180,6 +180,7 @@ class PageFetcher:
         req = WebRequest(action=SCRAPE, url=page.url, render_js=job.render_js, formats=self.formats)
         try:
             ctx.principal = await runtime.principals.for_group(job.group_id)
+            ctx.tags = ctx.principal.default_tags  # the group's (a job keeps no tags of its own)
             plan = ctx.plan = build_web_plan(req, ctx.principal, runtime.catalog, runtime.pools.get)
             await hold(ctx, plan)
             async with asyncio.timeout(tollgate().web_action_timeout_s):

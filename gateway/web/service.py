@@ -39,6 +39,8 @@ from gateway.pipeline import (
     request_context,
 )
 from gateway.runtime import runtime
+from gateway.shapes.common import split_tags
+from gateway.tags import TAG_HEADER, tag_request
 from gateway.tracing import mark
 from gateway.web import crawler, shape
 from gateway.web.adapters import REFUSED_REASONS
@@ -93,7 +95,10 @@ async def serve(ex: Exchange, endpoint: WebEndpoint) -> None:
 
 async def accept(ex: Exchange, endpoint: WebEndpoint, ctx: RequestContext) -> WebRequest:
     _, data = await authenticate(ex, ctx, internal=endpoint.internal, web=True)
-    return shape.parse(endpoint.action, data)
+    data, body_tags = split_tags(data)  # `metadata.tags`, as on the model routes
+    req = shape.parse(endpoint.action, data)
+    tag_request(ctx, ex.headers.get(TAG_HEADER), body_tags)
+    return req
 
 
 async def admit(ctx: RequestContext, plan: WebPlan) -> None:

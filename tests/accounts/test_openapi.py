@@ -40,6 +40,7 @@ OPERATIONS = {
     ("get", "/api/usage/daily"),
     ("get", "/api/usage/models"),
     ("get", "/api/usage/cache"),
+    ("get", "/api/usage/tags"),
     ("get", "/api/usage/export.csv"),
     ("get", "/api/usage/requests/{request_id}"),
     ("post", "/api/cache/purge"),

@@ -131,6 +131,7 @@ def test_keys_created_and_revoked_through_the_api_name_the_token_and_its_address
             "cache_mode": "",
             "cache_ttl_s": None,
             "cache_scope": "",
+            "default_tags": [],
         },
         "consent": "",
     }

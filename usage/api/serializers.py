@@ -6,6 +6,7 @@ from rest_framework import serializers
 
 from accounts.api.fields import id_of
 from accounts.models import ApiKey, Group
+from core.tags import TagError, clean_tag
 from usage.export import LOG_FIELDS
 from usage.models import ServedBy, UsageLog
 from usage.trail import TEXT_LENGTHS
@@ -21,6 +22,16 @@ class MomentField(serializers.DateTimeField):
             except ValueError:
                 pass
         return super().to_internal_value(value)
+
+
+class TagField(serializers.CharField):
+    """A request tag (core/tags.py): lower-cased; one breaking the rules is a 400 naming them."""
+
+    def to_internal_value(self, data):
+        try:
+            return clean_tag(super().to_internal_value(data))
+        except TagError as exc:
+            raise serializers.ValidationError(str(exc)) from None
 
 
 class UsageQueryIn(serializers.Serializer):
@@ -42,6 +53,7 @@ class UsageQueryIn(serializers.Serializer):
     model = serializers.CharField(
         required=False, max_length=200, help_text="Only rows of this model name."
     )
+    tag = TagField(required=False, help_text="Only rows carrying this request tag.")
     start = MomentField(
         required=False,
         help_text="From this moment on (ISO 8601 date-time, or a date meaning 00:00 UTC).",
@@ -58,6 +70,11 @@ class UsageQueryIn(serializers.Serializer):
 
 class UsageLogOut(serializers.ModelSerializer):
     route = serializers.CharField(source="endpoint", read_only=True)
+    tags = serializers.ListField(
+        child=serializers.CharField(),
+        read_only=True,
+        help_text="The request's tags: its own (header, body), then its key's and group's.",
+    )
 
     class Meta:
         model = UsageLog
@@ -165,3 +182,38 @@ class DayTotalsPage(serializers.Serializer):
 
 class ModelTotalsPage(serializers.Serializer):
     results = ModelTotalsOut(many=True)
+
+
+class TagQueryIn(serializers.Serializer):
+    start = MomentField(
+        required=False,
+        help_text="From this moment on (ISO 8601 date-time, or a date meaning 00:00 UTC).",
+    )
+    end = MomentField(
+        required=False, help_text="Before this moment (ISO 8601 date-time, or a date)."
+    )
+
+    def validate(self, attrs: dict) -> dict:
+        if "start" in attrs and "end" in attrs and attrs["start"] >= attrs["end"]:
+            raise serializers.ValidationError("start must be before end.")
+        return attrs
+
+
+class TagTotalsOut(serializers.Serializer):
+    tag = serializers.CharField()
+    requests = serializers.IntegerField()
+    errors = serializers.IntegerField()
+    tokens_in = serializers.IntegerField()
+    tokens_out = serializers.IntegerField()
+    byok_tokens_in = serializers.IntegerField()
+    byok_tokens_out = serializers.IntegerField()
+    provider_cost_micro = serializers.IntegerField()
+    bandwidth_charge_micro = serializers.IntegerField()
+    spend_micro = serializers.IntegerField(
+        help_text="provider_cost_micro plus bandwidth_charge_micro: what the tag's requests "
+        "cost, in micro-USD."
+    )
+
+
+class TagTotalsPage(serializers.Serializer):
+    results = TagTotalsOut(many=True)

@@ -20,6 +20,7 @@ from usage import selectors
 from usage.api import serializers as s
 from usage.api.queries import UsageQuery, usage_query
 from usage.export import usage_csv_response
+from usage.tags import tag_totals
 
 
 def scoped_query(request) -> UsageQuery:
@@ -102,6 +103,23 @@ class UsageCacheView(APIView):
     )
     def get(self, request):
         return Response(s.CacheReportOut(scoped_query(request).cache()).data)
+
+
+class UsagePerTagView(APIView):
+    @extend_schema(
+        operation_id="usage_tags_list",
+        tags=["usage"],
+        summary="Totals per request tag over a time range (a request with several tags counts "
+        "under each)",
+        parameters=[s.TagQueryIn],
+        responses={200: s.TagTotalsPage, **error_responses(400)},
+    )
+    def get(self, request):
+        query = s.TagQueryIn(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        accounts = selectors.account_ids_of_user(user=request.user)
+        rows = tag_totals(accounts=accounts, **query.validated_data)
+        return Response({"results": s.TagTotalsOut(rows, many=True).data})
 
 
 class UsageExportView(APIView):
