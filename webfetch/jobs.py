@@ -20,6 +20,7 @@ from django.utils import timezone
 from accounts.models import Account, ApiKey, Group
 from core.config import tollgate
 from core.ids import time_ordered_id
+from core.tags import clean_tags
 from webfetch.frontier import in_scope, normalise, validate_patterns
 from webfetch.models import URL_MAX_CHARS, CrawlJob, CrawlPage
 
@@ -63,6 +64,7 @@ def create_job(
     formats: Iterable[str] = ("text",),
     respect_robots: bool = True,
     client_request_id: str = "",
+    tags: Iterable[str] = (),
 ) -> CrawlJob:
     """Insert a queued job and its seed page (depth 0); ValueError says what a client got wrong."""
     pages_cap, depth_cap = tollgate().crawl_max_pages, tollgate().crawl_max_depth
@@ -92,6 +94,7 @@ def create_job(
             group=group,
             api_key=api_key,
             client_request_id=client_request_id,
+            tags=list(clean_tags(tags)),
             seed_url=seed,
             max_pages=max_pages,
             max_depth=max_depth,

@@ -34,6 +34,9 @@ class CrawlJob(models.Model):
         ApiKey, on_delete=models.SET_NULL, null=True, blank=True, related_name="crawl_jobs"
     )
     client_request_id = models.CharField(max_length=64, blank=True)
+    # The crawl request's tags (its own, then its key's and group's defaults): each page's
+    # usage row and tag budgets carry them (core/tags.py).
+    tags = models.JSONField(default=list, db_default=[], blank=True)
     seed_url = models.CharField(max_length=URL_MAX_CHARS)
     max_pages = models.PositiveIntegerField()
     max_depth = models.PositiveIntegerField()

@@ -54,7 +54,9 @@ MONEY_STOPS = {
 # ---------------------------------------------------------------- the routes' side (sync)
 
 
-def queue_job(principal: Principal, req: WebRequest, client_request_id: str) -> dict:
+def queue_job(
+    principal: Principal, req: WebRequest, client_request_id: str, tags: tuple[str, ...] = ()
+) -> dict:
     """Insert a crawl job and hand it to the workers; return its JSON (ValueError: refused)."""
     group = Group.objects.select_related("account").get(pk=principal.group_id)
     api_key = (
@@ -74,6 +76,7 @@ def queue_job(principal: Principal, req: WebRequest, client_request_id: str) -> 
         formats=tuple(sorted(req.formats)),
         respect_robots=req.crawl["respect_robots"],
         client_request_id=client_request_id,
+        tags=tags,
     )
     try:
         run_crawls.delay()
@@ -180,7 +183,8 @@ class PageFetcher:
         req = WebRequest(action=SCRAPE, url=page.url, render_js=job.render_js, formats=self.formats)
         try:
             ctx.principal = await runtime.principals.for_group(job.group_id)
-            ctx.tags = ctx.principal.default_tags  # the group's (a job keeps no tags of its own)
+            # The crawl request's tags; a job queued before jobs kept them: its group's defaults.
+            ctx.tags = tuple(job.tags) or ctx.principal.default_tags
             plan = ctx.plan = build_web_plan(req, ctx.principal, runtime.catalog, runtime.pools.get)
             await hold(ctx, plan)
             async with asyncio.timeout(tollgate().web_action_timeout_s):

@@ -168,7 +168,7 @@ async def start_crawl(ctx: RequestContext, req: WebRequest) -> Ending:
         raise errors.TeamKeysExhausted(f"No team key for {names} and platform serving is off.")
     await _check_seed(req.url)
     try:
-        job = await off_loop(crawler.queue_job)(principal, req, ctx.client_request_id)
+        job = await off_loop(crawler.queue_job)(principal, req, ctx.client_request_id, ctx.tags)
     except ValueError as exc:
         raise errors.InvalidRequest(str(exc)) from None
     return Ending(status=202, final=orjson.dumps(job), headers=(JSON,))

@@ -52,8 +52,8 @@ def workers(tmp_path):
         worker.stop()
 
 
-def crawl(stack, tenant, url, **body) -> dict:
-    response = web(stack.url, tenant.api_key, "crawl", {"url": url, **body})
+def crawl(stack, tenant, url, *, headers: dict | None = None, **body) -> dict:
+    response = web(stack.url, tenant.api_key, "crawl", {"url": url, **body}, headers=headers)
     assert response.status_code == 202, response.text
     return response.json()
 
@@ -91,6 +91,7 @@ def test_two_workers_share_the_jobs_and_no_page_is_fetched_twice(crawls, site, w
             max_depth=2,
             include=[f"^{site.url}{seed}"],
             respect_robots=False,
+            headers={"X-Tollgate-Tags": f"Crawl, seed:{seed.strip('/')}"},
         )
         for seed in seeds
     ]
@@ -116,6 +117,10 @@ def test_two_workers_share_the_jobs_and_no_page_is_fetched_twice(crawls, site, w
     assert {r.endpoint for r in rows} == {"web.crawl.page"}
     assert sorted(r.client_request_id for r in rows) == sorted(p.job.public_id for p in fetched)
     assert sum(r.provider_cost_micro for r in rows) == total_pages * PAGE_MICRO
+    # Each page carries its crawl request's tags (kept on the job), as the request's row does.
+    seed_of = {j.public_id: seed.strip("/") for j, seed in zip(ended, seeds, strict=True)}
+    assert sorted(tuple(r.tags) for r in queued) == [("crawl", f"seed:{s}") for s in "abc"]
+    assert all(tuple(r.tags) == ("crawl", f"seed:{seed_of[r.client_request_id]}") for r in rows)
     assert [j.cost_micro for j in ended] == [j.pages_fetched * PAGE_MICRO for j in ended]
     assert Wallet.objects.get(account_id=tenant.account_id).balance_micro == (
         WALLET - total_pages * PAGE_MICRO

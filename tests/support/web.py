@@ -106,11 +106,13 @@ def search_results(query: str, n: int) -> list[dict]:
     ]
 
 
-def web(url: str, key: str, path: str, body: dict, **kwargs) -> httpx.Response:
+def web(
+    url: str, key: str, path: str, body: dict, *, headers: dict | None = None, **kwargs
+) -> httpx.Response:
     return httpx.post(
         f"{url}/v1/web/{path}",
         json=body,
-        headers={"Authorization": f"Bearer {key}"},
+        headers={"Authorization": f"Bearer {key}", **(headers or {})},
         timeout=60,
         **kwargs,
     )
