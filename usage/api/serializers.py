@@ -34,7 +34,24 @@ class TagField(serializers.CharField):
             raise serializers.ValidationError(str(exc)) from None
 
 
-class UsageQueryIn(serializers.Serializer):
+class RangeIn(serializers.Serializer):
+    """A time range of the usage totals: start (inclusive) and end (exclusive), both optional."""
+
+    start = MomentField(
+        required=False,
+        help_text="From this moment on (ISO 8601 date-time, or a date meaning 00:00 UTC).",
+    )
+    end = MomentField(
+        required=False, help_text="Before this moment (ISO 8601 date-time, or a date)."
+    )
+
+    def validate(self, attrs: dict) -> dict:
+        if "start" in attrs and "end" in attrs and attrs["start"] >= attrs["end"]:
+            raise serializers.ValidationError("start must be before end.")
+        return attrs
+
+
+class UsageQueryIn(RangeIn):
     group = id_of(Group, required=False, help_text="Only this group's rows (one of yours).")
     key = id_of(ApiKey, required=False, help_text="Only this virtual key's rows (one of yours).")
     caller = serializers.CharField(
@@ -54,18 +71,6 @@ class UsageQueryIn(serializers.Serializer):
         required=False, max_length=200, help_text="Only rows of this model name."
     )
     tag = TagField(required=False, help_text="Only rows carrying this request tag.")
-    start = MomentField(
-        required=False,
-        help_text="From this moment on (ISO 8601 date-time, or a date meaning 00:00 UTC).",
-    )
-    end = MomentField(
-        required=False, help_text="Before this moment (ISO 8601 date-time, or a date)."
-    )
-
-    def validate(self, attrs: dict) -> dict:
-        if "start" in attrs and "end" in attrs and attrs["start"] >= attrs["end"]:
-            raise serializers.ValidationError("start must be before end.")
-        return attrs
 
 
 class UsageLogOut(serializers.ModelSerializer):
@@ -184,19 +189,8 @@ class ModelTotalsPage(serializers.Serializer):
     results = ModelTotalsOut(many=True)
 
 
-class TagQueryIn(serializers.Serializer):
-    start = MomentField(
-        required=False,
-        help_text="From this moment on (ISO 8601 date-time, or a date meaning 00:00 UTC).",
-    )
-    end = MomentField(
-        required=False, help_text="Before this moment (ISO 8601 date-time, or a date)."
-    )
-
-    def validate(self, attrs: dict) -> dict:
-        if "start" in attrs and "end" in attrs and attrs["start"] >= attrs["end"]:
-            raise serializers.ValidationError("start must be before end.")
-        return attrs
+class TagQueryIn(RangeIn):
+    """The per-tag totals' query: a time range."""
 
 
 class TagTotalsOut(serializers.Serializer):
