@@ -8,8 +8,8 @@ The SDK's BatchSpanProcessor queues one `TraceRecord` per request (it reads only
 writes an `ExportTraceServiceRequest` (opentelemetry-proto's trace.proto, common.proto,
 resource.proto field numbers) decoding to what the SDK's encoder makes of the same spans as
 `ReadableSpan`s (tests/unit/core/test_trace_export.py compares them field by field). The
-encoded attributes that repeat from request to request (provider, model, route, account...)
-are kept in a bounded LRU; the resource and scope are encoded once.
+attributes many requests share (route, model, provider, account, status...) are encoded once
+per distinct set (a bounded cache); the resource and scope once.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import logging
 import struct
 from collections.abc import Mapping, Sequence
 from functools import lru_cache
-from typing import Any, NamedTuple
+from typing import Any
 
 from opentelemetry.exporter.otlp.proto.http._common import (
     RequestPayloadTooLargeError,
@@ -36,37 +36,23 @@ INTERNAL, SERVER, CLIENT = 1, 2, 3
 UNSET, ERROR = 0, 2
 # Span.flags: whether the parent is remote is known (always), and that it is.
 HAS_IS_REMOTE, IS_REMOTE = 0x100, 0x200
-# Attributes whose values are new on every request (or large: content): never cached.
-UNIQUE_KEYS = frozenset(
-    {
-        "tollgate.request_id",
-        "tollgate.client_request_id",
-        "tollgate.ttft_ms",
-        "tollgate.cost_micro_usd",
-        "gen_ai.input.messages",
-        "gen_ai.output.messages",
-    }
-)
 TIMES = struct.Struct("<BQBQ")  # start (field 7) and end (field 8), fixed64 each
 FLAGS = struct.Struct("<BBI")  # field 16, fixed32
 DOUBLE = struct.Struct("<Bd")
-EMPTY_STATUS = b"\x7a\x00"  # the SDK always sets Span.status, empty when unset
+EMPTY_STATUS = b"\x7a\x00"
+CACHE_MAX = 1024  # distinct sets of shared attributes kept encoded
+KIND_FIELDS = {kind: bytes((0x30, kind)) for kind in (INTERNAL, SERVER, CLIENT)}
+LOCAL_FLAGS = FLAGS.pack(0x85, 0x01, HAS_IS_REMOTE)
+REMOTE_FLAGS = FLAGS.pack(
+    0x85, 0x01, HAS_IS_REMOTE | IS_REMOTE
+)  # the SDK always sets Span.status, empty when unset
 
 
-class Span(NamedTuple):
-    """One span of a request: its ids (parent 0: none), name, kind, times (ns), attributes
-    and status."""
-
-    span_id: int
-    parent_id: int
-    name: str
-    kind: int
-    start_ns: int
-    end_ns: int
-    attributes: Mapping[str, Any]
-    status_code: int = UNSET
-    status_message: str = ""
-    remote_parent: bool = False
+# One span of a request: (span id, parent span id (0: none), name, kind, start ns, end ns,
+# the attributes many requests share (encoded once for them all), its own attributes (ids,
+# amounts, times: encoded each time), status code, status message, whether the parent is
+# remote). A plain tuple: a few of them per request, made on the request's thread.
+Span = tuple[int, int, str, int, int, int, Mapping[str, Any], Mapping[str, Any], int, str, bool]
 
 
 class TraceRecord:
@@ -97,7 +83,10 @@ def varint(n: int) -> bytes:
 
 def field(tag: int, payload: bytes) -> bytes:
     """A length-delimited field (`tag` is the key byte: number << 3 | 2)."""
-    return bytes((tag,)) + varint(len(payload)) + payload
+    size = len(payload)
+    if size < 0x80:
+        return bytes((tag, size)) + payload
+    return bytes((tag,)) + varint(size) + payload
 
 
 def any_value(value: Any) -> bytes:
@@ -127,27 +116,55 @@ def key_value(key: str, value: Any) -> bytes:
     return field(0x0A, key.encode()) + field(0x12, any_value(value))
 
 
-@lru_cache(maxsize=4096, typed=True)
 def span_attribute(key: str, value: Any) -> bytes:
-    """Span.attributes (field 9) entry, cached: most repeat from request to request."""
+    """A Span.attributes (field 9) entry."""
     return field(0x4A, key_value(key, value))
 
 
 def attributes(attrs: Mapping[str, Any]) -> bytes:
+    """Span.attributes entries (a value the encoder cannot write: logged and left out, as the
+    SDK does)."""
     parts = []
     for key, value in attrs.items():
         try:
-            parts.append(
-                field(0x4A, key_value(key, value))
-                if key in UNIQUE_KEYS
-                else span_attribute(key, value)
-            )
-        except TypeError:  # unhashable (a list): encoded each time, as the SDK would
-            try:
-                parts.append(field(0x4A, key_value(key, value)))
-            except TypeError as error:
-                log.error("Failed to encode key %s: %s", key, error)
+            parts.append(span_attribute(key, value))
+        except TypeError as error:
+            log.error("Failed to encode key %s: %s", key, error)
     return b"".join(parts)
+
+
+def own_attributes(attrs: Mapping[str, Any], cache: dict[tuple, bytes]) -> bytes:
+    """A request's own Span.attributes entries: its ids, texts and times encoded each time,
+    its amounts (integers, which repeat) from `cache`."""
+    parts = []
+    for key, value in attrs.items():
+        if value.__class__ is not int:
+            parts.append(attributes({key: value}))
+            continue
+        encoded = cache.get((key, value))
+        if encoded is None:
+            encoded = span_attribute(key, value)
+            if len(cache) >= CACHE_MAX:
+                cache.clear()
+            cache[key, value] = encoded
+        parts.append(encoded)
+    return b"".join(parts)
+
+
+def shared_attributes(attrs: Mapping[str, Any], cache: dict[tuple, bytes]) -> bytes:
+    """Span.attributes entries many requests share, encoded once per distinct set (keyed by
+    the values' types too: True is 1 to a dict)."""
+    try:
+        key = (tuple(attrs.items()), tuple(map(type, attrs.values())))
+        encoded = cache.get(key)
+    except TypeError:  # an unhashable value (a list): encoded each time
+        return attributes(attrs)
+    if encoded is None:
+        encoded = attributes(attrs)
+        if len(cache) >= CACHE_MAX:
+            cache.clear()  # bounded; refilled by the next requests
+        cache[key] = encoded
+    return encoded
 
 
 @lru_cache(maxsize=1024)
@@ -163,26 +180,28 @@ def status_field(code: int, message: str) -> bytes:
     return field(0x7A, body)
 
 
-def encode_span(trace_id: bytes, state: bytes, span: Span) -> bytes:
+def encode_span(
+    trace_id: bytes,
+    state: bytes,
+    span: Span,
+    cache: dict[tuple, bytes],
+    own_cache: dict[tuple, bytes],
+) -> bytes:
     """A Span message, tagged as ScopeSpans.spans (field 2)."""
+    span_id, parent_id, name, kind, start_ns, end_ns, attrs, own, code, message, remote = span
     body = b"".join(
         (
-            b"\x0a\x10",
             trace_id,
-            b"\x12\x08",
-            span.span_id.to_bytes(8, "big"),
+            span_id.to_bytes(8, "big"),
             state,
-            b"\x22\x08" + span.parent_id.to_bytes(8, "big") if span.parent_id else b"",
-            name_field(span.name),
-            b"\x30" + bytes((span.kind,)),
-            TIMES.pack(0x39, span.start_ns, 0x41, span.end_ns),
-            attributes(span.attributes) if span.attributes else b"",
-            status_field(span.status_code, span.status_message)
-            if span.status_code
-            else EMPTY_STATUS,
-            FLAGS.pack(
-                0x85, 0x01, HAS_IS_REMOTE | IS_REMOTE if span.remote_parent else HAS_IS_REMOTE
-            ),
+            b"\x22\x08" + parent_id.to_bytes(8, "big") if parent_id else b"",
+            name_field(name),
+            KIND_FIELDS[kind],
+            TIMES.pack(0x39, start_ns, 0x41, end_ns),
+            shared_attributes(attrs, cache) if attrs else b"",
+            own_attributes(own, own_cache) if own else b"",
+            status_field(code, message) if code else EMPTY_STATUS,
+            REMOTE_FLAGS if remote else LOCAL_FLAGS,
         )
     )
     return b"\x12" + varint(len(body)) + body
@@ -216,13 +235,19 @@ class Encoder:
             self.resource_tail = b""
         self.scope = scope_field(scope)
         self.scope_tail = field(0x1A, scope.schema_url.encode()) if scope.schema_url else b""
+        # Only the export thread encodes: its caches need no lock.
+        self.cache: dict[tuple, bytes] = {}
+        self.own_cache: dict[tuple, bytes] = {}
 
     def encode(self, records: Sequence[TraceRecord]) -> bytes:
         parts = [self.scope]
+        cache, own_cache = self.cache, self.own_cache
         for record in records:
-            trace_id = record.trace_id.to_bytes(16, "big")
+            # Span.trace_id (field 1), then Span.span_id's key (field 2): the same for all.
+            trace_id = b"\x0a\x10" + record.trace_id.to_bytes(16, "big") + b"\x12\x08"
             state = field(0x1A, record.trace_state.encode()) if record.trace_state else b""
-            parts.extend(encode_span(trace_id, state, span) for span in record.spans)
+            for span in record.spans:
+                parts.append(encode_span(trace_id, state, span, cache, own_cache))
         parts.append(self.scope_tail)
         scope_spans = field(0x12, b"".join(parts))
         return field(0x0A, self.resource + scope_spans + self.resource_tail)

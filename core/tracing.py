@@ -39,8 +39,8 @@ SAMPLERS = frozenset(
 DEFAULT_SERVICE = "tollgate"
 # Requests (about five spans each) waiting for export: past it they are dropped, never
 # waited on; and per OTLP post.
-QUEUE_MAX = 1024
-BATCH_MAX = 128
+QUEUE_MAX = 2048
+BATCH_MAX = 512
 EXPORT_TIMEOUT_S = 5.0  # one export's wait on a collector that does not answer
 
 

@@ -66,16 +66,19 @@ def provider_kinds(ctx: RequestContext) -> dict[str, str]:
 
 def request_attributes(
     ctx: RequestContext, trace: RequestTrace, record: UsageRecord, kinds: dict[str, str]
-) -> dict[str, Any]:
-    """The request span's attributes: GenAI's, then ours."""
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The request span's attributes, GenAI's and ours: those many requests share (encoded
+    once for them all), and this request's own (ids, amounts, times, content)."""
     principal = ctx.principal
     req = getattr(ctx, "req", None)
     op = operation(ctx.endpoint)
-    attrs: dict[str, Any] = {
+    own: dict[str, Any] = {
         "tollgate.request_id": record.request_id,
-        "tollgate.route": ctx.endpoint,
         "tollgate.cost_micro_usd": record.provider_cost_micro,
         "tollgate.bandwidth_charge_micro_usd": record.bandwidth_charge_micro,
+    }
+    attrs: dict[str, Any] = {
+        "tollgate.route": ctx.endpoint,
         "tollgate.attempts": len(trace.calls),
         "tollgate.streamed": record.streamed,
         "http.response.status_code": record.status,
@@ -90,8 +93,8 @@ def request_attributes(
         attrs["gen_ai.provider.name"] = kinds.get(record.provider, record.provider)
         attrs["tollgate.provider"] = record.provider
     if record.status == 200 or record.tokens_in or record.byok_tokens_in:
-        attrs["gen_ai.usage.input_tokens"] = record.tokens_in + record.byok_tokens_in
-        attrs["gen_ai.usage.output_tokens"] = record.tokens_out + record.byok_tokens_out
+        own["gen_ai.usage.input_tokens"] = record.tokens_in + record.byok_tokens_in
+        own["gen_ai.usage.output_tokens"] = record.tokens_out + record.byok_tokens_out
     stream = getattr(ctx, "stream", None)
     finish_reason = trace.finish_reason or (stream.finish_reason if stream is not None else "")
     if finish_reason:
@@ -103,9 +106,9 @@ def request_attributes(
     if record.error_code:
         attrs["tollgate.error_code"] = attrs["error.type"] = record.error_code
     if record.ttft_ms is not None:
-        attrs["tollgate.ttft_ms"] = record.ttft_ms
+        own["tollgate.ttft_ms"] = record.ttft_ms
     if record.client_request_id:
-        attrs["tollgate.client_request_id"] = record.client_request_id
+        own["tollgate.client_request_id"] = record.client_request_id
     if principal is not None:
         attrs["tollgate.account_id"] = principal.account_id
         attrs["tollgate.group_id"] = principal.group_id
@@ -118,28 +121,28 @@ def request_attributes(
         attrs["tollgate.tags"] = tuple(ctx.tags)
     for unit in ("web_pages", "web_rendered_pages", "web_queries"):
         if getattr(record, unit):
-            attrs[f"tollgate.{unit}"] = getattr(record, unit)
+            own[f"tollgate.{unit}"] = getattr(record, unit)
     if principal is not None and principal.trace_content:
         if req is not None:
             asked = req.body.get("messages") or req.body.get("input") or []
-            attrs["gen_ai.input.messages"] = orjson.dumps(asked).decode()
+            own["gen_ai.input.messages"] = orjson.dumps(asked).decode()
         if trace.answer is not None:
             text = "".join(trace.answer)
             said = [{"role": "assistant", "parts": [{"type": "text", "content": text}]}]
-            attrs["gen_ai.output.messages"] = orjson.dumps(said).decode()
-    return attrs
+            own["gen_ai.output.messages"] = orjson.dumps(said).decode()
+    return attrs, own
 
 
 def build(ctx: RequestContext, trace: RequestTrace, record: UsageRecord, now: float) -> None:
     """Make the request's spans, with the times and ids recorded, and queue them as one
     record."""
     kinds = provider_kinds(ctx)
-    attrs = request_attributes(ctx, trace, record, kinds)
+    attrs, own = request_attributes(ctx, trace, record, kinds)
     span_id = trace.span_id
     parent = trace.parent
     op, model = attrs.get("gen_ai.operation.name", ctx.endpoint), attrs.get("gen_ai.request.model")
-    spans = [
-        Span(
+    spans: list[Span] = [
+        (
             span_id,
             parent.span_id if parent is not None else 0,
             f"{op} {model}" if model else op,
@@ -147,16 +150,18 @@ def build(ctx: RequestContext, trace: RequestTrace, record: UsageRecord, now: fl
             trace.wall_ns,
             trace.ns(now),
             attrs,
+            own,
             # A 5xx is ours or the vendor's failure; a refusal (4xx) is no error of ours.
-            *((ERROR, record.error_code) if record.status >= 500 else (UNSET, "")),
-            remote_parent=parent is not None,
+            ERROR if record.status >= 500 else UNSET,
+            record.error_code if record.status >= 500 else "",
+            parent is not None,
         )
     ]
     marks = trace.marks
     for stage, start, end in STAGES:
         if start in marks and end in marks:
             spans.append(
-                Span(
+                (
                     tracing.new_span_id(),
                     span_id,
                     stage,
@@ -164,6 +169,10 @@ def build(ctx: RequestContext, trace: RequestTrace, record: UsageRecord, now: fl
                     trace.ns(marks[start]),
                     trace.ns(marks[end]),
                     NO_ATTRIBUTES,
+                    NO_ATTRIBUTES,
+                    UNSET,
+                    "",
+                    False,
                 )
             )
     for call in trace.calls:
@@ -185,7 +194,7 @@ def call_span(call: Call, trace: RequestTrace, record: UsageRecord, kinds: dict[
     named."""
     index = call.trail_index
     line = record.attempts[index] if 0 <= index < len(record.attempts) else None
-    attrs: dict[str, Any] = NO_ATTRIBUTES
+    attrs = own = NO_ATTRIBUTES
     code, message = UNSET, ""
     if line is not None:
         attrs = {
@@ -201,10 +210,10 @@ def call_span(call: Call, trace: RequestTrace, record: UsageRecord, kinds: dict[
         if line.key_label:
             attrs["tollgate.key_label"] = line.key_label
         if record.streamed and line.outcome == "ok":
-            attrs["tollgate.ttft_ms"] = round((call.ended - call.started) * 1000, 3)
+            own = {"tollgate.ttft_ms": round((call.ended - call.started) * 1000, 3)}
         if line.outcome != "ok":
             code, message = ERROR, line.outcome
-    return Span(
+    return (
         call.span_id,
         trace.span_id,
         f"attempt {line.order} {line.provider}" if line is not None else "attempt",
@@ -212,6 +221,8 @@ def call_span(call: Call, trace: RequestTrace, record: UsageRecord, kinds: dict[
         trace.ns(call.started),
         trace.ns(call.ended),
         attrs,
+        own,
         code,
         message,
+        False,
     )

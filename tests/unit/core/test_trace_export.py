@@ -27,8 +27,6 @@ SCOPE = InstrumentationScope("tollgate")
 KINDS = {INTERNAL: SpanKind.INTERNAL, SERVER: SpanKind.SERVER, CLIENT: SpanKind.CLIENT}
 SAMPLED = TraceFlags(TraceFlags.SAMPLED)
 REQUEST_ATTRS = {
-    "tollgate.request_id": "01a2b3",
-    "tollgate.cost_micro_usd": 1234567,
     "tollgate.attempts": 2,
     "tollgate.streamed": True,
     "tollgate.cache": "bypass",
@@ -36,28 +34,45 @@ REQUEST_ATTRS = {
     "gen_ai.request.model": "gpt-4o-mini",
     "gen_ai.response.finish_reasons": ("stop",),
     "tollgate.tags": ("team:a", "env:prod", "ünïcode"),
-    "tollgate.ttft_ms": 12.345,
     "tollgate.balance": -42,  # a negative int64: ten bytes
     "tollgate.big": 2**62 + 7,
     "tollgate.off": False,
+}
+REQUEST_OWN = {
+    "tollgate.request_id": "01a2b3",
+    "tollgate.cost_micro_usd": 1234567,
+    "tollgate.ttft_ms": 12.345,
     "gen_ai.input.messages": '[{"role":"user","content":"' + "x" * 300 + '"}]',
 }
-CALL_ATTRS = {"tollgate.attempt": 1, "tollgate.outcome": "upstream_5xx", "tollgate.ttft_ms": 3}
+CALL_ATTRS = {"tollgate.attempt": 1, "tollgate.outcome": "upstream_5xx"}
+CALL_OWN = {"tollgate.ttft_ms": 3}
 
 
 def records() -> list[TraceRecord]:
     """Two requests: one under a client's remote parent (with a tracestate), failed; one a
     root, fine."""
-    first = [
-        Span(0xA1, 0xC0FFEE, "chat gpt-4o-mini", SERVER, 10**18, 10**18 + 5_000_000,
-             REQUEST_ATTRS, ERROR, "upstream_5xx", remote_parent=True),
-        Span(0xA2, 0xA1, "admission", INTERNAL, 10**18 + 1, 10**18 + 200, {}),
-        Span(0xA3, 0xA1, "attempt 1 openai", CLIENT, 10**18 + 300, 10**18 + 4_000_000,
-             CALL_ATTRS, ERROR, "upstream_5xx"),
+    first: list[Span] = [
+        (0xA1, 0xC0FFEE, "chat gpt-4o-mini", SERVER, 10**18, 10**18 + 5_000_000,
+         REQUEST_ATTRS, REQUEST_OWN, ERROR, "upstream_5xx", True),
+        (0xA2, 0xA1, "admission", INTERNAL, 10**18 + 1, 10**18 + 200, {}, {}, UNSET, "", False),
+        (0xA3, 0xA1, "attempt 1 openai", CLIENT, 10**18 + 300, 10**18 + 4_000_000,
+         CALL_ATTRS, CALL_OWN, ERROR, "upstream_5xx", False),
     ]  # fmt: skip
-    second = [
-        Span(0xB1, 0, "embeddings", SERVER, 2 * 10**18, 2 * 10**18 + 9, {"a": 1}),
-        Span(0xB2, 0xB1, "settlement", INTERNAL, 2 * 10**18 + 1, 2 * 10**18 + 8, {}, UNSET),
+    second: list[Span] = [
+        (0xB1, 0, "embeddings", SERVER, 2 * 10**18, 2 * 10**18 + 9, {"a": 1}, {}, UNSET, "", False),
+        (
+            0xB2,
+            0xB1,
+            "settlement",
+            INTERNAL,
+            2 * 10**18 + 1,
+            2 * 10**18 + 8,
+            {},
+            {},
+            UNSET,
+            "",
+            False,
+        ),
     ]
     return [
         TraceRecord(0x4BF92F3577B34DA6A3CE929D0E0E4736, "vendor=abc,other=1", first),
@@ -69,24 +84,33 @@ def readable(record: TraceRecord) -> list[ReadableSpan]:
     """The same spans as the SDK's ReadableSpans (as gateway/trace_spans.py built them)."""
     state = TraceState.from_header([record.trace_state]) if record.trace_state else None
     out = []
-    for span in record.spans:
+    for (
+        span_id,
+        parent_id,
+        name,
+        kind,
+        start,
+        end,
+        attrs,
+        own,
+        code,
+        message,
+        remote,
+    ) in record.spans:
         parent = None
-        if span.parent_id:
-            parent = SpanContext(
-                record.trace_id, span.parent_id, span.remote_parent, SAMPLED, state
-            )
-        status = Status(StatusCode(span.status_code), span.status_message or None)
+        if parent_id:
+            parent = SpanContext(record.trace_id, parent_id, remote, SAMPLED, state)
         out.append(
             ReadableSpan(
-                span.name,
-                SpanContext(record.trace_id, span.span_id, False, SAMPLED, state),
+                name,
+                SpanContext(record.trace_id, span_id, False, SAMPLED, state),
                 parent,
                 RESOURCE,
-                dict(span.attributes),
-                kind=KINDS[span.kind],
-                status=status,
-                start_time=span.start_ns,
-                end_time=span.end_ns,
+                {**attrs, **own},
+                kind=KINDS[kind],
+                status=Status(StatusCode(code), message or None),
+                start_time=start,
+                end_time=end,
                 instrumentation_scope=SCOPE,
             )
         )
@@ -119,7 +143,19 @@ def test_our_encoding_decodes_to_the_sdk_encoders_request():
 
 def test_the_cached_encodings_are_reused_identically():
     encoder = Encoder(RESOURCE, SCOPE)
-    assert encoder.encode(records()) == encoder.encode(records())
+    first = encoder.encode(records())
+    assert len(encoder.cache) == 3  # the request's, the call's, the second request's
+    assert not any(key == "tollgate.request_id" for kept, _ in encoder.cache for key, _ in kept)
+    assert encoder.encode(records()) == first
+
+
+def test_a_bool_and_an_int_of_one_key_are_not_confused_by_the_cache():
+    encoder = Encoder(RESOURCE, SCOPE)
+    spans = [(1, 0, "a", SERVER, 1, 2, {"k": flag}, {}, UNSET, "", False) for flag in (True, 1)]
+    decoded = ExportTraceServiceRequest.FromString(encoder.encode([TraceRecord(1, "", spans)]))
+    values = [s.attributes[0].value for s in decoded.resource_spans[0].scope_spans[0].spans]
+    assert values[0].bool_value is True and values[0].WhichOneof("value") == "bool_value"
+    assert values[1].int_value == 1 and values[1].WhichOneof("value") == "int_value"
 
 
 def test_varints():
