@@ -37,7 +37,9 @@ SAMPLERS = frozenset(
     }
 )
 DEFAULT_SERVICE = "tollgate"
-QUEUE_MAX = 4096  # spans waiting for export: past it they are dropped, never waited on
+# Requests (about five spans each) waiting for export: past it they are dropped, never
+# waited on; and per OTLP post.
+QUEUE_MAX = 2048
 BATCH_MAX = 512
 EXPORT_TIMEOUT_S = 5.0  # one export's wait on a collector that does not answer
 
@@ -151,60 +153,43 @@ def should_sample(parent: Parent | None) -> tuple[int, bool]:
 
 @dataclass(frozen=True, slots=True)
 class Exporter:
-    """What finished spans are handed to: the SDK's batch processor (its own thread, a bounded
-    queue, OTLP/HTTP protobuf), with the process's resource and instrumentation scope."""
+    """What finished requests' spans are handed to: the SDK's batch processor (its own
+    thread, a bounded queue, OTLP/HTTP protobuf), one record per request."""
 
     processor: Any
-    resource: Any
-    scope: Any
 
-    def export(self, spans: list) -> None:
-        """Queue finished spans (ReadableSpan); never waits: a full queue drops them."""
-        on_end = self.processor.on_end
-        for span in spans:
-            on_end(span)
+    def export(self, record: Any) -> None:
+        """Queue a request's spans (a core.trace_export.TraceRecord); never waits: a full
+        queue drops them."""
+        self.processor.on_end(record)
 
 
 @cache
 def exporter() -> Exporter:
     """Return the process's exporter (built on first use: after a worker forked).
 
-    Spans are made whole (sdk.trace.ReadableSpan) by gateway/trace_spans.py, with the times
-    and ids the request recorded, and queued here: the SDK's Tracer, its sampler and its
-    attribute checks are skipped (they were most of tracing's cost per request), not its
-    batch processor and exporter."""
-    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    A request's spans are one plain record (gateway/trace_spans.py), queued here whole: the
+    SDK's Tracer, its span objects and its protobuf encoder are skipped (they were most of
+    tracing's cost per request), not its batch processor and its OTLP/HTTP exporter."""
     from opentelemetry.sdk.resources import SERVICE_NAME, Resource
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
     from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
-    class KnownResource(Resource):
-        """The process's resource, hashed once: the encoder hashes it per span (JSON each
-        time, a fifth of the encoding's cost)."""
+    from core.trace_export import RecordExporter
 
-        def __init__(self, resource: Resource) -> None:
-            super().__init__(dict(resource.attributes), resource.schema_url)
-            self._hash = super().__hash__()
-
-        def __hash__(self) -> int:
-            return self._hash
-
-        def __eq__(self, other: object) -> bool:
-            return super().__eq__(other)
-
-    resource = KnownResource(
-        Resource.create(
-            {} if os.environ.get("OTEL_SERVICE_NAME") else {SERVICE_NAME: DEFAULT_SERVICE}
-        )
+    resource = Resource.create(
+        {} if os.environ.get("OTEL_SERVICE_NAME") else {SERVICE_NAME: DEFAULT_SERVICE}
     )
     timeout_s = float(os.environ.get("OTEL_EXPORTER_OTLP_TIMEOUT") or EXPORT_TIMEOUT_S)
     processor = BatchSpanProcessor(
-        OTLPSpanExporter(timeout=min(timeout_s, EXPORT_TIMEOUT_S)),
+        RecordExporter(
+            resource, InstrumentationScope("tollgate"), timeout=min(timeout_s, EXPORT_TIMEOUT_S)
+        ),
         max_queue_size=QUEUE_MAX,
         max_export_batch_size=BATCH_MAX,
         export_timeout_millis=int(EXPORT_TIMEOUT_S * 1000),
     )
-    return Exporter(processor, resource, InstrumentationScope("tollgate"))
+    return Exporter(processor)
 
 
 def flush(timeout_s: float = EXPORT_TIMEOUT_S) -> None:

@@ -1,5 +1,6 @@
-"""A sampled request's spans, built whole at once when it ended (gateway/tracing.py recorded
-them), and queued for the SDK's batch processor (core/tracing.py): no Tracer, no sampler.
+"""A sampled request's spans, made at once when it ended (gateway/tracing.py recorded them)
+as plain tuples, and queued as one record for the SDK's batch processor (core/tracing.py);
+core/trace_export.py writes their OTLP protobuf in the exporter's thread.
 
 The request span (SERVER; a child of the client's traceparent when it sent one) carries the
 OpenTelemetry GenAI attributes and ours (`tollgate.*`); under it: admission, the hold, one
@@ -9,13 +10,14 @@ stream, and settlement. Prompt and answer text only with the account's content c
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 import orjson
-from opentelemetry.sdk.trace import ReadableSpan
-from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags, TraceState
+from opentelemetry.trace import TraceState
 
 from core import tracing
+from core.trace_export import CLIENT, ERROR, INTERNAL, SERVER, UNSET, Span, TraceRecord
 from core.usage_record import UsageRecord
 
 if TYPE_CHECKING:
@@ -33,8 +35,6 @@ GENAI_PROVIDERS = {
     "vertex": "gcp.vertex_ai",
     "openrouter": "openrouter",
 }
-SAMPLED = TraceFlags(TraceFlags.SAMPLED)
-UNSET = Status(StatusCode.UNSET)
 NO_ATTRIBUTES: dict[str, Any] = {}
 # Stage spans: (name, the mark it starts at, the mark it ends at).
 STAGES = (
@@ -66,16 +66,19 @@ def provider_kinds(ctx: RequestContext) -> dict[str, str]:
 
 def request_attributes(
     ctx: RequestContext, trace: RequestTrace, record: UsageRecord, kinds: dict[str, str]
-) -> dict[str, Any]:
-    """The request span's attributes: GenAI's, then ours."""
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The request span's attributes, GenAI's and ours: those many requests share (encoded
+    once for them all), and this request's own (ids, amounts, times, content)."""
     principal = ctx.principal
     req = getattr(ctx, "req", None)
     op = operation(ctx.endpoint)
-    attrs: dict[str, Any] = {
+    own: dict[str, Any] = {
         "tollgate.request_id": record.request_id,
-        "tollgate.route": ctx.endpoint,
         "tollgate.cost_micro_usd": record.provider_cost_micro,
         "tollgate.bandwidth_charge_micro_usd": record.bandwidth_charge_micro,
+    }
+    attrs: dict[str, Any] = {
+        "tollgate.route": ctx.endpoint,
         "tollgate.attempts": len(trace.calls),
         "tollgate.streamed": record.streamed,
         "http.response.status_code": record.status,
@@ -90,8 +93,8 @@ def request_attributes(
         attrs["gen_ai.provider.name"] = kinds.get(record.provider, record.provider)
         attrs["tollgate.provider"] = record.provider
     if record.status == 200 or record.tokens_in or record.byok_tokens_in:
-        attrs["gen_ai.usage.input_tokens"] = record.tokens_in + record.byok_tokens_in
-        attrs["gen_ai.usage.output_tokens"] = record.tokens_out + record.byok_tokens_out
+        own["gen_ai.usage.input_tokens"] = record.tokens_in + record.byok_tokens_in
+        own["gen_ai.usage.output_tokens"] = record.tokens_out + record.byok_tokens_out
     stream = getattr(ctx, "stream", None)
     finish_reason = trace.finish_reason or (stream.finish_reason if stream is not None else "")
     if finish_reason:
@@ -103,9 +106,9 @@ def request_attributes(
     if record.error_code:
         attrs["tollgate.error_code"] = attrs["error.type"] = record.error_code
     if record.ttft_ms is not None:
-        attrs["tollgate.ttft_ms"] = record.ttft_ms
+        own["tollgate.ttft_ms"] = record.ttft_ms
     if record.client_request_id:
-        attrs["tollgate.client_request_id"] = record.client_request_id
+        own["tollgate.client_request_id"] = record.client_request_id
     if principal is not None:
         attrs["tollgate.account_id"] = principal.account_id
         attrs["tollgate.group_id"] = principal.group_id
@@ -118,84 +121,81 @@ def request_attributes(
         attrs["tollgate.tags"] = tuple(ctx.tags)
     for unit in ("web_pages", "web_rendered_pages", "web_queries"):
         if getattr(record, unit):
-            attrs[f"tollgate.{unit}"] = getattr(record, unit)
+            own[f"tollgate.{unit}"] = getattr(record, unit)
     if principal is not None and principal.trace_content:
         if req is not None:
             asked = req.body.get("messages") or req.body.get("input") or []
-            attrs["gen_ai.input.messages"] = orjson.dumps(asked).decode()
+            own["gen_ai.input.messages"] = orjson.dumps(asked).decode()
         if trace.answer is not None:
             text = "".join(trace.answer)
             said = [{"role": "assistant", "parts": [{"type": "text", "content": text}]}]
-            attrs["gen_ai.output.messages"] = orjson.dumps(said).decode()
-    return attrs
+            own["gen_ai.output.messages"] = orjson.dumps(said).decode()
+    return attrs, own
 
 
 def build(ctx: RequestContext, trace: RequestTrace, record: UsageRecord, now: float) -> None:
-    """Build the request's spans whole, with the times and ids recorded, and queue them."""
-    out = tracing.exporter()
-    resource, scope = out.resource, out.scope
+    """Make the request's spans, with the times and ids recorded, and queue them as one
+    record."""
     kinds = provider_kinds(ctx)
-    attrs = request_attributes(ctx, trace, record, kinds)
-    trace_id = trace.trace_id
+    attrs, own = request_attributes(ctx, trace, record, kinds)
+    span_id = trace.span_id
     parent = trace.parent
-    state = TraceState.from_header([parent.state]) if parent and parent.state else None
-    remote = (
-        SpanContext(trace_id, parent.span_id, True, SAMPLED, state) if parent is not None else None
-    )
-    here = SpanContext(trace_id, trace.span_id, False, SAMPLED, state)
     op, model = attrs.get("gen_ai.operation.name", ctx.endpoint), attrs.get("gen_ai.request.model")
-    spans = [
-        ReadableSpan(
+    spans: list[Span] = [
+        (
+            span_id,
+            parent.span_id if parent is not None else 0,
             f"{op} {model}" if model else op,
-            here,
-            remote,
-            resource,
+            SERVER,
+            trace.wall_ns,
+            trace.ns(now),
             attrs,
-            kind=SpanKind.SERVER,
+            own,
             # A 5xx is ours or the vendor's failure; a refusal (4xx) is no error of ours.
-            status=Status(StatusCode.ERROR, record.error_code) if record.status >= 500 else UNSET,
-            start_time=trace.wall_ns,
-            end_time=trace.ns(now),
-            instrumentation_scope=scope,
+            ERROR if record.status >= 500 else UNSET,
+            record.error_code if record.status >= 500 else "",
+            parent is not None,
         )
     ]
     marks = trace.marks
     for stage, start, end in STAGES:
         if start in marks and end in marks:
             spans.append(
-                ReadableSpan(
+                (
+                    tracing.new_span_id(),
+                    span_id,
                     stage,
-                    SpanContext(trace_id, tracing.new_span_id(), False, SAMPLED, state),
-                    here,
-                    resource,
+                    INTERNAL,
+                    trace.ns(marks[start]),
+                    trace.ns(marks[end]),
                     NO_ATTRIBUTES,
-                    start_time=trace.ns(marks[start]),
-                    end_time=trace.ns(marks[end]),
-                    instrumentation_scope=scope,
+                    NO_ATTRIBUTES,
+                    UNSET,
+                    "",
+                    False,
                 )
             )
     for call in trace.calls:
         if call.ended:
-            spans.append(call_span(call, trace, record, kinds, here, state, resource, scope))
-    out.export(spans)
+            spans.append(call_span(call, trace, record, kinds))
+    state = trace_state(parent.state) if parent is not None and parent.state else ""
+    tracing.exporter().export(TraceRecord(trace.trace_id, state, spans))
 
 
-def call_span(
-    call: Call,
-    trace: RequestTrace,
-    record: UsageRecord,
-    kinds: dict[str, str],
-    parent: SpanContext,
-    state: TraceState | None,
-    resource: Any,
-    scope: Any,
-) -> ReadableSpan:
+@lru_cache(maxsize=256)
+def trace_state(header: str) -> str:
+    """A client's tracestate as the SDK keeps it (parsed, invalid entries dropped)."""
+    entries = TraceState.from_header([header])
+    return ",".join(f"{key}={value}" for key, value in entries.items())
+
+
+def call_span(call: Call, trace: RequestTrace, record: UsageRecord, kinds: dict[str, str]) -> Span:
     """One vendor call's span (CLIENT), under the request's, with the id its traceparent
     named."""
     index = call.trail_index
     line = record.attempts[index] if 0 <= index < len(record.attempts) else None
-    attrs: dict[str, Any] = {}
-    status = UNSET
+    attrs = own = NO_ATTRIBUTES
+    code, message = UNSET, ""
     if line is not None:
         attrs = {
             "tollgate.attempt": line.order,
@@ -210,18 +210,19 @@ def call_span(
         if line.key_label:
             attrs["tollgate.key_label"] = line.key_label
         if record.streamed and line.outcome == "ok":
-            attrs["tollgate.ttft_ms"] = round((call.ended - call.started) * 1000, 3)
+            own = {"tollgate.ttft_ms": round((call.ended - call.started) * 1000, 3)}
         if line.outcome != "ok":
-            status = Status(StatusCode.ERROR, line.outcome)
-    return ReadableSpan(
+            code, message = ERROR, line.outcome
+    return (
+        call.span_id,
+        trace.span_id,
         f"attempt {line.order} {line.provider}" if line is not None else "attempt",
-        SpanContext(trace.trace_id, call.span_id, False, SAMPLED, state),
-        parent,
-        resource,
+        CLIENT,
+        trace.ns(call.started),
+        trace.ns(call.ended),
         attrs,
-        kind=SpanKind.CLIENT,
-        status=status,
-        start_time=trace.ns(call.started),
-        end_time=trace.ns(call.ended),
-        instrumentation_scope=scope,
+        own,
+        code,
+        message,
+        False,
     )
