@@ -69,7 +69,8 @@ def csv_rows(tenant) -> dict[str, dict]:
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION=f"Token {tenant.api_token}")
     text = streamed_body(client.get("/api/usage/export.csv")).decode()
-    assert text.splitlines()[0].endswith(",measurement")  # added last: earlier columns stay
+    # Columns are only ever added at the end, so earlier ones stay where they were.
+    assert text.splitlines()[0].endswith(",measurement,tags")
     return {r["request_id"]: r for r in csv.DictReader(io.StringIO(text))}
 
 
