@@ -27,7 +27,8 @@ SWITCH_AFTER_S = 1.0  # the load sends the old secret this long after the rotati
 # (at most until SWITCH_MARGIN_S before the grace end, for the queue of a busy shared host)
 SWITCH_MARGIN_S = 2.0
 ROTATE_AFTER_S = 1.5  # of load before the rotation
-MAX_LOAD_S = 15.0  # a backstop: the test stops the load once both gateways refused
+MAX_LOAD_S = 15.0
+CONNECTIONS = 128  # a backstop: the test stops the load once both gateways refused
 BODY = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 5}
 
 
@@ -74,7 +75,9 @@ class Load:
         self.answers.append(Answer(which, gateway, status, code, sent_at, time.time()))
 
     async def run(self) -> None:
-        connector = aiohttp.TCPConnector(limit=0)
+        # A bounded pool, as a load generator's: on a starved host an unbounded one opens a
+        # connection per queued request, thousands, and the host (not the rotation) drops them.
+        connector = aiohttp.TCPConnector(limit=CONNECTIONS)
         timeout = aiohttp.ClientTimeout(total=30)
         async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
             loop = asyncio.get_running_loop()
