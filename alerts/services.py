@@ -56,6 +56,26 @@ def _record(action: str, row, *, actor: Actor | None, before: dict, after: dict)
     )
 
 
+def _save_changed(row, fields: dict, action: str, audited, *, actor: Actor | None):
+    """Set `fields` on `row`, save it and record what changed on the audit trail."""
+    before = audited(row)
+    for name, value in fields.items():
+        setattr(row, name, value)
+    with transaction.atomic():
+        row.save()
+        audit.record_change(
+            actor=actor,
+            action=action,
+            account_id=row.account_id,
+            target_type=action.split(".")[0],
+            target_id=row.pk,
+            target_label=str(row),
+            before=before,
+            after=audited(row),
+        )
+    return row
+
+
 def alert_rule_create(*, account: Account, actor: Actor | None = None, **fields) -> AlertRule:
     rule = AlertRule(account=account, **fields)
     with transaction.atomic():
@@ -65,22 +85,7 @@ def alert_rule_create(*, account: Account, actor: Actor | None = None, **fields)
 
 
 def alert_rule_update(*, rule: AlertRule, actor: Actor | None = None, **fields) -> AlertRule:
-    before = _rule_audited(rule)
-    for name, value in fields.items():
-        setattr(rule, name, value)
-    with transaction.atomic():
-        rule.save()
-        audit.record_change(
-            actor=actor,
-            action="alert_rule.update",
-            account_id=rule.account_id,
-            target_type="alert_rule",
-            target_id=rule.pk,
-            target_label=str(rule),
-            before=before,
-            after=_rule_audited(rule),
-        )
-    return rule
+    return _save_changed(rule, fields, "alert_rule.update", _rule_audited, actor=actor)
 
 
 def alert_rule_delete(*, rule: AlertRule, actor: Actor | None = None) -> None:
@@ -117,22 +122,7 @@ def alert_webhook_update(
 ) -> AlertWebhook:
     if "url" in fields:
         check_url(fields["url"])
-    before = _hook_audited(hook)
-    for name, value in fields.items():
-        setattr(hook, name, value)
-    with transaction.atomic():
-        hook.save()
-        audit.record_change(
-            actor=actor,
-            action="alert_webhook.update",
-            account_id=hook.account_id,
-            target_type="alert_webhook",
-            target_id=hook.pk,
-            target_label=str(hook),
-            before=before,
-            after=_hook_audited(hook),
-        )
-    return hook
+    return _save_changed(hook, fields, "alert_webhook.update", _hook_audited, actor=actor)
 
 
 def alert_webhook_rotate(*, hook: AlertWebhook, actor: Actor | None = None) -> str:
