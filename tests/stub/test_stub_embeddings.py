@@ -204,6 +204,7 @@ def test_calls_log_records_path_model_key_stream_user_and_body(
             "fault": None,
             "status": 200,
             "body": {"model": "emb", "input": ["a"], "user": "u-1", "encoding_format": "float"},
+            "traceparent": None,
         }
     ]
 

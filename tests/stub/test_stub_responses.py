@@ -709,6 +709,7 @@ def test_calls_log_records_path_model_key_stream_and_body(stub: Any, client: htt
         "key": "sk-resp",
         "fault": None,
         "status": 200,
+        "traceparent": None,
     }
     assert calls(client) == [
         {

@@ -526,12 +526,15 @@ def test_invalid_faults_are_rejected_and_nothing_queued(client: httpx.Client) ->
     assert client.get("/_stub/faults").json() == {"faults": []}
 
 
+TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+
+
 def test_calls_log_records_every_call_in_order(client: httpx.Client) -> None:
     queue(client, {"kind": "429", "match": {"model": "m9"}})
     client.post(
         OA,
         json=oa_body(user="u-1", max_completion_tokens=50, stream=True),
-        headers=OA_AUTH,
+        headers={**OA_AUTH, "traceparent": TRACEPARENT},
     )
     client.post(AN, json=an_body(metadata={"user_id": "u-2"}, model="m9"), headers=AN_AUTH)
     client.post(AN, json=an_body(), headers={})
@@ -548,6 +551,7 @@ def test_calls_log_records_every_call_in_order(client: httpx.Client) -> None:
             "fault": None,
             "status": 200,
             "body": oa_body(user="u-1", max_completion_tokens=50, stream=True),
+            "traceparent": TRACEPARENT,
         },
         {
             "seq": 2,
@@ -561,6 +565,7 @@ def test_calls_log_records_every_call_in_order(client: httpx.Client) -> None:
             "fault": "429",
             "status": 429,
             "body": an_body(metadata={"user_id": "u-2"}, model="m9"),
+            "traceparent": None,
         },
         {
             "seq": 3,
@@ -574,6 +579,7 @@ def test_calls_log_records_every_call_in_order(client: httpx.Client) -> None:
             "fault": None,
             "status": 401,
             "body": an_body(),
+            "traceparent": None,
         },
     ]
 

@@ -522,6 +522,7 @@ def test_calls_are_recorded_in_order_with_path_key_and_body(
             "fault": "429" if seq == 1 else None,
             "status": status,
             "body": body,
+            "traceparent": None,
         }
 
     assert calls(client) == [
