@@ -29,7 +29,8 @@ $PY -m mypy
 # First the fast layer (in-process, no servers; under 30 s), stopping at its first failure,
 # then everything else.
 echo "--- tests/unit: the fast layer ---"
-$PY -m pytest -rs -q -x tests/unit
+# Each run lists its slowest tests (--durations): where CI time goes stays in every log.
+$PY -m pytest -rs -q -x --durations=10 tests/unit
 echo "--- the rest of the suite ---"
 if [ -z "${DATABASE_URL:-}" ] || [ -z "${REDIS_URL:-}" ]; then
   exec $PY -m pytest -rs -q --ignore=tests/unit
@@ -51,13 +52,13 @@ PY
 # The first process runs these directories; the second everything else (nothing is left out).
 first=(tests/gateway tests/scripts tests/config tests/providers tests/accounts tests/bench tests/audit tests/byok tests/usage tests/alerts)
 logs=$(mktemp -d)
-$PY -m pytest -rs -q "${first[@]}" >"$logs/first.log" 2>&1 &
+$PY -m pytest -rs -q --durations=25 "${first[@]}" >"$logs/first.log" 2>&1 &
 first_run=$!
 # The container stack's test runs alone, last: beside the two (tried) its containers' CPU
 # slowed them by more than it saved.
 containers=tests/deploy/test_compose.py
 DATABASE_URL=$(echo "$second" | sed -n 1p) REDIS_URL=$(echo "$second" | sed -n 2p) \
-  $PY -m pytest -rs -q --ignore=tests/unit "${first[@]/#/--ignore=}" --ignore="$containers" \
+  $PY -m pytest -rs -q --durations=25 --ignore=tests/unit "${first[@]/#/--ignore=}" --ignore="$containers" \
   >"$logs/second.log" 2>&1 &
 second_run=$!
 status=0
