@@ -73,6 +73,8 @@ def varint(n: int) -> bytes:
         n += 1 << 64  # int64: two's complement, ten bytes
     if n < 0x80:
         return bytes((n,))
+    if n < 0x4000:  # a span's or an attribute's length: two bytes
+        return bytes(((n & 0x7F) | 0x80, n >> 7))
     out = bytearray()
     while n > 0x7F:
         out.append((n & 0x7F) | 0x80)
@@ -138,7 +140,11 @@ def own_attributes(attrs: Mapping[str, Any], cache: dict[tuple, bytes]) -> bytes
     its amounts (integers, which repeat) from `cache`."""
     parts = []
     for key, value in attrs.items():
-        if value.__class__ is not int:
+        kind = value.__class__
+        if kind is str:  # an id or a text: the most common own value, written directly
+            parts.append(field(0x4A, key_field(key) + field(0x12, field(0x0A, value.encode()))))
+            continue
+        if kind is not int:
             parts.append(attributes({key: value}))
             continue
         encoded = cache.get((key, value))
@@ -168,16 +174,27 @@ def shared_attributes(attrs: Mapping[str, Any], cache: dict[tuple, bytes]) -> by
 
 
 @lru_cache(maxsize=1024)
-def name_field(name: str) -> bytes:
-    return field(0x2A, name.encode())
+def key_field(key: str) -> bytes:
+    """A KeyValue's key (field 1): attribute names are few, encoded once each."""
+    return field(0x0A, key.encode())
+
+
+@lru_cache(maxsize=1024)
+def name_kind_fields(name: str, kind: int) -> bytes:
+    """Span.name (field 5) and Span.kind (field 6): few distinct pairs, encoded once each."""
+    return field(0x2A, name.encode()) + KIND_FIELDS[kind]
 
 
 @lru_cache(maxsize=256)
-def status_field(code: int, message: str) -> bytes:
-    body = (field(0x12, message.encode()) if message else b"") + (
-        b"\x18" + varint(code) if code else b""
-    )
-    return field(0x7A, body)
+def tail_fields(code: int, message: str, remote: bool) -> bytes:
+    """Span.status (field 15; the SDK always writes it, empty when unset) and Span.flags
+    (field 16): few distinct combinations, encoded once each."""
+    if code:
+        body = (field(0x12, message.encode()) if message else b"") + b"\x18" + varint(code)
+        status = field(0x7A, body)
+    else:
+        status = EMPTY_STATUS
+    return status + (REMOTE_FLAGS if remote else LOCAL_FLAGS)
 
 
 def encode_span(
@@ -189,19 +206,17 @@ def encode_span(
 ) -> bytes:
     """A Span message, tagged as ScopeSpans.spans (field 2)."""
     span_id, parent_id, name, kind, start_ns, end_ns, attrs, own, code, message, remote = span
+    head = trace_id + span_id.to_bytes(8, "big") + state
+    if parent_id:
+        head += b"\x22\x08" + parent_id.to_bytes(8, "big")
     body = b"".join(
         (
-            trace_id,
-            span_id.to_bytes(8, "big"),
-            state,
-            b"\x22\x08" + parent_id.to_bytes(8, "big") if parent_id else b"",
-            name_field(name),
-            KIND_FIELDS[kind],
+            head,
+            name_kind_fields(name, kind),
             TIMES.pack(0x39, start_ns, 0x41, end_ns),
             shared_attributes(attrs, cache) if attrs else b"",
             own_attributes(own, own_cache) if own else b"",
-            status_field(code, message) if code else EMPTY_STATUS,
-            REMOTE_FLAGS if remote else LOCAL_FLAGS,
+            tail_fields(code, message, remote),
         )
     )
     return b"\x12" + varint(len(body)) + body

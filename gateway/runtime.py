@@ -28,7 +28,6 @@ from gateway.catalog import EMPTY, Catalog, load_catalog
 from gateway.limits import Limiter
 from gateway.orchestrator import Orchestrator
 from gateway.platform_keys import PlatformKeys
-from gateway.tracing import client_hooks
 from gateway.web.orchestrator import AcquisitionOrchestrator
 from gateway.web.units import DailyUnits
 from usage.writer import UsageWriter
@@ -80,7 +79,6 @@ class Runtime:
                 connector=aiohttp.TCPConnector(limit=0, ttl_dns_cache=300),
                 timeout=aiohttp.ClientTimeout(total=None, sock_connect=10),
                 skip_auto_headers=("User-Agent",),
-                trace_configs=client_hooks(),  # traced calls send their traceparent
             )
             self.shared = SharedState()
             self.breakers = BreakerBoard(self.shared)

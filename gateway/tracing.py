@@ -2,10 +2,10 @@
 
 While a request runs, only plain fields are written, and only for a sampled one: the
 monotonic time of each stage's end (`mark`), each vendor call's span id and times
-(`calling` / `called`), the answer's finish reason (and its text with content capture).
-When the answer has gone out, `finished` builds the spans with the OpenTelemetry SDK at
-once, with the times recorded (gateway/trace_spans.py); the SDK's batch processor exports
-them from its own thread.
+(`calling` / `called`; `outbound_headers` sends the call its traceparent), the answer's
+finish reason (and its text with content capture). When the answer has gone out,
+`finished` builds the spans at once, with the times recorded (gateway/trace_spans.py); the
+SDK's batch processor exports them from its own thread.
 
 The overhead (X-Tollgate-Overhead-Ms, tollgate_gateway_overhead_seconds) is the time from
 the request's arrival to its answer's head, less the time spent waiting on vendor calls
@@ -18,7 +18,7 @@ import contextvars
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from core import metrics, tracing
 from core.tracing import Parent
@@ -155,21 +155,14 @@ def finished(ctx: RequestContext, record: UsageRecord | None) -> None:
         log.exception("could not build the trace of request %s", ctx.request_id)
 
 
-async def add_traceparent(session: Any, trace_ctx: Any, params: Any) -> None:
-    """aiohttp's request-start hook: a traced vendor call carries its span's traceparent."""
+def outbound_headers(headers: dict[str, str]) -> dict[str, str]:
+    """A vendor call's headers: a traced call's with its span's traceparent (and the client's
+    tracestate) added, any other's as they were (one context-variable read, nothing else: no
+    aiohttp trace hooks, which cost every call a dozen signals)."""
     outbound = OUTBOUND.get()
-    if outbound is not None:
-        params.headers["traceparent"] = outbound[0]
-        if outbound[1]:
-            params.headers["tracestate"] = outbound[1]
-
-
-def client_hooks() -> list:
-    """The upstream client's trace configs: none when tracing is off (no cost)."""
-    if not tracing.SETTINGS.enabled:
-        return []
-    import aiohttp
-
-    config = aiohttp.TraceConfig()
-    config.on_request_start.append(add_traceparent)
-    return [config]
+    if outbound is None:
+        return headers
+    traced = {**headers, "traceparent": outbound[0]}
+    if outbound[1]:
+        traced["tracestate"] = outbound[1]
+    return traced

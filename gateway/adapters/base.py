@@ -25,6 +25,7 @@ import aiohttp
 import orjson
 from yarl import URL
 
+from gateway.tracing import outbound_headers
 from gateway.types import Chunk, Completion, ModelRequest
 
 
@@ -352,7 +353,7 @@ class HttpProvider:
 
     def _post(self, req: ModelRequest, target: CallTarget):
         url, body, headers = self.request(req, target)
-        return self._session.post(url, data=body, headers=headers)
+        return self._session.post(url, data=body, headers=outbound_headers(headers))
 
     async def complete(self, req: ModelRequest, target: CallTarget) -> Completion:
         url, body, headers = self.request(req, target)
@@ -365,7 +366,7 @@ class HttpProvider:
         """POST a JSON body and return the vendor's JSON answer; failures as ProviderError."""
         try:
             async with self._session.post(
-                url, data=body, headers=headers or self.headers(api_key)
+                url, data=body, headers=outbound_headers(headers or self.headers(api_key))
             ) as response:
                 if response.status != 200:
                     raise await self.failure(response, api_key)

@@ -25,6 +25,7 @@ from yarl import URL
 
 from core.config import tollgate
 from gateway.adapters.base import ProviderError, connection_error, error_for_status
+from gateway.tracing import outbound_headers
 from gateway.web.types import (
     PAGE,
     QUERY,
@@ -82,7 +83,7 @@ class WebAdapter:
             headers["authorization"] = f"Bearer {target.api_key}"
         try:
             async with self.session.post(
-                f"{self.base_url}{path}", data=orjson.dumps(body), headers=headers
+                f"{self.base_url}{path}", data=orjson.dumps(body), headers=outbound_headers(headers)
             ) as resp:
                 raw = await _read_capped(resp, VENDOR_BODY_MAX)
                 if resp.status != 200:

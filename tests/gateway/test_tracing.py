@@ -23,6 +23,7 @@ from tests.support.processes import free_port
 from tests.support.profiles import fast_profiles
 from tests.support.stacks import own_stack
 from tests.support.usage import usage_rows
+from tests.support.web import install_web_profiles, web, web_profiles
 
 PROMPT = [{"role": "user", "content": "the secret prompt words"}]
 CLIENT_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -156,6 +157,29 @@ def test_a_chat_request_is_a_span_with_genai_attributes_under_the_clients_parent
     assert all(a.end_ns <= b.start_ns for a, b in zip(order, order[1:], strict=False))
     assert root.start_ns <= order[0].start_ns and order[-1].end_ns <= root.end_ns
     assert not any("secret prompt" in str(s.attributes) for s in spans)
+
+
+def test_a_web_search_sends_the_vendor_its_attempt_span_as_traceparent(tstack, receiver):
+    install_web_profiles(web_profiles(tstack.stub.url, direct=False, render=False))
+    tstack.gateway.reload()
+    tenant = tstack.tenant(wallet_micro=1_000_000)
+
+    answer = web(
+        tstack.url,
+        tenant.api_key,
+        "search",
+        {"query": "llm gateways", "max_results": 2},
+        headers={"traceparent": CLIENT_PARENT},
+    )
+
+    assert answer.status_code == 200, answer.text
+    spans = receiver.trace_of(answer.headers["x-tollgate-request-id"], count=2)
+    assert {s.trace_id for s in spans} == {CLIENT_TRACE}
+    [attempt] = [s for s in spans if s.kind == CLIENT]
+    assert attempt.parent_span_id == request_span(spans).span_id
+    [call] = tstack.stub.calls()
+    assert call["path"] == "/web/v1/search"
+    assert call["traceparent"] == f"00-{CLIENT_TRACE}-{attempt.span_id}-01"
 
 
 def test_a_stream_has_its_stream_span_and_time_to_first_token(tstack, receiver):
