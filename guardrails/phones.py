@@ -1,0 +1,123 @@
+"""The phone check: a candidate the pattern found is a phone number when Google's
+`phonenumbers` metadata says it is a valid number, and, for a national number (no `+`), when
+it is grouped the way its region writes numbers. Grouping is what tells "415-555-2671" from a
+timestamp "2024-12-07 13" or an address "212.58.244.20", whose digits may spell a valid
+number too. Parsing costs tens of microseconds, so digit counts the region cannot have are
+dropped before it."""
+
+from __future__ import annotations
+
+import phonenumbers
+
+from guardrails.matches import ALNUM, DIGITS, byte_at, continues_number
+
+
+def _digit_groups(text: str) -> list[tuple[int, int]]:
+    """Return the (start, end) of each run of digits in a short candidate."""
+    groups: list[tuple[int, int]] = []
+    start = -1
+    for index, char in enumerate(text):
+        if char.isdigit():
+            if start < 0:
+                start = index
+        elif start >= 0:
+            groups.append((start, index))
+            start = -1
+    if start >= 0:
+        groups.append((start, len(text)))
+    return groups
+
+
+class PhoneCheck:
+    """Validate phone candidates, reading national numbers as numbers of `region`."""
+
+    def __init__(self, region: str) -> None:
+        metadata = phonenumbers.PhoneMetadata.metadata_for_region(region)
+        if metadata is None:
+            raise ValueError(f"unknown phone region {region!r}")
+        self.region = region
+        self.national_prefix = metadata.national_prefix or ""
+        general = metadata.general_desc
+        lengths = set(general.possible_length or ()) if general is not None else set()
+        prefixed = {length + len(self.national_prefix) for length in lengths}
+        self.national_lengths = frozenset(lengths | (prefixed if self.national_prefix else set()))
+        # How the region groups its numbers (from its example numbers of every type): a
+        # candidate grouped otherwise is dropped before paying for a parse.
+        self.national_groupings = frozenset(
+            tuple(self._sizes(_example(region, number_type)))
+            for number_type in phonenumbers.PhoneNumberType.values()
+            if _example(region, number_type)
+        )
+        shortest = min(lengths, default=7)
+        # The candidate pattern: `+` and 7-15 digits, or a national number as long as the
+        # region's shortest, so dates, versions and short ids are never candidates.
+        self.pattern = (
+            r"\+[0-9](?:[ .()-]{0,2}[0-9]){6,14}"
+            rf"|\(?[0-9](?:[ .()-]{{0,2}}[0-9]){{{shortest - 1},{max(self.national_lengths) - 1}}}"
+        )
+        self.max_chars = 3 * max(15, max(self.national_lengths)) + 2
+
+    def __call__(self, data: bytes, start: int, end: int) -> tuple[int, int] | None:
+        if glued(data, start, end) or continues_number(data, start, end):
+            return None
+        text = data[start:end].decode()
+        groups = _digit_groups(text)
+        international = text.startswith("+")
+        # Longest prefix of whole digit groups first: "415-555-2671 2 times" holds a number.
+        for count in range(len(groups), max(0, len(groups) - 3), -1):
+            candidate = text[: groups[count - 1][1]]
+            digit_count = sum(b - a for a, b in groups[:count])
+            if international:
+                if not 7 <= digit_count <= 15:
+                    continue
+            elif (
+                count < 2
+                or digit_count not in self.national_lengths
+                or tuple(self._sizes(candidate, groups[:count])) not in self.national_groupings
+            ):
+                continue  # a bare run of digits is an id, not a phone; or grouped unlike one
+            try:
+                number = phonenumbers.parse(candidate, self.region)
+            except phonenumbers.NumberParseException:
+                continue
+            if not phonenumbers.is_valid_number(number):
+                continue
+            if not international and not self._grouped_as_written(
+                number, candidate, groups[:count]
+            ):
+                continue
+            if count < len(groups) or not _runs_on(data, start + len(candidate)):
+                return start, start + len(candidate)
+        return None
+
+    def _grouped_as_written(
+        self, number: phonenumbers.PhoneNumber, candidate: str, groups: list[tuple[int, int]]
+    ) -> bool:
+        formatted = phonenumbers.format_number(number, phonenumbers.PhoneNumberFormat.NATIONAL)
+        return self._sizes(candidate, groups) == self._sizes(formatted)
+
+    def _sizes(self, text: str, groups: list[tuple[int, int]] | None = None) -> list[int]:
+        """Return the sizes of the digit groups of a national number, without a leading
+        trunk prefix written as its own group (1-800-555-0199 is grouped as 800-555-0199)."""
+        groups = _digit_groups(text) if groups is None else groups
+        sizes = [end - start for start, end in groups]
+        if self.national_prefix and text[groups[0][0] : groups[0][1]] == self.national_prefix:
+            sizes = sizes[1:]
+        return sizes
+
+
+def _example(region: str, number_type: int) -> str:
+    example = phonenumbers.example_number_for_type(region, number_type)
+    if example is None:
+        return ""
+    return phonenumbers.format_number(example, phonenumbers.PhoneNumberFormat.NATIONAL)
+
+
+def glued(data: bytes, start: int, end: int) -> bool:
+    """Say whether a phone candidate is part of a longer token (an id, a version, a key)."""
+    before = byte_at(data, start - 1)
+    return before in ALNUM or before in b"+_" or byte_at(data, end) in ALNUM
+
+
+def _runs_on(data: bytes, end: int) -> bool:
+    return byte_at(data, end) in DIGITS or byte_at(data, end) in ALNUM
