@@ -5,7 +5,7 @@ alone (no token character glued on either side), so look-alikes in prose and cod
 
 from __future__ import annotations
 
-from guardrails.matches import ALNUM, TOKEN, Detector, Validator, glued
+from guardrails.matches import ALNUM, TOKEN, Detector, Validator, byte_at, glued
 
 # Longest JWT and PEM block a detector matches: a JWT carrying a large claim set, and a
 # 4096-bit RSA key with headers (about 3.3 kB) with room to spare. Longer ones are not matched.
@@ -51,8 +51,11 @@ def _slack(data: bytes, start: int, end: int) -> tuple[int, int] | None:
 
 
 def _jwt(data: bytes, start: int, end: int) -> tuple[int, int] | None:
-    if end - start > JWT_MAX_CHARS or glued(data, start, end, _JWT_BYTES):
+    if end - start > JWT_MAX_CHARS or byte_at(data, start - 1) in _JWT_BYTES:
         return None
+    after = byte_at(data, end)
+    if after in TOKEN or after == 46 and byte_at(data, end + 1) in TOKEN:
+        return None  # a fourth segment: not a JWT (a full stop after one is fine)
     return start, end
 
 

@@ -82,6 +82,9 @@ def _options(*, longest: bool = False, case_sensitive: bool = True) -> re2.Optio
     options.log_errors = False
     options.longest_match = longest
     options.case_sensitive = case_sensitive
+    # Only a match's span is used: without captures RE2 never needs its slower submatch
+    # engines, so `(.*a){20}` runs on its DFA like any other pattern.
+    options.never_capture = True
     return options
 
 

@@ -55,17 +55,20 @@ def _email(data: bytes, start: int, end: int) -> tuple[int, int] | None:
 
 def _card(data: bytes, start: int, end: int) -> tuple[int, int] | None:
     before = byte_at(data, start - 1)
-    if (
-        before in ALNUM
-        or before in b"+$"
-        or (before in b" -." and byte_at(data, start - 2) in DIGITS)
-    ):
-        return None  # inside a longer run of grouped digits, a phone number or an amount
+    if before in ALNUM or before in b"+$" or continues_number(data, start, start):
+        return None  # inside a longer number, a phone number or an amount
+    if before in b" -" and before in data[start:end] and _card_group_before(data, start - 1):
+        return None  # the tail of a longer run grouped like a card (whose whole was not one)
     if len({byte for byte in data[start:end] if byte not in DIGITS}) > 1:
         return None  # mixed separators
     groups = data[start:end].replace(b"-", b" ").split(b" ")
-    # The longest prefix of whole groups that is a card: "4111 1111 1111 1111 12/27" is one.
-    for count in range(len(groups), 0, -1):
+    # The longest prefix of whole groups that is a card: "4111 1111 1111 1111 12/27" holds
+    # one. But a run laid out as a 19-digit card (4-4-4-4-3) of a brand that issues 19 digits
+    # is judged whole: read as its first 16 it would pass Luhn one time in ten.
+    sizes = [len(group) for group in groups]
+    whole = b"".join(groups).decode()
+    judge_whole = sizes == [4, 4, 4, 4, 3] and card_brand(whole) is not None
+    for count in range(len(groups), len(groups) - 1 if judge_whole else 0, -1):
         sizes = [len(group) for group in groups[:count]]
         digits = b"".join(groups[:count]).decode()
         if len(digits) < 13:
@@ -78,6 +81,24 @@ def _card(data: bytes, start: int, end: int) -> tuple[int, int] | None:
         if _card_grouping(sizes) and card_brand(digits) and luhn_valid(digits):
             return start, span_end
     return None
+
+
+def _card_group_before(data: bytes, separator_at: int) -> bool:
+    """Say whether groups of four digits (or capitals and digits, an IBAN's), joined by the
+    separator at separator_at, run up to it from a space or the text's start (like "4658 "
+    before "3805 4587 ...", or "SK71 " before "4569 4842 ...")."""
+    separator, end = data[separator_at], separator_at
+    while end >= 4 and _group_of_four(data[end - 4 : end]):
+        before = byte_at(data, end - 5)
+        if before == separator and byte_at(data, end - 6) in DIGITS:
+            end -= 5
+            continue
+        return before in b" \t\n(\x00"
+    return False
+
+
+def _group_of_four(group: bytes) -> bool:
+    return group.isdigit() or (group.isalnum() and group.isupper() and group[-1:].isdigit())
 
 
 def _card_grouping(sizes: list[int]) -> bool:
@@ -147,6 +168,22 @@ def _ipv6(data: bytes, start: int, end: int) -> tuple[int, int] | None:
     return start, end
 
 
+# 13 to 19 digits written whole, in groups of four (two more short groups may follow: an
+# expiry, a code) or as 4-6-5 / 4-6-4, with one kind of separator.
+_CARD = "|".join(
+    (
+        "[0-9]{13,19}",
+        *(
+            rf"[0-9]{{4}}(?:{sep}[0-9]{{4}}){{2}}{sep}[0-9]{{1,4}}(?:{sep}[0-9]{{1,4}}){{0,2}}"
+            rf"|[0-9]{{4}}{sep}[0-9]{{6}}{sep}[0-9]{{4,5}}"
+            for sep in (" ", "-")
+        ),
+    )
+)
+_H = "[0-9A-Fa-f]{1,4}"
+_V4 = r"[0-9]{1,3}(?:\.[0-9]{1,3}){3}"
+
+
 def pii_detectors(phone_region: str) -> tuple[Detector, ...]:
     """Return the personal-data detectors, the phone one for numbers without `+` in
     `phone_region` (an ISO 3166 code such as "US")."""
@@ -160,15 +197,18 @@ def pii_detectors(phone_region: str) -> tuple[Detector, ...]:
             _email,
             272,
         ),
-        Detector("payment_card", "", r"[0-9](?:[ -]?[0-9]){12,18}", _card, 37),
+        Detector("payment_card", "", _CARD, _card, 34),
         Detector("iban", "", r"[A-Z]{2}[0-9]{2}(?: ?[A-Z0-9]){11,30}", _iban, 64),
         Detector("us_ssn", "", r"[0-9]{3}(?:-[0-9]{2}-| [0-9]{2} )[0-9]{4}", _ssn, 11),
         Detector("phone", "", phones.pattern, phones, phones.max_chars),
-        Detector("ip_address", "v4", r"[0-9]{1,3}(?:\.[0-9]{1,3}){3}", _ipv4, 15),
+        Detector("ip_address", "v4", _V4, _ipv4, 15),
         Detector(
             "ip_address",
             "v6",
-            r"[0-9A-Fa-f]{0,4}(?::[0-9A-Fa-f]{0,4}){2,7}(?:[0-9]{1,3}(?:\.[0-9]{1,3}){3})?",
+            # Eight groups, or fewer around one "::", optionally ending in an IPv4 address:
+            # times (12:30:45) and MAC addresses are never candidates.
+            rf"(?:{_H}:){{7}}{_H}|(?:{_H}:){{6}}{_V4}"
+            rf"|(?:{_H}(?::{_H}){{0,6}})?::(?:{_H}(?::{_H}){{0,6}})?(?::?{_V4})?",
             _ipv6,
             45,
             longest_match=True,
@@ -223,7 +263,7 @@ class Scanner:
                     found.append((span[0], span[0] - span[1], index, detector.kind, detector.label))
                     position = span[1]
                 else:
-                    position = max(candidate[1], candidate[0] + 1)
+                    position = _next_token(data, candidate[0])
         if self.custom is not None:
             for start, end, order, label in self.custom.find(data):
                 found.append((start, -(end - start), len(self.detectors) + order, "custom", label))
@@ -239,6 +279,15 @@ def _options(*, longest: bool) -> re2.Options:
 
 def _compile(detector: Detector) -> re2._Regexp[bytes]:
     return re2.compile(detector.pattern.encode(), _options(longest=detector.longest_match))
+
+
+def _next_token(data: bytes, start: int) -> int:
+    """Return where the next token after start begins: a rejected candidate (a timestamp
+    before a card, "05 (201" before a phone) must not hide a value that starts inside it."""
+    position, size = start + 1, len(data)
+    while position < size and data[position - 1] in ALNUM:
+        position += 1
+    return position
 
 
 def _raw(compiled: re2._Regexp[bytes]) -> Any:

@@ -48,18 +48,27 @@ class PhoneCheck:
             for number_type in phonenumbers.PhoneNumberType.values()
             if _example(region, number_type)
         )
-        shortest = min(lengths, default=7)
-        # The candidate pattern: `+` and 7-15 digits, or a national number as long as the
-        # region's shortest, so dates, versions and short ids are never candidates.
-        self.pattern = (
-            r"\+[0-9](?:[ .()-]{0,2}[0-9]){6,14}"
-            rf"|\(?[0-9](?:[ .()-]{{0,2}}[0-9]){{{shortest - 1},{max(self.national_lengths) - 1}}}"
+        # The candidate pattern: `+` and 7 to 15 digits, or a national number in one of the
+        # region's groupings, so dates, times, ids and bare runs of digits are never candidates.
+        trunk = f"(?:{self.national_prefix}[ .-]?)?" if self.national_prefix else ""
+        national = "|".join(
+            rf"\(?[0-9]{{{sizes[0]}}}\)?"
+            + "".join(
+                rf"[ .-]{{{1 if i else 0},2}}[0-9]{{{size}}}" for i, size in enumerate(sizes[1:])
+            )
+            for sizes in sorted(self.national_groupings)
+            if sizes
+        )
+        self.pattern = r"\+[0-9](?:[ .()-]{0,2}[0-9]){6,14}" + (
+            f"|{trunk}(?:{national})" if national else ""
         )
         self.max_chars = 3 * max(15, max(self.national_lengths)) + 2
 
     def __call__(self, data: bytes, start: int, end: int) -> tuple[int, int] | None:
         if glued(data, start, end) or continues_number(data, start, end):
             return None
+        if data[start] == 40 and data[start:end].find(b")") == -1:
+            start += 1  # "(415-555-2671)": the bracket is the sentence's, not the number's
         text = data[start:end].decode()
         groups = _digit_groups(text)
         international = text.startswith("+")
