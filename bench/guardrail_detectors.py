@@ -31,6 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.guardrail_corpus import VALID, corpus, distractor  # noqa: E402
+from guardrails.checks import luhn_valid  # noqa: E402
 from guardrails.custom import compile_custom  # noqa: E402
 from guardrails.detectors import BUILTIN_KINDS, Scanner  # noqa: E402
 from guardrails.streaming import StreamScanner  # noqa: E402
@@ -76,6 +77,30 @@ def quality(scanner: Scanner, size: int, show_errors: int) -> bool:
         for line in errors.get(kind, [])[:show_errors]:
             print("    " + line[:300])
     return ok
+
+
+def hard_negatives(scanner: Scanner, count: int) -> None:
+    """Print how often numbers no detector can tell from a card are read as one: random
+    16-digit references (about one in ten passes Luhn, and most prefixes are some brand's)
+    and IMEIs (15 digits, Luhn-valid by design)."""
+    rng = random.Random(11)
+    print("\nHard negatives (not in the table above), read as payment_card:")
+    shapes = {
+        "16-digit reference": lambda: str(rng.randint(10**15, 10**16 - 1)),
+        "IMEI (15 digits, Luhn)": lambda: _imei(rng),
+    }
+    for name, make in shapes.items():
+        flagged = sum(
+            1
+            for _ in range(count)
+            if any(m.kind == "payment_card" for m in scanner.scan(f"ref {make()} ok"))
+        )
+        print(f"  {name:<24} {flagged}/{count} ({flagged / count:.1%})")
+
+
+def _imei(rng: random.Random) -> str:
+    body = rng.choice(("35", "86", "01")) + "".join(rng.choice("0123456789") for _ in range(12))
+    return next(body + d for d in "0123456789" if luhn_valid(body + d))
 
 
 def prompt(rng: random.Random, planted: bool) -> str:
@@ -155,6 +180,7 @@ def main() -> None:
     arguments = parser.parse_args()
     scanner = Scanner()
     ok = quality(scanner, arguments.size, arguments.errors)
+    hard_negatives(scanner, 2000)
     speed(scanner, arguments.scans)
     sys.exit(0 if ok else 1)
 
