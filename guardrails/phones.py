@@ -65,7 +65,7 @@ class PhoneCheck:
         self.max_chars = 3 * max(15, max(self.national_lengths)) + 2
 
     def __call__(self, data: bytes, start: int, end: int) -> tuple[int, int] | None:
-        if glued(data, start, end) or continues_number(data, start, end):
+        if _glued(data, start, end) or continues_number(data, start, end):
             return None
         if data[start] == 40 and data[start:end].find(b")") == -1:
             start += 1  # "(415-555-2671)": the bracket is the sentence's, not the number's
@@ -122,7 +122,7 @@ def _example(region: str, number_type: int) -> str:
     return phonenumbers.format_number(example, phonenumbers.PhoneNumberFormat.NATIONAL)
 
 
-def glued(data: bytes, start: int, end: int) -> bool:
+def _glued(data: bytes, start: int, end: int) -> bool:
     """Say whether a phone candidate is part of a longer token (an id, a version, a key)."""
     before = byte_at(data, start - 1)
     return before in ALNUM or before in b"+_" or byte_at(data, end) in ALNUM

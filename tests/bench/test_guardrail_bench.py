@@ -1,0 +1,38 @@
+"""bench/guardrail_detectors.py at a small size: it runs, and on its seeded corpus every
+planted value of every kind is found and nothing else is (the full-size figures are in the
+report of issue 43; this keeps a detector change that costs precision or recall visible)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_the_guardrail_bench_finds_every_planted_value_of_a_small_corpus():
+    result = subprocess.run(
+        [sys.executable, "bench/guardrail_detectors.py", "--size", "600", "--scans", "20"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[:9] == [
+        "corpus: 600 strings (seed 43), 317 valid values planted",
+        "kind           planted     TP   FP   FN  precision  recall",
+        "email               46     46    0    0     1.0000  1.0000",
+        "phone               45     45    0    0     1.0000  1.0000",
+        "payment_card        40     40    0    0     1.0000  1.0000",
+        "iban                34     34    0    0     1.0000  1.0000",
+        "us_ssn              55     55    0    0     1.0000  1.0000",
+        "ip_address          48     48    0    0     1.0000  1.0000",
+        "credential          49     49    0    0     1.0000  1.0000",
+    ]
+    assert "  16-digit reference       57/2000 (2.9%)" in lines
+    assert "  IMEI (15 digits, Luhn)   0/2000 (0.0%)" in lines
+    assert "  (a+)+$" in result.stdout and "CPU per 4 kB prompt" in result.stdout
