@@ -102,7 +102,17 @@ def _sentence(rng: random.Random) -> str:
 
 def distractor(rng: random.Random) -> str:
     """Return one thing that looks like data but is none of the kinds."""
-    choice = rng.randrange(14)
+    choice = rng.randrange(18)
+    if choice == 14:
+        return f"https://example.com/v1/items/{rng.randint(1, 99999)}?page={rng.randint(1, 9)}"
+    if choice == 15:  # a four-part version: the ones under 256 are IPv4 addresses too
+        major, minor, build = rng.randint(1, 30), rng.randint(0, 20), rng.randint(0, 9999)
+        return f"{major}.{minor}.{build}.{rng.randint(0, 300)}"
+    if choice == 16:
+        build, patch = rng.randint(1000, 6999), rng.randint(10, 200)
+        return f"Mozilla/5.0 Chrome/{rng.randint(90, 130)}.0.{build}.{patch}"
+    if choice == 17:
+        return f"src/app/{rng.choice(WORDS)}_{rng.randint(1, 99)}.py:{rng.randint(1, 999)}"
     if choice == 0:
         return f"{rng.randint(2015, 2027)}-{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d}"
     if choice == 1:
@@ -304,9 +314,13 @@ def sample(rng: random.Random) -> Sample:
     value = VALID[kind](rng) if valid else invalid(kind, rng)
     index = rng.randrange(len(parts) + 1)
     before = " ".join(parts[:index]) + (" " if index else "")
-    lead = rng.choice(("", "my ", "use ", "(", "send to "))
-    tail = rng.choice(("", ".", ",", ")", " please"))
-    tail = ")" if lead == "(" else tail
+    lead, tail = rng.choice(
+        (
+            ("", ""), ("my ", "."), ("use ", ","), ("(", ")"), ("send to ", " please"),
+            ('{"value": "', '"}'), ("`", "`"), ("KEY=", "\n"), ("\n", "\n"), ("<", ">"),
+            ("mailto:" if kind == "email" else "id: ", ";"), ("'", "'"), ("- ", ""),
+        )
+    )  # fmt: skip
     text = before + lead + value + tail + (" " + " ".join(parts[index:]) if parts[index:] else "")
     start = len(before) + len(lead)
     if not valid:

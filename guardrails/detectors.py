@@ -95,15 +95,17 @@ def _card(data: bytes, start: int, end: int) -> tuple[int, int] | None:
 
 def _card_group_before(data: bytes, separator_at: int) -> bool:
     """Say whether groups of four digits (or capitals and digits, an IBAN's), joined by the
-    separator at separator_at, run up to it from a space or the text's start (like "4658 "
-    before "3805 4587 ...", or "SK71 " before "4569 4842 ...")."""
+    separator at separator_at, run up to it from the start of a token (like "4658 " before
+    "3805 4587 ...", or "SK71 " before "4569 4842 ...")."""
     separator, end = data[separator_at], separator_at
     while end >= 4 and _group_of_four(data[end - 4 : end]):
         before = byte_at(data, end - 5)
         if before == separator and byte_at(data, end - 6) in DIGITS:
             end -= 5
             continue
-        return before in b" \t\n(\x00"
+        # The run starts the token ("=LI96 3814 ...") unless it continues a number
+        # ("70652-9701 3608 ...": a zip code, then a card).
+        return before not in ALNUM and not (before in b"-./:," and byte_at(data, end - 6) in ALNUM)
     return False
 
 
@@ -220,7 +222,7 @@ def pii_detectors(phone_region: str) -> tuple[Detector, ...]:
             rf"(?:{_H}:){{7}}{_H}|(?:{_H}:){{6}}{_V4}"
             rf"|(?:{_H}(?::{_H}){{0,6}})?::(?:{_H}(?::{_H}){{0,6}})?(?::?{_V4})?",
             _ipv6,
-            45,
+            90,  # the candidate; an address is at most 45
             longest_match=True,
         ),
     )
