@@ -10,7 +10,8 @@ characters, `credentials.PEM_MAX_CHARS` / `JWT_MAX_CHARS`); a block or token lon
 cap is not a match, in a stream as in a whole text. A tenant's custom pattern is assumed to
 match at most HOLD_BACK_CHARS - 2 characters: a longer custom match split across pieces may
 be missed. Text is scanned in steps of RELEASE_STEP_CHARS, so a stream of one-character
-pieces costs a scan every 64 characters, not one per piece.
+pieces costs a scan every 64 characters, not one per piece: outside those two credentials,
+at most HOLD_BACK_CHARS + RELEASE_STEP_CHARS - 1 (363) characters are held at a time.
 
 The released text keeps the last HOLD_BACK_CHARS characters as left context, so a value's
 neighbours (is "4111..." glued to a longer number?) read the same as in the whole text.

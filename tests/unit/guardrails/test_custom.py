@@ -134,3 +134,14 @@ def test_bad_words_are_refused():
 def test_words_are_literal_text_not_patterns():
     scanner = custom_only(words=["a.c", "(x"])
     assert [m.start for m in scanner.scan("abc a.c (x")] == [4, 8]
+
+
+def test_patterns_and_spans_are_in_characters_of_any_script():
+    scanner = custom_only(["é+", r"\p{Greek}+", "(?i)straße"])
+    text = "xx ééé αβγ STRASSE Straße 😀é"
+    assert [(m.label, text[m.start : m.end]) for m in scanner.scan(text)] == [
+        ("pattern-1", "ééé"),
+        ("pattern-2", "αβγ"),
+        ("pattern-3", "Straße"),
+        ("pattern-1", "é"),
+    ]

@@ -308,3 +308,19 @@ def test_every_kind_has_a_stable_name():
     assert BUILTIN_KINDS == (
         "email", "phone", "payment_card", "iban", "us_ssn", "ip_address", "credential",
     )  # fmt: skip
+
+
+def test_private_keys_and_jwts_past_their_caps_are_not_matched():
+    line = "A" * 63 + "\n"
+    within = "-----BEGIN PRIVATE KEY-----\n" + line * 120 + "-----END PRIVATE KEY-----"
+    beyond = "-----BEGIN PRIVATE KEY-----\n" + line * 130 + "-----END PRIVATE KEY-----"
+    assert (len(within), len(beyond)) == (7733, 8373)  # the cap is 8192
+    assert found(within) == [("credential", "private_key", within)]
+    assert found(beyond) == []
+    jwt = "eyJhbGciOiJIUzI1NiJ9.eyJ" + "a" * 8200 + ".sig"
+    assert found(jwt) == []
+
+
+def test_a_private_key_block_is_the_last_begin_line_before_its_end_line():
+    text = "-----BEGIN PRIVATE KEY-----\ntruncated\n" + PEM
+    assert found(text) == [("credential", "private_key", PEM)]
