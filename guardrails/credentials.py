@@ -17,22 +17,34 @@ JWT_SEGMENT = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz_-
 _JWT_BYTES = frozenset(JWT_SEGMENT)
 
 
+_UPPER = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZ")
+_LOWER = frozenset(b"abcdefghijklmnopqrstuvwxyz")
+_DIGIT = frozenset(b"0123456789")
+
+
 def _has_digit_and_letter(body: bytes) -> bool:
     # Random keys of 20+ base62 characters carry both; words and placeholders often do not.
-    return any(48 <= b <= 57 for b in body) and any(65 <= (b | 32) - 32 <= 90 for b in body)
+    return not _DIGIT.isdisjoint(body) and not (_UPPER | _LOWER).isdisjoint(body)
+
+
+def _looks_random(body: bytes) -> bool:
+    """Say whether a key body mixes capitals, small letters and digits, as 32 or more random
+    base62 characters do (all but one time in billions): a slug like
+    "sk-assessment-2024-q1-plan" does not."""
+    return len(body) >= 32 and all(not chars.isdisjoint(body) for chars in (_UPPER, _LOWER, _DIGIT))
 
 
 def _openai(data: bytes, start: int, end: int) -> tuple[int, int] | None:
     if glued(data, start, end, TOKEN):
         return None
     body = data[start + 3 : end]
-    if body.startswith(b"ant-") or not _has_digit_and_letter(body):
+    if body.startswith(b"ant-") or not _looks_random(body):
         return None  # sk-ant- is Anthropic's
     return start, end
 
 
 def _anthropic(data: bytes, start: int, end: int) -> tuple[int, int] | None:
-    if glued(data, start, end, TOKEN) or not _has_digit_and_letter(data[start + 7 : end]):
+    if glued(data, start, end, TOKEN) or not _looks_random(data[start + 7 : end]):
         return None
     return start, end
 

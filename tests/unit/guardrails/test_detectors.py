@@ -238,6 +238,8 @@ def test_credentials(value, label):
     "text",
     [
         "pip install sk-learn",
+        "see sk-assessment-2024-q1-planning-doc-v2",  # a slug: no capitals
+        "sk-" + "Ab1" * 8,  # 24 characters: shorter than any key
         "sk-" + "x" * 40,  # a placeholder: no digit
         "task-" + "a1" * 20,
         "AKIAEXAMPLE",
