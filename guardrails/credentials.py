@@ -90,24 +90,60 @@ def _pem(data: bytes, start: int, end: int) -> tuple[int, int] | None:
 
 CREDENTIAL_DETECTORS: tuple[Detector, ...] = (
     # Anthropic first: on the same span (sk-ant-...) it is the more specific name.
-    Detector("credential", "anthropic", r"sk-ant-[A-Za-z0-9_-]{32,250}", _anthropic, 257),
+    Detector(
+        "credential",
+        "anthropic",
+        r"sk-ant-[A-Za-z0-9_-]{32,250}",
+        _anthropic,
+        257,
+        hint="sk-ant-",
+        whole_token=True,
+    ),
     Detector(
         "credential",
         "openai",
         r"sk-(?:proj-|svcacct-|admin-)?[A-Za-z0-9_-]{20,250}",
         _openai,
         261,
+        hint="sk-",
+        whole_token=True,
     ),
     # AWS key ids are base32 ([A-Z2-7]) after the four-letter type prefix.
-    Detector("credential", "aws", r"(?:AKIA|ASIA)[A-Z2-7]{16}", _standalone(ALNUM), 20),
-    Detector("credential", "google", r"AIza[0-9A-Za-z_-]{35}", _standalone(TOKEN), 39),
-    Detector("credential", "github", r"gh[pousr]_[A-Za-z0-9]{36}", _standalone(TOKEN), 40),
+    Detector(
+        "credential",
+        "aws",
+        r"(?:AKIA|ASIA)[A-Z2-7]{16}",
+        _standalone(ALNUM),
+        20,
+        hint="AKIA|ASIA",
+        whole_token=True,
+    ),
+    Detector(
+        "credential",
+        "google",
+        r"AIza[0-9A-Za-z_-]{35}",
+        _standalone(TOKEN),
+        39,
+        hint="AIza",
+        whole_token=True,
+    ),
+    Detector(
+        "credential",
+        "github",
+        r"gh[pousr]_[A-Za-z0-9]{36}",
+        _standalone(TOKEN),
+        40,
+        hint="gh[pousr]_",
+        whole_token=True,
+    ),
     Detector(
         "credential",
         "github",
         r"github_pat_[A-Za-z0-9]{22}_[A-Za-z0-9]{59}",
         _standalone(TOKEN),
         93,
+        hint="github_pat_",
+        whole_token=True,
     ),
     Detector(
         "credential",
@@ -115,6 +151,8 @@ CREDENTIAL_DETECTORS: tuple[Detector, ...] = (
         r"xox[abprs]-[0-9A-Za-z]{1,64}(?:-[0-9A-Za-z]{1,64}){1,3}",
         _slack,
         265,
+        hint="xox[abprs]-",
+        whole_token=True,
     ),
     Detector(
         "credential",
@@ -122,6 +160,8 @@ CREDENTIAL_DETECTORS: tuple[Detector, ...] = (
         r"eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*",
         _jwt,
         JWT_MAX_CHARS,
+        hint=r"eyJ[A-Za-z0-9_-]*\.eyJ",
+        whole_token=True,
     ),
     Detector(
         "credential",
@@ -130,6 +170,7 @@ CREDENTIAL_DETECTORS: tuple[Detector, ...] = (
         r"-----END (?:[A-Z0-9]+ ){0,3}PRIVATE KEY-----",
         _pem,
         PEM_MAX_CHARS,
+        hint="-----BEGIN ",
     ),
 )
 

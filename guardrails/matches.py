@@ -36,14 +36,24 @@ class Match:
 @dataclass(frozen=True, slots=True)
 class Detector:
     """A candidate pattern (RE2 syntax, ASCII, found in one linear pass) and its confirming
-    check. `max_chars` bounds what it can match: the stream's hold-back is built from it."""
+    check. `max_chars` bounds what it can match: the stream's hold-back is built from it.
+
+    `hint` is a short pattern every confirmed value contains (a key's prefix, "@" between
+    two address characters): the scanner's first pass looks for the hints of all detectors
+    at once, and hints without long counted repetitions keep that combined automaton small
+    on any text (the full patterns together made it thrash on adversarial input).
+    `whole_token`: a rejected candidate is a whole token no value can start inside, so the
+    search resumes after it rather than at the next token inside it.
+    """
 
     kind: str
     label: str
     pattern: str
     validate: Validator
     max_chars: int
+    hint: str
     longest_match: bool = False
+    whole_token: bool = False
 
 
 def byte_at(data: bytes, index: int) -> int:

@@ -67,6 +67,9 @@ class PhoneCheck:
             f"|{trunk}(?:{national})" if national else ""
         )
         self.max_chars = 3 * max(15, max(self.national_lengths)) + 2
+        # In every match: "+" and a digit, or two digit groups meeting at a separator or a
+        # bracket (a national number written without either is never grouped as one).
+        self.hint = r"\+[0-9]|[0-9]\)?[ .-]{1,2}\(?[0-9]|[0-9]\)[0-9]"
 
     def __call__(self, data: bytes, start: int, end: int) -> tuple[int, int] | None:
         if _glued(data, start, end) or continues_number(data, start, end):
