@@ -10,7 +10,7 @@ collect_excess        wallet balance -= cost above the hold, as     settle (comm
                       far as what it has available covers it
 cancel_reservation    wallet reserved -= hold                       request path, reaper
 charge                group spent, settled; key, caller, tags spent settle, reaper, reconcile
-charge_bandwidth      group, key spent by a marker's correction     reconcile
+charge_bandwidth      group, key, caller, tags spent by a correction reconcile
 credit_wallet         wallet balance: opening, top-up, adjustment   billing.services
 roll_periods          group, key spent -> 0 at a period's end,      settle, reaper, beat
                       the closing spent recorded (BudgetPeriod)     (billing.tasks)
@@ -866,17 +866,20 @@ def charge_bandwidth(
 ) -> Program[int]:
     """Make a charged request's bandwidth `bandwidth_micro`; return the difference charged.
 
-    The marker moves by compare-and-set on its old value; the group and key it was charged
-    to move by the difference (a negative one refunds an over-charge).
+    The marker moves by compare-and-set on its old value; everything its charge moved (the
+    group, the key, the caller's and the tags' spends its hold named) moves by the difference
+    (a negative one refunds an over-charge).
     """
     while True:
         row = yield (
-            f"SELECT bandwidth_micro, group_id, api_key_id FROM {SETTLED} WHERE request_id = %s",
-            (request_id,),
+            "SELECT s.bandwidth_micro, s.group_id, s.api_key_id, h.caller_spend_id"
+            f" FROM {SETTLED} s LEFT JOIN {HOLDS} h"
+            " ON h.request_id = s.request_id AND h.request_id = %s WHERE s.request_id = %s",
+            (request_id, request_id),
         )
         if row is None or row[0] == bandwidth_micro:
             return 0
-        was, group_id, api_key_id = row
+        was, group_id, api_key_id, caller_spend_id = row
         done = yield (
             f"UPDATE {SETTLED} SET bandwidth_micro = %s"
             " WHERE request_id = %s AND bandwidth_micro = %s RETURNING id",
@@ -888,7 +891,17 @@ def charge_bandwidth(
     if moves is None:
         moves = Moves()
     delta = bandwidth_micro - was
-    moves.charged(Charge(request_id, group_id, api_key_id), bandwidth_micro=delta)
+    tagged = yield from tag_ledger.held_tags([request_id], batch_rows)
+    moves.charged(
+        Charge(
+            request_id,
+            group_id,
+            api_key_id,
+            caller_spend_id,
+            tag_spends=tagged.get(request_id, ()),
+        ),
+        bandwidth_micro=delta,
+    )
     if own:
         yield from move_counters(moves)
     return delta

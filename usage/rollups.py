@@ -40,7 +40,7 @@ from usage.models import (
     UsageLog,
     UsageRollup,
 )
-from usage.tags import add_to_tag_rollups, rebuild_tag_rollups
+from usage.tags import add_to_tag_rollups, rebuild_tag_rollups, tag_rollups_differ
 
 log = logging.getLogger(__name__)
 
@@ -320,7 +320,7 @@ def _day_differs(day: datetime) -> bool:
         )
         if expected != kept:
             return True
-    return False
+    return tag_rollups_differ(start=day, end=end)
 
 
 def reconcile_rollups(*, now: datetime | None = None) -> list[datetime]:

@@ -98,19 +98,50 @@ def rebuild_tag_rollups(*, start: datetime | None, end: datetime | None) -> int:
     if end is not None:
         old = old.filter(hour__lt=end)
     old.delete()
+    select, params = _rollups_from_rows(start=start, end=end)
+    columns = ", ".join(("account_id", "hour", "tag", *TOTAL_COLUMNS))
+    with connection.cursor() as cursor:
+        cursor.execute(f"INSERT INTO {UsageTagRollup._meta.db_table} ({columns}) {select}", params)
+        return cursor.rowcount
+
+
+def tag_rollups_differ(*, start: datetime, end: datetime) -> bool:
+    """Whether the tag rollups of the hours in [start, end) disagree with the rows
+    (usage/rollups.py's audit of a closed day)."""
+    select, params = _rollups_from_rows(start=start, end=end)
+    with connection.cursor() as cursor:
+        cursor.execute(select, params)
+        expected = {_exact(row) for row in cursor.fetchall()}
+    kept = (
+        UsageTagRollup.objects.filter(hour__gte=start, hour__lt=end)
+        .exclude(requests=0)
+        .values_list("account_id", "hour", "tag", *TOTAL_COLUMNS)
+    )
+    return expected != {_exact(row) for row in kept}
+
+
+def _rollups_from_rows(*, start: datetime | None, end: datetime | None) -> tuple[str, list]:
+    """The SELECT of the tag rollups of [start, end) as the rows say: (account_id, hour, tag,
+    *TOTAL_COLUMNS) each."""
     sums = ", ".join(f"COALESCE(SUM(u.{name}), 0)" for name in TAG_SUMS)
     select, params = _rows_per_tag(
         accounts=None, start=start, end=end, extra=("u.account_id", _hour_sql())
     )
-    columns = ", ".join(("account_id", "hour", "tag", *TOTAL_COLUMNS))
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"INSERT INTO {UsageTagRollup._meta.db_table} ({columns})"
-            f" SELECT u.account_id, {_hour_sql()}, {_tag_sql()}, COUNT(*),"
-            f" SUM(CASE WHEN u.status <> 200 THEN 1 ELSE 0 END), {sums} {select}",
-            params,
-        )
-        return cursor.rowcount
+    return (
+        f"SELECT u.account_id, {_hour_sql()}, {_tag_sql()}, COUNT(*),"
+        f" SUM(CASE WHEN u.status <> 200 THEN 1 ELSE 0 END), {sums} {select}",
+        params,
+    )
+
+
+def _exact(row: Sequence) -> tuple:
+    """A rollup tuple compared by value: the hour as an aware UTC datetime (SQLite's
+    expression gives text), the sums as ints (PostgreSQL sums bigints as numerics)."""
+    account_id, hour, tag, *totals = row
+    if isinstance(hour, str):
+        hour = datetime.fromisoformat(hour)
+    hour = hour.replace(tzinfo=UTC) if hour.tzinfo is None else hour.astimezone(UTC)
+    return (account_id, hour, tag, *(int(total) for total in totals))
 
 
 def _tag_sql() -> str:

@@ -263,6 +263,36 @@ def test_reconciliation_rebuilds_a_closed_day_that_differs_once():
     assert reconcile_rollups(now=datetime(2026, 5, 4, 12, tzinfo=UTC)) == []
 
 
+def test_reconciliation_rebuilds_a_closed_day_whose_tag_rollups_differ():
+    from usage.models import UsageCursor, UsageTagRollup
+    from usage.rollups import RECONCILE_CURSOR, reconcile_rollups
+
+    tenant = make_tenant()
+    day = datetime(2026, 5, 1, tzinfo=UTC)
+    UsageCursor.objects.update_or_create(name=RECONCILE_CURSOR, defaults={"position": day})
+    rows = mixed_rows(tenant, start=day + timedelta(hours=3), count=6, step=timedelta(hours=1))
+    for i, row in enumerate(rows):
+        row["tags"] = ["team-a", "customer-42"] if i % 2 else ["team-a"]
+    store(*rows)
+
+    def tag_rollups() -> set[tuple]:
+        return set(
+            UsageTagRollup.objects.filter(account_id=tenant.account_id).values_list(
+                "hour", "tag", "requests", "provider_cost_micro"
+            )
+        )
+
+    good = tag_rollups()
+    assert len(good) == 9  # six hours of team-a, three of customer-42
+    damaged = UsageTagRollup.objects.get(tag="customer-42", hour=day + timedelta(hours=4))
+    UsageTagRollup.objects.filter(pk=damaged.pk).update(provider_cost_micro=1)
+
+    assert reconcile_rollups(now=datetime(2026, 5, 3, 0, 30, tzinfo=UTC)) == [day]
+    assert tag_rollups() == good
+    # Exact again: the next day's audit finds nothing to rebuild.
+    assert reconcile_rollups(now=datetime(2026, 5, 4, 12, tzinfo=UTC)) == []
+
+
 def test_a_rebuild_recomputes_the_whole_days_of_its_range_and_nothing_else():
     from usage.models import UsageDailyRollup, UsageRollup
     from usage.rollups import rebuild_rollups

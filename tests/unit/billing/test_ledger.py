@@ -12,7 +12,16 @@ from django.utils import timezone
 
 from accounts.models import ApiKey, Group
 from billing import ledger
-from billing.models import CallerSpend, LedgerEntry, Reservation, SettledRequest, SpendHold, Wallet
+from billing.models import (
+    CallerSpend,
+    LedgerEntry,
+    Reservation,
+    SettledRequest,
+    SpendHold,
+    TagSpend,
+    Wallet,
+)
+from billing.tag_ledger import TagHold
 from core.sqlexec import run_sync
 from tests.support.tenants import make_tenant
 
@@ -43,9 +52,11 @@ def wallet(tenant) -> tuple[int, int]:
     return w.balance_micro, w.reserved_micro
 
 
-def hold(tenant, amount: int, *, request_id=None, key_budgeted=False, caller=None, **kw):
+def hold(tenant, amount: int, *, request_id=None, key_budgeted=False, caller=None, tags=(), **kw):
     request_id = request_id or rid()
-    step = ledger.Hold(request_id, tenant.group_id, tenant.api_key_id, key_budgeted, amount, caller)
+    step = ledger.Hold(
+        request_id, tenant.group_id, tenant.api_key_id, key_budgeted, amount, caller, tags
+    )
     run_sync(ledger.take_hold(step, now=NOW, ttl_s=60, **kw))
     return request_id
 
@@ -246,6 +257,28 @@ def test_a_bandwidth_correction_moves_group_and_key_by_the_difference():
 
     assert moved == [3, 0, -6]
     assert (group(tenant), key(tenant)) == ((104, 0, 100), (104, 0))
+
+
+def test_a_bandwidth_correction_moves_the_callers_and_the_tags_spend_too():
+    tenant = make_tenant()
+    caller = ledger.CallerBudget(tenant.group_id, "c_label", "2026-12", 5_000)
+    tags = (
+        TagHold("customer-42", "2026-12", tenant.account_id, 5_000),
+        TagHold("team-a", "all", tenant.account_id, 5_000),
+    )
+    request_id = hold(tenant, 500, caller=caller, tags=tags)
+    settled = ledger.Settle(request_id, tenant.group_id, tenant.api_key_id, 100, 7)
+    run_sync(ledger.settle([settled], now=NOW))
+
+    assert run_sync(ledger.charge_bandwidth(request_id, bandwidth_micro=10)) == 3
+
+    caller_spend = CallerSpend.objects.get(group_id=tenant.group_id, caller_label="c_label")
+    assert (caller_spend.spent_micro, caller_spend.reserved_micro) == (110, 0)
+    assert sorted(TagSpend.objects.values_list("tag", "spent_micro", "reserved_micro")) == [
+        ("customer-42", 110, 0),
+        ("team-a", 110, 0),
+    ]
+    assert (group(tenant)[0], key(tenant)[0]) == (110, 110)
 
 
 def test_settle_commits_the_reservation_releases_the_hold_and_charges_cost_and_bandwidth():
