@@ -258,11 +258,18 @@ def _ipv6(text: str, host: str) -> ipaddress.IPv6Address:
         raise ValueError(f"host {host!r} is not an IPv6 address") from None
 
 
-def host_refusal(url: str, *, allow: Sequence[Network] = ()) -> str | None:
-    """Why the control plane must not call `url`'s host, or None: it does not resolve, or it
-    is (or resolves to) an address that is not globally reachable and not in `allow`. The one
-    check for URLs a tenant gives (SSO providers, alert webhooks). Resolves with the system's
-    resolver (blocking): the control plane's, never the request path's."""
+class HostRefused(ValueError):
+    """A host the control plane must not call (the message says why)."""
+
+
+def checked_address(url: str, *, allow: Sequence[Network] = ()) -> IPAddress:
+    """Resolve `url`'s host once and check every address it has; return the one to connect
+    to. The one check for URLs a tenant gives (SSO providers, alert webhooks): raises
+    HostRefused when the host does not resolve, or is (or resolves to) an address that is
+    not globally reachable and not in `allow`. A caller that connects to the address
+    returned, not to the name, cannot be sent elsewhere by a second lookup (DNS rebinding).
+    Resolves with the system's resolver (blocking): the control plane's, never the request
+    path's."""
     parts = urlsplit(url)
     host = parts.hostname or ""
     literal = literal_host(host)
@@ -280,8 +287,19 @@ def host_refusal(url: str, *, allow: Sequence[Network] = ()) -> str | None:
             ]
         )
     except (OSError, ValueError):
-        return f"host {host} does not resolve"
+        raise HostRefused(f"host {host} does not resolve") from None
+    if not ips:
+        raise HostRefused(f"host {host} does not resolve")
     for ip in ips:
         if why := refusal(ip, allow=allow):
-            return f"host {host} is a {why} address, which Tollgate does not call"
+            raise HostRefused(f"host {host} is a {why} address, which Tollgate does not call")
+    return ips[0]
+
+
+def host_refusal(url: str, *, allow: Sequence[Network] = ()) -> str | None:
+    """Why the control plane must not call `url`'s host (`checked_address`), or None."""
+    try:
+        checked_address(url, allow=allow)
+    except HostRefused as refused:
+        return str(refused)
     return None

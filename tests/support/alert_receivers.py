@@ -20,6 +20,7 @@ class Received:
     body: bytes
     signed: bool
     status: int
+    host: str = ""  # the Host header it came with
 
 
 @dataclass
@@ -45,7 +46,13 @@ class WebhookReceiver:
                 )
                 status = receiver.statuses.pop(0) if receiver.statuses else 200
                 receiver.received.append(
-                    Received(self.headers.get(EVENT_ID_HEADER, ""), body, signed, status)
+                    Received(
+                        self.headers.get(EVENT_ID_HEADER, ""),
+                        body,
+                        signed,
+                        status,
+                        self.headers.get("Host", ""),
+                    )
                 )
                 self.send_response(status if signed else 401)
                 self.send_header("Content-Length", "0")
