@@ -2,9 +2,8 @@
 
 A tenant names the webhook's URL, so it must reach public addresses only: its host is
 checked when the webhook is saved and again before every try (the web fetcher's rules,
-webfetch/addresses.py, as sso/ checks a provider's URLs), each try connects to the very
-address it checked (a name that resolves elsewhere the second time is never asked twice),
-and redirects are not followed.
+webfetch/addresses.py, as sso/ checks a provider's URLs), and each try connects to the very
+address it checked, redirects not followed (webfetch/checked_http.py).
 """
 
 from __future__ import annotations
@@ -12,7 +11,7 @@ from __future__ import annotations
 import smtplib
 import time
 from dataclasses import dataclass
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 import httpx
 import orjson
@@ -21,9 +20,11 @@ from django.core.mail import EmailMessage
 
 from alerts.signing import EVENT_ID_HEADER, SIGNATURE_HEADER, sign
 from core.sinks import SinkError, configured_sink
-from webfetch.addresses import HostRefused, IPAddress, allowed_networks, checked_address
+from webfetch.addresses import HostRefused, Network, allowed_networks, checked_address
+from webfetch.checked_http import checked_request
 
 TIMEOUT_S = 10.0
+NOT_HTTP = "A webhook URL is an http:// or https:// URL with a host."
 
 
 class Unreachable(ValueError):
@@ -38,28 +39,20 @@ class Outcome:
     permanent: bool = False
 
 
-def check_url(url: str) -> IPAddress:
+def check_url(url: str) -> None:
     """Refuse a URL that is not http(s), or whose host is, or resolves to, an address that
-    is not globally reachable (unless inside TOLLGATE_WEB_ALLOW_NETS); return the address
-    checked, the one to connect to."""
+    is not globally reachable (unless inside TOLLGATE_WEB_ALLOW_NETS)."""
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise Unreachable("A webhook URL is an http:// or https:// URL with a host.")
-    allow = allowed_networks(settings.TOLLGATE["WEB_ALLOW_NETS"])
+        raise Unreachable(NOT_HTTP)
     try:
-        return checked_address(url, allow=allow)
+        checked_address(url, allow=_allowed())
     except HostRefused as refused:
         raise Unreachable(f"The webhook's {refused}.") from None
 
 
-def pinned(url: str, address: IPAddress) -> tuple[str, str, dict]:
-    """`url` with its host replaced by `address`; the Host header it keeps; and for https the
-    name its certificate must carry (the TLS server name, checked as for the name itself)."""
-    parts = urlsplit(url)
-    host = f"[{address}]" if address.version == 6 else str(address)
-    netloc = f"{host}:{parts.port}" if parts.port else host
-    extensions = {"sni_hostname": parts.hostname} if parts.scheme == "https" else {}
-    return urlunsplit(parts._replace(netloc=netloc)), parts.netloc.rpartition("@")[2], extensions
+def _allowed() -> tuple[Network, ...]:
+    return allowed_networks(settings.TOLLGATE["WEB_ALLOW_NETS"])
 
 
 def body_of(payload: dict) -> bytes:
@@ -69,22 +62,21 @@ def body_of(payload: dict) -> bytes:
 def post_webhook(*, url: str, secret: str, event_id: str, payload: dict) -> Outcome:
     """POST the payload signed now; 2xx is delivered, a 4xx other than 408/409/425/429 will
     not change by waiting (permanent)."""
-    try:
-        address = check_url(url)
-    except Unreachable as exc:
-        return Outcome(ok=False, error=str(exc)[:200], permanent=True)
-    target, host, extensions = pinned(url, address)
+    if urlsplit(url).scheme not in ("http", "https"):
+        return Outcome(ok=False, error=NOT_HTTP, permanent=True)
     body = body_of(payload)
     headers = {
-        "Host": host,
         "Content-Type": "application/json",
         "User-Agent": "Tollgate-Alerts/1",
         SIGNATURE_HEADER: sign(body, secret=secret, timestamp=int(time.time())),
         EVENT_ID_HEADER: event_id,
     }
     try:
-        with httpx.Client(timeout=TIMEOUT_S, follow_redirects=False) as client:
-            response = client.post(target, content=body, headers=headers, extensions=extensions)
+        response = checked_request(
+            "POST", url, allow=_allowed(), timeout_s=TIMEOUT_S, headers=headers, content=body
+        )
+    except HostRefused as refused:
+        return Outcome(ok=False, error=f"The webhook's {refused}."[:200], permanent=True)
     except httpx.HTTPError as exc:
         return Outcome(ok=False, error=f"{type(exc).__name__} posting to the webhook")
     if response.is_success:

@@ -28,7 +28,8 @@ from joserfc import jwt
 from joserfc.errors import ExpiredTokenError, InvalidKeyIdError, JoseError
 from joserfc.jwk import KeySet
 
-from webfetch.addresses import allowed_networks, host_refusal
+from webfetch.addresses import HostRefused, allowed_networks
+from webfetch.checked_http import checked_request
 
 # The provider's metadata and keys are kept this long, for this many issuers (oldest out).
 CACHE_TTL_S = 3600
@@ -123,21 +124,24 @@ def check_issuer(issuer: str) -> str | None:
     return None
 
 
-def check_reachable(url: str) -> None:
-    """Refuse a tenant's provider URL whose host is, or resolves to, an address that is not
-    globally reachable (loopback, private, link-local, cloud metadata...), unless inside
-    TOLLGATE_WEB_ALLOW_NETS: a tenant's issuer never makes the control plane call into the
-    operator's own network. The web fetcher's rules (webfetch/addresses.py), one list."""
+def _call(method: str, url: str, *, operator: bool, **options: Any) -> httpx.Response:
+    """Call a provider's URL. A tenant's provider is called only at an address that is
+    globally reachable (not loopback, private, link-local, cloud metadata...) unless inside
+    TOLLGATE_WEB_ALLOW_NETS, and only at the address checked (webfetch/checked_http.py): a
+    tenant's issuer never makes the control plane call into the operator's own network. An
+    operator's provider is called as configured."""
+    if operator:
+        return httpx.request(method, url, timeout=HTTP_TIMEOUT_S, follow_redirects=False, **options)
     allow = allowed_networks(settings.TOLLGATE["WEB_ALLOW_NETS"])
-    if why := host_refusal(url, allow=allow):
-        raise SignInRefused(f"The provider's {why}.", reason="address")
+    try:
+        return checked_request(method, url, allow=allow, timeout_s=HTTP_TIMEOUT_S, **options)
+    except HostRefused as refused:
+        raise SignInRefused(f"The provider's {refused}.", reason="address") from None
 
 
 def _get_json(url: str, *, what: str, operator: bool = False) -> dict:
-    if not operator:
-        check_reachable(url)
     try:
-        response = httpx.get(url, timeout=HTTP_TIMEOUT_S, follow_redirects=False)
+        response = _call("GET", url, operator=operator)
     except httpx.HTTPError:
         raise SignInRefused(
             f"The provider's {what} could not be read.", reason="discovery"
@@ -211,15 +215,15 @@ def exchange(client: Client, *, code: str, pending: Pending) -> dict[str, Any]:
         "code_verifier": pending.code_verifier,
     }
     methods = found.get("token_endpoint_auth_methods_supported") or ["client_secret_basic"]
-    if not client.operator:
-        check_reachable(found["token_endpoint"])
     auth = None
     if "client_secret_basic" in methods:
         auth = httpx.BasicAuth(client.client_id, client.client_secret)
     else:
         form.update(client_id=client.client_id, client_secret=client.client_secret)
     try:
-        response = httpx.post(found["token_endpoint"], data=form, auth=auth, timeout=HTTP_TIMEOUT_S)
+        response = _call(
+            "POST", found["token_endpoint"], operator=client.operator, data=form, auth=auth
+        )
     except httpx.HTTPError:
         raise SignInRefused("The provider could not be reached.", reason="token") from None
     if response.status_code != 200:

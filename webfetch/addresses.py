@@ -294,12 +294,3 @@ def checked_address(url: str, *, allow: Sequence[Network] = ()) -> IPAddress:
         if why := refusal(ip, allow=allow):
             raise HostRefused(f"host {host} is a {why} address, which Tollgate does not call")
     return ips[0]
-
-
-def host_refusal(url: str, *, allow: Sequence[Network] = ()) -> str | None:
-    """Why the control plane must not call `url`'s host (`checked_address`), or None."""
-    try:
-        checked_address(url, allow=allow)
-    except HostRefused as refused:
-        return str(refused)
-    return None

@@ -8,7 +8,7 @@ from django.conf import settings
 from django.test import override_settings
 
 from sso import oidc
-from sso.oidc import SignInRefused, check_issuer, check_reachable
+from sso.oidc import SignInRefused, check_issuer
 
 
 @pytest.mark.parametrize(
@@ -24,14 +24,18 @@ from sso.oidc import SignInRefused, check_issuer, check_reachable
 )
 def test_a_tenants_provider_never_reaches_the_operators_network(url):
     with pytest.raises(SignInRefused) as refused:
-        check_reachable(url)
+        oidc.metadata(url)
     assert refused.value.reason == "address"
 
 
-def test_an_allowed_network_is_reachable():
+def test_an_allowed_network_is_called():
     allowing = {**settings.TOLLGATE, "WEB_ALLOW_NETS": ["127.0.0.1/32"]}
-    with override_settings(TOLLGATE=allowing):
-        check_reachable("https://127.0.0.1:8443/o")
+    with override_settings(TOLLGATE=allowing), pytest.raises(SignInRefused) as refused:
+        oidc.metadata("https://127.0.0.1:9/o")  # allowed, called, and nothing answers there
+    assert (refused.value.reason, str(refused.value)) == (
+        "discovery",
+        "The provider's discovery document could not be read.",
+    )
 
 
 def test_an_issuer_is_https_unless_the_operator_allows_http():
