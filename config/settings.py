@@ -473,6 +473,7 @@ INSTALLED_APPS = [
     "gateway",
     "usage",
     "alerts",
+    "guardrails",
     "dashboard",
     "webfetch",
     "sso",
