@@ -24,6 +24,16 @@ class GuardrailForm(forms.ModelForm):
         model = Guardrail
         fields = "__all__"
 
+    # An empty box is an empty list (the column holds a list, never null).
+    def clean_detectors(self) -> list:
+        return self.cleaned_data["detectors"] or []
+
+    def clean_patterns(self) -> list:
+        return self.cleaned_data["patterns"] or []
+
+    def clean_words(self) -> list:
+        return self.cleaned_data["words"] or []
+
     def _post_clean(self) -> None:
         super()._post_clean()  # type: ignore[misc]  # the instance now holds the form's values
         if self.errors:
