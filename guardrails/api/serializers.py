@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 
+from django.db import models
 from rest_framework import serializers
 
 from accounts.api.fields import id_of
@@ -15,6 +16,13 @@ from guardrails.models import NAME_MAX_CHARS, Guardrail, GuardrailAttachment
 GUARDRAIL_ID = re.compile(r"grd_([1-9][0-9]{0,17})")
 ATTACHMENT_ID = re.compile(r"gatt_([1-9][0-9]{0,17})")
 TEXT_MAX_CHARS = 10_000  # one pattern or word; compile_custom's own limits are far lower
+
+
+class TenantKind(models.TextChoices):
+    """The kinds an account defines (the operator's detectors and moderation are not)."""
+
+    CUSTOM = Guardrail.Kind.CUSTOM.value, Guardrail.Kind.CUSTOM.label
+    WEBHOOK = Guardrail.Kind.WEBHOOK.value, Guardrail.Kind.WEBHOOK.label
 
 
 def pk_of(public_id: str, rule: re.Pattern[str]) -> int | None:
@@ -87,7 +95,7 @@ class GuardrailIn(GuardrailUpdateIn):
     account = id_of(Account, required=False, help_text="Its account; else the caller's first.")
     name = serializers.CharField(max_length=NAME_MAX_CHARS)
     kind = serializers.ChoiceField(
-        choices=[Guardrail.Kind.CUSTOM, Guardrail.Kind.WEBHOOK],
+        choices=TenantKind.choices,
         help_text="An account defines custom and webhook guardrails.",
     )
 
