@@ -227,10 +227,11 @@ def guardrail_rotate_secret(*, guardrail: Guardrail, actor: Actor | None = None)
     """Give a webhook guardrail a new signing secret (returned once); the old one stops."""
     if guardrail.kind != Guardrail.Kind.WEBHOOK:
         raise GuardrailInvalid("kind", "Only a webhook guardrail has a secret.")
-    before = audited(guardrail)
+    before = {"secret_prefix": guardrail.secret_prefix}
     with transaction.atomic():
         secret = seal_new_secret(guardrail)
-        _record("guardrail.rotate", guardrail, actor=actor, before=before, after=audited(guardrail))
+        after = {"secret_prefix": guardrail.secret_prefix}
+        _record("guardrail.rotate", guardrail, actor=actor, before=before, after=after)
         _announce(accounts_using(guardrail))
     return secret
 

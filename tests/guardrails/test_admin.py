@@ -167,3 +167,27 @@ def test_the_lists_search_and_filter(operator):
         assert page.status_code == 200
         assert f"/{row.pk}/change/" in page.content.decode()
     assert f"/{pii.pk}/change/" not in operator.get(f"{base}/guardrail/?q=nothing").content.decode()
+
+
+def test_rotating_a_webhook_secret_shows_the_new_one_once(operator):
+    with allowing_loopback():
+        hook, first = services.guardrail_create(
+            account=None, name="ops-hook", kind="webhook", webhook_url="http://127.0.0.1:9/x"
+        )
+    page = operator.post(
+        "/django-admin/guardrails/guardrail/",
+        {"action": "rotate_secret", "_selected_action": [str(hook.pk)]},
+        follow=True,
+    ).content.decode()
+
+    second = SECRET_SHOWN.search(page).group(1)
+    hook.refresh_from_db()
+    assert second != first
+    assert unseal(
+        bytes(hook.secret_sealed), version=hook.secret_version, bound_to=hook.bound_to()
+    ) == (second)
+    entry = AuditEntry.objects.get(action="guardrail.rotate")
+    assert (entry.before, entry.after) == (
+        {"secret_prefix": first[:12]},
+        {"secret_prefix": second[:12]},
+    )

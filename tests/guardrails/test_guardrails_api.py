@@ -327,3 +327,22 @@ def test_another_accounts_ids_are_unknown():
             "/api/guardrail-attachments", {"guardrail": own_id, field: value}, format="json"
         )
         assert (answer.status_code, answer.json()["error"]["message"]) == (400, message)
+
+
+def test_a_webhook_url_changed_to_a_private_address_is_refused():
+    tenant = make_tenant()
+    client = client_for(tenant)
+    with allowing_loopback():
+        created = client.post(
+            "/api/guardrails",
+            {"name": "hook", "kind": "webhook", "webhook_url": "http://127.0.0.1:9/x"},
+            format="json",
+        ).json()
+    answer = client.patch(
+        f"/api/guardrails/{created['id']}", {"webhook_url": "http://10.1.2.3/x"}, format="json"
+    )
+    assert answer.json()["error"]["message"] == (
+        "webhook_url: The webhook's host 10.1.2.3 is a private address, which Tollgate does "
+        "not call."
+    )
+    assert Guardrail.objects.get().webhook_url == "http://127.0.0.1:9/x"
