@@ -93,4 +93,13 @@ ACTIONS: dict[str, str] = {
     "alert_webhook.rotate": "A tenant alert webhook got a new signing secret (shown once).",
     "alert_webhook.delete": "A tenant alert webhook was removed.",
     "alert_webhook.test": "A test alert was queued for a tenant webhook.",
+    "guardrail.create": "A guardrail was defined: the operator's (offered to every account) or "
+    "an account's (a webhook's signing secret shown once, never recorded).",
+    "guardrail.update": "A guardrail's phase, action, detectors, patterns, words, model, URL, "
+    "deadline, fail mode or state changed.",
+    "guardrail.delete": "A guardrail was deleted with its attachments.",
+    "guardrail.rotate": "A webhook guardrail got a new signing secret (shown once).",
+    "guardrail.attach": "A guardrail was attached to an account, a group or a key (by the "
+    "operator or the tenant), or the operator took over the tenant's attachment.",
+    "guardrail.detach": "A guardrail was detached from an account, a group or a key.",
 }

@@ -473,6 +473,7 @@ INSTALLED_APPS = [
     "gateway",
     "usage",
     "alerts",
+    "guardrails",
     "dashboard",
     "webfetch",
     "sso",
@@ -617,7 +618,13 @@ SPECTACULAR_SETTINGS = {
         {"name": "usage", "description": "Usage rows, totals and the CSV export."},
         {"name": "billing", "description": "Wallet, ledger and group spend."},
         {"name": "receipts", "description": "Signed receipts of every charge, and statements."},
+        {"name": "guardrails", "description": "Guardrails and where they are attached."},
     ],
+    # Guardrails' kinds: every kind (answers) and the kinds an account defines (requests).
+    "ENUM_NAME_OVERRIDES": {
+        "GuardrailKindEnum": "guardrails.models.Guardrail.Kind",
+        "TenantGuardrailKindEnum": "guardrails.api.serializers.TenantKind",
+    },
     # Swagger UI and Redoc from the drf-spectacular-sidecar package: no CDN.
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",

@@ -21,6 +21,7 @@ urlpatterns = [
     path("api/", include("usage.api.urls")),
     path("api/", include("billing.api.urls")),
     path("api/", include("alerts.api.urls")),
+    path("api/", include("guardrails.api.urls")),
     path("api/keys/<int:key_id>/payers", KeyPayersView.as_view()),  # byok reads the key's map
     path("admin/", include("byok.api.urls")),
     path("api/scim-token", ScimTokenView.as_view()),

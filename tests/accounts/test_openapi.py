@@ -62,6 +62,14 @@ OPERATIONS = {
     ("post", "/api/webhooks/{webhook_id}/rotate"),
     ("post", "/api/webhooks/{webhook_id}/test"),
     ("get", "/api/webhooks/{webhook_id}/deliveries"),
+    ("get", "/api/guardrails"),
+    ("post", "/api/guardrails"),
+    ("get", "/api/guardrails/{guardrail_id}"),
+    ("patch", "/api/guardrails/{guardrail_id}"),
+    ("delete", "/api/guardrails/{guardrail_id}"),
+    ("get", "/api/guardrail-attachments"),
+    ("post", "/api/guardrail-attachments"),
+    ("delete", "/api/guardrail-attachments/{attachment_id}"),
     ("get", "/api/tag-budgets"),
     ("post", "/api/tag-budgets"),
     ("get", "/api/tag-budgets/{tag_budget_id}"),
@@ -106,6 +114,8 @@ NO_RESPONSE_BODY = {
     ("delete", "/api/alert-rules/{rule_id}"),
     ("delete", "/api/webhooks/{webhook_id}"),
     ("delete", "/api/tag-budgets/{tag_budget_id}"),
+    ("delete", "/api/guardrails/{guardrail_id}"),
+    ("delete", "/api/guardrail-attachments/{attachment_id}"),
 }
 USAGE_FILTERS = {"group", "key", "caller", "route", "client_request_id", "model", "start", "end"}
 
