@@ -50,7 +50,7 @@ print(urlunsplit(redis._replace(path=f"/{number - 1 if number else number + 1}")
 PY
 )
 # The first process runs these directories; the second everything else (nothing is left out).
-first=(tests/gateway tests/scripts tests/config tests/providers tests/accounts tests/bench tests/audit tests/byok tests/usage tests/alerts)
+first=(tests/gateway tests/scripts tests/config tests/providers tests/accounts tests/bench tests/audit tests/byok tests/usage tests/alerts tests/guardrails)
 logs=$(mktemp -d)
 $PY -m pytest -rs -q --durations=25 "${first[@]}" >"$logs/first.log" 2>&1 &
 first_run=$!
