@@ -11,6 +11,7 @@ stable code. The tree:
     ├── VendorRefused                 LM-2002 the vendor's 4xx (400, 404, 413, 422, ...)
     ├── IdempotencyConflict           LM-2009 409  (Retry-After while the first still runs)
     ├── BodyTooLarge                  LM-2013 413
+    ├── GuardrailBlocked              LM-2030 400  (names the guardrail, never what it found)
     ├── RequestRateLimited            LM-3001 429  Retry-After
     ├── TokenRateLimited              LM-3002 429  Retry-After
     ├── CapacityExhausted             LM-3003 429  Retry-After
@@ -86,6 +87,14 @@ class AccountSuspended(GatewayError):
 class InvalidRequest(GatewayError):
     code, status, error_type = "LM-2001", 400, "invalid_request_error"
     default_message = "Invalid request."
+
+
+class GuardrailBlocked(GatewayError):
+    """A guardrail the request's key, group or account carries blocked it (guardrails/): the
+    message names the guardrail, the phase and the kinds it found, never the text."""
+
+    code, status, error_type = "LM-2030", 400, "invalid_request_error"
+    default_message = "Blocked by a guardrail."
 
 
 class VendorRefused(GatewayError):

@@ -45,6 +45,7 @@ from core.errors import (
     Unauthorized,
 )
 from core.tags import stored_tags
+from guardrails.selectors import GuardrailSpec, guardrails_for
 
 NEGATIVE_TTL_S = 30.0
 MAX_NEGATIVE = 10_000
@@ -114,6 +115,9 @@ class Principal:
     tag_budgets: tuple[TagLimit, ...] = ()
     time_zone: str = "UTC"
     trace_content: bool = False  # the account's traces carry prompts and answers
+    # The guardrails of the key, its group and its account (guardrails.selectors), in the
+    # order they run: loaded with the principal, evicted with the account's.
+    guardrails: tuple[GuardrailSpec, ...] = ()
 
     @property
     def has_budget(self) -> bool:
@@ -147,6 +151,7 @@ def _principal_for_group(group: Group, api_key: ApiKey | None = None, **key_fiel
         tag_budgets=_tag_limits(group.account_id),
         time_zone=group.account.time_zone,
         trace_content=group.account.trace_content,
+        guardrails=guardrails_for(group.account_id, group.pk, api_key.pk if api_key else None),
         **key_fields,
     )
 

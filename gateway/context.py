@@ -18,6 +18,7 @@ from gateway.web.types import WebBill
 if TYPE_CHECKING:
     from billing.request_money import RequestMoney
     from gateway.cache.stage import CacheState
+    from gateway.guarding import Verdict
     from gateway.tracing import RequestTrace
 
 
@@ -97,6 +98,8 @@ class ModelContext(RequestContext):
     stream: StreamResult | None = None  # a streamed answer as far as it got
     ttft_ms: int | None = None
     cache: CacheState | None = None  # the response cache's part (its routes only)
+    # What each guardrail that ran did (gateway/guarding.py): empty when none is attached.
+    guardrail_verdicts: tuple[Verdict, ...] = ()
 
 
 @dataclass(slots=True)

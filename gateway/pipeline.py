@@ -40,6 +40,7 @@ from gateway.auth import bearer, require_internal
 from gateway.breakers import Ticket
 from gateway.cache import stage as cache_stage
 from gateway.context import ModelContext, RequestContext
+from gateway.guarding import guard_input
 from gateway.holding import hold
 from gateway.plan import Plan, build_plan, output_bound, prompt_bound
 from gateway.recording import record_and_release, usage_record
@@ -225,6 +226,7 @@ async def accept(ex: Exchange, endpoint: Endpoint, ctx: ModelContext) -> Accepte
     )
     tag_request(ctx, ex.headers.get(TAG_HEADER), ctx.req.tags)  # the header's, the body's
     label_caller(ex, ctx, ctx.req)
+    ctx.req = guard_input(ctx, ctx.req)  # before the plan, the hold and the cache key
     return Accepted(ctx.req, body)
 
 

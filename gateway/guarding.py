@@ -1,0 +1,117 @@
+"""Guardrails on the request path: the input stage, before anything is planned or held.
+
+A request's guardrails come with its principal (guardrails.selectors.guardrails_for, loaded
+on an auth-cache miss and evicted with the account), so a request whose key, group and
+account carry none pays one empty-tuple test. Each input guardrail of the built-in kinds
+(`detectors`, `custom`) scans every prompt text the client's shape carries
+(gateway/shapes/texts.py), in the order the selector gives:
+
+- block: any value found refuses the request (LM-2030, naming the guardrail and the kinds it
+  found, never the text). Nothing is planned, held or sent, so nothing is billed.
+- redact: each value is replaced (`[REDACTED:<kind>]`) in the body the vendor will get; the
+  client's own body is not changed, and the cache keys the redacted one.
+- flag: the request goes on unchanged.
+
+Every guardrail that ran leaves a `Verdict` on the context (how many values it found, never
+which), so the request's record says what was checked. A client has no say: no header or
+field turns a guardrail off.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from functools import lru_cache
+from typing import TYPE_CHECKING
+
+from core import errors
+from gateway.shapes.texts import rewrite_texts
+from guardrails.custom import compile_custom
+from guardrails.detectors import BUILTIN_KINDS, Scanner
+from guardrails.matches import redact
+
+if TYPE_CHECKING:
+    from datetime import datetime
+
+    from gateway.context import ModelContext
+    from gateway.types import ModelRequest
+    from guardrails.selectors import GuardrailSpec
+
+INPUT_PHASES = frozenset({"input", "both"})
+SCANNING_KINDS = frozenset({"detectors", "custom"})
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """What one guardrail did to a request: never what it found, only how many."""
+
+    guardrail: str
+    phase: str  # "input" or "output"
+    action: str  # "block", "redact" or "flag"
+    matches: int
+    kinds: tuple[str, ...] = ()  # the kinds of the values found, each once, in order
+
+    def as_json(self) -> dict:
+        return {
+            "guardrail": self.guardrail,
+            "phase": self.phase,
+            "action": self.action,
+            "matches": self.matches,
+        }
+
+
+def guard_input(ctx: ModelContext, req: ModelRequest) -> ModelRequest:
+    """Run the principal's input guardrails on the request; return the request the vendor
+    is to get (redacted where a guardrail redacts). Raises GuardrailBlocked (LM-2030)."""
+    principal = ctx.principal
+    if principal is None or not principal.guardrails:
+        return req
+    body = req.body
+    for spec in principal.guardrails:
+        if spec.phase not in INPUT_PHASES or spec.kind not in SCANNING_KINDS:
+            continue
+        body, kinds = scan_texts(spec, req.shape, body)
+        verdict = Verdict(spec.name, "input", spec.action, len(kinds), tuple(dict.fromkeys(kinds)))
+        ctx.guardrail_verdicts += (verdict,)
+        if spec.action == "block" and kinds:
+            raise errors.GuardrailBlocked(blocked_message(verdict))
+    return req if body is req.body else replace(req, body=body)
+
+
+def scan_texts(spec: GuardrailSpec, shape: str, body: dict) -> tuple[dict, list[str]]:
+    """Scan a body's prompt texts with one guardrail: the body (redacted when it redacts and
+    found something) and the kinds of the values found, in order."""
+    scanner = scanner_for(
+        spec.id, spec.updated_at, spec.kind, spec.detectors, spec.patterns, spec.words
+    )
+    redacting = spec.action == "redact"
+    kinds: list[str] = []
+
+    def scan(text: str) -> str:
+        found = scanner.scan(text)
+        kinds.extend(match.kind for match in found)
+        return redact(text, found) if redacting and found else text
+
+    return rewrite_texts(shape, body, scan), kinds
+
+
+def blocked_message(verdict: Verdict) -> str:
+    found = ", ".join(verdict.kinds)
+    return (
+        f"Blocked by guardrail {verdict.guardrail!r} ({verdict.phase}): it found"
+        f" {verdict.matches} value{'s' if verdict.matches != 1 else ''} of kind {found}."
+    )
+
+
+@lru_cache(maxsize=512)
+def scanner_for(
+    guardrail_id: int,
+    updated_at: datetime,
+    kind: str,
+    detectors: tuple[str, ...],
+    patterns: tuple[str, ...],
+    words: tuple[str, ...],
+) -> Scanner:
+    """A guardrail's scanner, compiled once per version of it (its id and update time)."""
+    if kind == "custom":
+        return Scanner((), custom=compile_custom(patterns, words))
+    return Scanner(detectors or BUILTIN_KINDS)
