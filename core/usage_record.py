@@ -85,6 +85,9 @@ class UsageRecord:
     # The request's tags (core/tags.py): its own, then its key's and group's defaults.
     # Labels the tenant chose: they split its usage, and key nothing of the books.
     tags: tuple[str, ...] = ()
+    # What each guardrail that ran did (gateway/guarding.py): {"guardrail", "phase",
+    # "action", "matches"} each, the number of values found and never the values.
+    guardrails: tuple[dict, ...] = ()
     attempts: tuple[AttemptRecord, ...] = ()
     # The prices the served attempt was charged at (`input_micro_per_mtok`, ..., or a web
     # unit's `page_micro`, ...): its receipt states them (billing/receipts.py); not a column.
@@ -121,6 +124,7 @@ class UsageRecord:
                 None,
             )
         data["tags"] = tuple(data.get("tags") or ())  # JSON's list; absent before tags
+        data["guardrails"] = tuple(data.get("guardrails") or ())  # the same
         created_at = data.pop("created_at")
         if isinstance(created_at, str):
             created_at = datetime.fromisoformat(created_at)

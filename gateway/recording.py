@@ -98,6 +98,7 @@ def usage_record(ctx: RequestContext, *, bytes_out: int) -> UsageRecord:
         cache_status=model.cache.status if model and model.cache else "",
         uncached_cost_micro=model.cache.uncached_cost_micro if model and model.cache else 0,
         tags=ctx.tags,
+        guardrails=tuple(v.as_json() for v in model.guardrail_verdicts) if model else (),
         attempts=tuple(ctx.trail),
         prices=prices,
     )

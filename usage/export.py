@@ -13,6 +13,7 @@ import csv
 from collections.abc import AsyncIterator
 from datetime import datetime
 
+import orjson
 from asgiref.sync import sync_to_async
 from django.db.models import QuerySet
 from django.http import StreamingHttpResponse
@@ -24,9 +25,11 @@ from usage.selectors import older_than
 # A tenant's view of a usage row by API name: the endpoint keeps the name `route` it always
 # had in the API and the CSV export. `measurement` (a column of the row, not of the record:
 # measured, unmeasured, trueup; usage/crash_rows.py) comes last, so the CSV's columns before
-# it stay where they were; `tags` (comma-separated) after it, for the same reason.
+# it stay where they were; `tags` (comma-separated) after it, then `guardrails` (JSON), for
+# the same reason.
 API_NAMES = {"endpoint": "route"}
-ROW_FIELDS = (*(f for f in TENANT_FIELDS if f != "tags"), "measurement", "tags")
+LAST = ("measurement", "tags", "guardrails")
+ROW_FIELDS = (*(f for f in TENANT_FIELDS if f not in LAST), *LAST)
 LOG_FIELDS = [API_NAMES.get(name, name) for name in ROW_FIELDS]
 CSV_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 EXPORT_PAGE = 2000
@@ -40,6 +43,8 @@ class _Echo:
 def _cell(value) -> object:
     if isinstance(value, datetime):
         return value.isoformat()
+    if isinstance(value, list) and all(isinstance(item, dict) for item in value) and value:
+        return orjson.dumps(value).decode()  # guardrail verdicts: a JSON list, "[{..." first
     if isinstance(value, list):  # tags: a-z 0-9 _ . : / -, never a formula's first character
         return ",".join(value)
     # A spreadsheet would run a cell starting like a formula: quote it.

@@ -103,6 +103,9 @@ class UsageLog(models.Model):
     # on PostgreSQL, where a GIN index (usage 0019) finds a tag's rows; text on SQLite, read
     # with json_each (usage/tags.py). A database default for writers of the release before.
     tags = models.JSONField(default=list, db_default=Value([], JSONField()), blank=True)
+    # What each guardrail that ran did (core/usage_record.py): a JSON list, empty for the
+    # requests no guardrail checked. A database default for writers of the release before.
+    guardrails = models.JSONField(default=list, db_default=Value([], JSONField()), blank=True)
     # Not a usage record field: the writer's rows are measured (the database default); the
     # reaper's and the true-ups' rows say so (usage/crash_rows.py).
     measurement = models.CharField(

@@ -104,11 +104,13 @@ def _insert_portable(
     adapt = connection.ops.adapt_datetimefield_value  # e.g. SQLite's text form, as the ORM's
     created_at = 1 + LOG_FIELDS.index("created_at")
     tags = 1 + LOG_FIELDS.index("tags")
+    guardrails = 1 + LOG_FIELDS.index("guardrails")
     values: list = []
     for record, trail in zip(records, trails, strict=True):
         row = [adapt(stored_at), *(getattr(record, name) for name in LOG_FIELDS), trail]
         row[created_at] = adapt(record.created_at)
-        row[tags] = orjson.dumps(list(record.tags)).decode()  # a JSON text column here
+        row[tags] = orjson.dumps(list(record.tags)).decode()  # JSON text columns here
+        row[guardrails] = orjson.dumps(list(record.guardrails)).decode()
         values += row
     cursor.execute(
         f"INSERT INTO {UsageLog._meta.db_table} ({', '.join(columns)})"

@@ -76,14 +76,23 @@ def test_a_blocked_prompt_reaches_no_vendor_and_costs_nothing(stack):
         0,
         False,
     )
+    assert row.guardrails == [
+        {"guardrail": "no-cards", "phase": "input", "action": "block", "matches": 1}
+    ]
     assert stack.stub.vendor_calls() == []
     assert wallet(tenant) == before
     # A prompt without a card is served as usual through the same guardrail.
-    answer = client.chat.completions.create(
+    answer = client.chat.completions.with_raw_response.create(
         model="gpt-4o-mini", messages=[{"role": "user", "content": "order 1111 arrived"}]
     )
-    assert answer.choices[0].message.content
+    assert answer.parse().choices[0].message.content
     assert len(stack.stub.vendor_calls()) == 1
+    # Checked and passed: the row says the guardrail ran and found nothing.
+    [row] = usage_rows([answer.headers["x-request-id"]], expect=1)
+    assert (row.status, row.guardrails) == (
+        200,
+        [{"guardrail": "no-cards", "phase": "input", "action": "block", "matches": 0}],
+    )
 
 
 def test_redacted_values_never_reach_the_vendor_and_the_answer_is_served(stack):
@@ -99,7 +108,7 @@ def test_redacted_values_never_reach_the_vendor_and_the_answer_is_served(stack):
     attach(emails, tenant)
     attach(orders, tenant, by="tenant", key=True)
 
-    answer = stack.anthropic(tenant).messages.create(
+    raw = stack.anthropic(tenant).messages.with_raw_response.create(
         model="claude-3-5-haiku",
         max_tokens=50,
         system=f"Reply to {EMAIL} only.",
@@ -111,7 +120,12 @@ def test_redacted_values_never_reach_the_vendor_and_the_answer_is_served(stack):
         ],
     )
 
-    assert answer.content[0].text
+    assert raw.parse().content[0].text
+    [row] = usage_rows([raw.headers["x-request-id"]], expect=1)
+    assert row.guardrails == [  # the operator's first, then the account's own
+        {"guardrail": "redact-emails", "phase": "input", "action": "redact", "matches": 2},
+        {"guardrail": "order-ids", "phase": "input", "action": "redact", "matches": 1},
+    ]
     [call] = stack.stub.vendor_calls()
     sent = str(call["body"])
     assert EMAIL not in sent and "ORD-123456" not in sent
@@ -127,10 +141,14 @@ def test_a_flagging_guardrail_lets_the_prompt_through_as_sent(stack):
     )  # fmt: skip
     attach(flag, tenant)
 
-    stack.openai(tenant).chat.completions.create(
+    raw = stack.openai(tenant).chat.completions.with_raw_response.create(
         model="gpt-4o-mini", messages=[{"role": "user", "content": f"write to {EMAIL}"}]
     )
 
+    [row] = usage_rows([raw.headers["x-request-id"]], expect=1)
+    assert row.guardrails == [
+        {"guardrail": "flag-emails", "phase": "input", "action": "flag", "matches": 1}
+    ]
     [call] = stack.stub.vendor_calls()
     assert call["body"]["messages"] == [{"role": "user", "content": f"write to {EMAIL}"}]
 
@@ -149,9 +167,11 @@ def test_another_accounts_guardrail_never_applies(stack):
         stack.anthropic(guarded).messages.create(
             model="claude-3-5-haiku", max_tokens=20, messages=[{"role": "user", "content": EMAIL}]
         )
-    stack.anthropic(other).messages.create(
+    raw = stack.anthropic(other).messages.with_raw_response.create(
         model="claude-3-5-haiku", max_tokens=20, messages=[{"role": "user", "content": EMAIL}]
     )
+    [row] = usage_rows([raw.headers["x-request-id"]], expect=1)
+    assert row.guardrails == []
 
     [call] = stack.stub.vendor_calls()
     assert call["body"]["messages"] == [{"role": "user", "content": EMAIL}]

@@ -159,13 +159,14 @@ def test_the_rollups_rebuild_to_what_the_writer_kept(tagged):
     assert tag_totals(accounts=[mine.account_id]) == EXPECTED
 
 
-def test_the_csv_export_ends_with_a_tags_column(tagged):
+def test_the_csv_export_ends_with_a_tags_column_then_the_guardrails(tagged):
     mine, _ = tagged
     response = client_for(mine).get("/api/usage/export.csv")
     lines = list(csv.reader(io.StringIO(streamed_body(response).decode())))
-    assert lines[0][-2:] == ["measurement", "tags"]
+    assert lines[0][-3:] == ["measurement", "tags", "guardrails"]
     request_id = lines[0].index("request_id")
-    assert {line[request_id]: line[-1] for line in lines[1:]} == {
+    assert {line[request_id]: line[-1] for line in lines[1:]} == {"m1": "", "m2": "", "m3": ""}
+    assert {line[request_id]: line[-2] for line in lines[1:]} == {
         "m1": "team:a,env:prod",
         "m2": "team:a",
         "m3": "",
