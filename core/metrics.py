@@ -121,6 +121,13 @@ OVERHEAD = Histogram(
     registry=REGISTRY,
     buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
 )
+GUARDRAIL_VERDICTS = Counter(
+    "tollgate_guardrail_verdicts_total",
+    "Guardrail checks, by kind, phase, action and whether they found a value (matched) or"
+    " not (clean). Names stay out of the labels: tenants name their own guardrails.",
+    ["kind", "phase", "action", "result"],
+    registry=REGISTRY,
+)
 TIME_TO_FIRST_TOKEN = Histogram(
     "tollgate_time_to_first_token_seconds",
     "A streamed answer's first token, from the request's arrival, by provider profile.",

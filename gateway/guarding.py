@@ -13,7 +13,8 @@ account carry none pays one empty-tuple test. Each input guardrail of the built-
 - flag: the request goes on unchanged.
 
 Every guardrail that ran leaves a `Verdict` on the context (how many values it found, never
-which), so the request's record says what was checked. A client has no say: no header or
+which), so the request's record says what was checked, and counts on
+tollgate_guardrail_verdicts_total. A client has no say: no header or
 field turns a guardrail off.
 """
 
@@ -23,7 +24,7 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
-from core import errors
+from core import errors, metrics
 from gateway.shapes.texts import rewrite_texts
 from guardrails.custom import compile_custom
 from guardrails.detectors import BUILTIN_KINDS, Scanner
@@ -72,6 +73,9 @@ def guard_input(ctx: ModelContext, req: ModelRequest) -> ModelRequest:
         body, kinds = scan_texts(spec, req.shape, body)
         verdict = Verdict(spec.name, "input", spec.action, len(kinds), tuple(dict.fromkeys(kinds)))
         ctx.guardrail_verdicts += (verdict,)
+        metrics.GUARDRAIL_VERDICTS.labels(
+            spec.kind, "input", spec.action, "matched" if kinds else "clean"
+        ).inc()
         if spec.action == "block" and kinds:
             raise errors.GuardrailBlocked(blocked_message(verdict))
     return req if body is req.body else replace(req, body=body)

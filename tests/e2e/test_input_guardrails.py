@@ -9,6 +9,7 @@ import anthropic
 import openai
 import pytest
 
+from tests.support.metrics import metric
 from tests.support.usage import usage_rows
 
 CARD = "4111 1111 1111 1111"
@@ -39,6 +40,14 @@ def attach(made, tenant, *, by: str = "operator", key: bool = False) -> None:
     )
 
 
+def verdicts(stack, action: str, result: str) -> float:
+    """The gateway's count of input checks by built-in detectors with this action and result."""
+    return metric(
+        stack.url, "tollgate_guardrail_verdicts_total",
+        kind="detectors", phase="input", action=action, result=result,
+    )  # fmt: skip
+
+
 def wallet(tenant) -> tuple[int, int]:
     from billing.models import Wallet
 
@@ -49,6 +58,7 @@ def wallet(tenant) -> tuple[int, int]:
 def test_a_blocked_prompt_reaches_no_vendor_and_costs_nothing(stack):
     tenant = stack.tenant()
     before = wallet(tenant)
+    blocks = verdicts(stack, "block", "matched"), verdicts(stack, "block", "clean")
     no_cards = guardrail(
         None, name="no-cards", kind="detectors", detectors=["payment_card"], phase="input",
         action="block",
@@ -87,6 +97,10 @@ def test_a_blocked_prompt_reaches_no_vendor_and_costs_nothing(stack):
     )
     assert answer.parse().choices[0].message.content
     assert len(stack.stub.vendor_calls()) == 1
+    assert (verdicts(stack, "block", "matched"), verdicts(stack, "block", "clean")) == (
+        blocks[0] + 1,
+        blocks[1] + 1,
+    )
     # Checked and passed: the row says the guardrail ran and found nothing.
     [row] = usage_rows([answer.headers["x-request-id"]], expect=1)
     assert (row.status, row.guardrails) == (
