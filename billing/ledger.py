@@ -866,20 +866,21 @@ def charge_bandwidth(
 ) -> Program[int]:
     """Make a charged request's bandwidth `bandwidth_micro`; return the difference charged.
 
-    The marker moves by compare-and-set on its old value; everything its charge moved (the
-    group, the key, the caller's and the tags' spends its hold named) moves by the difference
-    (a negative one refunds an over-charge).
+    The marker moves by compare-and-set on its old value; everything its charge moved moves
+    by the difference (a negative one refunds an over-charge): the group and the key; and the
+    caller's and the tags' spends its hold named, when the charge was made from the hold
+    (settle, reaper, true-up), not by reconciliation, which charges group and key only.
     """
     while True:
         row = yield (
-            "SELECT s.bandwidth_micro, s.group_id, s.api_key_id, h.caller_spend_id"
+            "SELECT s.bandwidth_micro, s.group_id, s.api_key_id, s.source, h.caller_spend_id"
             f" FROM {SETTLED} s LEFT JOIN {HOLDS} h"
             " ON h.request_id = s.request_id AND h.request_id = %s WHERE s.request_id = %s",
             (request_id, request_id),
         )
         if row is None or row[0] == bandwidth_micro:
             return 0
-        was, group_id, api_key_id, caller_spend_id = row
+        was, group_id, api_key_id, source, caller_spend_id = row
         done = yield (
             f"UPDATE {SETTLED} SET bandwidth_micro = %s"
             " WHERE request_id = %s AND bandwidth_micro = %s RETURNING id",
@@ -891,17 +892,14 @@ def charge_bandwidth(
     if moves is None:
         moves = Moves()
     delta = bandwidth_micro - was
-    tagged = yield from tag_ledger.held_tags([request_id], batch_rows)
-    moves.charged(
-        Charge(
-            request_id,
-            group_id,
-            api_key_id,
-            caller_spend_id,
-            tag_spends=tagged.get(request_id, ()),
-        ),
-        bandwidth_micro=delta,
-    )
+    if source == SettledRequest.Source.RECONCILE:
+        charge = Charge(request_id, group_id, api_key_id)
+    else:
+        tagged = yield from tag_ledger.held_tags([request_id], batch_rows)
+        charge = Charge(
+            request_id, group_id, api_key_id, caller_spend_id, tag_spends=tagged.get(request_id, ())
+        )
+    moves.charged(charge, bandwidth_micro=delta)
     if own:
         yield from move_counters(moves)
     return delta

@@ -70,7 +70,7 @@ def csv_rows(tenant) -> dict[str, dict]:
     client.credentials(HTTP_AUTHORIZATION=f"Token {tenant.api_token}")
     text = streamed_body(client.get("/api/usage/export.csv")).decode()
     # Columns are only ever added at the end, so earlier ones stay where they were.
-    assert text.splitlines()[0].endswith(",measurement,tags")
+    assert text.splitlines()[0].endswith(",measurement,tags,guardrails")
     return {r["request_id"]: r for r in csv.DictReader(io.StringIO(text))}
 
 

@@ -281,6 +281,23 @@ def test_a_bandwidth_correction_moves_the_callers_and_the_tags_spend_too():
     assert (group(tenant)[0], key(tenant)[0]) == (110, 110)
 
 
+def test_a_correction_of_a_reconciliation_charge_moves_only_what_it_charged():
+    tenant = make_tenant()
+    caller = ledger.CallerBudget(tenant.group_id, "c_label", "2026-12", 5_000)
+    tags = (TagHold("team-a", "all", tenant.account_id, 5_000),)
+    request_id = hold(tenant, 500, caller=caller, tags=tags)
+    # Reconciliation charges a stored row's group and key only, never its caller or tags.
+    owed = ledger.Charge(request_id, tenant.group_id, tenant.api_key_id, None, 100, 7)
+    run_sync(ledger.charge([owed], source="reconcile", now=NOW))
+
+    assert run_sync(ledger.charge_bandwidth(request_id, bandwidth_micro=2)) == -5
+
+    caller_spend = CallerSpend.objects.get(group_id=tenant.group_id, caller_label="c_label")
+    assert caller_spend.spent_micro == 0
+    assert list(TagSpend.objects.values_list("tag", "spent_micro")) == [("team-a", 0)]
+    assert (group(tenant)[0], key(tenant)[0]) == (102, 102)
+
+
 def test_settle_commits_the_reservation_releases_the_hold_and_charges_cost_and_bandwidth():
     tenant = make_tenant(wallet_micro=1_000, budget_micro=10_000)
     ApiKey.objects.filter(pk=tenant.api_key_id).update(budget_max_micro=5_000)
