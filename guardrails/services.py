@@ -82,6 +82,19 @@ def _record(action: str, guardrail: Guardrail, *, actor: Actor | None, **change)
     )
 
 
+def _record_update(guardrail: Guardrail, before: dict, *, actor: Actor | None) -> None:
+    audit.record_change(
+        actor=actor,
+        action="guardrail.update",
+        account_id=guardrail.account_id,
+        target_type="guardrail",
+        target_id=guardrail.pk,
+        target_label=guardrail.name,
+        before=before,
+        after=audited(guardrail),
+    )
+
+
 def _announce(account_ids: Iterable[int]) -> None:
     """Evict the accounts' cached principals on every replica once this commits."""
     for account_id in sorted(set(account_ids)):
@@ -180,16 +193,7 @@ def guardrail_update(
         _refuse_taken_name(guardrail)
         guardrail.updated_at = timezone.now()
         guardrail.save()
-        audit.record_change(
-            actor=actor,
-            action="guardrail.update",
-            account_id=guardrail.account_id,
-            target_type="guardrail",
-            target_id=guardrail.pk,
-            target_label=guardrail.name,
-            before=before,
-            after=audited(guardrail),
-        )
+        _record_update(guardrail, before, actor=actor)
         _announce(accounts_using(guardrail))
     return guardrail
 
@@ -201,16 +205,7 @@ def guardrail_recorded(
     if before is None:
         _record("guardrail.create", guardrail, actor=actor, after=audited(guardrail))
     else:
-        audit.record_change(
-            actor=actor,
-            action="guardrail.update",
-            account_id=guardrail.account_id,
-            target_type="guardrail",
-            target_id=guardrail.pk,
-            target_label=guardrail.name,
-            before=before,
-            after=audited(guardrail),
-        )
+        _record_update(guardrail, before, actor=actor)
     _announce(accounts_using(guardrail))
 
 
