@@ -16,10 +16,9 @@ from django.db.models import Exists, OuterRef, Q, QuerySet
 
 from accounts.model_access import ACCESS_GROUPS_MAX, AccessPolicy, clean_entries, policy_of
 from accounts.models import AccessGroup, Account, ApiKey, Group
-from accounts.services import api_key_changed, group_changed
+from accounts.services import account_changed, api_key_changed, group_changed
 from audit import services as audit
 from audit.actors import Actor
-from core import bus
 
 AUDITED = ("name", "description", "entries")
 
@@ -65,13 +64,7 @@ def record_admin_save(access_group: AccessGroup, *, before: dict | None, actor: 
         audit.record(action="access_group.create", after=after, **fields)
     else:
         audit.record_change(action="access_group.update", before=before, after=after, **fields)
-    account_access_changed(account_id=access_group.account_id)
-
-
-def account_access_changed(*, account_id: int) -> None:
-    """Tell every replica an account's access groups changed: each of its keys' cached
-    policy is stale. Returns once they all dropped them."""
-    bus.publish(bus.Topic.GROUP, {"account_id": account_id}, wait=True)
+    account_changed(account_id=access_group.account_id)
 
 
 def access_group_create(
@@ -124,7 +117,7 @@ def access_group_update(
             before=before,
             after=_audited(access_group),
         )
-    account_access_changed(account_id=access_group.account_id)
+    account_changed(account_id=access_group.account_id)
     return access_group
 
 
@@ -143,7 +136,7 @@ def access_group_delete(*, access_group: AccessGroup, actor: Actor | None = None
             before=audited_with_assignments(access_group),
         )
         access_group.delete()
-    account_access_changed(account_id=account_id)
+    account_changed(account_id=account_id)
 
 
 def _checked(account_id: int, access_groups: Iterable[AccessGroup]) -> list[AccessGroup]:

@@ -323,10 +323,10 @@ class AccessGroupAdmin(AuditedDeletes, admin.ModelAdmin):
     def delete_model(self, request, obj):
         account_id = obj.account_id
         super().delete_model(request, obj)
-        access_groups.account_access_changed(account_id=account_id)
+        services.account_changed(account_id=account_id)
 
     def delete_queryset(self, request, queryset):
         account_ids = sorted(set(queryset.values_list("account_id", flat=True)))
         super().delete_queryset(request, queryset)
         for account_id in account_ids:
-            access_groups.account_access_changed(account_id=account_id)
+            services.account_changed(account_id=account_id)

@@ -292,6 +292,13 @@ def api_key_changed(*, api_key: ApiKey) -> None:
     bus.publish(bus.Topic.API_KEY, api_key.eviction(), wait=True)
 
 
+def account_changed(*, account_id: int) -> None:
+    """Tell every replica something every key of an account carries changed (its access
+    groups, tag budgets, time zone, guardrails): each of its keys' and groups' cached
+    principals is stale. Returns once they all dropped them."""
+    bus.publish(bus.Topic.GROUP, {"account_id": account_id}, wait=True)
+
+
 def group_changed(*, group: Group) -> None:
     """Tell every replica a group's limits changed: its keys' cached contexts are stale.
     Returns once they all dropped them."""
@@ -372,7 +379,7 @@ def account_governance_update(
             account.save(update_fields=changed)
             record_account(account, action="account.governance", actor=actor, before=before)
     if time_zone is not None:  # the gateways' tag budget periods follow it (gateway/auth.py)
-        bus.publish(bus.Topic.GROUP, {"account_id": account.pk}, wait=True)
+        account_changed(account_id=account.pk)
     return account
 
 

@@ -14,9 +14,9 @@ from django.db import transaction
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from accounts.access_groups import account_access_changed
 from accounts.models import Account, Period
 from accounts.periods import period_key
+from accounts.services import account_changed
 from audit import services as audit
 from audit.actors import Actor
 from billing.models import TagBudget, TagSpend
@@ -110,7 +110,7 @@ def tag_budget_create(
     with transaction.atomic():
         budget.save()
         _record("tag_budget.create", budget, actor, after=_audited(budget))
-    account_access_changed(account_id=account.pk)
+    account_changed(account_id=account.pk)
     return budget
 
 
@@ -125,7 +125,7 @@ def tag_budget_update(
     with transaction.atomic():
         budget.save(update_fields=[*fields] or None)
         _record("tag_budget.update", budget, actor, before=before, after=_audited(budget))
-    account_access_changed(account_id=budget.account_id)
+    account_changed(account_id=budget.account_id)
     return budget
 
 
@@ -136,4 +136,4 @@ def tag_budget_delete(*, budget: TagBudget, actor: Actor | None = None) -> None:
     with transaction.atomic():
         _record("tag_budget.delete", budget, actor, before=_audited(budget))
         budget.delete()
-    account_access_changed(account_id=account_id)
+    account_changed(account_id=account_id)

@@ -13,10 +13,10 @@ from django.utils import timezone
 from django.utils.html import format_html
 
 from accounts import services
-from accounts.access_groups import account_access_changed
 from accounts.directory import directory_roles_changed
 from accounts.logins import password_link_issue
 from accounts.models import Account, Membership
+from accounts.services import account_changed
 from audit import services as audit
 from audit.adminkit import AuditedDeletes, operator
 from billing.selectors import in_flight
@@ -180,7 +180,7 @@ class AccountAdmin(AuditedDeletes, Dollars, admin.ModelAdmin):
         if change and {"bandwidth_price_micro_per_gb", "markup_bp"} & set(form.changed_data):
             services.account_billing_changed(account=obj)
         if change and "trace_content" in form.changed_data:  # the gateways' principals carry it
-            account_access_changed(account_id=obj.pk)
+            account_changed(account_id=obj.pk)
         if change and "directory_roles" in form.changed_data:
             # Provisioned members take the new map's roles (accounts/directory.py).
             directory_roles_changed.send(sender=Account, account=obj, actor=operator(request))

@@ -11,7 +11,7 @@ or delete a guardrail the operator attached: a client cannot turn a guardrail of
 
 The gateways cache each key's principal, which will carry its guardrails: every change
 publishes the bus message that evicts an account's keys and groups
-(`{"account_id": ...}` on Topic.GROUP, gateway/auth.py `evict_group`) for each account it
+(`accounts.services.account_changed`) for each account it
 touches, once the transaction commits (a replica reading before would cache the old rows).
 """
 
@@ -26,9 +26,9 @@ from django.db.models import Q
 from django.utils import timezone
 
 from accounts.models import Account, ApiKey, Group
+from accounts.services import account_changed
 from audit import services as audit
 from audit.actors import Actor
-from core import bus
 from core.sealing import seal
 from guardrails.models import (
     ATTACHMENTS_PER_ACCOUNT_MAX,
@@ -98,11 +98,7 @@ def _record_update(guardrail: Guardrail, before: dict, *, actor: Actor | None) -
 def _announce(account_ids: Iterable[int]) -> None:
     """Evict the accounts' cached principals on every replica once this commits."""
     for account_id in sorted(set(account_ids)):
-        transaction.on_commit(partial(_evict_account, account_id))
-
-
-def _evict_account(account_id: int) -> None:
-    bus.publish(bus.Topic.GROUP, {"account_id": account_id}, wait=True)
+        transaction.on_commit(partial(account_changed, account_id=account_id))
 
 
 def accounts_using(guardrail: Guardrail) -> list[int]:

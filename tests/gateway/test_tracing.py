@@ -225,12 +225,12 @@ def test_a_stream_has_its_stream_span_and_time_to_first_token(tstack, receiver):
 
 
 def test_content_capture_on_exports_the_prompt_and_the_answer(tstack, receiver):
-    from accounts.access_groups import account_access_changed
     from accounts.models import Account
+    from accounts.services import account_changed
 
     tenant = tstack.tenant()
     Account.objects.filter(pk=tenant.account_id).update(trace_content=True)
-    account_access_changed(account_id=tenant.account_id)
+    account_changed(account_id=tenant.account_id)
     client = tstack.openai(tenant)
 
     raw = client.chat.completions.with_raw_response.create(model="gpt-4o-mini", messages=PROMPT)
