@@ -115,7 +115,7 @@ def any_value(value: Any) -> bytes:
 
 def key_value(key: str, value: Any) -> bytes:
     """A KeyValue's body."""
-    return field(0x0A, key.encode()) + field(0x12, any_value(value))
+    return key_field(key) + field(0x12, any_value(value))
 
 
 def span_attribute(key: str, value: Any) -> bytes:
