@@ -270,3 +270,22 @@ def database_relay():
     via = f"127.0.0.1:{relay.port}"
     yield relay, url._replace(netloc=f"{auth}@{via}" if auth else via).geturl()
     relay.stop()
+
+
+@pytest.fixture
+def announced():
+    """What this process hears on the config bus while the test runs (as a replica would).
+    A write's announcements wait for its commit: run its writes inside
+    django_capture_on_commit_callbacks(execute=True) where the test holds a transaction."""
+    from core import bus
+
+    heard: list[tuple[str, dict]] = []
+    listeners = {
+        topic: (lambda payload, topic=topic: heard.append((topic, payload)))
+        for topic in (bus.Topic.GROUP, bus.Topic.API_KEY, bus.Topic.CACHE_PURGE)
+    }
+    for topic, listener in listeners.items():
+        bus.subscribe(topic, listener)
+    yield heard
+    for topic, listener in listeners.items():
+        bus._subscribers[topic].remove(listener)

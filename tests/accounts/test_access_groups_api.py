@@ -11,15 +11,9 @@ from accounts.access_groups import policy_for_key
 from accounts.model_access import Offering
 from accounts.models import AccessGroup, ApiKey, Membership
 from audit.models import AuditEntry
-from tests.support.tenants import make_tenant
+from tests.support.tenants import client_for, make_tenant
 
 pytestmark = pytest.mark.django_db
-
-
-def client_for(tenant) -> APIClient:
-    client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Token {tenant.api_token}")
-    return client
 
 
 def create(client: APIClient, name: str, entries: list[str], **extra):

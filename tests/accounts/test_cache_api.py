@@ -10,36 +10,13 @@ from collections.abc import Iterator
 import pytest
 import redis
 from django.conf import settings
-from rest_framework.test import APIClient
 
 from accounts.models import ApiKey, Group, Membership
 from audit.models import AuditEntry
-from core import bus
 from core.response_cache import account_prefix
-from tests.support.tenants import make_tenant
+from tests.support.tenants import client_for, make_tenant
 
 pytestmark = pytest.mark.django_db
-
-
-def client_for(tenant) -> APIClient:
-    client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Token {tenant.api_token}")
-    return client
-
-
-@pytest.fixture
-def announced() -> Iterator[list[tuple[str, dict]]]:
-    """What this process hears on the config bus while the test runs (as a replica would)."""
-    heard: list[tuple[str, dict]] = []
-    listeners = {
-        topic: (lambda payload, topic=topic: heard.append((topic, payload)))
-        for topic in (bus.Topic.GROUP, bus.Topic.API_KEY, bus.Topic.CACHE_PURGE)
-    }
-    for topic, listener in listeners.items():
-        bus.subscribe(topic, listener)
-    yield heard
-    for topic, listener in listeners.items():
-        bus._subscribers[topic].remove(listener)
 
 
 @pytest.fixture

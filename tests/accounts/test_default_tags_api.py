@@ -4,37 +4,13 @@ to every replica so the gateway's cached principals drop the old ones."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
-from rest_framework.test import APIClient
 
 from accounts.models import ApiKey, Group
 from audit.models import AuditEntry
-from core import bus
-from tests.support.tenants import make_tenant
+from tests.support.tenants import client_for, make_tenant
 
 pytestmark = pytest.mark.django_db
-
-
-def client_for(tenant) -> APIClient:
-    client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Token {tenant.api_token}")
-    return client
-
-
-@pytest.fixture
-def announced() -> Iterator[list[tuple[str, dict]]]:
-    heard: list[tuple[str, dict]] = []
-    listeners = {
-        topic: (lambda payload, topic=topic: heard.append((topic, payload)))
-        for topic in (bus.Topic.GROUP, bus.Topic.API_KEY)
-    }
-    for topic, listener in listeners.items():
-        bus.subscribe(topic, listener)
-    yield heard
-    for topic, listener in listeners.items():
-        bus._subscribers[topic].remove(listener)
 
 
 def last_entry(account_id: int) -> AuditEntry:

@@ -11,15 +11,9 @@ from rest_framework.test import APIClient
 from accounts.models import Membership
 from accounts.tokens import tenant_token_create
 from audit.models import AuditEntry
-from tests.support.tenants import make_tenant
+from tests.support.tenants import client_for, make_tenant
 
 pytestmark = pytest.mark.django_db
-
-
-def client_for(tenant) -> APIClient:
-    client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Token {tenant.api_token}")
-    return client
 
 
 def member_client(tenant, role: str) -> tuple[APIClient, Membership]:

@@ -7,15 +7,9 @@ from rest_framework.test import APIClient
 
 from accounts.models import ApiKey, Membership
 from accounts.secrets import hash_secret
-from tests.support.tenants import make_tenant
+from tests.support.tenants import client_for, make_tenant
 
 pytestmark = pytest.mark.django_db
-
-
-def client_for(tenant) -> APIClient:
-    client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Token {tenant.api_token}")
-    return client
 
 
 def test_account_and_groups_are_the_callers_own():

@@ -6,22 +6,15 @@ audited."""
 from __future__ import annotations
 
 import pytest
-from rest_framework.test import APIClient
 
 from accounts.models import Membership
 from alerts.models import AlertDelivery, AlertRule, AlertWebhook
 from audit.models import AuditEntry
 from core.sealing import unseal
 from tests.alerts.conftest import allowing_loopback
-from tests.support.tenants import make_tenant
+from tests.support.tenants import client_for, make_tenant
 
 pytestmark = pytest.mark.django_db
-
-
-def client_for(tenant) -> APIClient:
-    client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Token {tenant.api_token}")
-    return client
 
 
 def actions(account_id: int) -> list[str]:

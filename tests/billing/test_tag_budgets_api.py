@@ -12,15 +12,9 @@ from accounts.models import Account, Membership
 from accounts.periods import period_key
 from audit.models import AuditEntry
 from billing.models import TagBudget, TagSpend
-from tests.support.tenants import make_tenant
+from tests.support.tenants import client_for, make_tenant
 
 pytestmark = pytest.mark.django_db
-
-
-def client_for(tenant) -> APIClient:
-    client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Token {tenant.api_token}")
-    return client
 
 
 def create(client: APIClient, **body):

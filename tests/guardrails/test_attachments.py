@@ -11,8 +11,7 @@ from accounts.models import Account, ApiKey
 from audit.models import AuditEntry
 from guardrails import services
 from guardrails.models import GuardrailAttachment
-from tests.guardrails.conftest import client_for
-from tests.support.tenants import make_tenant
+from tests.support.tenants import client_for, make_tenant
 
 pytestmark = pytest.mark.django_db
 

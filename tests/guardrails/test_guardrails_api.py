@@ -15,8 +15,7 @@ from guardrails.custom import PatternRejected, compile_custom
 from guardrails.models import Guardrail
 from guardrails.selectors import guardrails_for
 from tests.alerts.conftest import allowing_loopback
-from tests.guardrails.conftest import client_for
-from tests.support.tenants import make_tenant
+from tests.support.tenants import client_for, make_tenant
 
 pytestmark = pytest.mark.django_db
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 
+from rest_framework.test import APIClient
+
 
 @dataclass
 class Tenant:
@@ -33,3 +35,10 @@ def make_tenant(
         api_key_id=tenant.api_key.pk,
         api_token=tenant.api_token_secret,
     )
+
+
+def client_for(tenant: Tenant) -> APIClient:
+    """A tenant API client signed in with the tenant's API token."""
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Token {tenant.api_token}")
+    return client

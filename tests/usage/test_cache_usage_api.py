@@ -7,9 +7,8 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from rest_framework.test import APIClient
 
-from tests.support.tenants import make_tenant
+from tests.support.tenants import client_for, make_tenant
 from tests.support.usage import journal_row, store
 
 pytestmark = pytest.mark.django_db
@@ -20,12 +19,6 @@ DAY = datetime(2026, 4, 7, tzinfo=UTC)
 START = DAY - timedelta(minutes=90)  # 22:30 the day before
 END = DAY + timedelta(days=1, hours=5, minutes=40)
 MINI, HAIKU = "gpt-4o-mini", "claude-3-5-haiku"
-
-
-def client_for(tenant) -> APIClient:
-    client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Token {tenant.api_token}")
-    return client
 
 
 def row(tenant, at: datetime, status: str, *, cost: int = 0, **fields) -> dict:

@@ -9,20 +9,13 @@ from datetime import UTC, datetime, timedelta
 
 import httpx
 import pytest
-from rest_framework.test import APIClient
 
-from tests.support.tenants import make_tenant
+from tests.support.tenants import client_for, make_tenant
 from tests.support.usage import journal_row, store, usage_rows
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 T0 = datetime(2026, 5, 4, 10, 0, tzinfo=UTC)
-
-
-def client_for(tenant) -> APIClient:
-    client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Token {tenant.api_token}")
-    return client
 
 
 def rollups_now(tenant) -> set[tuple]:

@@ -10,19 +10,13 @@ from datetime import UTC, datetime
 import pytest
 from rest_framework.test import APIClient
 
-from tests.support.tenants import make_tenant
+from tests.support.tenants import client_for, make_tenant
 from tests.support.usage import after_windows, journal_row, store, streamed_body
 
 pytestmark = pytest.mark.django_db
 
 DAY1 = datetime(2026, 3, 1, 10, 0, tzinfo=UTC)
 DAY2 = datetime(2026, 3, 2, 23, 59, 59, tzinfo=UTC)
-
-
-def client_for(tenant) -> APIClient:
-    client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Token {tenant.api_token}")
-    return client
 
 
 def second_group_and_key(tenant):

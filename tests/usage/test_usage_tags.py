@@ -10,10 +10,9 @@ import json
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from rest_framework.test import APIClient
 
 from tests.support.databases import run_on_sqlite
-from tests.support.tenants import make_tenant
+from tests.support.tenants import client_for, make_tenant
 from tests.support.usage import journal_row, store, streamed_body
 from usage.models import UsageLog, UsageTagRollup
 from usage.rollups import rebuild_rollups
@@ -22,12 +21,6 @@ from usage.tags import tag_totals
 pytestmark = pytest.mark.django_db
 
 HOUR = datetime(2026, 3, 1, 10, 0, tzinfo=UTC)
-
-
-def client_for(tenant) -> APIClient:
-    client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Token {tenant.api_token}")
-    return client
 
 
 def row(tenant, request_id: str, tags: list[str], at: datetime, **fields) -> dict:

@@ -14,10 +14,9 @@ import pytest
 import redis
 from django.conf import settings
 from jsonschema import ValidationError
-from rest_framework.test import APIClient
 
 from tests.support.services import requires_redis
-from tests.support.tenants import make_tenant
+from tests.support.tenants import client_for, make_tenant
 from tests.support.usage import after_windows, journal_row, store, streamed_body
 from tests.support.waits import wait_until
 
@@ -299,12 +298,6 @@ def test_the_v1_schema_still_takes_events_written_before_the_web_units_and_no_ne
 
 
 # ---------------------------------------------------------------- the tenant API and the admin
-
-
-def client_for(tenant) -> APIClient:
-    client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Token {tenant.api_token}")
-    return client
 
 
 @pytest.fixture
