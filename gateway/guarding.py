@@ -20,12 +20,13 @@ field turns a guardrail off.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
 from core import errors, metrics
-from gateway.shapes.texts import rewrite_texts
+from gateway.shapes.texts import Rewrite, rewrite_texts
 from guardrails.custom import compile_custom
 from guardrails.detectors import BUILTIN_KINDS, Scanner
 from guardrails.matches import redact
@@ -38,6 +39,7 @@ if TYPE_CHECKING:
     from guardrails.selectors import GuardrailSpec
 
 INPUT_PHASES = frozenset({"input", "both"})
+TextWalk = Callable[[str, dict, Rewrite], dict]
 SCANNING_KINDS = frozenset({"detectors", "custom"})
 
 
@@ -50,14 +52,19 @@ class Verdict:
     action: str  # "block", "redact" or "flag"
     matches: int
     kinds: tuple[str, ...] = ()  # the kinds of the values found, each once, in order
+    # False: the answer's stream ended before the guardrail saw all of it (a cut stream).
+    complete: bool = True
 
     def as_json(self) -> dict:
-        return {
+        recorded = {
             "guardrail": self.guardrail,
             "phase": self.phase,
             "action": self.action,
             "matches": self.matches,
         }
+        if not self.complete:
+            recorded["complete"] = False
+        return recorded
 
 
 def guard_input(ctx: ModelContext, req: ModelRequest) -> ModelRequest:
@@ -81,9 +88,12 @@ def guard_input(ctx: ModelContext, req: ModelRequest) -> ModelRequest:
     return req if body is req.body else replace(req, body=body)
 
 
-def scan_texts(spec: GuardrailSpec, shape: str, body: dict) -> tuple[dict, list[str]]:
-    """Scan a body's prompt texts with one guardrail: the body (redacted when it redacts and
-    found something) and the kinds of the values found, in order."""
+def scan_texts(
+    spec: GuardrailSpec, shape: str, body: dict, *, walk: TextWalk = rewrite_texts
+) -> tuple[dict, list[str]]:
+    """Scan a body's texts (its prompt's; an answer's with walk=rewrite_answer_texts) with
+    one guardrail: the body (redacted when it redacts and found something) and the kinds of
+    the values found, in order."""
     scanner = scanner_for(
         spec.id, spec.updated_at, spec.kind, spec.detectors, spec.patterns, spec.words
     )
@@ -95,7 +105,16 @@ def scan_texts(spec: GuardrailSpec, shape: str, body: dict) -> tuple[dict, list[
         kinds.extend(match.kind for match in found)
         return redact(text, found) if redacting and found else text
 
-    return rewrite_texts(shape, body, scan), kinds
+    return walk(shape, body, scan), kinds
+
+
+def note_verdict(ctx: ModelContext, spec: GuardrailSpec, verdict: Verdict) -> None:
+    """Keep a verdict for the request's record and count it."""
+    ctx.guardrail_verdicts += (verdict,)
+    result = "clean" if not verdict.matches else "matched"
+    if not verdict.complete:
+        result = "partial"
+    metrics.GUARDRAIL_VERDICTS.labels(spec.kind, verdict.phase, spec.action, result).inc()
 
 
 def blocked_message(verdict: Verdict) -> str:

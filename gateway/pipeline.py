@@ -40,6 +40,7 @@ from gateway.auth import bearer, require_internal
 from gateway.breakers import Ticket
 from gateway.cache import stage as cache_stage
 from gateway.context import ModelContext, RequestContext
+from gateway.guard_output import AnswerGuard, answer_guard, answer_rewritten, guard_answer
 from gateway.guarding import guard_input
 from gateway.holding import hold
 from gateway.plan import Plan, build_plan, output_bound, prompt_bound
@@ -372,7 +373,9 @@ async def execute(
             raise errors.UpstreamTimeout("The request passed its deadline.") from None
         if ctx.cache is not None:
             ctx.cache.completion = completion
-    ctx.usage = completion.usage
+    ctx.usage = completion.usage  # billed even when a guardrail blocks the answer
+    if not endpoint.internal:
+        completion = guard_answer(ctx, completion)
     tracing.answered(ctx, completion.finish_reason, completion.text)
     return Ending(
         final=endpoint.shape.render_completion(
@@ -388,7 +391,23 @@ async def execute(
 async def stream(
     ex: Exchange, ctx: ModelContext, endpoint: Endpoint, chunks: AsyncIterator[list[Chunk]]
 ) -> Ending:
-    """Stream the answer; once its first chunk is out, a failure is told in-band, not retried."""
+    """Stream the answer; once its first chunk is out, a failure is told in-band, not retried.
+    The output guardrails see it first (gateway/guard_output.py)."""
+    guard = None if endpoint.internal else answer_guard(ctx)
+    try:
+        return await relay(ex, ctx, endpoint, chunks, guard)
+    finally:
+        if guard is not None:  # however the stream ended: a cut one says it was not all seen
+            guard.note(ctx)
+
+
+async def relay(
+    ex: Exchange,
+    ctx: ModelContext,
+    endpoint: Endpoint,
+    chunks: AsyncIterator[list[Chunk]],
+    guard: AnswerGuard | None,
+) -> Ending:
     req, admission = ctx.req, ctx.admission
     assert req is not None, ACCEPTED
     assert admission is not None, ADMITTED
@@ -407,6 +426,8 @@ async def stream(
             async for arrived in chunks:
                 if kept is not None:
                     kept.append(tuple(arrived))
+                if guard is not None:
+                    arrived = guard.guard(arrived)
                 # What arrived together leaves together: one write, not one per chunk.
                 out = []
                 for chunk in arrived:
@@ -419,6 +440,9 @@ async def stream(
                     await ex.body(data, more=True)
                 if not ex.disconnected:  # a client that left is billed only what it was sent
                     result.delivered()
+                if guard is not None and guard.blocked is not None:
+                    await close_stream(chunks)  # the vendor stops: nothing more is generated
+                    raise guard.error()
     except TimeoutError:
         broke = errors.UpstreamTimeout("The stream passed the request deadline.")
         return Ending.of_error(broke, final=renderer.error(broke))
@@ -426,6 +450,12 @@ async def stream(
         return Ending.of_error(broke, final=renderer.error(broke))
     result.finished = True
     return Ending(final=renderer.finish(result.finish_reason or "stop", result.usage))
+
+
+async def close_stream(chunks: AsyncIterator[list[Chunk]]) -> None:
+    aclose = getattr(chunks, "aclose", None)
+    if aclose is not None:
+        await aclose()
 
 
 def answer_id(ctx: RequestContext, endpoint: Endpoint) -> str:
@@ -470,7 +500,9 @@ async def finish(ex: Exchange, ctx: RequestContext, ending: Ending) -> None:
     record = usage_record(ctx, bytes_out=ex.meter.bytes_out + predicted_out)
     kept = (
         cache_stage.answer_to_keep(
-            runtime.cache, ctx, ok=ending.status == 200 and not ending.error_code
+            runtime.cache,
+            ctx,
+            ok=ending.status == 200 and not ending.error_code and not answer_rewritten(ctx),
         )
         if isinstance(ctx, ModelContext) and ctx.cache is not None
         else None

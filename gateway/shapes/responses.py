@@ -306,9 +306,11 @@ class StreamRenderer:
     def _events(self, events: list[dict]) -> bytes:
         out = []
         for event in events:
-            sequence = event.get("sequence_number")
-            if isinstance(sequence, int):
-                self._next_sequence = max(self._next_sequence, sequence + 1)
+            # Numbered in the order the client gets them: an output guardrail may hold back
+            # a vendor's event or send one twice (gateway/guard_output.py).
+            if event.get("sequence_number", self._next_sequence) != self._next_sequence:
+                event = {**event, "sequence_number": self._next_sequence}
+            self._next_sequence += 1
             out.append(
                 b"event: "
                 + str(event.get("type", "")).encode()

@@ -15,6 +15,12 @@ text and is left as it is):
 - Responses: `instructions`; `input` (a string, or its items: a message's `content`, a
   string or its `input_text` / `output_text` parts, and a `function_call_output`'s `output`).
 - Embeddings: `input` (a string or a list of strings; token arrays are not text).
+
+An answer's texts, what an output guardrail scans (`rewrite_answer_texts` on a vendor's whole
+answer, in the shape the adapter read it in): OpenAI chat, each choice's `message.content`;
+Anthropic, each `text` block; Responses, each message item's `output_text` parts. Tool-call
+arguments and thinking are not answer text. `answer_text` reads the answer's text the way
+each shape's `completion_from_vendor` does.
 """
 
 from __future__ import annotations
@@ -148,4 +154,66 @@ WALKS: dict[str, Callable[[dict, Rewrite], dict]] = {
     ANTHROPIC: _anthropic,
     RESPONSES: _responses,
     EMBEDDINGS: _embeddings,
+}
+
+
+def rewrite_answer_texts(shape: str, data: dict[str, Any], rewrite: Rewrite) -> dict[str, Any]:
+    """Return a vendor's whole answer with each answer text passed through `rewrite`."""
+    walk = ANSWER_WALKS.get(shape)
+    return data if walk is None else walk(data, rewrite)
+
+
+def answer_text(shape: str, data: dict[str, Any]) -> str:
+    """Return the answer's text as Completion.text holds it, for a rewritten answer."""
+    texts: list[str] = []
+
+    def keep(text: str) -> str:
+        texts.append(text)
+        return text
+
+    if shape == OPENAI:  # the first choice's only
+        choices = data.get("choices") or [{}]
+        return ((choices[0] or {}).get("message") or {}).get("content") or ""
+    rewrite_answer_texts(shape, data, keep)
+    return "".join(texts)
+
+
+def _openai_answer(data: dict, rewrite: Rewrite) -> dict:
+    def choice(c: Any) -> Any:
+        message = c.get("message") if isinstance(c, dict) else None
+        if not isinstance(message, dict):
+            return c
+        return _field(
+            c, "message", _field(message, "content", _content(message.get("content"), rewrite))
+        )
+
+    choices = data.get("choices")
+    if not isinstance(choices, list):
+        return data
+    return _field(data, "choices", _items(choices, choice))
+
+
+def _anthropic_answer(data: dict, rewrite: Rewrite) -> dict:
+    content = data.get("content")
+    if not isinstance(content, list):
+        return data
+    return _field(data, "content", _items(content, lambda block: _part(block, rewrite)))
+
+
+def _responses_answer(data: dict, rewrite: Rewrite) -> dict:
+    def item(i: Any) -> Any:
+        if not isinstance(i, dict) or i.get("type") != "message":
+            return i
+        return _field(i, "content", _content(i.get("content"), rewrite))
+
+    output = data.get("output")
+    if not isinstance(output, list):
+        return data
+    return _field(data, "output", _items(output, item))
+
+
+ANSWER_WALKS: dict[str, Callable[[dict, Rewrite], dict]] = {
+    OPENAI: _openai_answer,
+    ANTHROPIC: _anthropic_answer,
+    RESPONSES: _responses_answer,
 }
