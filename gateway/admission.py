@@ -13,8 +13,12 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from core.config import tollgate
+
+if TYPE_CHECKING:
+    from gateway.context import RequestContext
 
 PREFIX = "tollgate:rl:"
 
@@ -125,3 +129,26 @@ class Admission:
             if limit and (best is None or limit - count < best[0] - best[1]):
                 best = (limit, count)
         return best
+
+
+def limit_scopes(ctx: RequestContext) -> tuple[Scope, ...]:
+    """Return the rate scopes of a request: its key, its group, and its end caller."""
+    principal = ctx.principal
+    assert principal is not None  # accepted: the caller is known
+    scopes = []
+    if principal.api_key_id is not None:
+        scopes.append(
+            Scope(f"key:{principal.api_key_id}", principal.key_rpm or 0, principal.key_tpm or 0)
+        )
+    scopes.append(
+        Scope(f"group:{principal.group_id}", principal.group_rpm or 0, principal.group_tpm or 0)
+    )
+    if ctx.caller_label and (principal.caller_rpm or principal.caller_tpm):
+        scopes.append(
+            Scope(
+                f"caller:{principal.group_id}:{ctx.caller_label}",
+                principal.caller_rpm or 0,
+                principal.caller_tpm or 0,
+            )
+        )
+    return tuple(scopes)

@@ -25,7 +25,7 @@ guardrail rewrote the block, those strings are replaced by what the client was s
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -124,6 +124,19 @@ class AnswerGuard:
         self._raw: list[str] = []  # the open text block, as it arrived
         self._sent: list[str] = []  # ... and as it was released
         self._rewritten: dict[str, str] = {}  # a closed block's text -> what was sent of it
+
+    async def checked(self, chunks: AsyncIterator[list[Chunk]]) -> AsyncIterator[list[Chunk]]:
+        """The stream as the client may get it: after a block, the text before the value,
+        then GuardrailBlocked once the vendor's stream is closed (nothing more is made)."""
+        async for arrived in chunks:
+            passed = self.guard(arrived)
+            if passed:
+                yield passed
+            if self.blocked is not None:
+                aclose = getattr(chunks, "aclose", None)
+                if aclose is not None:
+                    await aclose()
+                raise self.error()
 
     def guard(self, arrived: list[Chunk]) -> list[Chunk]:
         """Return what of these chunks may go to the client now. After a block it returns

@@ -11,7 +11,8 @@ first byte to its usage record.
 3. `admit`    rate limits and caps in one Redis round trip, which also reads the first
               link's breaker -> Admission, and maybe that link's breaker Ticket.
 4. `hold`     the budget hold on group, key and end caller (LM-4001): gateway/holding.py.
-5. `execute`  the orchestrator runs the plan; the answer goes out as it comes -> Ending.
+5. `execute`  the orchestrator runs the plan; the answer goes out as it comes, past the
+              output guardrails (gateway/guard_output.py) -> Ending.
 6. `finish`   in one `finally`: the usage record journaled and the admission released (one
               Redis round trip), then the last bytes. Refusals, vendor failures and a client
               leaving all end here, as an Ending; a client leaving is noticed in one place.
@@ -35,12 +36,12 @@ import orjson
 from core import errors, metrics
 from core.config import tollgate
 from gateway import idempotency, tracing
-from gateway.admission import Scope
+from gateway.admission import limit_scopes
 from gateway.auth import bearer, require_internal
 from gateway.breakers import Ticket
 from gateway.cache import stage as cache_stage
 from gateway.context import ModelContext, RequestContext
-from gateway.guard_output import AnswerGuard, answer_guard, answer_rewritten, guard_answer
+from gateway.guard_output import answer_guard, guard_answer
 from gateway.guarding import guard_input
 from gateway.holding import hold
 from gateway.plan import Plan, build_plan, output_bound, prompt_bound
@@ -316,29 +317,6 @@ async def admit(ctx: ModelContext, plan: Plan, *, also: tuple[tuple, ...] = ()) 
     )
 
 
-def limit_scopes(ctx: RequestContext) -> tuple[Scope, ...]:
-    """Return the rate scopes of a request: its key, its group, and its end caller."""
-    principal = ctx.principal
-    assert principal is not None, ACCEPTED
-    scopes = []
-    if principal.api_key_id is not None:
-        scopes.append(
-            Scope(f"key:{principal.api_key_id}", principal.key_rpm or 0, principal.key_tpm or 0)
-        )
-    scopes.append(
-        Scope(f"group:{principal.group_id}", principal.group_rpm or 0, principal.group_tpm or 0)
-    )
-    if ctx.caller_label and (principal.caller_rpm or principal.caller_tpm):
-        scopes.append(
-            Scope(
-                f"caller:{principal.group_id}:{ctx.caller_label}",
-                principal.caller_rpm or 0,
-                principal.caller_tpm or 0,
-            )
-        )
-    return tuple(scopes)
-
-
 # ---------------------------------------------------------------- 5. execute
 
 
@@ -393,21 +371,6 @@ async def stream(
 ) -> Ending:
     """Stream the answer; once its first chunk is out, a failure is told in-band, not retried.
     The output guardrails see it first (gateway/guard_output.py)."""
-    guard = None if endpoint.internal else answer_guard(ctx)
-    try:
-        return await relay(ex, ctx, endpoint, chunks, guard)
-    finally:
-        if guard is not None:  # however the stream ended: a cut one says it was not all seen
-            guard.note(ctx)
-
-
-async def relay(
-    ex: Exchange,
-    ctx: ModelContext,
-    endpoint: Endpoint,
-    chunks: AsyncIterator[list[Chunk]],
-    guard: AnswerGuard | None,
-) -> Ending:
     req, admission = ctx.req, ctx.admission
     assert req is not None, ACCEPTED
     assert admission is not None, ADMITTED
@@ -421,13 +384,14 @@ async def relay(
     await ex.start(200, [SSE, NO_CACHE, *admission.headers(anthropic=endpoint is MESSAGES)])
     mark(ctx, "streaming")
     texts = tracing.answer_sink(ctx)  # the answer's text, only when the trace captures it
+    guard = None if endpoint.internal else answer_guard(ctx)
+    if guard is not None:
+        chunks = guard.checked(chunks)
     try:
         async with asyncio.timeout(deadline_left_s(ctx)):
             async for arrived in chunks:
                 if kept is not None:
                     kept.append(tuple(arrived))
-                if guard is not None:
-                    arrived = guard.guard(arrived)
                 # What arrived together leaves together: one write, not one per chunk.
                 out = []
                 for chunk in arrived:
@@ -440,22 +404,16 @@ async def relay(
                     await ex.body(data, more=True)
                 if not ex.disconnected:  # a client that left is billed only what it was sent
                     result.delivered()
-                if guard is not None and guard.blocked is not None:
-                    await close_stream(chunks)  # the vendor stops: nothing more is generated
-                    raise guard.error()
     except TimeoutError:
         broke = errors.UpstreamTimeout("The stream passed the request deadline.")
         return Ending.of_error(broke, final=renderer.error(broke))
     except errors.GatewayError as broke:
         return Ending.of_error(broke, final=renderer.error(broke))
+    finally:
+        if guard is not None:  # however it ended: a cut stream says it was not all seen
+            guard.note(ctx)
     result.finished = True
     return Ending(final=renderer.finish(result.finish_reason or "stop", result.usage))
-
-
-async def close_stream(chunks: AsyncIterator[list[Chunk]]) -> None:
-    aclose = getattr(chunks, "aclose", None)
-    if aclose is not None:
-        await aclose()
 
 
 def answer_id(ctx: RequestContext, endpoint: Endpoint) -> str:
@@ -500,9 +458,7 @@ async def finish(ex: Exchange, ctx: RequestContext, ending: Ending) -> None:
     record = usage_record(ctx, bytes_out=ex.meter.bytes_out + predicted_out)
     kept = (
         cache_stage.answer_to_keep(
-            runtime.cache,
-            ctx,
-            ok=ending.status == 200 and not ending.error_code and not answer_rewritten(ctx),
+            runtime.cache, ctx, ok=ending.status == 200 and not ending.error_code
         )
         if isinstance(ctx, ModelContext) and ctx.cache is not None
         else None

@@ -13,7 +13,8 @@
   The row says `cache_status: hit` and what the replayed call cost (`uncached_cost_micro`).
 - `answer_to_keep` and `keep`, in the finish, store a miss's answer before the client sees
   its end, so the next identical request hits: only a whole answer the vendor ended normally
-  (never an error, a cut stream, a refusal or a content filter's end). On the limits' Redis
+  (never an error, a cut stream, a refusal, a content filter's end or an answer an output
+  guardrail redacted). On the limits' Redis
   the write joins the finish's one round trip (the usage journal and the admission's
   release).
 """
@@ -36,6 +37,7 @@ from gateway.cache.policy import BYPASS, BYPASSED, HIT, MISS, Decision, decide
 from gateway.cache.store import RedisStore, Store, StoreDown
 from gateway.catalog import ModelOffer
 from gateway.context import ModelContext, Served
+from gateway.guard_output import answer_rewritten
 from gateway.types import Chunk, Completion, ModelRequest
 
 if TYPE_CHECKING:
@@ -300,6 +302,7 @@ def answer_to_keep(cache: ResponseCache, ctx: ModelContext, *, ok: bool) -> Kept
         or not ok
         or served is None
         or not served.offer.cache.cacheable
+        or answer_rewritten(ctx)  # the client got other text than the vendor's
     ):
         return None
     stream = ctx.stream

@@ -22,7 +22,7 @@ import orjson
 from core import errors, metrics
 from core.config import tollgate
 from core.db import off_loop
-from gateway.admission import WEB
+from gateway.admission import WEB, limit_scopes
 from gateway.auth import bearer, require_internal
 from gateway.context import RequestContext, WebContext
 from gateway.holding import hold
@@ -34,7 +34,6 @@ from gateway.pipeline import (
     Ending,
     authenticate,
     finish,
-    limit_scopes,
     refusal,
     request_context,
 )

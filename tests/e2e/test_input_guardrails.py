@@ -139,6 +139,8 @@ def test_redacted_values_never_reach_the_vendor_and_the_answer_is_served(stack):
     assert row.guardrails == [  # the operator's first, then the account's own
         {"guardrail": "redact-emails", "phase": "input", "action": "redact", "matches": 2},
         {"guardrail": "order-ids", "phase": "input", "action": "redact", "matches": 1},
+        # phase "both": the answer was checked too, and had no address in it
+        {"guardrail": "redact-emails", "phase": "output", "action": "redact", "matches": 0},
     ]
     [call] = stack.stub.vendor_calls()
     sent = str(call["body"])
