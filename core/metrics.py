@@ -123,8 +123,9 @@ OVERHEAD = Histogram(
 )
 GUARDRAIL_VERDICTS = Counter(
     "tollgate_guardrail_verdicts_total",
-    "Guardrail checks, by kind, phase, action and whether they found a value (matched) or"
-    " not (clean). Names stay out of the labels: tenants name their own guardrails.",
+    "Guardrail checks, by kind, phase, action and whether they found a value (matched), not"
+    " (clean), or saw only part of a stream that was cut (partial). Names stay out of the"
+    " labels: tenants name their own guardrails.",
     ["kind", "phase", "action", "result"],
     registry=REGISTRY,
 )

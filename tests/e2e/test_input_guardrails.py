@@ -191,3 +191,35 @@ def test_another_accounts_guardrail_never_applies(stack):
 
     [call] = stack.stub.vendor_calls()
     assert call["body"]["messages"] == [{"role": "user", "content": EMAIL}]
+
+
+def test_a_pathological_tenant_pattern_runs_in_linear_time(stack):
+    """Patterns that take a backtracking engine exponential time on these prompts: RE2 runs
+    them in one pass, so the gateway answers both within the client's 10 s timeout."""
+    tenant = stack.tenant()
+    nested = guardrail(
+        tenant.account_id, name="nested", kind="custom", patterns=[r"(a+)+$", r"(x|x)*y"],
+        phase="input", action="block",
+    )  # fmt: skip
+    attach(nested, tenant, by="tenant")
+    client = stack.openai(tenant, timeout=10)
+
+    # 100,000 characters that almost match both: no match, served.
+    almost = "a" * 50_000 + "!" + "x" * 50_000 + "!"
+    raw = client.chat.completions.with_raw_response.create(
+        model="gpt-4o-mini", messages=[{"role": "user", "content": almost}]
+    )
+    assert raw.parse().choices[0].message.content
+    [row] = usage_rows([raw.headers["x-request-id"]], expect=1)
+    assert row.guardrails == [
+        {"guardrail": "nested", "phase": "input", "action": "block", "matches": 0}
+    ]
+    # One more character makes the first pattern match: blocked, the vendor never called.
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.chat.completions.create(
+            model="gpt-4o-mini", messages=[{"role": "user", "content": almost + "a"}]
+        )
+    assert refused.value.body["message"] == (
+        "Blocked by guardrail 'nested' (input): it found 1 value of kind custom."
+    )
+    assert len(stack.stub.vendor_calls()) == 1

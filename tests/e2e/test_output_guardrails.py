@@ -205,3 +205,22 @@ def test_a_flagged_stream_is_served_whole_and_recorded(guarded):
         200,
         [{"guardrail": "flag-model", "phase": "output", "action": "flag", "matches": 1}],
     )
+
+
+def test_a_stream_the_vendor_breaks_off_is_recorded_as_not_all_seen(guarded):
+    tenant = tenant_with(guarded, name="flag-model", words=["model"], action="flag")
+    guarded.stub.faults({"kind": "fail_after_tokens", "after_tokens": 3})
+
+    text, failed = chat_stream(guarded, tenant, "out-gpt")
+
+    # Three words arrived and stayed held: unchecked text is never sent, and the stream ends
+    # with the vendor's failure.
+    assert text == ""
+    assert failed is not None and failed.body["code"] == "LM-5001"
+    [row] = settled(tenant, 1)
+    assert (row.status, row.error_code) == (502, "LM-5001")
+    assert row.guardrails == [
+        {"guardrail": "flag-model", "phase": "output", "action": "flag", "matches": 0,
+         "complete": False}
+    ]  # fmt: skip
+    assert (row.tokens_out, row.provider_cost_micro) == (0, 0)  # nothing was delivered
