@@ -352,8 +352,7 @@ async def execute(
         if ctx.cache is not None:
             ctx.cache.completion = completion
     ctx.usage = completion.usage  # billed even when a guardrail blocks the answer
-    if not endpoint.internal:
-        completion = guard_answer(ctx, completion)
+    completion = guard_answer(ctx, completion)
     tracing.answered(ctx, completion.finish_reason, completion.text)
     return Ending(
         final=endpoint.shape.render_completion(
@@ -384,7 +383,7 @@ async def stream(
     await ex.start(200, [SSE, NO_CACHE, *admission.headers(anthropic=endpoint is MESSAGES)])
     mark(ctx, "streaming")
     texts = tracing.answer_sink(ctx)  # the answer's text, only when the trace captures it
-    guard = None if endpoint.internal else answer_guard(ctx)
+    guard = answer_guard(ctx)
     if guard is not None:
         chunks = guard.checked(chunks)
     try:
