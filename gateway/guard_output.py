@@ -137,6 +137,13 @@ class AnswerGuard:
                 if aclose is not None:
                     await aclose()
                 raise self.error()
+        # A vendor that ends on a text event (no end event after it): what is held goes now.
+        rest = self._close_block()
+        if rest:
+            assert self._template is not None  # held text came in a text event
+            yield [with_text(self._template, rest)]
+        if self.blocked is not None:
+            raise self.error()
 
     def guard(self, arrived: list[Chunk]) -> list[Chunk]:
         """Return what of these chunks may go to the client now. After a block it returns

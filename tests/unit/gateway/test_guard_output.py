@@ -17,6 +17,7 @@ from gateway.shapes import openai as openai_shape
 from gateway.shapes import responses as responses_shape
 from gateway.types import Completion, Usage
 from guardrails.selectors import GuardrailSpec
+from tests.unit.gateway.test_cache_rules import in_a_loop
 
 PROJECT = "PRJ-1234"
 ANSWER = (
@@ -235,8 +236,8 @@ def completion(shape: str, text: str) -> Completion:
         data = {"content": [{"type": "text", "text": text}, {"type": "tool_use", "id": "t"}],
                 "stop_reason": "end_turn"}  # fmt: skip
         return anthropic_shape.completion_from_vendor(data, model="m")
-    data = {"output": [{"type": "reasoning", "summary": []},
-                       {"type": "message", "content": [{"type": "output_text", "text": text}]}]}  # fmt: skip
+    message = {"type": "message", "content": [{"type": "output_text", "text": text}]}
+    data = {"output": [{"type": "reasoning", "summary": []}, message]}
     return responses_shape.completion_from_vendor(data, model="m")
 
 
@@ -282,3 +283,39 @@ def test_a_clean_whole_answer_is_the_same_object():
     given = completion("openai", "nothing to see")
     assert guard_answer(ctx, given) is given
     assert [v.matches for v in ctx.guardrail_verdicts] == [0]
+
+
+@in_a_loop
+async def test_a_stream_that_ends_on_a_text_event_still_sends_what_was_held():
+    guard = AnswerGuard([spec("redact")])
+    texts = [c for c in chunks_of("openai", ANSWER, 9) if c.text]  # no end event at all
+
+    async def vendor():
+        for chunk in texts:
+            yield [chunk]
+
+    out = [chunk async for arrived in guard.checked(vendor()) for chunk in arrived]
+
+    assert "".join(chunk.text for chunk in out) == REDACTED
+    assert [v.complete for v in guard.verdicts()] == [True]
+
+
+@in_a_loop
+async def test_a_block_closes_the_vendors_stream_then_raises():
+    guard = AnswerGuard([spec("block")])
+    closed = []
+
+    async def vendor():
+        try:
+            for chunk in chunks_of("anthropic", ANSWER, 9):
+                yield [chunk]
+        finally:
+            closed.append(True)
+
+    out = []
+    with pytest.raises(GuardrailBlocked):
+        async for arrived in guard.checked(vendor()):
+            out += arrived
+
+    assert "".join(chunk.text for chunk in out) == ANSWER[: ANSWER.index(PROJECT)]
+    assert closed == [True]
