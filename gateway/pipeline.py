@@ -1,13 +1,15 @@
 """The request pipeline: one model request (chat, messages, responses, embeddings) from its
 first byte to its usage record.
 
-`serve` runs the stages below, in this order, each a function further down:
+`serve` runs the stages below, in this order, each a function further down or, for the
+ones a request the gateway makes itself also runs (gateway/subrequests.py), in
+gateway/stages.py:
 
 1. `accept`   who calls (a virtual key; or the internal token and a group) -> Principal;
               the body under its size cap, parsed by the endpoint's shape -> ModelRequest;
               the end user's id turned into a caller label. An Idempotency-Key then claims
               its key, or replays the stored answer and ends the request.
-2. `plan`     the attempt plan, built once; it calls nothing -> Plan.
+2. `plan`     the attempt plan, built once; it calls nothing -> Plan (`plan_request`).
 3. `admit`    rate limits and caps in one Redis round trip, which also reads the first
               link's breaker -> Admission, and maybe that link's breaker Ticket.
 4. `hold`     the budget hold on group, key and end caller (LM-4001): gateway/holding.py.
@@ -26,7 +28,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
@@ -34,9 +35,7 @@ from typing import TYPE_CHECKING, TypeVar
 import orjson
 
 from core import errors, metrics
-from core.config import tollgate
 from gateway import idempotency, tracing
-from gateway.admission import limit_scopes
 from gateway.auth import bearer, require_internal
 from gateway.breakers import Ticket
 from gateway.cache import stage as cache_stage
@@ -44,7 +43,7 @@ from gateway.context import ModelContext, RequestContext
 from gateway.guard_output import answer_guard, guard_answer
 from gateway.guarding import guard_input
 from gateway.holding import hold
-from gateway.plan import Plan, build_plan, output_bound, prompt_bound
+from gateway.plan import prompt_bound
 from gateway.recording import record_and_release, usage_record
 from gateway.runtime import runtime
 from gateway.shapes import internal as internal_shape
@@ -54,6 +53,17 @@ from gateway.shapes.internal import INTERNAL_SHAPE
 from gateway.shapes.openai import OPENAI_SHAPE
 from gateway.shapes.protocols import ClientShape
 from gateway.shapes.responses import RESPONSES_SHAPE
+from gateway.stages import (
+    ACCEPTED,
+    ADMITTED,
+    CLIENT_CLOSED,
+    CRASHED,
+    Ending,
+    admit,
+    deadline_left_s,
+    end_books,
+    plan_request,
+)
 from gateway.tags import TAG_HEADER, tag_request
 from gateway.tracing import mark
 from gateway.types import Chunk, ModelRequest, StreamResult
@@ -102,31 +112,6 @@ class Accepted:
     body: bytes  # the raw body, for an Idempotency-Key's fingerprint
 
 
-@dataclass(frozen=True, slots=True)
-class Ending:
-    """How a request ends: status and code for its books, and its last bytes, if any."""
-
-    status: int = 200
-    error_code: str = ""
-    final: bytes | None = None  # the last body bytes; None: only end the body
-    headers: tuple[tuple[bytes, bytes], ...] = ()  # when no response has started yet
-    error_message: str = ""  # what the client was told: the usage row keeps it
-
-    @classmethod
-    def of_error(cls, exc: errors.GatewayError, **rest) -> Ending:
-        """End with an error: its status, its code and the message the client reads."""
-        return cls(exc.status, exc.code, error_message=exc.message, **rest)
-
-
-CLIENT_CLOSED = Ending(499, "client_closed")
-# A bug: recorded, then the ASGI app answers 500 with the base error's message.
-CRASHED = Ending(500, "internal", error_message=errors.GatewayError.default_message)
-
-# The stages run in order, so what an earlier stage set is there for the later ones: the
-# principal and the request (`accept`), the admission (`admit`, released only by `finish`).
-# The asserts below say so to the type checker.
-ACCEPTED = "a later stage ran before accept"
-ADMITTED = "a later stage ran before admit"
 C = TypeVar("C", bound=RequestContext)
 
 
@@ -274,47 +259,8 @@ def label_caller(ex: Exchange, ctx: RequestContext, req: ModelRequest) -> None:
         ex.caller_header = ctx.caller_label.encode() if ctx.caller_label else b"dropped"
 
 
-# ---------------------------------------------------------------- 2. plan
-
-
-def plan_request(ctx: ModelContext, req: ModelRequest) -> Plan:
-    """Build the attempt plan (LM-2001 / LM-1003 for unknown or forbidden models)."""
-    assert ctx.principal is not None, ACCEPTED
-    ctx.plan = build_plan(req, ctx.principal, runtime.catalog, runtime.pools.get)
-    return ctx.plan
-
-
-# ---------------------------------------------------------------- 3. admit
-
-
-async def admit(ctx: ModelContext, plan: Plan, *, also: tuple[tuple, ...] = ()) -> Ticket | None:
-    """Admit the request against its limits and caps (LM-3001 / LM-3002 / LM-3003).
-
-    The same Redis round trip reads the first link's breaker; when it is closed and clean
-    the breakers grant that link's ticket now, and its call needs no round trip of its own.
-    `also`: more commands for that round trip (the response cache's lookup).
-    """
-    principal, req = ctx.principal, ctx.req
-    assert principal is not None and req is not None, ACCEPTED
-    first = plan.links[0] if plan.links and plan.links[0].calls_upstream else None
-    ctx.admission = await runtime.limiter.admit(
-        request_id=ctx.request_id,
-        group_id=principal.group_id,
-        scopes=limit_scopes(ctx),
-        concurrency=principal.group_concurrency,
-        lease_s=max((link.offer.profile.timeout_s for link in plan.links), default=60) + 30,
-        # Reserved in the token counts until the finish trues it up: a burst cannot pass TPM.
-        tokens_estimate=prompt_bound(req)
-        + max((output_bound(req, link.max_tokens) for link in plan.links), default=0),
-        peek=runtime.breakers.peek(first.breaker_key, first.offer.name) if first else None,
-        also=also,
-    )
-    metrics.IN_FLIGHT.inc()
-    if first is None:
-        return None
-    return runtime.breakers.ticket_from_peek(
-        first.breaker_key, first.offer.name, ctx.admission.peeked
-    )
+# ---------------------------------------------------------------- 2-4. plan, admit, hold
+# gateway/stages.py (plan_request, admit) and gateway/holding.py (hold).
 
 
 # ---------------------------------------------------------------- 5. execute
@@ -420,11 +366,6 @@ def answer_id(ctx: RequestContext, endpoint: Endpoint) -> str:
     return ctx.client_request_id if endpoint.internal else ctx.request_id
 
 
-def deadline_left_s(ctx: RequestContext) -> float:
-    """Return what is left of the request's overall deadline (reservations outlive it)."""
-    return ctx.started + tollgate().request_deadline_s - time.monotonic()
-
-
 def refusal(ex: Exchange, exc: errors.GatewayError) -> Ending:
     """End with our error body, or, when the answer already started, just end it."""
     if ex.started:
@@ -444,14 +385,7 @@ async def finish(ex: Exchange, ctx: RequestContext, ending: Ending) -> None:
     send its last bytes. The one place a request's books are closed."""
     ex.stop_watching()
     mark(ctx, "settling")
-    if ctx.money is not None:  # a reservation taken ahead for a call never made goes back
-        await ctx.money.close()
-    ctx.status, ctx.error_code = ending.status, ending.error_code
-    ctx.error_message = ending.error_message
-    if isinstance(ctx, ModelContext) and ctx.stream is not None:
-        ctx.usage = ctx.stream.billed_usage()
-    if ctx.admission is not None:
-        metrics.IN_FLIGHT.dec()
+    await end_books(ctx, ending)
     final = ending.final
     predicted_out = len(final) if final is not None and not ex.disconnected else 0
     record = usage_record(ctx, bytes_out=ex.meter.bytes_out + predicted_out)

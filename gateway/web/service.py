@@ -27,11 +27,7 @@ from gateway.auth import bearer, require_internal
 from gateway.context import RequestContext, WebContext
 from gateway.holding import hold
 from gateway.pipeline import (
-    ACCEPTED,
-    ADMITTED,
-    CRASHED,
     JSON,
-    Ending,
     authenticate,
     finish,
     refusal,
@@ -39,6 +35,7 @@ from gateway.pipeline import (
 )
 from gateway.runtime import runtime
 from gateway.shapes.common import split_tags
+from gateway.stages import ACCEPTED, ADMITTED, CRASHED, Ending
 from gateway.tags import TAG_HEADER, tag_request
 from gateway.tracing import mark
 from gateway.web import crawler, shape
