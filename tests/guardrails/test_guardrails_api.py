@@ -397,9 +397,13 @@ def test_only_a_webhook_guardrail_of_ones_own_account_has_a_secret_to_rotate():
     Membership.objects.filter(account_id=tenant.account_id).update(role=Membership.Role.VIEWER)
     viewer = client.post(f"/api/guardrails/{custom_id}/rotate-secret")
 
-    assert (custom.status_code, custom.json()["error"]["message"]) == (
+    assert (custom.status_code, custom.json()["error"]) == (
         400,
-        "kind: Only a webhook guardrail has a secret.",
+        {
+            "message": "kind: Only a webhook guardrail has a secret.",
+            "type": "invalid_request_error",
+            "code": "LM-2001",
+        },
     )
     assert operators.status_code == 403
     assert viewer.status_code == 403
