@@ -124,8 +124,9 @@ OVERHEAD = Histogram(
 GUARDRAIL_VERDICTS = Counter(
     "tollgate_guardrail_verdicts_total",
     "Guardrail checks, by kind, phase, action and whether they found a value (matched), not"
-    " (clean), or saw only part of a stream that was cut (partial). Names stay out of the"
-    " labels: tenants name their own guardrails.",
+    " (clean), saw only part of a stream that was cut (partial), or could not check (failed: a"
+    " webhook's endpoint gave no verdict). Names stay out of the labels: tenants name their"
+    " own guardrails.",
     ["kind", "phase", "action", "result"],
     registry=REGISTRY,
 )

@@ -86,7 +86,8 @@ class UsageRecord:
     # Labels the tenant chose: they split its usage, and key nothing of the books.
     tags: tuple[str, ...] = ()
     # What each guardrail that ran did (gateway/guarding.py): {"guardrail", "phase",
-    # "action", "matches"} each, the number of values found and never the values.
+    # "action", "matches"} each, the number of values found and never the values; and
+    # "failed": true where a webhook gave no verdict and failed open (nothing was checked).
     guardrails: tuple[dict, ...] = ()
     attempts: tuple[AttemptRecord, ...] = ()
     # The prices the served attempt was charged at (`input_micro_per_mtok`, ..., or a web

@@ -12,6 +12,10 @@ account carry none pays one empty-tuple test. Each input guardrail of the built-
   client's own body is not changed, and the cache keys the redacted one.
 - flag: the request goes on unchanged.
 
+A webhook guardrail (gateway/guard_hooks.py) is sent the same texts (redacted by the
+guardrails before it) and blocks or flags on its endpoint's answer; an endpoint that gives no
+verdict fails open (recorded `failed`) or closed (LM-2030), as the guardrail says.
+
 Every guardrail that ran leaves a `Verdict` on the context (how many values it found, never
 which), so the request's record says what was checked, and counts on
 tollgate_guardrail_verdicts_total. A client has no say: no header or
@@ -20,12 +24,15 @@ field turns a guardrail off.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
 from core import errors, metrics
+from core.config import tollgate
+from gateway.guard_hooks import check_with_webhook
 from gateway.shapes.texts import Rewrite, rewrite_texts
 from guardrails.custom import compile_custom
 from guardrails.detectors import BUILTIN_KINDS, Scanner
@@ -37,6 +44,8 @@ if TYPE_CHECKING:
     from gateway.context import ModelContext
     from gateway.types import ModelRequest
     from guardrails.selectors import GuardrailSpec
+
+log = logging.getLogger(__name__)
 
 INPUT_PHASES = frozenset({"input", "both"})
 TextWalk = Callable[[str, dict, Rewrite], dict]
@@ -54,6 +63,7 @@ class Verdict:
     kinds: tuple[str, ...] = ()  # the kinds of the values found, each once, in order
     # False: the answer's stream ended before the guardrail saw all of it (a cut stream).
     complete: bool = True
+    failed: bool = False  # a webhook that gave no verdict (its fail mode let the request on)
 
     def as_json(self) -> dict:
         recorded = {
@@ -64,10 +74,12 @@ class Verdict:
         }
         if not self.complete:
             recorded["complete"] = False
+        if self.failed:  # only when true: a row without it was checked
+            recorded["failed"] = True
         return recorded
 
 
-def guard_input(ctx: ModelContext, req: ModelRequest) -> ModelRequest:
+async def guard_input(ctx: ModelContext, req: ModelRequest) -> ModelRequest:
     """Run the principal's input guardrails on the request; return the request the vendor
     is to get (redacted where a guardrail redacts). Raises GuardrailBlocked (LM-2030)."""
     principal = ctx.principal
@@ -75,6 +87,10 @@ def guard_input(ctx: ModelContext, req: ModelRequest) -> ModelRequest:
         return req
     body = req.body
     for spec in principal.guardrails:
+        if spec.phase in INPUT_PHASES and spec.kind == "webhook":
+            # The texts as the vendor would get them: after the redactions before it.
+            await check_hook(ctx, spec, "input", prompt_texts(req.shape, body))
+            continue
         if spec.phase not in INPUT_PHASES or spec.kind not in SCANNING_KINDS:
             continue
         body, kinds = scan_texts(spec, req.shape, body)
@@ -114,6 +130,8 @@ def note_verdict(ctx: ModelContext, spec: GuardrailSpec, verdict: Verdict) -> No
     result = "clean" if not verdict.matches else "matched"
     if not verdict.complete:
         result = "partial"
+    if verdict.failed:
+        result = "failed"
     metrics.GUARDRAIL_VERDICTS.labels(spec.kind, verdict.phase, spec.action, result).inc()
 
 
@@ -123,6 +141,46 @@ def blocked_message(verdict: Verdict) -> str:
         f"Blocked by guardrail {verdict.guardrail!r} ({verdict.phase}): it found"
         f" {verdict.matches} value{'s' if verdict.matches != 1 else ''} of kind {found}."
     )
+
+
+async def check_hook(ctx: ModelContext, spec: GuardrailSpec, phase: str, texts: list[str]) -> None:
+    """Ask a webhook guardrail about texts and record its verdict; raise GuardrailBlocked
+    when it flags and blocks, or gives no verdict and fails closed. A failure that fails open
+    is recorded as failed, never as checked and clean."""
+    # Imported here: the runtime builds the response cache, which imports this module.
+    from gateway.runtime import runtime
+
+    outcome = await check_with_webhook(
+        spec,
+        phase=phase,
+        texts=texts,
+        request_id=ctx.request_id,
+        session=runtime.session,
+        allow_nets=tollgate().web_allow_nets,
+    )
+    verdict = Verdict(spec.name, phase, spec.action, outcome.matches, failed=outcome.failed)
+    note_verdict(ctx, spec, verdict)
+    where = f"Blocked by guardrail {spec.name!r} ({phase})"
+    if outcome.failed:
+        log.warning("guardrail %s (id %s) gave no verdict: %s", spec.name, spec.id, outcome.failure)
+        if spec.fail_mode == "closed":
+            raise errors.GuardrailBlocked(
+                f"{where}: it could not check the request ({outcome.failure}) and fails closed."
+            )
+    elif outcome.flagged and spec.action == "block":
+        raise errors.GuardrailBlocked(f"{where}: its endpoint flagged the request.")
+
+
+def prompt_texts(shape: str, body: dict) -> list[str]:
+    """The prompt texts of a body, in the order rewrite_texts walks them."""
+    texts: list[str] = []
+
+    def collect(text: str) -> str:
+        texts.append(text)
+        return text
+
+    rewrite_texts(shape, body, collect)
+    return texts
 
 
 @lru_cache(maxsize=512)

@@ -213,7 +213,7 @@ async def accept(ex: Exchange, endpoint: Endpoint, ctx: ModelContext) -> Accepte
     )
     tag_request(ctx, ex.headers.get(TAG_HEADER), ctx.req.tags)  # the header's, the body's
     label_caller(ex, ctx, ctx.req)
-    ctx.req = guard_input(ctx, ctx.req)  # before the plan, the hold and the cache key
+    ctx.req = await guard_input(ctx, ctx.req)  # before the plan, the hold and the cache key
     return Accepted(ctx.req, body)
 
 

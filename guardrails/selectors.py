@@ -30,6 +30,8 @@ class GuardrailSpec:
     deadline_ms: int
     fail_mode: str  # open | closed
     updated_at: datetime
+    # No account: the operator's, whose webhook URL is called as configured (else checked).
+    operators: bool = False
 
 
 def guardrails_for(
@@ -74,6 +76,7 @@ def spec_of(row: Guardrail) -> GuardrailSpec:
         deadline_ms=row.deadline_ms,
         fail_mode=row.fail_mode,
         updated_at=row.updated_at,
+        operators=row.account_id is None,
     )
 
 

@@ -93,7 +93,7 @@ class GuardrailListView(APIView):
         return Response(body, status=status.HTTP_201_CREATED)
 
 
-class GuardrailDetailView(APIView):
+class _OneGuardrail(APIView):
     def _row(self, request: Request, guardrail_id: str) -> Guardrail:
         pk = pk_of(guardrail_id, GUARDRAIL_ID)
         row = _guardrails(request).filter(pk=pk).first() if pk else None
@@ -110,6 +110,8 @@ class GuardrailDetailView(APIView):
         require_manager(user=request.user, account=guardrail.account)
         return guardrail
 
+
+class GuardrailDetailView(_OneGuardrail):
     @extend_schema(
         operation_id="guardrails_retrieve",
         tags=TAGS,
@@ -154,6 +156,26 @@ class GuardrailDetailView(APIView):
         except services.GuardrailRefused as exc:
             raise _refused(exc) from None
         return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class GuardrailRotateView(_OneGuardrail):
+    @extend_schema(
+        operation_id="guardrails_rotate_secret",
+        tags=TAGS,
+        summary="Give an own webhook guardrail a new signing secret (shown once; the old one"
+        " stops at once)",
+        request=None,
+        responses={200: GuardrailCreatedOut, **error_responses(400, 403, 404)},
+    )
+    def post(self, request: Request, guardrail_id: str) -> Response:
+        guardrail = self._managed(request, guardrail_id)
+        try:
+            secret = services.guardrail_rotate_secret(
+                guardrail=guardrail, actor=request_actor(request)
+            )
+        except GuardrailInvalid as exc:
+            raise _invalid(exc) from None
+        return Response({**GuardrailOut(guardrail).data, "secret": secret})
 
 
 class AttachmentListView(APIView):

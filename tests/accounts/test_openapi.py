@@ -67,6 +67,7 @@ OPERATIONS = {
     ("get", "/api/guardrails/{guardrail_id}"),
     ("patch", "/api/guardrails/{guardrail_id}"),
     ("delete", "/api/guardrails/{guardrail_id}"),
+    ("post", "/api/guardrails/{guardrail_id}/rotate-secret"),
     ("get", "/api/guardrail-attachments"),
     ("post", "/api/guardrail-attachments"),
     ("delete", "/api/guardrail-attachments/{attachment_id}"),
@@ -105,6 +106,7 @@ NO_REQUEST_BODY = {
     ("post", "/api/keys/{key_id}/revoke"),
     ("post", "/api/webhooks/{webhook_id}/rotate"),
     ("post", "/api/webhooks/{webhook_id}/test"),
+    ("post", "/api/guardrails/{guardrail_id}/rotate-secret"),
 }
 # Operations whose success genuinely has no body (204).
 NO_RESPONSE_BODY = {

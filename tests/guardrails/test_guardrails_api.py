@@ -345,3 +345,67 @@ def test_a_webhook_url_changed_to_a_private_address_is_refused():
         "not call."
     )
     assert Guardrail.objects.get().webhook_url == "http://127.0.0.1:9/x"
+
+
+def test_rotating_a_webhook_secret_shows_the_new_one_once_audits_and_announces_it(
+    announced, django_capture_on_commit_callbacks
+):
+    tenant = make_tenant()
+    client = client_for(tenant)
+    with allowing_loopback():
+        created = client.post(
+            "/api/guardrails",
+            {"name": "hook", "kind": "webhook", "webhook_url": "http://127.0.0.1:9/x"},
+            format="json",
+        ).json()
+    announced.clear()
+
+    with django_capture_on_commit_callbacks(execute=True):
+        rotated = client.post(f"/api/guardrails/{created['id']}/rotate-secret")
+
+    assert rotated.status_code == 200, rotated.json()
+    body = rotated.json()
+    secret = body.pop("secret")
+    assert secret.startswith("whsec_") and len(secret) == 49 and secret != created["secret"]
+    assert created["secret_prefix"] != secret[:12]
+    del created["secret"]
+    assert stable(body) == {**stable(created), "secret_prefix": secret[:12]}
+    row = Guardrail.objects.get()
+    assert unseal(
+        bytes(row.secret_sealed), version=row.secret_version, bound_to=row.bound_to()
+    ) == (secret)
+    assert "secret" not in client.get(f"/api/guardrails/{created['id']}").json()
+    assert actions(tenant.account_id) == ["guardrail.create", "guardrail.rotate"]
+    entry = AuditEntry.objects.get(action="guardrail.rotate")
+    assert (entry.before, entry.after) == (
+        {"secret_prefix": created["secret_prefix"]},
+        {"secret_prefix": secret[:12]},
+    )
+    assert announced == [("group", {"account_id": tenant.account_id})]
+
+
+def test_only_a_webhook_guardrail_of_ones_own_account_has_a_secret_to_rotate():
+    tenant = make_tenant()
+    client = client_for(tenant)
+    custom_id = client.post(
+        "/api/guardrails", {"name": "m", "kind": "custom", "words": ["x"]}, format="json"
+    ).json()["id"]
+    pii = operator_guardrail()
+
+    custom = client.post(f"/api/guardrails/{custom_id}/rotate-secret")
+    operators = client.post(f"/api/guardrails/grd_{pii.pk}/rotate-secret")
+    Membership.objects.filter(account_id=tenant.account_id).update(role=Membership.Role.VIEWER)
+    viewer = client.post(f"/api/guardrails/{custom_id}/rotate-secret")
+
+    assert (custom.status_code, custom.json()["error"]) == (
+        400,
+        {
+            "message": "kind: Only a webhook guardrail has a secret.",
+            "type": "invalid_request_error",
+            "code": "LM-2001",
+        },
+    )
+    assert operators.status_code == 403
+    assert viewer.status_code == 403
+    assert client.get(f"/api/guardrails/{custom_id}/rotate-secret").status_code == 405
+    assert actions(tenant.account_id) == ["guardrail.create"]

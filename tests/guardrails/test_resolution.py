@@ -75,6 +75,7 @@ def test_account_group_and_key_attachments_resolve_once_each_in_a_stable_order()
         deadline_ms=2000,
         fail_mode="open",
         updated_at=pii.updated_at,
+        operators=True,
     )
     assert names(guardrails_for(tenant.account_id, tenant.group_id)) == [
         "pii",
