@@ -101,6 +101,15 @@ class ModelContext(RequestContext):
     # What each guardrail that ran did (gateway/guarding.py): empty when none is attached.
     guardrail_verdicts: tuple[Verdict, ...] = ()
 
+    @property
+    def answer_rewritten(self) -> bool:
+        """Say whether an output guardrail changed or withheld the answer: the client got
+        other text than the vendor's, so the answer is not one to cache."""
+        return any(
+            verdict.phase == "output" and verdict.matches and verdict.action != "flag"
+            for verdict in self.guardrail_verdicts
+        )
+
 
 @dataclass(slots=True)
 class WebContext(RequestContext):

@@ -89,15 +89,6 @@ def guard_answer(ctx: ModelContext, completion: Completion) -> Completion:
     return replace(completion, data=data, text=answer_text(completion.shape, data))
 
 
-def answer_rewritten(ctx: ModelContext) -> bool:
-    """Say whether an output guardrail changed or withheld the answer: the client got other
-    text than the vendor's, so the answer is not one to cache."""
-    return any(
-        verdict.phase == "output" and verdict.matches and verdict.action != "flag"
-        for verdict in ctx.guardrail_verdicts
-    )
-
-
 def answer_guard(ctx: ModelContext) -> AnswerGuard | None:
     """Return the guard for a streamed answer, or None when no guardrail checks it."""
     specs = output_guardrails(ctx)

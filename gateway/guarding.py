@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING
 from core import errors, metrics
 from core.config import tollgate
 from gateway.guard_hooks import check_with_webhook
+from gateway.runtime import runtime
 from gateway.shapes.texts import Rewrite, rewrite_texts
 from guardrails.custom import compile_custom
 from guardrails.detectors import BUILTIN_KINDS, Scanner
@@ -147,9 +148,6 @@ async def check_hook(ctx: ModelContext, spec: GuardrailSpec, phase: str, texts: 
     """Ask a webhook guardrail about texts and record its verdict; raise GuardrailBlocked
     when it flags and blocks, or gives no verdict and fails closed. A failure that fails open
     is recorded as failed, never as checked and clean."""
-    # Imported here: the runtime builds the response cache, which imports this module.
-    from gateway.runtime import runtime
-
     outcome = await check_with_webhook(
         spec,
         phase=phase,

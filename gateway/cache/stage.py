@@ -37,7 +37,6 @@ from gateway.cache.policy import BYPASS, BYPASSED, HIT, MISS, Decision, decide
 from gateway.cache.store import RedisStore, Store, StoreDown
 from gateway.catalog import ModelOffer
 from gateway.context import ModelContext, Served
-from gateway.guard_output import answer_rewritten
 from gateway.types import Chunk, Completion, ModelRequest
 
 if TYPE_CHECKING:
@@ -302,7 +301,7 @@ def answer_to_keep(cache: ResponseCache, ctx: ModelContext, *, ok: bool) -> Kept
         or not ok
         or served is None
         or not served.offer.cache.cacheable
-        or answer_rewritten(ctx)  # the client got other text than the vendor's
+        or ctx.answer_rewritten  # the client got other text than the vendor's
     ):
         return None
     stream = ctx.stream

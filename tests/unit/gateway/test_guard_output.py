@@ -11,7 +11,7 @@ import pytest
 from core.errors import GuardrailBlocked
 from gateway.auth import Principal
 from gateway.context import Meter, ModelContext
-from gateway.guard_output import AnswerGuard, answer_rewritten, guard_answer, output_guardrails
+from gateway.guard_output import AnswerGuard, guard_answer, output_guardrails
 from gateway.shapes import anthropic as anthropic_shape
 from gateway.shapes import openai as openai_shape
 from gateway.shapes import responses as responses_shape
@@ -208,7 +208,7 @@ def test_a_stream_cut_before_its_end_is_never_recorded_as_passed():
         {"guardrail": "projects", "phase": "output", "action": "flag", "matches": 0,
          "complete": False}
     ]  # fmt: skip
-    assert not answer_rewritten(ctx)
+    assert not ctx.answer_rewritten
 
 
 def test_an_unchanged_stream_passes_the_vendors_own_events():
@@ -255,7 +255,7 @@ def test_a_whole_answer_is_redacted_in_its_vendors_shape(shape):
         {"guardrail": "projects", "phase": "output", "action": "redact", "matches": 2},
         {"guardrail": "falcons", "phase": "output", "action": "flag", "matches": 1},
     ]
-    assert answer_rewritten(ctx)
+    assert ctx.answer_rewritten
     assert given.text == ANSWER  # the vendor's answer itself is not changed
 
 
@@ -275,7 +275,7 @@ def test_a_blocked_whole_answer_names_the_guardrail_never_the_value():
         "Blocked by guardrail 'projects' (output): it found 2 values of kind custom."
     )
     assert PROJECT not in blocked.value.message
-    assert answer_rewritten(ctx)
+    assert ctx.answer_rewritten
 
 
 def test_a_clean_whole_answer_is_the_same_object():
