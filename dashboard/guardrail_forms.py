@@ -23,6 +23,12 @@ KIND_FIELDS = {
     Guardrail.Kind.CUSTOM: ("patterns", "words"),
     Guardrail.Kind.WEBHOOK: ("webhook_url", "deadline_ms", "fail_mode"),
 }
+# Short enough for a phone's select; the help says the rest.
+PHASES = [
+    (Guardrail.Phase.INPUT, "Input: the request"),
+    (Guardrail.Phase.OUTPUT, "Output: the answer"),
+    (Guardrail.Phase.BOTH, "Both"),
+]
 COMMON = ("name", "description", "phase", "action", "enabled")
 
 
@@ -40,7 +46,7 @@ class GuardrailForm(forms.Form):
     )
     description = forms.CharField(max_length=200, required=False)
     kind = forms.ChoiceField(choices=[(k.value, k.label) for k in TENANT_KINDS])
-    phase = forms.ChoiceField(choices=Guardrail.Phase.choices, initial=Guardrail.Phase.BOTH)
+    phase = forms.ChoiceField(choices=PHASES, initial=Guardrail.Phase.BOTH)
     action = forms.ChoiceField(
         choices=Guardrail.Action.choices,
         initial=Guardrail.Action.BLOCK,

@@ -50,7 +50,7 @@ class VerdictCount:
 
 @dataclass(frozen=True)
 class RecentVerdicts:
-    since: datetime
+    since: datetime  # 24 hours ago, or (capped) the oldest request read
     requests_read: int
     capped: bool  # as many requests as the cap: the counts cover the newest ones only
     by_name: dict[str, VerdictCount] = field(default_factory=dict)
@@ -66,18 +66,19 @@ def recent_verdicts(
     rows = list(
         UsageLog.objects.filter(account_id=account.pk, created_at__gte=since, created_at__lte=now)
         .order_by("-created_at")
-        .values_list("guardrails", flat=True)[:rows_max]
+        .values_list("guardrails", "created_at")[:rows_max]
     )
     counts: dict[str, VerdictCount] = defaultdict(VerdictCount)
-    for verdicts in rows:
+    for verdicts, _ in rows:
         for verdict in verdicts_of(verdicts):
             count = counts[verdict["guardrail"]]
             count.checked += 1
             count.found += verdict["matches"] > 0
+    capped = len(rows) == rows_max
     return RecentVerdicts(
-        since=since,
+        since=rows[-1][1] if capped else since,
         requests_read=len(rows),
-        capped=len(rows) == rows_max,
+        capped=capped,
         by_name=dict(counts),
     )
 

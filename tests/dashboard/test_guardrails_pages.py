@@ -479,5 +479,6 @@ def test_the_verdict_counts_read_at_most_their_cap_of_rows():
     recent = guardrail_selectors.recent_verdicts(account=account, rows_max=3)
 
     assert (recent.requests_read, recent.capped) == (3, True)
+    assert recent.since == now - timedelta(minutes=2)  # the oldest of the three
     # The newest three: n = 0, 1, 2 (one found something).
     assert recent.by_name["pii"] == guardrail_selectors.VerdictCount(checked=3, found=1)
