@@ -116,6 +116,9 @@ def test_make_attach_see_a_block_and_its_verdict_then_detach(stack, page):
     assert hook.webhook_url == "https://93.184.215.14/g"
     secret = page.inner_text("#secret")
     assert secret.startswith("whsec_") and secret[:12] == hook.secret_prefix
+    # The Copy button goes under the card's one <code>: the secret.
+    assert page.locator("#new-guardrail code").all_inner_texts() == [secret]
+    assert page.locator("#new-guardrail button.copy").count() == 1
     page.shot("8-webhook-secret")
     assert check(page, f"{base}/guardrails/", "9-guardrails-two", size) == []
     assert secret not in page.content()
