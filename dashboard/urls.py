@@ -6,6 +6,7 @@ from dashboard import (
     alerts,
     cache,
     directory_roles,
+    guardrails,
     model_access,
     payers,
     receipts,
@@ -60,6 +61,27 @@ urlpatterns = [
     ),
     path(account + "keys/<int:key_id>/access/", model_access.key_access, name="key-access"),
     path(account + "groups/<int:group_id>/access/", model_access.group_access, name="group-access"),
+    path(account + "guardrails/", guardrails.guardrails, name="guardrails"),
+    path(
+        account + "guardrails/<int:guardrail_id>/",
+        guardrails.guardrail_edit,
+        name="guardrail-edit",
+    ),
+    path(
+        account + "guardrails/<int:guardrail_id>/rotate/",
+        guardrails.guardrail_rotate,
+        name="guardrail-rotate",
+    ),
+    path(
+        account + "guardrails/<int:guardrail_id>/delete/",
+        guardrails.guardrail_delete,
+        name="guardrail-delete",
+    ),
+    path(
+        account + "guardrails/attachments/<int:attachment_id>/detach/",
+        guardrails.attachment_delete,
+        name="guardrail-detach",
+    ),
     path(account + "alerts/", alerts.alerts, name="alerts"),
     path(
         account + "alerts/rules/<int:rule_id>/delete/", alerts.rule_delete, name="alert-rule-delete"

@@ -39,6 +39,7 @@ from dashboard.forms import (
     KeyForm,
     RoleForm,
 )
+from dashboard.guardrail_selectors import verdicts_shown
 from dashboard.members import members_page
 from dashboard.pages import asked_first as _asked_first
 from dashboard.pages import page as _page
@@ -333,6 +334,7 @@ def usage_detail(request: HttpRequest, account_id: int, request_id: str) -> Http
         log=log,
         error_meaning=meanings().get(log.error_code, ""),
         attempts=log.attempts,
+        verdicts=verdicts_shown(log.guardrails),
     )
 
 

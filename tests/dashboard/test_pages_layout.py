@@ -28,7 +28,17 @@ MODELS = ["gpt-4o-mini", "gpt-4o", "claude-3-5-haiku", "router-mini"]
 
 pytestmark = requires_chromium
 
-DASHBOARD = ["", "usage/", "keys/", "groups/", "members/", "receipts/", "audit/", "wallet/"]
+DASHBOARD = [
+    "",
+    "usage/",
+    "keys/",
+    "groups/",
+    "guardrails/",
+    "members/",
+    "receipts/",
+    "audit/",
+    "wallet/",
+]
 ADMIN = [
     "/django-admin/",
     "/django-admin/usage/usagelog/",
