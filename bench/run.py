@@ -140,6 +140,7 @@ from typing import Any
 
 import aiohttp
 import fairness
+import guarded  # bench/guarded.py: the gw loads with a key that carries guardrails
 import login_flood  # bench/login_flood.py: --login-flood, one process vs. two planes
 import orjson
 import paced  # bench/paced.py: the paced-streams scenario (the script's directory is on the path)
@@ -203,13 +204,16 @@ class Scenario:
     # Tracing (gw only): "trace100" or "trace1", a gateway of its own sampling 100 % or 1 %
     # of requests, exporting to a sink (bench/traced.py).
     traced: str | None = None
+    # Guardrails (gw only): sent with a key that carries two guardrails (bench/guarded.py).
+    guarded: bool = False
 
     @property
     def uncached(self) -> str:
-        """The scenario of the same load without the cache or tracing (itself when it uses
-        neither)."""
+        """The scenario of the same load without the cache, tracing or guardrails (itself
+        when it uses none)."""
         name = self.name.replace(f"-{self.cache}", "") if self.cache else self.name
-        return name.replace(f"-{self.traced}", "") if self.traced else name
+        name = name.replace(f"-{self.traced}", "") if self.traced else name
+        return name.removesuffix(f"-{guarded.SUFFIX}") if self.guarded else name
 
     @property
     def baseline(self) -> str | None:
@@ -219,6 +223,8 @@ class Scenario:
 SCENARIOS: tuple[Scenario, ...] = (
     Scenario("stub-openai", "stub", "openai", False),
     Scenario("gw-openai", "gw", "openai", False),
+    # Guardrails: the same load with a key carrying two that never match (their checking).
+    Scenario("gw-openai-guarded", "gw", "openai", False, guarded=True),
     # The response cache, right after its uncached twin (their CPU is compared): every body
     # unique (each a miss, stored), or every body the same (the warm-up stores it: hits).
     Scenario("gw-openai-miss", "gw", "openai", False, cache=MISS),
@@ -228,6 +234,7 @@ SCENARIOS: tuple[Scenario, ...] = (
     Scenario("gw-openai-trace1", "gw", "openai", False, traced="trace1"),
     Scenario("stub-openai-stream", "stub", "openai", True),
     Scenario("gw-openai-stream", "gw", "openai", True),
+    Scenario("gw-openai-stream-guarded", "gw", "openai", True, guarded=True),
     Scenario("gw-openai-stream-trace100", "gw", "openai", True, traced="trace100"),
     Scenario("gw-openai-stream-trace1", "gw", "openai", True, traced="trace1"),
     Scenario("gw-openai-stream-miss", "gw", "openai", True, cache=MISS),
@@ -263,10 +270,11 @@ PEER_SCENARIOS: tuple[Scenario, ...] = tuple(
     Scenario("peer-" + s.name[3:], "peer", s.shape, s.stream, s.serial)
     for s in SCENARIOS
     # a peer model proxy has no web search, and is set up for neither the pool nor a platform
-    # vendor nor a cache
+    # vendor nor a cache nor guardrails
     if s.target == "gw"
     and s.cache is None
     and s.traced is None
+    and not s.guarded
     and s.shape not in ("search", "pooled", "bedrock", "azure", "gemini", "vertex")
 )
 BY_NAME = {s.name: s for s in SCENARIOS + PEER_SCENARIOS}
@@ -1203,6 +1211,8 @@ async def run_all(
         target = peer if sc.target == "peer" and peer else servers
         if sc.traced and traced_servers:
             target = traced_servers[sc.traced]
+        if sc.guarded and traced_servers:
+            target = traced_servers[guarded.SUFFIX]
         result = await run_scenario(sc, target, args)
         results.append(result)
         print(
@@ -1286,9 +1296,10 @@ def main(argv: list[str] | None = None) -> int:
             wants_peer = any(s.target == "peer" for s in args.scenarios)
             peer = start_peer(args, servers, tmp, procs) if wants_peer else None
             tracings = {s.traced for s in args.scenarios if s.traced}
+            env = child_env(str(tmp / "var"), args.database_url, args.redis_url)
             traced_servers = (
                 traced.start(
-                    child_env(str(tmp / "var"), args.database_url, args.redis_url),
+                    env,
                     servers,
                     tmp,
                     procs,
@@ -1298,6 +1309,8 @@ def main(argv: list[str] | None = None) -> int:
                 if tracings
                 else {}
             )
+            if any(s.guarded for s in args.scenarios):  # the same gateway, another key
+                traced_servers[guarded.SUFFIX] = guarded.start(servers, env, run_manage)
         except (RuntimeError, subprocess.TimeoutExpired, OSError) as exc:
             return setup_failed(exc, procs)
         print(
@@ -1315,15 +1328,20 @@ def main(argv: list[str] | None = None) -> int:
                 flush=True,
             )
         results = run_loop(lambda: run_all(args, servers, peer, traced_servers))
+        ran_guarded = any(r.name.endswith("-" + guarded.SUFFIX) for r in results)
+        checked = guarded.verdicts(servers.gw_url) if ran_guarded else None
         if args.paced_streams and servers.gateway.alive() and servers.stub.alive():
             paced_results = run_loop(lambda: paced.run_paced(args, servers, sys.modules[__name__]))
         comps = comparisons(results)
         cache_comps = cache_comparisons(results)
+        unguarded = guarded.measure(env, PROMPT, OPENAI_MODEL) if ran_guarded else None
         print()
         if results:
             print(report(results, comps, cache_comps))
             if traced.report(results):
                 print("\n" + traced.report(results))
+            if guarded.report(results, unguarded, checked):
+                print("\n" + guarded.report(results, unguarded, checked))
             print_failures(results)
         if paced_results:
             print("\n" + paced.report(paced_results, sys.modules[__name__]))
@@ -1334,6 +1352,7 @@ def main(argv: list[str] | None = None) -> int:
             or len(results) < len(args.scenarios)
             or any(r.bad for r in paced_results)
             or len(paced_results) < paced_want
+            or (unguarded is not None and "error" in unguarded)
         ):
             status = 1
             for proc in reversed(procs):  # the peer's (if any), the gateway's, the stub's
@@ -1366,6 +1385,9 @@ def main(argv: list[str] | None = None) -> int:
                 "comparisons": comps,
                 "cache_comparisons": cache_comps,
                 "tracing_comparisons": traced.comparisons(results),
+                "guardrail_comparisons": guarded.comparisons(results),
+                "guardrail_verdicts": checked,
+                "no_guardrail_cost": unguarded,
                 "paced": paced.as_json(paced_results),
                 "ok": status == 0,
             }
