@@ -15,8 +15,9 @@ its gateway ``cpu/req`` and p50 against the twin's.
 times in one process, with ``timeit`` on the CPU clock, what a request whose key, group and
 account carry no guardrail runs for guardrails -- ``guard_input``, then ``guard_answer``
 (whole answers) or ``answer_guard`` (streams): ``none_*_us``, microseconds per request --
-and, for scale, ``guard_input`` + ``guard_answer`` with the two guardrails above
-(``guarded_us``). It also scans the bench's prompt and the stub's answer with them
+and, for scale, the same with the two guardrails above (``guarded_whole_us``;
+``guarded_stream_us``: the stub's stream of 8 words fed through the stream guard a chunk at a
+time). It also scans the bench's prompt and the stub's answer with them
 (``matches``: must be 0, or the guarded rows would measure something else).
 """
 
@@ -187,16 +188,21 @@ def report(
         lines.append(
             "No guardrail attached (in one process, timeit, CPU per request): "
             f"{unguarded['none_whole_us']:.3f} us whole, {unguarded['none_stream_us']:.3f} us"
-            f" streamed; with the two bench guardrails {unguarded['guarded_us']:.1f} us whole;"
-            f" bench prompt and stub answer matched {unguarded['matches']} time(s)"
+            " streamed"
         )
-        plain = by_name.get("gw-openai")
-        if plain is not None and plain.gateway_cpu_ms_per_req:
-            share = unguarded["none_whole_us"] / (plain.gateway_cpu_ms_per_req * 1000.0)
-            lines.append(
-                f"  against gw-openai's {plain.gateway_cpu_ms_per_req:.3f} ms cpu/req: "
-                f"{share:.6%} of it"
-            )
+        for kind, twin in (("whole", "gw-openai"), ("stream", "gw-openai-stream")):
+            plain = by_name.get(twin)
+            if plain is not None and plain.gateway_cpu_ms_per_req:
+                share = unguarded[f"none_{kind}_us"] / (plain.gateway_cpu_ms_per_req * 1000.0)
+                lines.append(
+                    f"  {kind}: {share:.4%} of {twin}'s {plain.gateway_cpu_ms_per_req:.3f} ms"
+                    " cpu/req"
+                )
+        lines.append(
+            f"  with the two bench guardrails: {unguarded['guarded_whole_us']:.1f} us whole,"
+            f" {unguarded['guarded_stream_us']:.1f} us streamed; the bench prompt and the stub's"
+            f" answer matched {unguarded['matches']} time(s)"
+        )
     return "\n".join(lines)
 
 
@@ -221,6 +227,7 @@ def _child(prompt: str, model: str, calls: int, rounds: int) -> dict[str, Any]:
     from gateway.context import Meter, ModelContext
     from gateway.guard_output import answer_guard, guard_answer
     from gateway.guarding import guard_input, scan_texts
+    from gateway.shapes.openai import chunk_from_vendor
     from gateway.shapes.texts import rewrite_answer_texts
     from gateway.types import OPENAI, Completion, ModelRequest, Usage
     from guardrails.detectors import BUILTIN_KINDS
@@ -258,6 +265,18 @@ def _child(prompt: str, model: str, calls: int, rounds: int) -> dict[str, Any]:
         "usage": {"prompt_tokens": 6, "completion_tokens": 8, "total_tokens": 14},
     }  # fmt: skip
     completion = Completion(OPENAI, data, answer, "stop", Usage(6, 8), model)
+    # The stub's stream: a role chunk, a chunk per word, the finish, the usage chunk.
+    head = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "model": model}
+    words = [word + " " for word in answer.split()]
+    words[-1] = words[-1].rstrip()
+    events = [
+        {**head, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]},
+        *({**head, "choices": [{"index": 0, "delta": {"content": w}, "finish_reason": None}]}
+          for w in words),
+        {**head, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]},
+        {**head, "choices": [], "usage": {"prompt_tokens": 6, "completion_tokens": 8}},
+    ]  # fmt: skip
+    chunks = [chunk_from_vendor(event) for event in events]
     bare = context()
 
     def none_whole() -> None:
@@ -268,10 +287,19 @@ def _child(prompt: str, model: str, calls: int, rounds: int) -> dict[str, Any]:
         guard_input(bare, req)
         answer_guard(bare)
 
-    def guarded() -> None:
+    def guarded_whole() -> None:
         ctx = context(*specs)  # a fresh context each time: verdicts pile up on one
         guard_input(ctx, req)
         guard_answer(ctx, completion)
+
+    def guarded_stream() -> None:
+        ctx = context(*specs)
+        guard_input(ctx, req)
+        guard = answer_guard(ctx)
+        assert guard is not None
+        for chunk in chunks:  # each as it arrives
+            guard.guard([chunk])
+        guard.note(ctx)
 
     matches = sum(
         len(scan_texts(s, OPENAI, body)[1])
@@ -285,7 +313,8 @@ def _child(prompt: str, model: str, calls: int, rounds: int) -> dict[str, Any]:
         "none_whole_us": _per_call_us(none_whole, calls, rounds),
         "none_stream_us": _per_call_us(none_stream, calls, rounds),
         # less the context's own making, which a request pays with or without guardrails
-        "guarded_us": _per_call_us(guarded, calls // 100, rounds) - made,
+        "guarded_whole_us": _per_call_us(guarded_whole, calls // 100, rounds) - made,
+        "guarded_stream_us": _per_call_us(guarded_stream, calls // 100, rounds) - made,
         "matches": matches,
     }
 
