@@ -115,14 +115,30 @@ def verdicts(gw_url: str) -> dict[str, float]:
     "kind phase action result"."""
     from prometheus_client.parser import text_string_to_metric_families
 
-    with urllib.request.urlopen(gw_url + "/metrics", timeout=10) as resp:  # noqa: S310 - local
-        text = resp.read().decode()
+    try:
+        with urllib.request.urlopen(gw_url + "/metrics", timeout=10) as resp:  # noqa: S310
+            text = resp.read().decode()
+    except OSError:
+        return {}  # the gateway is gone: its scenarios say so
     return {
         " ".join(s.labels[k] for k in ("kind", "phase", "action", "result")): s.value
         for family in text_string_to_metric_families(text)
         for s in family.samples
         if s.name == "tollgate_guardrail_verdicts_total"
     }
+
+
+def problem(checked: dict[str, float] | None, unguarded: dict[str, Any] | None) -> str | None:
+    """What makes the guarded rows measure something else, or None: a guardrail that matched
+    (the prompt or the answer would not be the one checked), a failed measure."""
+    matched = sorted(k for k, v in (checked or {}).items() if v and not k.endswith(" clean"))
+    if matched:
+        return f"guardrail verdicts other than clean: {', '.join(matched)}"
+    if unguarded is not None and "error" in unguarded:
+        return unguarded["error"]
+    if unguarded is not None and unguarded["matches"]:
+        return f"the bench guardrails match the prompt or answer {unguarded['matches']} time(s)"
+    return None
 
 
 def comparisons(results: list) -> list[dict[str, Any]]:

@@ -29,6 +29,10 @@ What it does
    over (its warm-up, at least one request, stores the answer; its status is not checked); a
    miss scenario makes every body unique (a run tag and a counter in the message), so each
    request goes to the stub and its answer is stored.
+   The guardrail scenarios (``gw-openai-guarded``, ``gw-openai-stream-guarded``, each right
+   after its plain twin) send the same requests with a second key of the demo group made at
+   setup, which carries two guardrails that never match the prompt or the stub's answer
+   (bench/guarded.py): what checking costs.
 3. Stops both processes (SIGTERM, SIGKILL after 5 s) and deletes the temp dir, always.
 
 ``--peer litellm`` (``--peer-server granian|uvicorn``, ``--peer-workers N``; default granian x
@@ -59,6 +63,13 @@ The numbers
   not).  Each row is judged by issue 40's target for it: a serial hit's ``+p50`` <= 1 ms, a
   hit's ``cpu/miss`` <= 0.5, a miss's ``+cpu/req`` <= 0.05 ms.  Run the twin (and for a hit
   the miss) in the same run, or the row shows ``-``.
+* Guardrail comparison (bench/guarded.py; each ``*-guarded`` scenario against its plain
+  twin): gateway ``cpu/req`` and ``p50`` of both and the differences (``+cpu/req``,
+  ``+p50``), the gateway's guardrail verdict counts (every one should be ``clean``), and, from
+  a child process with ``timeit``, the CPU per request a request with no guardrail attached
+  spends on guardrails (``guard_input``, then ``guard_answer`` or ``answer_guard``), in
+  microseconds, set against the twin's ``cpu/req``.  ``--json``: ``guardrail_comparisons``,
+  ``guardrail_verdicts``, ``no_guardrail_cost``.
 
 Paced streams
 -------------
@@ -107,8 +118,9 @@ on PASS with every check passed, 1 otherwise, 2 when setup failed.
 
 Exit code: 0 when every request of every scenario (paced ones included) succeeded and the
 gateway logged no error, 1 otherwise (including a scenario aborted by its time limit or by a
-server process dying), 2 when setup failed (also: too low an RLIMIT_NOFILE for the paced
-streams), 130 when interrupted.
+server process dying, a bench guardrail that matched, or the no-guardrail measure failing),
+2 when setup failed (also: too low an RLIMIT_NOFILE for the paced streams), 130 when
+interrupted.
 """
 
 from __future__ import annotations
@@ -1343,6 +1355,8 @@ def main(argv: list[str] | None = None) -> int:
             if guarded.report(results, unguarded, checked):
                 print("\n" + guarded.report(results, unguarded, checked))
             print_failures(results)
+        if guarded.problem(checked, unguarded):
+            print(f"\nguardrails: {guarded.problem(checked, unguarded)}")
         if paced_results:
             print("\n" + paced.report(paced_results, sys.modules[__name__]))
             paced.print_failures(paced_results)
@@ -1352,7 +1366,7 @@ def main(argv: list[str] | None = None) -> int:
             or len(results) < len(args.scenarios)
             or any(r.bad for r in paced_results)
             or len(paced_results) < paced_want
-            or (unguarded is not None and "error" in unguarded)
+            or guarded.problem(checked, unguarded) is not None
         ):
             status = 1
             for proc in reversed(procs):  # the peer's (if any), the gateway's, the stub's

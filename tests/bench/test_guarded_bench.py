@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from bench import guarded
+
 ROOT = Path(__file__).resolve().parents[2]
 COMMAND = (
     "python bench/run.py --only gw-openai,gw-openai-guarded,gw-openai-stream,"
@@ -107,3 +109,19 @@ def test_the_guarded_scenarios_have_no_peer_twin():
     )
     assert done.returncode == 2
     assert "unknown scenario(s) ['peer-openai-guarded']" in done.stderr
+
+
+def test_a_bench_guardrail_that_matched_fails_the_run():
+    clean = {"detectors input flag clean": 44.0, "custom output redact clean": 44.0}
+    measured = {"matches": 0}
+
+    assert guarded.problem(clean, measured) is None
+    assert guarded.problem({**clean, "custom output redact matched": 1.0}, measured) == (
+        "guardrail verdicts other than clean: custom output redact matched"
+    )
+    assert guarded.problem(clean, {"matches": 2}) == (
+        "the bench guardrails match the prompt or answer 2 time(s)"
+    )
+    assert guarded.problem(clean, {"error": "bench/guarded.py failed (1): boom"}) == (
+        "bench/guarded.py failed (1): boom"
+    )
