@@ -29,6 +29,10 @@ What it does
    over (its warm-up, at least one request, stores the answer; its status is not checked); a
    miss scenario makes every body unique (a run tag and a counter in the message), so each
    request goes to the stub and its answer is stored.
+   The guardrail scenarios (``gw-openai-guarded``, ``gw-openai-stream-guarded``, each right
+   after its plain twin) send the same requests with a second key of the demo group made at
+   setup, which carries two guardrails that never match the prompt or the stub's answer
+   (bench/guarded.py): what checking costs.
 3. Stops both processes (SIGTERM, SIGKILL after 5 s) and deletes the temp dir, always.
 
 ``--peer litellm`` (``--peer-server granian|uvicorn``, ``--peer-workers N``; default granian x
@@ -59,6 +63,13 @@ The numbers
   not).  Each row is judged by issue 40's target for it: a serial hit's ``+p50`` <= 1 ms, a
   hit's ``cpu/miss`` <= 0.5, a miss's ``+cpu/req`` <= 0.05 ms.  Run the twin (and for a hit
   the miss) in the same run, or the row shows ``-``.
+* Guardrail comparison (bench/guarded.py; each ``*-guarded`` scenario against its plain
+  twin): gateway ``cpu/req`` and ``p50`` of both and the differences (``+cpu/req``,
+  ``+p50``), the gateway's guardrail verdict counts (every one should be ``clean``), and, from
+  a child process with ``timeit``, the CPU per request a request with no guardrail attached
+  spends on guardrails (``guard_input``, then ``guard_answer`` or ``answer_guard``), in
+  microseconds, set against the twin's ``cpu/req``.  ``--json``: ``guardrail_comparisons``,
+  ``guardrail_verdicts``, ``no_guardrail_cost``.
 
 Paced streams
 -------------
@@ -107,8 +118,9 @@ on PASS with every check passed, 1 otherwise, 2 when setup failed.
 
 Exit code: 0 when every request of every scenario (paced ones included) succeeded and the
 gateway logged no error, 1 otherwise (including a scenario aborted by its time limit or by a
-server process dying), 2 when setup failed (also: too low an RLIMIT_NOFILE for the paced
-streams), 130 when interrupted.
+server process dying, a bench guardrail that matched, or the no-guardrail measure failing),
+2 when setup failed (also: too low an RLIMIT_NOFILE for the paced streams), 130 when
+interrupted.
 """
 
 from __future__ import annotations
@@ -140,6 +152,7 @@ from typing import Any
 
 import aiohttp
 import fairness
+import guarded  # bench/guarded.py: the gw loads with a key that carries guardrails
 import login_flood  # bench/login_flood.py: --login-flood, one process vs. two planes
 import orjson
 import paced  # bench/paced.py: the paced-streams scenario (the script's directory is on the path)
@@ -203,13 +216,16 @@ class Scenario:
     # Tracing (gw only): "trace100" or "trace1", a gateway of its own sampling 100 % or 1 %
     # of requests, exporting to a sink (bench/traced.py).
     traced: str | None = None
+    # Guardrails (gw only): sent with a key that carries two guardrails (bench/guarded.py).
+    guarded: bool = False
 
     @property
     def uncached(self) -> str:
-        """The scenario of the same load without the cache or tracing (itself when it uses
-        neither)."""
+        """The scenario of the same load without the cache, tracing or guardrails (itself
+        when it uses none)."""
         name = self.name.replace(f"-{self.cache}", "") if self.cache else self.name
-        return name.replace(f"-{self.traced}", "") if self.traced else name
+        name = name.replace(f"-{self.traced}", "") if self.traced else name
+        return name.removesuffix(f"-{guarded.SUFFIX}") if self.guarded else name
 
     @property
     def baseline(self) -> str | None:
@@ -219,6 +235,8 @@ class Scenario:
 SCENARIOS: tuple[Scenario, ...] = (
     Scenario("stub-openai", "stub", "openai", False),
     Scenario("gw-openai", "gw", "openai", False),
+    # Guardrails: the same load with a key carrying two that never match (their checking).
+    Scenario("gw-openai-guarded", "gw", "openai", False, guarded=True),
     # The response cache, right after its uncached twin (their CPU is compared): every body
     # unique (each a miss, stored), or every body the same (the warm-up stores it: hits).
     Scenario("gw-openai-miss", "gw", "openai", False, cache=MISS),
@@ -228,6 +246,7 @@ SCENARIOS: tuple[Scenario, ...] = (
     Scenario("gw-openai-trace1", "gw", "openai", False, traced="trace1"),
     Scenario("stub-openai-stream", "stub", "openai", True),
     Scenario("gw-openai-stream", "gw", "openai", True),
+    Scenario("gw-openai-stream-guarded", "gw", "openai", True, guarded=True),
     Scenario("gw-openai-stream-trace100", "gw", "openai", True, traced="trace100"),
     Scenario("gw-openai-stream-trace1", "gw", "openai", True, traced="trace1"),
     Scenario("gw-openai-stream-miss", "gw", "openai", True, cache=MISS),
@@ -263,10 +282,11 @@ PEER_SCENARIOS: tuple[Scenario, ...] = tuple(
     Scenario("peer-" + s.name[3:], "peer", s.shape, s.stream, s.serial)
     for s in SCENARIOS
     # a peer model proxy has no web search, and is set up for neither the pool nor a platform
-    # vendor nor a cache
+    # vendor nor a cache nor guardrails
     if s.target == "gw"
     and s.cache is None
     and s.traced is None
+    and not s.guarded
     and s.shape not in ("search", "pooled", "bedrock", "azure", "gemini", "vertex")
 )
 BY_NAME = {s.name: s for s in SCENARIOS + PEER_SCENARIOS}
@@ -1203,6 +1223,8 @@ async def run_all(
         target = peer if sc.target == "peer" and peer else servers
         if sc.traced and traced_servers:
             target = traced_servers[sc.traced]
+        if sc.guarded and traced_servers:
+            target = traced_servers[guarded.SUFFIX]
         result = await run_scenario(sc, target, args)
         results.append(result)
         print(
@@ -1286,9 +1308,10 @@ def main(argv: list[str] | None = None) -> int:
             wants_peer = any(s.target == "peer" for s in args.scenarios)
             peer = start_peer(args, servers, tmp, procs) if wants_peer else None
             tracings = {s.traced for s in args.scenarios if s.traced}
+            env = child_env(str(tmp / "var"), args.database_url, args.redis_url)
             traced_servers = (
                 traced.start(
-                    child_env(str(tmp / "var"), args.database_url, args.redis_url),
+                    env,
                     servers,
                     tmp,
                     procs,
@@ -1298,6 +1321,8 @@ def main(argv: list[str] | None = None) -> int:
                 if tracings
                 else {}
             )
+            if any(s.guarded for s in args.scenarios):  # the same gateway, another key
+                traced_servers[guarded.SUFFIX] = guarded.start(servers, env, run_manage)
         except (RuntimeError, subprocess.TimeoutExpired, OSError) as exc:
             return setup_failed(exc, procs)
         print(
@@ -1315,16 +1340,23 @@ def main(argv: list[str] | None = None) -> int:
                 flush=True,
             )
         results = run_loop(lambda: run_all(args, servers, peer, traced_servers))
+        ran_guarded = any(r.name.endswith("-" + guarded.SUFFIX) for r in results)
+        checked = guarded.verdicts(servers.gw_url) if ran_guarded else None
         if args.paced_streams and servers.gateway.alive() and servers.stub.alive():
             paced_results = run_loop(lambda: paced.run_paced(args, servers, sys.modules[__name__]))
         comps = comparisons(results)
         cache_comps = cache_comparisons(results)
+        unguarded = guarded.measure(env, PROMPT, OPENAI_MODEL) if ran_guarded else None
         print()
         if results:
             print(report(results, comps, cache_comps))
             if traced.report(results):
                 print("\n" + traced.report(results))
+            if guarded.report(results, unguarded, checked):
+                print("\n" + guarded.report(results, unguarded, checked))
             print_failures(results)
+        if guarded.problem(checked, unguarded):
+            print(f"\nguardrails: {guarded.problem(checked, unguarded)}")
         if paced_results:
             print("\n" + paced.report(paced_results, sys.modules[__name__]))
             paced.print_failures(paced_results)
@@ -1334,6 +1366,7 @@ def main(argv: list[str] | None = None) -> int:
             or len(results) < len(args.scenarios)
             or any(r.bad for r in paced_results)
             or len(paced_results) < paced_want
+            or guarded.problem(checked, unguarded) is not None
         ):
             status = 1
             for proc in reversed(procs):  # the peer's (if any), the gateway's, the stub's
@@ -1366,6 +1399,9 @@ def main(argv: list[str] | None = None) -> int:
                 "comparisons": comps,
                 "cache_comparisons": cache_comps,
                 "tracing_comparisons": traced.comparisons(results),
+                "guardrail_comparisons": guarded.comparisons(results),
+                "guardrail_verdicts": checked,
+                "no_guardrail_cost": unguarded,
                 "paced": paced.as_json(paced_results),
                 "ok": status == 0,
             }
