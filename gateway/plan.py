@@ -185,7 +185,7 @@ def offers_for(
 
 
 # A model kind other than chat: its article, its name, and the one route it answers.
-KIND_ROUTES = {
+KIND_ROUTES: dict[str, tuple[str, str]] = {
     ModelKind.EMBEDDING: ("an embedding model", "POST /v1/embeddings"),
     ModelKind.MODERATION: ("a moderation model", "POST /v1/moderations"),
 }

@@ -2,9 +2,10 @@
 
 Served by OpenAI-shaped vendors only (providers.models.MODERATION_KINDS), on models a
 profile marks `"kind": "moderation"`. The body goes as it came but for what Tollgate owns
-(the model mapped, a `user` field kept back); the answer comes back with only the model name mapped. Priced per input
-token when the vendor reports usage; OpenAI's own moderation is free and reports none, so
-it costs nothing. There are no output tokens: the hold is the prompt's bound alone.
+(the model mapped, a `user` field kept back); the answer comes back with only the model
+name mapped. Priced per input token when the vendor reports usage; OpenAI's own moderation
+is free and reports none, so it costs nothing. There are no output tokens: the hold is the
+prompt's bound alone.
 
 `input` is a string, a list of strings, or OpenAI's multimodal list of items: text items
 (`{"type": "text", "text": ...}`) are taken; image items are refused (LM-2001), as the

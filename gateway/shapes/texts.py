@@ -151,13 +151,12 @@ def _embeddings(body: dict, rewrite: Rewrite) -> dict:
 
 
 def _moderations(body: dict, rewrite: Rewrite) -> dict:
+    def item(i: Any) -> Any:  # a string, or a text item
+        return _string(i, rewrite) if isinstance(i, str) else _part(i, rewrite)
+
     given = body.get("input")
     if isinstance(given, list):
-        return _field(
-            body,
-            "input",
-            _items(given, lambda i: _string(i, rewrite) if isinstance(i, str) else _part(i, rewrite)),
-        )
+        return _field(body, "input", _items(given, item))
     return _field(body, "input", _string(given, rewrite))
 
 
