@@ -61,7 +61,7 @@ class TeamKeyProfile:
     """A live profile a team key may be added for, and what a key there serves."""
 
     name: str
-    models: tuple[str, ...]  # the model names clients ask for, sorted (chat and embedding)
+    models: tuple[str, ...]  # the model names clients ask for, sorted (every kind)
     aliases: frozenset[str]  # their other names
     web: str = ""  # a web profile's kind, said ("Search vendor"): it serves no model
 

@@ -3,8 +3,8 @@
 
 A model request reaches the control plane when a client is pointed at its address, or at a
 proxy that sends the path here; a base URL without /v1 makes the SDKs send `/chat/...`,
-`/messages`, `/embeddings`, `/responses`, `/models`. Every path whose first segment is one of
-the gateway's (its routes with and without their /v1) is answered here.
+`/messages`, `/embeddings`, `/moderations`, `/responses`, `/models`. Every path whose first
+segment is one of the gateway's (its routes with and without their /v1) is answered here.
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 
 `config/asgi.py` mounts `gateway_app` in front of Django's ASGI application, which keeps
 serving the admin and the tenant API. The model routes (chat, messages, responses,
-embeddings) hand their exchange to the request pipeline (gateway/pipeline.py); the rest
-(models, a stored response, health, metrics, reload) answer here.
+embeddings, moderations) hand their exchange to the request pipeline (gateway/pipeline.py);
+the rest (models, a stored response, health, metrics, reload) answer here.
 """
 
 from __future__ import annotations
@@ -191,7 +191,7 @@ class Exchange:
 
 async def list_models(ex: Exchange) -> None:
     """List the canonical models and aliases the key may call, sorted by id, each with its
-    `kind` ("chat" or "embedding": which routes it answers); an alias with `alias_of`
+    `kind` ("chat", "embedding" or "moderation": which routes it answers); an alias with `alias_of`
     naming its model. The list is gateway/access.py's, the one enforcement refuses by; in
     Anthropic's shape when the request says `anthropic-version` (its SDK always does).
     """
@@ -268,6 +268,7 @@ ROUTES: dict[tuple[str, str], Callable[[Exchange], Awaitable[None]]] = {
     ("POST", "/v1/messages/count_tokens"): count_tokens.serve,
     ("POST", "/v1/responses"): lambda ex: pipeline.serve(ex, pipeline.RESPONSES),
     ("POST", "/v1/embeddings"): lambda ex: pipeline.serve(ex, pipeline.EMBEDDINGS),
+    ("POST", "/v1/moderations"): lambda ex: pipeline.serve(ex, pipeline.MODERATIONS),
     ("GET", "/v1/models"): list_models,
     ("POST", "/internal/complete"): lambda ex: pipeline.serve(ex, pipeline.INTERNAL_COMPLETE),
     ("POST", "/internal/stream"): lambda ex: pipeline.serve(ex, pipeline.INTERNAL_STREAM),

@@ -121,7 +121,7 @@ class ModelOffer:
     cached_input_micro_per_mtok: int = None  # type: ignore[assignment]
     cache_write_micro_per_mtok: int = None  # type: ignore[assignment]
     aliases: tuple[str, ...] = ()  # other names clients may use for this offer's model
-    kind: str = ModelKind.CHAT  # which requests it answers: chat or embeddings
+    kind: str = ModelKind.CHAT  # which requests it answers: chat, embeddings or moderations
     cache: CacheTerms = NOT_CACHEABLE  # the operator's response-cache terms for this model
 
     def cost_micro(self, usage: Usage) -> int:

@@ -1,5 +1,5 @@
-"""The request pipeline: one model request (chat, messages, responses, embeddings) from its
-first byte to its usage record.
+"""The request pipeline: one model request (chat, messages, responses, embeddings,
+moderations) from its first byte to its usage record.
 
 `serve` runs the stages below, in this order, each a function further down or, for the
 ones a request the gateway makes itself also runs (gateway/subrequests.py), in
@@ -50,6 +50,7 @@ from gateway.shapes import internal as internal_shape
 from gateway.shapes.anthropic import ANTHROPIC_SHAPE
 from gateway.shapes.embeddings import EMBEDDINGS_SHAPE
 from gateway.shapes.internal import INTERNAL_SHAPE
+from gateway.shapes.moderations import MODERATIONS_SHAPE
 from gateway.shapes.openai import OPENAI_SHAPE
 from gateway.shapes.protocols import ClientShape
 from gateway.shapes.responses import RESPONSES_SHAPE
@@ -90,17 +91,20 @@ class Endpoint:
     shape: ClientShape
     internal: bool = False  # trusted services: the internal token, a group, their own ids
     stream: bool | None = None  # set by an internal route; None: the client's body says
+    cacheable: bool = True  # a public route's answers may be kept (internal ones never are)
 
     @property
     def cached(self) -> bool:
-        """Say whether the response cache serves this route (the public ones)."""
-        return not self.internal
+        """Say whether the response cache serves this route (the public ones that may)."""
+        return self.cacheable and not self.internal
 
 
 CHAT = Endpoint("chat", OPENAI_SHAPE)
 MESSAGES = Endpoint("messages", ANTHROPIC_SHAPE)
 RESPONSES = Endpoint("responses", RESPONSES_SHAPE)
 EMBEDDINGS = Endpoint("embeddings", EMBEDDINGS_SHAPE)  # its shape never streams
+# Never cached: a verdict is what the vendor's model says now (and OpenAI's is free).
+MODERATIONS = Endpoint("moderations", MODERATIONS_SHAPE, cacheable=False)
 INTERNAL_COMPLETE = Endpoint("internal.complete", INTERNAL_SHAPE, internal=True, stream=False)
 INTERNAL_STREAM = Endpoint("internal.stream", INTERNAL_SHAPE, internal=True, stream=True)
 INTERNAL_DECIDE = Endpoint("internal.decide", INTERNAL_SHAPE, internal=True)
@@ -134,8 +138,8 @@ async def serve(ex: Exchange, endpoint: Endpoint) -> None:
     ctx = request_context(ex, endpoint.name, ModelContext)
     ending = CRASHED
     replayed = False
-    if endpoint.cached:
-        ex.cache_status = BYPASS_HEADER  # until the cache stage says otherwise
+    if not endpoint.internal:  # every public answer says; the cache stage may say otherwise
+        ex.cache_status = BYPASS_HEADER
     try:
         accepted = await accept(ex, endpoint, ctx)
         # Keyed requests only: no database work for the others.

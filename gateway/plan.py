@@ -151,6 +151,8 @@ def _served_payload(req: ModelRequest, profile: Profile) -> tuple[str, dict]:
             return vendor.shape, body
     elif req.embeds:  # offers_for keeps embedding models to vendors that serve them
         raise InvalidRequest(f"Profile {profile.name} serves no embeddings.")
+    elif req.moderates:  # and moderation models likewise
+        raise InvalidRequest(f"Profile {profile.name} serves no moderations.")
     if vendor.shape == ANTHROPIC:
         return ANTHROPIC, openai_request_to_anthropic(body, vendor_kind=profile.kind)
     return vendor.shape, anthropic_request_to_openai(body, vendor_kind=profile.kind)
@@ -178,10 +180,30 @@ def offers_for(
     if not resolved:
         raise Forbidden(refusal_message(model, principal.access, catalog))
     if resolved[0].kind != kind:  # a name is one kind (gateway/catalog.py)
-        if kind == ModelKind.EMBEDDING:
-            raise InvalidRequest(f"Model {model!r} is not an embedding model.")
-        raise InvalidRequest(f"Model {model!r} is an embedding model: ask POST /v1/embeddings.")
+        raise InvalidRequest(kind_mismatch_message(model, asked=kind, found=resolved[0].kind))
     return cheapest_first(resolved)
+
+
+# A model kind other than chat: its article, its name, and the one route it answers.
+KIND_ROUTES: dict[str, tuple[str, str]] = {
+    ModelKind.EMBEDDING: ("an embedding model", "POST /v1/embeddings"),
+    ModelKind.MODERATION: ("a moderation model", "POST /v1/moderations"),
+}
+
+
+def kind_mismatch_message(model: str, *, asked: str, found: str) -> str:
+    """Say that `model` is of another kind than the route asked for, and where it is served."""
+    if asked in KIND_ROUTES:
+        return f"Model {model!r} is not {KIND_ROUTES[asked][0]}."
+    named, route = KIND_ROUTES[found]
+    return f"Model {model!r} is {named}: ask {route}."
+
+
+def request_kind(req: ModelRequest) -> str:
+    """Return the kind of model a request asks for: an embedding, a moderation or a chat."""
+    if req.embeds:
+        return ModelKind.EMBEDDING
+    return ModelKind.MODERATION if req.moderates else ModelKind.CHAT
 
 
 def build_plan(
@@ -202,7 +224,7 @@ def build_plan(
             "(the model and its fallbacks together)."
         )
     prepaid = principal.billing_mode == "prepaid"
-    kind = ModelKind.EMBEDDING if req.embeds else ModelKind.CHAT
+    kind = request_kind(req)
     offers = [
         offer for model in req.chain for offer in offers_for(model, principal, catalog, kind=kind)
     ]
@@ -212,11 +234,11 @@ def build_plan(
     lock = ChainLock()
     for order, offer in enumerate(offers, start=1):
         profile = offer.profile
-        # An embedding has no output: its hold is its prompt's bound alone.
+        # An embedding or a moderation has no output: its hold is its prompt's bound alone.
         max_tokens = (
-            0
-            if req.embeds
-            else min(req.max_tokens or offer.max_output_tokens, offer.max_output_tokens)
+            min(req.max_tokens or offer.max_output_tokens, offer.max_output_tokens)
+            if req.outputs
+            else 0
         )
         if req.max_tokens is not None and req.max_tokens > offer.max_output_tokens:
             raise InvalidRequest(

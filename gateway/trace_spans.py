@@ -46,9 +46,10 @@ STAGES = (
 
 
 def operation(endpoint: str) -> str:
-    """GenAI's operation name of a route: embeddings, chat, or the web action's own name."""
-    if endpoint == "embeddings":
-        return "embeddings"
+    """GenAI's operation name of a route: embeddings, chat, or the web action's own name
+    (moderations too: GenAI names no operation for it)."""
+    if endpoint in ("embeddings", "moderations"):
+        return endpoint
     if endpoint.startswith(("web.", "internal.scrape", "internal.search", "internal.crawl")):
         return endpoint
     return "chat"

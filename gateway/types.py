@@ -17,12 +17,13 @@ OPENAI = "openai"  # OpenAI chat completions
 ANTHROPIC = "anthropic"  # Anthropic messages
 RESPONSES = "responses"  # OpenAI's Responses API
 EMBEDDINGS = "embeddings"  # OpenAI's embeddings API
+MODERATIONS = "moderations"  # OpenAI's moderations API
 
 
 @dataclass(frozen=True, slots=True)
 class ModelRequest:
     model: str
-    shape: str  # OPENAI, ANTHROPIC, RESPONSES or EMBEDDINGS: the shape `body` is in
+    shape: str  # OPENAI, ANTHROPIC, RESPONSES, EMBEDDINGS or MODERATIONS: `body`'s
     body: dict[str, Any]  # the client's body; owned fields are set again for each vendor
     chain: tuple[str, ...] = ()  # the client's chain: model, then its route list
     max_tokens: int | None = None
@@ -45,6 +46,16 @@ class ModelRequest:
     def embeds(self) -> bool:
         """Say whether this asks for embeddings (an embedding model, no output tokens)."""
         return self.shape == EMBEDDINGS
+
+    @property
+    def moderates(self) -> bool:
+        """Say whether this asks for a moderation (a moderation model, no output tokens)."""
+        return self.shape == MODERATIONS
+
+    @property
+    def outputs(self) -> bool:
+        """Say whether the answer has output tokens (neither embeddings nor moderations do)."""
+        return self.shape not in (EMBEDDINGS, MODERATIONS)
 
 
 def texts_of(body: dict[str, Any]) -> list[str]:

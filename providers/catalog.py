@@ -4,8 +4,9 @@ them to say who pays, so the two never disagree. Here because both apps may impo
 and byok may not import the gateway.
 
 - Profiles are read enabled only, in name order (the order the rules below depend on).
-- A model name answers one kind of request (chat or embeddings): the kind of the first
-  profile, by name, that offers it; a later profile's offer of it as another kind is ignored.
+- A model name answers one kind of request (chat, embeddings or moderations): the kind of
+  the first profile, by name, that offers it; a later profile's offer of it as another kind
+  is ignored.
 - A profile has a platform key when it names or seals one of its own, or has an enabled,
   active platform key row (a failing one waits for an operator). The gateway counts one only
   if it opens (its environment holds the variable, the seal opens); the payer map, in another

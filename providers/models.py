@@ -60,6 +60,11 @@ EMBEDDING_KINDS = frozenset(
     }
 )
 
+# Kinds whose vendors serve OpenAI's moderations API (`/moderations`): OpenAI itself, and an
+# OpenAI-compatible vendor whose operator marks a model so. OpenRouter and Azure OpenAI have
+# no such route (Azure's content filter is built into its answers), nor do the others.
+MODERATION_KINDS = frozenset({ProviderKind.OPENAI, ProviderKind.OPENAI_COMPATIBLE})
+
 
 class KeyStrategy(models.TextChoices):
     """How a profile's platform keys share its calls (gateway/platform_keys.py)."""
@@ -72,6 +77,7 @@ class KeyStrategy(models.TextChoices):
 class ModelKind(models.TextChoices):
     CHAT = "chat", "Chat (completions, messages, responses)"
     EMBEDDING = "embedding", "Embedding"
+    MODERATION = "moderation", "Moderation"
 
 
 class ProviderProfile(models.Model):
@@ -188,7 +194,8 @@ class ProviderModel(models.Model):
         choices=ModelKind.choices,
         default=ModelKind.CHAT,
         help_text="Chat models answer completions, messages and responses; embedding models "
-        "answer /v1/embeddings (priced per input token; the output price is unused).",
+        "answer /v1/embeddings and moderation models /v1/moderations (both priced per input "
+        "token; the output price is unused).",
     )
     upstream = models.CharField(max_length=128, help_text="The model name sent to the vendor.")
     input_micro_per_mtok = models.BigIntegerField(default=0)

@@ -16,6 +16,7 @@ from core import bus
 from core.sealing import seal
 from providers.models import (
     EMBEDDING_KINDS,
+    MODERATION_KINDS,
     WEB_KINDS,
     KeyStrategy,
     ModelKind,
@@ -320,6 +321,8 @@ def model_kind_problem(model_kind: object, profile_kind: object) -> str | None:
         return f"'kind' must be one of {sorted(ModelKind.values)}"
     if model_kind == ModelKind.EMBEDDING and profile_kind not in EMBEDDING_KINDS:
         return f"a {profile_kind} profile serves no embedding models"
+    if model_kind == ModelKind.MODERATION and profile_kind not in MODERATION_KINDS:
+        return f"a {profile_kind} profile serves no moderation models"
     return None
 
 

@@ -32,6 +32,10 @@ Vendor routes
 * ``POST .../embeddings`` (any prefix): OpenAI embeddings, deterministic
   vectors (``embeddings.embedding_vector``); the contract is in
   ``stubvendor/embeddings.py``'s docstring.  Key: ``Authorization: Bearer <key>``.
+* ``POST .../moderations`` (any prefix): OpenAI moderations, deterministic
+  verdicts (``moderations.moderation_result``: the words ``violent`` and
+  ``hateful`` flag, ``rude`` scores without flagging); the contract is in
+  ``stubvendor/moderations.py``'s docstring.  Key: ``Authorization: Bearer <key>``.
 * Azure OpenAI (``stubvendor/azure.py``, whose docstring is the contract):
   ``POST .../openai/deployments/{deployment}/chat/completions`` and
   ``.../embeddings`` and ``POST .../openai/responses``, each with an
@@ -1365,6 +1369,7 @@ async def vendor(request: web.Request) -> web.StreamResponse:
     from stubvendor.bedrock import converse, is_bedrock_call
     from stubvendor.embeddings import create_embeddings
     from stubvendor.gemini import google_vendor, is_google_call
+    from stubvendor.moderations import create_moderation
     from stubvendor.responses import create_response
     from stubvendor.web import render_page, search
 
@@ -1383,6 +1388,8 @@ async def vendor(request: web.Request) -> web.StreamResponse:
         shape, handler = "openai", create_response
     elif tail.endswith("/embeddings"):
         shape, handler = "openai", create_embeddings
+    elif tail.endswith("/moderations"):
+        shape, handler = "openai", create_moderation
     elif tail.endswith("/messages/count_tokens"):
         shape, handler = "anthropic", _count_tokens
     elif tail.endswith("/messages"):

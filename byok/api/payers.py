@@ -36,7 +36,7 @@ class RefusalOut(serializers.Serializer):
 
 class ModelPayerOut(serializers.Serializer):
     model = serializers.CharField()
-    kind = serializers.ChoiceField(choices=["chat", "embedding"])
+    kind = serializers.ChoiceField(choices=["chat", "embedding", "moderation"])
     aliases = serializers.ListField(child=serializers.CharField())
     payer = serializers.ChoiceField(
         choices=[TEAM_KEY, PLATFORM, REFUSED],

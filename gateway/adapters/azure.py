@@ -29,7 +29,7 @@ from gateway.adapters.base import CallTarget
 from gateway.adapters.openai import APIS, ChatStream, OpenAIProvider, ResponsesStream
 from gateway.shapes import openai as chat_shape
 from gateway.shapes.openai import OPENAI_SHAPE
-from gateway.types import OPENAI, RESPONSES, Chunk, ModelRequest
+from gateway.types import EMBEDDINGS, OPENAI, RESPONSES, Chunk, ModelRequest
 
 # From this api-version on (and on the v1 paths) Azure takes `max_completion_tokens` for
 # every model; before it, only `max_tokens`.
@@ -55,6 +55,8 @@ class AzureChatStream(ChatStream):
 
 class AzureOpenAIProvider(OpenAIProvider):
     """OpenAI's chat completions, Responses and embeddings on an Azure OpenAI resource."""
+
+    native = frozenset({OPENAI, RESPONSES, EMBEDDINGS})  # Azure has no moderations route
 
     def url_for(self, base_url: str, shape: str) -> str:
         # The v1 paths: the same for every deployment. The deployment paths are built per

@@ -1,8 +1,9 @@
 """OpenAI and any OpenAI-compatible vendor at its own base URL.
 
-OpenAI itself serves chat completions, the Responses API and embeddings; a compatible
-vendor (and OpenRouter) is trusted with chat completions and embeddings only, so a Responses
-request reaches it translated into chat completions.
+OpenAI itself serves chat completions, the Responses API, embeddings and moderations; a
+compatible vendor is trusted with chat completions, embeddings and moderations only, so a
+Responses request reaches it translated into chat completions. OpenRouter has no
+moderations route (providers.models.MODERATION_KINDS keeps moderation models off it).
 """
 
 from __future__ import annotations
@@ -13,16 +14,26 @@ from gateway.adapters.base import CallTarget, HttpProvider, ProviderError
 from gateway.shapes import openai as chat_shape
 from gateway.shapes import responses as responses_shape
 from gateway.shapes.embeddings import EMBEDDINGS_SHAPE
+from gateway.shapes.moderations import MODERATIONS_SHAPE
 from gateway.shapes.openai import OPENAI_SHAPE
 from gateway.shapes.protocols import VendorShape
 from gateway.shapes.responses import RESPONSES_SHAPE
-from gateway.types import EMBEDDINGS, OPENAI, RESPONSES, Chunk, Completion, ModelRequest
+from gateway.types import (
+    EMBEDDINGS,
+    MODERATIONS,
+    OPENAI,
+    RESPONSES,
+    Chunk,
+    Completion,
+    ModelRequest,
+)
 
 # Each API: its path under the base URL, and the shape that speaks its bodies.
 APIS: dict[str, tuple[str, VendorShape]] = {
     OPENAI: ("/chat/completions", OPENAI_SHAPE),
     RESPONSES: ("/responses", RESPONSES_SHAPE),
     EMBEDDINGS: ("/embeddings", EMBEDDINGS_SHAPE),
+    MODERATIONS: ("/moderations", MODERATIONS_SHAPE),
 }
 
 
@@ -57,7 +68,7 @@ class ResponsesStream:
 
 class OpenAICompatibleProvider(HttpProvider):
     shape = OPENAI
-    native = frozenset({OPENAI, EMBEDDINGS})
+    native = frozenset({OPENAI, EMBEDDINGS, MODERATIONS})
 
     def url_for(self, base_url: str, shape: str) -> str:
         return base_url + APIS[shape][0]
@@ -82,4 +93,4 @@ class OpenAICompatibleProvider(HttpProvider):
 
 
 class OpenAIProvider(OpenAICompatibleProvider):
-    native = frozenset({OPENAI, RESPONSES, EMBEDDINGS})
+    native = frozenset({OPENAI, RESPONSES, EMBEDDINGS, MODERATIONS})

@@ -15,6 +15,7 @@ text and is left as it is):
 - Responses: `instructions`; `input` (a string, or its items: a message's `content`, a
   string or its `input_text` / `output_text` parts, and a `function_call_output`'s `output`).
 - Embeddings: `input` (a string or a list of strings; token arrays are not text).
+- Moderations: `input` (a string, a list of strings, or the `text` of its text items).
 
 An answer's texts, what an output guardrail scans (`rewrite_answer_texts` on a vendor's whole
 answer, in the shape the adapter read it in): OpenAI chat, each choice's `message.content`;
@@ -28,7 +29,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from gateway.types import ANTHROPIC, EMBEDDINGS, OPENAI, RESPONSES
+from gateway.types import ANTHROPIC, EMBEDDINGS, MODERATIONS, OPENAI, RESPONSES
 
 Rewrite = Callable[[str], str]
 TEXT_PARTS = frozenset({"text", "input_text", "output_text"})
@@ -149,11 +150,22 @@ def _embeddings(body: dict, rewrite: Rewrite) -> dict:
     return _field(body, "input", _string(given, rewrite))
 
 
+def _moderations(body: dict, rewrite: Rewrite) -> dict:
+    def item(i: Any) -> Any:  # a string, or a text item
+        return _string(i, rewrite) if isinstance(i, str) else _part(i, rewrite)
+
+    given = body.get("input")
+    if isinstance(given, list):
+        return _field(body, "input", _items(given, item))
+    return _field(body, "input", _string(given, rewrite))
+
+
 WALKS: dict[str, Callable[[dict, Rewrite], dict]] = {
     OPENAI: _openai,
     ANTHROPIC: _anthropic,
     RESPONSES: _responses,
     EMBEDDINGS: _embeddings,
+    MODERATIONS: _moderations,
 }
 
 

@@ -246,10 +246,11 @@ def test_breaker_opens_fails_fast_and_closes_in_one_process(transactional_db, lo
     [
         ("/v1/responses", {"model": "o4-mini", "input": "are you there"}),
         ("/v1/embeddings", {"model": "text-embedding-3-small", "input": "are you there"}),
+        ("/v1/moderations", {"model": "omni-moderation-latest", "input": "are you there"}),
     ],
-    ids=["responses", "embeddings"],
+    ids=["responses", "embeddings", "moderations"],
 )
-def test_responses_and_embeddings_open_the_breaker_like_chat(
+def test_responses_embeddings_and_moderations_open_the_breaker_like_chat(
     transactional_db, lone_gateway, stub, path, body
 ):
     stack = own_stack(lone_gateway, stub, api_profiles(stub.url))

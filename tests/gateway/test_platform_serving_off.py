@@ -160,6 +160,13 @@ def embeddings(s: Setup, tenant) -> tuple[int, str | None]:
     )
 
 
+def moderations(s: Setup, tenant) -> tuple[int, str | None]:
+    client = oai(s, tenant)
+    return answer(
+        lambda: client.moderations.create(model="omni-moderation-latest", input=["one", "two"])
+    )
+
+
 def models(s: Setup, tenant) -> tuple[int, str | None]:
     """Listing pays no one: both keys see the models."""
     listed = [m.id for m in oai(s, tenant).models.list()]
@@ -231,6 +238,7 @@ CASES = {
     ("GET", "/v1/responses/{id}"): (stored_response("GET"), NOT_KEPT, NOT_KEPT),
     ("DELETE", "/v1/responses/{id}"): (stored_response("DELETE"), NOT_KEPT, NOT_KEPT),
     ("POST", "/v1/embeddings"): (embeddings, SERVED, REFUSED),
+    ("POST", "/v1/moderations"): (moderations, SERVED, REFUSED),
     ("GET", "/v1/models"): (models, SERVED, SERVED),
     ("POST", "/v1/web/scrape"): (scrape, SERVED, REFUSED),
     ("POST", "/v1/web/search"): (search, SERVED, REFUSED),

@@ -197,7 +197,26 @@ def test_embeddings_are_cached_too(cached):
     assert vendor_calls(cached) == 1
 
 
+def test_moderations_are_never_cached_even_on_a_cacheable_model(cached):
+    tenant = cached.tenant()
+    client = cached.openai(tenant)
+    ask = {"model": "omni-moderation-latest", "input": ["one", "two"]}
+    install_profiles(cached.stub.url, embedding_profiles(cached.stub.url))
+    cached.gateway.reload()
+
+    statuses = [
+        client.moderations.with_raw_response.create(extra_headers=TTL, **ask).headers[
+            "x-tollgate-cache"
+        ]
+        for _ in range(2)
+    ]
+
+    assert statuses == ["bypass", "bypass"]
+    assert vendor_calls(cached) == 2
+
+
 def embedding_profiles(stub_url: str) -> list[dict]:
+    """The cacheable profiles with embedding models and a moderation model, all cacheable."""
     from tests.support.profiles import EMBEDDING_PRICES
 
     spec = cacheable_profiles(stub_url)
@@ -211,4 +230,13 @@ def embedding_profiles(stub_url: str) -> list[dict]:
         }
         for name, price in EMBEDDING_PRICES.items()
     ]
+    spec[0]["models"].append(
+        {
+            "name": "omni-moderation-latest",
+            "kind": "moderation",
+            "input_micro_per_mtok": 0,
+            "output_micro_per_mtok": 0,
+            "cacheable": True,
+        }
+    )
     return spec

@@ -14,7 +14,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.test import Client
 
 from providers.models import ProviderModel, ProviderProfile
-from providers.services import profiles_bootstrap, read_profiles_spec
+from providers.services import model_kind_problem, profiles_bootstrap, read_profiles_spec
 from tests.support.money import typed_dollars
 
 pytestmark = pytest.mark.django_db
@@ -47,19 +47,34 @@ def spec(**profile_fields) -> list[dict]:
     ]
 
 
-def test_a_model_is_a_chat_model_unless_marked_an_embedding_model():
+def test_a_model_is_a_chat_model_unless_marked_an_embedding_or_moderation_model():
     profiles_bootstrap(
         spec=spec(
             kind="openai",
             models=[
                 {"name": "gpt-4o-mini"},
                 {"name": "text-embedding-3-small", "kind": "embedding"},
+                {"name": "omni-moderation-latest", "kind": "moderation"},
             ],
         )
     )
 
     kinds = dict(ProviderModel.objects.values_list("name", "kind"))
-    assert kinds == {"gpt-4o-mini": "chat", "text-embedding-3-small": "embedding"}
+    assert kinds == {
+        "gpt-4o-mini": "chat",
+        "text-embedding-3-small": "embedding",
+        "omni-moderation-latest": "moderation",
+    }
+
+
+@pytest.mark.parametrize(
+    ("kind", "served"),
+    [("openai", True), ("openai_compatible", True), ("openrouter", False), ("azure", False)],
+)
+def test_moderation_models_only_on_kinds_with_openais_moderations_route(kind, served):
+    assert model_kind_problem("moderation", kind) == (
+        None if served else f"a {kind} profile serves no moderation models"
+    )
 
 
 def model_fields(name: str) -> tuple:
@@ -146,11 +161,15 @@ def _model(**fields) -> dict:
         ),
         (
             {"models": [_model(kind="vision")]},
-            r"models\[0\]: 'kind' must be one of \['chat', 'embedding'\]",
+            r"models\[0\]: 'kind' must be one of \['chat', 'embedding', 'moderation'\]",
         ),
         (
             {"models": [_model(kind="embedding")]},
             r"models\[0\]: a anthropic profile serves no embedding models",
+        ),
+        (
+            {"models": [_model(kind="moderation")]},
+            r"models\[0\]: a anthropic profile serves no moderation models",
         ),
     ],
 )

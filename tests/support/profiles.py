@@ -93,11 +93,16 @@ def install_profiles(stub_url: str, spec: list[dict] | None = None) -> None:
 
 # Embedding models on the stub's OpenAI profile, priced per input token only.
 EMBEDDING_PRICES = {"text-embedding-3-small": 20_000, "text-embedding-3-large": 130_000}
+# A moderation model on the stub's OpenAI profile: OpenAI's is free, but the stub reports
+# usage, so a price tests the billing (per input token only).
+MODERATION_MODEL = "omni-moderation-latest"
+MODERATION_PRICE = 1_000_000
 
 
 def api_profiles(stub_url: str) -> list[dict]:
-    """The stub profiles with embedding models, a reasoning model, and a chat-only
-    OpenAI-compatible profile (a Responses request reaches it as chat completions)."""
+    """The stub profiles with embedding models, a moderation model, a reasoning model, and a
+    chat-only OpenAI-compatible profile (a Responses request reaches it as chat
+    completions)."""
     spec = stub_profiles(stub_url)
     spec[0]["models"] += [
         {
@@ -108,6 +113,14 @@ def api_profiles(stub_url: str) -> list[dict]:
         }
         for name, price in EMBEDDING_PRICES.items()
     ]
+    spec[0]["models"].append(
+        {
+            "name": MODERATION_MODEL,
+            "kind": "moderation",
+            "input_micro_per_mtok": MODERATION_PRICE,
+            "output_micro_per_mtok": 0,
+        }
+    )
     spec[0]["models"].append(
         {"name": "o4-mini", "input_micro_per_mtok": 1_100_000, "output_micro_per_mtok": 4_400_000}
     )
@@ -130,6 +143,13 @@ def api_profiles(stub_url: str) -> list[dict]:
                     "kind": "embedding",
                     "upstream": "local-embed",
                     "input_micro_per_mtok": 10_000,
+                    "output_micro_per_mtok": 0,
+                },
+                {
+                    "name": "compat-moderation",
+                    "kind": "moderation",
+                    "upstream": "local-moderation",
+                    "input_micro_per_mtok": 20_000,
                     "output_micro_per_mtok": 0,
                 },
             ],

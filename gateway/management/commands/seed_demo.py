@@ -98,6 +98,13 @@ def _demo_profiles(stub_url: str) -> list[dict]:
                     "input_micro_per_mtok": 20_000,
                     "output_micro_per_mtok": 0,
                 },
+                # OpenAI's moderation is free: its prices are 0 (the stub reports usage).
+                {
+                    "name": "omni-moderation-latest",
+                    "kind": "moderation",
+                    "input_micro_per_mtok": 0,
+                    "output_micro_per_mtok": 0,
+                },
             ],
         },
         {

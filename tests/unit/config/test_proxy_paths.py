@@ -73,6 +73,7 @@ def test_the_proxy_sends_every_gateway_path_with_or_without_v1_to_the_gateway():
         "/chat/other",
         "/messages",
         "/embeddings",
+        "/moderations",
         "/responses/resp_1",
         "/models",
         "/models/gpt-4o",

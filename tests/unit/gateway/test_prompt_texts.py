@@ -8,7 +8,7 @@ import copy
 import pytest
 
 from gateway.shapes.texts import rewrite_texts
-from gateway.types import ANTHROPIC, EMBEDDINGS, OPENAI, RESPONSES
+from gateway.types import ANTHROPIC, EMBEDDINGS, MODERATIONS, OPENAI, RESPONSES
 
 IMAGE = {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}
 
@@ -84,6 +84,13 @@ def seen_texts(shape: str, body: dict) -> list[str]:
         (EMBEDDINGS, {"model": "e", "input": ["one", "two"]}, ["one", "two"]),
         (EMBEDDINGS, {"model": "e", "input": "one"}, ["one"]),
         (EMBEDDINGS, {"model": "e", "input": [[1, 2, 3]]}, []),
+        (MODERATIONS, {"model": "m", "input": "one"}, ["one"]),
+        (MODERATIONS, {"model": "m", "input": ["one", "two"]}, ["one", "two"]),
+        (
+            MODERATIONS,
+            {"model": "m", "input": [{"type": "text", "text": "one"}, {"type": "image_url"}]},
+            ["one"],
+        ),
         (RESPONSES, {"model": "m", "input": "just this"}, ["just this"]),
         (ANTHROPIC, {"model": "c", "system": "s", "messages": []}, ["s"]),
     ],
@@ -118,3 +125,4 @@ def test_an_unknown_shape_or_a_malformed_body_is_walked_as_far_as_it_holds_texts
     assert seen_texts(OPENAI, {"messages": "not a list"}) == []
     assert seen_texts(OPENAI, {"messages": [None, 3, {"content": 5}]}) == []
     assert rewrite_texts(EMBEDDINGS, {"input": ["a", 7]}, str.upper) == {"input": ["A", 7]}
+    assert rewrite_texts(MODERATIONS, {"input": ["a", 7]}, str.upper) == {"input": ["A", 7]}

@@ -14,13 +14,20 @@ import pytest
 from gateway.shapes.anthropic import ANTHROPIC_SHAPE
 from gateway.shapes.embeddings import EMBEDDINGS_SHAPE
 from gateway.shapes.internal import INTERNAL_SHAPE
+from gateway.shapes.moderations import MODERATIONS_SHAPE
 from gateway.shapes.openai import OPENAI_SHAPE
 from gateway.shapes.protocols import ClientShape, VendorShape
 from gateway.shapes.responses import RESPONSES_SHAPE
 
 SHAPES_DIR = Path(__file__).resolve().parents[3] / "gateway" / "shapes"
-CLIENT_SHAPES = [OPENAI_SHAPE, ANTHROPIC_SHAPE, RESPONSES_SHAPE, EMBEDDINGS_SHAPE, INTERNAL_SHAPE]
-VENDOR_SHAPES = [OPENAI_SHAPE, ANTHROPIC_SHAPE, RESPONSES_SHAPE, EMBEDDINGS_SHAPE]
+VENDOR_SHAPES = [
+    OPENAI_SHAPE,
+    ANTHROPIC_SHAPE,
+    RESPONSES_SHAPE,
+    EMBEDDINGS_SHAPE,
+    MODERATIONS_SHAPE,
+]
+CLIENT_SHAPES = [*VENDOR_SHAPES, INTERNAL_SHAPE]
 
 
 def protocol_methods(protocol: type) -> list[str]:

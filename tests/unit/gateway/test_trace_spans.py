@@ -16,6 +16,7 @@ from gateway.trace_spans import GENAI_PROVIDERS, operation
         ("internal.complete", "chat"),
         ("internal.stream", "chat"),
         ("embeddings", "embeddings"),
+        ("moderations", "moderations"),
         ("web.scrape", "web.scrape"),
         ("internal.search", "internal.search"),
         ("web.crawl.page", "web.crawl.page"),
