@@ -48,6 +48,7 @@ class HookOutcome:
     flagged: bool = False
     matches: int = 0
     failure: str = ""  # "" when it answered; else why not, for the client and the log
+    kinds: tuple[str, ...] = ()  # what it flagged, when it says (a moderation's categories)
 
     @property
     def failed(self) -> bool:

@@ -31,12 +31,15 @@ from typing import TYPE_CHECKING, Any
 
 from core import errors
 from gateway.guarding import (
+    REMOTE_KINDS,
     SCANNING_KINDS,
     Verdict,
     blocked_message,
+    check_remote,
     note_verdict,
     scan_texts,
     scanner_for,
+    texts_of,
 )
 from gateway.shapes.texts import answer_text, rewrite_answer_texts
 from gateway.types import ANTHROPIC, OPENAI, RESPONSES, Chunk, Completion
@@ -64,26 +67,35 @@ def output_guardrails(ctx: ModelContext) -> tuple[GuardrailSpec, ...]:
     principal = ctx.principal
     if principal is None or not principal.guardrails:
         return ()
-    return tuple(
-        spec
-        for spec in principal.guardrails
-        if spec.phase in OUTPUT_PHASES and spec.kind in SCANNING_KINDS
-    )
+    return tuple(spec for spec in principal.guardrails if spec.phase in OUTPUT_PHASES)
 
 
-def guard_answer(ctx: ModelContext, completion: Completion) -> Completion:
-    """Check a whole answer with the output guardrails; return it, rewritten where one
-    redacts. Raises GuardrailBlocked (LM-2030)."""
+def split_kinds(
+    specs: Sequence[GuardrailSpec],
+) -> tuple[tuple[GuardrailSpec, ...], tuple[GuardrailSpec, ...]]:
+    """Split guardrails into the ones that scan here and the ones that call out."""
+    scanning = tuple(spec for spec in specs if spec.kind in SCANNING_KINDS)
+    return scanning, tuple(spec for spec in specs if spec.kind in REMOTE_KINDS)
+
+
+async def guard_answer(ctx: ModelContext, completion: Completion) -> Completion:
+    """Check a whole answer with the output guardrails (those that scan, then those that
+    call out, on the text as it would be sent); return it, rewritten where one redacts.
+    Raises GuardrailBlocked (LM-2030)."""
     specs = output_guardrails(ctx)
     if not specs:
         return completion
+    scanning, remote = split_kinds(specs)
     data = completion.data
-    for spec in specs:
+    for spec in scanning:
         data, kinds = scan_texts(spec, completion.shape, data, walk=rewrite_answer_texts)
         verdict = Verdict(spec.name, "output", spec.action, len(kinds), tuple(dict.fromkeys(kinds)))
         note_verdict(ctx, spec, verdict)
         if spec.action == "block" and kinds:
             raise errors.GuardrailBlocked(blocked_message(verdict))
+    for spec in remote:
+        texts = texts_of(completion.shape, data, walk=rewrite_answer_texts)
+        await check_remote(ctx, spec, "output", texts)
     if data is completion.data:
         return completion
     return replace(completion, data=data, text=answer_text(completion.shape, data))
@@ -92,15 +104,17 @@ def guard_answer(ctx: ModelContext, completion: Completion) -> Completion:
 def answer_guard(ctx: ModelContext) -> AnswerGuard | None:
     """Return the guard for a streamed answer, or None when no guardrail checks it."""
     specs = output_guardrails(ctx)
-    return AnswerGuard(specs) if specs else None
+    return AnswerGuard(ctx, specs) if specs else None
 
 
 class AnswerGuard:
     """One streamed answer's output guardrails, chained: what the first releases, the second
     is fed, and so on; the client gets what the last releases."""
 
-    def __init__(self, specs: Sequence[GuardrailSpec]) -> None:
-        self.specs = tuple(specs)
+    def __init__(self, ctx: ModelContext, specs: Sequence[GuardrailSpec]) -> None:
+        self.ctx = ctx
+        self.specs, self.remote = split_kinds(specs)
+        self._remote_asked = 0  # how many of the remote ones were asked (a cut stream: not all)
         self.scanners = [
             StreamScanner(
                 scanner_for(
@@ -108,7 +122,7 @@ class AnswerGuard:
                 ),
                 spec.action,  # type: ignore[arg-type]  # the model's choices
             )
-            for spec in specs
+            for spec in self.specs
         ]
         self.blocked: Verdict | None = None
         self._template: Chunk | None = None  # the last text event: held text leaves in a copy
@@ -119,6 +133,9 @@ class AnswerGuard:
     async def checked(self, chunks: AsyncIterator[list[Chunk]]) -> AsyncIterator[list[Chunk]]:
         """The stream as the client may get it: after a block, the text before the value,
         then GuardrailBlocked once the vendor's stream is closed (nothing more is made)."""
+        if self.remote:
+            yield await self._checked_whole(chunks)
+            return
         async for arrived in chunks:
             passed = self.guard(arrived)
             if passed:
@@ -135,6 +152,36 @@ class AnswerGuard:
             yield [with_text(self._template, rest)]
         if self.blocked is not None:
             raise self.error()
+
+    async def _checked_whole(self, chunks: AsyncIterator[list[Chunk]]) -> list[Chunk]:
+        """Hold the whole answer, scan it, ask the guardrails that call out about the text
+        it would send, and return it all. A block sends no text: the stream is billed like
+        a whole answer, at what the vendor said it used."""
+        held = [arrived async for arrived in chunks]
+        out: list[Chunk] = []
+        try:
+            for arrived in held:
+                out += self.guard(arrived)
+                if self.blocked is not None:
+                    raise self.error()
+            rest = self._close_block()
+            if self.blocked is not None:
+                raise self.error()
+            if rest:
+                assert self._template is not None  # held text came in a text event
+                out.append(with_text(self._template, rest))
+            text = "".join(chunk.text for chunk in out)
+            for spec in self.remote:
+                self._remote_asked += 1
+                await check_remote(self.ctx, spec, "output", [text])
+        except errors.GuardrailBlocked:
+            stream = self.ctx.stream
+            if stream is not None:  # what it used, none of it sent
+                for arrived in held:
+                    for chunk in arrived:
+                        stream.fold(chunk)
+            raise
+        return out
 
     def guard(self, arrived: list[Chunk]) -> list[Chunk]:
         """Return what of these chunks may go to the client now. After a block it returns
@@ -178,9 +225,13 @@ class AnswerGuard:
         return tuple(verdicts)
 
     def note(self, ctx: ModelContext) -> None:
-        """Record each guardrail's verdict on the request (however its stream ended)."""
+        """Record each guardrail's verdict on the request (however its stream ended); a
+        guardrail that calls out records its own when asked, and one never asked (the
+        stream ended first) is recorded as not having seen the answer."""
         for spec, verdict in zip(self.specs, self.verdicts(), strict=True):
             note_verdict(ctx, spec, verdict)
+        for spec in self.remote[self._remote_asked :]:
+            note_verdict(ctx, spec, Verdict(spec.name, "output", spec.action, 0, complete=False))
 
     def error(self) -> errors.GuardrailBlocked:
         assert self.blocked is not None

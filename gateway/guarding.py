@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING
 from core import errors, metrics
 from core.config import tollgate
 from gateway.guard_hooks import check_with_webhook
+from gateway.guard_moderation import check_with_moderation
 from gateway.runtime import runtime
 from gateway.shapes.texts import Rewrite, rewrite_texts
 from guardrails.custom import compile_custom
@@ -51,6 +52,7 @@ log = logging.getLogger(__name__)
 INPUT_PHASES = frozenset({"input", "both"})
 TextWalk = Callable[[str, dict, Rewrite], dict]
 SCANNING_KINDS = frozenset({"detectors", "custom"})
+REMOTE_KINDS = frozenset({"webhook", "moderation"})  # they call out: gateway/guard_hooks.py
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,18 +90,15 @@ async def guard_input(ctx: ModelContext, req: ModelRequest) -> ModelRequest:
         return req
     body = req.body
     for spec in principal.guardrails:
-        if spec.phase in INPUT_PHASES and spec.kind == "webhook":
-            # The texts as the vendor would get them: after the redactions before it.
-            await check_hook(ctx, spec, "input", prompt_texts(req.shape, body))
+        if spec.phase not in INPUT_PHASES:
             continue
-        if spec.phase not in INPUT_PHASES or spec.kind not in SCANNING_KINDS:
+        if spec.kind in REMOTE_KINDS:
+            # The texts as the vendor would get them: after the redactions before it.
+            await check_remote(ctx, spec, "input", texts_of(req.shape, body))
             continue
         body, kinds = scan_texts(spec, req.shape, body)
         verdict = Verdict(spec.name, "input", spec.action, len(kinds), tuple(dict.fromkeys(kinds)))
-        ctx.guardrail_verdicts += (verdict,)
-        metrics.GUARDRAIL_VERDICTS.labels(
-            spec.kind, "input", spec.action, "matched" if kinds else "clean"
-        ).inc()
+        note_verdict(ctx, spec, verdict)
         if spec.action == "block" and kinds:
             raise errors.GuardrailBlocked(blocked_message(verdict))
     return req if body is req.body else replace(req, body=body)
@@ -144,40 +143,53 @@ def blocked_message(verdict: Verdict) -> str:
     )
 
 
-async def check_hook(ctx: ModelContext, spec: GuardrailSpec, phase: str, texts: list[str]) -> None:
-    """Ask a webhook guardrail about texts and record its verdict; raise GuardrailBlocked
+async def check_remote(
+    ctx: ModelContext, spec: GuardrailSpec, phase: str, texts: list[str]
+) -> None:
+    """Ask a guardrail that calls out (its webhook, or its moderation model through
+    gateway/guard_moderation.py) about texts, and record its verdict; raise GuardrailBlocked
     when it flags and blocks, or gives no verdict and fails closed. A failure that fails open
     is recorded as failed, never as checked and clean."""
-    outcome = await check_with_webhook(
-        spec,
-        phase=phase,
-        texts=texts,
-        request_id=ctx.request_id,
-        session=runtime.session,
-        allow_nets=tollgate().web_allow_nets,
+    if spec.kind == "moderation":
+        outcome = await check_with_moderation(ctx, spec, texts=texts)
+        flagged_by = "its moderation model flagged"
+    else:
+        outcome = await check_with_webhook(
+            spec,
+            phase=phase,
+            texts=texts,
+            request_id=ctx.request_id,
+            session=runtime.session,
+            allow_nets=tollgate().web_allow_nets,
+        )
+        flagged_by = "its endpoint flagged"
+    verdict = Verdict(
+        spec.name, phase, spec.action, outcome.matches, outcome.kinds, failed=outcome.failed
     )
-    verdict = Verdict(spec.name, phase, spec.action, outcome.matches, failed=outcome.failed)
     note_verdict(ctx, spec, verdict)
     where = f"Blocked by guardrail {spec.name!r} ({phase})"
+    what = "the request" if phase == "input" else "the answer"
     if outcome.failed:
         log.warning("guardrail %s (id %s) gave no verdict: %s", spec.name, spec.id, outcome.failure)
         if spec.fail_mode == "closed":
             raise errors.GuardrailBlocked(
-                f"{where}: it could not check the request ({outcome.failure}) and fails closed."
+                f"{where}: it could not check {what} ({outcome.failure}) and fails closed."
             )
     elif outcome.flagged and spec.action == "block":
-        raise errors.GuardrailBlocked(f"{where}: its endpoint flagged the request.")
+        kinds = f" ({', '.join(outcome.kinds)})" if outcome.kinds else ""
+        raise errors.GuardrailBlocked(f"{where}: {flagged_by} {what}{kinds}.")
 
 
-def prompt_texts(shape: str, body: dict) -> list[str]:
-    """The prompt texts of a body, in the order rewrite_texts walks them."""
+def texts_of(shape: str, body: dict, *, walk: TextWalk = rewrite_texts) -> list[str]:
+    """The texts of a body (its prompt's; an answer's with walk=rewrite_answer_texts), in
+    the order the walk takes them."""
     texts: list[str] = []
 
     def collect(text: str) -> str:
         texts.append(text)
         return text
 
-    rewrite_texts(shape, body, collect)
+    walk(shape, body, collect)
     return texts
 
 

@@ -210,13 +210,13 @@ async def accept(ex: Exchange, endpoint: Endpoint, ctx: ModelContext) -> Accepte
     if endpoint.internal:
         ctx.req = internal_shape.parse_request(data, stream=endpoint.stream)
         tag_request(ctx, ex.headers.get(TAG_HEADER), ctx.req.tags)
-        return Accepted(ctx.req, body)
-    fallback = ex.headers.get(FALLBACK_HEADER)
-    ctx.req = endpoint.shape.parse_request(
-        data, fallback_header=fallback.decode() if fallback else None
-    )
-    tag_request(ctx, ex.headers.get(TAG_HEADER), ctx.req.tags)  # the header's, the body's
-    label_caller(ex, ctx, ctx.req)
+    else:
+        fallback = ex.headers.get(FALLBACK_HEADER)
+        ctx.req = endpoint.shape.parse_request(
+            data, fallback_header=fallback.decode() if fallback else None
+        )
+        tag_request(ctx, ex.headers.get(TAG_HEADER), ctx.req.tags)  # the header's, the body's
+        label_caller(ex, ctx, ctx.req)
     ctx.req = await guard_input(ctx, ctx.req)  # before the plan, the hold and the cache key
     return Accepted(ctx.req, body)
 
@@ -302,7 +302,7 @@ async def execute(
         if ctx.cache is not None:
             ctx.cache.completion = completion
     ctx.usage = completion.usage  # billed even when a guardrail blocks the answer
-    completion = guard_answer(ctx, completion)
+    completion = await guard_answer(ctx, completion)
     tracing.answered(ctx, completion.finish_reason, completion.text)
     return Ending(
         final=endpoint.shape.render_completion(

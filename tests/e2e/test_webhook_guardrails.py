@@ -40,7 +40,7 @@ def hook():
     receiver.close()
 
 
-def webhook_guardrail(tenant, hook: GuardrailReceiver, **fields):
+def webhook_guardrail(tenant, hook: GuardrailReceiver, *, phase: str = "input", **fields):
     """The account's own webhook guardrail, attached to the account; the hook learns its
     secret as the tenant would (from the answer that made it)."""
     from accounts.models import Account
@@ -49,7 +49,7 @@ def webhook_guardrail(tenant, hook: GuardrailReceiver, **fields):
     account = Account.objects.get(pk=tenant.account_id)
     with allowing_loopback():
         made, secret = services.guardrail_create(
-            account=account, kind="webhook", webhook_url=hook.url, phase="input", **fields
+            account=account, kind="webhook", webhook_url=hook.url, phase=phase, **fields
         )
     services.attachment_create(guardrail=made, account=account)
     hook.secret = secret

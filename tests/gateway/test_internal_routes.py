@@ -282,3 +282,48 @@ def test_internal_body_over_the_size_cap_is_lm_2013_before_any_cost(stack):
     assert (response.status_code, response.json()["error"]["code"]) == (413, "LM-2013")
     assert stack.stub.vendor_calls() == []
     assert wallet_reserved(tenant) == 0
+
+
+def attach_custom(tenant, **fields) -> None:
+    """The account's own custom guardrail, attached to the whole account (every group)."""
+    from accounts.models import Account
+    from guardrails import services
+
+    account = Account.objects.get(pk=tenant.account_id)
+    made, _ = services.guardrail_create(account=account, kind="custom", **fields)
+    services.attachment_create(guardrail=made, account=account)
+
+
+def test_internal_routes_pass_the_groups_guardrails_both_ways(stack):
+    tenant = stack.tenant()
+    attach_custom(tenant, name="no-tickets", words=["ticket", "reply"], phase="both",
+                  action="redact")  # fmt: skip
+
+    response = internal(stack, "complete", body_for(tenant, "job-45"))
+
+    assert response.json()["content"] == ANSWER.replace("reply", "[REDACTED:custom]")
+    [call] = stack.stub.vendor_calls()
+    assert call["body"]["messages"][1]["content"] == "summarise the [REDACTED:custom]"
+    [row] = usage_rows(["job-45"], expect=1)
+    assert row.guardrails == [
+        {"guardrail": "no-tickets", "phase": "input", "action": "redact", "matches": 1},
+        {"guardrail": "no-tickets", "phase": "output", "action": "redact", "matches": 1},
+    ]
+
+
+def test_an_internal_stream_a_guardrail_blocks_ends_with_an_error_event(stack):
+    tenant = stack.tenant()
+    attach_custom(tenant, name="no-reply", words=["reply"], phase="output", action="block")
+
+    response = internal(stack, "stream", body_for(tenant, "job-46"))
+
+    events = sse_events(response.text)
+    assert [name for name, _ in events] == ["token", "error"]
+    assert orjson.loads(events[0][1])["text"] == "Hello from the stub model gpt-4o-mini "
+    assert orjson.loads(events[1][1])["error"] == {
+        "code": "LM-2030",
+        "message": "Blocked by guardrail 'no-reply' (output): it found 1 value of kind custom.",
+        "type": "invalid_request_error",
+    }
+    [row] = usage_rows(["job-46"], expect=1)
+    assert (row.status, row.error_code, row.tokens_out) == (400, "LM-2030", 1)

@@ -27,9 +27,9 @@ from tests.support.shared_state import cut, restore, shared_state
 def in_a_loop(test):
     """Run an async test on its own event loop (the suite has no async plugin)."""
 
-    @functools.wraps(test)
-    def run() -> None:
-        asyncio.run(test())
+    @functools.wraps(test)  # its signature too: pytest passes its fixtures and parameters
+    def run(*args, **kwargs) -> None:
+        asyncio.run(test(*args, **kwargs))
 
     return run
 

@@ -150,7 +150,7 @@ def run(guard: AnswerGuard, chunks: list, batch: int = 1) -> list:
 @pytest.mark.parametrize("shape", ["openai", "anthropic", "responses"])
 @pytest.mark.parametrize("size", [1, 3, 17, 400])
 def test_a_redacted_stream_sends_exactly_the_redacted_answer_in_its_vendors_events(shape, size):
-    guard = AnswerGuard([spec("redact")])
+    guard = AnswerGuard(context(), [spec("redact")])
     chunks = chunks_of(shape, ANSWER, size)
 
     out = run(guard, chunks, batch=2)
@@ -179,7 +179,7 @@ def test_a_redacted_stream_sends_exactly_the_redacted_answer_in_its_vendors_even
 @pytest.mark.parametrize("shape", ["openai", "anthropic", "responses"])
 def test_a_blocked_stream_sends_only_the_text_before_the_value(shape):
     # The flagging guardrail comes after the blocking one: it sees only what the block let by.
-    guard = AnswerGuard([spec("block", name="second"), spec("flag", name="first")])
+    guard = AnswerGuard(context(), [spec("block", name="second"), spec("flag", name="first")])
 
     out = run(guard, chunks_of(shape, ANSWER, 5))
 
@@ -196,7 +196,7 @@ def test_a_blocked_stream_sends_only_the_text_before_the_value(shape):
 
 def test_a_stream_cut_before_its_end_is_never_recorded_as_passed():
     ctx = context(spec("flag"))
-    guard = AnswerGuard(output_guardrails(ctx))
+    guard = AnswerGuard(ctx, output_guardrails(ctx))
     chunks = chunks_of("openai", "clean words only. " * 40, 7)
 
     out = run(guard, chunks[: len(chunks) // 2])  # the vendor, or the client, went away
@@ -212,7 +212,7 @@ def test_a_stream_cut_before_its_end_is_never_recorded_as_passed():
 
 
 def test_an_unchanged_stream_passes_the_vendors_own_events():
-    guard = AnswerGuard([spec("redact")])
+    guard = AnswerGuard(context(), [spec("redact")])
     chunks = chunks_of("openai", "short and clean", 400)
 
     out = run(guard, chunks, batch=10)
@@ -242,11 +242,12 @@ def completion(shape: str, text: str) -> Completion:
 
 
 @pytest.mark.parametrize("shape", ["openai", "anthropic", "responses"])
-def test_a_whole_answer_is_redacted_in_its_vendors_shape(shape):
+@in_a_loop
+async def test_a_whole_answer_is_redacted_in_its_vendors_shape(shape):
     ctx = context(spec("redact"), spec("flag", name="falcons", patterns=(), words=("falcon",)))
     given = completion(shape, ANSWER)
 
-    answered = guard_answer(ctx, replace_usage(given))
+    answered = await guard_answer(ctx, replace_usage(given))
 
     assert answered.text == REDACTED
     assert answered.data == completion(shape, REDACTED).data  # tool use, reasoning kept
@@ -265,11 +266,12 @@ def replace_usage(c: Completion) -> Completion:
     return replace(c, usage=Usage(input_tokens=3, output_tokens=9))
 
 
-def test_a_blocked_whole_answer_names_the_guardrail_never_the_value():
+@in_a_loop
+async def test_a_blocked_whole_answer_names_the_guardrail_never_the_value():
     ctx = context(spec("block"))
 
     with pytest.raises(GuardrailBlocked) as blocked:
-        guard_answer(ctx, completion("anthropic", ANSWER))
+        await guard_answer(ctx, completion("anthropic", ANSWER))
 
     assert blocked.value.message == (
         "Blocked by guardrail 'projects' (output): it found 2 values of kind custom."
@@ -278,16 +280,17 @@ def test_a_blocked_whole_answer_names_the_guardrail_never_the_value():
     assert ctx.answer_rewritten
 
 
-def test_a_clean_whole_answer_is_the_same_object():
+@in_a_loop
+async def test_a_clean_whole_answer_is_the_same_object():
     ctx = context(spec("redact"))
     given = completion("openai", "nothing to see")
-    assert guard_answer(ctx, given) is given
+    assert await guard_answer(ctx, given) is given
     assert [v.matches for v in ctx.guardrail_verdicts] == [0]
 
 
 @in_a_loop
 async def test_a_stream_that_ends_on_a_text_event_still_sends_what_was_held():
-    guard = AnswerGuard([spec("redact")])
+    guard = AnswerGuard(context(), [spec("redact")])
     texts = [c for c in chunks_of("openai", ANSWER, 9) if c.text]  # no end event at all
 
     async def vendor():
@@ -302,7 +305,7 @@ async def test_a_stream_that_ends_on_a_text_event_still_sends_what_was_held():
 
 @in_a_loop
 async def test_a_block_closes_the_vendors_stream_then_raises():
-    guard = AnswerGuard([spec("block")])
+    guard = AnswerGuard(context(), [spec("block")])
     closed = []
 
     async def vendor():
