@@ -49,6 +49,7 @@ class HookOutcome:
     matches: int = 0
     failure: str = ""  # "" when it answered; else why not, for the client and the log
     kinds: tuple[str, ...] = ()  # what it flagged, when it says (a moderation's categories)
+    check: str = ""  # the request id of a check made as a request of its own (a moderation)
 
     @property
     def failed(self) -> bool:

@@ -9,14 +9,17 @@ A result counts as a finding when the model flags it (`flagged`), or, with a thr
 any category scores at or above it. The verdict's kinds are the categories found, each once
 (they name what was found, never the text). A call that fails (the model unknown or not the
 key's, a limit, the vendor down, the guardrail's deadline) is no verdict: the guardrail's
-fail mode decides (gateway/guarding.py).
+fail mode decides (gateway/guarding.py). The verdict names the check's own row (`check`:
+its request id), answered or not.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from core import errors
+from core.ids import time_ordered_id
 from gateway.guard_hooks import HookOutcome
 from gateway.shapes.moderations import parse_request
 from gateway.subrequests import call_within
@@ -35,12 +38,15 @@ async def check_with_moderation(
     texts = [text for text in texts if text.strip()]
     if not texts:
         return HookOutcome()  # nothing to judge: checked, nothing found
+    check = time_ordered_id()  # its row's id: the verdict names it
     try:
         req = parse_request({"model": spec.moderation_model, "input": texts})
-        answer = await call_within(ctx, ENDPOINT, req, deadline_s=spec.deadline_ms / 1000)
+        answer = await call_within(
+            ctx, ENDPOINT, req, deadline_s=spec.deadline_ms / 1000, request_id=check
+        )
     except errors.GatewayError as exc:
-        return HookOutcome(failure=f"the moderation call failed: {exc.code}")
-    return read_results(answer.data.get("results"), spec.moderation_threshold)
+        return HookOutcome(failure=f"the moderation call failed: {exc.code}", check=check)
+    return replace(read_results(answer.data.get("results"), spec.moderation_threshold), check=check)
 
 
 def read_results(results: Any, threshold: float | None) -> HookOutcome:

@@ -67,6 +67,7 @@ class Verdict:
     # False: the answer's stream ended before the guardrail saw all of it (a cut stream).
     complete: bool = True
     failed: bool = False  # a webhook that gave no verdict (its fail mode let the request on)
+    check: str = ""  # a moderation's check: the request id of its own usage row
 
     def as_json(self) -> dict:
         recorded = {
@@ -79,6 +80,8 @@ class Verdict:
             recorded["complete"] = False
         if self.failed:  # only when true: a row without it was checked
             recorded["failed"] = True
+        if self.check:
+            recorded["check"] = self.check
         return recorded
 
 
@@ -164,7 +167,13 @@ async def check_remote(
         )
         flagged_by = "its endpoint flagged"
     verdict = Verdict(
-        spec.name, phase, spec.action, outcome.matches, outcome.kinds, failed=outcome.failed
+        spec.name,
+        phase,
+        spec.action,
+        outcome.matches,
+        outcome.kinds,
+        failed=outcome.failed,
+        check=outcome.check,
     )
     note_verdict(ctx, spec, verdict)
     where = f"Blocked by guardrail {spec.name!r} ({phase})"

@@ -28,13 +28,18 @@ from gateway.types import Completion, ModelRequest
 
 
 async def call_within(
-    parent: ModelContext, endpoint: str, req: ModelRequest, *, deadline_s: float
+    parent: ModelContext,
+    endpoint: str,
+    req: ModelRequest,
+    *,
+    deadline_s: float,
+    request_id: str | None = None,
 ) -> Completion:
-    """Serve `req` for `parent` on its key, as endpoint `endpoint`; return the vendor's
-    answer. Raises GatewayError (a refusal, a vendor failure, the deadline) once it is
-    recorded."""
+    """Serve `req` for `parent` on its key, as endpoint `endpoint` (its id `request_id`, or
+    a new one); return the vendor's answer. Raises GatewayError (a refusal, a vendor failure,
+    the deadline) once it is recorded."""
     ctx = ModelContext(
-        request_id=time_ordered_id(),
+        request_id=request_id or time_ordered_id(),
         client_request_id=parent.request_id,
         endpoint=endpoint,
         meter=Meter(),

@@ -16,6 +16,7 @@ import pytest
 
 from billing.models import Receipt, Wallet
 from core.money import token_cost_micro
+from tests.byok.helpers import team_keys
 from tests.e2e.test_input_guardrails import attach, guardrail
 from tests.e2e.test_output_guardrails import chat_stream
 from tests.support.profiles import (
@@ -109,9 +110,10 @@ def test_a_flagged_prompt_is_blocked_and_its_check_billed_on_a_row_of_its_own(mo
         "LM-2030",
         0,
     )
-    assert asked.guardrails == [
-        {"guardrail": "moderated", "phase": "input", "action": "block", "matches": 1}
-    ]
+    assert asked.guardrails == [  # the verdict names its check's own row
+        {"guardrail": "moderated", "phase": "input", "action": "block", "matches": 1,
+         "check": check.request_id}
+    ]  # fmt: skip
     assert balance(tenant) == WALLET - cost
     receipt = Receipt.objects.get(account_id=tenant.account_id, request_id=check.request_id)
     assert (receipt.kind, receipt.cost_micro) == ("charge", cost)
@@ -129,8 +131,9 @@ def test_a_clean_prompt_is_served_after_its_check_and_both_are_billed(moderated)
     check, chat = by_endpoint["guardrail.moderation"], by_endpoint["chat"]
     assert (check.tokens_in, chat.status) == (4, 200)
     assert chat.guardrails == [
-        {"guardrail": "moderated", "phase": "input", "action": "block", "matches": 0}
-    ]
+        {"guardrail": "moderated", "phase": "input", "action": "block", "matches": 0,
+         "check": check.request_id}
+    ]  # fmt: skip
     settled(tenant, 2)
     assert balance(tenant) == WALLET - check.provider_cost_micro - chat.provider_cost_micro
 
@@ -163,10 +166,12 @@ def test_a_moderation_vendor_that_is_down_fails_as_the_guardrail_says(moderated,
         raw = ask(moderated, tenant, "describe a violent storm")
         assert raw.parse().choices[0].message.content  # not checked: served
         request_id = raw.headers["x-request-id"]
-        [chat] = [row for row in usage_rows([request_id], expect=2) if row.endpoint == "chat"]
+        rows = usage_rows([request_id], expect=2)
+        [chat] = [row for row in rows if row.endpoint == "chat"]
+        [check] = [row for row in rows if row.endpoint == "guardrail.moderation"]
         assert chat.guardrails == [
             {"guardrail": "moderated", "phase": "input", "action": "block", "matches": 0,
-             "failed": True}
+             "failed": True, "check": check.request_id}
         ]  # fmt: skip
         assert paths(moderated)[-1] == "/v1/chat/completions"
     else:
@@ -216,3 +221,19 @@ def test_an_answer_the_model_flags_is_blocked_whole_or_held_and_blocked_streamed
         (400, 8, False),
         (400, 8, True),
     ]
+
+
+def test_a_teams_own_key_serves_its_checks_and_spends_no_platform_money(moderated):
+    tenant = tenant_with(moderated, phase="input", action="block")
+    team_keys(moderated, tenant, "stub-openai", ["sk-team-moderation"])
+
+    error = refused(moderated, tenant, "a hateful remark")
+
+    assert error.body["message"] == (
+        "Blocked by guardrail 'moderated' (input): its moderation model flagged the request (hate)."
+    )
+    [call] = moderated.stub.vendor_calls()
+    assert (call["path"], call["key"]) == ("/v1/moderations", "sk-team-moderation")
+    check = next(r for r in settled(tenant, 2) if r.endpoint == "guardrail.moderation")
+    assert (check.served_by, check.byok_tokens_in, check.provider_cost_micro) == ("team", 3, 0)
+    assert balance(tenant) == WALLET
