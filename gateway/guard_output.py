@@ -41,7 +41,7 @@ from gateway.guarding import (
     scanner_for,
     texts_of,
 )
-from gateway.shapes.texts import answer_text, rewrite_answer_texts
+from gateway.shapes.texts import ANSWER_WALKS, answer_text, rewrite_answer_texts
 from gateway.types import ANTHROPIC, OPENAI, RESPONSES, Chunk, Completion
 from guardrails.streaming import StreamScanner
 
@@ -83,7 +83,7 @@ async def guard_answer(ctx: ModelContext, completion: Completion) -> Completion:
     call out, on the text as it would be sent); return it, rewritten where one redacts.
     Raises GuardrailBlocked (LM-2030)."""
     specs = output_guardrails(ctx)
-    if not specs:
+    if not specs or completion.shape not in ANSWER_WALKS:  # embeddings, moderations: no text
         return completion
     scanning, remote = split_kinds(specs)
     data = completion.data

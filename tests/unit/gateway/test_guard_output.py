@@ -322,3 +322,12 @@ async def test_a_block_closes_the_vendors_stream_then_raises():
 
     assert "".join(chunk.text for chunk in out) == ANSWER[: ANSWER.index(PROJECT)]
     assert closed == [True]
+
+
+@in_a_loop
+async def test_an_answer_with_no_text_is_not_checked():
+    ctx = context(spec("block", patterns=(".",)))  # would match any text at all
+    vectors = Completion("embeddings", {"data": [{"embedding": [0.1]}]}, "", "stop", Usage(), "m")
+
+    assert await guard_answer(ctx, vectors) is vectors
+    assert ctx.guardrail_verdicts == ()
