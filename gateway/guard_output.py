@@ -1,8 +1,10 @@
 """Guardrails on the answer: the output phase, on a whole answer or on a stream as it goes.
 
-The principal's guardrails whose phase is `output` or `both` and whose kind scans spans
-(`detectors`, `custom`) check the answer's text (gateway/shapes/texts.py says which texts),
-after the cache: a replayed answer is checked like a fresh one.
+The principal's guardrails whose phase is `output` or `both` check the answer's text
+(gateway/shapes/texts.py says which texts), after the cache: a replayed answer is checked
+like a fresh one. Those that scan spans here (`detectors`, `custom`) run first, then those
+that call out (`webhook`, `moderation`: gateway/guarding.py `check_remote`) on the text as it
+would be sent. An answer with no text (embeddings, moderations) is not checked.
 
 A whole answer (`guard_answer`) is checked before anything is sent: block answers LM-2030
 instead of the answer (the vendor's usage is billed: the call was made and paid in full),
@@ -18,6 +20,10 @@ before the value, then ends the stream with LM-2030 in the client's shape: the r
 billed what was delivered (gateway/types.py StreamResult), never the held text. Each
 guardrail's verdict says whether it saw the whole answer (`complete`): a stream cut before
 its end (the vendor, the client, the deadline) is never recorded as passed.
+
+A stream with a guardrail that calls out is held whole instead (the endpoint or the model
+needs all of it): scanned, asked about, then sent at once; a block sends no text, and the
+stream is billed like a whole answer, at what the vendor said it used.
 
 A Responses vendor repeats a text block's whole text in the events that close it; when a
 guardrail rewrote the block, those strings are replaced by what the client was sent.

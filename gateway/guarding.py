@@ -13,8 +13,10 @@ account carry none pays one empty-tuple test. Each input guardrail of the built-
 - flag: the request goes on unchanged.
 
 A webhook guardrail (gateway/guard_hooks.py) is sent the same texts (redacted by the
-guardrails before it) and blocks or flags on its endpoint's answer; an endpoint that gives no
-verdict fails open (recorded `failed`) or closed (LM-2030), as the guardrail says.
+guardrails before it), and a moderation guardrail sends them to its moderation model as a
+request of its own (gateway/guard_moderation.py); each blocks or flags on the answer, and a
+check that gives no verdict fails open (recorded `failed`) or closed (LM-2030), as the
+guardrail says (`check_remote`, which the output phase uses too).
 
 Every guardrail that ran leaves a `Verdict` on the context (how many values it found, never
 which), so the request's record says what was checked, and counts on

@@ -9,7 +9,6 @@ from datetime import UTC, datetime
 import pytest
 
 from core.errors import GuardrailBlocked
-from gateway.auth import Principal
 from gateway.context import Meter, ModelContext
 from gateway.guard_output import AnswerGuard, guard_answer, output_guardrails
 from gateway.shapes import anthropic as anthropic_shape
@@ -17,7 +16,7 @@ from gateway.shapes import openai as openai_shape
 from gateway.shapes import responses as responses_shape
 from gateway.types import Completion, Usage
 from guardrails.selectors import GuardrailSpec
-from tests.unit.gateway.test_cache_rules import in_a_loop
+from tests.unit.gateway.test_cache_rules import in_a_loop, principal
 
 PROJECT = "PRJ-1234"
 ANSWER = (
@@ -50,19 +49,9 @@ def spec(action: str, *, name: str = "projects", phase: str = "output", **fields
 
 
 def context(*specs: GuardrailSpec) -> ModelContext:
-    principal = Principal(
-        account_id=7,
-        billing_mode="prepaid",
-        group_id=70,
-        group_budget_max_micro=None,
-        group_rpm=None,
-        group_tpm=None,
-        group_concurrency=None,
-        bandwidth_micro_per_gb=0,
-        api_key_id=700,
-        guardrails=specs,
+    return ModelContext(
+        request_id="r1", endpoint="chat", meter=Meter(), principal=principal(guardrails=specs)
     )
-    return ModelContext(request_id="r1", endpoint="chat", meter=Meter(), principal=principal)
 
 
 def pieces(text: str, size: int) -> list[str]:
