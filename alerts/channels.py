@@ -18,11 +18,14 @@ import orjson
 from django.conf import settings
 from django.core.mail import EmailMessage
 
-from alerts.signing import EVENT_ID_HEADER, SIGNATURE_HEADER, sign
 from core.sinks import SinkError, configured_sink
+from core.webhook_signing import sign
 from webfetch.addresses import HostRefused, Network, allowed_networks, checked_address
 from webfetch.checked_http import checked_request
 
+# Each alert webhook call's signature (core/webhook_signing.py) and its event's id.
+SIGNATURE_HEADER = "X-Tollgate-Alert-Signature"
+EVENT_ID_HEADER = "X-Tollgate-Event-Id"
 TIMEOUT_S = 10.0
 NOT_HTTP = "A webhook URL is an http:// or https:// URL with a host."
 

@@ -13,11 +13,11 @@ from django.utils import timezone
 from accounts.models import Account
 from alerts.channels import check_url
 from alerts.models import AlertDelivery, AlertRule, AlertWebhook
-from alerts.signing import new_secret
 from audit import services as audit
 from audit.actors import Actor
 from core.sealing import seal
 from core.sinks import rfc3339
+from core.webhook_signing import new_secret
 
 RULE_AUDITED = (
     "name",

@@ -5,7 +5,7 @@ The call: `POST webhook_url` with the JSON body
 `{"guardrail": name, "phase": "input", "request_id": ..., "texts": [...]}` (the prompt texts
 gateway/shapes/texts.py walks, in its order) and
 `X-Tollgate-Guardrail-Signature: t=<unix seconds>,v1=<hex>`, signed as alert webhooks are
-(alerts.signing.sign: HMAC-SHA256 of "<t>." and the body, under the guardrail's secret). The
+(core.webhook_signing.sign: HMAC-SHA256 of "<t>." and the body, under the guardrail's secret). The
 endpoint answers 2xx with `{"flagged": bool, "matches": int}` (`matches` optional). Anything
 else, or nothing within `deadline_ms` (the lookup included), is a failure, never a verdict:
 `HookOutcome.failure` says which, and the guardrail's fail mode decides what it means
@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 import aiohttp
 import orjson
 
-from alerts.signing import sign
+from core.webhook_signing import sign
 from webfetch.addresses import HostRefused, allowed_networks, checked_address
 from webfetch.checked_http import pinned
 

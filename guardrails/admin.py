@@ -11,6 +11,7 @@ from django.contrib import admin, messages
 from django.db import transaction
 from django.utils import timezone
 
+from accounts.services import audited
 from audit.adminkit import operator
 from guardrails import services
 from guardrails.models import ATTACHMENTS_PER_ACCOUNT_MAX, Guardrail, GuardrailAttachment
@@ -60,7 +61,7 @@ class GuardrailAdmin(admin.ModelAdmin):
         return (*self.readonly_fields, *fixed)
 
     def save_model(self, request, obj, form, change):
-        before = services.audited(Guardrail.objects.get(pk=obj.pk)) if change else None
+        before = audited(Guardrail.objects.get(pk=obj.pk), services.AUDITED) if change else None
         obj.updated_at = timezone.now()
         super().save_model(request, obj, form, change)
         if not change and obj.kind == Guardrail.Kind.WEBHOOK:

@@ -17,7 +17,6 @@ touches, once the transaction commits (a replica reading before would cache the 
 
 from __future__ import annotations
 
-import secrets
 from collections.abc import Iterable
 from functools import partial
 
@@ -26,10 +25,11 @@ from django.db.models import Q
 from django.utils import timezone
 
 from accounts.models import Account, ApiKey, Group
-from accounts.services import account_changed
+from accounts.services import account_changed, audited
 from audit import services as audit
 from audit.actors import Actor
 from core.sealing import seal
+from core.webhook_signing import new_secret
 from guardrails.models import (
     ATTACHMENTS_PER_ACCOUNT_MAX,
     GUARDRAILS_PER_ACCOUNT_MAX,
@@ -40,7 +40,6 @@ from guardrails.rules import GuardrailInvalid, check_guardrail
 
 OPERATOR = GuardrailAttachment.By.OPERATOR
 TENANT = GuardrailAttachment.By.TENANT
-SECRET_PREFIX = "whsec_"
 AUDITED = (
     "name",
     "description",
@@ -66,10 +65,6 @@ class GuardrailRefused(PermissionError):
     """The writer may not do this (a tenant touching what the operator decided)."""
 
 
-def audited(guardrail: Guardrail) -> dict:
-    return {name: getattr(guardrail, name) for name in AUDITED}
-
-
 def _record(action: str, guardrail: Guardrail, *, actor: Actor | None, **change) -> None:
     audit.record(
         actor=actor,
@@ -91,7 +86,7 @@ def _record_update(guardrail: Guardrail, before: dict, *, actor: Actor | None) -
         target_id=guardrail.pk,
         target_label=guardrail.name,
         before=before,
-        after=audited(guardrail),
+        after=audited(guardrail, AUDITED),
     )
 
 
@@ -113,10 +108,6 @@ def _lock(account: Account | None) -> None:
     # Counting against a bound is serialised per account (two creates cannot both pass).
     if account is not None:
         Account.objects.select_for_update().filter(pk=account.pk).first()
-
-
-def new_secret() -> str:
-    return SECRET_PREFIX + secrets.token_urlsafe(32)
 
 
 def seal_new_secret(guardrail: Guardrail) -> str:
@@ -146,7 +137,7 @@ def guardrail_create(
         secret = None
         if guardrail.kind == Guardrail.Kind.WEBHOOK:
             secret = seal_new_secret(guardrail)
-        _record("guardrail.create", guardrail, actor=actor, after=audited(guardrail))
+        _record("guardrail.create", guardrail, actor=actor, after=audited(guardrail, AUDITED))
         _announce(accounts_using(guardrail))
     return guardrail, secret
 
@@ -181,7 +172,7 @@ def guardrail_update(
     for name in FIXED:
         if name in fields:
             raise GuardrailInvalid(name, f"A guardrail's {name} cannot change.")
-    before = audited(guardrail)
+    before = audited(guardrail, AUDITED)
     for name, value in fields.items():
         setattr(guardrail, name, value)
     check_guardrail(guardrail)
@@ -199,7 +190,7 @@ def guardrail_recorded(
 ) -> None:
     """Record and announce a guardrail the admin saved itself (before None: created)."""
     if before is None:
-        _record("guardrail.create", guardrail, actor=actor, after=audited(guardrail))
+        _record("guardrail.create", guardrail, actor=actor, after=audited(guardrail, AUDITED))
     else:
         _record_update(guardrail, before, actor=actor)
     _announce(accounts_using(guardrail))
@@ -210,7 +201,7 @@ def guardrail_delete(*, guardrail: Guardrail, by: str = TENANT, actor: Actor | N
     _refuse_tenant_change(guardrail, by)
     with transaction.atomic():
         _announce(accounts_using(guardrail))
-        _record("guardrail.delete", guardrail, actor=actor, before=audited(guardrail))
+        _record("guardrail.delete", guardrail, actor=actor, before=audited(guardrail, AUDITED))
         guardrail.delete()
 
 

@@ -1,5 +1,5 @@
 """Real receivers for tenant alerts: an HTTP endpoint that checks each POST's signature as a
-tenant would (alerts.signing.verify), answering scripted statuses; and an SMTP server
+tenant would (core.webhook_signing.verify), answering scripted statuses; and an SMTP server
 (aiosmtpd) that keeps every message Django's SMTP backend sends it."""
 
 from __future__ import annotations
@@ -11,7 +11,8 @@ from email import message_from_bytes
 from email.message import Message
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from alerts.signing import EVENT_ID_HEADER, SIGNATURE_HEADER, verify
+from alerts.channels import EVENT_ID_HEADER, SIGNATURE_HEADER
+from core.webhook_signing import verify
 
 
 @dataclass

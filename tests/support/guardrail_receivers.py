@@ -1,5 +1,5 @@
 """A real endpoint for webhook guardrails: an HTTP server on 127.0.0.1 (a thread of the test
-process) that checks each POST's signature as a vendor would (alerts.signing.verify on
+process) that checks each POST's signature as a vendor would (core.webhook_signing.verify on
 X-Tollgate-Guardrail-Signature) and answers its scripted replies in turn, clean after them.
 An unsigned or badly signed POST is answered 401, so a test sees the gateway's failure."""
 
@@ -12,7 +12,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import orjson
 
-from alerts.signing import verify
+from core.webhook_signing import verify
 from gateway.guard_hooks import SIGNATURE_HEADER
 
 

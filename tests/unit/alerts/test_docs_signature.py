@@ -6,7 +6,7 @@ import re
 import time
 from pathlib import Path
 
-from alerts.signing import sign
+from core.webhook_signing import sign
 
 ROOT = Path(__file__).resolve().parents[3]
 

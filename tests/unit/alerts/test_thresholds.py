@@ -6,8 +6,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from accounts.periods import period_key
-from alerts.signing import sign, verify
 from alerts.thresholds import backoff_s, reached, wallet_step
+from core.webhook_signing import sign, verify
 
 
 def keys(**kwargs) -> list[str]:

@@ -1,7 +1,8 @@
-"""Tenant webhook signatures: `X-Tollgate-Alert-Signature: t=<unix seconds>,v1=<hex>`, the
-HMAC-SHA256 under the webhook's secret of "<t>." followed by the raw body. The timestamp in
-the signed text lets a receiver refuse a replay older than a few minutes (docs/tenant-api.md
-shows the check)."""
+"""Webhook signatures, the one scheme every webhook Tollgate sends is signed with (alert
+webhooks, webhook guardrails): `t=<unix seconds>,v1=<hex>`, the HMAC-SHA256 under the
+webhook's secret of "<t>." followed by the raw body. The timestamp in the signed text lets a
+receiver refuse a replay older than a few minutes (docs/tenant-api.md shows the check). Each
+sender names its own header."""
 
 from __future__ import annotations
 
@@ -9,8 +10,6 @@ import hashlib
 import hmac
 import secrets
 
-SIGNATURE_HEADER = "X-Tollgate-Alert-Signature"
-EVENT_ID_HEADER = "X-Tollgate-Event-Id"
 SECRET_PREFIX = "whsec_"
 TOLERANCE_S = 300
 
