@@ -8,7 +8,7 @@ gateway/shapes/texts.py walks, in its order) and
 (core.webhook_signing.sign: HMAC-SHA256 of "<t>." and the body, under the guardrail's secret). The
 endpoint answers 2xx with `{"flagged": bool, "matches": int}` (`matches` optional). Anything
 else, or nothing within `deadline_ms` (the lookup included), is a failure, never a verdict:
-`HookOutcome.failure` says which, and the guardrail's fail mode decides what it means
+`CheckOutcome.failure` says which, and the guardrail's fail mode decides what it means
 (gateway/guarding.py).
 
 A tenant's URL is untrusted (server-side request forgery): its host is resolved once and
@@ -42,8 +42,9 @@ ANSWER_MAX_BYTES = 64 * 1024  # `{"flagged": true, "matches": 3}` needs 32
 
 
 @dataclass(frozen=True, slots=True)
-class HookOutcome:
-    """What the endpoint said: flagged and how many values, or why it said nothing usable."""
+class CheckOutcome:
+    """What a check that calls out said (a webhook, a moderation model): flagged and how many
+    values, or why it said nothing usable."""
 
     flagged: bool = False
     matches: int = 0
@@ -56,8 +57,8 @@ class HookOutcome:
         return bool(self.failure)
 
 
-def _failed(why: str) -> HookOutcome:
-    return HookOutcome(failure=why)
+def _failed(why: str) -> CheckOutcome:
+    return CheckOutcome(failure=why)
 
 
 async def check_with_webhook(
@@ -68,7 +69,7 @@ async def check_with_webhook(
     request_id: str,
     session: aiohttp.ClientSession,
     allow_nets: tuple[str, ...] = (),
-) -> HookOutcome:
+) -> CheckOutcome:
     """Ask the guardrail's endpoint about `texts`; never raises for the endpoint's faults.
 
     `allow_nets` (TOLLGATE_WEB_ALLOW_NETS) are the non-public networks a tenant's URL may
@@ -126,7 +127,7 @@ async def _read_bounded(response: aiohttp.ClientResponse) -> bytes:
     return answer
 
 
-def _parsed(answer: bytes) -> HookOutcome:
+def _parsed(answer: bytes) -> CheckOutcome:
     """The endpoint's verdict, or a failure for an answer outside the protocol."""
     try:
         data = orjson.loads(answer) if len(answer) <= ANSWER_MAX_BYTES else None
@@ -139,4 +140,4 @@ def _parsed(answer: bytes) -> HookOutcome:
     if isinstance(matches, bool) or not isinstance(matches, int) or matches < 0:
         return _failed('its answer\'s "matches" was not a count')
     # A flag is at least one finding; a clean answer none, whatever count it gave.
-    return HookOutcome(flagged=flagged, matches=max(matches, 1) if flagged else 0)
+    return CheckOutcome(flagged=flagged, matches=max(matches, 1) if flagged else 0)

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from core import errors
 from core.ids import time_ordered_id
-from gateway.guard_hooks import HookOutcome
+from gateway.guard_hooks import CheckOutcome
 from gateway.shapes.moderations import parse_request
 from gateway.subrequests import call_within
 
@@ -33,11 +33,11 @@ ENDPOINT = "guardrail.moderation"  # its usage rows' endpoint
 
 async def check_with_moderation(
     ctx: ModelContext, spec: GuardrailSpec, *, texts: list[str]
-) -> HookOutcome:
+) -> CheckOutcome:
     """Ask the guardrail's moderation model about `texts`; never raises for its faults."""
     texts = [text for text in texts if text.strip()]
     if not texts:
-        return HookOutcome()  # nothing to judge: checked, nothing found
+        return CheckOutcome()  # nothing to judge: checked, nothing found
     check = time_ordered_id()  # its row's id: the verdict names it
     try:
         req = parse_request({"model": spec.moderation_model, "input": texts})
@@ -45,14 +45,14 @@ async def check_with_moderation(
             ctx, ENDPOINT, req, deadline_s=spec.deadline_ms / 1000, request_id=check
         )
     except errors.GatewayError as exc:
-        return HookOutcome(failure=f"the moderation call failed: {exc.code}", check=check)
+        return CheckOutcome(failure=f"the moderation call failed: {exc.code}", check=check)
     return replace(read_results(answer.data.get("results"), spec.moderation_threshold), check=check)
 
 
-def read_results(results: Any, threshold: float | None) -> HookOutcome:
+def read_results(results: Any, threshold: float | None) -> CheckOutcome:
     """Read the model's results: how many texts it found something in, and what."""
     if not isinstance(results, list) or not all(isinstance(r, dict) for r in results):
-        return HookOutcome(failure="the moderation answer had no results")
+        return CheckOutcome(failure="the moderation answer had no results")
     found, kinds = 0, []
     for result in results:
         if threshold is None:
@@ -70,4 +70,4 @@ def read_results(results: Any, threshold: float | None) -> HookOutcome:
         if hit:
             found += 1
             kinds.extend(hits)
-    return HookOutcome(flagged=found > 0, matches=found, kinds=tuple(dict.fromkeys(kinds)))
+    return CheckOutcome(flagged=found > 0, matches=found, kinds=tuple(dict.fromkeys(kinds)))

@@ -99,9 +99,10 @@ async def guard_answer(ctx: ModelContext, completion: Completion) -> Completion:
         note_verdict(ctx, spec, verdict)
         if spec.action == "block" and kinds:
             raise errors.GuardrailBlocked(blocked_message(verdict))
-    for spec in remote:
+    if remote:
         texts = texts_of(completion.shape, data, walk=rewrite_answer_texts)
-        await check_remote(ctx, spec, "output", texts)
+        for spec in remote:
+            await check_remote(ctx, spec, "output", texts)
     if data is completion.data:
         return completion
     return replace(completion, data=data, text=answer_text(completion.shape, data))

@@ -13,7 +13,7 @@ import aiohttp
 import orjson
 import pytest
 
-from gateway.guard_hooks import HookOutcome, check_with_webhook
+from gateway.guard_hooks import CheckOutcome, check_with_webhook
 from guardrails.selectors import GuardrailSpec
 from tests.support.guardrail_receivers import FLAGGED, GuardrailReceiver, Reply, late
 from tests.unit.gateway.test_cache_rules import in_a_loop
@@ -69,7 +69,7 @@ def test_the_call_is_the_documented_body_signed_with_the_guardrails_secret(hook)
 
     @in_a_loop
     async def run():
-        assert await ask(hook_spec(hook.url)) == HookOutcome(flagged=True, matches=2)
+        assert await ask(hook_spec(hook.url)) == CheckOutcome(flagged=True, matches=2)
 
     run()
     [call] = hook.received
@@ -84,7 +84,7 @@ def test_a_call_signed_with_another_secret_is_refused_by_the_endpoint(hook):
     @in_a_loop
     async def run():
         outcome = await ask(hook_spec(hook.url, webhook_secret="whsec_stale"))
-        assert outcome == HookOutcome(failure="its endpoint answered 401")
+        assert outcome == CheckOutcome(failure="its endpoint answered 401")
 
     run()
     assert [call.signed for call in hook.received] == [False]
@@ -93,14 +93,14 @@ def test_a_call_signed_with_another_secret_is_refused_by_the_endpoint(hook):
 @pytest.mark.parametrize(
     ("answer", "expected"),
     [
-        (b'{"flagged": false}', HookOutcome()),
-        (b'{"flagged": false, "matches": 4}', HookOutcome()),  # clean means none found
-        (b'{"flagged": true}', HookOutcome(flagged=True, matches=1)),
-        (b'{"flagged": true, "matches": 0}', HookOutcome(flagged=True, matches=1)),
-        (b'{"flagged": true, "matches": 5, "vendor": "x"}', HookOutcome(flagged=True, matches=5)),
+        (b'{"flagged": false}', CheckOutcome()),
+        (b'{"flagged": false, "matches": 4}', CheckOutcome()),  # clean means none found
+        (b'{"flagged": true}', CheckOutcome(flagged=True, matches=1)),
+        (b'{"flagged": true, "matches": 0}', CheckOutcome(flagged=True, matches=1)),
+        (b'{"flagged": true, "matches": 5, "vendor": "x"}', CheckOutcome(flagged=True, matches=5)),
         (  # read whole, however many chunks it comes in
             b'{"flagged": true, "matches": 3, "pad": "' + b"x" * 60_000 + b'"}',
-            HookOutcome(flagged=True, matches=3),
+            CheckOutcome(flagged=True, matches=3),
         ),
     ],
 )
@@ -138,7 +138,7 @@ def test_an_answer_outside_the_protocol_is_a_failure_not_a_verdict(hook, reply, 
     @in_a_loop
     async def run():
         outcome = await ask(hook_spec(hook.url))
-        assert (outcome, outcome.failed) == (HookOutcome(failure=failure), True)
+        assert (outcome, outcome.failed) == (CheckOutcome(failure=failure), True)
 
     run()
 
@@ -151,7 +151,7 @@ def test_an_endpoint_past_the_deadline_is_a_failure_when_the_deadline_passes(hoo
         started = time.monotonic()
         outcome = await ask(hook_spec(hook.url, deadline_ms=300))
         waited = time.monotonic() - started
-        assert outcome == HookOutcome(failure="no answer within 300 ms")
+        assert outcome == CheckOutcome(failure="no answer within 300 ms")
         assert 0.3 <= waited < 1.0
 
     run()
@@ -165,7 +165,7 @@ def test_an_endpoint_nobody_listens_at_is_a_failure():
     @in_a_loop
     async def run():
         outcome = await ask(hook_spec(f"http://127.0.0.1:{port}/check"))
-        assert outcome == HookOutcome(failure="its endpoint could not be reached")
+        assert outcome == CheckOutcome(failure="its endpoint could not be reached")
 
     run()
 
@@ -174,10 +174,10 @@ def test_a_tenants_url_to_a_refused_address_is_never_called_the_operators_is(hoo
     @in_a_loop
     async def run():
         tenants = await ask(hook_spec(hook.url), allow_nets=())
-        assert tenants == HookOutcome(failure="its endpoint's address is not one Tollgate calls")
+        assert tenants == CheckOutcome(failure="its endpoint's address is not one Tollgate calls")
         assert hook.received == []
         # The operator configured its own endpoint, wherever it is (a sidecar Presidio).
-        assert await ask(hook_spec(hook.url, operators=True), allow_nets=()) == HookOutcome()
+        assert await ask(hook_spec(hook.url, operators=True), allow_nets=()) == CheckOutcome()
 
     run()
     assert [call.signed for call in hook.received] == [True]
@@ -210,7 +210,7 @@ def test_a_tenants_name_is_resolved_once_and_called_at_that_address_by_name(name
 
     @in_a_loop
     async def run():
-        assert await ask(hook_spec(url)) == HookOutcome()
+        assert await ask(hook_spec(url)) == CheckOutcome()
 
     run()
     [call] = hook.received
@@ -228,7 +228,7 @@ def test_a_name_rebound_after_its_check_is_not_asked_again(names, hook):
     @in_a_loop
     async def run():
         outcome = await ask(hook_spec(url), allow_nets=("127.0.0.2/32",))
-        assert outcome == HookOutcome(failure="its endpoint could not be reached")
+        assert outcome == CheckOutcome(failure="its endpoint could not be reached")
 
     run()
     assert hook.received == []
