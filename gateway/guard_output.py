@@ -124,9 +124,7 @@ class AnswerGuard:
         self._remote_asked = 0  # how many of the remote ones were asked (a cut stream: not all)
         self.scanners = [
             StreamScanner(
-                scanner_for(
-                    spec.id, spec.updated_at, spec.kind, spec.detectors, spec.patterns, spec.words
-                ),
+                scanner_for(spec),
                 spec.action,  # type: ignore[arg-type]  # the model's choices
             )
             for spec in self.specs

@@ -68,7 +68,7 @@ class Verdict:
     kinds: tuple[str, ...] = ()  # the kinds of the values found, each once, in order
     # False: the answer's stream ended before the guardrail saw all of it (a cut stream).
     complete: bool = True
-    failed: bool = False  # a webhook that gave no verdict (its fail mode let the request on)
+    failed: bool = False  # a check that calls out gave no verdict (its fail mode let it on)
     check: str = ""  # a moderation's check: the request id of its own usage row
 
     def as_json(self) -> dict:
@@ -115,9 +115,7 @@ def scan_texts(
     """Scan a body's texts (its prompt's; an answer's with walk=rewrite_answer_texts) with
     one guardrail: the body (redacted when it redacts and found something) and the kinds of
     the values found, in order."""
-    scanner = scanner_for(
-        spec.id, spec.updated_at, spec.kind, spec.detectors, spec.patterns, spec.words
-    )
+    scanner = scanner_for(spec)
     redacting = spec.action == "redact"
     kinds: list[str] = []
 
@@ -204,8 +202,13 @@ def texts_of(shape: str, body: dict, *, walk: TextWalk = rewrite_texts) -> list[
     return texts
 
 
+def scanner_for(spec: GuardrailSpec) -> Scanner:
+    """A guardrail's scanner, compiled once per version of it (its id and update time)."""
+    return _compiled(spec.id, spec.updated_at, spec.kind, spec.detectors, spec.patterns, spec.words)
+
+
 @lru_cache(maxsize=512)
-def scanner_for(
+def _compiled(
     guardrail_id: int,
     updated_at: datetime,
     kind: str,
@@ -213,7 +216,6 @@ def scanner_for(
     patterns: tuple[str, ...],
     words: tuple[str, ...],
 ) -> Scanner:
-    """A guardrail's scanner, compiled once per version of it (its id and update time)."""
     if kind == "custom":
         return Scanner((), custom=compile_custom(patterns, words))
     return Scanner(detectors or BUILTIN_KINDS)

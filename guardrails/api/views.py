@@ -5,7 +5,7 @@ never detaches what the operator attached, nor changes a guardrail the operator 
 
 from __future__ import annotations
 
-from django.db.models import Q, QuerySet
+from django.db.models import QuerySet
 from django.http import Http404
 from drf_spectacular.utils import extend_schema
 from rest_framework import exceptions, serializers, status
@@ -35,6 +35,7 @@ from guardrails.api.serializers import (
 )
 from guardrails.models import Guardrail, GuardrailAttachment
 from guardrails.rules import GuardrailInvalid
+from guardrails.selectors import guardrails_visible
 
 TAGS = ["guardrails"]
 
@@ -48,8 +49,7 @@ def _refused(exc: services.GuardrailRefused) -> exceptions.PermissionDenied:
 
 
 def _guardrails(request: Request) -> QuerySet[Guardrail]:
-    mine = accounts_of_user(user=request.user).values("pk")
-    return Guardrail.objects.filter(Q(account__isnull=True) | Q(account_id__in=mine))
+    return guardrails_visible(accounts_of_user(user=request.user).values("pk"))
 
 
 def _attachments(request: Request) -> QuerySet[GuardrailAttachment]:

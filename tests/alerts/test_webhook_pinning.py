@@ -4,14 +4,13 @@ reaches the second. Names are answered by a resolver the test installs for them 
 
 from __future__ import annotations
 
-import socket
-
 import pytest
 from django.conf import settings
 from django.test import override_settings
 
 from alerts.channels import post_webhook
 from tests.support.alert_receivers import WebhookReceiver
+from tests.support.fakedns import scripted_names
 
 SECRET = "whsec_pinning"
 
@@ -19,21 +18,7 @@ SECRET = "whsec_pinning"
 @pytest.fixture
 def names(monkeypatch):
     """name -> the addresses its successive lookups answer (the last one repeats)."""
-    answers: dict[str, list[str]] = {}
-    asked: list[str] = []
-    real = socket.getaddrinfo
-
-    def getaddrinfo(host, port, *args, **kwargs):
-        name = host.decode() if isinstance(host, bytes) else host
-        if name not in answers:
-            return real(host, port, *args, **kwargs)
-        asked.append(name)
-        queue = answers[name]
-        address = queue.pop(0) if len(queue) > 1 else queue[0]
-        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (address, port))]
-
-    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
-    return answers, asked
+    return scripted_names(monkeypatch)
 
 
 @pytest.fixture

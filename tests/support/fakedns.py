@@ -35,3 +35,24 @@ class FakeDnsLoop(asyncio.SelectorEventLoop):
             )
             for address in self.answers[name]
         ]
+
+
+def scripted_names(monkeypatch) -> tuple[dict[str, list[str]], list[str]]:
+    """Script socket.getaddrinfo (the resolver a thread's lookup uses): name -> the addresses
+    its successive lookups answer (the last one repeats); every other name is looked up for
+    real. Returns the table to fill and the list of names asked, in order."""
+    answers: dict[str, list[str]] = {}
+    asked: list[str] = []
+    real = socket.getaddrinfo
+
+    def getaddrinfo(host, port, *args, **kwargs):
+        name = host.decode() if isinstance(host, bytes) else host
+        if name not in answers:
+            return real(host, port, *args, **kwargs)
+        asked.append(name)
+        queue = answers[name]
+        address = queue.pop(0) if len(queue) > 1 else queue[0]
+        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (address, port))]
+
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+    return answers, asked

@@ -15,6 +15,7 @@ import pytest
 
 from gateway.guard_hooks import CheckOutcome, check_with_webhook
 from guardrails.selectors import GuardrailSpec
+from tests.support.fakedns import scripted_names
 from tests.support.guardrail_receivers import FLAGGED, GuardrailReceiver, Reply, late
 from tests.unit.gateway.test_cache_rules import in_a_loop
 
@@ -186,21 +187,7 @@ def test_a_tenants_url_to_a_refused_address_is_never_called_the_operators_is(hoo
 @pytest.fixture
 def names(monkeypatch):
     """name -> the addresses its successive lookups answer (the last one repeats)."""
-    answers: dict[str, list[str]] = {}
-    asked: list[str] = []
-    real = socket.getaddrinfo
-
-    def getaddrinfo(host, port, *args, **kwargs):
-        name = host.decode() if isinstance(host, bytes) else host
-        if name not in answers:
-            return real(host, port, *args, **kwargs)
-        asked.append(name)
-        queue = answers[name]
-        address = queue.pop(0) if len(queue) > 1 else queue[0]
-        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (address, port))]
-
-    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
-    return answers, asked
+    return scripted_names(monkeypatch)
 
 
 def test_a_tenants_name_is_resolved_once_and_called_at_that_address_by_name(names, hook):
