@@ -245,7 +245,7 @@ async def run_one(
     result = PacedResult(name, target, shape, n, pace_ms, ramp_ms)
     sc = bench.Scenario(name, target, shape, True)
     prep = bench.prepare(sc, servers, bench.DEFAULT_WORDS)
-    serving = servers.gateway if target == "gw" else servers.stub
+    serving = servers.stub if target == "stub" else servers.gateway
     stub_url = servers.stub_url
     timeout = aiohttp.ClientTimeout(total=bench.REQUEST_TIMEOUT_S + CHUNKS * pace_ms / 1000)
     connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, force_close=True)
@@ -364,16 +364,21 @@ async def run_one(
     return result
 
 
-async def run_paced(args: argparse.Namespace, servers: Any, bench: ModuleType) -> list[PacedResult]:
-    """Every count of --paced-streams, every shape: the stub directly, then the gateway."""
+async def run_paced(
+    args: argparse.Namespace, servers: Any, bench: ModuleType, floor: Any = None
+) -> list[PacedResult]:
+    """Every count of --paced-streams, every shape: the stub directly, then the bare proxy
+    (`floor`, bench/bare.py, when given), then the gateway."""
     results = []
-    held = {"stub": 0, "gw": 0}  # the most streams each process has held so far
+    held = {"stub": 0, "bare": 0, "gw": 0}  # the most streams each process has held so far
+    targets = ("stub", "bare", "gw") if floor is not None else ("stub", "gw")
     for n in args.paced_streams:
         for shape in args.paced_shapes:
-            for target in ("stub", "gw"):
+            for target in targets:
                 print(f"running {target}-{shape}-paced, {n} streams ...", flush=True)
+                through = floor if target == "bare" else servers
                 r = await run_one(
-                    bench, servers, shape, target, n, args.pace_ms, args.paced_ramp_ms
+                    bench, through, shape, target, n, args.pace_ms, args.paced_ramp_ms
                 )
                 r.rss_reused = held[target] >= r.open_at_sample > 0
                 held[target] = max(held[target], r.open_at_sample)

@@ -151,6 +151,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import bare  # bench/bare.py: the floor, a bare proxy on the same server stack
 import fairness
 import guarded  # bench/guarded.py: the gw loads with a key that carries guardrails
 import login_flood  # bench/login_flood.py: --login-flood, one process vs. two planes
@@ -206,7 +207,7 @@ ALLOWED_PREFIXED = (
 @dataclass(frozen=True)
 class Scenario:
     name: str
-    target: str  # "stub", "gw" or "peer" (--peer: another proxy, bench/peer.py)
+    target: str  # "stub", "bare" (bench/bare.py), "gw" or "peer" (--peer: bench/peer.py)
     shape: str  # "openai", "anthropic" or "search" (web acquisition)
     stream: bool
     serial: bool = False
@@ -234,6 +235,8 @@ class Scenario:
 
 SCENARIOS: tuple[Scenario, ...] = (
     Scenario("stub-openai", "stub", "openai", False),
+    # The floor (bench/bare.py): the same load through a proxy that does nothing in between.
+    Scenario("bare-openai", "bare", "openai", False),
     Scenario("gw-openai", "gw", "openai", False),
     # Guardrails: the same load with a key carrying two that never match (their checking).
     Scenario("gw-openai-guarded", "gw", "openai", False, guarded=True),
@@ -245,6 +248,7 @@ SCENARIOS: tuple[Scenario, ...] = (
     Scenario("gw-openai-trace100", "gw", "openai", False, traced="trace100"),
     Scenario("gw-openai-trace1", "gw", "openai", False, traced="trace1"),
     Scenario("stub-openai-stream", "stub", "openai", True),
+    Scenario("bare-openai-stream", "bare", "openai", True),
     Scenario("gw-openai-stream", "gw", "openai", True),
     Scenario("gw-openai-stream-guarded", "gw", "openai", True, guarded=True),
     Scenario("gw-openai-stream-trace100", "gw", "openai", True, traced="trace100"),
@@ -252,10 +256,13 @@ SCENARIOS: tuple[Scenario, ...] = (
     Scenario("gw-openai-stream-miss", "gw", "openai", True, cache=MISS),
     Scenario("gw-openai-stream-hit", "gw", "openai", True, cache=HIT),
     Scenario("stub-anthropic", "stub", "anthropic", False),
+    Scenario("bare-anthropic", "bare", "anthropic", False),
     Scenario("gw-anthropic", "gw", "anthropic", False),
     Scenario("stub-anthropic-stream", "stub", "anthropic", True),
+    Scenario("bare-anthropic-stream", "bare", "anthropic", True),
     Scenario("gw-anthropic-stream", "gw", "anthropic", True),
     Scenario("stub-openai-serial", "stub", "openai", False, serial=True),
+    Scenario("bare-openai-serial", "bare", "openai", False, serial=True),
     Scenario("gw-openai-serial", "gw", "openai", False, serial=True),
     Scenario("gw-openai-hit-serial", "gw", "openai", False, serial=True, cache=HIT),
     # Web acquisition: a search through the gateway (units, daily budget, hold, wallet).
@@ -459,6 +466,13 @@ class Proc:
         return tail(self.err_path, lines)
 
 
+class FloorProc(Proc):
+    """The bare proxy (bench/bare.py): uvicorn's own log format."""
+
+    def is_error_line(self, line: str) -> bool:
+        return line.startswith(("ERROR:", "CRITICAL:", "Traceback "))
+
+
 def _proc_stat(pid: int) -> tuple[int, int] | None:
     """(ppid, utime+stime ticks) of one process, or None when it is gone."""
     try:
@@ -549,15 +563,23 @@ def start_stub(env: dict[str, str], logdir: Path) -> tuple[Proc, str]:
     raise RuntimeError(f"stub did not start; stderr:\n{stub.stderr_tail()}")
 
 
-def start_gateway(env: dict[str, str], logdir: Path) -> tuple[Proc, str]:
+def start_gateway(
+    env: dict[str, str],
+    logdir: Path,
+    *,
+    app: str = "config.asgi:application",
+    name: str = "gateway",
+    proc: type[Proc] = Proc,
+) -> tuple[Proc, str]:
+    """Start `app` (the gateway, or bench/bare.py's floor on the same flags) under uvicorn."""
     port = free_port()
     argv = [
-        sys.executable, "-m", "uvicorn", "config.asgi:application",
+        sys.executable, "-m", "uvicorn", app,
         "--host", "127.0.0.1", "--port", str(port),
         "--loop", "uvloop", "--http", "httptools", "--no-access-log",
         "--workers", "1", "--log-level", "warning",
     ]  # fmt: skip
-    gateway = Proc("gateway", argv, env, logdir)
+    gateway = proc(name, argv, env, logdir)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline:
@@ -566,7 +588,7 @@ def start_gateway(env: dict[str, str], logdir: Path) -> tuple[Proc, str]:
         if not gateway.alive():
             break
         time.sleep(0.1)
-    raise RuntimeError(f"gateway did not start; stderr:\n{gateway.stderr_tail()}")
+    raise RuntimeError(f"{name} did not start; stderr:\n{gateway.stderr_tail()}")
 
 
 def setup(args: argparse.Namespace, tmp: Path, procs: list[Proc]) -> Servers:
@@ -705,7 +727,8 @@ def search_check(body: bytes) -> str | None:
 
 
 def prepare(sc: Scenario, servers: Servers, words: int) -> Prepared:
-    expect = words if sc.target == "stub" else DEFAULT_WORDS
+    # The bare proxy sends the client's headers on (x-stub-words too); the gateway does not.
+    expect = words if sc.target in ("stub", "bare") else DEFAULT_WORDS
     key = "sk-bench-direct" if sc.target == "stub" else servers.api_key
     base = servers.stub_url if sc.target == "stub" else servers.gw_url
     headers = {"content-type": "application/json"}
@@ -1182,14 +1205,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="the peer's ASGI server (default granian)",
     )  # fmt: skip
     p.add_argument("--peer-workers", type=int, default=2, help="peer worker processes (default 2)")
+    p.add_argument(
+        "--rounds", type=int, default=1,
+        help="run the scenarios (and paced streams) this many times on the same servers; the "
+        "targets table shows each round's figures and their median (default 1)",
+    )  # fmt: skip
     paced.add_arguments(p)
     fairness.add_arguments(p)
     login_flood.add_arguments(p)
     scale.add_arguments(p)
     args = p.parse_args(argv)
     fairness.check_arguments(p, args)
-    if args.n < 1 or args.c < 1 or args.words < 1 or args.peer_workers < 1:
-        p.error("--n, --c, --words and --peer-workers must be positive")
+    if min(args.n, args.c, args.words, args.peer_workers, args.rounds) < 1:
+        p.error("--n, --c, --words, --peer-workers and --rounds must be positive")
     known = list(SCENARIOS)
     if args.peer:  # each peer-X runs right after its gw-X
         twin = {"gw-" + t.name[5:]: t for t in PEER_SCENARIOS}
@@ -1221,6 +1249,8 @@ async def run_all(
     for sc in args.scenarios:
         print(f"running {sc.name} ...", flush=True)
         target = peer if sc.target == "peer" and peer else servers
+        if sc.target == bare.TARGET and traced_servers:
+            target = traced_servers[bare.TARGET]
         if sc.traced and traced_servers:
             target = traced_servers[sc.traced]
         if sc.guarded and traced_servers:
@@ -1323,6 +1353,10 @@ def main(argv: list[str] | None = None) -> int:
             )
             if any(s.guarded for s in args.scenarios):  # the same gateway, another key
                 traced_servers[guarded.SUFFIX] = guarded.start(servers, env, run_manage)
+            if args.paced_streams or any(s.target == bare.TARGET for s in args.scenarios):
+                floor = bare.start(env, servers, tmp, start_gateway, FloorProc)
+                procs.append(floor.gateway)
+                traced_servers[bare.TARGET] = floor
         except (RuntimeError, subprocess.TimeoutExpired, OSError) as exc:
             return setup_failed(exc, procs)
         print(
@@ -1339,11 +1373,22 @@ def main(argv: list[str] | None = None) -> int:
                 f"forwarded) while stub-* answers are {args.words}: unequal comparison",
                 flush=True,
             )
-        results = run_loop(lambda: run_all(args, servers, peer, traced_servers))
+        rounds: list[bare.Round] = []
+        for number in range(1, args.rounds + 1):
+            if args.rounds > 1:
+                print(f"--- round {number} of {args.rounds} ---", flush=True)
+            results = run_loop(lambda: run_all(args, servers, peer, traced_servers))
+            paced_results = []
+            if args.paced_streams and servers.gateway.alive() and servers.stub.alive():
+                floor = traced_servers.get(bare.TARGET)
+                paced_results = run_loop(
+                    lambda: paced.run_paced(args, servers, sys.modules[__name__], floor)  # noqa: B023
+                )
+            rounds.append(bare.Round(results, paced_results))
+            if any(r.bad for r in results + paced_results):
+                break  # the report shows this round's failures
         ran_guarded = any(r.name.endswith("-" + guarded.SUFFIX) for r in results)
         checked = guarded.verdicts(servers.gw_url) if ran_guarded else None
-        if args.paced_streams and servers.gateway.alive() and servers.stub.alive():
-            paced_results = run_loop(lambda: paced.run_paced(args, servers, sys.modules[__name__]))
         comps = comparisons(results)
         cache_comps = cache_comparisons(results)
         unguarded = guarded.measure(env, PROMPT, OPENAI_MODEL) if ran_guarded else None
@@ -1360,12 +1405,15 @@ def main(argv: list[str] | None = None) -> int:
         if paced_results:
             print("\n" + paced.report(paced_results, sys.modules[__name__]))
             paced.print_failures(paced_results)
-        paced_want = len(args.paced_streams) * len(args.paced_shapes) * 2
+        if any(r.target == bare.TARGET for r in results + paced_results):
+            print("\n" + bare.report(rounds))
+        paced_want = len(args.paced_streams) * len(args.paced_shapes) * 3
         if (
             any(r.bad for r in results)
             or len(results) < len(args.scenarios)
             or any(r.bad for r in paced_results)
             or len(paced_results) < paced_want
+            or len(rounds) < args.rounds
             or guarded.problem(checked, unguarded) is not None
         ):
             status = 1
@@ -1403,6 +1451,7 @@ def main(argv: list[str] | None = None) -> int:
                 "guardrail_verdicts": checked,
                 "no_guardrail_cost": unguarded,
                 "paced": paced.as_json(paced_results),
+                "targets": bare.report_json(rounds),
                 "ok": status == 0,
             }
             Path(args.json).write_text(json.dumps(doc, indent=2) + "\n")
