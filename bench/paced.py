@@ -2,7 +2,8 @@
 
 ``python bench/run.py --paced-streams 100,300,1000 --only paced`` runs, for each count N and
 each shape (``--paced-shapes``, default ``openai,anthropic``), N concurrent streamed requests
-straight to the stub (``stub-<shape>-paced``) and then the same N through the gateway
+straight to the stub (``stub-<shape>-paced``), then the same N through the bare proxy
+(``bare-<shape>-paced``, bench/bare.py: the floor) and through the gateway
 (``gw-<shape>-paced``), all N sent at once. The stub paces every one of them alike: before
 each run the bench queues its ``slow`` fault (``delay_ms`` = ``--pace-ms``, default 500,
 before each of the 8 answer tokens; ``times`` = N, matched on the key the stub sees from
