@@ -24,7 +24,7 @@ from core.money import token_cost_micro
 from core.sealing import SealBroken, unseal
 from gateway.adapters.base import Provider, VendorOptions
 from gateway.adapters.registry import build_adapter
-from gateway.platform_keys import KeyPool, PlatformCredential
+from gateway.platform_keys import PlatformCredential, PlatformPool
 from gateway.types import Usage
 from gateway.web.adapters import WEB_ADAPTERS, WebAdapter
 from gateway.web.types import PAGE, QUERY, RENDERED_PAGE
@@ -64,7 +64,7 @@ class Profile:
     passthrough: bool = False
     # The profile's platform keys when it has keys of its own (gateway/platform_keys.py);
     # None: its one key, `platform_key`, serves every platform call.
-    key_pool: KeyPool | None = field(default=None, repr=False, compare=False)
+    key_pool: PlatformPool | None = field(default=None, repr=False, compare=False)
 
     @property
     def team_key_eligible(self) -> bool:
@@ -243,7 +243,7 @@ def _platform_key(row: ProviderProfile) -> str | None:
     return _opened(own, profile=row.name) if own is not None else None
 
 
-def _key_pool(row: ProviderProfile) -> KeyPool | None:
+def _key_pool(row: ProviderProfile) -> PlatformPool | None:
     """Return the profile's pool of platform keys: those of providers.catalog.platform_keys
     that open; None when it has no enabled rows (its own key serves alone)."""
     if not enabled_key_rows(row):
@@ -263,7 +263,7 @@ def _key_pool(row: ProviderProfile) -> KeyPool | None:
                 tpm=key.tpm,
             )
         )
-    return KeyPool(profile=row.name, strategy=row.key_strategy, keys=tuple(keys))
+    return PlatformPool(profile=row.name, strategy=row.key_strategy, keys=tuple(keys))
 
 
 def load_catalog(session: aiohttp.ClientSession) -> Catalog:

@@ -5,10 +5,10 @@ Rules, once, here:
   emptied pool with fallback off), refuses LM-3021 without a call;
 - a judged link asks its breaker first (an open circuit: LM-3030, no call); a failure that
   says something about the provider opens it, a success closes it;
-- team attempts rotate keys round-robin: a 429 benches the key for max(Retry-After, 30 s),
-  a 401/403 marks it failing for 10 minutes, and the next key is tried (a key-specific
-  refusal does not use up a try); with no usable key the next attempt (the platform's, if
-  the link has one) runs;
+- an attempt walks its keys (core/key_pool.py: team keys round-robin, a profile's platform
+  keys in its strategy's order, or its one key): a key the vendor refuses is set aside as
+  its kind says and the next key is tried (a key-specific refusal does not use up a try);
+  with no usable key the next attempt (the platform's, if the link has one) runs;
 - at most two tries of an attempt, the second only when the policy says the failure may be
   retried; a platform attempt's call is covered first by the request's money handle
   (billing/request_money.py), and a failed call's own reservation is given back;
@@ -20,6 +20,8 @@ Rules, once, here:
 - the client gets the last link's error, except that a chain-lock or open-circuit refusal
   yields to an earlier upstream failure.
 
+What a vendor's failure means in our language is gateway/failures.py's.
+
 A `ChainPolicy` says what differs between model and web requests: how one call is made and
 what a failure means, which failures are retried, how a platform call is covered, which
 links are judged, and when an answer ends the chain (gateway/orchestrator.py,
@@ -28,25 +30,25 @@ gateway/web/orchestrator.py).
 
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
-from byok.payers import keys_exhausted_message, refusal_message
+from byok.payers import refusal_message
+from byok.routing import KeyRotation
 from core import errors, metrics
+from core.key_pool import KeyPool, NoKeyFree
 from core.shared_state import SharedState
 from core.usage_record import AttemptRecord
 from gateway.adapters.base import ProviderError
-from gateway.attempts import PLATFORM, TEAM, Attempt
+from gateway.attempts import TEAM, Attempt
 from gateway.breakers import Ticket
 from gateway.catalog import Profile
 from gateway.context import RequestContext
-from gateway.platform_keys import NoKeyFree, PlatformKeys
+from gateway.failures import AttemptFailed, refused_by_vendor
+from gateway.platform_keys import OwnCredential, OwnKey, PlatformKeys
 from gateway.tracing import called, calling
 
-TEAM_BENCH_429_MIN_S = 30.0
-TEAM_BENCH_AUTH_S = 600.0
 TRIES_PER_ATTEMPT = 2
 UPSTREAM_ERRORS = (
     errors.UpstreamFailed,
@@ -54,69 +56,10 @@ UPSTREAM_ERRORS = (
     errors.UpstreamRateLimited,
     errors.VendorRefused,
 )
-# 4xx statuses that speak of the key, the account, the rate or the moment, not the request.
-NOT_THE_REQUEST = frozenset({401, 402, 403, 408, 409, 429})
 # The request context a policy works on (ModelContext, WebContext): the runner hands its
 # policy the context it was given.
 C = TypeVar("C", bound=RequestContext)
 C_in = TypeVar("C_in", bound=RequestContext, contravariant=True)
-
-
-def upstream_error(exc: ProviderError, *, mid_stream: bool = False) -> errors.GatewayError:
-    """Say in our language what a vendor failure means: the one place this is decided."""
-    if exc.timeout:
-        return errors.UpstreamTimeout()
-    if mid_stream:  # after the first chunk there is no status to speak of, only a cut
-        return errors.UpstreamFailed("The upstream stream broke.")
-    if refused_by_vendor(exc):
-        return errors.VendorRefused(exc.status or 400, exc.vendor_message)
-    if exc.status == 429:
-        # Waiting helps: say so in our language, with the vendor's wait (or a second).
-        retry_after_s = math.ceil(exc.retry_after_s) if exc.retry_after_s else 1
-        return errors.UpstreamRateLimited(
-            f"The upstream provider is rate limiting (HTTP 429); retry after {retry_after_s} s.",
-            retry_after_s=retry_after_s,
-        )
-    if exc.status is not None:
-        return errors.UpstreamFailed(f"The upstream provider failed (HTTP {exc.status}).")
-    return errors.UpstreamFailed()
-
-
-def refused_by_vendor(exc: ProviderError) -> bool:
-    """Say whether the vendor refused the request itself: a 4xx the client can fix (400, 404,
-    413, 422, ...), not one about the key, the account's credit, the rate or a conflict."""
-    status = exc.status
-    return status is not None and 400 <= status < 500 and status not in NOT_THE_REQUEST
-
-
-def judges_provider(exc: ProviderError, *, served_by: str) -> bool:
-    """Say whether a failure counts against the breaker (client faults do not)."""
-    if exc.status is None or exc.status >= 500 or exc.status in (408, 429):
-        return True
-    # A platform key refused is the platform's problem; a team key refused is the key's.
-    return exc.status in (401, 403) and served_by == PLATFORM
-
-
-class AttemptFailed(Exception):
-    """One attempt failed: its error, whether the breaker hears of it, whether it ends the
-    request (no other profile may try: a URL our fetcher refuses)."""
-
-    def __init__(
-        self, error: errors.GatewayError, *, judged: bool, ends_request: bool = False
-    ) -> None:
-        super().__init__(error.message)
-        self.error = error
-        self.judged = judged
-        self.ends_request = ends_request
-
-
-def vendor_failure(exc: ProviderError, *, served_by: str) -> AttemptFailed:
-    """The attempt failure a vendor's error makes, in our language."""
-    return AttemptFailed(
-        upstream_error(exc),
-        judged=judges_provider(exc, served_by=served_by),
-        ends_request=refused_by_vendor(exc),
-    )
 
 
 class LinkFailed(Exception):
@@ -160,18 +103,6 @@ def pick_error(failures: list[LinkFailed], *, none: str) -> errors.GatewayError:
         if earlier_upstream:
             return earlier_upstream[-1].error
     return last.error
-
-
-async def bench_refused_key(keys, pool_key, exc: ProviderError) -> bool:
-    """Bench a team key the vendor refused (429: max(Retry-After, 30 s); 401/403: failing for
-    10 minutes) and say so: the next key is tried, and the refusal uses up no try."""
-    if exc.status == 429:
-        await keys.bench(pool_key, max(exc.retry_after_s or 0, TEAM_BENCH_429_MIN_S))
-        return True
-    if exc.status in (401, 403):
-        await keys.mark_failing(pool_key, TEAM_BENCH_AUTH_S)
-        return True
-    return False
 
 
 class ChainLink(Protocol):
@@ -247,12 +178,15 @@ class ChainPolicy(Protocol[C_in]):
 
 
 class ChainRunner:
-    """Walk a chain under a policy: breakers, key rotation, tries, the trail, the error."""
+    """Walk a chain under a policy: breakers, key pools, tries, the trail, the error."""
 
-    def __init__(self, *, breakers, keys, platform_keys: PlatformKeys | None = None) -> None:
+    def __init__(
+        self, *, breakers, keys: KeyRotation, platform_keys: PlatformKeys | None = None
+    ) -> None:
         self.breakers = breakers
         self.keys = keys
         self._platform_keys = platform_keys
+        self._own_key = OwnKey()
 
     @property
     def platform_keys(self) -> PlatformKeys:
@@ -345,10 +279,7 @@ class ChainRunner:
         try:
             for attempt in link.attempts:
                 try:
-                    if attempt.served_by == TEAM:
-                        answer = await self._run_team(ctx, link, policy, attempt)
-                    else:
-                        answer = await self._run_platform(ctx, link, policy, attempt)
+                    answer = await self._run_attempt(ctx, link, policy, attempt)
                 except AttemptFailed as failed:
                     last = failed
                     if failed.ends_request:
@@ -367,45 +298,13 @@ class ChainRunner:
                 await self.breakers.release(ticket)
         raise LinkFailed.of(last)
 
-    async def _run_team(
+    async def _run_attempt(
         self, ctx: C, link: ChainLink, policy: ChainPolicy[C], attempt: Attempt
     ) -> Any:
-        candidates = await self.keys.candidates(attempt.pool)
-        tries = 0
-        index = 0
-        last: AttemptFailed | None = None
-        while index < len(candidates):
-            pool_key = candidates[index]
-            try:
-                return await self._try(
-                    ctx,
-                    link,
-                    policy,
-                    attempt,
-                    api_key=pool_key.secret,
-                    reservation_id=None,
-                    key_label=pool_key.label,
-                )
-            except ProviderError as exc:
-                if await bench_refused_key(self.keys, pool_key, exc):
-                    index += 1
-                    continue
-                last = policy.failure(exc, served_by=TEAM)
-                tries += 1
-                if not policy.may_retry(exc) or tries >= TRIES_PER_ATTEMPT:
-                    raise last from None
-                # The one retry goes to the next usable key, or the same one if it is alone.
-                index = min(index + 1, len(candidates) - 1)
-        if last is not None:
-            raise last
-        raise AttemptFailed(
-            errors.TeamKeysExhausted(keys_exhausted_message(link.profile.name)),
-            judged=False,
-        )
-
-    async def _run_platform(
-        self, ctx: C, link: ChainLink, policy: ChainPolicy[C], attempt: Attempt
-    ) -> Any:
+        """Run one attempt on its keys; a platform call is covered first, and what a platform
+        attempt that served nothing reserved is given back."""
+        if attempt.served_by == TEAM:
+            return await self._run_keys(ctx, link, policy, attempt, reservation_id=None)
         try:
             reservation_id = await policy.cover(ctx, link, attempt)
         except errors.WalletInsufficient as exc:
@@ -413,72 +312,49 @@ class ChainRunner:
             raise AttemptFailed(exc, judged=False) from None
         served = False
         try:
-            if link.profile.key_pool is not None:
-                answer = await self._run_key_pool(ctx, link, policy, attempt, reservation_id)
-            else:
-                answer = await self._run_platform_key(ctx, link, policy, attempt, reservation_id)
+            answer = await self._run_keys(ctx, link, policy, attempt, reservation_id=reservation_id)
             served = True
             return answer
         finally:
             if reservation_id is not None and not served:
                 await policy.uncovered(ctx, reservation_id)
 
-    async def _run_platform_key(
-        self,
-        ctx: C,
-        link: ChainLink,
-        policy: ChainPolicy[C],
-        attempt: Attempt,
-        reservation_id: int | None,
-    ) -> Any:
-        """The profile's one platform key: a failed try may be tried once more."""
-        for try_no in range(1, TRIES_PER_ATTEMPT + 1):
-            try:
-                return await self._try(
-                    ctx,
-                    link,
-                    policy,
-                    attempt,
-                    api_key=link.profile.platform_key,
-                    reservation_id=reservation_id,
-                )
-            except ProviderError as exc:
-                if try_no < TRIES_PER_ATTEMPT and policy.may_retry(exc):
-                    continue
-                raise policy.failure(exc, served_by=PLATFORM) from None
-        raise AssertionError("unreachable")
+    def _keys_of(self, link: ChainLink, attempt: Attempt) -> tuple[KeyPool[Any, Any], Any]:
+        """Return the pool kind that serves an attempt, and its pool: the group's team keys,
+        the profile's platform keys, or the profile's one key."""
+        if attempt.served_by == TEAM:
+            assert attempt.pool is not None  # the plan gives a team attempt its pool
+            return self.keys, attempt.pool
+        if link.profile.key_pool is not None:
+            return self.platform_keys, link.profile.key_pool
+        return self._own_key, OwnCredential(link.profile.name, link.profile.platform_key)
 
-    async def _run_key_pool(
+    async def _run_keys(
         self,
         ctx: C,
         link: ChainLink,
         policy: ChainPolicy[C],
         attempt: Attempt,
+        *,
         reservation_id: int | None,
     ) -> Any:
-        """The profile's platform keys, in its strategy's order (gateway/platform_keys.py): a
-        key the vendor refuses (429 benched, 401 / 403 taken out) passes the call to the next
-        one without using up a try; a failed try may be tried once more, on the next key."""
-        pool = link.profile.key_pool
-        assert pool is not None
-        refused: set[str] = set()
+        """The one key loop (core/key_pool.py): keys in their kind's order; a key the vendor
+        refuses is set aside as its kind says and the call passes to the next one without
+        using up a try; a failed try may be tried once more, on the key the kind gives next;
+        no key free: the last failure, else the pool's refusal."""
+        keys, pool = self._keys_of(link, attempt)
+        walk = await keys.walk(pool, tokens=link.key_tokens)
         tries = 0
         last: AttemptFailed | None = None
         while True:
-            key = await self.platform_keys.pick(
-                pool, tokens=link.key_tokens, skip=frozenset(refused)
-            )
+            key = await walk.next()
             if isinstance(key, NoKeyFree):
-                self._trail(ctx, link, policy, attempt, "keys_busy")
+                if keys.busy_outcome is not None:
+                    self._trail(ctx, link, policy, attempt, keys.busy_outcome)
                 if last is not None:
                     raise last
                 raise AttemptFailed(
-                    errors.UpstreamRateLimited(
-                        f"Every platform key of {pool.profile} is "
-                        + ("benched." if key.benched else "at its vendor limits."),
-                        retry_after_s=math.ceil(key.retry_after_s),
-                    ),
-                    judged=False,
+                    keys.exhausted(pool, key, profile=link.profile.name), judged=False
                 )
             try:
                 answer = await self._try(
@@ -491,19 +367,22 @@ class ChainRunner:
                     key_label=key.label,
                 )
             except BaseException as exc:
-                self.platform_keys.done(pool, key)
+                keys.done(pool, key)
                 if not isinstance(exc, ProviderError):
                     raise
-                last = policy.failure(exc, served_by=PLATFORM)
-                if await self.platform_keys.set_aside(pool, key, exc):
-                    refused.add(key.label)
+                if await keys.set_aside(pool, key, exc):
+                    walk.refused(key)
+                    if keys.refusal_fails_attempt:
+                        last = policy.failure(exc, served_by=attempt.served_by)
                     continue
+                last = policy.failure(exc, served_by=attempt.served_by)
                 tries += 1
                 if not policy.may_retry(exc) or tries >= TRIES_PER_ATTEMPT:
                     raise last from None
+                walk.failed(key)
                 continue
             # A stream keeps its key in flight until it ends, not only to its first chunk.
-            return self.platform_keys.in_flight_until_done(pool, key, answer)
+            return keys.in_flight_until_done(pool, key, answer)
 
     async def _try(
         self,

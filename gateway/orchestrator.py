@@ -24,14 +24,9 @@ from core import errors
 from gateway.adapters.base import CallTarget, ProviderError
 from gateway.attempts import Attempt
 from gateway.breakers import Ticket
-from gateway.chain import (
-    AttemptFailed,
-    ChainRunner,
-    Outcome,
-    upstream_error,
-    vendor_failure,
-)
+from gateway.chain import ChainRunner, Outcome
 from gateway.context import ModelContext, Served
+from gateway.failures import AttemptFailed, upstream_error, vendor_failure
 from gateway.plan import Link
 from gateway.platform_keys import PlatformKeys
 from gateway.types import Chunk, Completion

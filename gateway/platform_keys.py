@@ -1,4 +1,6 @@
-"""Which platform key of a profile serves next: its strategy, its vendor limits, its bench.
+"""Platform keys as a key pool (core/key_pool.py): a profile's keys, its strategy, its limits.
+
+Who: any request the plan gives a platform attempt on the profile (byok/payers.py).
 
 A profile with platform keys of its own (providers.models.PlatformKey) spreads its calls over
 the usable ones, in the order its strategy gives:
@@ -27,22 +29,21 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections import defaultdict
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TypeVar, cast
 
-from core import metrics
+from core import errors, metrics
 from core.config import tollgate
 from core.db import off_loop
+from core.key_pool import Bench, KeyPool, NoKeyFree, Refusal
 from core.shared_state import Script, SharedState, SharedStateDown
-from gateway.adapters.base import ProviderError
 from providers.models import KeyStrategy
 from providers.services import platform_key_failed
 
 log = logging.getLogger(__name__)
-T = TypeVar("T")
 
 PREFIX = "tollgate:pk:"
 WINDOW_S = 60
@@ -62,7 +63,7 @@ class PlatformCredential:
 
 
 @dataclass(frozen=True, slots=True)
-class KeyPool:
+class PlatformPool:
     """A profile's platform keys and how they share its calls."""
 
     profile: str
@@ -71,11 +72,12 @@ class KeyPool:
 
 
 @dataclass(frozen=True, slots=True)
-class NoKeyFree:
-    """Why no key of a pool could take a call, and when one may again."""
+class OwnCredential:
+    """A profile's one platform key, when it has no pool (None: a keyless vendor)."""
 
-    benched: bool  # every key benched (else: the limits are full)
-    retry_after_s: float
+    profile: str
+    secret: str | None = field(repr=False)
+    label: str = ""  # the trail names no key: the profile is its name
 
 
 # Per candidate: its bench key, its requests and its tokens this minute. ARGV: the window's
@@ -103,161 +105,41 @@ return {0, benched == n and 1 or 0, wait}
 """)
 
 
-class PlatformKeys:
-    """Picks platform keys for calls (one per replica: its turns and in-flight counts)."""
+class PlatformKeys(KeyPool[PlatformPool, PlatformCredential]):
+    """The platform keys' pool kind (one per replica: its turns and in-flight counts)."""
+
+    refusal_fails_attempt = True  # a platform key refused is the platform's failure
+    busy_outcome = "keys_busy"
 
     def __init__(self, shared: SharedState, *, clock: Callable[[], float] = time.time) -> None:
-        self._shared = shared
-        self._clock = clock
-        self._turns: dict[str, int] = defaultdict(int)
+        super().__init__(shared, clock=clock)
         self._current: dict[tuple[str, str], int] = defaultdict(int)  # smooth weighted RR
-        self._in_flight: dict[tuple[str, str], int] = defaultdict(int)
-        self._local_bench: dict[tuple[str, str], float] = {}
         self._local_counts: dict[tuple[str, str], list[int]] = {}  # this window's, per key
         self._local_window = 0
-        self._background: set[asyncio.Future] = set()
 
-    def order(self, pool: KeyPool) -> list[PlatformCredential]:
-        """Return the pool's keys in the order its strategy tries them for the next call."""
-        keys = list(pool.keys)
-        if not keys:
-            return keys
-        if pool.strategy == KeyStrategy.WEIGHTED:
-            return self._weighted(pool)
-        turn = self._turns[pool.profile]
-        self._turns[pool.profile] = turn + 1
-        start = turn % len(keys)
-        keys = keys[start:] + keys[:start]
-        if pool.strategy == KeyStrategy.LEAST_IN_FLIGHT:
-            keys.sort(key=lambda k: self._in_flight[(pool.profile, k.label)])  # stable
-        return keys
+    def slot(self, pool: PlatformPool) -> str:
+        return pool.profile
 
-    def _weighted(self, pool: KeyPool) -> list[PlatformCredential]:
-        total = sum(k.weight for k in pool.keys)
-        for k in pool.keys:
-            self._current[(pool.profile, k.label)] += k.weight
-        ordered = sorted(pool.keys, key=lambda k: -self._current[(pool.profile, k.label)])
-        self._current[(pool.profile, ordered[0].label)] -= total
-        return ordered
+    def bench_name(self, pool: PlatformPool, key: PlatformCredential) -> str:
+        return f"{PREFIX}{pool.profile}:{key.label}:bench"
 
-    async def pick(
-        self, pool: KeyPool, *, tokens: int, skip: frozenset[str] = frozenset()
-    ) -> PlatformCredential | NoKeyFree:
-        """Take the first usable key in strategy order for a call of `tokens` (counted
-        against its limits), or say why none is free."""
-        candidates = [k for k in self.order(pool) if k.label not in skip]
-        if not candidates:
-            return NoKeyFree(benched=True, retry_after_s=BENCH_429_DEFAULT_S)
-        window = int(self._clock() // WINDOW_S)
-        if self._shared.available:
-            try:
-                return await self._pick_shared(pool, candidates, tokens, window)
-            except SharedStateDown:
-                pass
-        return self._pick_local(pool, candidates, tokens, window)
+    def bench_for(self, refusal: Refusal) -> Bench | None:
+        if refusal.status == 429:
+            return Bench(refusal.retry_after_s or BENCH_429_DEFAULT_S)
+        if refusal.status in (401, 403):
+            # Until every replica has reloaded without it (two reload periods): the bench
+            # must not outlive an operator putting the key back.
+            return Bench(2.0 * tollgate().config_reload_s, taken_out=True)
+        return None
 
-    async def _pick_shared(
-        self, pool: KeyPool, candidates: list[PlatformCredential], tokens: int, window: int
-    ) -> PlatformCredential | NoKeyFree:
-        keys: list[str] = []
-        args: list[int] = [WINDOW_S * 2, tokens]
-        for k in candidates:
-            stem = f"{PREFIX}{pool.profile}:{k.label}"
-            keys += [f"{stem}:bench", f"{stem}:r:{window}", f"{stem}:t:{window}"]
-            args += [k.rpm, k.tpm]
-        [reply] = await self._shared.run(PICK.command(keys, args))
-        if reply[0]:
-            return self._started(pool, candidates[reply[0] - 1])
-        all_benched, wait_ms = bool(reply[1]), reply[2]
-        if all_benched:
-            return NoKeyFree(True, wait_ms / 1000 if wait_ms > 0 else BENCH_429_DEFAULT_S)
-        return NoKeyFree(False, self._window_left(window))
-
-    def _pick_local(
-        self, pool: KeyPool, candidates: list[PlatformCredential], tokens: int, window: int
-    ) -> PlatformCredential | NoKeyFree:
-        now = self._clock()
-        benched = [
-            self._local_bench[(pool.profile, k.label)] - now
-            for k in candidates
-            if self._local_bench.get((pool.profile, k.label), 0) > now
-        ]
-        if window != self._local_window:  # a new minute: the last one's counts are done
-            self._local_window, self._local_counts = window, {}
-        for k in candidates:
-            if self._local_bench.get((pool.profile, k.label), 0) > now:
-                continue
-            counts = self._local_counts.setdefault((pool.profile, k.label), [0, 0])
-            if (k.rpm and counts[0] >= k.rpm) or (k.tpm and counts[1] >= k.tpm):
-                continue
-            counts[0] += 1
-            counts[1] += tokens
-            return self._started(pool, k)
-        if len(benched) == len(candidates):
-            return NoKeyFree(True, min(benched))
-        return NoKeyFree(False, self._window_left(window))
-
-    def _window_left(self, window: int) -> float:
-        return max(1.0, (window + 1) * WINDOW_S - self._clock())
-
-    def _started(self, pool: KeyPool, key: PlatformCredential) -> PlatformCredential:
-        self._in_flight[(pool.profile, key.label)] += 1
-        return key
-
-    def done(self, pool: KeyPool, key: PlatformCredential) -> None:
-        """Say a call `pick` gave `key` is over (served or failed)."""
-        self._in_flight[(pool.profile, key.label)] -= 1
-
-    def in_flight_until_done(self, pool: KeyPool, key: PlatformCredential, answer: T) -> T:
-        """Return a call's answer, `key` counted in flight until it is over: a whole answer
-        is over now; a stream (an async generator) once it ends or is closed."""
-        if not isinstance(answer, AsyncGenerator):
-            self.done(pool, key)
-            return answer
-        return cast(T, self._held(pool, key, answer))
-
-    async def _held(
-        self, pool: KeyPool, key: PlatformCredential, stream: AsyncGenerator
-    ) -> AsyncGenerator:
-        try:
-            async for chunks in stream:
-                yield chunks
-        finally:
-            self.done(pool, key)
-            await stream.aclose()
-
-    async def set_aside(self, pool: KeyPool, key: PlatformCredential, exc: ProviderError) -> bool:
-        """Bench a key the vendor refused (429: for its Retry-After; 401 / 403: taken out) and
-        say so: the call goes to the next key, at no try's cost."""
-        if exc.status == 429:
-            await self.bench(pool, key, exc.retry_after_s or BENCH_429_DEFAULT_S)
-            return True
-        if exc.status in (401, 403):
-            await self.take_out(pool, key, exc.status)
-            return True
-        return False
-
-    async def bench(self, pool: KeyPool, key: PlatformCredential, seconds: float) -> None:
-        """Keep `key` out of every replica's picks for `seconds` (a vendor's 429)."""
-        self._local_bench[(pool.profile, key.label)] = self._clock() + seconds
-        if self._shared.available:
-            try:
-                await self._shared.run(
-                    (
-                        "SET",
-                        f"{PREFIX}{pool.profile}:{key.label}:bench",
-                        1,
-                        "PX",
-                        int(seconds * 1000),
-                    )
-                )
-            except SharedStateDown:
-                pass
-
-    async def take_out(self, pool: KeyPool, key: PlatformCredential, status: int) -> None:
-        """The vendor refused `key` itself (401 / 403): bench it fleet-wide now, mark it failing
-        in the database (off the request path) and tell the operator."""
-        await self.bench(pool, key, 2.0 * tollgate().config_reload_s)
+    async def benched_out(
+        self, pool: PlatformPool, key: PlatformCredential, bench: Bench, refusal: Refusal
+    ) -> None:
+        """A key taken out: marked failing in the database (off the request path), logged,
+        counted, audited."""
+        status = refusal.status
+        if not bench.taken_out or status is None:  # taken out on a 401 / 403 only
+            return
         log.error(
             "platform key %s of profile %s refused by the vendor (HTTP %s): taken out until "
             "an operator puts it back",
@@ -267,6 +149,148 @@ class PlatformKeys:
         )
         metrics.PLATFORM_KEY_REFUSED.labels(pool.profile, key.label, str(status)).inc()
         if key.key_id:
-            task = asyncio.ensure_future(off_loop(platform_key_failed)(key.key_id, status))
-            self._background.add(task)
-            task.add_done_callback(self._background.discard)
+            self.in_background(
+                asyncio.ensure_future(off_loop(platform_key_failed)(key.key_id, status))
+            )
+
+    def exhausted(
+        self, pool: PlatformPool, free: NoKeyFree, *, profile: str
+    ) -> errors.GatewayError:
+        return errors.UpstreamRateLimited(
+            f"Every platform key of {pool.profile} is "
+            + ("benched." if free.benched else "at its vendor limits."),
+            retry_after_s=math.ceil(free.retry_after_s),
+        )
+
+    async def walk(self, pool: PlatformPool, *, tokens: int) -> PlatformWalk:
+        return PlatformWalk(self, pool, tokens)
+
+    def order(self, pool: PlatformPool) -> list[PlatformCredential]:
+        """Return the pool's keys in the order its strategy tries them for the next call."""
+        if pool.strategy == KeyStrategy.WEIGHTED and pool.keys:
+            return self._weighted(pool)
+        keys = self.round_robin(pool, pool.keys)
+        if pool.strategy == KeyStrategy.LEAST_IN_FLIGHT:
+            keys.sort(key=lambda k: self.in_flight(pool, k))  # stable
+        return keys
+
+    def _weighted(self, pool: PlatformPool) -> list[PlatformCredential]:
+        total = sum(k.weight for k in pool.keys)
+        for k in pool.keys:
+            self._current[(pool.profile, k.label)] += k.weight
+        ordered = sorted(pool.keys, key=lambda k: -self._current[(pool.profile, k.label)])
+        self._current[(pool.profile, ordered[0].label)] -= total
+        return ordered
+
+    async def pick(
+        self, pool: PlatformPool, *, tokens: int, skip: frozenset[str] = frozenset()
+    ) -> PlatformCredential | NoKeyFree:
+        """Take the first usable key in strategy order for a call of `tokens` (counted
+        against its limits and in flight), or say why none is free."""
+        candidates = [k for k in self.order(pool) if k.label not in skip]
+        if not candidates:
+            return NoKeyFree(benched=True, retry_after_s=BENCH_429_DEFAULT_S)
+        window = int(self._clock() // WINDOW_S)
+        if self._shared is not None and self._shared.available:
+            try:
+                return await self._pick_shared(pool, candidates, tokens, window)
+            except SharedStateDown:
+                pass
+        return self._pick_local(pool, candidates, tokens, window)
+
+    async def _pick_shared(
+        self, pool: PlatformPool, candidates: list[PlatformCredential], tokens: int, window: int
+    ) -> PlatformCredential | NoKeyFree:
+        keys: list[str] = []
+        args: list[int] = [WINDOW_S * 2, tokens]
+        for k in candidates:
+            stem = f"{PREFIX}{pool.profile}:{k.label}"
+            keys += [f"{stem}:bench", f"{stem}:r:{window}", f"{stem}:t:{window}"]
+            args += [k.rpm, k.tpm]
+        assert self._shared is not None  # asked only when Redis is there
+        [reply] = await self._shared.run(PICK.command(keys, args))
+        if reply[0]:
+            return self.started(pool, candidates[reply[0] - 1])
+        all_benched, wait_ms = bool(reply[1]), reply[2]
+        if all_benched:
+            return NoKeyFree(True, wait_ms / 1000 if wait_ms > 0 else BENCH_429_DEFAULT_S)
+        return NoKeyFree(False, self._window_left(window))
+
+    def _pick_local(
+        self, pool: PlatformPool, candidates: list[PlatformCredential], tokens: int, window: int
+    ) -> PlatformCredential | NoKeyFree:
+        benched = [left for k in candidates if (left := self.bench_left_here(pool, k)) > 0]
+        if window != self._local_window:  # a new minute: the last one's counts are done
+            self._local_window, self._local_counts = window, {}
+        for k in candidates:
+            if self.bench_left_here(pool, k) > 0:
+                continue
+            counts = self._local_counts.setdefault((pool.profile, k.label), [0, 0])
+            if (k.rpm and counts[0] >= k.rpm) or (k.tpm and counts[1] >= k.tpm):
+                continue
+            counts[0] += 1
+            counts[1] += tokens
+            return self.started(pool, k)
+        if len(benched) == len(candidates):
+            return NoKeyFree(True, min(benched))
+        return NoKeyFree(False, self._window_left(window))
+
+    def _window_left(self, window: int) -> float:
+        return max(1.0, (window + 1) * WINDOW_S - self._clock())
+
+
+class PlatformWalk:
+    """One platform attempt's way through its pool: each call picks afresh in strategy order,
+    passing by the keys the vendor refused; a retry may land on any usable key."""
+
+    def __init__(self, keys: PlatformKeys, pool: PlatformPool, tokens: int) -> None:
+        self._keys = keys
+        self._pool = pool
+        self._tokens = tokens
+        self._refused: set[str] = set()
+
+    async def next(self) -> PlatformCredential | NoKeyFree:
+        return await self._keys.pick(self._pool, tokens=self._tokens, skip=frozenset(self._refused))
+
+    def refused(self, key: PlatformCredential) -> None:
+        self._refused.add(key.label)
+
+    def failed(self, key: PlatformCredential) -> None:
+        pass
+
+
+class OwnKey(KeyPool[OwnCredential, OwnCredential]):
+    """A profile's one platform key as a pool of one: never benched (a refusal is the
+    attempt's failure), every try on it."""
+
+    def __init__(self) -> None:
+        super().__init__(None, clock=time.time)
+
+    def slot(self, pool: OwnCredential) -> str:
+        return pool.profile
+
+    def bench_for(self, refusal: Refusal) -> Bench | None:
+        return None
+
+    async def walk(self, pool: OwnCredential, *, tokens: int) -> OwnWalk:
+        return OwnWalk(self, pool)
+
+    def exhausted(
+        self, pool: OwnCredential, free: NoKeyFree, *, profile: str
+    ) -> errors.GatewayError:
+        raise AssertionError("a profile's own key is never benched")
+
+
+class OwnWalk:
+    def __init__(self, keys: OwnKey, key: OwnCredential) -> None:
+        self._keys = keys
+        self._key = key
+
+    async def next(self) -> OwnCredential:
+        return self._keys.started(self._key, self._key)
+
+    def refused(self, key: OwnCredential) -> None:
+        raise AssertionError("a profile's own key is never set aside")
+
+    def failed(self, key: OwnCredential) -> None:
+        pass

@@ -24,8 +24,9 @@ from dataclasses import dataclass
 from core import errors
 from gateway.adapters.base import ProviderError, connection_error
 from gateway.attempts import PLATFORM, Attempt
-from gateway.chain import AttemptFailed, ChainRunner, Outcome, vendor_failure
+from gateway.chain import ChainRunner, Outcome
 from gateway.context import WebContext
+from gateway.failures import AttemptFailed, vendor_failure
 from gateway.web.plan import WebLink, WebPlan
 from gateway.web.types import (
     SCRAPE,

@@ -1,5 +1,5 @@
-"""How long a refused team key sits on the bench (gateway/chain.py `bench_refused_key`,
-byok/routing.py `KeyRotation`): a 429 benches it for max(Retry-After, 30 s), a 401 or 403
+"""How long a refused team key sits on the bench (byok/routing.py `KeyRotation`, the team
+kind of core/key_pool.py): a 429 benches it for max(Retry-After, 30 s), a 401 or 403
 marks it failing for 10 minutes. A request runs through the real orchestrator against an
 in-process vendor; the key rotation keeps its bench on a clock the test moves (its
 per-process fallback, no Redis), so each length is checked to the tenth of a second.

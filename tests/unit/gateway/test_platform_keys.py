@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import asyncio
 
+from core.key_pool import NoKeyFree
 from core.shared_state import SharedState
-from gateway.platform_keys import KeyPool, NoKeyFree, PlatformCredential, PlatformKeys
+from gateway.platform_keys import PlatformCredential, PlatformKeys, PlatformPool
 
 
 class Clock:
@@ -23,15 +24,15 @@ def no_redis() -> SharedState:
     return shared
 
 
-def pool(strategy: str, *keys: PlatformCredential) -> KeyPool:
-    return KeyPool(profile="p", strategy=strategy, keys=keys)
+def pool(strategy: str, *keys: PlatformCredential) -> PlatformPool:
+    return PlatformPool(profile="p", strategy=strategy, keys=keys)
 
 
 def key(label: str, **limits: int) -> PlatformCredential:
     return PlatformCredential(key_id=0, label=label, secret=f"sk-{label}", **limits)
 
 
-def picks(keys: PlatformKeys, of: KeyPool, n: int, *, tokens: int = 10) -> list[str]:
+def picks(keys: PlatformKeys, of: PlatformPool, n: int, *, tokens: int = 10) -> list[str]:
     async def run() -> list[str]:
         got = []
         for _ in range(n):

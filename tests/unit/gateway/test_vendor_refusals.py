@@ -1,5 +1,5 @@
 """A vendor refusing the request itself (a 4xx the client can fix): the message the adapters
-keep of its error body, how the chain maps it (gateway/chain.py), and the chain rules it
+keep of its error body, how the chain maps it (gateway/failures.py), and the chain rules it
 obeys for a model request and a web action alike: no retry, no other key, link or platform,
 no breaker failure, no bench. The world is test_chain_rules's: two vendors `a` and `b`."""
 
@@ -21,7 +21,7 @@ from gateway.adapters.base import (
 )
 from gateway.adapters.fake import Fault
 from gateway.attempts import PLATFORM, TEAM
-from gateway.chain import judges_provider, refused_by_vendor, upstream_error, vendor_failure
+from gateway.failures import judges_provider, refused_by_vendor, upstream_error, vendor_failure
 from tests.unit.gateway.test_chain_rules import PLATFORM_KEY, World, trail
 
 KINDS = pytest.mark.parametrize("kind", ["model", "web"])
