@@ -21,12 +21,8 @@ from gateway.adapters.bedrock import (
     region_of,
     stream_exception,
 )
-from gateway.shapes.bedrock import (
-    ConverseStreamToChat,
-    chat_to_converse,
-    completion_from_converse,
-    converse_body,
-)
+from gateway.shapes.bedrock import chat_to_converse, converse_body
+from gateway.shapes.bedrock_answers import ConverseStreamToChat, completion_from_converse
 from gateway.types import Usage
 from stubvendor.bedrock import event_frame, exception_frame
 
