@@ -53,17 +53,11 @@ from typing import Any
 
 from aiohttp import web
 
-from stubvendor.server import (
-    DIALECT,
-    Frames,
-    Rendered,
-    Reply,
-    StubState,
-    _completion,
-    _data_line,
-    _json,
-    vendor_error,
-)
+from stubvendor.dialect import DIALECT
+from stubvendor.rendering import Frames, Rendered, Reply, _data_line
+from stubvendor.state import StubState
+from stubvendor.vendor import _completion
+from stubvendor.wire import _json, vendor_error
 
 AZURE_PATH = re.compile(
     r"/openai/(?:deployments/(?P<deployment>[^/]+)/(?P<deployed_api>chat/completions|embeddings)"

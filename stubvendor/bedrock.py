@@ -96,29 +96,13 @@ from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 
-from stubvendor.server import (
-    REFUSAL_KINDS,
-    STATE,
-    Answer,
-    Frames,
-    PromptUsage,
-    StubState,
-    _abort,
-    _answer,
-    _answer_words,
-    _as_list,
-    _canonical,
-    _hang,
-    _ids,
-    _send_message,
-    _send_stream,
-    answer_tokens,
-    compose_answer,
-    json_answer,
-    pick_tools,
-    read_body,
-    tool_calls,
-)
+from stubvendor.answers import Answer, answer_tokens, compose_answer, json_answer, tool_calls
+from stubvendor.prompt import PromptUsage
+from stubvendor.rendering import Frames
+from stubvendor.state import REFUSAL_KINDS, STATE, StubState, _ids
+from stubvendor.tools import pick_tools
+from stubvendor.vendor import _answer_words, _hang, _send_message, _send_stream, read_body
+from stubvendor.wire import _abort, _answer, _as_list, _canonical
 
 TEST_CREDENTIALS = "AKIASTUBTESTKEY00001:stub/Secret+Key/For/Tests/0000000000000"
 SIGNING_SERVICE = "bedrock"

@@ -113,35 +113,27 @@ from urllib.parse import parse_qs
 import orjson
 from aiohttp import web
 
-from stubvendor.server import (
-    _GOOGLE_STATUS,
-    DOCUMENT_TOKENS,
-    IMAGE_TOKENS,
+from stubvendor.answers import (
     REASONING_TOKENS,
-    STATE,
-    TOOL_DEFINITION_TOKENS,
     Answer,
-    Frames,
-    Incoming,
-    PromptUsage,
-    StubState,
-    _answer,
-    _answer_words,
-    _as_list,
-    _data_line,
-    _deliver,
-    _ids,
-    _json,
-    _words,
     answer_tokens,
-    cached_prefix_tokens,
     compose_answer,
     json_answer,
-    pick_tools,
-    read_body,
     tool_calls,
-    vendor_error,
 )
+from stubvendor.prompt import (
+    DOCUMENT_TOKENS,
+    IMAGE_TOKENS,
+    TOOL_DEFINITION_TOKENS,
+    PromptUsage,
+    _words,
+    cached_prefix_tokens,
+)
+from stubvendor.rendering import Frames, _data_line
+from stubvendor.state import STATE, StubState, _ids
+from stubvendor.tools import pick_tools
+from stubvendor.vendor import Incoming, _answer_words, _deliver, read_body
+from stubvendor.wire import _GOOGLE_STATUS, _answer, _as_list, _json, vendor_error
 
 GEMINI = "gemini"
 VERTEX = "vertex"

@@ -126,34 +126,28 @@ from typing import Any
 
 from aiohttp import web
 
-from stubvendor.server import (
+from stubvendor.answers import (
     REASONING_TOKENS,
-    STATE,
-    TOOL_DEFINITION_TOKENS,
     Answer,
-    Frames,
-    Incoming,
-    PromptUsage,
-    StubState,
-    _answer,
-    _answer_words,
-    _as_list,
-    _content_tokens,
-    _deliver,
-    _event,
     _halves,
-    _ids,
     _reasoning_model,
-    _receive,
-    _words,
     answer_tokens,
-    cached_prefix_tokens,
     compose_answer,
     json_answer,
-    pick_tools,
     tool_calls,
-    vendor_error,
 )
+from stubvendor.prompt import (
+    TOOL_DEFINITION_TOKENS,
+    PromptUsage,
+    _content_tokens,
+    _words,
+    cached_prefix_tokens,
+)
+from stubvendor.rendering import Frames, _event
+from stubvendor.state import STATE, StubState, _ids
+from stubvendor.tools import pick_tools
+from stubvendor.vendor import Incoming, _answer_words, _deliver, _receive
+from stubvendor.wire import _answer, _as_list, vendor_error
 
 DIALECT = "responses"  # server.py's part-token tables for Responses input parts
 # Chat parameters the Responses API refuses, and where they moved.
