@@ -43,14 +43,15 @@ prefixes live with the app's Anthropic ones (keyed ``bedrock/<model>``), so ``DE
 
 Answer
 ------
-server.py's rules, read from Converse's fields: tool calls when ``toolConfig.tools`` holds
-``toolSpec`` tools and the last message is not a user message with a ``toolResult`` block:
-the tool ``toolChoice.tool.name`` names, else the first two (Converse has no sequential
-switch) when two or more are given, else the first; input built from ``inputSchema.json``;
-ids ``tooluse_stub_<n>_<i>``; 5 output tokens each.  Else JSON for ``outputConfig.textFormat``
-``{"type": "json_schema", "structure": {"jsonSchema": {"schema": "<JSON text>"}}}``: the
-object built from the schema, compact, in 8-character pieces.  Else the words (``x-stub-words``
-as in server.py), cut by ``inferenceConfig.stopSequences`` then ``maxTokens``.
+The rules of answers.py, read from Converse's fields: tool calls when ``toolConfig.tools``
+holds ``toolSpec`` tools and the last message is not a user message with a ``toolResult``
+block: the tool ``toolChoice.tool.name`` names, else the first two (Converse has no
+sequential switch) when two or more are given, else the first; input built from
+``inputSchema.json``; ids ``tooluse_stub_<n>_<i>``; 5 output tokens each. Else JSON for
+``outputConfig.textFormat`` ``{"type": "json_schema", "structure": {"jsonSchema": {"schema":
+"<JSON text>"}}}``: the object built from the schema, compact, in 8-character pieces. Else
+the words (``x-stub-words`` as in answers.py), cut by ``inferenceConfig.stopSequences`` then
+``maxTokens``.
 
 ``{"output": {"message": {"role": "assistant", "content": [{"text"}] | [{"toolUse":
 {"toolUseId", "name", "input"}}, ...]}}, "stopReason": "end_turn" | "stop_sequence" |
@@ -70,12 +71,13 @@ messages (``:message-type`` ``exception``, ``:exception-type``).
 
 Faults
 ------
-server.py's queue, matched on the access key id and the model: 429 (``ThrottlingException``,
-``Retry-After``), 401 / 403 (``UnrecognizedClientException`` / ``AccessDeniedException``,
-message echoing the access key id), 500 (``InternalServerException``), the refusal kinds
-(``ValidationException`` / ``ResourceNotFoundException`` ..., the fault's message), ``hang``,
-``slow``, and the stream cuts ``fail_before_first_token`` / ``fail_after_tokens`` (a piece:
-a text or tool-input ``contentBlockDelta``), all after the signature check.
+The fault queue (control.py), matched on the access key id and the model: 429
+(``ThrottlingException``, ``Retry-After``), 401 / 403 (``UnrecognizedClientException`` /
+``AccessDeniedException``, message echoing the access key id), 500
+(``InternalServerException``), the refusal kinds (``ValidationException`` /
+``ResourceNotFoundException`` ..., the fault's message), ``hang``, ``slow``, and the stream
+cuts ``fail_before_first_token`` / ``fail_after_tokens`` (a piece: a text or tool-input
+``contentBlockDelta``), all after the signature check.
 """
 
 from __future__ import annotations

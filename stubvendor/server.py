@@ -66,7 +66,7 @@ Vendor routes
   locations/{l}/publishers/google/models/{model}`` (Vertex AI, a bearer token from
   ``POST /_stub/google/token``, the JWT-bearer grant), and ``POST
   /_stub/google/keys``: Google's shapes, errors and OAuth; the contract is in
-  ``stubvendor/gemini.py``'s docstring.
+  ``stubvendor/gemini.py``'s docstring and the modules it names.
 * ``POST .../render`` and ``POST .../search`` (any prefix): the web vendors, a
   JavaScript renderer (the stub loads the page and applies its inner-HTML
   assignment scripts) and a search API (results recomputable from the
