@@ -49,7 +49,8 @@ Vendor routes
   ``api_version``.  Content filter: a body containing ``FILTERME`` answers
   Azure's 400 ``content_filter`` refusal; a chat body containing
   ``FILTERANSWER`` ends with ``finish_reason: "content_filter"``.
-* AWS Bedrock (``stubvendor/bedrock.py``, whose docstring is the contract):
+* AWS Bedrock (``stubvendor/bedrock.py``, whose docstring and the modules it names are the
+  contract):
   ``POST .../model/{modelId}/converse`` and ``.../converse-stream`` (the
   stream in AWS event-stream framing), each checked for a SigV4 signature by
   the test credentials (``$STUB_AWS_CREDENTIALS``; 403 ``{"message"}`` when

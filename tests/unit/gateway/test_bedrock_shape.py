@@ -24,7 +24,7 @@ from gateway.adapters.bedrock import (
 from gateway.shapes.bedrock import chat_to_converse, converse_body
 from gateway.shapes.bedrock_answers import ConverseStreamToChat, completion_from_converse
 from gateway.types import Usage
-from stubvendor.bedrock import event_frame, exception_frame
+from stubvendor.bedrock_answers import event_frame, exception_frame
 
 PNG = "iVBORw0KGgoAAAANSUhEUg=="
 SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
