@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from rest_framework import authentication, exceptions, status
 
-from accounts import rotation, throttle
+from accounts import rotation, throttle, throttle_subjects
 from accounts.models import TenantToken
 from accounts.secrets import hash_secret
 
@@ -21,7 +21,7 @@ class TokensThrottled(exceptions.APIException):
 
     def __init__(self, wait_s: int, *, busy: bool = False) -> None:
         self.wait = wait_s  # the Retry-After, as DRF's Throttled names it
-        super().__init__(throttle.token_refusal(wait_s, busy=busy))
+        super().__init__(throttle_subjects.token_refusal(wait_s, busy=busy))
 
 
 class TenantTokenAuthentication(authentication.BaseAuthentication):
@@ -35,7 +35,9 @@ class TenantTokenAuthentication(authentication.BaseAuthentication):
         secret = secret.strip()
         if not secret:
             raise exceptions.AuthenticationFailed("Missing tenant token.")
-        attempt = throttle.default.begin_token(address=throttle.client_address(request.META))
+        attempt = throttle.default.begin_token(
+            address=throttle_subjects.client_address(request.META)
+        )
         if attempt.wait_s:
             raise TokensThrottled(attempt.wait_s, busy=attempt.busy)
         try:

@@ -9,7 +9,7 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.forms import AuthenticationForm
 from django.core.exceptions import ValidationError
 
-from accounts import throttle
+from accounts import throttle, throttle_subjects
 from core.config import tollgate
 
 # Under ASGI each sign-in runs in a thread of its own and PBKDF2 releases the GIL: 60
@@ -34,7 +34,7 @@ class ThrottledSignIn:
         if name is None or not password:
             return super().clean()  # a field error already; nothing is checked
         meta = self.request.META if self.request is not None else {}
-        attempt = self.begin_attempt(name, throttle.client_address(meta))
+        attempt = self.begin_attempt(name, throttle_subjects.client_address(meta))
         if attempt.wait_s:
             self._refuse(attempt)
         try:
@@ -57,7 +57,7 @@ class ThrottledSignIn:
     def _refuse(self, attempt: throttle.Attempt, wait_s: int = 0):
         self.throttled_s = wait_s or attempt.wait_s
         raise ValidationError(
-            throttle.sign_in_refusal(self.throttled_s, busy=attempt.busy and not wait_s),
+            throttle_subjects.sign_in_refusal(self.throttled_s, busy=attempt.busy and not wait_s),
             code="throttled",
         ) from None
 

@@ -3,6 +3,10 @@
 Every variable has an embedded default so a first run needs none of them (SQLite, no Redis,
 Celery on a local transport). In production set DATABASE_URL and REDIS_URL. A variable that
 is unknown (our prefixes only) or malformed stops the process at start with its name.
+
+Beside this module: config/settings_environment.py (every variable, its type and default:
+SCHEME), config/settings_tollgate.py (the TOLLGATE dict and its checks) and
+config/settings_beat.py (CELERY_BEAT_SCHEDULE).
 """
 
 from __future__ import annotations
@@ -12,156 +16,19 @@ import os
 import secrets
 from pathlib import Path
 
-import environ
 from csp import constants as csp_constants
 from django.core.exceptions import ImproperlyConfigured
 
+from config.settings_beat import beat_schedule
+from config.settings_environment import read_environment
+from config.settings_tollgate import tollgate_settings
 from core.sealing import parse_keyring as _parse_keyring
 from core.signing import parse_receipt_keys as _parse_receipt_keys
-from webfetch.addresses import allowed_networks as _allowed_networks
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("TOLLGATE_VAR_DIR", BASE_DIR / "var"))
 
-# Every variable Tollgate reads, with its type and embedded default.
-SCHEME: dict[str, tuple[type, object]] = {
-    "DEBUG": (bool, False),
-    "SECRET_KEY": (str, ""),
-    "ALLOWED_HOSTS": (list, ["*"]),
-    "CSRF_TRUSTED_ORIGINS": (list, []),
-    "DATABASE_URL": (str, ""),
-    # The owner's login, for `migrate` and `grant_app_role` only (core/db_roles.py): given on
-    # those commands' line, never in .env, so no serving process holds it.
-    "DATABASE_OWNER_URL": (str, ""),
-    "REDIS_URL": (str, ""),
-    "CELERY_BROKER_URL": (str, ""),
-    "GATEWAY_INTERNAL_TOKEN": (str, ""),
-    # Web acquisition's own internal bearer, and its legacy alias (docs/settings.md).
-    "WEB_FETCH_INTERNAL_TOKEN": (str, ""),
-    "WEB_FETCH_TOKEN": (str, ""),
-    "GATEWAY_PTB_ENABLED": (bool, True),
-    "GATEWAY_BYOK_ENABLED": (bool, True),
-    # Read by the process commands (compose.yaml, Procfile), not by Django: the gateway's
-    # worker count, and its address in the Procfile.
-    "GATEWAY_WORKERS": (int, 2),
-    "GATEWAY_BIND": (str, "127.0.0.1:8000"),
-    "GATEWAY_PORT": (int, 8000),  # compose.yaml: the gateway's port on 127.0.0.1
-    "TOLLGATE_IMAGE": (str, "tollgate:latest"),  # compose.yaml: the image it runs
-    "SEALING_KEYS": (str, ""),
-    "TOLLGATE_RECEIPT_KEYS": (str, ""),
-    "PROVIDER_PROFILES_JSON": (str, ""),
-    "TOLLGATE_VAR_DIR": (str, ""),
-    "TOLLGATE_PUBLIC_URL": (str, ""),
-    # Behind TLS (production): cookies, HSTS, and how a request says it came over https.
-    "TOLLGATE_SECURE_COOKIES": (str, ""),
-    "TOLLGATE_BEHIND_TLS_PROXY": (bool, False),
-    "TOLLGATE_SSL_REDIRECT": (bool, False),
-    "TOLLGATE_HSTS_SECONDS": (int, 0),
-    "TOLLGATE_HSTS_INCLUDE_SUBDOMAINS": (bool, False),
-    "TOLLGATE_HSTS_PRELOAD": (bool, False),
-    "TOLLGATE_REDIS_PERSISTENCE": (str, "check"),
-    # Sign-in throttling (dashboard, Django admin, tenant API tokens).
-    "TOLLGATE_LOGIN_FAILURES": (int, 5),
-    "TOLLGATE_LOGIN_LOCKOUT_S": (int, 60),
-    "TOLLGATE_LOGIN_LOCKOUT_MAX_S": (int, 3600),
-    "TOLLGATE_LOGIN_CONCURRENCY": (int, 1),
-    "TOLLGATE_PROXY_HOPS": (int, 0),
-    # Single sign-on (sso/): the operators' own OpenID provider for the Django admin, and
-    # whether an http:// issuer is accepted (a test provider; never in production).
-    "TOLLGATE_ADMIN_OIDC_ISSUER": (str, ""),
-    "TOLLGATE_ADMIN_OIDC_CLIENT_ID": (str, ""),
-    "TOLLGATE_ADMIN_OIDC_CLIENT_SECRET": (str, ""),
-    "TOLLGATE_ADMIN_OIDC_NAME": (str, "single sign-on"),
-    "TOLLGATE_ADMIN_OIDC_SUBJECTS": (list, []),
-    "TOLLGATE_ADMIN_OIDC_GROUP": (str, ""),
-    "TOLLGATE_ADMIN_OIDC_GROUPS_CLAIM": (str, "groups"),
-    "TOLLGATE_SSO_ALLOW_HTTP": (bool, False),
-    "TOLLGATE_BEAT_SCHEDULE": (str, ""),
-    "TOLLGATE_MAX_BODY_BYTES": (int, 1_048_576),
-    "TOLLGATE_MAX_ROUTE": (int, 2),
-    "TOLLGATE_IMAGE_TOKENS_BOUND": (int, 1_600),
-    "TOLLGATE_AUTH_CACHE_TTL_S": (int, 300),
-    "TOLLGATE_AUTH_FAIL_PER_MIN": (int, 60),
-    "TOLLGATE_RATE_EPOCH_S": (int, 0),
-    "TOLLGATE_CONFIG_RELOAD_S": (int, 30),
-    "TOLLGATE_REPLICAS": (int, 1),
-    "TOLLGATE_INFLIGHT_MAX": (int, 1000),
-    "TOLLGATE_WEB_INFLIGHT_MAX": (int, 100),
-    "TOLLGATE_REDIS_TIMEOUT_MS": (int, 250),
-    "TOLLGATE_BREAKER_FAILURES": (int, 5),
-    "TOLLGATE_BREAKER_COOLDOWN_S": (int, 30),
-    "TOLLGATE_ESCROW_MARGIN_PCT": (int, 120),
-    "TOLLGATE_RESERVATION_TTL_S": (int, 300),
-    "TOLLGATE_REQUEST_DEADLINE_S": (int, 240),
-    "TOLLGATE_USAGE_WINDOW_S": (int, 60),
-    "TOLLGATE_USAGE_SINK_URL": (str, ""),
-    "TOLLGATE_USAGE_SINK_SECRET": (str, ""),
-    "TOLLGATE_USAGE_GRACE_S": (int, 30),
-    "TOLLGATE_USAGE_FLUSH_MS": (int, 500),
-    "TOLLGATE_USAGE_CLAIM_IDLE_MS": (int, 15_000),
-    "TOLLGATE_USAGE_RETENTION_DAYS": (int, 0),
-    "TOLLGATE_BILLING_STATE_RETENTION_DAYS": (int, 7),
-    "TOLLGATE_RECEIPT_RETENTION_DAYS": (int, 0),
-    "TOLLGATE_ARCHIVE_DIR": (str, ""),
-    "TOLLGATE_BUDGET_ROLL_S": (int, 60),
-    "TOLLGATE_BUDGET_ALERTS_S": (int, 10),
-    # Tenant alerts (alerts/): how often beat evaluates the rules and sends what is due, and
-    # the first retry's wait (doubling after each failed try, at most an hour).
-    "TOLLGATE_ALERTS_S": (int, 30),
-    "TOLLGATE_ALERT_RETRY_BASE_S": (int, 30),
-    # Django's email (tenant alert emails): the SMTP server and the sender (docs/production.md).
-    "EMAIL_HOST": (str, "localhost"),
-    "EMAIL_PORT": (int, 25),
-    "EMAIL_HOST_USER": (str, ""),
-    "EMAIL_HOST_PASSWORD": (str, ""),
-    "EMAIL_USE_TLS": (bool, False),
-    "EMAIL_USE_SSL": (bool, False),
-    "EMAIL_TIMEOUT": (int, 10),
-    "DEFAULT_FROM_EMAIL": (str, "tollgate@localhost"),
-    "TOLLGATE_CALLER_KEY": (str, ""),
-    "TOLLGATE_CALLER_WINDOW": (str, "month"),
-    "TOLLGATE_LOG_LEVEL": (str, "INFO"),
-    "TOLLGATE_IDEMPOTENCY_TTL_S": (int, 86_400),
-    "TOLLGATE_IDEMPOTENCY_MAX_BYTES": (int, 4_194_304),
-    "TOLLGATE_CACHE_REDIS_URL": (str, ""),
-    "TOLLGATE_CACHE_MAX_ENTRY_BYTES": (int, 1_048_576),
-    "TOLLGATE_CACHE_MEMORY_MB": (int, 64),
-    "TOLLGATE_METRICS_DIR": (str, ""),
-    "TOLLGATE_METRICS_TOKEN": (str, ""),
-    # Web acquisition (webfetch/, gateway/web/).
-    "TOLLGATE_WEB_ACTION_TIMEOUT_S": (int, 30),
-    "TOLLGATE_WEB_MAX_RESULTS": (int, 10),
-    "TOLLGATE_WEB_MAX_REDIRECTS": (int, 5),
-    "TOLLGATE_WEB_MAX_BYTES": (int, 5_000_000),
-    "TOLLGATE_WEB_MAX_DECOMPRESSED_BYTES": (int, 10_000_000),
-    "TOLLGATE_WEB_ALLOW_NETS": (list, []),
-    "TOLLGATE_WEB_USER_AGENT": (str, "TollgateFetch/1.0 (+https://tollgate.invalid/bot)"),
-    "TOLLGATE_CRAWL_MAX_PAGES": (int, 200),
-    "TOLLGATE_CRAWL_MAX_DEPTH": (int, 5),
-    "TOLLGATE_CRAWL_HOST_DELAY_MS": (int, 1000),
-    "TOLLGATE_CRAWL_LEASE_S": (int, 120),
-}
-OUR_PREFIXES = ("TOLLGATE_", "GATEWAY_", "WEB_FETCH_")
-
-
-def _read_environment() -> environ.Env:
-    unknown = sorted(
-        name for name in os.environ if name.startswith(OUR_PREFIXES) and name not in SCHEME
-    )
-    if unknown:
-        raise ImproperlyConfigured(f"Unknown setting {unknown[0]}: not a Tollgate variable.")
-    env = environ.Env(**{name: (kind, default) for name, (kind, default) in SCHEME.items()})
-    for name, (kind, _) in SCHEME.items():
-        try:
-            env(name)
-        except (ValueError, TypeError) as exc:
-            raise ImproperlyConfigured(
-                f"Malformed setting {name}: expected {kind.__name__}."
-            ) from exc
-    return env
-
-
-env = _read_environment()
+env = read_environment()
 
 DEBUG = env("DEBUG")
 EMBEDDED = not env("DATABASE_URL")
@@ -315,145 +182,7 @@ GATEWAY_PTB_ENABLED = env("GATEWAY_PTB_ENABLED")
 GATEWAY_BYOK_ENABLED = env("GATEWAY_BYOK_ENABLED")
 PROVIDER_PROFILES_JSON = env("PROVIDER_PROFILES_JSON")
 
-TOLLGATE = {
-    "MAX_BODY_BYTES": env("TOLLGATE_MAX_BODY_BYTES"),
-    "MAX_ROUTE": env("TOLLGATE_MAX_ROUTE"),
-    # What a hold assumes one image or document costs beyond its bytes (vendors price an
-    # image by its pixels, which Tollgate does not decode).
-    "IMAGE_TOKENS_BOUND": env("TOLLGATE_IMAGE_TOKENS_BOUND"),
-    "AUTH_CACHE_TTL_S": env("TOLLGATE_AUTH_CACHE_TTL_S"),
-    "AUTH_FAIL_PER_MIN": env("TOLLGATE_AUTH_FAIL_PER_MIN"),
-    # The one-minute rate windows start at this Unix time plus whole minutes (0: on the
-    # minute); every replica of a fleet must share it, as Redis keys carry the window number.
-    "RATE_EPOCH_S": env("TOLLGATE_RATE_EPOCH_S"),
-    "CONFIG_RELOAD_S": env("TOLLGATE_CONFIG_RELOAD_S"),
-    "REPLICAS": max(1, env("TOLLGATE_REPLICAS")),
-    "INFLIGHT_MAX": env("TOLLGATE_INFLIGHT_MAX"),
-    # Web actions' own fleet-wide in-flight cap: slow scrapes never take the model routes'.
-    "WEB_INFLIGHT_MAX": env("TOLLGATE_WEB_INFLIGHT_MAX"),
-    "REDIS_TIMEOUT_MS": env("TOLLGATE_REDIS_TIMEOUT_MS"),
-    "BREAKER_FAILURES": env("TOLLGATE_BREAKER_FAILURES"),
-    "BREAKER_COOLDOWN_S": env("TOLLGATE_BREAKER_COOLDOWN_S"),
-    "ESCROW_MARGIN_PCT": env("TOLLGATE_ESCROW_MARGIN_PCT"),
-    "RESERVATION_TTL_S": env("TOLLGATE_RESERVATION_TTL_S"),
-    "REQUEST_DEADLINE_S": env("TOLLGATE_REQUEST_DEADLINE_S"),
-    "USAGE_WINDOW_S": env("TOLLGATE_USAGE_WINDOW_S"),
-    "USAGE_SINK_URL": env("TOLLGATE_USAGE_SINK_URL"),
-    "USAGE_SINK_SECRET": env("TOLLGATE_USAGE_SINK_SECRET"),
-    "USAGE_GRACE_S": env("TOLLGATE_USAGE_GRACE_S"),
-    "USAGE_FLUSH_MS": env("TOLLGATE_USAGE_FLUSH_MS"),
-    "USAGE_CLAIM_IDLE_MS": env("TOLLGATE_USAGE_CLAIM_IDLE_MS"),
-    # Usage rows (with their attempt trails) older than this many days are dropped, a month
-    # at a time on PostgreSQL, once their rollups are audited (usage/partitions.py). Ledger
-    # entries and rollups stay. 0 keeps everything forever.
-    "USAGE_RETENTION_DAYS": max(0, env("TOLLGATE_USAGE_RETENTION_DAYS")),
-    # The closed per-request working state (holds, reservations, settled markers) older than
-    # this many days is dropped, a slice of a month at a time, never under 7 days
-    # (billing/partitions.py): what a request used and paid stays in its usage row, receipt
-    # and ledger entries. 0 keeps it forever.
-    "BILLING_STATE_RETENTION_DAYS": max(0, env("TOLLGATE_BILLING_STATE_RETENTION_DAYS")),
-    # Receipts older than this many days leave PostgreSQL as signed monthly archives in
-    # ARCHIVE_DIR, a whole month at a time, each account's last receipt kept (billing/
-    # archives.py). 0 keeps receipts in PostgreSQL forever.
-    "RECEIPT_RETENTION_DAYS": max(0, env("TOLLGATE_RECEIPT_RETENTION_DAYS")),
-    "ARCHIVE_DIR": Path(env("TOLLGATE_ARCHIVE_DIR") or VAR_DIR / "archives"),
-    # How often beat rolls the budget periods nothing charged since they ended, and sends the
-    # spend alerts settlement raised.
-    "BUDGET_ROLL_S": max(1, env("TOLLGATE_BUDGET_ROLL_S")),
-    "BUDGET_ALERTS_S": max(1, env("TOLLGATE_BUDGET_ALERTS_S")),
-    "ALERTS_S": max(1, env("TOLLGATE_ALERTS_S")),
-    "ALERT_RETRY_BASE_S": max(1, env("TOLLGATE_ALERT_RETRY_BASE_S")),
-    "CALLER_KEY": CALLER_KEY,
-    "CALLER_WINDOW": env("TOLLGATE_CALLER_WINDOW"),
-    # Idempotency-Key records live this long; answers past the cap are served, not stored.
-    "IDEMPOTENCY_TTL_S": env("TOLLGATE_IDEMPOTENCY_TTL_S"),
-    "IDEMPOTENCY_MAX_BYTES": env("TOLLGATE_IDEMPOTENCY_MAX_BYTES"),
-    # The response cache (docs/cache.md): its Redis (empty: REDIS_URL's; none: in process),
-    # the largest entry kept (compressed), and the cap on its memory (the in-process store's;
-    # a cache Redis of its own is set to it with LRU eviction at start).
-    "CACHE_REDIS_URL": env("TOLLGATE_CACHE_REDIS_URL") or REDIS_URL,
-    "CACHE_MAX_ENTRY_BYTES": max(1024, env("TOLLGATE_CACHE_MAX_ENTRY_BYTES")),
-    "CACHE_MEMORY_MB": max(1, env("TOLLGATE_CACHE_MEMORY_MB")),
-    # Where the workers of a multi-process server share their metrics (core/metrics.py).
-    "METRICS_DIR": Path(env("TOLLGATE_METRICS_DIR") or VAR_DIR / "metrics"),
-    "METRICS_TOKEN": env("TOLLGATE_METRICS_TOKEN"),
-    # Web acquisition: one action's deadline (every try of every profile), the cap on a
-    # search's results, and the direct fetcher's limits (webfetch/fetcher.py).
-    "WEB_ACTION_TIMEOUT_S": env("TOLLGATE_WEB_ACTION_TIMEOUT_S"),
-    "WEB_MAX_RESULTS": env("TOLLGATE_WEB_MAX_RESULTS"),
-    "WEB_MAX_REDIRECTS": env("TOLLGATE_WEB_MAX_REDIRECTS"),
-    "WEB_MAX_BYTES": env("TOLLGATE_WEB_MAX_BYTES"),
-    "WEB_MAX_DECOMPRESSED_BYTES": env("TOLLGATE_WEB_MAX_DECOMPRESSED_BYTES"),
-    # Networks the direct fetcher may reach although they are not public (CIDRs; empty: none).
-    # Off by default; the test suite allows the 127.0.0.1 it serves its test site on.
-    "WEB_ALLOW_NETS": env("TOLLGATE_WEB_ALLOW_NETS"),
-    "WEB_USER_AGENT": env("TOLLGATE_WEB_USER_AGENT"),
-    # Crawl jobs: the most pages and depth a job may ask, the wait between two fetches of one
-    # host, and how long a worker's claim on a job lasts without renewal.
-    "CRAWL_MAX_PAGES": env("TOLLGATE_CRAWL_MAX_PAGES"),
-    "CRAWL_MAX_DEPTH": env("TOLLGATE_CRAWL_MAX_DEPTH"),
-    "CRAWL_HOST_DELAY_MS": env("TOLLGATE_CRAWL_HOST_DELAY_MS"),
-    "CRAWL_LEASE_S": env("TOLLGATE_CRAWL_LEASE_S"),
-    # Sign-in throttling (accounts/throttle.py): failures per account name or client address
-    # before a lockout (0: off), the first lockout, and its cap as lockouts repeat (doubling).
-    "LOGIN_FAILURES": env("TOLLGATE_LOGIN_FAILURES"),
-    "LOGIN_LOCKOUT_S": env("TOLLGATE_LOGIN_LOCKOUT_S"),
-    "LOGIN_LOCKOUT_MAX_S": env("TOLLGATE_LOGIN_LOCKOUT_MAX_S"),
-    # Password checks one control-plane process runs at once (each takes a core for ~0.3 s).
-    "LOGIN_CONCURRENCY": env("TOLLGATE_LOGIN_CONCURRENCY"),
-    # How many reverse proxies in front append to X-Forwarded-For (0: the peer's address is
-    # the client's). The client is the address the outermost trusted proxy saw.
-    "PROXY_HOPS": env("TOLLGATE_PROXY_HOPS"),
-}
-if (
-    min(TOLLGATE["LOGIN_FAILURES"], TOLLGATE["PROXY_HOPS"]) < 0
-    or TOLLGATE["LOGIN_CONCURRENCY"] < 1
-    or not (1 <= TOLLGATE["LOGIN_LOCKOUT_S"] <= TOLLGATE["LOGIN_LOCKOUT_MAX_S"])
-):
-    raise ImproperlyConfigured(
-        "Malformed setting TOLLGATE_LOGIN_*: failures and proxy hops >= 0, concurrency >= 1, "
-        "and 1 <= TOLLGATE_LOGIN_LOCKOUT_S <= TOLLGATE_LOGIN_LOCKOUT_MAX_S."
-    )
-if TOLLGATE["RESERVATION_TTL_S"] < TOLLGATE["REQUEST_DEADLINE_S"]:
-    # A hold must outlive the request it covers, or the reaper frees a live stream's money.
-    raise ImproperlyConfigured(
-        "Malformed setting TOLLGATE_RESERVATION_TTL_S: it must be at least "
-        "TOLLGATE_REQUEST_DEADLINE_S."
-    )
-if TOLLGATE["IDEMPOTENCY_TTL_S"] < 2 * TOLLGATE["REQUEST_DEADLINE_S"]:
-    # A key must outlive the request running it by far, or a duplicate runs it twice.
-    raise ImproperlyConfigured(
-        "Malformed setting TOLLGATE_IDEMPOTENCY_TTL_S: it must be at least twice "
-        "TOLLGATE_REQUEST_DEADLINE_S."
-    )
-if TOLLGATE["IDEMPOTENCY_MAX_BYTES"] < 1:
-    raise ImproperlyConfigured("Malformed setting TOLLGATE_IDEMPOTENCY_MAX_BYTES: use >= 1.")
-if TOLLGATE["AUTH_FAIL_PER_MIN"] < 0:
-    raise ImproperlyConfigured(
-        "Malformed setting TOLLGATE_AUTH_FAIL_PER_MIN: use >= 0 (0 turns the limit off)."
-    )
-if TOLLGATE["RATE_EPOCH_S"] < 0:
-    raise ImproperlyConfigured("Malformed setting TOLLGATE_RATE_EPOCH_S: use >= 0 (Unix seconds).")
-if TOLLGATE["MAX_ROUTE"] < 1:
-    raise ImproperlyConfigured("Malformed setting TOLLGATE_MAX_ROUTE: use >= 1.")
-if TOLLGATE["METRICS_TOKEN"] and len(TOLLGATE["METRICS_TOKEN"]) < 32:
-    raise ImproperlyConfigured(
-        "Malformed setting TOLLGATE_METRICS_TOKEN: it must be at least 32 characters."
-    )
-if TOLLGATE["CALLER_WINDOW"] not in ("month", "year"):
-    raise ImproperlyConfigured("Malformed setting TOLLGATE_CALLER_WINDOW: use month or year.")
-if TOLLGATE["USAGE_WINDOW_S"] < 1 or TOLLGATE["USAGE_GRACE_S"] < 0:
-    raise ImproperlyConfigured(
-        "Malformed setting TOLLGATE_USAGE_WINDOW_S / TOLLGATE_USAGE_GRACE_S: use >= 1 / >= 0."
-    )
-try:
-    _allowed_networks(TOLLGATE["WEB_ALLOW_NETS"])  # the fetcher's own parse, once at start
-except ValueError as exc:
-    raise ImproperlyConfigured(f"Malformed setting {exc}") from None
-if TOLLGATE["USAGE_SINK_URL"] and not TOLLGATE["USAGE_SINK_SECRET"]:
-    raise ImproperlyConfigured(
-        "Missing setting TOLLGATE_USAGE_SINK_SECRET: the usage webhook is always signed."
-    )
+TOLLGATE = tollgate_settings(env, var_dir=VAR_DIR, caller_key=CALLER_KEY, redis_url=REDIS_URL)
 
 INSTALLED_APPS = [
     "core.admin_site.TollgateAdminConfig",  # Django's admin, branded (core/admin_site.py)
@@ -651,51 +380,7 @@ CELERY_BEAT_SCHEDULE_FILENAME = env("TOLLGATE_BEAT_SCHEDULE") or str(
     VAR_DIR / "celerybeat-schedule"
 )
 CELERY_BEAT_SCHEDULER = "config.celery:BeatScheduler"
-# Each task is a thin interface to a service; every one is safe to run twice or concurrently.
-CELERY_BEAT_SCHEDULE: dict = {
-    "usage-flush-events": {
-        "task": "usage.flush_events",
-        "schedule": float(TOLLGATE["USAGE_WINDOW_S"]),
-    },
-    "billing-reconcile-bandwidth": {
-        "task": "billing.reconcile_bandwidth",
-        "schedule": float(TOLLGATE["USAGE_WINDOW_S"]),
-    },
-    # Closed days' rollups against their rows: one day's work at most once a day, so hourly.
-    "usage-reconcile-rollups": {"task": "usage.reconcile_rollups", "schedule": 3600.0},
-    # The usage log's monthly partitions (PostgreSQL), made ahead of the rows that need them;
-    # retention drops whole months past TOLLGATE_USAGE_RETENTION_DAYS (0: never).
-    "usage-ensure-partitions": {"task": "usage.ensure_partitions", "schedule": 6 * 3600.0},
-    "usage-apply-retention": {"task": "usage.apply_retention", "schedule": 3600.0},
-    # Receipts past TOLLGATE_RECEIPT_RETENTION_DAYS (0: never) archived a month at a time.
-    "billing-archive-receipts": {"task": "billing.archive_receipts", "schedule": 3600.0},
-    "usage-drain-journal": {
-        "task": "usage.drain_journal",
-        "schedule": max(1.0, TOLLGATE["USAGE_CLAIM_IDLE_MS"] / 1000),
-    },
-    # Budget periods end at midnight in each account's zone; rows nothing charged since are
-    # rolled within this lag (a hold reads an ended period as fresh anyway; settle rolls first).
-    "billing-roll-periods": {
-        "task": "billing.roll_periods",
-        "schedule": float(TOLLGATE["BUDGET_ROLL_S"]),
-    },
-    "billing-deliver-budget-alerts": {
-        "task": "billing.deliver_budget_alerts",
-        "schedule": float(TOLLGATE["BUDGET_ALERTS_S"]),
-    },
-    # Tenant alerts: evaluate the rules against the counters, then send what is due.
-    "alerts-run": {"task": "alerts.run", "schedule": float(TOLLGATE["ALERTS_S"])},
-    "billing-expire-stale-holds": {
-        "task": "billing.expire_stale_holds",
-        "schedule": float(min(60, TOLLGATE["RESERVATION_TTL_S"])),
-    },
-    # Crawl jobs are handed to a worker when queued; this picks up a lost hand-off and the
-    # jobs of a worker that died (their lease lapsed).
-    "webfetch-run-crawls": {
-        "task": "webfetch.run_crawls",
-        "schedule": float(max(5, TOLLGATE["CRAWL_LEASE_S"] // 2)),
-    },
-}
+CELERY_BEAT_SCHEDULE = beat_schedule(TOLLGATE)
 
 # Tenant alert emails go through Django's SMTP backend (docs/production.md, "Email").
 EMAIL_HOST = env("EMAIL_HOST")

@@ -1,11 +1,11 @@
 """Tollgate's own settings as one frozen, typed object, built once from Django's settings.
 
-config/settings.py reads and checks the environment (its SCHEME) and leaves Tollgate's numbers
-in the `TOLLGATE` dict and the gateway's switches in top-level names. `tollgate()` turns them
-into a `TollgateSettings` on first use and keeps it, so code reads
-`tollgate().request_deadline_s`, never `settings.TOLLGATE["REQUEST_DEADLINE_S"]`: a misspelt
-name is an error mypy sees, and every value has its type. A test that changes one of them
-(pytest-django's `settings` fixture, `override_settings`) makes Django send
+config/settings.py reads and checks the environment (config/settings_environment.py's SCHEME)
+and leaves Tollgate's numbers in the `TOLLGATE` dict and the gateway's switches in top-level
+names. `tollgate()` turns them into a `TollgateSettings` on first use and keeps it, so code
+reads `tollgate().request_deadline_s`, never `settings.TOLLGATE["REQUEST_DEADLINE_S"]`: a
+misspelt name is an error mypy sees, and every value has its type. A test that changes one of
+them (pytest-django's `settings` fixture, `override_settings`) makes Django send
 `setting_changed`, which drops the kept object; the next call builds it anew. Replacing the
 whole dict is the way to change it: a value written into the dict in place is not seen.
 """

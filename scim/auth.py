@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from django.http import HttpRequest
 
-from accounts import throttle
+from accounts import throttle, throttle_subjects
 from accounts.models import Account
 from audit.actors import Actor, Kind, remote_address
 from scim.errors import ScimError
@@ -27,7 +27,7 @@ class Caller:
 
 class Throttled(ScimError):
     def __init__(self, wait_s: int, *, busy: bool = False) -> None:
-        super().__init__(429, throttle.token_refusal(wait_s, busy=busy))
+        super().__init__(429, throttle_subjects.token_refusal(wait_s, busy=busy))
         self.wait_s = wait_s
 
     def response(self):
@@ -46,7 +46,7 @@ def authenticate(request: HttpRequest) -> Caller:
     secret = secret.strip()
     if scheme.lower() != "bearer" or not secret:
         raise unauthorized("Send the account's SCIM token: Authorization: Bearer <token>.")
-    attempt = throttle.default.begin_token(address=throttle.client_address(request.META))
+    attempt = throttle.default.begin_token(address=throttle_subjects.client_address(request.META))
     if attempt.wait_s:
         raise Throttled(attempt.wait_s, busy=attempt.busy)
     try:

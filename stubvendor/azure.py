@@ -14,9 +14,9 @@ Routes (any prefix before ``/openai``; the prefix is the resource)
 The deployment routes and ``.../openai/responses`` without an ``api-version``
 query parameter, and any other ``.../openai/deployments/...`` path, answer
 Azure's 404 ``{"error": {"code": "404", "message": "Resource not found"}}``
-(not recorded, like server.py's unknown paths); a method other than POST, 405.
+(not recorded, like vendor.py's unknown paths); a method other than POST, 405.
 
-Each route is served by server.py's OpenAI handler (chat completions,
+Each route is served by vendor.py's OpenAI handler (chat completions,
 Responses, embeddings): answers, tokens, streaming, tools, caching, faults and
 the calls log as documented there, with these differences:
 
@@ -53,17 +53,11 @@ from typing import Any
 
 from aiohttp import web
 
-from stubvendor.server import (
-    DIALECT,
-    Frames,
-    Rendered,
-    Reply,
-    StubState,
-    _completion,
-    _data_line,
-    _json,
-    vendor_error,
-)
+from stubvendor.dialect import DIALECT
+from stubvendor.rendering import Frames, Rendered, Reply, _data_line
+from stubvendor.state import StubState
+from stubvendor.vendor import _completion
+from stubvendor.wire import _json, vendor_error
 
 AZURE_PATH = re.compile(
     r"/openai/(?:deployments/(?P<deployment>[^/]+)/(?P<deployed_api>chat/completions|embeddings)"
@@ -166,7 +160,7 @@ class AzureChatReply:
 
 @dataclass(frozen=True)
 class AzureDialect:
-    """How one Azure call differs from OpenAI's (server.py's ``Dialect``)."""
+    """How one Azure call differs from OpenAI's (dialect.py's ``Dialect``)."""
 
     path_model: str | None  # the deployment of a deployment path
     api: str  # chat/completions, responses or embeddings
@@ -203,8 +197,8 @@ def is_azure_call(request: web.Request) -> bool:
 
 
 async def azure_vendor(request: web.Request) -> web.StreamResponse:
-    """Answer an Azure OpenAI call with server.py's OpenAI handlers."""
-    # Imported here: those modules build on server.py, as this one does.
+    """Answer an Azure OpenAI call with vendor.py's OpenAI handlers."""
+    # Imported here: those modules build on vendor.py, as this one does.
     from stubvendor.embeddings import create_embeddings
     from stubvendor.responses import create_response
 

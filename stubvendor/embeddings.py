@@ -54,15 +54,8 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from stubvendor.server import (
-    Incoming,
-    _answer,
-    _apply_plain_fault,
-    _is_int,
-    _json,
-    _receive,
-    vendor_error,
-)
+from stubvendor.vendor import Incoming, _apply_plain_fault, _receive
+from stubvendor.wire import _answer, _is_int, _json, vendor_error
 
 DEFAULT_DIMENSIONS = 8
 MAX_DIMENSIONS = 65536  # a guard: a mistaken huge value must not exhaust the stub

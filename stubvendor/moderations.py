@@ -43,15 +43,9 @@ from typing import Any
 
 from aiohttp import web
 
-from stubvendor.server import (
-    Incoming,
-    _answer,
-    _apply_plain_fault,
-    _ids,
-    _json,
-    _receive,
-    vendor_error,
-)
+from stubvendor.state import _ids
+from stubvendor.vendor import Incoming, _apply_plain_fault, _receive
+from stubvendor.wire import _answer, _json, vendor_error
 
 CATEGORIES = (
     "harassment",

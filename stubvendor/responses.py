@@ -28,7 +28,7 @@ counts its ``output`` the same way (a string or parts).  ``function_call``,
 ``reasoning`` and any other item: 0.  P = words of ``instructions`` (a string)
 + the items + 10 per entry of ``tools``; minimum 1.
 
-Caching (OpenAI's automatic rule, server.py's ``cached_prefix_tokens``): the
+Caching (OpenAI's automatic rule, prompt.py's ``cached_prefix_tokens``): the
 prefix units are ``{"instructions": text}`` (when ``instructions`` is a
 string) followed by the input items; for every k >= 1 with k < the number of
 units, if the first k units equal (canonical JSON) those of an earlier
@@ -47,7 +47,7 @@ Chat's rules, read from the Responses fields:
   ``function_call_output``: the tool ``tool_choice`` ``{"type": "function",
   "name"}`` names, else the first two when ``parallel_tool_calls`` is not
   false and two or more are given, else the first.  Arguments: the schema
-  rule of server.py, compact JSON.  5 output tokens each.
+  rule of answers.py, compact JSON.  5 output tokens each.
 * Else JSON for ``text.format`` ``{"type": "json_object"}`` (``{"answer":
   "<the words>"}``) or ``{"type": "json_schema", "schema"}`` (the object
   built from ``schema``): compact, never cut, streamed in 8-character
@@ -67,7 +67,7 @@ Output items, in order: the reasoning item; then either one
 "call_stub_<n>_<i>", "name", "arguments", "status": "completed"}`` per call or
 one ``{"type": "message", "id": "msg_stub_<n>", "status", "role":
 "assistant", "content": [{"type": "output_text", "text", "annotations": [],
-"logprobs": []}]}``.  ``<n>`` is server.py's process-wide counter.
+"logprobs": []}]}``.  ``<n>`` is the stub's process-wide counter (state.py).
 
 The response object::
 
@@ -126,36 +126,30 @@ from typing import Any
 
 from aiohttp import web
 
-from stubvendor.server import (
+from stubvendor.answers import (
     REASONING_TOKENS,
-    STATE,
-    TOOL_DEFINITION_TOKENS,
     Answer,
-    Frames,
-    Incoming,
-    PromptUsage,
-    StubState,
-    _answer,
-    _answer_words,
-    _as_list,
-    _content_tokens,
-    _deliver,
-    _event,
     _halves,
-    _ids,
     _reasoning_model,
-    _receive,
-    _words,
     answer_tokens,
-    cached_prefix_tokens,
     compose_answer,
     json_answer,
-    pick_tools,
     tool_calls,
-    vendor_error,
 )
+from stubvendor.prompt import (
+    TOOL_DEFINITION_TOKENS,
+    PromptUsage,
+    _content_tokens,
+    _words,
+    cached_prefix_tokens,
+)
+from stubvendor.rendering import Frames, _event
+from stubvendor.state import STATE, StubState, _ids
+from stubvendor.tools import pick_tools
+from stubvendor.vendor import Incoming, _answer_words, _deliver, _receive
+from stubvendor.wire import _answer, _as_list, vendor_error
 
-DIALECT = "responses"  # server.py's part-token tables for Responses input parts
+DIALECT = "responses"  # prompt.py's part-token tables for Responses input parts
 # Chat parameters the Responses API refuses, and where they moved.
 MOVED_PARAMETERS = {"messages": "input", "max_tokens": "max_output_tokens"}
 INCOMPLETE_DETAILS = {"reason": "max_output_tokens"}

@@ -100,17 +100,9 @@ from aiohttp.abc import AbstractResolver, ResolveResult
 from selectolax.lexbor import LexborHTMLParser, LexborNode
 from yarl import URL
 
-from stubvendor.server import (
-    _ERROR_TYPES,
-    STATE,
-    _answer,
-    _apply_plain_fault,
-    _check_key,
-    _extract_key,
-    _is_int,
-    _json,
-    read_body,
-)
+from stubvendor.state import STATE
+from stubvendor.vendor import _apply_plain_fault, _check_key, read_body
+from stubvendor.wire import _ERROR_TYPES, _answer, _extract_key, _is_int, _json
 
 FETCH_TIMEOUT_S = 10.0
 MAX_PAGE_BYTES = 5 * 1024 * 1024

@@ -2,7 +2,8 @@
 
 Inside Tollgate a Bedrock profile speaks OpenAI chat: its body is taken into Converse at
 plan time (`own_payload`, gateway/shapes/bedrock.py, refusing what Converse cannot carry
-before any call), and its answers come back as OpenAI chat completions and chunks.
+before any call), and its answers come back as OpenAI chat completions and chunks
+(gateway/shapes/bedrock_answers.py).
 
 - URL: `{base_url}/model/{upstream model id, URL-encoded}/converse` (`/converse-stream` for
   a stream). A profile without a base URL calls `https://bedrock-runtime.{region}.amazonaws.com`.
@@ -39,6 +40,7 @@ from gateway.adapters.base import (
     read_frames,
 )
 from gateway.shapes import bedrock as converse
+from gateway.shapes import bedrock_answers
 from gateway.types import OPENAI, Chunk, Completion, ModelRequest
 
 SIGNING_SERVICE = "bedrock"
@@ -72,7 +74,7 @@ class ConverseStream:
     """ConverseStream's events to our chunks, through the shape's translator."""
 
     def __init__(self) -> None:
-        self._translator = converse.ConverseStreamToChat()
+        self._translator = bedrock_answers.ConverseStreamToChat()
         self.done = False
 
     def feed(self, event: str, data: bytes) -> Chunk | None:
@@ -115,7 +117,7 @@ class BedrockProvider(HttpProvider):
         return URL(url, encoded=True), body, dict(signed.headers.items())
 
     def completion(self, data: dict, req: ModelRequest, target: CallTarget) -> Completion:
-        return converse.completion_from_converse(data, model=req.model)
+        return bedrock_answers.completion_from_converse(data, model=req.model)
 
     def decoder(self, target: CallTarget) -> ConverseStream:
         return ConverseStream()
@@ -153,7 +155,7 @@ def stream_exception(message: EventStreamMessage, api_key: str) -> ProviderError
     except orjson.JSONDecodeError:
         return ProviderError("upstream sent malformed JSON", retryable=True)
     name = str(headers.get(":exception-type") or headers.get(":error-code") or "error")
-    status, retryable = converse.STREAM_EXCEPTIONS.get(name, (None, True))
+    status, retryable = bedrock_answers.STREAM_EXCEPTIONS.get(name, (None, True))
     said = payload.get("message") if isinstance(payload, dict) else None
     return ProviderError(
         f"upstream stream exception ({clean_vendor_text(name)})",

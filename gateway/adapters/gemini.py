@@ -2,7 +2,8 @@
 
 Inside Tollgate a Gemini profile speaks OpenAI chat: its body is taken into generateContent
 at plan time (`own_payload`, gateway/shapes/gemini.py, refusing what Gemini cannot carry
-before any call), and its answers come back as OpenAI chat completions and chunks.
+before any call), and its answers come back as OpenAI chat completions and chunks
+(gateway/shapes/gemini_answers.py).
 
 - URL: `{base_url}/v1beta/models/{upstream}:generateContent`, or
   `:streamGenerateContent?alt=sse` for a stream (SSE events, each a whole
@@ -29,6 +30,7 @@ from gateway.adapters.base import (
     error_from_response,
 )
 from gateway.shapes import gemini as gemini_shape
+from gateway.shapes import gemini_answers
 from gateway.types import OPENAI, Chunk, Completion, ModelRequest
 
 API_PATH = "/v1beta"
@@ -52,7 +54,7 @@ class GeminiStream:
     """Gemini's SSE events to our chunks, through the shape's translator."""
 
     def __init__(self, candidates: int) -> None:
-        self._translator = gemini_shape.GeminiStreamToOpenAI(candidates=candidates)
+        self._translator = gemini_answers.GeminiStreamToOpenAI(candidates=candidates)
         self.done = False
 
     def feed(self, event: str, data: bytes) -> Chunk | None:
@@ -62,7 +64,7 @@ class GeminiStream:
         if isinstance(payload.get("error"), dict):
             # A failure reported inside the stream: worth another try while nothing was sent.
             raise ProviderError("upstream stream error event", retryable=True)
-        blocked = gemini_shape.prompt_blocked(payload)
+        blocked = gemini_answers.prompt_blocked(payload)
         if blocked is not None:
             raise blocked_error(blocked)
         chunk = self._translator.feed(payload)
@@ -107,12 +109,12 @@ class GeminiProvider(HttpProvider):
         return gemini_shape.vendor_body(target.payload, max_tokens=target.max_tokens)
 
     def completion(self, data: dict, req: ModelRequest, target: CallTarget) -> Completion:
-        blocked = gemini_shape.prompt_blocked(data)
+        blocked = gemini_answers.prompt_blocked(data)
         if blocked is not None:
             raise blocked_error(blocked)
         if not data.get("candidates"):
             raise ProviderError("upstream sent no candidates", retryable=True)
-        return gemini_shape.completion_from_vendor(data, model=req.model)
+        return gemini_answers.completion_from_vendor(data, model=req.model)
 
     async def failure(self, response: aiohttp.ClientResponse, api_key: str) -> ProviderError:
         error = await error_from_response(response, api_key)

@@ -1,7 +1,7 @@
 """Google Vertex AI's `generateContent`, authorised with a service account's access tokens.
 
-Bodies and answers are the Gemini API's (gateway/adapters/gemini.py, gateway/shapes/gemini.py);
-what differs is where a call goes and how it is authorised:
+Bodies and answers are the Gemini API's (gateway/adapters/gemini.py, gateway/shapes/gemini.py,
+gateway/shapes/gemini_answers.py); what differs is where a call goes and how it is authorised:
 
 - URL: `{base_url}/v1/projects/{project}/locations/{region}/publishers/google/models/
   {upstream}:generateContent` (`:streamGenerateContent?alt=sse` for a stream), the project

@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from config.settings import OUR_PREFIXES, SCHEME
+from config.settings_environment import OUR_PREFIXES, SCHEME
 from tests.support.processes import ROOT
 
 ENV_EXAMPLE = ROOT / ".env.example"

@@ -1,6 +1,6 @@
 """What real clients send, through the official SDKs unmodified, same shape and across.
 
-The stub answers deterministically (its rules are in stubvendor/server.py and the README):
+The stub answers deterministically (its rules are in stubvendor/answers.py and the README):
 given tools it calls the one `tool_choice` names, else the first (or the first two, when
 parallel calls are allowed) with arguments built from their schemas, unless the last message
 is a tool result; given a JSON response format it answers JSON (on Anthropic vendors JSON

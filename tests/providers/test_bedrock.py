@@ -15,7 +15,7 @@ import pytest
 
 from providers.models import ProviderProfile
 from providers.services import profile_set_platform_key
-from stubvendor.bedrock import TEST_CREDENTIALS
+from stubvendor.bedrock_signing import TEST_CREDENTIALS
 from tests.support.profiles import install_profiles, stub_profiles
 from tests.support.services import clear_shared_state
 from tests.support.stacks import Stack

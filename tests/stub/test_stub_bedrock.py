@@ -15,7 +15,8 @@ from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 from botocore.eventstream import EventStreamBuffer
 
-from stubvendor.bedrock import SIGNATURE_MISMATCH, TEST_CREDENTIALS, exception_frame
+from stubvendor.bedrock_answers import exception_frame
+from stubvendor.bedrock_signing import SIGNATURE_MISMATCH, TEST_CREDENTIALS
 from tests.stub._support import ANSWER_M1, WORDS_M1
 
 AKID, SECRET = TEST_CREDENTIALS.split(":")

@@ -18,7 +18,8 @@ import httpx
 import openai
 import pytest
 
-from stubvendor.server import STATE, StubServer, make_app
+from stubvendor.server import StubServer, make_app
+from stubvendor.state import STATE
 
 from ._support import AN, AN_AUTH, OA, OA_AUTH, WORDS_M1, an_usage, oa_usage, sse_data, sse_events
 

@@ -10,7 +10,7 @@ import openai
 import pydantic
 import pytest
 
-from stubvendor.server import example_from_schema, tool_arguments
+from stubvendor.tools import example_from_schema, tool_arguments
 
 from ._support import (
     AN,

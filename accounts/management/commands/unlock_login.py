@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from accounts import throttle
+from accounts import throttle, throttle_stores, throttle_subjects
 
 
 class Command(BaseCommand):
@@ -31,8 +31,8 @@ class Command(BaseCommand):
             )
         subjects = []
         for raw in address:
-            subject = throttle.address_subject(raw)
-            if subject == throttle.UNKNOWN_ADDRESS and raw.strip() != subject:
+            subject = throttle_subjects.address_subject(raw)
+            if subject == throttle_subjects.UNKNOWN_ADDRESS and raw.strip() != subject:
                 raise CommandError(f"Not an IP address: {raw!r}")
             subjects.append(subject)
         gate = throttle.default
@@ -47,7 +47,7 @@ class Command(BaseCommand):
         except throttle.StoreDown as exc:
             raise CommandError(f"Nothing cleared: {exc}.") from None
 
-    def _report(self, what: str, cleared: list[throttle.Cleared]) -> None:
+    def _report(self, what: str, cleared: list[throttle_stores.Cleared]) -> None:
         if not cleared:
             self.stdout.write(f"{what}: nothing to clear")
             return

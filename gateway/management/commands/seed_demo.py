@@ -35,7 +35,7 @@ OPERATOR_USERNAME = "operator"
 DEMO_POOL_KEYS = (("pool-a", 2), ("pool-b", 1))
 
 
-# The stub's Bedrock test credentials (stubvendor/bedrock.py's TEST_CREDENTIALS: the stub
+# The stub's Bedrock test credentials (stubvendor/bedrock_signing.py's TEST_CREDENTIALS: the stub
 # checks each call's SigV4 signature against them).
 STUB_AWS_CREDENTIALS = "AKIASTUBTESTKEY00001:stub/Secret+Key/For/Tests/0000000000000"
 

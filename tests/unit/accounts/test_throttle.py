@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from accounts import throttle
+from accounts import throttle, throttle_stores, throttle_subjects
 from accounts.throttle import Throttle
 
 NAME, OTHER = "alice", "bob"
@@ -59,13 +59,13 @@ def test_strikes_are_forgotten_a_day_after_the_last_lockout(gate, clock):
     assert [fail(gate) for _ in range(5)][-1] == 60
     clock.advance(60)
     assert [fail(gate) for _ in range(5)][-1] == 120
-    clock.advance(throttle.STRIKE_MEMORY_S)
+    clock.advance(throttle_stores.STRIKE_MEMORY_S)
     assert [fail(gate) for _ in range(5)][-1] == 60
 
 
 def test_failures_older_than_the_window_do_not_count(gate, clock):
     assert [fail(gate) for _ in range(4)] == [0, 0, 0, 0]
-    clock.advance(throttle.FAILURE_WINDOW_S)
+    clock.advance(throttle_stores.FAILURE_WINDOW_S)
     assert [fail(gate) for _ in range(4)] == [0, 0, 0, 0]
     assert fail(gate) == 60
 
@@ -137,7 +137,7 @@ def test_an_attempt_that_finds_no_slot_in_time_is_refused_as_busy_without_a_fail
     gate.slot_wait_s = 0.05
     refused = gate.begin_token(address=HOME)
     assert (refused.wait_s, refused.busy) == (throttle.BUSY_RETRY_S, True)
-    assert throttle.token_refusal(refused.wait_s, busy=True) == (
+    assert throttle_subjects.token_refusal(refused.wait_s, busy=True) == (
         "Too many tenant tokens from this address are being checked at once. Try again in 1 second."
     )
     gate.failed(refused)  # a refused attempt counts nothing
@@ -149,7 +149,7 @@ def test_an_attempt_that_finds_no_slot_in_time_is_refused_as_busy_without_a_fail
 def test_the_slot_of_an_attempt_that_never_ended_is_free_after_its_lease(gate, clock):
     crashed = [gate.begin_sign_in(name=NAME, address=HOME) for _ in range(5)]
     assert all(attempt.wait_s == 0 for attempt in crashed)
-    clock.advance(throttle.IN_FLIGHT_LEASE_S)
+    clock.advance(throttle_stores.IN_FLIGHT_LEASE_S)
     assert sign_in(gate) == 0
 
 
@@ -252,7 +252,7 @@ def test_unlocking_all_clears_every_name_and_address(gate):
 
 
 def test_clients_without_an_address_share_no_lockout(gate):
-    unknown = throttle.UNKNOWN_ADDRESS
+    unknown = throttle_subjects.UNKNOWN_ADDRESS
     assert [fail(gate, name=f"user-{i}", address=unknown) for i in range(10)] == [0] * 10
     assert sign_in(gate, address=unknown) == 0
     assert [fail(gate, address=unknown) for _ in range(5)][-1] == 60  # the name still locks
@@ -282,14 +282,14 @@ def test_names_are_folded_and_only_their_keyed_hash_is_in_the_key(gate):
         (0, "::ffff:192.0.2.5", "", "192.0.2.5"),
         (1, "10.0.0.2", "192.0.2.8:51234", "192.0.2.8"),
         (1, "10.0.0.2", "[2001:db8::1]:443", "2001:db8::/64"),
-        (1, "10.0.0.2", "not-an-address", throttle.UNKNOWN_ADDRESS),
-        (0, "", "", throttle.UNKNOWN_ADDRESS),
+        (1, "10.0.0.2", "not-an-address", throttle_subjects.UNKNOWN_ADDRESS),
+        (0, "", "", throttle_subjects.UNKNOWN_ADDRESS),
     ],
 )
 def test_the_client_address_counts_the_trusted_proxies(settings, hops, remote, forwarded, client):
     settings.TOLLGATE = {**settings.TOLLGATE, "PROXY_HOPS": hops}
     meta = {"REMOTE_ADDR": remote, "HTTP_X_FORWARDED_FOR": forwarded}
-    assert throttle.client_address(meta) == client
+    assert throttle_subjects.client_address(meta) == client
 
 
 @pytest.mark.parametrize(
@@ -303,7 +303,7 @@ def test_the_client_address_counts_the_trusted_proxies(settings, hops, remote, f
     ],
 )
 def test_the_refusal_says_how_long_to_wait(wait_s, phrase):
-    assert throttle.sign_in_refusal(wait_s) == (
+    assert throttle_subjects.sign_in_refusal(wait_s) == (
         "Too many failed sign-ins for this account or address. "
         f"Try again in {phrase}, or ask an operator to unlock it."
     )

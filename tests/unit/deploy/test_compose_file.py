@@ -1,9 +1,9 @@
 """compose.yaml hands each service the settings it names, and names every setting somewhere.
 
 The compose test (tests/deploy/test_compose.py) checks the containers' environments on
-podman; this checks the file itself against config/settings.py's SCHEME, so a setting added
-there and forgotten here fails fast. And load_profiles refuses a bad profiles file in one
-line, as an operator reads it from `compose run --rm migrate`.
+podman; this checks the file itself against config/settings_environment.py's SCHEME, so a
+setting added there and forgotten here fails fast. And load_profiles refuses a bad profiles
+file in one line, as an operator reads it from `compose run --rm migrate`.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import yaml
 
-from config.settings import SCHEME
+from config.settings_environment import SCHEME
 from tests.support.processes import ROOT
 
 COMPOSE = yaml.safe_load((ROOT / "compose.yaml").read_text())

@@ -21,14 +21,10 @@ from gateway.adapters.bedrock import (
     region_of,
     stream_exception,
 )
-from gateway.shapes.bedrock import (
-    ConverseStreamToChat,
-    chat_to_converse,
-    completion_from_converse,
-    converse_body,
-)
+from gateway.shapes.bedrock import chat_to_converse, converse_body
+from gateway.shapes.bedrock_answers import ConverseStreamToChat, completion_from_converse
 from gateway.types import Usage
-from stubvendor.bedrock import event_frame, exception_frame
+from stubvendor.bedrock_answers import event_frame, exception_frame
 
 PNG = "iVBORw0KGgoAAAANSUhEUg=="
 SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}

@@ -12,7 +12,7 @@ from gateway.adapters.base import CallTarget, VendorOptions
 from gateway.adapters.gemini import GeminiProvider
 from gateway.adapters.vertex import VertexProvider, region_of
 from gateway.shapes import anthropic as anthropic_shape
-from gateway.shapes import gemini
+from gateway.shapes import gemini, gemini_answers
 from gateway.shapes import openai as openai_shape
 from gateway.types import OPENAI, Usage
 
@@ -276,7 +276,7 @@ def test_a_whole_answer_reads_as_chat_with_cached_and_thinking_tokens():
         "responseId": "r1",
     }
 
-    completion = gemini.completion_from_vendor(answer, model="flash")
+    completion = gemini_answers.completion_from_vendor(answer, model="flash")
 
     assert (completion.shape, completion.text, completion.finish_reason) == (
         OPENAI,
@@ -307,7 +307,7 @@ def test_a_whole_answer_reads_as_chat_with_cached_and_thinking_tokens():
 def test_finish_reasons(reason, finish):
     answer = {"candidates": [{"content": {"parts": [{"text": "x"}]}, "finishReason": reason}]}
 
-    assert gemini.chat_completion(answer)["choices"][0]["finish_reason"] == finish
+    assert gemini_answers.chat_completion(answer)["choices"][0]["finish_reason"] == finish
 
 
 def test_function_calls_get_stable_ids_and_render_for_anthropic_clients():
@@ -330,14 +330,14 @@ def test_function_calls_get_stable_ids_and_render_for_anthropic_clients():
         "usageMetadata": {"promptTokenCount": 5, "candidatesTokenCount": 10},
     }
 
-    chat = gemini.chat_completion(answer)
+    chat = gemini_answers.chat_completion(answer)
 
     assert chat["choices"][0]["finish_reason"] == "tool_calls"
     assert chat["choices"][0]["message"]["tool_calls"] == [
         {"id": "call_0", "type": "function", "function": {"name": "a", "arguments": '{"x":1}'}},
         {"id": "call_1", "type": "function", "function": {"name": "b", "arguments": "{}"}},
     ]
-    completion = gemini.completion_from_vendor(answer, model="flash")
+    completion = gemini_answers.completion_from_vendor(answer, model="flash")
     message = orjson.loads(anthropic_shape.render_completion(completion, request_id="r", req=None))
     assert [block["id"] for block in message["content"]] == ["call_0", "call_1"]
     assert message["stop_reason"] == "tool_use"
@@ -349,12 +349,12 @@ def test_a_blocked_prompt_names_its_reason():
         "usageMetadata": {"promptTokenCount": 3},
     }
 
-    assert gemini.prompt_blocked(blocked) == "Gemini blocked the prompt (SAFETY)"
-    assert gemini.prompt_blocked({"candidates": [{}], "promptFeedback": {}}) is None
+    assert gemini_answers.prompt_blocked(blocked) == "Gemini blocked the prompt (SAFETY)"
+    assert gemini_answers.prompt_blocked({"candidates": [{}], "promptFeedback": {}}) is None
 
 
 def test_a_stream_becomes_chunks_ending_with_the_finish_and_the_usage():
-    decoder = gemini.GeminiStreamToOpenAI()
+    decoder = gemini_answers.GeminiStreamToOpenAI()
     events = [
         {
             "candidates": [{"content": {"parts": [{"text": "Hel"}]}}],
@@ -394,7 +394,7 @@ def test_a_stream_becomes_chunks_ending_with_the_finish_and_the_usage():
 
 
 def test_a_stream_of_two_candidates_is_done_when_both_finished():
-    decoder = gemini.GeminiStreamToOpenAI(candidates=2)
+    decoder = gemini_answers.GeminiStreamToOpenAI(candidates=2)
 
     decoder.feed(
         {

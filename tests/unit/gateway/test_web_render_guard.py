@@ -15,7 +15,8 @@ import pytest
 from gateway.adapters.base import ProviderError
 from gateway.web.adapters import RenderApi
 from gateway.web.types import PageAnswer, WebProviderError, WebTarget
-from stubvendor.server import STATE, make_app, start_site
+from stubvendor.server import make_app, start_site
+from stubvendor.state import STATE
 from tests.support.fakedns import FakeDnsLoop
 from tests.support.testsite import TestSite
 
