@@ -17,7 +17,6 @@ ALLOWED_OVER_LIMIT = frozenset(
     {
         "billing/ledger.py",
         "providers/services.py",
-        "gateway/chain.py",
     }
 )
 
