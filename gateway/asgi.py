@@ -125,8 +125,12 @@ class Exchange:
         self._watcher = asyncio.create_task(watch())
 
     def stop_watching(self) -> None:
-        if self._watcher is not None:
-            self._watcher.cancel()
+        # Let go of the watcher as it is cancelled: its CancelledError's traceback holds
+        # `watch`'s frame, which holds this exchange; kept here, that would make a cycle of
+        # the request's whole object graph, freed only by the cyclic collector.
+        watcher, self._watcher = self._watcher, None
+        if watcher is not None:
+            watcher.cancel()
 
     async def start(self, status: int, headers: list[tuple[bytes, bytes]]) -> None:
         self.started = True
