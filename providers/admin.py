@@ -5,6 +5,7 @@ from django.db import transaction
 from audit import services as audit
 from audit.adminkit import operator
 from core.admin_views import Dollars
+from core.money import PRICE_FIELDS
 from providers import services
 from providers.models import PlatformKey, ProviderModel, ProviderProfile
 
@@ -23,10 +24,7 @@ class ProviderModelForm(forms.ModelForm):
             "kind",
             "upstream",
             "aliases",
-            "input_micro_per_mtok",
-            "output_micro_per_mtok",
-            "cached_input_micro_per_mtok",
-            "cache_write_micro_per_mtok",
+            *PRICE_FIELDS,
             "max_output_tokens",
             "cacheable",
             "cache_max_ttl_s",

@@ -13,6 +13,7 @@ from django.utils import timezone
 from audit import services as audit
 from audit.actors import Actor
 from core import bus
+from core.money import PRICE_FIELDS, UNSET_IS_INPUT_PRICE
 from core.sealing import seal
 from providers.models import (
     EMBEDDING_KINDS,
@@ -55,11 +56,8 @@ MODEL_FIELDS = {
     "name",
     "kind",
     "upstream",
-    "input_micro_per_mtok",
-    "output_micro_per_mtok",
+    *PRICE_FIELDS,
     "max_output_tokens",
-    "cached_input_micro_per_mtok",
-    "cache_write_micro_per_mtok",
     "aliases",
     *CACHE_FIELDS,
 }
@@ -75,8 +73,6 @@ KIND_UNIT = {
     ProviderKind.RENDER_API: "rendered_page",
     ProviderKind.SEARCH_API: "query",
 }
-# Optional prices: absent or null means the model's input price.
-OPTIONAL_PRICE_FIELDS = ("cached_input_micro_per_mtok", "cache_write_micro_per_mtok")
 
 
 # What the audit trail records of a profile and of each of its models: never the sealed key.
@@ -102,10 +98,7 @@ PROFILE_AUDITED = (
 MODEL_AUDITED = (
     "kind",
     "upstream",
-    "input_micro_per_mtok",
-    "output_micro_per_mtok",
-    "cached_input_micro_per_mtok",
-    "cache_write_micro_per_mtok",
+    *PRICE_FIELDS,
     "max_output_tokens",
     "aliases",
     *CACHE_FIELDS,
@@ -435,7 +428,8 @@ def _check_profile(item: object, index: int) -> None:
         problem = model_kind_problem(model.get("kind", ModelKind.CHAT), item.get("kind"))
         if problem:
             raise ImproperlyConfigured(f"Malformed setting {m_where}: {problem}.")
-        for price in OPTIONAL_PRICE_FIELDS:
+        # Absent or null: the model's input price.
+        for price in UNSET_IS_INPUT_PRICE:
             value = model.get(price)
             if value is not None and (
                 not isinstance(value, int) or isinstance(value, bool) or value < 0
@@ -504,6 +498,15 @@ def unit_prices(item: dict) -> dict[str, int | None]:
     return prices
 
 
+def price_columns(model: dict) -> dict[str, int | None]:
+    """Return a model's price columns from its JSON: a price absent is 0, except those left
+    unset to mean the input price (null)."""
+    return {
+        name: model.get(name) if name in UNSET_IS_INPUT_PRICE else int(model.get(name, 0))
+        for name in PRICE_FIELDS
+    }
+
+
 @transaction.atomic
 def profiles_bootstrap(*, spec: list[dict], actor: Actor | None = None) -> list[ProviderProfile]:
     """Create or update profiles and their models from the JSON contract (idempotent); each
@@ -542,11 +545,8 @@ def profiles_bootstrap(*, spec: list[dict], actor: Actor | None = None) -> list[
                 defaults={
                     "kind": model.get("kind", ModelKind.CHAT),
                     "upstream": model.get("upstream") or model["name"],
-                    "input_micro_per_mtok": int(model.get("input_micro_per_mtok", 0)),
-                    "output_micro_per_mtok": int(model.get("output_micro_per_mtok", 0)),
+                    **price_columns(model),
                     "max_output_tokens": int(model.get("max_output_tokens", 4096)),
-                    "cached_input_micro_per_mtok": model.get("cached_input_micro_per_mtok"),
-                    "cache_write_micro_per_mtok": model.get("cache_write_micro_per_mtok"),
                     "aliases": list(model.get("aliases") or []),
                     **cache_fields(model),
                 },
