@@ -108,7 +108,7 @@ def test_model_names_are_canonical_and_aliases_name_their_model():
 
 @pytest.mark.django_db
 def test_load_catalog_reads_passthrough_aliases_and_cache_prices():
-    from providers.services import profiles_bootstrap
+    from providers.spec import profiles_bootstrap
 
     profiles_bootstrap(
         spec=[
@@ -160,7 +160,7 @@ def test_load_catalog_reads_passthrough_aliases_and_cache_prices():
 
 @pytest.mark.django_db
 def test_a_model_name_answers_one_kind_the_first_profiles_by_name():
-    from providers.services import profiles_bootstrap
+    from providers.spec import profiles_bootstrap
 
     def profile(name: str, kind: str) -> dict:
         return {
