@@ -34,8 +34,8 @@ from byok.payers import (
     team_pool,
 )
 from core.errors import AccountSuspended, Forbidden, TeamKeysExhausted, Unauthorized
+from core.money import TokenPrices
 from providers.catalog import (
-    cache_prices,
     cheapest_first,
     enabled_profiles,
     model_aliases,
@@ -76,31 +76,12 @@ class PoolCounts:
 
 
 @dataclass(frozen=True, slots=True)
-class Price:
-    """What the platform charges for a model, micro-USD per million tokens."""
-
-    input_micro_per_mtok: int
-    output_micro_per_mtok: int
-    cached_input_micro_per_mtok: int
-    cache_write_micro_per_mtok: int
-
-
-@dataclass(frozen=True, slots=True)
 class Offer:
     profile: ProfileView
     model: str
     kind: str
     aliases: tuple[str, ...]
-    price: Price
-
-    # What providers.catalog.price_rank reads.
-    @property
-    def input_micro_per_mtok(self) -> int:
-        return self.price.input_micro_per_mtok
-
-    @property
-    def output_micro_per_mtok(self) -> int:
-        return self.price.output_micro_per_mtok
+    prices: TokenPrices  # the platform's, what providers.catalog.price_rank reads
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,7 +102,7 @@ class ModelPayers:
     attempts: tuple[Payment, ...]  # in order: the next one pays when the one before fails
     code: str  # the refusal's LM code, "" when someone pays
     reason: str  # the refusal's message, as a request is answered
-    price: Price | None  # the platform's prices, when one of the attempts is the platform's
+    price: TokenPrices | None  # the platform's prices, when one of the attempts is the platform's
     team_keys: int  # keys in the pool of `provider` (a team key payer), else 0
     team_keys_usable: int
 
@@ -149,13 +130,7 @@ def profile_view(row: ProviderProfile) -> ProfileView:
 
 
 def _offer(profile: ProfileView, m: ProviderModel) -> Offer:
-    cached, write = cache_prices(
-        input_micro_per_mtok=m.input_micro_per_mtok,
-        cached=m.cached_input_micro_per_mtok,
-        write=m.cache_write_micro_per_mtok,
-    )
-    price = Price(m.input_micro_per_mtok, m.output_micro_per_mtok, cached, write)
-    return Offer(profile, m.name, m.kind, model_aliases(m), price)
+    return Offer(profile, m.name, m.kind, model_aliases(m), m.token_prices())
 
 
 def served_offers() -> dict[str, list[Offer]]:
@@ -201,7 +176,7 @@ def model_payers(
     first = offers[0]
     locked = False
     attempts: list[Payment] = []
-    price: Price | None = None
+    price: TokenPrices | None = None
     team_pool_of: PoolCounts | None = None
     reason = ""
     for offer in cheapest_first(offers):
@@ -216,7 +191,7 @@ def model_payers(
             )
         for served_by in payers.served_by:
             if served_by == PLATFORM and price is None:
-                price = offer.price
+                price = offer.prices
             if served_by == TEAM and not attempts:
                 team_pool_of = pool
             attempts.append(Payment(PAYER_OF[served_by], offer.profile.name))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass, fields
 
 MICRO_PER_TOKEN_DIVISOR = 1_000_000  # prices are per million tokens
 BYTES_PER_GB = 1_000_000_000
@@ -13,30 +14,74 @@ def ceil_div(numerator: int, denominator: int) -> int:
     return -(-numerator // denominator)
 
 
-def token_cost_micro(
-    *,
-    tokens_in: int,
-    tokens_out: int,
-    input_micro_per_mtok: int,
-    output_micro_per_mtok: int,
-    cache_read_tokens: int = 0,
-    cached_input_micro_per_mtok: int = 0,
-    cache_write_tokens: int = 0,
-    cache_write_micro_per_mtok: int = 0,
-) -> int:
-    """Return the provider cost of a call in micro-USD (one rounding, up).
+@dataclass(frozen=True, slots=True)
+class TokenPrices:
+    """What a model's tokens cost, in micro-USD per million tokens of each kind.
 
-    `tokens_in` counts every prompt token; those read from or written to the vendor's
-    prompt cache are priced at their own rates, the rest at the input price.
+    The field names are the model row's columns, the profiles JSON's and the tenant API's
+    keys (`as_json`), so a new kind of price is a field here and a column.
     """
-    plain_in = tokens_in - cache_read_tokens - cache_write_tokens
-    return ceil_div(
-        plain_in * input_micro_per_mtok
-        + cache_read_tokens * cached_input_micro_per_mtok
-        + cache_write_tokens * cache_write_micro_per_mtok
-        + tokens_out * output_micro_per_mtok,
-        MICRO_PER_TOKEN_DIVISOR,
-    )
+
+    input_micro_per_mtok: int
+    output_micro_per_mtok: int
+    cached_input_micro_per_mtok: int  # prompt tokens read from the vendor's prompt cache
+    cache_write_micro_per_mtok: int  # prompt tokens written to it
+
+    @classmethod
+    def configured(
+        cls,
+        *,
+        input_micro_per_mtok: int,
+        output_micro_per_mtok: int,
+        cached_input_micro_per_mtok: int | None = None,
+        cache_write_micro_per_mtok: int | None = None,
+    ) -> TokenPrices:
+        """Return prices as an operator sets them: a cache price not set is the input price."""
+        return cls(
+            input_micro_per_mtok=input_micro_per_mtok,
+            output_micro_per_mtok=output_micro_per_mtok,
+            cached_input_micro_per_mtok=_or(cached_input_micro_per_mtok, input_micro_per_mtok),
+            cache_write_micro_per_mtok=_or(cache_write_micro_per_mtok, input_micro_per_mtok),
+        )
+
+    def cost_micro(
+        self,
+        *,
+        tokens_in: int,
+        tokens_out: int,
+        cache_read_tokens: int = 0,
+        cache_write_tokens: int = 0,
+    ) -> int:
+        """Return what a call's tokens cost in micro-USD (one rounding, up).
+
+        `tokens_in` counts every prompt token; those read from or written to the vendor's
+        prompt cache are priced at their own rates, the rest at the input price.
+        """
+        plain_in = tokens_in - cache_read_tokens - cache_write_tokens
+        return ceil_div(
+            plain_in * self.input_micro_per_mtok
+            + cache_read_tokens * self.cached_input_micro_per_mtok
+            + cache_write_tokens * self.cache_write_micro_per_mtok
+            + tokens_out * self.output_micro_per_mtok,
+            MICRO_PER_TOKEN_DIVISOR,
+        )
+
+    def scaled(self, pct: int) -> TokenPrices:
+        """Return every price times a percent, rounded down (a cache hit's prices)."""
+        return TokenPrices(**{name: getattr(self, name) * pct // 100 for name in PRICE_FIELDS})
+
+    def as_json(self) -> dict[str, int]:
+        """Return the prices by field name, as records and the tenant API show them."""
+        return {name: getattr(self, name) for name in PRICE_FIELDS}
+
+
+PRICE_FIELDS = tuple(f.name for f in fields(TokenPrices))
+# The prices an operator may leave unset (the input price then): null columns, optional JSON.
+UNSET_IS_INPUT_PRICE = ("cached_input_micro_per_mtok", "cache_write_micro_per_mtok")
+
+
+def _or(price: int | None, default: int) -> int:
+    return default if price is None else price
 
 
 def bandwidth_charge_micro(*, total_bytes: int, micro_per_gb: int) -> int:

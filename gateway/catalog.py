@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 import aiohttp
 
-from core.money import token_cost_micro
+from core.money import TokenPrices
 from core.sealing import SealBroken, unseal
 from gateway.adapters.base import Provider, VendorOptions
 from gateway.adapters.registry import build_adapter
@@ -30,7 +30,6 @@ from gateway.web.adapters import WEB_ADAPTERS, WebAdapter
 from gateway.web.types import PAGE, QUERY, RENDERED_PAGE
 from providers.catalog import (
     KeySource,
-    cache_prices,
     enabled_key_rows,
     enabled_profiles,
     model_aliases,
@@ -114,37 +113,20 @@ class ModelOffer:
     profile: Profile
     name: str
     upstream: str
-    input_micro_per_mtok: int
-    output_micro_per_mtok: int
+    prices: TokenPrices
     max_output_tokens: int
-    # Cache reads and writes per Mtok; None when built means the input price (never None after).
-    cached_input_micro_per_mtok: int = None  # type: ignore[assignment]
-    cache_write_micro_per_mtok: int = None  # type: ignore[assignment]
     aliases: tuple[str, ...] = ()  # other names clients may use for this offer's model
     kind: str = ModelKind.CHAT  # which requests it answers: chat, embeddings or moderations
     cache: CacheTerms = NOT_CACHEABLE  # the operator's response-cache terms for this model
 
     def cost_micro(self, usage: Usage) -> int:
         """Return what `usage` costs at this offer's token prices (DESIGN's one rounding)."""
-        return token_cost_micro(
+        return self.prices.cost_micro(
             tokens_in=usage.input_tokens,
             tokens_out=usage.output_tokens,
-            input_micro_per_mtok=self.input_micro_per_mtok,
-            output_micro_per_mtok=self.output_micro_per_mtok,
             cache_read_tokens=usage.cache_read_tokens,
-            cached_input_micro_per_mtok=self.cached_input_micro_per_mtok,
             cache_write_tokens=usage.cache_write_tokens,
-            cache_write_micro_per_mtok=self.cache_write_micro_per_mtok,
         )
-
-    def __post_init__(self) -> None:
-        cached, write = cache_prices(
-            input_micro_per_mtok=self.input_micro_per_mtok,
-            cached=self.cached_input_micro_per_mtok,
-            write=self.cache_write_micro_per_mtok,
-        )
-        object.__setattr__(self, "cached_input_micro_per_mtok", cached)
-        object.__setattr__(self, "cache_write_micro_per_mtok", write)
 
 
 @dataclass(frozen=True)
@@ -335,12 +317,8 @@ def _offer(profile: Profile, m: ProviderModel) -> ModelOffer:
         profile=profile,
         name=m.name,
         upstream=m.upstream or m.name,
-        input_micro_per_mtok=m.input_micro_per_mtok,
-        output_micro_per_mtok=m.output_micro_per_mtok,
+        prices=m.token_prices(),
         max_output_tokens=m.max_output_tokens,
-        # No cache price of its own: ModelOffer charges the input price.
-        cached_input_micro_per_mtok=m.cached_input_micro_per_mtok,  # type: ignore[arg-type]
-        cache_write_micro_per_mtok=m.cache_write_micro_per_mtok,  # type: ignore[arg-type]
         aliases=model_aliases(m),
         kind=m.kind,
         cache=CacheTerms(m.cacheable, m.cache_max_ttl_s, m.cache_hit_price_pct),

@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from byok.pools import Pool
 from core.config import tollgate
 from core.errors import Forbidden, InvalidRequest
-from core.money import prompt_tokens_bound, token_cost_micro
+from core.money import prompt_tokens_bound
 from gateway.access import listed_models, permitted, refusal_message
 from gateway.attempts import (
     Attempt,
@@ -111,12 +111,11 @@ def output_bound(req: ModelRequest, link_max_tokens: int) -> int:
 
 
 def worst_case_cost_micro(req: ModelRequest, offer: ModelOffer, *, max_tokens: int) -> int:
+    prices = offer.prices
     # Every prompt token may be a cache write, the dearest kind where a vendor has one.
-    return token_cost_micro(
-        tokens_in=prompt_bound(req),
-        tokens_out=output_bound(req, max_tokens),
-        input_micro_per_mtok=max(offer.input_micro_per_mtok, offer.cache_write_micro_per_mtok),
-        output_micro_per_mtok=offer.output_micro_per_mtok,
+    dearest_in = max(prices.input_micro_per_mtok, prices.cache_write_micro_per_mtok)
+    return replace(prices, input_micro_per_mtok=dearest_in).cost_micro(
+        tokens_in=prompt_bound(req), tokens_out=output_bound(req, max_tokens)
     )
 
 

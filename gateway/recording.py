@@ -38,16 +38,7 @@ def usage_record(ctx: RequestContext, *, bytes_out: int) -> UsageRecord:
     platform = priced is not None
     team = served is not None and served.served_by == TEAM
     provider_cost_micro = priced.cost_micro(usage) if priced is not None else 0
-    prices = (
-        {
-            "input_micro_per_mtok": priced.input_micro_per_mtok,
-            "output_micro_per_mtok": priced.output_micro_per_mtok,
-            "cached_input_micro_per_mtok": priced.cached_input_micro_per_mtok,
-            "cache_write_micro_per_mtok": priced.cache_write_micro_per_mtok,
-        }
-        if priced is not None
-        else {}
-    )
+    prices = priced.prices.as_json() if priced is not None else {}
     if web is not None:  # a web action: its units, priced as they were billed
         provider_cost_micro = web.cost_micro
         prices = dict(web.prices)

@@ -11,7 +11,7 @@ from django.db import IntegrityError, connection
 from django.db.migrations.loader import MigrationLoader
 
 from core.db import off_loop
-from providers.services import profiles_bootstrap, read_profiles_spec
+from providers.spec import profiles_bootstrap, read_profiles_spec
 
 log = logging.getLogger(__name__)
 

@@ -5,7 +5,8 @@ from django.db import transaction
 from audit import services as audit
 from audit.adminkit import operator
 from core.admin_views import Dollars
-from providers import services
+from core.money import PRICE_FIELDS
+from providers import services, spec
 from providers.models import PlatformKey, ProviderModel, ProviderProfile
 
 
@@ -23,10 +24,7 @@ class ProviderModelForm(forms.ModelForm):
             "kind",
             "upstream",
             "aliases",
-            "input_micro_per_mtok",
-            "output_micro_per_mtok",
-            "cached_input_micro_per_mtok",
-            "cache_write_micro_per_mtok",
+            *PRICE_FIELDS,
             "max_output_tokens",
             "cacheable",
             "cache_max_ttl_s",
@@ -41,7 +39,7 @@ class ProviderModelForm(forms.ModelForm):
         aliases = [part.strip() for part in self.cleaned_data["aliases"].split(",")]
         aliases = [alias for alias in aliases if alias]
         for alias in aliases:
-            problem = services.alias_problem(alias)
+            problem = spec.alias_problem(alias)
             if problem:
                 raise forms.ValidationError(problem)
         return aliases
@@ -59,10 +57,10 @@ class ProviderModelFormSet(forms.BaseInlineFormSet):
         for form in self.forms:
             if not form.cleaned_data.get("name") or form.cleaned_data.get("DELETE"):
                 continue
-            problem = services.model_kind_problem(form.cleaned_data.get("kind"), profile_kind)
+            problem = spec.model_kind_problem(form.cleaned_data.get("kind"), profile_kind)
             if problem:
                 raise forms.ValidationError(f"{form.cleaned_data['name']}: {problem}.")
-        clash = services.alias_clash(models)
+        clash = spec.alias_clash(models)
         if clash is not None:
             raise forms.ValidationError(
                 f"Alias {clash!r} is already a model name or alias of this profile."
@@ -147,11 +145,11 @@ class ProviderProfileForm(forms.ModelForm):
         cleaned = super().clean()
         units = {
             unit: cleaned.get(column)
-            for unit, column in services.UNIT_COLUMNS.items()
+            for unit, column in spec.UNIT_COLUMNS.items()
             if cleaned.get(column) is not None
         }
         # Models are judged by their own formset; a web profile's models would be refused there.
-        problem = services.units_problem(units, cleaned.get("kind"), has_models=False)
+        problem = spec.units_problem(units, cleaned.get("kind"), has_models=False)
         if problem:
             raise forms.ValidationError(problem[0].upper() + problem[1:] + ".")
         return cleaned

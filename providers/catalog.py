@@ -23,6 +23,7 @@ from typing import Protocol, TypeVar
 
 from django.db.models import QuerySet
 
+from core.money import TokenPrices
 from providers.models import PlatformKey, ProviderModel, ProviderProfile
 from providers.services import OWN_KEY_LABEL
 
@@ -74,16 +75,6 @@ def offers_by_model(
 def model_aliases(model: ProviderModel) -> tuple[str, ...]:
     """Return the other names a model row gives its model (non-empty strings only)."""
     return tuple(a for a in model.aliases or () if isinstance(a, str) and a)
-
-
-def cache_prices(
-    *, input_micro_per_mtok: int, cached: int | None, write: int | None
-) -> tuple[int, int]:
-    """Return the cache read and write prices per Mtok: a price not set is the input price."""
-    return (
-        input_micro_per_mtok if cached is None else cached,
-        input_micro_per_mtok if write is None else write,
-    )
 
 
 # ---------------------------------------------------------------- platform keys
@@ -161,9 +152,7 @@ class PricedOffer(Protocol):
     @property
     def profile(self) -> _Named: ...
     @property
-    def input_micro_per_mtok(self) -> int: ...
-    @property
-    def output_micro_per_mtok(self) -> int: ...
+    def prices(self) -> TokenPrices: ...
 
 
 RankedT = TypeVar("RankedT", bound=PricedOffer)
@@ -171,7 +160,8 @@ RankedT = TypeVar("RankedT", bound=PricedOffer)
 
 def price_rank(offer: PricedOffer) -> tuple[int, str]:
     """Rank a canonical model's offers: cheapest per token first, then by profile name."""
-    return (offer.input_micro_per_mtok + offer.output_micro_per_mtok, offer.profile.name)
+    prices = offer.prices
+    return (prices.input_micro_per_mtok + prices.output_micro_per_mtok, offer.profile.name)
 
 
 def cheapest_first(offers: Sequence[RankedT]) -> list[RankedT]:

@@ -8,6 +8,8 @@ from django.core.validators import MaxValueValidator, MinValueValidator, URLVali
 from django.db import models
 from django.utils import timezone
 
+from core.money import PRICE_FIELDS, TokenPrices
+
 # The response cache's operator defaults (docs/cache.md): a day at most, a hit at 10% of the
 # call it replays.
 DEFAULT_CACHE_MAX_TTL_S = 86_400
@@ -237,3 +239,7 @@ class ProviderModel(models.Model):
 
     def __str__(self) -> str:
         return f"{self.profile.name}/{self.name}"
+
+    def token_prices(self) -> TokenPrices:
+        """Return the model's token prices; a cache price left empty is the input price."""
+        return TokenPrices.configured(**{name: getattr(self, name) for name in PRICE_FIELDS})

@@ -13,13 +13,14 @@ from rest_framework.views import APIView
 from accounts.api.schema import error_responses
 from accounts.selectors import api_keys_of_user
 from byok.payer_map import PLATFORM, REFUSED, TEAM_KEY, KeyPayers, ModelPayers, payer_map
+from core.money import PRICE_FIELDS
 
-
-class PriceOut(serializers.Serializer):
-    input_micro_per_mtok = serializers.IntegerField()
-    output_micro_per_mtok = serializers.IntegerField()
-    cached_input_micro_per_mtok = serializers.IntegerField()
-    cache_write_micro_per_mtok = serializers.IntegerField()
+# One integer per token price, named as TokenPrices.as_json names them.
+PriceOut = serializers.SerializerMetaclass(
+    "PriceOut",
+    (serializers.Serializer,),
+    {"__module__": __name__, **{name: serializers.IntegerField() for name in PRICE_FIELDS}},
+)
 
 
 # One enum in the schema, the model's payer's: an attempt's payer and `then` are named in
@@ -81,7 +82,7 @@ def model_out(entry: ModelPayers) -> dict:
         "attempts": [asdict(a) for a in entry.attempts],
         "team_keys": entry.team_keys,
         "team_keys_usable": entry.team_keys_usable,
-        "price": asdict(entry.price) if entry.price else None,
+        "price": entry.price.as_json() if entry.price else None,
         "refusal": {"code": entry.code, "message": entry.reason} if entry.code else None,
     }
 

@@ -201,14 +201,7 @@ def _hit(ctx: ModelContext, entry: Entry, *, stream: bool) -> Hit | None:
         return None
     payer = link.attempts[0]
     full = link.offer
-    pct = full.cache.hit_price_pct
-    priced = replace(
-        full,
-        input_micro_per_mtok=full.input_micro_per_mtok * pct // 100,
-        output_micro_per_mtok=full.output_micro_per_mtok * pct // 100,
-        cached_input_micro_per_mtok=full.cached_input_micro_per_mtok * pct // 100,
-        cache_write_micro_per_mtok=full.cache_write_micro_per_mtok * pct // 100,
-    )
+    priced = replace(full, prices=full.prices.scaled(full.cache.hit_price_pct))
     uncached = full.cost_micro(entry.usage)
     cost = priced.cost_micro(entry.usage) if payer.served_by == PLATFORM else 0
     attempt = Attempt(

@@ -254,7 +254,8 @@ def test_the_map_and_the_gateways_plan_agree_on_offers_ranked_keys_and_clashing_
     offers count, in which order they are tried and which have a platform key; the map and
     the gateway's plan (/internal/decide, no vendor call) read them alike."""
     from providers.models import PlatformKey
-    from providers.services import platform_key_add, profile_set_platform_key, profiles_bootstrap
+    from providers.services import platform_key_add, profile_set_platform_key
+    from providers.spec import profiles_bootstrap
 
     def profile(name: str, kind: str, upstream: str, prices: tuple[int, int], model_kind="chat"):
         return {

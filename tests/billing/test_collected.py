@@ -18,7 +18,7 @@ from rest_framework.test import APIClient
 
 from accounts.models import ApiKey, Group
 from billing.models import LedgerEntry, Receipt, Reservation, Wallet
-from core.money import token_cost_micro
+from core.money import TokenPrices
 from tests.billing.test_money_e2e import settled
 from tests.support.profiles import api_profiles
 from tests.support.stacks import own_stack
@@ -82,7 +82,7 @@ def test_n_128_on_a_reasoning_model_is_held_for_every_answer_and_debited_exactly
     # Each answer's one token was reasoning: 128 output tokens in all, within the hold.
     assert (answer.usage.completion_tokens, answer.usage.prompt_tokens) == (CHOICES, 2)
     assert answer.usage.completion_tokens_details.reasoning_tokens == CHOICES
-    cost = token_cost_micro(tokens_in=2, tokens_out=CHOICES, **O4_MINI)
+    cost = TokenPrices.configured(**O4_MINI).cost_micro(tokens_in=2, tokens_out=CHOICES)
     assert cost == 566  # 2 x 1.1 + 128 x 4.4 = 565.4, rounded up
     money = money_of(tenant)
     r = money["reservation"]
@@ -113,7 +113,7 @@ def test_a_vendor_that_ignores_the_cap_is_collected_in_full_after_the_commit(rea
 
     # Each answer: 16 reasoning tokens and the 8 words, though the cap said 1.
     assert answer.usage.completion_tokens == CHOICES * 24
-    cost = token_cost_micro(tokens_in=2, tokens_out=CHOICES * 24, **O4_MINI)
+    cost = TokenPrices.configured(**O4_MINI).cost_micro(tokens_in=2, tokens_out=CHOICES * 24)
     assert cost == 13_519  # 2 x 1.1 + 3,072 x 4.4 = 13,519.0
     money = money_of(tenant)
     r = money["reservation"]

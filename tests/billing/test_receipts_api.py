@@ -28,7 +28,7 @@ from billing.receipt_codec import pack
 from billing.receipt_keys import receipt_keys
 from billing.receipts import Draft, append, verify_chain, verify_statement
 from billing.statements import month_of
-from core.money import token_cost_micro
+from core.money import TokenPrices
 from core.sqlexec import run_sync
 from tests.support.processes import ROOT
 from tests.support.stacks import Stack
@@ -94,7 +94,9 @@ def test_each_request_has_a_receipt_with_its_exact_charge_and_a_proof_that_verif
         answer = response.json()
         assert answer["request_id"] == request_id
         [receipt] = answer["results"]
-        cost = token_cost_micro(tokens_in=row.tokens_in, tokens_out=row.tokens_out, **prices)
+        cost = TokenPrices.configured(**prices).cost_micro(
+            tokens_in=row.tokens_in, tokens_out=row.tokens_out
+        )
         assert cost > 0 and row.bandwidth_charge_micro == row.bytes_in + row.bytes_out > 0
         assert row.provider_cost_micro == cost
         document = receipt["document"]

@@ -16,7 +16,7 @@ import pytest
 
 from accounts.models import Group
 from billing.models import Wallet
-from core.money import token_cost_micro
+from core.money import TokenPrices
 from gateway.plan import prompt_bound
 from gateway.shapes import anthropic as anthropic_shape
 from gateway.shapes import openai as openai_shape
@@ -113,7 +113,9 @@ def test_a_stream_the_client_closes_is_billed_its_delivered_output_and_its_promp
     assert prompt_bound(parse(body)) == HELLO_BOUND
     tokens_in = HELLO_TOKENS if vendor_told_prompt else HELLO_BOUND
     cost = tokens_in * 1 + DELIVERED * 10
-    assert cost == token_cost_micro(tokens_in=tokens_in, tokens_out=DELIVERED, **PRICES)
+    assert cost == TokenPrices.configured(**PRICES).cost_micro(
+        tokens_in=tokens_in, tokens_out=DELIVERED
+    )
     [row] = settled(tenant, 1)
     assert (row.status, row.error_code, row.streamed, row.served_by) == (
         499,

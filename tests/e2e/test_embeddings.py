@@ -14,7 +14,7 @@ import openai
 import pytest
 
 from billing.models import Reservation, Wallet
-from core.money import token_cost_micro
+from core.money import TokenPrices
 from stubvendor.embeddings import embedding_vector
 from tests.byok.helpers import team_keys
 from tests.support.profiles import EMBEDDING_PRICES, PLATFORM_KEY, api_profiles
@@ -32,12 +32,9 @@ def api(transactional_db, shared_gateway, stub):
 
 
 def cost(model: str, tokens: int) -> int:
-    return token_cost_micro(
-        tokens_in=tokens,
-        tokens_out=0,
-        input_micro_per_mtok=EMBEDDING_PRICES[model],
-        output_micro_per_mtok=0,
-    )
+    return TokenPrices.configured(
+        input_micro_per_mtok=EMBEDDING_PRICES[model], output_micro_per_mtok=0
+    ).cost_micro(tokens_in=tokens, tokens_out=0)
 
 
 @pytest.mark.parametrize("encoding", ["float", "base64"])
@@ -172,9 +169,9 @@ def test_a_fallback_model_serves_when_the_first_fails(api):
         (SMALL, "upstream_error"),
         ("compat-embed", "ok"),
     ]
-    assert row.provider_cost_micro == token_cost_micro(
-        tokens_in=3, tokens_out=0, input_micro_per_mtok=10_000, output_micro_per_mtok=0
-    )
+    assert row.provider_cost_micro == TokenPrices.configured(
+        input_micro_per_mtok=10_000, output_micro_per_mtok=0
+    ).cost_micro(tokens_in=3, tokens_out=0)
 
 
 def test_team_keys_serve_embeddings_unbilled_and_lock_the_chain(api):

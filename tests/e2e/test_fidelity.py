@@ -20,7 +20,7 @@ import pydantic
 import pytest
 
 from billing.models import Reservation
-from core.money import token_cost_micro
+from core.money import TokenPrices
 from tests.support.profiles import stub_profiles
 from tests.support.stacks import own_stack
 from tests.support.usage import settled
@@ -108,15 +108,16 @@ def bodies(stack) -> list[dict]:
 
 def cost(model: str, *, tokens_in: int, tokens_out: int, cached: int = 0, written: int = 0):
     price = PRICES[model]
-    return token_cost_micro(
-        tokens_in=tokens_in,
-        tokens_out=tokens_out,
+    return TokenPrices.configured(
         input_micro_per_mtok=price["input"],
         output_micro_per_mtok=price["output"],
-        cache_read_tokens=cached,
         cached_input_micro_per_mtok=price["cached"],
-        cache_write_tokens=written,
         cache_write_micro_per_mtok=CLAUDE_CACHE_WRITE,
+    ).cost_micro(
+        tokens_in=tokens_in,
+        tokens_out=tokens_out,
+        cache_read_tokens=cached,
+        cache_write_tokens=written,
     )
 
 

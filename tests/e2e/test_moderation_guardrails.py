@@ -15,7 +15,7 @@ import openai
 import pytest
 
 from billing.models import Receipt, Wallet
-from core.money import token_cost_micro
+from core.money import TokenPrices
 from tests.byok.helpers import team_keys
 from tests.e2e.test_input_guardrails import attach, guardrail
 from tests.e2e.test_output_guardrails import chat_stream
@@ -96,7 +96,7 @@ def test_a_flagged_prompt_is_blocked_and_its_check_billed_on_a_row_of_its_own(mo
     check, asked = sorted(
         settled(tenant, 2), key=lambda row: row.endpoint != "guardrail.moderation"
     )
-    cost = token_cost_micro(tokens_in=4, tokens_out=0, **MODERATION)
+    cost = TokenPrices.configured(**MODERATION).cost_micro(tokens_in=4, tokens_out=0)
     assert (check.endpoint, check.client_request_id, check.status, check.model_served) == (
         "guardrail.moderation",
         request_id,

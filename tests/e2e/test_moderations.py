@@ -15,7 +15,7 @@ import openai
 import pytest
 
 from billing.models import Reservation, Wallet
-from core.money import token_cost_micro
+from core.money import TokenPrices
 from stubvendor.moderations import moderation_result
 from tests.support.profiles import MODERATION_MODEL, MODERATION_PRICE, api_profiles
 from tests.support.stacks import own_stack
@@ -30,8 +30,8 @@ def api(transactional_db, shared_gateway, stub):
 
 
 def cost(tokens: int, price: int = MODERATION_PRICE) -> int:
-    return token_cost_micro(
-        tokens_in=tokens, tokens_out=0, input_micro_per_mtok=price, output_micro_per_mtok=0
+    return TokenPrices.configured(input_micro_per_mtok=price, output_micro_per_mtok=0).cost_micro(
+        tokens_in=tokens, tokens_out=0
     )
 
 

@@ -14,7 +14,7 @@ import openai
 import pytest
 
 from billing.models import Wallet
-from core.money import token_cost_micro
+from core.money import TokenPrices
 from gateway.plan import prompt_bound
 from gateway.shapes import openai as openai_shape
 from gateway.shapes import responses as responses_shape
@@ -137,7 +137,7 @@ def test_a_stream_blocked_midway_ends_with_our_error_and_bills_what_was_delivere
     parse = responses_shape.parse_request if route == "responses" else openai_shape.parse_request
     body = {"model": model, "messages": HELLO, "input": HELLO}
     tokens_in = HELLO_TOKENS if told else prompt_bound(parse(body))
-    cost = token_cost_micro(tokens_in=tokens_in, tokens_out=1, **PRICES)
+    cost = TokenPrices.configured(**PRICES).cost_micro(tokens_in=tokens_in, tokens_out=1)
     assert (row.tokens_in, row.tokens_out, row.provider_cost_micro) == (tokens_in, 1, cost)
     wallet = Wallet.objects.get(account_id=tenant.account_id)
     assert (wallet.balance_micro, wallet.reserved_micro) == (WALLET - cost, 0)
@@ -187,7 +187,7 @@ def test_a_blocked_whole_answer_is_our_error_billed_as_the_vendor_billed_it(guar
     assert "reply ok" not in str(refused.value.body)
     [row] = settled(tenant, 1)
     assert (row.status, row.error_code, row.streamed) == (400, "LM-2030", False)
-    cost = token_cost_micro(tokens_in=HELLO_TOKENS, tokens_out=8, **PRICES)
+    cost = TokenPrices.configured(**PRICES).cost_micro(tokens_in=HELLO_TOKENS, tokens_out=8)
     assert (row.tokens_in, row.tokens_out, row.provider_cost_micro) == (HELLO_TOKENS, 8, cost)
     wallet = Wallet.objects.get(account_id=tenant.account_id)
     assert (wallet.balance_micro, wallet.reserved_micro) == (WALLET - cost, 0)

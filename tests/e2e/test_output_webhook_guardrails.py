@@ -11,7 +11,7 @@ import openai
 import pytest
 
 from billing.models import Wallet
-from core.money import token_cost_micro
+from core.money import TokenPrices
 from tests.e2e.test_output_guardrails import (
     ANSWER,
     HELLO,
@@ -30,7 +30,7 @@ from tests.support.stacks import own_stack
 from tests.support.usage import settled
 
 CLAUDE_ANSWER = ANSWER.format(model=UPSTREAM["out-claude"])
-VENDOR_COST = token_cost_micro(tokens_in=HELLO_TOKENS, tokens_out=8, **PRICES)
+VENDOR_COST = TokenPrices.configured(**PRICES).cost_micro(tokens_in=HELLO_TOKENS, tokens_out=8)
 
 
 @pytest.fixture(scope="module")

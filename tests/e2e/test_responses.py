@@ -21,7 +21,7 @@ import pytest
 
 from accounts.models import Group
 from billing.models import Reservation
-from core.money import token_cost_micro
+from core.money import TokenPrices
 from tests.byok.helpers import team_keys
 from tests.support.profiles import api_profiles
 from tests.support.stacks import own_stack
@@ -68,12 +68,9 @@ def api(transactional_db, shared_gateway, stub):
 
 def cost(model: str, tokens_in: int, tokens_out: int) -> int:
     price_in, price_out = PRICES[model]
-    return token_cost_micro(
-        tokens_in=tokens_in,
-        tokens_out=tokens_out,
-        input_micro_per_mtok=price_in,
-        output_micro_per_mtok=price_out,
-    )
+    return TokenPrices.configured(
+        input_micro_per_mtok=price_in, output_micro_per_mtok=price_out
+    ).cost_micro(tokens_in=tokens_in, tokens_out=tokens_out)
 
 
 def words(upstream: str) -> str:

@@ -29,7 +29,8 @@ import django
 django.setup()
 from django.core.management import call_command
 from billing.services import tenant_provision
-from providers.services import profile_set_platform_key, profiles_bootstrap
+from providers.services import profile_set_platform_key
+from providers.spec import profiles_bootstrap
 
 call_command("migrate", verbosity=0, interactive=False)
 spec, platform_key = json.loads(sys.argv[1]), sys.argv[2]

@@ -128,7 +128,7 @@ def test_internal_stream_falls_back_before_the_first_token_and_never_after(stack
 
 
 def test_internal_decide_returns_the_plan_and_calls_nothing(stack):
-    from core.money import prompt_tokens_bound, token_cost_micro, with_margin_micro
+    from core.money import TokenPrices, prompt_tokens_bound, with_margin_micro
 
     tenant = stack.tenant()
 
@@ -144,21 +144,15 @@ def test_internal_decide_returns_the_plan_and_calls_nothing(stack):
     # claude-3-5-haiku.
     tokens_in = prompt_tokens_bound(prompt_bytes=len("Be brief.summarise the ticket"), messages=2)
     mini = with_margin_micro(
-        token_cost_micro(
-            tokens_in=tokens_in,
-            tokens_out=100,
-            input_micro_per_mtok=150_000,
-            output_micro_per_mtok=600_000,
-        ),
+        TokenPrices.configured(
+            input_micro_per_mtok=150_000, output_micro_per_mtok=600_000
+        ).cost_micro(tokens_in=tokens_in, tokens_out=100),
         margin_pct=120,
     )
     haiku = with_margin_micro(
-        token_cost_micro(
-            tokens_in=tokens_in,
-            tokens_out=100,
-            input_micro_per_mtok=800_000,
-            output_micro_per_mtok=4_000_000,
-        ),
+        TokenPrices.configured(
+            input_micro_per_mtok=800_000, output_micro_per_mtok=4_000_000
+        ).cost_micro(tokens_in=tokens_in, tokens_out=100),
         margin_pct=120,
     )
     assert (mini, haiku) == (82, 532)

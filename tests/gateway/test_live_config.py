@@ -1,6 +1,6 @@
 """Live provider config: a profile added or changed reaches every running replica, no restart.
 
-Through providers.services.profiles_bootstrap or the Django admin, both of which publish on the
+Through providers.spec.profiles_bootstrap or the Django admin, both of which publish on the
 Redis bus; the periodic reload is the safety net when no bus message arrives. The replicas
 here reload periodically only once an hour, so what they pick up came over the bus.
 """
@@ -72,7 +72,7 @@ def fleet(transactional_db, replicas, stub):
 
 @requires_redis
 def test_profile_added_and_changed_by_bootstrap_reaches_every_replica(fleet, replicas):
-    from providers.services import profiles_bootstrap
+    from providers.spec import profiles_bootstrap
 
     tenant = fleet.tenant()
     assert all("live-model" not in models_of(gw, tenant) for gw in replicas)

@@ -9,7 +9,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.management import call_command
 
 from providers.models import ProviderModel, ProviderProfile
-from providers.services import read_profiles_spec
+from providers.spec import read_profiles_spec
 
 SPEC = [
     {

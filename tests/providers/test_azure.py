@@ -12,7 +12,7 @@ from __future__ import annotations
 import openai
 import pytest
 
-from core.money import token_cost_micro
+from core.money import TokenPrices
 from stubvendor.azure import FILTERED_PROMPT
 from tests.support.profiles import PLATFORM_KEY
 from tests.support.stacks import own_stack
@@ -77,7 +77,9 @@ def astack(transactional_db, azure_gateway, stub):
 
 
 def cost(tokens_in: int, tokens_out: int) -> int:
-    return token_cost_micro(tokens_in=tokens_in, tokens_out=tokens_out, **CHAT_PRICES)
+    return TokenPrices.configured(**CHAT_PRICES).cost_micro(
+        tokens_in=tokens_in, tokens_out=tokens_out
+    )
 
 
 def answer(deployment: str) -> str:
@@ -174,9 +176,9 @@ def test_openai_responses_whole_and_streamed_and_embeddings(astack):
         ),
     ]
     assert astack.stub.vendor_calls()[0]["body"]["model"] == "prod-mini"
-    embed_cost = token_cost_micro(
-        tokens_in=4, tokens_out=0, input_micro_per_mtok=EMBED_PRICE, output_micro_per_mtok=0
-    )
+    embed_cost = TokenPrices.configured(
+        input_micro_per_mtok=EMBED_PRICE, output_micro_per_mtok=0
+    ).cost_micro(tokens_in=4, tokens_out=0)
     assert books(settled(tenant, 3)) == [
         ("azure-dep", "az-mini", 2, 8, cost(2, 8)),
         ("azure-dep", "az-mini", 2, 8, cost(2, 8)),

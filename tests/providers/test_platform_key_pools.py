@@ -258,7 +258,7 @@ def test_a_keys_vendor_limits_are_kept_before_the_call(parts):
 def test_the_pool_is_in_the_profile_json_and_checked(transactional_db):
     from django.core.exceptions import ImproperlyConfigured
 
-    from providers.services import profiles_bootstrap
+    from providers.spec import profiles_bootstrap
 
     base = {"name": "pool-json", "kind": "openai", "base_url": "http://127.0.0.1:9/v1"}
     with pytest.raises(ImproperlyConfigured, match="label 'profile'"):

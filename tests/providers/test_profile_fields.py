@@ -14,7 +14,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.test import Client
 
 from providers.models import ProviderModel, ProviderProfile
-from providers.services import model_kind_problem, profiles_bootstrap, read_profiles_spec
+from providers.spec import model_kind_problem, profiles_bootstrap, read_profiles_spec
 from tests.support.money import typed_dollars
 
 pytestmark = pytest.mark.django_db

@@ -82,7 +82,8 @@ def install_profiles(stub_url: str, spec: list[dict] | None = None) -> None:
     from django.db import transaction
 
     from providers.models import ProviderProfile
-    from providers.services import profile_set_platform_key, profiles_bootstrap
+    from providers.services import profile_set_platform_key
+    from providers.spec import profiles_bootstrap
 
     with transaction.atomic() if HAS_REDIS else nullcontext():
         for profile in profiles_bootstrap(spec=spec or stub_profiles(stub_url)):

@@ -68,7 +68,8 @@ def install_web_profiles(spec: list[dict]) -> None:
     """Install the web profiles, each vendor with its own platform key (faults match keys)."""
     from django.db import transaction
 
-    from providers.services import profile_set_platform_key, profiles_bootstrap
+    from providers.services import profile_set_platform_key
+    from providers.spec import profiles_bootstrap
 
     keys = {"render_api": RENDER_KEY, "search_api": SEARCH_KEY}
     with transaction.atomic():

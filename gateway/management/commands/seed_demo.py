@@ -25,7 +25,8 @@ from accounts.services import (
 from accounts.tokens import tenant_token_create, tenant_tokens_revoke
 from billing.services import tenant_provision
 from providers.models import ProviderKind, ProviderProfile
-from providers.services import platform_key_add, profile_set_platform_key, profiles_bootstrap
+from providers.services import platform_key_add, profile_set_platform_key
+from providers.spec import profiles_bootstrap
 
 DEMO_ACCOUNT = "demo"
 DEMO_WALLET_MICRO = 100_000_000  # 100 USD

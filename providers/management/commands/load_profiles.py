@@ -7,7 +7,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError
 
 from audit.actors import system
-from providers.services import profiles_bootstrap, read_profiles_spec
+from providers.spec import profiles_bootstrap, read_profiles_spec
 
 
 class Command(BaseCommand):

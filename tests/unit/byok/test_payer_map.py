@@ -10,9 +10,10 @@ import itertools
 import pytest
 
 from byok.payer_map import Offer as MapOffer
-from byok.payer_map import PoolCounts, Price, ProfileView, model_payers
+from byok.payer_map import PoolCounts, ProfileView, model_payers
 from byok.payers import refusal_message
 from byok.pools import Pool, PoolKey
+from core.money import TokenPrices
 from gateway.attempts import TEAM
 from gateway.catalog import ModelOffer
 from gateway.plan import build_plan
@@ -43,12 +44,7 @@ def map_offer(offer: ModelOffer) -> MapOffer:
         model=offer.name,
         kind=offer.kind,
         aliases=offer.aliases,
-        price=Price(
-            offer.input_micro_per_mtok,
-            offer.output_micro_per_mtok,
-            offer.cached_input_micro_per_mtok,
-            offer.cache_write_micro_per_mtok,
-        ),
+        prices=offer.prices,
     )
 
 
@@ -117,7 +113,7 @@ def test_the_price_is_the_first_platform_attempts_and_team_keys_are_the_first_po
         ("team_key", "groq"),
     ]
     assert (entry.then, entry.team_keys, entry.team_keys_usable) == ("platform", 2, 1)
-    assert entry.price == Price(30_000, 100_000, 30_000, 30_000)
+    assert entry.price == TokenPrices(30_000, 100_000, 30_000, 30_000)
 
 
 # ---------------------------------------------------------------- read from the database

@@ -6,11 +6,11 @@ import pytest
 
 from core import money
 from core.money import (
+    TokenPrices,
     bandwidth_charge_micro,
     ceil_div,
     gateway_rate_micro_per_gb,
     prompt_tokens_bound,
-    token_cost_micro,
     with_margin_micro,
 )
 
@@ -19,27 +19,41 @@ def test_ceil_div_rounds_up_only_a_remainder():
     assert [ceil_div(n, 4) for n in (0, 1, 4, 5, 8)] == [0, 1, 1, 2, 2]
 
 
+MINI = TokenPrices.configured(input_micro_per_mtok=150_000, output_micro_per_mtok=600_000)
+
+
 def test_token_cost_rounds_up_once_over_the_sum():
     # 3 x 0.15 + 1 x 0.60 = 1.05 micro-USD -> 2 (one rounding, not one per side).
-    assert (
-        token_cost_micro(
-            tokens_in=3, tokens_out=1, input_micro_per_mtok=150_000, output_micro_per_mtok=600_000
-        )
-        == 2
+    assert MINI.cost_micro(tokens_in=3, tokens_out=1) == 2
+    assert MINI.cost_micro(tokens_in=1_000_000, tokens_out=0) == 150_000
+    assert MINI.cost_micro(tokens_in=0, tokens_out=0) == 0
+
+
+def test_cache_reads_and_writes_are_priced_at_their_own_rates():
+    haiku = TokenPrices(800_000, 4_000_000, 80_000, 1_000_000)
+    # 10 plain x 0.8 + 20 read x 0.08 + 30 written x 1.0 + 5 out x 4.0 = 59.6 -> 60.
+    cost = haiku.cost_micro(tokens_in=60, tokens_out=5, cache_read_tokens=20, cache_write_tokens=30)
+    assert cost == 60
+
+
+def test_a_cache_price_not_set_is_the_input_price():
+    prices = TokenPrices.configured(
+        input_micro_per_mtok=800_000, output_micro_per_mtok=4_000_000, cache_write_micro_per_mtok=0
     )
-    assert (
-        token_cost_micro(
-            tokens_in=1_000_000,
-            tokens_out=0,
-            input_micro_per_mtok=150_000,
-            output_micro_per_mtok=600_000,
-        )
-        == 150_000
-    )
-    assert (
-        token_cost_micro(tokens_in=0, tokens_out=0, input_micro_per_mtok=1, output_micro_per_mtok=1)
-        == 0
-    )
+    assert prices == TokenPrices(800_000, 4_000_000, 800_000, 0)
+
+
+def test_scaled_prices_round_each_price_down():
+    assert TokenPrices(999, 1_000, 15, 0).scaled(10) == TokenPrices(99, 100, 1, 0)
+
+
+def test_token_prices_as_json_are_named_as_their_columns():
+    assert TokenPrices(1, 2, 3, 4).as_json() == {
+        "input_micro_per_mtok": 1,
+        "output_micro_per_mtok": 2,
+        "cached_input_micro_per_mtok": 3,
+        "cache_write_micro_per_mtok": 4,
+    }
 
 
 def test_bandwidth_charge_is_ceiling_of_bytes_times_rate_over_a_gigabyte():
@@ -68,12 +82,9 @@ def test_ceil_div_is_exact_on_amounts_past_float_precision():
 def test_token_cost_of_a_large_call_is_exact_to_the_micro_usd():
     # 123,456,789 x 2.5 + 98,765,432 x 10 = 1,296,296,292.5 micro-USD -> 1,296,296,293.
     assert (
-        token_cost_micro(
-            tokens_in=123_456_789,
-            tokens_out=98_765_432,
-            input_micro_per_mtok=2_500_000,
-            output_micro_per_mtok=10_000_000,
-        )
+        TokenPrices.configured(
+            input_micro_per_mtok=2_500_000, output_micro_per_mtok=10_000_000
+        ).cost_micro(tokens_in=123_456_789, tokens_out=98_765_432)
         == 1_296_296_293
     )
 

@@ -6,6 +6,7 @@ import logging
 
 import pytest
 
+from core.money import TokenPrices
 from gateway.adapters.fake import FakeProvider
 from gateway.catalog import Catalog, ModelOffer, Profile, load_catalog
 
@@ -28,11 +29,13 @@ def offer(prof: Profile, name: str, *aliases: str, **prices: int) -> ModelOffer:
         profile=prof,
         name=name,
         upstream=f"{name}-upstream",
-        input_micro_per_mtok=prices.pop("input_micro_per_mtok", 800_000),
-        output_micro_per_mtok=4_000_000,
+        prices=TokenPrices.configured(
+            input_micro_per_mtok=prices.pop("input_micro_per_mtok", 800_000),
+            output_micro_per_mtok=4_000_000,
+            **prices,
+        ),
         max_output_tokens=8_192,
         aliases=aliases,
-        **prices,
     )
 
 
@@ -103,26 +106,9 @@ def test_model_names_are_canonical_and_aliases_name_their_model():
     }
 
 
-def test_cache_prices_default_to_the_input_price():
-    plain = offer(MAIN, "m", input_micro_per_mtok=800_000)
-    priced = offer(
-        MAIN,
-        "n",
-        input_micro_per_mtok=800_000,
-        cached_input_micro_per_mtok=80_000,
-        cache_write_micro_per_mtok=0,
-    )
-
-    assert (plain.cached_input_micro_per_mtok, plain.cache_write_micro_per_mtok) == (
-        800_000,
-        800_000,
-    )
-    assert (priced.cached_input_micro_per_mtok, priced.cache_write_micro_per_mtok) == (80_000, 0)
-
-
 @pytest.mark.django_db
 def test_load_catalog_reads_passthrough_aliases_and_cache_prices():
-    from providers.services import profiles_bootstrap
+    from providers.spec import profiles_bootstrap
 
     profiles_bootstrap(
         spec=[
@@ -159,8 +145,8 @@ def test_load_catalog_reads_passthrough_aliases_and_cache_prices():
         haiku.name,
         haiku.upstream,
         haiku.aliases,
-        haiku.cached_input_micro_per_mtok,
-        haiku.cache_write_micro_per_mtok,
+        haiku.prices.cached_input_micro_per_mtok,
+        haiku.prices.cache_write_micro_per_mtok,
     ) == (
         "claude-3-5-haiku",
         "claude-3-5-haiku-20241022",
@@ -169,12 +155,12 @@ def test_load_catalog_reads_passthrough_aliases_and_cache_prices():
         1_000_000,
     )
     [mini] = cat.resolve("gpt-4o-mini")
-    assert (mini.aliases, mini.cached_input_micro_per_mtok) == ((), 150_000)
+    assert (mini.aliases, mini.prices.cached_input_micro_per_mtok) == ((), 150_000)
 
 
 @pytest.mark.django_db
 def test_a_model_name_answers_one_kind_the_first_profiles_by_name():
-    from providers.services import profiles_bootstrap
+    from providers.spec import profiles_bootstrap
 
     def profile(name: str, kind: str) -> dict:
         return {

@@ -14,7 +14,7 @@ import pytest
 
 from billing.escrow import Escrow
 from core import errors
-from core.money import with_margin_micro
+from core.money import TokenPrices, with_margin_micro
 from gateway.adapters.base import error_for_status
 from gateway.adapters.fake import STATUS_FAULTS, Call, FakeProvider, Fault
 from gateway.attempts import PLATFORM, TEAM
@@ -115,8 +115,9 @@ class World(ChainWorld):
             profile=profile,
             name=model,
             upstream=f"{model}-upstream",
-            input_micro_per_mtok=1_000_000,
-            output_micro_per_mtok=2_000_000,
+            prices=TokenPrices.configured(
+                input_micro_per_mtok=1_000_000, output_micro_per_mtok=2_000_000
+            ),
             max_output_tokens=100,
         )
 

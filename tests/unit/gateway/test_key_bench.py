@@ -14,6 +14,7 @@ import pytest
 
 from byok.routing import KeyRotation
 from core import errors
+from core.money import TokenPrices
 from gateway.adapters.fake import FakeProvider, Fault
 from gateway.catalog import Catalog, ModelOffer, Profile
 from gateway.context import Meter, ModelContext
@@ -49,8 +50,9 @@ class World(ChainWorld):
             profile=profile,
             name="m",
             upstream="m-upstream",
-            input_micro_per_mtok=1_000_000,
-            output_micro_per_mtok=2_000_000,
+            prices=TokenPrices.configured(
+                input_micro_per_mtok=1_000_000, output_micro_per_mtok=2_000_000
+            ),
             max_output_tokens=100,
         )
         self.catalog = Catalog(profiles={"a": profile}, offers_by_model={"m": (offer,)})

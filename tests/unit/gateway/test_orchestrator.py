@@ -15,6 +15,7 @@ import pytest
 from billing.escrow import Escrow
 from billing.models import Reservation
 from core import errors
+from core.money import TokenPrices
 from gateway.adapters.fake import FakeProvider, Fault
 from gateway.catalog import Catalog, ModelOffer, Profile
 from gateway.context import Meter, ModelContext
@@ -63,8 +64,9 @@ class World(ChainWorld):
             profile=self.profiles[profile],
             name=model,
             upstream=f"{model}-upstream",
-            input_micro_per_mtok=PRICE_IN,
-            output_micro_per_mtok=PRICE_OUT,
+            prices=TokenPrices.configured(
+                input_micro_per_mtok=PRICE_IN, output_micro_per_mtok=PRICE_OUT
+            ),
             max_output_tokens=100,
         )
 

@@ -16,6 +16,7 @@ import pytest
 from accounts.model_access import policy_of
 from byok.pools import Pool, PoolKey
 from core.errors import Forbidden, InvalidRequest
+from core.money import TokenPrices
 from gateway.adapters.fake import FakeProvider
 from gateway.attempts import PLATFORM, TEAM
 from gateway.auth import Principal
@@ -44,8 +45,9 @@ def offer(prof: Profile, name: str, in_micro: int, out_micro: int, cap: int) -> 
         profile=prof,
         name=name,
         upstream=f"{name}-upstream",
-        input_micro_per_mtok=in_micro,
-        output_micro_per_mtok=out_micro,
+        prices=TokenPrices.configured(
+            input_micro_per_mtok=in_micro, output_micro_per_mtok=out_micro
+        ),
         max_output_tokens=cap,
     )
 
