@@ -15,10 +15,10 @@ from bench import bare
 
 ROOT = Path(__file__).resolve().parents[2]
 SCENARIOS = (
-    "stub-openai", "bare-openai", "gw-openai", "stub-openai-stream", "bare-openai-stream",
-    "gw-openai-stream", "stub-openai-serial", "bare-openai-serial", "gw-openai-serial",
+    "stub-openai", "bare-openai", "gw-openai", "bare-openai-stream", "stub-openai-serial",
+    "bare-openai-serial", "gw-openai-serial",
 )  # fmt: skip
-N = 200
+N = 160
 STREAMS = 10
 ROUNDS = 2
 COMMAND = (
@@ -62,12 +62,15 @@ def test_every_request_through_the_bare_proxy_succeeds(report):
 
 def test_the_bare_proxy_is_measured_as_a_process_of_its_own(report):
     by_name = {r["name"]: r for r in report["results"]}
-    for load in ("openai", "openai-stream"):
-        floor, gw = by_name[f"bare-{load}"], by_name[f"gw-{load}"]
+    for name in ("bare-openai", "bare-openai-stream"):
+        floor = by_name[name]
         assert floor["serving_cpu_ms_per_req"] == floor["gateway_cpu_ms_per_req"] > 0
-        assert floor["gateway_cpu_ms_per_req"] != gw["gateway_cpu_ms_per_req"]
         # The stub answered each forwarded request itself: its CPU is counted apart.
         assert floor["stub_cpu_ms_per_req"] > 0
+    assert (
+        by_name["bare-openai"]["gateway_cpu_ms_per_req"]
+        < by_name["gw-openai"]["gateway_cpu_ms_per_req"]
+    )
 
 
 def test_the_targets_are_ratios_to_the_floor_in_the_same_round(report):
