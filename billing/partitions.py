@@ -5,7 +5,7 @@ partitioned by RANGE of request_id (migration billing 0007, collation "C"): requ
 time-ordered (core/ids.py), so a period's partition holds the ids minted in it, from
 time_prefix(start) up to time_prefix(end). The partition key is the request id itself, so
 the unique keys on it (one hold, one settled marker per request) and every ON CONFLICT
-(request_id) in billing/ledger.py hold across partitions: a request is still charged once. A
+(request_id) in billing/ledger/ hold across partitions: a request is still charged once. A
 created_at key could not give that: each inserter stamps its own.
 
 The period is a slice of a month (core/partitions.py: eight, of 4 days but the last, from the
