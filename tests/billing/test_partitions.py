@@ -156,6 +156,17 @@ def test_partitions_are_made_from_this_slice_on_and_take_their_rows_from_default
 
 
 @requires_postgres
+def test_beat_tasks_keep_slices_ahead_and_drop_working_state_past_a_week(db):
+    from billing import tasks
+
+    assert tasks.ensure_partitions() == []  # the migrations made this month through two ahead
+    report = tasks.apply_retention()
+    # The billing tables' working state is kept a week by default: nothing to drop yet.
+    assert report.pop("cutoff") < (datetime.now(UTC) - timedelta(days=6)).isoformat()
+    assert report == {"dropped": [], "kept_open": [], "deleted_rows": 0}
+
+
+@requires_postgres
 def test_retention_drops_closed_months_whole_and_keeps_open_ones(tenant, settings):
     from billing.partitions import apply_retention, ensure_partitions
 
