@@ -104,7 +104,7 @@ def charge_bandwidth(
     if source == SettledRequest.Source.RECONCILE:
         charge = Charge(request_id, group_id, api_key_id)
     else:
-        tagged = yield from tag_ledger.held_tags([request_id], batch_rows)
+        tagged = yield from tag_ledger.held_tags([request_id])
         charge = Charge(
             request_id, group_id, api_key_id, caller_spend_id, tag_spends=tagged.get(request_id, ())
         )

@@ -169,7 +169,7 @@ def release_holds(
     if moves is None:
         moves = Moves()
     held = {}
-    tagged = yield from tag_ledger.held_tags([row[0] for row in rows], batch_rows)
+    tagged = yield from tag_ledger.held_tags([row[0] for row in rows])
     for row in rows:
         h = Held(*row)
         if h.request_id in tagged:

@@ -220,7 +220,7 @@ def true_up(
                 )
             )
     counters: dict[str, tuple[int, int, int]] = {}
-    tagged = yield from tag_ledger.held_tags([m[0] for m in markers], batch_rows)
+    tagged = yield from tag_ledger.held_tags([m[0] for m in markers])
     for request_id, cost, bandwidth, group_id, api_key_id, caller_spend_id in markers:
         r = by_id[request_id]
         moved = wallet.get(request_id)
