@@ -181,7 +181,7 @@ class Group(PeriodSpend, models.Model):
     web_units_per_day = models.PositiveIntegerField(null=True, blank=True)
     # Tags every request of the group's keys carries after its own and its key's (core/tags.py).
     default_tags = models.JSONField(default=list, db_default=[], blank=True)
-    # With a period, spent_micro is the current period's spend (billing.ledger.roll_periods).
+    # With a period, spent_micro is the current period's spend (billing/ledger/periods.py).
     budget_period = models.CharField(max_length=8, choices=Period.choices, default=Period.NONE)
     period_starts_at = models.DateTimeField(null=True, blank=True, editable=False)
     period_ends_at = models.DateTimeField(null=True, blank=True, editable=False)

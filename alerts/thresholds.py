@@ -12,7 +12,7 @@ def reached(
     *, spent_micro: int, budget_micro: int | None, pcts: Sequence[int], amount_micro: int | None
 ) -> list[tuple[str, int | None]]:
     """Return the thresholds `spent_micro` has reached as (key, limit): an amount when one is
-    set, else each percent of the budget (as billing.ledger.raise_alerts reads them: spent *
+    set, else each percent of the budget (as billing.ledger.periods.raise_alerts reads them: spent *
     100 >= pct * budget, and something was spent)."""
     if spent_micro <= 0:
         return []

@@ -276,7 +276,8 @@ class LoadResult:
     sizes_bytes: dict[str, int] = field(default_factory=dict)
     # As loaded, before the deployment's default retention ran (apply_retention).
     sizes_before_retention: dict[str, int] = field(default_factory=dict)
-    retention: dict[str, Any] = field(default_factory=dict)  # usage.apply_retention's report
+    # usage.apply_retention's report, billing.apply_retention's under "billing"
+    retention: dict[str, Any] = field(default_factory=dict)
     total_bytes: int = 0
     bytes_per_usage_row: float = 0.0
     start: str = ""
@@ -835,16 +836,20 @@ def ensure_partitions(
 
 
 def apply_retention(args: argparse.Namespace, env: dict[str, str]) -> dict[str, Any]:
-    """What beat's hourly `usage.apply_retention` does with the deployment's defaults, run
-    once on the loaded database: usage rows are kept (0 days by default), the per-request
-    billing tables' closed working state past its retention goes (billing.partitions). The
-    sizes are measured after it, as a deployment holds them; `sizes_before_retention` has
-    them as loaded."""
+    """What beat's hourly `usage.apply_retention` and `billing.apply_retention` do with the
+    deployment's defaults, run once on the loaded database: usage rows are kept (0 days by
+    default), the per-request billing tables' closed working state past its retention goes
+    (billing.partitions), its report under "billing" (a project from before billing had its
+    own task ran both in usage's, which reported it there). The sizes are measured after it,
+    as a deployment holds them; `sizes_before_retention` has them as loaded."""
     if not (args.project / "billing" / "partitions.py").is_file():
         return {}
     script = (
-        "import json; import usage.tasks; "
-        "print('JSON ' + json.dumps(usage.tasks.apply_retention()))"
+        "import json; import billing.tasks, usage.tasks; "
+        "report = usage.tasks.apply_retention(); "
+        "report = {**report, 'billing': billing.tasks.apply_retention()}"
+        " if hasattr(billing.tasks, 'apply_retention') else report; "
+        "print('JSON ' + json.dumps(report))"
     )
     return shell_json(script, env)
 

@@ -6,7 +6,8 @@ from django.shortcuts import redirect, render
 from django.urls import path
 
 from audit.adminkit import AuditedDeletes, operator
-from billing import ledger, services
+from billing import services
+from billing.ledger.sql import Refused
 from billing.models import (
     BudgetAlert,
     BudgetPeriod,
@@ -165,7 +166,7 @@ class WalletAdmin(AuditedDeletes, Dollars, admin.ModelAdmin):
                     reason=data["reason"],
                     actor=operator(request),
                 )
-            except ledger.Refused:
+            except Refused:
                 self.message_user(
                     request,
                     f"{wallet.account}'s wallet was not changed: {format_usd_exact(amount)}"

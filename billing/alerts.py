@@ -1,4 +1,4 @@
-"""Spend alerts' delivery: each BudgetAlert settlement raised (billing.ledger.raise_alerts)
+"""Spend alerts' delivery: each BudgetAlert settlement raised (billing.ledger.periods.raise_alerts)
 is sent once through the configured sink (core.sinks), signed like usage events.
 
 It follows the events' rules (core.sinks, usage.services.usage_events_deliver): a sender

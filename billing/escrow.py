@@ -1,6 +1,6 @@
 """The request path's async face of money: budget holds and wallet escrow.
 
-Each step is one short transaction of a billing/ledger.py program: on PostgreSQL run by
+Each step is one short transaction of a billing/ledger/ program: on PostgreSQL run by
 asyncpg on the event loop, elsewhere (embedded SQLite) in the database thread. A
 database failure while taking a hold or a reservation becomes LM-5004 (refuse rather than
 serve unbilled); only the crash mark of an already-covered call is skipped and counted
@@ -19,7 +19,20 @@ from datetime import UTC, timedelta
 from django.db import DatabaseError, connection
 from django.utils import timezone
 
-from billing import ledger, tag_ledger
+from billing import tag_ledger
+from billing.ledger.fused import (
+    HOLD_AND_RESERVE_STATEMENT,
+    HOLD_MANY_STATEMENT,
+    HOLD_ONE_STATEMENT,
+    RESERVE_MANY_STATEMENT,
+    RESERVE_ONE_STATEMENT,
+    SENT_HOLD_ONE_STATEMENT,
+    FirstReservation,
+)
+from billing.ledger.holds import BUDGET_RESET_READS, Hold, mark_hold_sent, take_hold
+from billing.ledger.sql import Refused
+from billing.ledger.wallet import WALLET_AVAILABLE_READ, cancel_reservation
+from billing.ledger.wallet import reserve as ledger_reserve
 from billing.request_money import RequestMoney
 from core import errors, metrics
 from core.config import tollgate
@@ -169,7 +182,7 @@ class Escrow:
             pg = self._pg
             assert pg is not None, PG_ONLY
             rows = await pg.all_rows(
-                ledger.HOLD_MANY_STATEMENT,
+                HOLD_MANY_STATEMENT,
                 {
                     "requests": [h.request_id for h in holds],
                     "amounts": [h.amount_micro for h in holds],
@@ -187,11 +200,11 @@ class Escrow:
             lambda row: HoldTaken() if row is not None else GROUP_REFUSED,
         )
 
-    async def _hold_one(self, hold: ledger.Hold, *, now, expires) -> tuple | None:
+    async def _hold_one(self, hold: Hold, *, now, expires) -> tuple | None:
         pg = self._pg
         assert pg is not None, PG_ONLY
         return await pg.one_statement(
-            ledger.HOLD_ONE_STATEMENT,
+            HOLD_ONE_STATEMENT,
             {
                 "amount": hold.amount_micro,
                 "group": hold.group_id,
@@ -203,7 +216,7 @@ class Escrow:
         )
 
     async def _hold_and_reserve(
-        self, hold: ledger.Hold, first: ledger.FirstReservation, *, now, expires
+        self, hold: Hold, first: FirstReservation, *, now, expires
     ) -> HoldTaken | Refusal:
         """The hold and the first reservation in one statement (ledger's
         `hold_and_reserve_statement`). When it takes nothing, the hold alone is asked for: a
@@ -213,7 +226,7 @@ class Escrow:
         pg = self._pg
         assert pg is not None, PG_ONLY
         row = await pg.one_statement(
-            ledger.HOLD_AND_RESERVE_STATEMENT,
+            HOLD_AND_RESERVE_STATEMENT,
             {
                 "amount": hold.amount_micro,
                 "escrow": first.amount_micro,
@@ -242,7 +255,7 @@ class Escrow:
         assert pg is not None, PG_ONLY
         if len(items) > 1:
             rows = await pg.all_rows(
-                ledger.RESERVE_MANY_STATEMENT,
+                RESERVE_MANY_STATEMENT,
                 {
                     "requests": [i["request"] for i in items],
                     "groups": [i["group"] for i in items],
@@ -260,7 +273,7 @@ class Escrow:
         return await _one_by_one(
             items,
             lambda i: pg.one_statement(
-                ledger.RESERVE_ONE_STATEMENT,
+                RESERVE_ONE_STATEMENT,
                 {**i, "account": account_id, "now": now, "expires": expires},
             ),
             lambda row: row[0] if row is not None else None,
@@ -296,9 +309,7 @@ class Escrow:
             estimate_micro=estimate_micro,
         )
 
-    async def hold_budget(
-        self, hold: ledger.Hold, *, first: ledger.FirstReservation | None = None
-    ) -> int | None:
+    async def hold_budget(self, hold: Hold, *, first: FirstReservation | None = None) -> int | None:
         """Take the budget hold on group, key and end caller, or refuse with LM-4001; return
         the id of `first` (the first platform attempt's wallet reservation) when it was taken
         along with the hold, else None (the orchestrator reserves it when it gets there).
@@ -321,11 +332,11 @@ class Escrow:
                     if first is not None:
                         self._reserving_ahead.discard(first.account_id)
                 if isinstance(taken, Refusal):
-                    raise ledger.Refused(taken.budget)
+                    raise Refused(taken.budget)
                 return taken.reservation_id
-            await self.run(ledger.take_hold(hold, now=timezone.now(), ttl_s=self.ttl_s))
+            await self.run(take_hold(hold, now=timezone.now(), ttl_s=self.ttl_s))
             return None
-        except ledger.Refused as refused:
+        except Refused as refused:
             tagged = tag_ledger.refusal_message(hold.tags, str(refused), now=timezone.now())
             if tagged is not None:
                 raise errors.BudgetExhausted(tagged) from None
@@ -334,16 +345,16 @@ class Escrow:
         except DB_ERRORS:
             raise errors.DependencyDown() from None
 
-    def _may_reserve_ahead(self, hold: ledger.Hold, first: ledger.FirstReservation) -> bool:
+    def _may_reserve_ahead(self, hold: Hold, first: FirstReservation) -> bool:
         return not (
             self._holds.busy(hold.group_id)
             or self._reservations.busy(first.account_id)
             or first.account_id in self._reserving_ahead
         )
 
-    async def _reset_note(self, hold: ledger.Hold, refused: str) -> str:
+    async def _reset_note(self, hold: Hold, refused: str) -> str:
         """When the refusing budget has a period, say when it resets (a refusal's one read)."""
-        sql = ledger.BUDGET_RESET_READS.get(refused)
+        sql = BUDGET_RESET_READS.get(refused)
         if sql is None:
             return ""
         row_id = hold.group_id if refused == "group budget" else hold.api_key_id
@@ -392,10 +403,10 @@ class Escrow:
                     },
                 )
                 if reservation_id is None:
-                    raise ledger.Refused("wallet")
+                    raise Refused("wallet")
                 return reservation_id
             return await self.run(
-                ledger.reserve(
+                ledger_reserve(
                     account_id=account_id,
                     request_id=request_id,
                     group_id=group_id,
@@ -406,9 +417,9 @@ class Escrow:
                     ttl_s=self.ttl_s,
                 )
             )
-        except ledger.Refused:
+        except Refused:
             try:
-                row = await self._read(ledger.WALLET_AVAILABLE_READ, {"account": account_id})
+                row = await self._read(WALLET_AVAILABLE_READ, {"account": account_id})
             except DB_ERRORS:
                 row = None
             raise errors.WalletInsufficient.for_wallet(
@@ -447,10 +458,10 @@ class Escrow:
         now = timezone.now()
         try:
             if hold_taken:
-                await self.run(ledger.mark_hold_sent(request_id), wait_s=MARK_WAIT_S)
+                await self.run(mark_hold_sent(request_id), wait_s=MARK_WAIT_S)
             elif self._pg is not None:
                 await self._pg.one_statement(
-                    ledger.SENT_HOLD_ONE_STATEMENT,
+                    SENT_HOLD_ONE_STATEMENT,
                     {
                         "request": request_id,
                         "group": group_id,
@@ -462,14 +473,14 @@ class Escrow:
                     wait_s=MARK_WAIT_S,
                 )
             else:
-                hold = ledger.Hold(
+                hold = Hold(
                     request_id=request_id,
                     group_id=group_id,
                     api_key_id=api_key_id,
                     key_budgeted=False,
                     amount_micro=amount_micro,
                 )
-                await self.run(ledger.take_hold(hold, now=now, ttl_s=self.ttl_s, call_sent=True))
+                await self.run(take_hold(hold, now=now, ttl_s=self.ttl_s, call_sent=True))
         except DB_ERRORS:
             metrics.UNMARKED_CALLS.inc()
             self._marks_off_until = time.monotonic() + MARKS_OFF_S
@@ -490,6 +501,6 @@ class Escrow:
 
     async def cancel(self, reservation_id: int) -> None:
         try:
-            await self.run(ledger.cancel_reservation(reservation_id, now=timezone.now()))
+            await self.run(cancel_reservation(reservation_id, now=timezone.now()))
         except DB_ERRORS:
             log.error("could not cancel reservation %s; the reaper will expire it", reservation_id)

@@ -259,7 +259,7 @@ class SpendAdjustment(models.Model):
 class SettledRequest(models.Model):
     """Marks a request whose cost and bandwidth are charged to group and key counters.
 
-    Inserted (ON CONFLICT DO NOTHING) by billing.ledger.charge for whoever charges the
+    Inserted (ON CONFLICT DO NOTHING) by billing.ledger.charges.charge for whoever charges the
     request first: its settle, the reaper, or reconciliation for a request whose settle never
     committed because its gateway died. The inserter charges what the usage row says; anyone
     later charges nothing, so no request is ever charged twice.
@@ -290,7 +290,7 @@ class SettledRequest(models.Model):
 class BudgetPeriod(models.Model):
     """A closed budget period of a group (api_key null) or a key: what it spent (append-only).
 
-    Written by billing.ledger.roll_periods when the period ends; the group's or key's own
+    Written by billing.ledger.periods.roll_periods when the period ends; the group's or key's own
     spent_micro then starts again at 0.
     """
 

@@ -5,7 +5,7 @@ partitioned by RANGE of request_id (migration billing 0007, collation "C"): requ
 time-ordered (core/ids.py), so a period's partition holds the ids minted in it, from
 time_prefix(start) up to time_prefix(end). The partition key is the request id itself, so
 the unique keys on it (one hold, one settled marker per request) and every ON CONFLICT
-(request_id) in billing/ledger.py hold across partitions: a request is still charged once. A
+(request_id) in billing/ledger/ hold across partitions: a request is still charged once. A
 created_at key could not give that: each inserter stamps its own.
 
 The period is a slice of a month (core/partitions.py: eight, of 4 days but the last, from the
@@ -24,11 +24,12 @@ Partitions are only ever made for this slice and later (`ensure_partitions` clam
 old random id that falls in a slice's range sits in a slice later than its own, never an
 earlier one: nothing is dropped before it is due.
 
-Retention (`apply_retention`, TOLLGATE_BILLING_STATE_RETENTION_DAYS, run with the usage
-log's) drops a period's three partitions once it ended before the cutoff and none of its
-holds or reservations is still open (a request's tag holds, in a table of their own, go with
-its closed hold); the cutoff is never less than MIN_RETENTION back, so a
-late reconciliation always finds a request's settled marker. In the default partition, and
+Beat's billing.ensure_partitions makes them this slice through two months ahead. Retention
+(`apply_retention`, TOLLGATE_BILLING_STATE_RETENTION_DAYS, beat's billing.apply_retention)
+drops a period's three partitions once it ended before the cutoff and none of its holds or
+reservations is still open (a request's tag holds, in a table of their own, go with its
+closed hold); the cutoff is never less than MIN_RETENTION back, so a late reconciliation
+always finds a request's settled marker. In the default partition, and
 on SQLite (no partitions), the closed rows before the cutoff are deleted in batches. Ledger
 entries are kept: they are the balances' history (their reservation link has no database
 constraint, and may outlive the reservation).

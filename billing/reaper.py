@@ -8,8 +8,10 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from billing import ledger, receipts
+from billing import receipts
 from billing.feed import CrashCharge, usage_feed
+from billing.ledger.reap import reap_hold, reap_reservation
+from billing.ledger.sql import LEDGER_ENTRIES, RESERVATIONS, SETTLED, WALLETS
 from billing.models import Receipt, Reservation, SpendHold
 from core.sqlexec import ALL, Program, run_here
 
@@ -20,7 +22,7 @@ def expire_stale_holds(*, now: datetime | None = None) -> tuple[int, int]:
     A request whose usage row reached the database was settled with it (billing/settlement.py,
     same transaction), so what is still pending past its expiry belongs to a request whose
     row never arrived. One whose vendor call was sent was served: it is charged at its hold,
-    marked unmeasured (billing.ledger.reap_reservation / reap_hold), and given a usage row
+    marked unmeasured (billing.ledger.reap.reap_reservation / reap_hold), and given a usage row
     that says so (billing.feed: the tenant's usage lists it); one whose call never left is
     released at 0. Run after storing the usage journal (the task billing
     .expire_stale_holds does, through billing.feed), so late rows settle at their measured
@@ -36,7 +38,7 @@ def expire_stale_holds(*, now: datetime | None = None) -> tuple[int, int]:
     # (taken after it, expiring a little later) are resolved first, in this pass, and the
     # hold's receipt names every wallet debit rather than leaving one to a correction.
     reservations = sum(
-        _reap(ledger.reap_reservation(pk, now=now), request_id, now=now, reservation_id=pk)
+        _reap(reap_reservation(pk, now=now), request_id, now=now, reservation_id=pk)
         for pk, request_id in list(
             Reservation.objects.filter(status=Reservation.Status.PENDING)
             .filter(Q(expires_at__lt=now) | Q(request_id__in=expired_holds))
@@ -44,8 +46,7 @@ def expire_stale_holds(*, now: datetime | None = None) -> tuple[int, int]:
         )
     )
     holds = sum(
-        _reap(ledger.reap_hold(request_id, now=now), request_id, now=now)
-        for request_id in expired_holds
+        _reap(reap_hold(request_id, now=now), request_id, now=now) for request_id in expired_holds
     )
     return reservations, holds
 
@@ -73,7 +74,7 @@ def _with_receipt(
     receipted, that wallet debit."""
     resolved = yield from reap
     charged = yield (
-        f"SELECT group_id, api_key_id, provider_cost_micro, bandwidth_micro FROM {ledger.SETTLED}"
+        f"SELECT group_id, api_key_id, provider_cost_micro, bandwidth_micro FROM {SETTLED}"
         " WHERE request_id = %s AND source = 'reaper' AND NOT EXISTS"
         f" (SELECT 1 FROM {receipts.RECEIPTS} WHERE request_id = %s AND kind = %s)",
         (request_id, request_id, Receipt.Kind.UNMEASURED),
@@ -87,8 +88,8 @@ def _with_receipt(
     # The wallet's commits at the hold (a request may have had several calls sent): the
     # receipt names their ledger entries.
     commits = yield (
-        f"SELECT e.id, -e.amount_micro FROM {ledger.LEDGER_ENTRIES} e"
-        f" JOIN {ledger.RESERVATIONS} r ON r.id = e.reservation_id"
+        f"SELECT e.id, -e.amount_micro FROM {LEDGER_ENTRIES} e"
+        f" JOIN {RESERVATIONS} r ON r.id = e.reservation_id"
         " WHERE r.request_id = %s AND r.status = 'committed' AND r.unmeasured"
         " AND e.kind = 'commit' ORDER BY e.id",
         (request_id,),
@@ -130,8 +131,8 @@ def _late_commit_receipt(reservation_id: int, request_id: str, *, now: datetime)
     the wallet's debit and names its ledger entry."""
     row = yield (
         f"SELECT e.id, -e.amount_micro, r.group_id, r.api_key_id, w.account_id"
-        f" FROM {ledger.LEDGER_ENTRIES} e JOIN {ledger.RESERVATIONS} r ON r.id = e.reservation_id"
-        f" JOIN {ledger.WALLETS} w ON w.id = r.wallet_id"
+        f" FROM {LEDGER_ENTRIES} e JOIN {RESERVATIONS} r ON r.id = e.reservation_id"
+        f" JOIN {WALLETS} w ON w.id = r.wallet_id"
         " WHERE r.id = %s AND r.request_id = %s AND r.status = 'committed' AND e.kind = 'commit'"
         f" AND EXISTS (SELECT 1 FROM {receipts.RECEIPTS} WHERE request_id = %s)",
         (reservation_id, request_id, request_id),

@@ -35,7 +35,7 @@ from django.db import connection
 
 from audit.heads import latest_or_sign, lock_sql
 from audit.models import SignedHead
-from billing.ledger import GROUPS, batch_rows
+from billing.ledger.sql import GROUPS, batch_rows
 from billing.models import Receipt
 from billing.receipt_codec import pack, unpack
 from billing.receipt_keys import receipt_keys

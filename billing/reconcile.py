@@ -6,8 +6,8 @@ inserts a request's marker charges it, nobody charges it again. Reconciliation i
 per window, the rows whose marker is missing or disagrees (usage walks the windows and reads
 its rows through billing.feed; billing never reads usage): a charged row without a marker
 (stored by a path that did not settle: an older release during a rolling deploy, an import,
-a bug) is charged now, token cost included (billing.ledger.charge); a marker whose bandwidth
-disagrees with its row is corrected by the difference (billing.ledger.charge_bandwidth).
+a bug) is charged now, token cost included (billing.ledger.charges.charge); a marker whose bandwidth
+disagrees with its row is corrected by the difference (billing.ledger.charges.charge_bandwidth).
 Both decide under their own compare-and-set, so a row handed in needlessly, or twice,
 changes nothing. Each group's correction is one transaction with one SpendAdjustment row
 recording it; the drift of a run is set on core.metrics.RECONCILE_DRIFT.
@@ -25,12 +25,14 @@ from django.db import transaction
 from django.utils import timezone
 
 from accounts.models import Group
-from billing import ledger, receipts
+from billing import receipts
 from billing.feed import LoggedCharge, usage_feed
+from billing.ledger.charges import Charge, charge, charge_bandwidth
+from billing.ledger.counters import Moves, move_counters
 from billing.models import Receipt, SettledRequest, SpendAdjustment
 from core import metrics
 from core.money import spend_micro
-from core.sqlexec import run_sync
+from core.sqlexec import Program, run_sync
 
 log = logging.getLogger(__name__)
 
@@ -57,12 +59,12 @@ class Drift:
         return spend_micro(cost_micro=self.unsettled_cost_micro, bandwidth_micro=self.amount_micro)
 
 
-def _correct(rows: list[LoggedCharge], *, now: datetime) -> ledger.Program:
+def _correct(rows: list[LoggedCharge], *, now: datetime) -> Program:
     """Charge the unmarked rows, correct the marked ones; return (bandwidth, cost, requests)."""
-    moves = ledger.Moves()
-    charged = yield from ledger.charge(
+    moves = Moves()
+    charged = yield from charge(
         [
-            ledger.Charge(
+            Charge(
                 r.request_id,
                 r.group_id,
                 r.api_key_id,
@@ -87,19 +89,19 @@ def _correct(rows: list[LoggedCharge], *, now: datetime) -> ledger.Program:
             )
             continue
         # Settled meanwhile, or settled with a different bandwidth charge.
-        delta = yield from ledger.charge_bandwidth(
+        delta = yield from charge_bandwidth(
             r.request_id, bandwidth_micro=r.bandwidth_micro, moves=moves
         )
         bandwidth_moved[r.request_id] = delta
         bandwidth, corrected = bandwidth + delta, corrected + bool(delta)
-    yield from ledger.move_counters(moves)
+    yield from move_counters(moves)
     yield from _receipts(rows, charged, bandwidth_moved, now=now)
     return bandwidth, cost, corrected
 
 
 def _receipts(
     rows: list[LoggedCharge], charged: set[str], bandwidth_moved: dict[str, int], *, now: datetime
-) -> ledger.Program:
+) -> Program:
     """The receipts of what reconciliation charged, in its transaction (billing/receipts.py)."""
     owed = {
         r.request_id: (

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from billing.ledger import FirstReservation, Hold
+from billing.ledger.fused import FirstReservation
+from billing.ledger.holds import Hold
 
 if TYPE_CHECKING:
     from billing.escrow import Escrow

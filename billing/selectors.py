@@ -115,7 +115,7 @@ def trued_up_between(start: datetime, end: datetime) -> list[str]:
 def uncollected_of(request_ids: QuerySet | Iterable[str]) -> dict[str, int]:
     """What the wallet could not cover of each request among `request_ids` that has some:
     request id -> micro-USD (the excess over its hold left uncollected; see
-    billing.ledger.collect_excess). Set in the transaction that stores the request's usage
+    billing.ledger.wallet.collect_excess). Set in the transaction that stores the request's usage
     row (its settle, or the true-up of a late row), so a usage window's rows find theirs.
     Absent requests left nothing uncollected."""
     found: dict[str, int] = defaultdict(int)

@@ -1,7 +1,7 @@
 """Control-plane writes of money: wallets, top-ups and corrections, tenant provisioning,
 budget periods' rollover and spend alerts' delivery bookkeeping.
 
-A balance changes only through a billing/ledger.py step (here `credit_wallet`); the request
+A balance changes only through a billing/ledger/ step (here `credit_wallet`); the request
 path runs them through billing/escrow.py, settlement on stored usage rows through
 billing/settlement.py, the reaper is billing/reaper.py, reconciliation billing/reconcile.py.
 """
@@ -26,7 +26,8 @@ from accounts.services import (
 from accounts.tokens import tenant_token_create
 from audit import services as audit
 from audit.actors import Actor, Kind
-from billing import ledger
+from billing.ledger.periods import roll_periods
+from billing.ledger.wallet import credit_wallet
 from billing.models import BudgetAlert, LedgerEntry, Wallet
 from core.sqlexec import run_sync
 
@@ -59,7 +60,7 @@ def wallet_credit(
     entry (`wallet.<kind>`) in the same transaction.
 
     `actor` as a plain string is an operator's username (the earlier form). The ledger
-    entry keeps an operator's username. Raises billing.ledger.Refused if a correction would
+    entry keeps an operator's username. Raises billing.ledger.sql.Refused if a correction would
     take it below what it holds.
     """
     if isinstance(actor, str):
@@ -67,7 +68,7 @@ def wallet_credit(
     operator = actor.label if actor is not None and actor.kind == Kind.OPERATOR else ""
     with transaction.atomic():
         entry_id = run_sync(
-            ledger.credit_wallet(
+            credit_wallet(
                 wallet.pk,
                 amount_micro=amount_micro,
                 kind=kind,
@@ -166,12 +167,12 @@ ROLL_BATCH = 500
 
 
 def budget_periods_roll(*, now: datetime | None = None) -> int:
-    """Roll every group and key whose budget period ended (billing.ledger.roll_periods), a
+    """Roll every group and key whose budget period ended (billing.ledger.periods.roll_periods), a
     batch per transaction; return how many were rolled."""
     now = now or timezone.now()
     rolled = 0
     while True:
-        done = run_sync(ledger.roll_periods(now=now, limit=ROLL_BATCH))
+        done = run_sync(roll_periods(now=now, limit=ROLL_BATCH))
         rolled += done
         if done < ROLL_BATCH:
             return rolled

@@ -16,7 +16,7 @@ stored row and its settlement never exist one without the other:
 - group / key / caller counters moved once per row owner (spent += cost + bandwidth,
   settled += cost, reserved -= hold);
 - a request the reaper charged at its hold before its row arrived trued up to the row's
-  measured cost (billing.ledger.true_up);
+  measured cost (billing.ledger.settle.true_up);
 - a signed receipt per row of an account, proving what was charged and naming the ledger
   entries that took it from the wallet (billing/receipts.py, billing/receipt_ledger.py).
 
@@ -29,7 +29,8 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from billing import ledger, receipts
+from billing import receipts
+from billing.ledger.settle import Settle, Settled, WalletMoved, settle
 from billing.models import Receipt
 from core.sqlexec import Program, run_here
 from core.usage_record import UsageRecord
@@ -43,9 +44,9 @@ def settle_rows(records: list[UsageRecord], *, now: datetime) -> set[str]:
 
 
 def _settle(records: list[UsageRecord], *, now: datetime) -> Program[set[str]]:
-    settled = yield from ledger.settle(
+    settled = yield from settle(
         [
-            ledger.Settle(
+            Settle(
                 request_id=record.request_id,
                 group_id=record.group_id,
                 api_key_id=record.api_key_id,
@@ -68,7 +69,7 @@ def _settle(records: list[UsageRecord], *, now: datetime) -> Program[set[str]]:
     return {rid for rid, trued in settled.trued_up.items() if trued.counters}
 
 
-def receipt_of(record: UsageRecord, settled: ledger.Settled) -> receipts.Draft:
+def receipt_of(record: UsageRecord, settled: Settled) -> receipts.Draft:
     """The receipt of a stored row: what settling it charged (or trued up)."""
     assert record.account_id is not None  # only rows of an account get receipts
     detail = receipts.request_detail(record)
@@ -76,7 +77,7 @@ def receipt_of(record: UsageRecord, settled: ledger.Settled) -> receipts.Draft:
     if record.cache_status == "hit":  # no vendor call: the cache's price, and what it saved
         kind = Receipt.Kind.CACHE_HIT
         detail["cache"] = {"status": "hit", "uncached_cost_micro": record.uncached_cost_micro}
-    wallet = settled.wallet.get(record.request_id) or ledger.WalletMoved()
+    wallet = settled.wallet.get(record.request_id) or WalletMoved()
     if record.request_id in settled.charged:
         # What was taken: the measured cost less what the wallet could not cover.
         cost = record.provider_cost_micro - wallet.uncollected_micro

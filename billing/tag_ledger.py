@@ -1,4 +1,4 @@
-"""Tag budgets' part of the ledger (billing/ledger.py): a request's hold on each budgeted tag.
+"""Tag budgets' part of the ledger (billing/ledger/): a request's hold on each budgeted tag.
 
 A request whose tags include budgeted ones (billing.models.TagBudget) holds its worst case on
 each such tag's TagSpend row of the current period, with its group, key and caller hold and
@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from accounts.periods import NONE, period_bounds
+from billing.ledger.sql import batch_rows
 from billing.models import SpendHoldTag, TagSpend
 from core.sqlexec import ALL, Program
 
@@ -85,10 +86,8 @@ def record_tag_holds(request_id: str, held: tuple[TagSpendRef, ...]) -> Program[
         )
 
 
-def held_tags(request_ids: list[str], batch_rows) -> Program[dict[str, tuple[TagSpendRef, ...]]]:
-    """The tag spends each request held on (requests without tag holds are absent).
-
-    `batch_rows`: the ledger's row source builder, for the batch of request ids."""
+def held_tags(request_ids: list[str]) -> Program[dict[str, tuple[TagSpendRef, ...]]]:
+    """The tag spends each request held on (requests without tag holds are absent)."""
     if not request_ids:
         return {}
     requests, params = batch_rows(("text",), [(r,) for r in request_ids])

@@ -8,7 +8,7 @@ import logging
 from celery import shared_task
 from django.db import DatabaseError
 
-from billing import alerts, archives, reaper, reconcile, services
+from billing import alerts, archives, partitions, reaper, reconcile, services
 from billing.feed import usage_feed
 
 log = logging.getLogger(__name__)
@@ -64,3 +64,23 @@ def archive_receipts() -> dict:
             "archived %d month(s), removed %d receipt(s)", len(report.archived), report.removed
         )
     return {"archived": [f"{a}/{p}" for a, p in report.archived], "removed": report.removed}
+
+
+@shared_task(name="billing.ensure_partitions", **RETRY)
+def ensure_partitions() -> list[str]:
+    """Create the partitions of the per-request billing tables (slices of months), this month
+    through two ahead (PostgreSQL)."""
+    return partitions.ensure_months_ahead()
+
+
+@shared_task(name="billing.apply_retention", **RETRY)
+def apply_retention() -> dict:
+    """Drop the per-request billing rows past TOLLGATE_BILLING_STATE_RETENTION_DAYS with none
+    of their slice's still open."""
+    report = partitions.apply_retention()
+    return {
+        "cutoff": report.cutoff.isoformat() if report.cutoff else None,
+        "dropped": report.dropped,
+        "kept_open": report.kept_open,
+        "deleted_rows": report.deleted_rows,
+    }

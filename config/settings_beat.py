@@ -26,6 +26,11 @@ def beat_schedule(tollgate: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
         # retention drops whole months past TOLLGATE_USAGE_RETENTION_DAYS (0: never).
         "usage-ensure-partitions": {"task": "usage.ensure_partitions", "schedule": 6 * 3600.0},
         "usage-apply-retention": {"task": "usage.apply_retention", "schedule": 3600.0},
+        # The per-request billing tables' partitions (PostgreSQL: slices of months), made
+        # ahead the same way; retention drops closed working state past
+        # TOLLGATE_BILLING_STATE_RETENTION_DAYS (never under 7).
+        "billing-ensure-partitions": {"task": "billing.ensure_partitions", "schedule": 6 * 3600.0},
+        "billing-apply-retention": {"task": "billing.apply_retention", "schedule": 3600.0},
         # Receipts past TOLLGATE_RECEIPT_RETENTION_DAYS (0: never) archived a month at a time.
         "billing-archive-receipts": {"task": "billing.archive_receipts", "schedule": 3600.0},
         "usage-drain-journal": {

@@ -1,4 +1,4 @@
-"""The database drivers that run programs (billing/ledger.py's money steps, the gateway's
+"""The database drivers that run programs (the money steps of billing/ledger/, the gateway's
 idempotency claims) in one transaction each, and the request path's database.
 
 - `run_sync`: Django's connection (any database; the control plane, the reaper, SQLite).

@@ -4,7 +4,8 @@ requests, cache hits and web actions all hold here."""
 
 from __future__ import annotations
 
-from billing.ledger import CallerBudget, FirstReservation, Hold
+from billing.ledger.fused import FirstReservation
+from billing.ledger.holds import CallerBudget, Hold
 from gateway.attempts import Attempt
 from gateway.breakers import Ticket
 from gateway.context import RequestContext

@@ -6,7 +6,7 @@ A request whose usage row never arrived is charged at its hold by the reaper
 tokens, dated when it was charged (its receipt's time: never the request's own, which its
 late row carries), so the tenant's usage (the API, the CSV export, the dashboard, the
 totals) lists every request its receipts charge. If the request's own row arrives later,
-settling it trues the charge up to what it measured (billing.ledger.true_up); the writer
+settling it trues the charge up to what it measured (billing.ledger.settle.true_up); the writer
 then puts the late row in place of the unmeasured one, marked `trueup` (`true_up_rows`),
 in the same transaction. The rollups follow both, so totals stay equal to the rows.
 

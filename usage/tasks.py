@@ -6,7 +6,6 @@ from __future__ import annotations
 from celery import shared_task
 from django.db import DatabaseError
 
-from billing import partitions as billing_partitions
 from usage import partitions, rollups, services
 
 RETRY = {"autoretry_for": (DatabaseError,), "retry_backoff": True, "max_retries": 3}
@@ -34,28 +33,18 @@ def reconcile_rollups() -> dict:
 
 @shared_task(name="usage.ensure_partitions", **RETRY)
 def ensure_partitions() -> list[str]:
-    """Create the partitions of the usage log (months) and of the per-request billing tables
-    (slices of months), this month through two ahead (PostgreSQL)."""
-    return partitions.ensure_months_ahead() + billing_partitions.ensure_months_ahead()
+    """Create the usage log's monthly partitions, this month through two ahead (PostgreSQL)."""
+    return partitions.ensure_months_ahead()
 
 
 @shared_task(name="usage.apply_retention", **RETRY)
 def apply_retention() -> dict:
-    """Drop the usage months past TOLLGATE_USAGE_RETENTION_DAYS whose rollups were audited,
-    and the per-request billing rows past TOLLGATE_BILLING_STATE_RETENTION_DAYS with none of
-    their slice's still open."""
+    """Drop the usage months past TOLLGATE_USAGE_RETENTION_DAYS whose rollups were audited."""
     report = partitions.apply_retention()
-    books = billing_partitions.apply_retention()
     return {
         "cutoff": report.cutoff.isoformat() if report.cutoff else None,
         "dropped": report.dropped,
         "deleted_rows": report.deleted_rows,
-        "billing": {
-            "cutoff": books.cutoff.isoformat() if books.cutoff else None,
-            "dropped": books.dropped,
-            "kept_open": books.kept_open,
-            "deleted_rows": books.deleted_rows,
-        },
     }
 
 

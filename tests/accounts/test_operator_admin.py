@@ -13,7 +13,7 @@ from django.contrib.auth import get_user_model
 from django.utils import timezone
 
 from accounts.models import Account, ApiKey
-from billing import ledger
+from billing.ledger.wallet import reserve
 from core.sqlexec import run_sync
 from tests.config.admin_client import CSRF_FIELD, admin_login
 from tests.support.services import requires_redis
@@ -82,7 +82,7 @@ def test_a_suspended_accounts_keys_are_refused_at_once_and_served_again_on_resum
 def test_the_account_page_shows_wallet_money_in_flight_groups_and_keys_in_dollars(stack, operator):
     tenant = stack.tenant(wallet_micro=12_345_678, budget_micro=5_000_000)
     run_sync(
-        ledger.reserve(
+        reserve(
             account_id=tenant.account_id,
             request_id="in-flight-1",
             group_id=tenant.group_id,

@@ -178,7 +178,8 @@ def test_a_receiver_refusing_for_good_fails_the_alert_at_once(webhook):  # noqa:
 def test_a_crash_charge_raises_the_alerts_its_settled_row_would(held):
     """The reaper charges a dead gateway's request at its hold (or its reservation, when it
     took no hold): that charge raises the group's and the key's alerts as settling would."""
-    from billing import ledger
+    from billing.ledger.holds import Hold, take_hold
+    from billing.ledger.wallet import reserve
     from billing.reaper import expire_stale_holds
     from core.sqlexec import run_sync
 
@@ -187,11 +188,11 @@ def test_a_crash_charge_raises_the_alerts_its_settled_row_would(held):
     now = timezone.now()
     request_id = f"crash-{held}"
     if held:
-        hold = ledger.Hold(request_id, tenant.group_id, tenant.api_key_id, True, 800)
-        run_sync(ledger.take_hold(hold, now=now, ttl_s=5, call_sent=True))
+        hold = Hold(request_id, tenant.group_id, tenant.api_key_id, True, 800)
+        run_sync(take_hold(hold, now=now, ttl_s=5, call_sent=True))
     else:  # a request without budgets on its group: its reservation says the call was sent
         run_sync(
-            ledger.reserve(
+            reserve(
                 account_id=tenant.account_id,
                 request_id=request_id,
                 group_id=tenant.group_id,

@@ -19,7 +19,9 @@ from rest_framework.test import APIClient
 from accounts import services as accounts
 from accounts.models import Account, ApiKey, Group
 from accounts.periods import period_bounds
-from billing import ledger
+from billing.ledger.fused import HOLD_MANY_STATEMENT, HOLD_ONE_STATEMENT
+from billing.ledger.holds import Hold, take_hold
+from billing.ledger.sql import Refused
 from billing.models import SpendHold
 from billing.selectors import budget_periods
 from billing.services import budget_periods_roll
@@ -192,17 +194,17 @@ def test_holds_of_every_form_see_a_fresh_budget_once_the_period_ended():
     now = timezone.now()
 
     def program_hold() -> bool:
-        step = ledger.Hold(rid(), tenant.group_id, tenant.api_key_id, True, 60)
+        step = Hold(rid(), tenant.group_id, tenant.api_key_id, True, 60)
         try:
-            run_sync(ledger.take_hold(step, now=now, ttl_s=60))
-        except ledger.Refused:
+            run_sync(take_hold(step, now=now, ttl_s=60))
+        except Refused:
             return False
         return True
 
     def one_statement_hold() -> bool:
         with connection.cursor() as cursor:
             cursor.execute(
-                ledger.HOLD_ONE_STATEMENT,
+                HOLD_ONE_STATEMENT,
                 {"request": rid(), "group": tenant.group_id, "key": tenant.api_key_id,
                  "amount": 10, "now": now, "expires": now + timedelta(seconds=60)},
             )  # fmt: skip
@@ -211,7 +213,7 @@ def test_holds_of_every_form_see_a_fresh_budget_once_the_period_ended():
     def many_statement_hold() -> bool:
         with connection.cursor() as cursor:
             cursor.execute(
-                ledger.HOLD_MANY_STATEMENT,
+                HOLD_MANY_STATEMENT,
                 {"requests": [rid(), rid()], "amounts": [10, 20], "keys": [tenant.api_key_id] * 2,
                  "group": tenant.group_id, "now": now, "expires": now + timedelta(seconds=60)},
             )  # fmt: skip

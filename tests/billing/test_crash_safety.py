@@ -222,22 +222,22 @@ def test_killed_mid_stream_charges_every_served_request(doomed):
 
 def test_a_hold_whose_call_never_left_is_released_at_zero(transactional_db):
     """The other half of the rule, on the ledger itself: unsent holds cost nothing."""
-    from billing import ledger
+    from billing.ledger.holds import Hold, mark_hold_sent, take_hold
     from core.sqlexec import run_sync
     from tests.support.tenants import make_tenant
 
     tenant = make_tenant(wallet_micro=WALLET, budget_micro=WALLET)
     now = timezone.now()
     for request_id, amount_micro in (("never-sent", 500), ("sent", 700)):
-        hold = ledger.Hold(
+        hold = Hold(
             request_id=request_id,
             group_id=tenant.group_id,
             api_key_id=tenant.api_key_id,
             key_budgeted=False,
             amount_micro=amount_micro,
         )
-        run_sync(ledger.take_hold(hold, now=now, ttl_s=TTL_S))
-    run_sync(ledger.mark_hold_sent("sent"))
+        run_sync(take_hold(hold, now=now, ttl_s=TTL_S))
+    run_sync(mark_hold_sent("sent"))
     assert Group.objects.get(pk=tenant.group_id).reserved_micro == 1_200
 
     assert expire_stale_holds(now=now + timedelta(seconds=TTL_S + 1)) == (0, 2)

@@ -17,7 +17,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from billing import ledger
+from billing.ledger.holds import Hold, take_hold
 from billing.reaper import expire_stale_holds
 from core.sqlexec import run_sync
 from tests.dashboard.test_phone_and_a11y import sign_in
@@ -41,8 +41,8 @@ def crash_charged(tenant) -> str:
     """A request whose gateway died after sending its call, charged by the reaper."""
     request_id = f"req-{uuid.uuid4().hex}"
     now = timezone.now()
-    hold = ledger.Hold(request_id, tenant.group_id, tenant.api_key_id, False, HOLD)
-    run_sync(ledger.take_hold(hold, now=now, ttl_s=4, call_sent=True))
+    hold = Hold(request_id, tenant.group_id, tenant.api_key_id, False, HOLD)
+    run_sync(take_hold(hold, now=now, ttl_s=4, call_sent=True))
     assert expire_stale_holds(now=now + timedelta(seconds=8)) == (0, 1)
     return request_id
 

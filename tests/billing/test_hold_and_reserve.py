@@ -15,7 +15,8 @@ from django.db import connection
 
 from accounts.models import Group
 from billing.escrow import Escrow
-from billing.ledger import FirstReservation, Hold
+from billing.ledger.fused import FirstReservation
+from billing.ledger.holds import Hold
 from billing.models import Reservation, SpendHold, Wallet
 from tests.support.services import requires_postgres
 from tests.support.tenants import make_tenant

@@ -18,7 +18,15 @@ from django.db import connection
 from django.utils import timezone
 
 from accounts.models import ApiKey, Group
-from billing import ledger
+from billing.ledger.fused import (
+    HOLD_AND_RESERVE_STATEMENT,
+    HOLD_MANY_STATEMENT,
+    HOLD_ONE_STATEMENT,
+    SENT_HOLD_ONE_STATEMENT,
+)
+from billing.ledger.holds import Hold, take_hold
+from billing.ledger.settle import Settle, settle
+from billing.ledger.sql import GROUPS, HOLDS, KEYS
 from billing.models import SettledRequest, SpendHold, Wallet
 from billing.reaper import expire_stale_holds
 from core.ids import time_ordered_id
@@ -55,16 +63,16 @@ def previous_release_hold(tenant, *, key_budgeted: bool, call_sent: bool, now) -
     request_id = time_ordered_id()
     with connection.cursor() as cursor:
         cursor.execute(
-            f"UPDATE {ledger.GROUPS} SET reserved_micro = reserved_micro + %s WHERE id = %s",
+            f"UPDATE {GROUPS} SET reserved_micro = reserved_micro + %s WHERE id = %s",
             (HOLD, tenant.group_id),
         )
         if key_budgeted:
             cursor.execute(
-                f"UPDATE {ledger.KEYS} SET reserved_micro = reserved_micro + %s WHERE id = %s",
+                f"UPDATE {KEYS} SET reserved_micro = reserved_micro + %s WHERE id = %s",
                 (HOLD, tenant.api_key_id),
             )
         cursor.execute(
-            f"INSERT INTO {ledger.HOLDS} ({PREVIOUS_HOLD_COLUMNS})"
+            f"INSERT INTO {HOLDS} ({PREVIOUS_HOLD_COLUMNS})"
             " VALUES (%s, %s, %s, NULL, %s, 'held', %s, %s, %s)",
             (
                 request_id,
@@ -134,11 +142,7 @@ def test_a_previous_release_hold_is_released_by_its_usage_row_or_at_0(key_budget
 
     # The usage row of one (its key named by the row), and the other's call never sent.
     cost = 300
-    run_sync(
-        ledger.settle(
-            [ledger.Settle(settled, tenant.group_id, tenant.api_key_id, cost, 0)], now=now
-        )
-    )
+    run_sync(settle([Settle(settled, tenant.group_id, tenant.api_key_id, cost, 0)], now=now))
     assert counters(tenant) == ((cost, cost, HOLD), (cost, HOLD if key_budgeted else 0))
     assert expire_stale_holds(now=now + timedelta(seconds=2 * TTL_S)) == (0, 1)
 
@@ -159,24 +163,16 @@ def test_every_hold_this_release_writes_names_the_held_key_as_the_previous_relea
     expires = now + timedelta(seconds=TTL_S)
     ids = {form: time_ordered_id() for form in ("held", "named", "one", "sent", "reserved")}
     many = [time_ordered_id(), time_ordered_id()]
-    run_sync(
-        ledger.take_hold(
-            ledger.Hold(ids["held"], tenant.group_id, key, True, HOLD), now=now, ttl_s=TTL_S
-        )
-    )
-    run_sync(
-        ledger.take_hold(
-            ledger.Hold(ids["named"], tenant.group_id, key, False, HOLD), now=now, ttl_s=TTL_S
-        )
-    )
+    run_sync(take_hold(Hold(ids["held"], tenant.group_id, key, True, HOLD), now=now, ttl_s=TTL_S))
+    run_sync(take_hold(Hold(ids["named"], tenant.group_id, key, False, HOLD), now=now, ttl_s=TTL_S))
     base = {"group": tenant.group_id, "key": key, "amount": HOLD, "now": now, "expires": expires}
     with connection.cursor() as cursor:
-        cursor.execute(ledger.HOLD_ONE_STATEMENT, {**base, "request": ids["one"]})
+        cursor.execute(HOLD_ONE_STATEMENT, {**base, "request": ids["one"]})
         assert cursor.fetchone() is not None
-        cursor.execute(ledger.SENT_HOLD_ONE_STATEMENT, {**base, "request": ids["sent"]})
+        cursor.execute(SENT_HOLD_ONE_STATEMENT, {**base, "request": ids["sent"]})
         assert cursor.fetchone() is not None
         cursor.execute(
-            ledger.HOLD_MANY_STATEMENT,
+            HOLD_MANY_STATEMENT,
             {
                 "requests": many,
                 "amounts": [HOLD, HOLD],
@@ -188,7 +184,7 @@ def test_every_hold_this_release_writes_names_the_held_key_as_the_previous_relea
         )
         assert len(cursor.fetchall()) == 2
         cursor.execute(
-            ledger.HOLD_AND_RESERVE_STATEMENT,
+            HOLD_AND_RESERVE_STATEMENT,
             {**base, "request": ids["reserved"], "escrow": HOLD, "account": tenant.account_id},
         )
         assert cursor.fetchone()[1]  # held
@@ -208,18 +204,18 @@ def test_every_hold_this_release_writes_names_the_held_key_as_the_previous_relea
     # the key's for a hold naming a key in api_key_id (key_reserved_not_negative holds).
     with connection.cursor() as cursor:
         cursor.execute(
-            f"UPDATE {ledger.HOLDS} SET status = 'settled' WHERE status = 'held'"
+            f"UPDATE {HOLDS} SET status = 'settled' WHERE status = 'held'"
             " AND request_id = ANY(%s) RETURNING amount_micro, group_id, api_key_id",
             ([*ids.values(), *many],),
         )
         for amount, group_id, api_key_id in cursor.fetchall():
             cursor.execute(
-                f"UPDATE {ledger.GROUPS} SET reserved_micro = reserved_micro - %s WHERE id = %s",
+                f"UPDATE {GROUPS} SET reserved_micro = reserved_micro - %s WHERE id = %s",
                 (amount, group_id),
             )
             if api_key_id is not None:
                 cursor.execute(
-                    f"UPDATE {ledger.KEYS} SET reserved_micro = reserved_micro - %s WHERE id = %s",
+                    f"UPDATE {KEYS} SET reserved_micro = reserved_micro - %s WHERE id = %s",
                     (amount, api_key_id),
                 )
     assert counters(tenant) == ((0, 0, 0), (0, 0))

@@ -213,7 +213,7 @@ def test_a_failed_platform_attempt_cancels_its_reservation_and_the_next_link_hol
 
 
 # A prepaid request under a group budget takes its hold and its first platform attempt's
-# reservation in one statement (billing.ledger.HOLD_AND_RESERVE_STATEMENT): one commit, one
+# reservation in one statement (billing.ledger.fused.HOLD_AND_RESERVE_STATEMENT): one commit, one
 # instant for both rows. Whichever of the two refuses, nothing of the other is left behind.
 
 

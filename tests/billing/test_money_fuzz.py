@@ -23,7 +23,16 @@ from django.utils import timezone
 
 from accounts.models import ApiKey, Group
 from accounts.services import api_key_create
-from billing import ledger
+from billing.ledger.charges import Charge, charge
+from billing.ledger.fused import (
+    HOLD_AND_RESERVE_STATEMENT,
+    HOLD_ONE_STATEMENT,
+    RESERVE_ONE_STATEMENT,
+    SENT_HOLD_ONE_STATEMENT,
+)
+from billing.ledger.holds import CallerBudget, Hold, mark_hold_sent, release_holds, take_hold
+from billing.ledger.sql import Refused
+from billing.ledger.wallet import cancel_reservation, commit_reservations, reserve
 from billing.models import (
     CallerSpend,
     LedgerEntry,
@@ -55,7 +64,7 @@ class Owner:
     group_id: int
     key_ids: list[int]
     key_budgeted: dict[int, bool]
-    callers: list[ledger.CallerBudget]
+    callers: list[CallerBudget]
     group_budgeted: bool
 
 
@@ -102,10 +111,7 @@ def make_world(seed: int, *, prefix: str = "fuzz") -> World:
                 budget_max_micro=rng.randrange(5_000, 20_000)
             )
         callers = (
-            [
-                ledger.CallerBudget(tenant.group_id, f"caller-{n}", "2026-12", 8_000)
-                for n in range(2)
-            ]
+            [CallerBudget(tenant.group_id, f"caller-{n}", "2026-12", 8_000) for n in range(2)]
             if budget
             else []
         )
@@ -147,7 +153,7 @@ def plan_hold(w: World):
         if group_only and not one_statement:
             with connection.cursor() as cursor:
                 cursor.execute(
-                    ledger.HOLD_ONE_STATEMENT,
+                    HOLD_ONE_STATEMENT,
                     {
                         "request": request.request_id,
                         "group": owner.group_id,
@@ -158,14 +164,14 @@ def plan_hold(w: World):
                     },
                 )
                 if cursor.fetchone() is None:
-                    raise ledger.Refused("group budget")
+                    raise Refused("group budget")
             if sent:
-                run_sync(ledger.mark_hold_sent(request.request_id))
+                run_sync(mark_hold_sent(request.request_id))
             return "held"
         if one_statement:  # the request path's crash marker of a group without a budget
             with connection.cursor() as cursor:
                 cursor.execute(
-                    ledger.SENT_HOLD_ONE_STATEMENT,
+                    SENT_HOLD_ONE_STATEMENT,
                     {
                         "request": request.request_id,
                         "group": owner.group_id,
@@ -176,7 +182,7 @@ def plan_hold(w: World):
                     },
                 )
             return "held"
-        hold = ledger.Hold(
+        hold = Hold(
             request.request_id,
             owner.group_id,
             key_id,
@@ -184,9 +190,9 @@ def plan_hold(w: World):
             amount,
             caller,
         )
-        run_sync(ledger.take_hold(hold, now=now, ttl_s=ttl_s))
+        run_sync(take_hold(hold, now=now, ttl_s=ttl_s))
         if sent:
-            run_sync(ledger.mark_hold_sent(request.request_id))
+            run_sync(mark_hold_sent(request.request_id))
         return "held"
 
     return (
@@ -215,7 +221,7 @@ def plan_hold_and_reserve(w: World):
     def run():
         with connection.cursor() as cursor:
             cursor.execute(
-                ledger.HOLD_AND_RESERVE_STATEMENT,
+                HOLD_AND_RESERVE_STATEMENT,
                 {
                     **hold_params,
                     "escrow": escrow,
@@ -231,13 +237,11 @@ def plan_hold_and_reserve(w: World):
                     return reservation_id
                 # The group refused: the reservation was recorded with no call sent, and is
                 # given back at once, as the escrow does.
-                run_sync(ledger.cancel_reservation(reservation_id, now=now))
-                raise ledger.Refused("group budget")
-            cursor.execute(
-                ledger.HOLD_ONE_STATEMENT, {**hold_params, "now": now, "expires": expires}
-            )
+                run_sync(cancel_reservation(reservation_id, now=now))
+                raise Refused("group budget")
+            cursor.execute(HOLD_ONE_STATEMENT, {**hold_params, "now": now, "expires": expires})
             if cursor.fetchone() is None:
-                raise ledger.Refused("group budget")
+                raise Refused("group budget")
             return None
 
     def record(reservation_id):
@@ -267,7 +271,7 @@ def plan_reserve(w: World):
         if one_statement:
             with connection.cursor() as cursor:
                 cursor.execute(
-                    ledger.RESERVE_ONE_STATEMENT,
+                    RESERVE_ONE_STATEMENT,
                     {
                         "account": owner.account_id,
                         "request": request.request_id,
@@ -281,10 +285,10 @@ def plan_reserve(w: World):
                 )
                 row = cursor.fetchone()
             if row is None:
-                raise ledger.Refused("wallet")
+                raise Refused("wallet")
             return row[0]
         return run_sync(
-            ledger.reserve(
+            reserve(
                 account_id=owner.account_id,
                 request_id=request.request_id,
                 group_id=owner.group_id,
@@ -313,7 +317,7 @@ def plan_commit(w: World):
     now = w.now
     return (
         f"commit {reservation_id} at {cost}",
-        lambda: run_sync(ledger.commit_reservations({reservation_id: (request_id, cost)}, now=now)),
+        lambda: run_sync(commit_reservations({reservation_id: (request_id, cost)}, now=now)),
         None,
     )
 
@@ -325,7 +329,7 @@ def plan_cancel(w: World):
     now = w.now
     return (
         f"cancel {reservation_id}",
-        lambda: run_sync(ledger.cancel_reservation(reservation_id, now=now)),
+        lambda: run_sync(cancel_reservation(reservation_id, now=now)),
         None,
     )
 
@@ -458,7 +462,7 @@ PLANS = [
 def attempt(run) -> tuple[str, object]:
     try:
         return "ok", run()
-    except ledger.Refused:
+    except Refused:
         return "refused", None
     except OperationalError as exc:  # a transaction the database aborted, rolled back
         return f"aborted: {exc}".splitlines()[0], None
@@ -672,11 +676,11 @@ def settle_one_step_at_a_time(row: UsageRecord, *, now) -> None:
     reservation_id = row.reservation_id
     if reservation_id is not None:
         cost = (row.request_id, row.provider_cost_micro)
-        run_sync(ledger.commit_reservations({reservation_id: cost}, now=now))
-    held = run_sync(ledger.release_holds([row.request_id]))
+        run_sync(commit_reservations({reservation_id: cost}, now=now))
+    held = run_sync(release_holds([row.request_id]))
     if row.provider_cost_micro or row.bandwidth_charge_micro:
         hold = held.get(row.request_id)
-        charge = ledger.Charge(
+        owed = Charge(
             row.request_id,
             row.group_id,
             row.api_key_id,
@@ -684,7 +688,7 @@ def settle_one_step_at_a_time(row: UsageRecord, *, now) -> None:
             row.provider_cost_micro,
             row.bandwidth_charge_micro,
         )
-        run_sync(ledger.charge([charge], source="settle", now=now))
+        run_sync(charge([owed], source="settle", now=now))
 
 
 def test_a_batch_settles_exactly_as_its_rows_one_step_at_a_time(transactional_db):

@@ -12,7 +12,9 @@ from django.test import Client
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from billing import ledger
+from billing.ledger.sql import Refused
+from billing.ledger.wallet import cancel_reservation, commit_reservations
+from billing.ledger.wallet import reserve as ledger_reserve
 from billing.models import LedgerEntry, Reservation, Wallet
 from core.sqlexec import run_sync
 from tests.support.tenants import make_tenant
@@ -28,7 +30,7 @@ def api(tenant) -> APIClient:
 
 def reserve(tenant, request_id: str, amount_micro: int) -> int:
     return run_sync(
-        ledger.reserve(
+        ledger_reserve(
             account_id=tenant.account_id,
             request_id=request_id,
             group_id=tenant.group_id,
@@ -44,11 +46,11 @@ def reserve(tenant, request_id: str, amount_micro: int) -> int:
 def resolve(reservation_id: int, status: str, cost_micro: int) -> bool:
     if status == "committed":
         request_id = Reservation.objects.get(pk=reservation_id).request_id
-        program = ledger.commit_reservations(
+        program = commit_reservations(
             {reservation_id: (request_id, cost_micro)}, now=timezone.now()
         )
     else:
-        program = ledger.cancel_reservation(reservation_id, now=timezone.now(), status=status)
+        program = cancel_reservation(reservation_id, now=timezone.now(), status=status)
     return bool(run_sync(program))
 
 
@@ -124,7 +126,7 @@ def test_a_commit_above_the_hold_debits_the_hold_and_collects_the_excess_once():
 def test_reserving_never_takes_available_below_zero():
     tenant = make_tenant(wallet_micro=100)
     reserve(tenant, "a", 60)
-    with pytest.raises(ledger.Refused):
+    with pytest.raises(Refused):
         reserve(tenant, "b", 41)
     reserve(tenant, "c", 40)
     wallet = Wallet.objects.get(account_id=tenant.account_id)

@@ -13,7 +13,10 @@ import pytest
 from django.utils import timezone
 
 from accounts.models import Account
-from billing import ledger
+from billing.ledger.holds import Hold, take_hold
+from billing.ledger.settle import Settle
+from billing.ledger.settle import settle as ledger_settle
+from billing.ledger.sql import Refused
 from billing.models import SpendHold, TagSpend
 from billing.reaper import expire_stale_holds
 from billing.tag_budgets import tag_budget_create
@@ -38,8 +41,8 @@ def tag(account_id: int, name: str, budget: int, *, period: str = "all", key: st
 def hold(tenant, amount: int, *tags: TagHold, now: datetime = DAY_1, sent: bool = False) -> str:
     request_id = time_ordered_id()
     run_sync(
-        ledger.take_hold(
-            ledger.Hold(request_id, tenant.group_id, tenant.api_key_id, False, amount, tags=tags),
+        take_hold(
+            Hold(request_id, tenant.group_id, tenant.api_key_id, False, amount, tags=tags),
             now=now,
             ttl_s=TTL_S,
             call_sent=sent,
@@ -55,8 +58,8 @@ def spend(account_id: int, name: str, period: str = "all") -> tuple[int, int]:
 
 def settle(tenant, request_id: str, cost: int, bandwidth: int = 0, *, now=DAY_1):
     return run_sync(
-        ledger.settle(
-            [ledger.Settle(request_id, tenant.group_id, tenant.api_key_id, cost, bandwidth)],
+        ledger_settle(
+            [Settle(request_id, tenant.group_id, tenant.api_key_id, cost, bandwidth)],
             now=now,
         )
     )
@@ -69,7 +72,7 @@ def test_holds_fill_a_tag_budget_exactly_and_the_next_is_refused_naming_the_tag(
     first = hold(tenant, 100, a, other)
     hold(tenant, 200, a)
     assert spend(tenant.account_id, "customer-42") == (0, 300)
-    with pytest.raises(ledger.Refused, match="tag budget 'customer-42'"):
+    with pytest.raises(Refused, match="tag budget 'customer-42'"):
         hold(tenant, 0, other, a)  # full: refused even for a zero hold
     # The refusal rolled back the whole hold: the other tag got nothing, no hold row.
     assert spend(tenant.account_id, "other") == (0, 100)
@@ -79,14 +82,14 @@ def test_holds_fill_a_tag_budget_exactly_and_the_next_is_refused_naming_the_tag(
     assert spend(tenant.account_id, "customer-42") == (42, 200)  # cost + bandwidth
     assert spend(tenant.account_id, "other") == (42, 0)
     hold(tenant, 58, a)  # exactly what is left: 42 + 200 + 58 = 300
-    with pytest.raises(ledger.Refused):
+    with pytest.raises(Refused):
         hold(tenant, 1, a)
 
 
 def test_a_hold_that_would_pass_the_budget_is_refused_and_takes_nothing():
     tenant = make_tenant()
     a = tag(tenant.account_id, "t", 100)
-    with pytest.raises(ledger.Refused, match="tag budget 't'"):
+    with pytest.raises(Refused, match="tag budget 't'"):
         hold(tenant, 101, a)
     assert not TagSpend.objects.filter(account_id=tenant.account_id).exists()  # rolled back
 
@@ -102,7 +105,7 @@ def test_a_daily_budget_starts_a_new_row_in_the_accounts_next_day():
     tenant = make_tenant()
     today = tag(tenant.account_id, "d", 100, period="daily", key="2026-12-06")
     hold(tenant, 100, today, now=DAY_1)
-    with pytest.raises(ledger.Refused):
+    with pytest.raises(Refused):
         hold(tenant, 1, today, now=DAY_1)
     tomorrow = tag(tenant.account_id, "d", 100, period="daily", key="2026-12-07")
     hold(tenant, 100, tomorrow, now=DAY_2)
@@ -148,7 +151,7 @@ from django.core.management import call_command
 
 call_command("migrate", verbosity=0)
 
-from billing import ledger
+from billing.ledger.sql import Refused
 from billing.models import TagSpend
 from billing.reaper import expire_stale_holds
 from core.sqlexec import run_sync
@@ -162,7 +165,7 @@ reaped = hold(tenant, 500, a, sent=True)
 try:
     hold(tenant, 101, a)
     refused = ""
-except ledger.Refused as exc:
+except Refused as exc:
     refused = str(exc)
 settle(tenant, settled, 30, 1)
 expire_stale_holds(now=DAY_1 + timedelta(seconds=2 * TTL_S))

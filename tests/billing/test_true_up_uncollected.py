@@ -4,7 +4,7 @@ cover the difference: the true-up takes what the wallet has and states the rest 
 A request holds 1,000 on its group, its key and its wallet (which has 1,300) and its call is
 sent; its gateway dies before storing the row. The reaper charges it at the hold
 (unmeasured). The row then arrives late, measuring 2,000: 1,000 above the hold, of which the
-wallet covers only the 300 it has left. The true-up (billing/ledger.py `true_up`,
+wallet covers only the 300 it has left. The true-up (billing/ledger/settle.py `true_up`,
 `collect_excess`) takes those 300 as one `excess` ledger entry and leaves 700 uncollected:
 the `trueup` receipt, the usage event, the settled marker and the group's and key's counters
 each state the 300 taken and the 700 remainder on its own, never as cost; the store still
@@ -22,7 +22,8 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from accounts.models import ApiKey, Group
-from billing import ledger
+from billing.ledger.holds import Hold, take_hold
+from billing.ledger.wallet import reserve
 from billing.models import LedgerEntry, Receipt, Reservation, SettledRequest, Wallet
 from billing.reaper import expire_stale_holds
 from core.sqlexec import run_sync
@@ -55,15 +56,15 @@ def test_a_late_row_above_the_hold_takes_what_the_wallet_has_and_states_the_rest
     now = timezone.now()
     # The request path: a budget hold and a wallet reservation, the vendor call sent.
     run_sync(
-        ledger.take_hold(
-            ledger.Hold(request_id, tenant.group_id, tenant.api_key_id, True, HOLD),
+        take_hold(
+            Hold(request_id, tenant.group_id, tenant.api_key_id, True, HOLD),
             now=now,
             ttl_s=TTL_S,
             call_sent=True,
         )
     )
     reservation_id = run_sync(
-        ledger.reserve(
+        reserve(
             account_id=tenant.account_id,
             request_id=request_id,
             group_id=tenant.group_id,

@@ -13,7 +13,7 @@ from django.test import Client
 from django.utils import timezone
 
 from accounts.models import Membership
-from billing import ledger
+from billing.ledger.wallet import commit_reservations, reserve
 from billing.models import LedgerEntry, Reservation, Wallet
 from core.sqlexec import run_sync
 from tests.support.tenants import Tenant, make_tenant
@@ -24,7 +24,7 @@ pytestmark = pytest.mark.django_db
 def hold(tenant: Tenant, request_id: str, amount_micro: int = 10_000) -> int:
     """Reserve `amount_micro` of the wallet for a request in flight."""
     return run_sync(
-        ledger.reserve(
+        reserve(
             account_id=tenant.account_id,
             request_id=request_id,
             group_id=tenant.group_id,
@@ -41,9 +41,7 @@ def charge(tenant: Tenant, request_id: str, cost_micro: int) -> None:
     """Hold a cent for a request and commit it at `cost_micro`: one wallet entry."""
     reservation_id = hold(tenant, request_id)
     assert Reservation.objects.filter(pk=reservation_id).exists()
-    run_sync(
-        ledger.commit_reservations({reservation_id: (request_id, cost_micro)}, now=timezone.now())
-    )
+    run_sync(commit_reservations({reservation_id: (request_id, cost_micro)}, now=timezone.now()))
 
 
 def cells(html: str, css_class: str) -> list[str]:

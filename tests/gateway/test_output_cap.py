@@ -8,7 +8,7 @@ import httpx
 from django.utils import timezone
 
 from accounts.models import Group
-from billing import ledger
+from billing.ledger.wallet import reserve
 from billing.models import Reservation, Wallet
 from core.sqlexec import run_sync
 from tests.support.processes import INTERNAL_TOKEN
@@ -98,7 +98,7 @@ def test_settlement_of_a_row_costing_more_than_its_hold_debits_the_hold_then_the
     tenant = make_tenant(wallet_micro=1_000)
     now = timezone.now()
     reservation_id = run_sync(
-        ledger.reserve(
+        reserve(
             account_id=tenant.account_id,
             request_id="over-hold",
             group_id=tenant.group_id,

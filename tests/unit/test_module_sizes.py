@@ -12,13 +12,6 @@ from tests.support.processes import ROOT
 
 MAX_LINES = 500
 
-# Files another branch of issue 44 is splitting; empty this list as those branches merge.
-ALLOWED_OVER_LIMIT = frozenset(
-    {
-        "billing/ledger.py",
-    }
-)
-
 
 def left_out_of_the_image() -> set[str]:
     """Return the top-level names .dockerignore leaves out (its plain entries, no globs)."""
@@ -55,18 +48,8 @@ def test_the_product_files_are_found():
 
 def test_no_product_file_is_over_500_lines():
     over = [
-        f"{name}: {count} lines"
+        f"{path.relative_to(ROOT).as_posix()}: {count} lines"
         for path in product_files()
-        if (name := path.relative_to(ROOT).as_posix()) not in ALLOWED_OVER_LIMIT
-        and (count := line_count(path)) > MAX_LINES
+        if (count := line_count(path)) > MAX_LINES
     ]
     assert over == [], f"Over {MAX_LINES} lines (split by concept): " + "; ".join(over)
-
-
-def test_the_allow_list_names_only_files_still_over_the_limit():
-    stale = [
-        name
-        for name in ALLOWED_OVER_LIMIT
-        if not (ROOT / name).exists() or line_count(ROOT / name) <= MAX_LINES
-    ]
-    assert stale == [], f"Split already, drop from ALLOWED_OVER_LIMIT: {sorted(stale)}"

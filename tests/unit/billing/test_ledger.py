@@ -1,4 +1,4 @@
-"""The money steps of billing/ledger.py, each run through core.sqlexec.run_sync against
+"""The money steps of billing/ledger/, each run through core.sqlexec.run_sync against
 the test database in this process: what each one moves, to the micro-USD, and what it
 refuses (rolling back everything it did)."""
 
@@ -11,7 +11,13 @@ import pytest
 from django.utils import timezone
 
 from accounts.models import ApiKey, Group
-from billing import ledger
+from billing.ledger.charges import Charge, charge, charge_bandwidth
+from billing.ledger.holds import CallerBudget, Hold, mark_hold_sent, take_hold
+from billing.ledger.reap import reap_hold
+from billing.ledger.settle import Settle, settle
+from billing.ledger.sql import Refused
+from billing.ledger.wallet import cancel_reservation, commit_reservations, credit_wallet
+from billing.ledger.wallet import reserve as ledger_reserve
 from billing.models import (
     CallerSpend,
     LedgerEntry,
@@ -54,16 +60,14 @@ def wallet(tenant) -> tuple[int, int]:
 
 def hold(tenant, amount: int, *, request_id=None, key_budgeted=False, caller=None, tags=(), **kw):
     request_id = request_id or rid()
-    step = ledger.Hold(
-        request_id, tenant.group_id, tenant.api_key_id, key_budgeted, amount, caller, tags
-    )
-    run_sync(ledger.take_hold(step, now=NOW, ttl_s=60, **kw))
+    step = Hold(request_id, tenant.group_id, tenant.api_key_id, key_budgeted, amount, caller, tags)
+    run_sync(take_hold(step, now=NOW, ttl_s=60, **kw))
     return request_id
 
 
 def reserve(tenant, amount: int, *, request_id=None) -> int:
     return run_sync(
-        ledger.reserve(
+        ledger_reserve(
             account_id=tenant.account_id,
             request_id=request_id or rid(),
             group_id=tenant.group_id,
@@ -100,7 +104,7 @@ def test_a_hold_may_fill_the_budget_exactly_then_zero_credit_refuses_even_a_zero
     tenant = make_tenant(budget_micro=1_000)
     hold(tenant, 1_000)
 
-    with pytest.raises(ledger.Refused, match="group budget"):
+    with pytest.raises(Refused, match="group budget"):
         hold(tenant, 0)
 
     assert group(tenant) == (0, 1_000, 0)
@@ -111,7 +115,7 @@ def test_a_hold_past_the_budget_is_refused_and_moves_nothing():
     tenant = make_tenant(budget_micro=1_000)
     Group.objects.filter(pk=tenant.group_id).update(spent_micro=600)
 
-    with pytest.raises(ledger.Refused, match="group budget"):
+    with pytest.raises(Refused, match="group budget"):
         hold(tenant, 401)
 
     assert group(tenant) == (600, 0, 0)
@@ -122,7 +126,7 @@ def test_a_key_budget_refusal_rolls_back_the_groups_part_of_the_hold():
     tenant = make_tenant()  # the group has no budget
     ApiKey.objects.filter(pk=tenant.api_key_id).update(budget_max_micro=100)
 
-    with pytest.raises(ledger.Refused, match="key budget"):
+    with pytest.raises(Refused, match="key budget"):
         hold(tenant, 101, key_budgeted=True)
 
     assert (group(tenant), key(tenant)) == ((0, 0, 0), (0, 0))
@@ -130,10 +134,10 @@ def test_a_key_budget_refusal_rolls_back_the_groups_part_of_the_hold():
 
 def test_a_caller_hold_opens_the_callers_spend_row_and_refuses_past_its_budget():
     tenant = make_tenant(budget_micro=10_000)
-    caller = ledger.CallerBudget(tenant.group_id, "c_label", "2026-12", 500)
+    caller = CallerBudget(tenant.group_id, "c_label", "2026-12", 500)
     hold(tenant, 400, caller=caller)
 
-    with pytest.raises(ledger.Refused, match="caller budget"):
+    with pytest.raises(Refused, match="caller budget"):
         hold(tenant, 101, caller=caller)
 
     spend = CallerSpend.objects.get(group_id=tenant.group_id, caller_label="c_label")
@@ -148,7 +152,7 @@ def test_a_reservation_holds_the_wallet_and_refuses_what_the_balance_cannot_cove
     tenant = make_tenant(wallet_micro=1_000)
     first = reserve(tenant, 600)
 
-    with pytest.raises(ledger.Refused, match="wallet"):
+    with pytest.raises(Refused, match="wallet"):
         reserve(tenant, 401)
     reserve(tenant, 400)  # exactly what is left
 
@@ -163,8 +167,8 @@ def test_a_commit_debits_up_to_the_hold_collects_the_excess_after_and_happens_on
 
     request_of = dict(Reservation.objects.values_list("pk", "request_id"))
     costs = {under: (request_of[under], 250), over: (request_of[over], 260)}
-    committed = run_sync(ledger.commit_reservations(costs, now=NOW))
-    again = run_sync(ledger.commit_reservations(costs, now=NOW))
+    committed = run_sync(commit_reservations(costs, now=NOW))
+    again = run_sync(commit_reservations(costs, now=NOW))
 
     assert ([c.reservation_id for c in committed], again) == (sorted([under, over]), [])
     assert [(c.taken_micro, c.uncollected_micro) for c in committed] == [(250, 0), (260, 0)]
@@ -188,7 +192,7 @@ def test_an_excess_is_collected_only_from_what_the_wallet_has_available():
     served, other = reserve(tenant, 500), reserve(tenant, 400)  # the other stays held
 
     request_id = Reservation.objects.get(pk=served).request_id
-    [done] = run_sync(ledger.commit_reservations({served: (request_id, 800)}, now=NOW))
+    [done] = run_sync(commit_reservations({served: (request_id, 800)}, now=NOW))
 
     # 1000 - 500 leaves 500, of which 400 is held: 100 of the 300 excess can be taken.
     assert (done.debited_micro, done.collected_micro, done.uncollected_micro) == (500, 100, 200)
@@ -202,8 +206,8 @@ def test_a_cancelled_reservation_is_released_at_zero_once():
     tenant = make_tenant(wallet_micro=1_000)
     reservation = reserve(tenant, 300)
 
-    first = run_sync(ledger.cancel_reservation(reservation, now=NOW))
-    second = run_sync(ledger.cancel_reservation(reservation, now=NOW))
+    first = run_sync(cancel_reservation(reservation, now=NOW))
+    second = run_sync(cancel_reservation(reservation, now=NOW))
 
     assert (first, second) == (True, False)
     assert wallet(tenant) == (1_000, 0)
@@ -217,12 +221,10 @@ def test_a_wallet_correction_below_what_it_holds_is_refused():
 
     def correct(amount: int) -> int:
         return run_sync(
-            ledger.credit_wallet(
-                wallet_id, amount_micro=amount, kind="adjustment", reason="fix", now=NOW
-            )
+            credit_wallet(wallet_id, amount_micro=amount, kind="adjustment", reason="fix", now=NOW)
         )
 
-    with pytest.raises(ledger.Refused):
+    with pytest.raises(Refused):
         correct(-201)
     entry = LedgerEntry.objects.get(pk=correct(-200))
 
@@ -236,10 +238,10 @@ def test_a_wallet_correction_below_what_it_holds_is_refused():
 def test_a_request_is_charged_once_whoever_charges_it_first():
     tenant = make_tenant()
     request_id = rid()
-    owed = ledger.Charge(request_id, tenant.group_id, tenant.api_key_id, None, 100, 7)
+    owed = Charge(request_id, tenant.group_id, tenant.api_key_id, None, 100, 7)
 
-    first = run_sync(ledger.charge([owed, owed], source="settle", now=NOW))
-    second = run_sync(ledger.charge([owed], source="reaper", now=NOW))
+    first = run_sync(charge([owed, owed], source="settle", now=NOW))
+    second = run_sync(charge([owed], source="reaper", now=NOW))
 
     assert (first, second) == ({request_id}, set())
     assert (group(tenant), key(tenant)) == ((107, 0, 100), (107, 0))  # bandwidth is not settled
@@ -250,10 +252,10 @@ def test_a_request_is_charged_once_whoever_charges_it_first():
 def test_a_bandwidth_correction_moves_group_and_key_by_the_difference():
     tenant = make_tenant()
     request_id = rid()
-    owed = ledger.Charge(request_id, tenant.group_id, tenant.api_key_id, None, 100, 7)
-    run_sync(ledger.charge([owed], source="settle", now=NOW))
+    owed = Charge(request_id, tenant.group_id, tenant.api_key_id, None, 100, 7)
+    run_sync(charge([owed], source="settle", now=NOW))
 
-    moved = [run_sync(ledger.charge_bandwidth(request_id, bandwidth_micro=b)) for b in (10, 10, 4)]
+    moved = [run_sync(charge_bandwidth(request_id, bandwidth_micro=b)) for b in (10, 10, 4)]
 
     assert moved == [3, 0, -6]
     assert (group(tenant), key(tenant)) == ((104, 0, 100), (104, 0))
@@ -261,16 +263,16 @@ def test_a_bandwidth_correction_moves_group_and_key_by_the_difference():
 
 def test_a_bandwidth_correction_moves_the_callers_and_the_tags_spend_too():
     tenant = make_tenant()
-    caller = ledger.CallerBudget(tenant.group_id, "c_label", "2026-12", 5_000)
+    caller = CallerBudget(tenant.group_id, "c_label", "2026-12", 5_000)
     tags = (
         TagHold("customer-42", "2026-12", tenant.account_id, 5_000),
         TagHold("team-a", "all", tenant.account_id, 5_000),
     )
     request_id = hold(tenant, 500, caller=caller, tags=tags)
-    settled = ledger.Settle(request_id, tenant.group_id, tenant.api_key_id, 100, 7)
-    run_sync(ledger.settle([settled], now=NOW))
+    settled = Settle(request_id, tenant.group_id, tenant.api_key_id, 100, 7)
+    run_sync(settle([settled], now=NOW))
 
-    assert run_sync(ledger.charge_bandwidth(request_id, bandwidth_micro=10)) == 3
+    assert run_sync(charge_bandwidth(request_id, bandwidth_micro=10)) == 3
 
     caller_spend = CallerSpend.objects.get(group_id=tenant.group_id, caller_label="c_label")
     assert (caller_spend.spent_micro, caller_spend.reserved_micro) == (110, 0)
@@ -283,14 +285,14 @@ def test_a_bandwidth_correction_moves_the_callers_and_the_tags_spend_too():
 
 def test_a_correction_of_a_reconciliation_charge_moves_only_what_it_charged():
     tenant = make_tenant()
-    caller = ledger.CallerBudget(tenant.group_id, "c_label", "2026-12", 5_000)
+    caller = CallerBudget(tenant.group_id, "c_label", "2026-12", 5_000)
     tags = (TagHold("team-a", "all", tenant.account_id, 5_000),)
     request_id = hold(tenant, 500, caller=caller, tags=tags)
     # Reconciliation charges a stored row's group and key only, never its caller or tags.
-    owed = ledger.Charge(request_id, tenant.group_id, tenant.api_key_id, None, 100, 7)
-    run_sync(ledger.charge([owed], source="reconcile", now=NOW))
+    owed = Charge(request_id, tenant.group_id, tenant.api_key_id, None, 100, 7)
+    run_sync(charge([owed], source="reconcile", now=NOW))
 
-    assert run_sync(ledger.charge_bandwidth(request_id, bandwidth_micro=2)) == -5
+    assert run_sync(charge_bandwidth(request_id, bandwidth_micro=2)) == -5
 
     caller_spend = CallerSpend.objects.get(group_id=tenant.group_id, caller_label="c_label")
     assert caller_spend.spent_micro == 0
@@ -305,8 +307,8 @@ def test_settle_commits_the_reservation_releases_the_hold_and_charges_cost_and_b
     reservation = reserve(tenant, 300, request_id=request_id)
 
     run_sync(
-        ledger.settle(
-            [ledger.Settle(request_id, tenant.group_id, tenant.api_key_id, 120, 5, reservation)],
+        settle(
+            [Settle(request_id, tenant.group_id, tenant.api_key_id, 120, 5, reservation)],
             now=NOW,
         )
     )
@@ -320,10 +322,10 @@ def test_settle_commits_the_reservation_releases_the_hold_and_charges_cost_and_b
 def test_reaping_charges_a_sent_hold_at_its_amount_and_releases_an_unsent_one_at_zero():
     tenant = make_tenant(budget_micro=10_000)
     sent = hold(tenant, 300)
-    run_sync(ledger.mark_hold_sent(sent))
+    run_sync(mark_hold_sent(sent))
     unsent = hold(tenant, 200)
 
-    reaped = [run_sync(ledger.reap_hold(r, now=NOW)) for r in (sent, unsent, sent)]
+    reaped = [run_sync(reap_hold(r, now=NOW)) for r in (sent, unsent, sent)]
 
     assert reaped == [True, True, False]  # each hold is resolved once
     assert group(tenant) == (300, 0, 300)
