@@ -1,10 +1,10 @@
-"""billing.escrow.Coalescer: one statement in flight per hot row, the rest queued into the next."""
+"""billing.coalescer.Coalescer: one statement in flight per hot row, the rest in the next."""
 
 from __future__ import annotations
 
 import asyncio
 
-from billing.escrow import Coalescer
+from billing.coalescer import Coalescer
 
 
 def test_what_queues_behind_a_batch_in_flight_goes_in_the_next_one():
