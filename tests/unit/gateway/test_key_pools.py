@@ -21,6 +21,7 @@ from byok.pools import Pool, PoolKey
 from byok.routing import KeyRotation
 from core import errors
 from core.key_pool import KeyPool, NoKeyFree
+from core.money import TokenPrices
 from core.shared_state import SharedState
 from gateway.adapters.base import ProviderError
 from gateway.adapters.fake import FakeProvider, Fault
@@ -80,8 +81,9 @@ class World(ChainWorld):
             profile=profile,
             name="m",
             upstream="m-upstream",
-            input_micro_per_mtok=1_000_000,
-            output_micro_per_mtok=2_000_000,
+            prices=TokenPrices.configured(
+                input_micro_per_mtok=1_000_000, output_micro_per_mtok=2_000_000
+            ),
             max_output_tokens=100,
         )
         self.catalog = Catalog(profiles={"a": profile}, offers_by_model={"m": (offer,)})
