@@ -29,7 +29,7 @@ from core.errors import GatewayError
 from core.shared_state import SharedState, SharedStateDown
 
 T = TypeVar("T")
-P = TypeVar("P")  # the kind's pool of keys (byok.pools.Pool, gateway.platform_keys.KeyPool)
+P = TypeVar("P")  # the kind's pool of keys (byok.pools.Pool, gateway.platform_keys.PlatformPool)
 
 
 class PooledKey(Protocol):
