@@ -34,6 +34,7 @@ def refusal(client: openai.OpenAI) -> tuple[int, str] | None:
     try:
         ask(client)
     except openai.APIStatusError as refused:
+        assert isinstance(refused.body, dict), refused.body
         return refused.status_code, refused.body["code"]
     return None
 

@@ -73,6 +73,7 @@ def answer(call: Callable[[], object]) -> tuple[int, str | None]:
     except openai.APIStatusError as exc:
         return exc.status_code, exc.code
     except anthropic.APIStatusError as exc:
+        assert isinstance(exc.body, dict), exc.body
         return exc.status_code, exc.body["error"]["code"]
     return 200, None
 

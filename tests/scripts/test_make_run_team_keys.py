@@ -20,6 +20,7 @@ def served_by(run: MadeRun) -> str | None:
     try:
         client.chat.completions.create(model="gpt-4o-mini", messages=HELLO)
     except openai.APIStatusError as refused:
+        assert isinstance(refused.body, dict), refused.body
         return refused.body["code"]
     calls = httpx.get(f"{run.stub_url}/_stub/calls").json()["calls"]
     [key] = [call["key"] for call in calls if call["model"] is not None]

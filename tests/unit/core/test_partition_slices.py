@@ -15,7 +15,7 @@ from core.partitions import (
 
 
 def at(*parts: int) -> datetime:
-    return datetime(*parts, tzinfo=UTC)
+    return datetime(*parts).replace(tzinfo=UTC)
 
 
 def test_a_moment_falls_in_the_slice_that_starts_at_or_before_it():
