@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import httpx
 import openai
+from openai.types.chat import ChatCompletionMessageParam
 
 from tests.support.browser import ARTIFACTS, open_page, requires_chromium
 from tests.support.checkouts import MadeRun, make_run
 
-HELLO = [{"role": "user", "content": "hello there"}]
+HELLO: list[ChatCompletionMessageParam] = [{"role": "user", "content": "hello there"}]
 
 
 def served_by(run: MadeRun) -> str | None:
