@@ -8,7 +8,6 @@ import logging
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
-from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
@@ -127,8 +126,7 @@ def crawl(job_fields: dict, fetcher_for, *, robots=None, host_delay_s=1.0, worke
 
     tenant = make_crawl_tenant()
     job_fields = {"seed_url": "http://site.test/", "max_pages": 50, "max_depth": 3, **job_fields}
-    tenant_fields: dict[str, Any] = {"account": tenant.account, "group": tenant.group}
-    job = create_job(**tenant_fields, api_key=None, **job_fields)
+    job = create_job(account=tenant.account, group=tenant.group, api_key=None, **job_fields)
     claimed = claim_job(worker=worker)
     assert claimed is not None and claimed.pk == job.pk
     clock = FakeClock(start_s=1_000.0)
