@@ -366,9 +366,11 @@ async def flood(plan: dict[str, Any]) -> dict[str, Any]:
             ]
             by_window: Counter[str] = Counter()
             phase.sent_by_window = dict(Counter(str(int(s.sent // WINDOW_S)) for s in samples))
-            admitted_lat, refused_lat = [], []
+            admitted_lat: list[float] = []
+            refused_lat: list[float] = []
             for s in samples:
                 if s.outcome == "ok":
+                    assert s.latency is not None  # paced() times every ok and refused one
                     phase.admitted += 1
                     done = s.sent + s.latency
                     phase.last_admitted_done = max(phase.last_admitted_done or done, done)
@@ -378,6 +380,7 @@ async def flood(plan: dict[str, Any]) -> dict[str, Any]:
                     phase.capped += 1
                 elif s.outcome == "refused":
                     phase.refused += 1
+                    assert s.latency is not None
                     refused_lat.append(s.latency)
                     if phase.first_refusal is None:
                         phase.first_refusal = s.sent
@@ -575,6 +578,7 @@ def victim_figures(phase: Phase, samples: list[Sample]) -> None:
     fails: Counter[str] = Counter()
     for s in samples:
         if s.outcome == "ok":
+            assert s.latency is not None  # paced() times every ok one
             phase.latencies.append(s.latency)
         else:
             fails[s.outcome[:120]] += 1
@@ -598,8 +602,10 @@ def split_burst(phase: Phase, samples: list[Sample]) -> None:
     phase.burst_s = first - phase.start
     phase.burst_loop_cpu_pct = cpu_pct_between(phase, 0.0, phase.burst_s)
     phase.rest_loop_cpu_pct = cpu_pct_between(phase, phase.burst_s, phase.seconds)
-    burst = [s.latency for s in samples if s.outcome == "ok" and s.sent < first]
-    rest = [s.latency for s in samples if s.outcome == "ok" and s.sent >= first]
+    # An ok one always has its latency (paced()): `is not None` only says so to mypy.
+    ok = [(s.sent, s.latency) for s in samples if s.outcome == "ok" and s.latency is not None]
+    burst = [latency for sent, latency in ok if sent < first]
+    rest = [latency for sent, latency in ok if sent >= first]
     phase.burst_n, phase.rest_n = len(burst), len(rest)
     phase.burst_p50_ms, phase.burst_p99_ms = quantile_ms(burst, 0.5), quantile_ms(burst, 0.99)
     phase.rest_p50_ms, phase.rest_p99_ms = quantile_ms(rest, 0.5), quantile_ms(rest, 0.99)

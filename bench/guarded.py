@@ -285,7 +285,7 @@ def _child(prompt: str, model: str, calls: int, rounds: int) -> dict[str, Any]:
     head = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "model": model}
     words = [word + " " for word in answer.split()]
     words[-1] = words[-1].rstrip()
-    events = [
+    events: list[dict[str, Any]] = [
         {**head, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]},
         *({**head, "choices": [{"index": 0, "delta": {"content": w}, "finish_reason": None}]}
           for w in words),

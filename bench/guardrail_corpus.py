@@ -205,6 +205,7 @@ def phone(rng: random.Random) -> str:
             (phonenumbers.PhoneNumberType.MOBILE, phonenumbers.PhoneNumberType.FIXED_LINE)
         )
         example = phonenumbers.example_number_for_type(region, number_type)
+        assert example is not None  # each of PHONE_REGIONS has both kinds
         national = str(example.national_number)
         national = national[:-4] + _digits(rng, 4)
         number = phonenumbers.parse("+" + str(example.country_code) + national)

@@ -132,7 +132,7 @@ def prompt(rng: random.Random, planted: bool) -> str:
     return " ".join(pieces)[:4096]
 
 
-def cpu_ms(function, argument, runs: int) -> str:  # type: ignore[no-untyped-def]
+def cpu_ms(function, argument, runs: int) -> str:
     """Return the CPU per call as "min / median ms" of five rounds of `runs` calls: the
     machine is shared, so the minimum is the cost and the median shows the noise."""
     rounds = []

@@ -43,6 +43,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Mapping
 from pathlib import Path
 
 import run  # bench/run.py; run.start_peer registers itself under this name first
@@ -179,7 +180,7 @@ def peer_env() -> dict[str, str]:
     return env
 
 
-def post_json(url: str, key: str, body: dict[str, object], timeout: float = 30.0) -> int:
+def post_json(url: str, key: str, body: Mapping[str, object], timeout: float = 30.0) -> int:
     req = urllib.request.Request(  # noqa: S310 - local URL
         url,
         data=json.dumps(body).encode(),

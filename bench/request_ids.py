@@ -79,7 +79,9 @@ def run(url: str, name: str, make_id, rows: int) -> dict:
             elapsed = time.perf_counter() - t0
             cpu = postgres_cpu_s() - cpu0
             reads = _index_reads(db) - read0
-            (size,) = db.execute("SELECT pg_relation_size('settled_request_id_key')").fetchone()
+            row = db.execute("SELECT pg_relation_size('settled_request_id_key')").fetchone()
+            assert row is not None  # a function's value: one row
+            (size,) = row
         measured = rows - measured_from
         return {
             "rows_per_s": measured / elapsed,

@@ -453,11 +453,17 @@ class CopyStreams:
         self.stacks.clear()
 
 
+def scalar(cursor: psycopg.Cursor) -> Any:
+    """Return the first column of the one row a query gives (an aggregate's, a function's)."""
+    row = cursor.fetchone()
+    assert row is not None, "the query gave no row"
+    return row[0]
+
+
 def next_ids(url: str, tables: tuple[str, ...]) -> dict[str, int]:
     with psycopg.connect(url) as conn:
         return {
-            t: conn.execute(f"SELECT coalesce(max(id), 0) + 1 FROM {t}").fetchone()[0]
-            for t in tables
+            t: scalar(conn.execute(f"SELECT coalesce(max(id), 0) + 1 FROM {t}")) for t in tables
         }
 
 
@@ -857,16 +863,18 @@ def apply_retention(args: argparse.Namespace, env: dict[str, str]) -> dict[str, 
 def sizes(conn: psycopg.Connection) -> dict[str, int]:
     out = {}
     for table in SIZE_TABLES:
-        if conn.execute("SELECT to_regclass(%s)", (table,)).fetchone()[0] is None:
+        if scalar(conn.execute("SELECT to_regclass(%s)", (table,))) is None:
             continue
         # A partitioned table's own size is 0: its partitions (and their indexes) hold it all.
-        out[table] = conn.execute(
-            "SELECT CASE WHEN c.relkind = 'p' THEN (SELECT coalesce(sum("
-            "pg_total_relation_size(t.relid)), 0) FROM pg_partition_tree(c.oid) t)"
-            " ELSE pg_total_relation_size(c.oid) END::bigint"
-            " FROM pg_class c WHERE c.oid = %s::regclass",
-            (table,),
-        ).fetchone()[0]
+        out[table] = scalar(
+            conn.execute(
+                "SELECT CASE WHEN c.relkind = 'p' THEN (SELECT coalesce(sum("
+                "pg_total_relation_size(t.relid)), 0) FROM pg_partition_tree(c.oid) t)"
+                " ELSE pg_total_relation_size(c.oid) END::bigint"
+                " FROM pg_class c WHERE c.oid = %s::regclass",
+                (table,),
+            )
+        )
     return out
 
 
@@ -883,8 +891,8 @@ def load(
         args, env, start - timedelta(days=1), now + timedelta(days=32)
     )
     with psycopg.connect(url) as conn:
-        has_receipts = conn.execute("SELECT to_regclass(%s)", (RECEIPTS,)).fetchone()[0]
-        has_attempts = conn.execute("SELECT to_regclass(%s)", (ATTEMPTS,)).fetchone()[0]
+        has_receipts = scalar(conn.execute("SELECT to_regclass(%s)", (RECEIPTS,)))
+        has_attempts = scalar(conn.execute("SELECT to_regclass(%s)", (ATTEMPTS,)))
         result.trails_loaded = any(
             name == "attempt_trail" for name, _, _ in table_columns(conn, TABLES[0])
         )
@@ -893,7 +901,7 @@ def load(
     result.receipts_loaded = has_receipts is not None
     first = next_ids(url, tables)
     with psycopg.connect(url) as conn:
-        before = {t: conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in tables}
+        before = {t: scalar(conn.execute(f"SELECT count(*) FROM {t}")) for t in tables}
     if result.receipts_loaded or result.trails_loaded:
         django_with(env)
     t0 = time.perf_counter()
@@ -918,7 +926,7 @@ def load(
     result.all_rows_per_s = sum(result.written.values()) / result.copy_s
     with psycopg.connect(url, autocommit=True) as conn:
         for table in tables:
-            seq = conn.execute("SELECT pg_get_serial_sequence(%s, 'id')", (table,)).fetchone()[0]
+            seq = scalar(conn.execute("SELECT pg_get_serial_sequence(%s, 'id')", (table,)))
             if seq:
                 conn.execute(f"SELECT setval(%s, (SELECT max(id) FROM {table}))", (seq,))
         for wallet_id, bal in _final_balances(conn, tenants).items():
@@ -931,7 +939,7 @@ def load(
         result.rollups_s = time.perf_counter() - t1
     with psycopg.connect(url, autocommit=True) as conn:
         for table in tables:
-            counted = conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+            counted = scalar(conn.execute(f"SELECT count(*) FROM {table}"))
             result.counted[table] = counted - before[table]
         result.sizes_before_retention = sizes(conn)
     result.retention = apply_retention(args, env)
@@ -941,15 +949,15 @@ def load(
         # Write the load's dirty pages now, not while the pages and the hot path are timed.
         conn.execute("CHECKPOINT")
         result.vacuum_s = time.perf_counter() - t2
-        if conn.execute("SELECT to_regclass('usage_usagerollup')").fetchone()[0] is not None:
-            result.rollup_requests = conn.execute(
-                "SELECT coalesce(sum(requests), 0)::bigint FROM usage_usagerollup"
-            ).fetchone()[0]
+        if scalar(conn.execute("SELECT to_regclass('usage_usagerollup')")) is not None:
+            result.rollup_requests = scalar(
+                conn.execute("SELECT coalesce(sum(requests), 0)::bigint FROM usage_usagerollup")
+            )
         result.sizes_bytes = sizes(conn)
         if result.trails_loaded:
-            result.bytes_per_trail = conn.execute(
-                "SELECT avg(pg_column_size(attempt_trail))::float FROM usage_usagelog"
-            ).fetchone()[0]
+            result.bytes_per_trail = scalar(
+                conn.execute("SELECT avg(pg_column_size(attempt_trail))::float FROM usage_usagelog")
+            )
     result.total_bytes = sum(result.sizes_bytes.values())
     result.bytes_per_usage_row = result.total_bytes / args.scale_rows
     receipts_bytes = result.sizes_bytes.get(RECEIPTS, 0)
@@ -1669,7 +1677,8 @@ def main(args: argparse.Namespace) -> int:
             doc["receipt_exports"] = [asdict(e) for e in exports]
             hp = bench.run_loop(lambda: hot_path(servers, args, "loaded", loaded.url))
             doc["hot_path"].append(asdict(hp))
-        bad_calls = [t for t in [*calls, *exports] if not t.ok]
+        every_call: list[Timed | ReceiptExport] = [*calls, *exports]
+        bad_calls = [t for t in every_call if not t.ok]
         export_ok = doc["export"] is not None and doc["export"]["status"] == 200
         hot_ok = all(h["failed"] == 0 and h["ok"] == h["n"] for h in doc["hot_path"])
         verified = doc["load"]["receipts_verified"] is not False

@@ -189,14 +189,14 @@ def split(one, n: int, core_tracing) -> None:
     kept: list = []
     encoder = core_tracing.exporter().processor.span_exporter.encoder
     real = core_tracing.Exporter.export
-    core_tracing.Exporter.export = lambda self, record: kept.append(record)  # type: ignore[method-assign]
+    core_tracing.Exporter.export = lambda self, record: kept.append(record)
     try:
         cpu = time.thread_time()
         for _ in range(n):
             one()
         hooks_ms = (time.thread_time() - cpu) * 1000 / n
     finally:
-        core_tracing.Exporter.export = real  # type: ignore[method-assign]
+        core_tracing.Exporter.export = real
     cpu = time.thread_time()
     batch = core_tracing.BATCH_MAX
     profiler = cProfile.Profile() if os.environ.get("PROFILE_ENCODE") else None

@@ -8,8 +8,8 @@ from byok.models import KeyPool, TeamKey
 
 class TeamKeyInline(admin.TabularInline):
     model = TeamKey
-    fields = ["label", "last4", "status", "benched_until", "created_at"]
-    readonly_fields = fields
+    readonly_fields = ("label", "last4", "status", "benched_until", "created_at")
+    fields = readonly_fields
     extra = 0
     can_delete = False
 
@@ -45,8 +45,8 @@ class TeamKeyAdmin(admin.ModelAdmin):
     list_display = ["label", "last4", "status", "benched_until", "pool", "created_at"]
     search_fields = ["label", "last4", "pool__group__name"]
     list_filter = ["status", "pool__provider"]
-    fields = ["pool", "label", "last4", "status", "benched_until", "created_at"]
-    readonly_fields = fields
+    readonly_fields = ("pool", "label", "last4", "status", "benched_until", "created_at")
+    fields = readonly_fields
 
     def has_add_permission(self, request):
         return False

@@ -115,7 +115,7 @@ def team_key_add(
         key, bound_to=key_binding(group_id=group.pk, provider=provider, key_id=team_key.pk)
     )
     team_key.save(update_fields=["sealed", "seal_version"])
-    after = {"label": label, "last4": team_key.last4, "provider": provider}
+    after: dict[str, object] = {"label": label, "last4": team_key.last4, "provider": provider}
     if created:  # a new pool starts with platform fallback off
         after["pool_fallback"] = False
     audit.record(

@@ -71,7 +71,7 @@ def seal(plaintext: str, *, bound_to: str) -> tuple[bytes, str]:
     return sealed, ring.newest
 
 
-def unseal(sealed: bytes, *, version: str, bound_to: str) -> str:
+def unseal(sealed: bytes | memoryview, *, version: str, bound_to: str) -> str:
     """Open a sealed secret; raise SealBroken if it does not belong to `bound_to`."""
     key = keyring().keys.get(version)
     if key is None:

@@ -81,11 +81,11 @@ def _overview(account: Account) -> Overview:
     """The account's overview, read once per page: its fields share one (the page's own
     account object carries it)."""
     if not hasattr(account, "_overview"):
-        account._overview = overview(account=account)
-    return account._overview
+        account._overview = overview(account=account)  # type: ignore[attr-defined]  # a memo
+    return account._overview  # type: ignore[attr-defined]  # the memo, set above
 
 
-OVERVIEW = ["state", "wallet_now", "money_in_flight", "spend", "groups_now", "keys_now"]
+OVERVIEW = ("state", "wallet_now", "money_in_flight", "spend", "groups_now", "keys_now")
 
 
 def _member_entry(request, action: str, member: dict, before: dict, after: dict) -> None:

@@ -23,6 +23,7 @@ from core.money import AmountInvalid, parse_usd
 from core.tags import TagError, clean_tag
 from dashboard import selectors
 from dashboard.access import require_change, seat_of
+from dashboard.forms import field_of
 from dashboard.pages import asked_first, page
 
 DELIVERIES_SHOWN = 50
@@ -62,11 +63,14 @@ class RuleForm(forms.Form):
     def __init__(self, *args, account: Account, **kwargs):
         super().__init__(*args, **kwargs)
         self.account = account
-        self.fields["group"].queryset = selectors.groups_of_account(account=account)
-        self.fields["api_key"].queryset = selectors.api_keys_of_account(account=account)
+        group = field_of(self, "group", forms.ModelChoiceField)
+        group.queryset = selectors.groups_of_account(account=account)
+        api_key = field_of(self, "api_key", forms.ModelChoiceField)
+        api_key.queryset = selectors.api_keys_of_account(account=account)
 
     def clean(self) -> dict:
         data = super().clean()
+        assert data is not None  # Form.clean returns cleaned_data
         scope = data.get("scope")
         if scope == AlertRule.Scope.GROUP and not data.get("group"):
             self.add_error("group", "Choose the group.")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TypeVar
+
 from django import forms
 from django.contrib.auth.validators import UnicodeUsernameValidator
 from django.core.exceptions import ValidationError
@@ -23,6 +25,16 @@ from core.admin_views import DollarField
 from core.tags import RULE as TAG_RULE
 from core.tags import TagError, clean_tags
 from dashboard.selectors import groups_of_account
+
+FieldT = TypeVar("FieldT", bound=forms.Field)
+
+
+def field_of(form: forms.BaseForm, name: str, kind: type[FieldT]) -> FieldT:
+    """Return the form's field `name`, which is a `kind` (its choices or queryset are set per
+    request)."""
+    field = form.fields[name]
+    assert isinstance(field, kind), f"{name} is a {type(field).__name__}"
+    return field
 
 
 class AccountGroupField(forms.ModelChoiceField):
@@ -54,7 +66,9 @@ class TeamKeyAddForm(forms.Form):
         # Each offered by what it serves: a key in the wrong pool is never used.
         models = [(p.name, p.label) for p in profiles if not p.web]
         web = [(p.name, p.label) for p in profiles if p.web]
-        self.fields["provider"].choices = [("Models", models)] + ([("Web", web)] if web else [])
+        field_of(self, "provider", forms.ChoiceField).choices = [("Models", models)] + (
+            [("Web", web)] if web else []
+        )
         # A provider off the list (a keyless or Azure-like kind, or unknown): say which are on it.
         hint = eligible_providers_hint(sorted(p.name for p in profiles)).replace("%", "%%")
         self.fields["provider"].error_messages["invalid_choice"] = (
@@ -163,7 +177,9 @@ class KeyCacheForm(CacheForm):
     def __init__(self, *args, group: Group | None = None, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         follow = "Follow the group"
-        mode, ttl, scope = (self.fields[name] for name in CACHE_FIELDS)
+        mode = field_of(self, "cache_mode", forms.ChoiceField)
+        scope = field_of(self, "cache_scope", forms.ChoiceField)
+        ttl = self.fields["cache_ttl_s"]
         mode.initial = scope.initial = ttl.initial = None
         mode.choices = [("", follow + (f" ({mode_label(group.cache_mode)})" if group else ""))]
         mode.choices += CacheMode.choices

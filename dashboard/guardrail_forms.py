@@ -8,6 +8,7 @@ from django import forms
 
 from accounts.models import Account, ApiKey, Group
 from dashboard import selectors
+from dashboard.forms import field_of
 from guardrails.custom import MAX_PATTERN_CHARS, MAX_PATTERNS, MAX_WORD_CHARS, MAX_WORDS
 from guardrails.models import (
     DEADLINE_MS_DEFAULT,
@@ -19,7 +20,7 @@ from guardrails.models import (
 from guardrails.rules import TENANT_KINDS, GuardrailInvalid
 
 # The fields each kind the tenant defines takes from the form, beyond the common ones.
-KIND_FIELDS = {
+KIND_FIELDS: dict[str, tuple[str, ...]] = {
     Guardrail.Kind.CUSTOM: ("patterns", "words"),
     Guardrail.Kind.WEBHOOK: ("webhook_url", "deadline_ms", "fail_mode"),
 }
@@ -101,7 +102,9 @@ class GuardrailForm(forms.Form):
                         del self.initial[field]
             for field in ("patterns", "words", "webhook_url", "deadline_ms", "fail_mode"):
                 if field in self.fields:
-                    self.fields[field].label = self.fields[field].label.rsplit(" (", 1)[0]
+                    label = self.fields[field].label
+                    assert isinstance(label, str)  # each of these is labelled above
+                    self.fields[field].label = label.rsplit(" (", 1)[0]
 
     @classmethod
     def initial_of(cls, guardrail: Guardrail) -> dict:
@@ -138,26 +141,37 @@ class GuardrailForm(forms.Form):
         self.add_error(exc.field if exc.field in self.fields else None, exc.message)
 
 
+class GuardrailChoiceField(forms.ModelChoiceField):
+    def label_from_instance(self, obj: Guardrail) -> str:
+        return f"{obj.name} (the operator's)" if obj.is_operators else obj.name
+
+
+class KeyChoiceField(forms.ModelChoiceField):
+    def label_from_instance(self, obj: ApiKey) -> str:
+        return f"{obj.prefix}… {obj.name}".strip()
+
+
 class AttachForm(forms.Form):
     """Where a guardrail (own or the operator's) applies: the account, a group or a key."""
 
     LEVELS = [("account", "The whole account"), ("group", "One group"), ("key", "One key")]
 
-    guardrail = forms.ModelChoiceField(queryset=Guardrail.objects.none())
+    guardrail = GuardrailChoiceField(queryset=Guardrail.objects.none())
     level = forms.ChoiceField(label="Attach to", choices=LEVELS, initial="account")
     group = forms.ModelChoiceField(queryset=Group.objects.none(), required=False)
-    api_key = forms.ModelChoiceField(queryset=ApiKey.objects.none(), required=False, label="Key")
+    api_key = KeyChoiceField(queryset=ApiKey.objects.none(), required=False, label="Key")
 
     def __init__(self, *args, account: Account, guardrails, **kwargs):
         super().__init__(*args, **kwargs)
-        self.fields["guardrail"].queryset = guardrails
-        self.fields["guardrail"].label_from_instance = _guardrail_label
-        self.fields["group"].queryset = selectors.groups_of_account(account=account)
-        self.fields["api_key"].queryset = selectors.api_keys_of_account(account=account)
-        self.fields["api_key"].label_from_instance = _key_label
+        field_of(self, "guardrail", forms.ModelChoiceField).queryset = guardrails
+        group = field_of(self, "group", forms.ModelChoiceField)
+        group.queryset = selectors.groups_of_account(account=account)
+        api_key = field_of(self, "api_key", forms.ModelChoiceField)
+        api_key.queryset = selectors.api_keys_of_account(account=account)
 
     def clean(self) -> dict:
         data = super().clean()
+        assert data is not None  # Form.clean returns cleaned_data
         level = data.get("level")
         if level == "group" and not data.get("group"):
             self.add_error("group", "Choose the group.")
@@ -175,11 +189,3 @@ class AttachForm(forms.Form):
 
     def refused(self, exc: GuardrailInvalid) -> None:
         self.add_error(exc.field if exc.field in self.fields else None, exc.message)
-
-
-def _guardrail_label(guardrail: Guardrail) -> str:
-    return f"{guardrail.name} (the operator's)" if guardrail.is_operators else guardrail.name
-
-
-def _key_label(key: ApiKey) -> str:
-    return f"{key.prefix}… {key.name}".strip()

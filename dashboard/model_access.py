@@ -19,6 +19,7 @@ from accounts.models import AccessGroup, Account
 from audit.actors import request_actor
 from dashboard import selectors
 from dashboard.access import require_change, seat_of
+from dashboard.forms import field_of
 from dashboard.pages import asked_first, page
 
 ENTRIES_HELP = (
@@ -82,7 +83,8 @@ class AssignForm(forms.Form):
     def __init__(self, *args, account: Account, **kwargs):
         super().__init__(*args, **kwargs)
         # Only the account's own: another account's id is "not one of the available choices".
-        self.fields["access_groups"].queryset = services.access_groups_of_account(account=account)
+        access_groups = field_of(self, "access_groups", forms.ModelMultipleChoiceField)
+        access_groups.queryset = services.access_groups_of_account(account=account)
 
     def clean_access_groups(self) -> list[AccessGroup]:
         chosen = list(self.cleaned_data["access_groups"])
@@ -182,7 +184,9 @@ def key_access(request: HttpRequest, account_id: int, key_id: int) -> HttpRespon
         )
         messages.success(request, f"Key {api_key.prefix}… access groups saved: in force now.")
     else:
-        messages.error(request, " ".join(form.errors.get("access_groups", ["Not saved."])))
+        messages.error(
+            request, " ".join(map(str, form.errors.get("access_groups", ["Not saved."])))
+        )
     return redirect("dashboard:key-edit", account_id=account_id, key_id=key_id)
 
 
@@ -202,5 +206,7 @@ def group_access(request: HttpRequest, account_id: int, group_id: int) -> HttpRe
         )
         messages.success(request, f"Group {group.name} access groups saved: in force now.")
     else:
-        messages.error(request, " ".join(form.errors.get("access_groups", ["Not saved."])))
+        messages.error(
+            request, " ".join(map(str, form.errors.get("access_groups", ["Not saved."])))
+        )
     return redirect("dashboard:group-edit", account_id=account_id, group_id=group_id)

@@ -13,6 +13,7 @@ import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import datetime
+from functools import partial
 from typing import Any
 
 import orjson
@@ -110,13 +111,15 @@ def receipts(request: HttpRequest, account_id: int) -> HttpResponse:
     period, error = _period(request, seat)
     start, end = statements.month_bounds(period, time_zone=seat.account.time_zone)
     older, newer = _mark(request, "older"), _mark(request, "newer")
-    window = {"account_id": seat.account.pk, "start": start, "end": end, "limit": PAGE_SIZE + 1}
+    window = partial(
+        statements.chain_page, account_id=seat.account.pk, start=start, end=end, limit=PAGE_SIZE + 1
+    )
     if newer is not None:  # the page above a mark: read upwards, shown newest first
-        found = statements.chain_page(after_seq=newer, **window)
+        found = window(after_seq=newer)
         more_newer, found = len(found) > PAGE_SIZE, found[:PAGE_SIZE][::-1]
         more_older = True
     else:
-        found = statements.chain_page(before_seq=older, newest_first=True, **window)
+        found = window(before_seq=older, newest_first=True)
         more_older, found = len(found) > PAGE_SIZE, found[:PAGE_SIZE]
         more_newer = older is not None
     page = MarkPage(
@@ -227,7 +230,7 @@ def audit_head_json(request: HttpRequest, account_id: int) -> HttpResponse:
 
 
 @login_required
-def receipts_jsonl(request: HttpRequest, account_id: int) -> HttpResponse:
+def receipts_jsonl(request: HttpRequest, account_id: int) -> HttpResponse | StreamingHttpResponse:
     """The month's receipts in chain order, one JSON object a line, streamed."""
     seat = seat_of(user=request.user, account_id=account_id)
     period, error = _period(request, seat)

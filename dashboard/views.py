@@ -12,7 +12,8 @@ from urllib.parse import urlencode
 from django.contrib import messages
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_required
-from django.http import Http404, HttpRequest, HttpResponse
+from django.db.models import QuerySet
+from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse_lazy
 from django.utils import timezone
@@ -27,6 +28,7 @@ from accounts.logins import password_link_issue
 from audit import export as audit_export
 from audit.actors import request_actor
 from audit.selectors import actions_of_accounts, entries_of_accounts
+from billing.models import LedgerEntry
 from billing.selectors import budget_alerts, ledger_of_wallet
 from core.admin_views import CappedCountPaginator
 from core.errors import meanings
@@ -272,6 +274,7 @@ def _filtered_logs(request: HttpRequest, seat: Seat):
     """Return the account's usage rows under the API's filters (None when they are bad), and
     the filters' errors."""
     params = {k: v for k, v in request.GET.items() if v and k not in PAGE_MARKS}
+    assert request.user.is_authenticated  # its views are @login_required
     try:
         query = usage_query(user=request.user, params=params, account=seat.account.pk)
     except ValidationError as exc:
@@ -309,7 +312,7 @@ def usage(request: HttpRequest, account_id: int) -> HttpResponse:
 
 
 @login_required
-def usage_csv(request: HttpRequest, account_id: int) -> HttpResponse:
+def usage_csv(request: HttpRequest, account_id: int) -> HttpResponse | StreamingHttpResponse:
     seat = seat_of(user=request.user, account_id=account_id)
     logs, errors = _filtered_logs(request, seat)
     if logs is None:
@@ -320,6 +323,7 @@ def usage_csv(request: HttpRequest, account_id: int) -> HttpResponse:
 @login_required
 def usage_detail(request: HttpRequest, account_id: int, request_id: str) -> HttpResponse:
     seat = seat_of(user=request.user, account_id=account_id)
+    assert request.user.is_authenticated  # @login_required
     log = (
         usage_logs_of_user(user=request.user, account=seat.account.pk)
         .filter(request_id=request_id)
@@ -342,7 +346,9 @@ def usage_detail(request: HttpRequest, account_id: int, request_id: str) -> Http
 def wallet(request: HttpRequest, account_id: int) -> HttpResponse:
     seat = seat_of(user=request.user, account_id=account_id)
     figures = selectors.overview(account=seat.account)
-    entries = ledger_of_wallet(wallet=figures.wallet) if figures.wallet else []
+    entries: QuerySet[LedgerEntry] | list[LedgerEntry] = (
+        ledger_of_wallet(wallet=figures.wallet) if figures.wallet else []
+    )
     # A busy wallet has millions of entries: the pages count up to a cap, never all of them.
     page = CappedCountPaginator(entries, PAGE_SIZE).get_page(request.GET.get("page"))
     return _page(request, seat, "dashboard/wallet.html", wallet=figures.wallet, page=page)
@@ -375,13 +381,13 @@ def audit(request: HttpRequest, account_id: int) -> HttpResponse:
 
 
 @login_required
-def audit_csv(request: HttpRequest, account_id: int) -> HttpResponse:
+def audit_csv(request: HttpRequest, account_id: int) -> StreamingHttpResponse:
     _, _, entries = _audit_entries(request, account_id)
     return audit_export.csv_response(entries)
 
 
 @login_required
-def audit_jsonl(request: HttpRequest, account_id: int) -> HttpResponse:
+def audit_jsonl(request: HttpRequest, account_id: int) -> StreamingHttpResponse:
     _, _, entries = _audit_entries(request, account_id)
     return audit_export.jsonl_response(entries)
 

@@ -113,7 +113,7 @@ def image(name: str) -> dict[str, float]:
         text=True,
         env=env | os.environ,
     )
-    figures = {"image_mb": round(int(size.stdout) / 1e6)}
+    figures: dict[str, float] = {"image_mb": round(int(size.stdout) / 1e6)}
     if inside.returncode:
         print(f"podman run {name} failed, its venv and app not measured:\n{inside.stderr}")
         return figures

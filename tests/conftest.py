@@ -46,7 +46,7 @@ def _retry_flush_on_deadlock() -> None:
     from django.db import OperationalError
     from django.test import TransactionTestCase
 
-    original = TransactionTestCase._fixture_teardown
+    original = TransactionTestCase._fixture_teardown  # type: ignore[attr-defined]  # private
 
     def teardown(self):
         for attempt in range(6):
@@ -57,7 +57,7 @@ def _retry_flush_on_deadlock() -> None:
                     raise
                 time.sleep(0.2)
 
-    TransactionTestCase._fixture_teardown = teardown
+    TransactionTestCase._fixture_teardown = teardown  # type: ignore[attr-defined]  # private
 
 
 def _flush_only_tables_with_rows() -> None:
@@ -86,7 +86,9 @@ def _flush_only_tables_with_rows() -> None:
     from django.db import connections
     from django.test import TransactionTestCase
 
-    everything, emit = flush.sql_flush, flush.emit_post_migrate_signal
+    # flush.py's own imports of them (the names it calls), which django-stubs does not declare.
+    everything = flush.sql_flush  # type: ignore[attr-defined]  # see above
+    emit = flush.emit_post_migrate_signal  # type: ignore[attr-defined]  # see above
     refilled = sorted({ContentType._meta.db_table, Permission._meta.db_table})
     # The two tables' fingerprint as post_migrate left them after the last full flush, when
     # they were the only tables holding rows then ({} until then, or when others did).
@@ -145,7 +147,7 @@ def _flush_only_tables_with_rows() -> None:
         if connection.vendor == "postgresql" and sorted(filled(connection)) == refilled:
             made.update(fingerprint(connection))
 
-    original = TransactionTestCase._fixture_teardown
+    original = TransactionTestCase._fixture_teardown  # type: ignore[attr-defined]  # private
 
     def teardown(self):
         flush.sql_flush, flush.emit_post_migrate_signal = with_rows, post_migrate
@@ -154,7 +156,7 @@ def _flush_only_tables_with_rows() -> None:
         finally:
             flush.sql_flush, flush.emit_post_migrate_signal = everything, emit
 
-    TransactionTestCase._fixture_teardown = teardown
+    TransactionTestCase._fixture_teardown = teardown  # type: ignore[attr-defined]  # private
 
 
 def pytest_sessionstart(session):
@@ -176,7 +178,7 @@ def gateway_factory(tmp_path_factory, django_db_setup, django_db_blocker):
 
     def factory(**env: str) -> Gateway:
         tmp = tmp_path_factory.mktemp("gw")
-        gateway = start_gateway(tmp, **env)
+        gateway = start_gateway(tmp, **env)  # type: ignore[arg-type]  # variables, not workers
         started.append(gateway)
         return gateway
 

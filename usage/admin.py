@@ -181,5 +181,5 @@ class UsageDeadLetterAdmin(ReadOnly, admin.ModelAdmin):
     list_filter = ["created_at"]
     search_fields = ["=request_id", "error"]
     date_hierarchy = "created_at"  # a handful of rows: the drill-down costs nothing
-    fields = ["request_id", "created_at", "last_tried_at", "tries", "error", "row"]
-    readonly_fields = fields
+    readonly_fields = ("request_id", "created_at", "last_tried_at", "tries", "error", "row")
+    fields = readonly_fields

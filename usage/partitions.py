@@ -113,17 +113,17 @@ def apply_retention(*, now: datetime | None = None, days: int | None = None) -> 
     cutoff = min(now - timedelta(days=days), audited)
     if is_partitioned():
         # Whole months only: the month holding the cutoff stays until it is all past.
-        before = month_of(cutoff)
-        dropped = _drop_months(before=before)
+        cutoff = month_of(cutoff)
+        dropped = _drop_months(before=cutoff)
         report = RetentionReport(
-            cutoff=before, dropped=dropped, deleted_rows=_delete_from_defaults(before=before)
+            cutoff=cutoff, dropped=dropped, deleted_rows=_delete_from_defaults(before=cutoff)
         )
     else:
         report = RetentionReport(cutoff=cutoff, deleted_rows=_delete_rows(before=cutoff))
     if report.dropped or report.deleted_rows:
         log.info(
             "usage retention before %s: dropped %s, deleted %d row(s)",
-            report.cutoff.isoformat(),
+            cutoff.isoformat(),
             ", ".join(report.dropped) or "no partition",
             report.deleted_rows,
         )

@@ -149,8 +149,8 @@ def add_to_rollups(records: Iterable[UsageRecord], *, sign: int = 1) -> int:
         for i, value in enumerate(cache_sums(record), start=2 + len(ROLLUP_SUMS)):
             sums[i] += sign * value
     days: dict[tuple, list[int]] = {}
-    for (hour, *key), sums in buckets.items():
-        day = days.setdefault((hour.replace(hour=0), *key), [0] * len(sums))
+    for (hour, *rest), sums in buckets.items():
+        day = days.setdefault((hour.replace(hour=0), *rest), [0] * len(sums))
         for i, value in enumerate(sums):
             day[i] += value
     touched = 0
@@ -222,8 +222,10 @@ def rollups_from_rows(
         "r_api_key_id": Coalesce("api_key_id", Value(0)),
         **{f"r_{name}": F(name) for name in ROLLUP_KEY[3:]},
     }
-    sums = {f"r_{name}": Coalesce(Sum(name), Value(0)) for name in ROLLUP_SUMS}
-    names = COLUMNS[1:]
+    sums: dict[str, Aggregate | Combinable] = {
+        f"r_{name}": Coalesce(Sum(name), Value(0)) for name in ROLLUP_SUMS
+    }
+    names: tuple[str, ...] = COLUMNS[1:]
     if _has_field(log_model, "cache_status"):
         sums |= {f"r_{name}": aggregate for name, aggregate in cache_aggregates().items()}
     else:

@@ -215,7 +215,7 @@ def spans(start: datetime | None, end: datetime | None) -> Spans:
     hi_h = hour_of(end) if end is not None else None
     if lo_h is not None and hi_h is not None and lo_h >= hi_h:
         return Spans(rows=[(start, end)], hours=[], days=None)
-    rows = []
+    rows: list[tuple[datetime | None, datetime | None]] = []
     if start is not None and start != lo_h:
         rows.append((start, lo_h))
     if end is not None and end != hi_h:
@@ -224,7 +224,7 @@ def spans(start: datetime | None, end: datetime | None) -> Spans:
     hi_d = day_of(hi_h) if hi_h is not None else None
     if lo_d is not None and hi_d is not None and lo_d >= hi_d:
         return Spans(rows=rows, hours=[(lo_h, hi_h)], days=None)
-    hours = []
+    hours: list[tuple[datetime | None, datetime | None]] = []
     if lo_h is not None and lo_h != lo_d:
         hours.append((lo_h, lo_d))
     if hi_h is not None and hi_h != hi_d:

@@ -169,7 +169,8 @@ def _rows_per_tag(
         source = f"{table} u CROSS JOIN LATERAL jsonb_array_elements_text(u.tags) AS t(tag)"
     else:
         source = f"{table} u, json_each(u.tags) t"
-    where, params = ["u.account_id IS NOT NULL"], []
+    where: list[str] = ["u.account_id IS NOT NULL"]
+    params: list[object] = []
     if accounts is not None:
         where.append(f"u.account_id IN ({', '.join(['%s'] * len(accounts))})")
         params += list(accounts)

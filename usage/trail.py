@@ -14,7 +14,7 @@ dictionary never changes once trails are packed with it: a new dictionary is a n
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import orjson
 from django.db import models
@@ -109,4 +109,5 @@ class AttemptTrailField(models.BinaryField):
         return super().to_python(value)
 
     def value_to_string(self, obj: Any) -> str:
-        return trail_json(self.value_from_object(obj)).decode()
+        # cast: the stubs type a BinaryField subclass's value as its unbound type variable.
+        return trail_json(cast("bytes | memoryview | None", self.value_from_object(obj))).decode()

@@ -227,7 +227,8 @@ async def _checked_addresses(url: URL, allow: tuple[Network, ...]) -> tuple[IPAd
         infos = await loop.getaddrinfo(host, url.port, type=socket.SOCK_STREAM)
     except (OSError, UnicodeError):
         raise FetchRefused("dns", f"{host} did not resolve") from None
-    addresses = [ipaddress.ip_address(info[4][0].split("%", 1)[0]) for info in infos]
+    # str: an AF_INET / AF_INET6 address (getaddrinfo types the other families' too).
+    addresses = [ipaddress.ip_address(str(info[4][0]).split("%", 1)[0]) for info in infos]
     if not addresses:
         raise FetchRefused("dns", f"{host} did not resolve")
     for address in addresses:

@@ -9,7 +9,7 @@ from django.contrib.auth import get_user_model
 
 from accounts.models import AccessGroup
 from audit.models import AuditEntry
-from tests.config.admin_client import CSRF_FIELD, admin_login
+from tests.config.admin_client import admin_login, csrf_token
 
 PASSWORD = "an-operator-password-for-tests"
 ADD = "/django-admin/accounts/accessgroup/add/"
@@ -24,7 +24,7 @@ def operator(stack):
 def add(operator, **fields) -> str:
     page = operator.get(ADD)
     assert page.status_code == 200, page.text[:500]
-    data = {"csrfmiddlewaretoken": CSRF_FIELD.search(page.text).group(1), **fields}
+    data = {"csrfmiddlewaretoken": csrf_token(page.text), **fields}
     answer = operator.post(ADD, data=data, follow_redirects=True)
     assert answer.status_code == 200, answer.text[:500]
     return answer.text

@@ -27,7 +27,9 @@ def cache_redis() -> Iterator[redis.Redis]:
 
 
 def last_entry(account_id: int) -> AuditEntry:
-    return AuditEntry.objects.filter(account_id=account_id).order_by("-id").first()
+    entry = AuditEntry.objects.filter(account_id=account_id).order_by("-id").first()
+    assert entry is not None, "no audit entry"
+    return entry
 
 
 def test_a_group_shows_its_cache_settings_with_their_defaults():

@@ -14,7 +14,9 @@ pytestmark = pytest.mark.django_db
 
 
 def last_entry(account_id: int) -> AuditEntry:
-    return AuditEntry.objects.filter(account_id=account_id).order_by("-id").first()
+    entry = AuditEntry.objects.filter(account_id=account_id).order_by("-id").first()
+    assert entry is not None, "no audit entry"
+    return entry
 
 
 def test_a_group_patch_cleans_stores_audits_and_announces(announced):

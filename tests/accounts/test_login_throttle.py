@@ -23,6 +23,7 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.test import Client
 
+from tests.config.admin_client import csrf_token
 from tests.support.processes import ROOT
 from tests.support.services import (
     HAS_REDIS,
@@ -35,7 +36,6 @@ from tests.support.waits import wait_until
 
 PASSWORD = "a-long-enough-password-1"
 WRONG = "wrong-password-0"
-CSRF_FIELD = re.compile(r'name="csrfmiddlewaretoken" value="([^"]+)"')
 WRONG_ANSWER = "Please enter a correct username and password"
 ADMIN_WRONG_ANSWER = "Please enter the correct username and password for a staff account"
 LOCKED = (
@@ -94,7 +94,7 @@ def sign_in(gateway, username: str, password: str, address: str, *, path: str = 
         return client.post(
             path,
             data={
-                "csrfmiddlewaretoken": CSRF_FIELD.search(page.text).group(1),
+                "csrfmiddlewaretoken": csrf_token(page.text),
                 "username": username,
                 "password": password,
             },
@@ -285,7 +285,7 @@ def test_the_admin_action_clears_a_users_lockout(fleet, transactional_db, user):
         admin.post(
             "/django-admin/login/",
             data={
-                "csrfmiddlewaretoken": CSRF_FIELD.search(login.text).group(1),
+                "csrfmiddlewaretoken": csrf_token(login.text),
                 "username": "root",
                 "password": PASSWORD,
             },
@@ -295,7 +295,7 @@ def test_the_admin_action_clears_a_users_lockout(fleet, transactional_db, user):
         done = admin.post(
             "/django-admin/auth/user/",
             data={
-                "csrfmiddlewaretoken": CSRF_FIELD.search(changelist.text).group(1),
+                "csrfmiddlewaretoken": csrf_token(changelist.text),
                 "action": "clear_sign_in_lockouts",
                 "_selected_action": [str(user.pk)],
                 "index": "0",
@@ -445,7 +445,7 @@ def test_a_database_cut_counts_no_failure_and_leaves_no_lockout(
     office = new_address()
     assert api_get(gateway, tenant.api_token, office).status_code == 200
     browser = httpx.Client(base_url=gateway.url, timeout=10, headers={"X-Forwarded-For": office})
-    csrf = CSRF_FIELD.search(browser.get("/login/").text).group(1)
+    csrf = csrf_token(browser.get("/login/").text)
 
     def sign_in_right() -> httpx.Response:
         form = {"csrfmiddlewaretoken": csrf, "username": "carol", "password": PASSWORD}

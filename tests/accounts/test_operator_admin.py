@@ -15,7 +15,7 @@ from django.utils import timezone
 from accounts.models import Account, ApiKey
 from billing.ledger.wallet import reserve
 from core.sqlexec import run_sync
-from tests.config.admin_client import CSRF_FIELD, admin_login
+from tests.config.admin_client import admin_login, csrf_token
 from tests.support.services import requires_redis
 
 PASSWORD = "an-operator-password-for-tests"
@@ -32,7 +32,7 @@ def act(operator, action: str, account_id: int, **fields) -> str:
     """Run a changelist action on one account as the browser does; return the page after."""
     listing = operator.get("/django-admin/accounts/account/")
     data = {
-        "csrfmiddlewaretoken": CSRF_FIELD.search(listing.text).group(1),
+        "csrfmiddlewaretoken": csrf_token(listing.text),
         "action": action,
         "_selected_action": [str(account_id)],
         **fields,

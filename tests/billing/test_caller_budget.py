@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import openai
 import pytest
 
@@ -15,7 +17,7 @@ from tests.support.waits import wait_until
 
 
 @pytest.fixture
-def labelled(transactional_db, spawn_gateway, stub) -> Stack:
+def labelled(transactional_db, spawn_gateway, stub) -> Iterator[Stack]:
     stub.clear()
     clear_shared_state()
     install_profiles(stub.url)

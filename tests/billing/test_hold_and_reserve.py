@@ -68,6 +68,7 @@ async def waiting_on_a_lock(statement_start: str) -> None:
                 " AND datname = current_database() AND query LIKE %s",
                 (statement_start + "%",),
             ).fetchone()
+            assert row is not None  # count(*): one row
             if row[0]:
                 return
             await asyncio.sleep(0.01)

@@ -34,7 +34,7 @@ from billing import statements
 from billing.archives import archive_path, manifest
 from billing.models import Receipt, ReceiptArchive, Wallet
 from billing.receipt_keys import receipt_keys
-from billing.receipts import append, verify_statement
+from billing.receipts import Draft, append, verify_statement
 from billing.services import wallet_credit
 from billing.tasks import archive_receipts
 from core.sqlexec import run_sync
@@ -74,7 +74,7 @@ def month_start(moment: datetime, back: int) -> datetime:
     return datetime(year, month, 1, tzinfo=UTC)
 
 
-def charge(account_id: int, n: int, cost: int) -> object:
+def charge(account_id: int, n: int, cost: int) -> Draft:
     """A receipt draft naming the wallet ledger entry that took its cost (written now)."""
     wallet = Wallet.objects.get(account_id=account_id)
     entry = wallet_credit(wallet=wallet, amount_micro=-cost, kind="commit")

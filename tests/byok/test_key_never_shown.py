@@ -131,7 +131,9 @@ def redis_dump() -> str:
     client = redis.Redis.from_url(settings.REDIS_URL)
     parts = []
     for key in client.scan_iter(count=1000):
-        kind = client.type(key).decode()
+        kind = client.type(key)
+        assert isinstance(kind, bytes)  # no decode_responses
+        kind = kind.decode()
         if kind == "string":
             parts.append(repr(client.get(key)))
         elif kind == "hash":

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import httpx
 import openai
 import pytest
@@ -15,7 +17,7 @@ HELLO = [{"role": "user", "content": "hello there"}]
 
 
 @pytest.fixture
-def tight(transactional_db, spawn_gateway, stub) -> Stack:
+def tight(transactional_db, spawn_gateway, stub) -> Iterator[Stack]:
     """A gateway whose breakers open after 2 failures and cool down for 30 s."""
     stub.clear()
     clear_shared_state()
@@ -34,6 +36,7 @@ def code_of(stack, tenant) -> str:
     try:
         ask(stack, tenant)
     except openai.APIStatusError as exc:
+        assert isinstance(exc.body, dict), exc.body
         return exc.body["code"]
     return "ok"
 

@@ -9,6 +9,13 @@ import httpx
 CSRF_FIELD = re.compile(r'name="csrfmiddlewaretoken" value="([^"]+)"')
 
 
+def csrf_token(html: str) -> str:
+    """Return the CSRF token of the page's form."""
+    found = CSRF_FIELD.search(html)
+    assert found is not None, f"no CSRF field in: {html[:500]}"
+    return found.group(1)
+
+
 def admin_login(base_url: str, *, username: str, password: str) -> httpx.Client:
     """Log into `/django-admin/` as a browser does; return the client holding the session."""
     client = httpx.Client(base_url=base_url, timeout=10)
@@ -17,7 +24,7 @@ def admin_login(base_url: str, *, username: str, password: str) -> httpx.Client:
     answer = client.post(
         "/django-admin/login/",
         data={
-            "csrfmiddlewaretoken": CSRF_FIELD.search(page.text).group(1),
+            "csrfmiddlewaretoken": csrf_token(page.text),
             "username": username,
             "password": password,
             "next": "/django-admin/",

@@ -24,6 +24,7 @@ def served(stack, tenant, secret: str) -> bool:
     try:
         client.chat.completions.create(model="gpt-4o-mini", messages=HELLO, max_tokens=5)
     except openai.AuthenticationError as refused:
+        assert isinstance(refused.body, dict), refused.body
         assert refused.body["code"] == "LM-1001"
         return False
     return True

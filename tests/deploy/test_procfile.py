@@ -22,6 +22,7 @@ import httpx
 import pytest
 from django.conf import settings
 
+from tests.config.admin_client import csrf_token
 from tests.support.processes import ROOT, RedisServer, child_database_url, free_port
 from tests.support.profiles import stub_profiles
 from tests.support.services import requires_postgres, requires_redis
@@ -67,7 +68,8 @@ class Operator:
     """A shell in the operator's checkout: runs documented commands, starts honcho."""
 
     def __init__(self, checkout: Path, env: dict[str, str]) -> None:
-        self.checkout, self.env, self.honcho = checkout, env, None
+        self.checkout, self.env = checkout, env
+        self.honcho: subprocess.Popen | None = None
         self.log_path = checkout / "honcho.log"
 
     def sh(self, *commands: str, **env: str) -> str:
@@ -99,10 +101,12 @@ class Operator:
         return self.log_path.read_text(errors="replace")
 
     def running(self) -> bool:
+        assert self.honcho is not None, "not started"
         assert self.honcho.poll() is None, self.log()[-3000:]
         return True
 
     def stop(self) -> int:
+        assert self.honcho is not None, "not started"
         self.honcho.send_signal(signal.SIGTERM)
         try:
             return self.honcho.wait(40)
@@ -114,8 +118,6 @@ class Operator:
 
 class Browser:
     """A browser on the control plane: the CSRF cookie, then forms; cookies kept by hand."""
-
-    CSRF = re.compile(r'name="csrfmiddlewaretoken" value="([^"]+)"')
 
     def __init__(self, base_url: str) -> None:
         self.client = httpx.Client(base_url=base_url, timeout=15)
@@ -132,7 +134,7 @@ class Browser:
     def submit(self, url: str, fields: dict) -> httpx.Response:
         form = self.request("GET", url)
         assert form.status_code == 200, form.text[:500]
-        token = self.CSRF.search(form.text).group(1)
+        token = csrf_token(form.text)
         return self.request("POST", str(form.url), data={"csrfmiddlewaretoken": token, **fields})
 
 

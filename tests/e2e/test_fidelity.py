@@ -13,6 +13,7 @@ tenant was billed.
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import anthropic
 import openai
@@ -25,7 +26,7 @@ from tests.support.profiles import stub_profiles
 from tests.support.stacks import own_stack
 from tests.support.usage import settled
 
-WEATHER = {
+WEATHER: dict[str, Any] = {
     "type": "function",
     "function": {
         "name": "get_weather",

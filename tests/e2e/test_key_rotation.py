@@ -10,6 +10,7 @@ import time
 import openai
 import pytest
 from django.utils.dateparse import parse_datetime
+from openai.types.chat import ChatCompletionMessageParam
 from rest_framework.test import APIClient
 
 from accounts import services
@@ -17,7 +18,7 @@ from accounts.models import ApiKey
 from tests.support.usage import usage_rows
 from tests.support.waits import wait_until
 
-HELLO = [{"role": "user", "content": "hi"}]
+HELLO: list[ChatCompletionMessageParam] = [{"role": "user", "content": "hi"}]
 
 
 def ask(client: openai.OpenAI) -> str:
@@ -34,6 +35,7 @@ def refusal(client: openai.OpenAI) -> tuple[int, str] | None:
     try:
         ask(client)
     except openai.APIStatusError as refused:
+        assert isinstance(refused.body, dict), refused.body
         return refused.status_code, refused.body["code"]
     return None
 

@@ -47,6 +47,7 @@ def outcome(stack, tenant: Tenant, model: str) -> str:
     try:
         stack.openai(tenant).chat.completions.create(model=model, messages=HELLO, max_tokens=8)
     except openai.APIStatusError as refused:
+        assert isinstance(refused.body, dict), refused.body
         return f"{refused.body['code']}: {refused.body['message']}"
     return "served"
 

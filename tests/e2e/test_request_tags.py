@@ -76,7 +76,7 @@ def test_the_anthropic_sdk_sends_them_in_metadata_beside_user_id(stack):
         model="claude-3-5-haiku",
         max_tokens=20,
         messages=PROMPT,
-        metadata={"user_id": "user-1", "tags": ["a", "b"]},  # type: ignore[typeddict-unknown-key]
+        metadata={"user_id": "user-1", "tags": ["a", "b"]},
     )
     [row] = usage_rows([response.headers["x-request-id"]], expect=1)
     assert row.tags == ["a", "b"]

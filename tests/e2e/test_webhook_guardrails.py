@@ -52,6 +52,7 @@ def webhook_guardrail(tenant, hook: GuardrailReceiver, *, phase: str = "input", 
             account=account, kind="webhook", webhook_url=hook.url, phase=phase, **fields
         )
     services.attachment_create(guardrail=made, account=account)
+    assert secret is not None  # a webhook guardrail is made with its signing secret
     hook.secret = secret
     return made
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import cast
 
 import httpx
 import pytest
@@ -59,7 +60,8 @@ def redis_breaker() -> dict[str, str]:
 
     client = redis.Redis.from_url(settings.REDIS_URL, decode_responses=True)
     try:
-        return client.hgetall(BREAKER)
+        # cast: decode_responses=True gives str, which redis-py's types do not follow.
+        return cast("dict[str, str]", client.hgetall(BREAKER))
     finally:
         client.close()
 

@@ -144,7 +144,7 @@ def fleet(transactional_db, stub, tmp_path_factory):
     started: list[Gateway] = []
 
     def start(**env: str) -> Gateway:
-        gateway = start_fleet(tmp_path_factory.mktemp("fleet"), **env)
+        gateway = start_fleet(tmp_path_factory.mktemp("fleet"), **env)  # type: ignore[arg-type]  # variables
         started.append(gateway)
         return gateway
 

@@ -16,6 +16,8 @@ import anthropic
 import httpx
 import openai
 import pytest
+from anthropic.types import MessageParam
+from openai.types.chat import ChatCompletionMessageParam
 
 from gateway import asgi
 from tests.byok.helpers import team_keys
@@ -30,7 +32,8 @@ TEAM = {
     "stub-render": "sk-team-render-3333",
     "stub-search": "sk-team-search-4444",
 }
-HI = [{"role": "user", "content": "Hi"}]
+HI: list[ChatCompletionMessageParam] = [{"role": "user", "content": "Hi"}]
+HI_ANTHROPIC: list[MessageParam] = [{"role": "user", "content": "Hi"}]  # the same, as Anthropic's
 REFUSED = (429, "LM-3021")
 
 
@@ -73,6 +76,7 @@ def answer(call: Callable[[], object]) -> tuple[int, str | None]:
     except openai.APIStatusError as exc:
         return exc.status_code, exc.code
     except anthropic.APIStatusError as exc:
+        assert isinstance(exc.body, dict), exc.body
         return exc.status_code, exc.body["error"]["code"]
     return 200, None
 
@@ -119,11 +123,15 @@ def chat(s: Setup, tenant) -> tuple[int, str | None]:
 def messages(s: Setup, tenant) -> tuple[int, str | None]:
     client = ant(s, tenant)
     plain = answer(
-        lambda: client.messages.create(model="claude-3-5-haiku", max_tokens=50, messages=HI)
+        lambda: client.messages.create(
+            model="claude-3-5-haiku", max_tokens=50, messages=HI_ANTHROPIC
+        )
     )
 
     def streamed():
-        with client.messages.stream(model="claude-3-5-haiku", max_tokens=50, messages=HI) as stream:
+        with client.messages.stream(
+            model="claude-3-5-haiku", max_tokens=50, messages=HI_ANTHROPIC
+        ) as stream:
             assert "".join(stream.text_stream)
 
     assert answer(streamed) == plain
@@ -134,7 +142,7 @@ def count_tokens(s: Setup, tenant) -> tuple[int, str | None]:
     """Counting is never billed: a team key's count is the vendor's, anyone else's is
     Tollgate's estimate (docs/tenant-api.md), never a refusal."""
     raw = ant(s, tenant).messages.with_raw_response.count_tokens(
-        model="claude-3-5-haiku", messages=HI
+        model="claude-3-5-haiku", messages=HI_ANTHROPIC
     )
     expected = "vendor" if tenant is s.team else "estimate"
     assert raw.headers["x-tollgate-count"] == expected

@@ -6,8 +6,6 @@ any process; so what holds for the gateway serving the SCIM call holds for a sec
 
 from __future__ import annotations
 
-import re
-
 import httpx
 import pytest
 from django.contrib.auth import get_user_model
@@ -16,10 +14,10 @@ from accounts.models import Account, Membership, TenantToken
 from accounts.tokens import tenant_token_create
 from scim.models import SignedInSession
 from scim.tokens import scim_token_issue
+from tests.config.admin_client import csrf_token
 from tests.support.services import delete_redis_keys
 
 PASSWORD = "a long pass phrase for tests"
-CSRF_FIELD = re.compile(r'name="csrfmiddlewaretoken" value="([^"]+)"')
 USER = "urn:ietf:params:scim:schemas:core:2.0:User"
 PATCH_OP = "urn:ietf:params:scim:api:messages:2.0:PatchOp"
 
@@ -31,7 +29,7 @@ def sign_in(url: str, username: str) -> httpx.Client:
     answer = browser.post(
         "/login/",
         data={
-            "csrfmiddlewaretoken": CSRF_FIELD.search(page.text).group(1),
+            "csrfmiddlewaretoken": csrf_token(page.text),
             "username": username,
             "password": PASSWORD,
         },

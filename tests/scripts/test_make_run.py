@@ -16,10 +16,11 @@ import anthropic
 import httpx
 import openai
 import pytest
+from openai.types.chat import ChatCompletionMessageParam
 
 from tests.support.checkouts import MadeRun, make_env, make_run
 
-HELLO = [{"role": "user", "content": "hello there"}]
+HELLO: list[ChatCompletionMessageParam] = [{"role": "user", "content": "hello there"}]
 
 # The demo's model of each kind (gateway/management/commands/seed_demo.py) and the path of
 # the stub's route its calls must reach.
@@ -85,7 +86,8 @@ def test_the_demo_serves_a_profile_of_every_vendor_kind(demo: MadeRun, module_ch
         )
         chunks = list(stream)
         text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
-        assert text and chunks[-1].usage.completion_tokens > 0, model
+        usage = chunks[-1].usage
+        assert text and usage is not None and usage.completion_tokens > 0, model
         calls = [c for c in httpx.get(f"{run.stub_url}/_stub/calls").json()["calls"] if c["model"]]
         assert [c["path"] for c in calls] == [path], model
 
@@ -96,7 +98,9 @@ def test_the_demo_serves_a_profile_of_every_vendor_kind(demo: MadeRun, module_ch
         max_tokens=50,
         messages=[{"role": "user", "content": "hello there"}],
     )
-    assert answer.content[0].text and answer.usage.output_tokens > 0
+    block = answer.content[0]
+    assert isinstance(block, anthropic.types.TextBlock), block
+    assert block.text and answer.usage.output_tokens > 0
 
     log = (module_checkout / "var/gateway.log").read_text()
     assert "Traceback" not in log, log
@@ -108,7 +112,7 @@ def test_the_demo_caches_answers_in_its_own_memory(demo: MadeRun):
     client = openai.OpenAI(base_url=f"{run.url}/v1", api_key=run.api_key, max_retries=0)
     httpx.delete(f"{run.stub_url}/_stub/calls").raise_for_status()
     asked = {"X-Tollgate-Cache-TTL": "60"}
-    prompt = [{"role": "user", "content": "remember this answer"}]
+    prompt: list[ChatCompletionMessageParam] = [{"role": "user", "content": "remember this answer"}]
 
     def ask(**create) -> str:
         raw = client.chat.completions.with_raw_response.create(

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import httpx
 import openai
+from openai.types.chat import ChatCompletionMessageParam
 
 from tests.support.browser import ARTIFACTS, open_page, requires_chromium
 from tests.support.checkouts import MadeRun, make_run
 
-HELLO = [{"role": "user", "content": "hello there"}]
+HELLO: list[ChatCompletionMessageParam] = [{"role": "user", "content": "hello there"}]
 
 
 def served_by(run: MadeRun) -> str | None:
@@ -20,6 +21,7 @@ def served_by(run: MadeRun) -> str | None:
     try:
         client.chat.completions.create(model="gpt-4o-mini", messages=HELLO)
     except openai.APIStatusError as refused:
+        assert isinstance(refused.body, dict), refused.body
         return refused.body["code"]
     calls = httpx.get(f"{run.stub_url}/_stub/calls").json()["calls"]
     [key] = [call["key"] for call in calls if call["model"] is not None]

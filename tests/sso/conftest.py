@@ -3,6 +3,7 @@ gateway process that trusts it for the admin and, per test, for a tenant's accou
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from urllib.parse import urljoin
 
@@ -75,7 +76,7 @@ class SsoStack:
 
 
 @pytest.fixture(scope="module")
-def sso_stack(module_gateways, tmp_path_factory) -> SsoStack:
+def sso_stack(module_gateways, tmp_path_factory) -> Iterator[SsoStack]:
     op_port = free_port()
     issuer = f"http://127.0.0.1:{op_port}/o"
     gateway = module_gateways(

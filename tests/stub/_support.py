@@ -40,7 +40,8 @@ def an_usage(
     }
 
 
-def user(text: str) -> list[dict[str, Any]]:
+def user(text: str) -> list[Any]:
+    """Return one user message: a raw body's, or either SDK's message param (hence Any)."""
     return [{"role": "user", "content": text}]
 
 

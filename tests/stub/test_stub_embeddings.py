@@ -163,7 +163,7 @@ def test_bad_dimensions_is_400(client: httpx.Client, dimensions: Any) -> None:
 
 
 def test_bad_encoding_format_is_400_and_null_means_float(client: httpx.Client) -> None:
-    body = {"model": "emb", "input": "x", "encoding_format": "int8"}
+    body: dict[str, Any] = {"model": "emb", "input": "x", "encoding_format": "int8"}
     r = client.post(EMB, json=body, headers=OA_AUTH)
     assert (r.status_code, r.json()) == (
         400,

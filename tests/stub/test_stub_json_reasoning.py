@@ -145,7 +145,7 @@ def test_reasoning_models_refuse_max_tokens_like_openai(client: httpx.Client, mo
 
 
 def test_reasoning_tokens_count_inside_completion_tokens(client: httpx.Client) -> None:
-    body = {"model": "o3-mini", "messages": QUESTION}
+    body: dict[str, Any] = {"model": "o3-mini", "messages": QUESTION}
     data = client.post(OA, json=body, headers=OA_AUTH).json()
     assert data["usage"] == oa_usage(3, 8 + 16, reasoning=16)
     # Reasoning spends from the cap first, as OpenAI counts it: the words get what is left.
@@ -184,7 +184,7 @@ def test_openai_sdk_sees_reasoning_tokens_and_the_refusal(oa_sdk: openai.OpenAI)
 
 # --------------------------------------------------------------------------- Anthropic thinking
 
-THINKING = {"type": "enabled", "budget_tokens": 1024}
+THINKING: Any = {"type": "enabled", "budget_tokens": 1024}  # raw bodies' and the SDK's
 THINKING_BLOCK = {
     "type": "thinking",
     "thinking": "Stub thinking about it.",

@@ -101,6 +101,7 @@ def test_sdk_reads_the_answer_and_a_string_is_one_text(oa_sdk: openai.OpenAI) ->
     assert result.categories.harassment is False
     assert (result.category_scores.violence, result.category_scores.hate) == (0.91, 0.85)
     assert result.category_scores.self_harm == 0.0001
+    assert answer.model_extra is not None
     assert answer.model_extra["usage"] == {"prompt_tokens": 3, "total_tokens": 3}
 
 

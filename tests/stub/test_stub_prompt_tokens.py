@@ -26,7 +26,7 @@ from ._support import (
 )
 
 EPHEMERAL = {"type": "ephemeral"}
-TOOL = {"name": "lookup", "input_schema": {"type": "object", "properties": {}}}
+TOOL: Any = {"name": "lookup", "input_schema": {"type": "object", "properties": {}}}
 SYSTEM_20 = " ".join(f"s{i}" for i in range(20))
 
 
@@ -116,7 +116,7 @@ def test_anthropic_cache_control_writes_then_reads_the_prefix(client: httpx.Clie
 
 
 def test_anthropic_cache_prefix_ends_at_the_last_marked_block(client: httpx.Client) -> None:
-    body = {
+    body: dict[str, Any] = {
         "model": "m1",
         "max_tokens": 100,
         "tools": [{**TOOL, "cache_control": EPHEMERAL}, {**TOOL, "name": "other"}],
@@ -221,7 +221,7 @@ def test_openai_caches_the_longest_seen_prefix_of_at_least_64_tokens(client: htt
 
 def test_openai_cached_tokens_exclude_tools_and_show_in_the_stream(client: httpx.Client) -> None:
     tool = {"type": "function", "function": {"name": "f"}}
-    body = {
+    body: dict[str, Any] = {
         "model": "m1",
         "messages": [{"role": "system", "content": words(70)}, *user("hi")],
         "tools": [tool],

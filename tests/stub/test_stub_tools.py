@@ -9,6 +9,7 @@ import httpx
 import openai
 import pydantic
 import pytest
+from openai.types.chat import ChatCompletionMessageFunctionToolCall
 
 from stubvendor.tools import example_from_schema, tool_arguments
 
@@ -55,7 +56,7 @@ TIME_SCHEMA = {
 }
 WEATHER_ARGS = '{"city":"stub","days":1,"unit":"c","detail":true}'
 TIME_ARGS = '{"tz":1.5,"opts":{"fmt":"stub","n":[]}}'
-OA_TOOLS = [
+OA_TOOLS: list[Any] = [  # raw bodies' and the SDK's
     {
         "type": "function",
         "function": {"name": "get_weather", "description": "d", "parameters": WEATHER_SCHEMA},
@@ -63,7 +64,7 @@ OA_TOOLS = [
     {"type": "function", "function": {"name": "get_time", "parameters": TIME_SCHEMA}},
     {"type": "function", "function": {"name": "ping"}},
 ]
-AN_TOOLS = [
+AN_TOOLS: list[Any] = [  # raw bodies' and the SDK's
     {"name": "get_weather", "description": "d", "input_schema": WEATHER_SCHEMA},
     {"name": "get_time", "input_schema": TIME_SCHEMA},
     {"name": "ping", "input_schema": {"type": "object", "properties": {}}},
@@ -284,12 +285,18 @@ class Weather(pydantic.BaseModel):
     unit: Literal["c", "f"]
 
 
+def function_call(call: object) -> tuple[str, str]:
+    """Return a function tool call's name and arguments."""
+    assert isinstance(call, ChatCompletionMessageFunctionToolCall), call
+    return call.function.name, call.function.arguments
+
+
 def test_openai_sdk_parses_tool_calls_plain_parse_and_stream(oa_sdk: openai.OpenAI) -> None:
     messages: Any = QUESTION
     done = oa_sdk.chat.completions.create(model="m1", messages=messages, tools=OA_TOOLS)
     assert done.choices[0].finish_reason == "tool_calls"
     calls = done.choices[0].message.tool_calls or []
-    assert [(c.function.name, c.function.arguments) for c in calls] == [
+    assert [function_call(c) for c in calls] == [
         ("get_weather", WEATHER_ARGS),
         ("get_time", TIME_ARGS),
     ]
@@ -460,7 +467,9 @@ def test_anthropic_sdk_stream_helper_accumulates_tool_use(an_sdk: anthropic.Anth
         ("tool_use", "get_weather"),
         ("tool_use", "get_time"),
     ]
-    assert final.content[0].input == {"city": "stub", "days": 1, "unit": "c", "detail": True}
+    block = final.content[0]
+    assert isinstance(block, anthropic.types.ToolUseBlock), block
+    assert block.input == {"city": "stub", "days": 1, "unit": "c", "detail": True}
     assert (final.usage.input_tokens, final.usage.output_tokens) == (34, 10)
     msg = an_sdk.messages.create(
         model="m1",

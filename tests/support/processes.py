@@ -110,6 +110,7 @@ def start_stub() -> Stub:
         text=True,
         env=child_env(),
     )
+    assert proc.stdout is not None  # stdout=PIPE
     line = proc.stdout.readline()
     match = re.search(r"(http://\S+)", line)
     if not match:
@@ -331,9 +332,11 @@ class RedisServer:
         self.proc = None
 
     def pause(self) -> None:
+        assert self.proc is not None, "stopped"
         self.proc.send_signal(signal.SIGSTOP)
 
     def resume(self) -> None:
+        assert self.proc is not None, "stopped"
         self.proc.send_signal(signal.SIGCONT)
 
 

@@ -9,7 +9,7 @@ import pytest
 from django.conf import settings
 
 HAS_REDIS = bool(settings.REDIS_URL)
-IS_POSTGRES = not settings.EMBEDDED and "postgresql" in settings.DATABASES["default"]["ENGINE"]
+IS_POSTGRES = not settings.EMBEDDED and "postgresql" in str(settings.DATABASES["default"]["ENGINE"])
 
 requires_redis = pytest.mark.skipif(not HAS_REDIS, reason="needs Redis: set REDIS_URL")
 requires_postgres = pytest.mark.skipif(not IS_POSTGRES, reason="needs PostgreSQL: set DATABASE_URL")

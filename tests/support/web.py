@@ -139,7 +139,9 @@ def loopback_names() -> list[str]:
         infos = socket.getaddrinfo(name, 80, type=socket.SOCK_STREAM)
     except OSError:
         return []
-    loopback = all(info[4][0].startswith("127.") or info[4][0] == "::1" for info in infos)
+    # str(): an AF_INET / AF_INET6 address (getaddrinfo types the other families' too).
+    hosts = [str(info[4][0]) for info in infos]
+    loopback = all(host.startswith("127.") or host == "::1" for host in hosts)
     return [name] if infos and loopback else []
 
 

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterator
 
 import pytest
 
@@ -24,7 +25,7 @@ def tag() -> str:
 
 
 @pytest.fixture(params=["process", "redis"])
-def backend(request, settings, tag) -> str:
+def backend(request, settings, tag) -> Iterator[str]:
     """Run the test against the per-process fallback (no Redis) and against real Redis."""
     if request.param == "process":
         settings.REDIS_URL = ""
@@ -36,7 +37,7 @@ def backend(request, settings, tag) -> str:
 
 
 @pytest.fixture
-def redis_only(settings, tag) -> None:
+def redis_only(settings, tag) -> Iterator[None]:
     """Real Redis, for tests of what is shared through it; its keys are deleted after."""
     if not HAS_REDIS:
         pytest.skip("needs Redis: set REDIS_URL")

@@ -105,7 +105,7 @@ def test_one_callers_rate_limit_leaves_another_callers_untouched(keyed_fresh_win
     Group.objects.filter(pk=tenant.group_id).update(caller_rpm_limit=2)
     keyed.gateway.reload()
 
-    def ask(user: str) -> int:
+    def ask(user: str) -> tuple[int, str | None]:
         response, _ = chat(
             keyed.url, tenant, {"model": "gpt-4o-mini", "messages": PROMPT, "user": user}
         )

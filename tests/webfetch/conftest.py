@@ -5,17 +5,21 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import pytest
 
 from tests.support.testsite import TestSite
 
+if TYPE_CHECKING:  # the models load once Django is set up (make_crawl_tenant)
+    from accounts.models import Account, ApiKey, Group
+
 
 @dataclass
 class CrawlTenant:
-    account: object
-    group: object
-    api_key: object
+    account: Account
+    group: Group
+    api_key: ApiKey
 
 
 def make_crawl_tenant() -> CrawlTenant:

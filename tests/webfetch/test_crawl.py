@@ -128,7 +128,7 @@ def crawl(job_fields: dict, fetcher_for, *, robots=None, host_delay_s=1.0, worke
     job_fields = {"seed_url": "http://site.test/", "max_pages": 50, "max_depth": 3, **job_fields}
     job = create_job(account=tenant.account, group=tenant.group, api_key=None, **job_fields)
     claimed = claim_job(worker=worker)
-    assert claimed.pk == job.pk
+    assert claimed is not None and claimed.pk == job.pk
     clock = FakeClock(start_s=1_000.0)
     fetcher = fetcher_for(clock)
     sleeps = Sleeps(clock)

@@ -4,6 +4,7 @@ import asyncio
 import ipaddress
 import socket
 import time
+from typing import Any
 
 import pytest
 
@@ -15,8 +16,8 @@ LOCAL = (ipaddress.ip_network("127.0.0.1/32"),)
 UA = "TollgateFetch/1.0 (+https://tollgate.invalid/bot)"
 
 
-def limits(**changes) -> FetchLimits:
-    values = dict(
+def limits(**changes: Any) -> FetchLimits:
+    values: dict[str, Any] = dict(
         max_redirects=5,
         max_bytes=5_000_000,
         max_decompressed_bytes=10_000_000,

@@ -23,7 +23,8 @@ from oauth2_provider.models import Application  # noqa: E402
 
 def main() -> None:
     call_command("migrate", verbosity=0)
-    config = json.loads((settings.OP_DIR / "config.json").read_text())
+    op_dir = settings.OP_DIR  # type: ignore[misc]  # the provider's settings.py, not config's
+    config = json.loads((op_dir / "config.json").read_text())
     for name, user in config["users"].items():
         User.objects.create_user(username=name, password=user["password"])
     for client in config["clients"]:
@@ -37,7 +38,8 @@ def main() -> None:
             algorithm=Application.RS256_ALGORITHM,
             skip_authorization=True,
         )
-    call_command("runserver", f"127.0.0.1:{settings.PORT}", use_reloader=False, verbosity=0)
+    port = settings.PORT  # type: ignore[misc]  # the provider's settings.py, not config's
+    call_command("runserver", f"127.0.0.1:{port}", use_reloader=False, verbosity=0)
 
 
 if __name__ == "__main__":

@@ -12,7 +12,8 @@ from oauth2_provider.oauth2_validators import OAuth2Validator
 
 
 def entry(username: str) -> dict:
-    config = json.loads((settings.OP_DIR / "config.json").read_text())
+    op_dir = settings.OP_DIR  # type: ignore[misc]  # the provider's settings.py, not config's
+    config = json.loads((op_dir / "config.json").read_text())
     return config["users"][username]
 
 

@@ -10,7 +10,7 @@ from accounts.periods import period_bounds, valid_time_zone
 
 
 def utc(*args) -> datetime:
-    return datetime(*args, tzinfo=UTC)
+    return datetime(*args).replace(tzinfo=UTC)
 
 
 def test_a_utc_day_runs_from_midnight_to_midnight():

@@ -29,7 +29,7 @@ def test_the_object_is_built_once_and_frozen():
 
     assert tollgate() is conf
     with pytest.raises(AttributeError):
-        conf.max_route = 9  # type: ignore[misc]  # the point: frozen refuses it
+        conf.max_route = 9  # the point: frozen refuses it
 
 
 def test_a_changed_setting_is_seen_on_the_next_call(settings):

@@ -14,8 +14,10 @@ from core.partitions import (
 )
 
 
-def at(*parts: int) -> datetime:
-    return datetime(*parts, tzinfo=UTC)
+def at(
+    year: int, month: int, day: int, hour: int = 0, minute: int = 0, second: int = 0
+) -> datetime:
+    return datetime(year, month, day, hour, minute, second, tzinfo=UTC)
 
 
 def test_a_moment_falls_in_the_slice_that_starts_at_or_before_it():

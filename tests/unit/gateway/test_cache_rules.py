@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import uuid
+from typing import Any
 
 import pytest
 
@@ -63,8 +64,8 @@ def test_a_malformed_ttl_is_refused(bad):
         policy({b"x-tollgate-cache-ttl": bad})
 
 
-def principal(**fields) -> Principal:
-    base = dict(
+def principal(**fields: Any) -> Principal:
+    base: dict[str, Any] = dict(
         account_id=7,
         billing_mode="prepaid",
         group_id=70,

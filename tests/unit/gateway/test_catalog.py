@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import pytest
 
@@ -24,7 +25,7 @@ def profile(name: str, kind: str = "anthropic") -> Profile:
     )
 
 
-def offer(prof: Profile, name: str, *aliases: str, **prices: int) -> ModelOffer:
+def offer(prof: Profile, name: str, *aliases: str, **prices: Any) -> ModelOffer:
     return ModelOffer(
         profile=prof,
         name=name,

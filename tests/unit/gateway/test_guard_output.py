@@ -5,6 +5,7 @@ text a scan of the whole answer gives, in valid events, and says when it did not
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 
@@ -27,8 +28,10 @@ ANSWER = (
 REDACTED = ANSWER.replace(PROJECT, "[REDACTED:custom]")
 
 
-def spec(action: str, *, name: str = "projects", phase: str = "output", **fields) -> GuardrailSpec:
-    base = dict(
+def spec(
+    action: str, *, name: str = "projects", phase: str = "output", **fields: Any
+) -> GuardrailSpec:
+    base: dict[str, Any] = dict(
         id=hash(name) % 1000,
         name=name,
         kind="custom",
@@ -91,7 +94,7 @@ def responses_events(text: str, size: int) -> list[dict]:
     at = {"item_id": "msg_1", "output_index": 0, "content_index": 0}
     part = {"type": "output_text", "text": text, "annotations": []}
     item = {"id": "msg_1", "type": "message", "role": "assistant", "content": [part]}
-    events = [{"type": "response.created", "response": {"id": "r", "output": []}}]
+    events: list[dict] = [{"type": "response.created", "response": {"id": "r", "output": []}}]
     events += [
         {"type": "response.output_text.delta", **at, "delta": piece} for piece in pieces(text, size)
     ]
@@ -217,6 +220,7 @@ def test_input_only_guardrails_do_not_check_the_answer():
 
 
 def completion(shape: str, text: str) -> Completion:
+    data: dict[str, Any]
     if shape == "openai":
         data = {"choices": [{"index": 0, "message": {"role": "assistant", "content": text},
                              "finish_reason": "stop"}]}  # fmt: skip

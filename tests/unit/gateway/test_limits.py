@@ -57,7 +57,9 @@ def headers(admission, tokens_consumed=None) -> dict[str, str]:
 def redis_get(key: str) -> str | None:
     client = redis.Redis.from_url(settings.REDIS_URL, decode_responses=True)
     try:
-        return client.get(key)
+        value = client.get(key)
+        assert not isinstance(value, bytes)  # decode_responses=True
+        return value
     finally:
         client.close()
 

@@ -10,6 +10,7 @@ ceil(64.05) = 65, held as 78.
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 import pytest
 
@@ -28,8 +29,8 @@ from gateway.types import ModelRequest
 GROUP = 7
 
 
-def profile(name: str, kind: str = "openai", **fields) -> Profile:
-    values = {
+def profile(name: str, kind: str = "openai", **fields: Any) -> Profile:
+    values: dict[str, Any] = {
         "base_url": f"https://{name}.example",
         "platform_key": f"sk-{name}",
         "allows_platform": True,
@@ -82,8 +83,8 @@ def request(*chain: str, max_tokens: int | None = 100) -> ModelRequest:
     )
 
 
-def principal(**fields) -> Principal:
-    values = {
+def principal(**fields: Any) -> Principal:
+    values: dict[str, Any] = {
         "account_id": 1,
         "billing_mode": "prepaid",
         "group_id": GROUP,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import copy
 import json
-from typing import Any, get_args
+from typing import Any, cast, get_args
 
 import httpx2
 import openai
@@ -695,7 +695,7 @@ def test_a_responses_tool_loop_reaches_an_anthropic_vendor_through_both_translat
 
 REQUEST = {"model": "gpt-x", "input": "Hi"}
 # What a response echoes of REQUEST: the API's defaults for everything it did not send.
-ECHO = {
+ECHO: dict[str, Any] = {
     "instructions": None,
     "tools": [],
     "tool_choice": "auto",
@@ -1040,7 +1040,7 @@ def call_start(index: int, call_id: str, name: str = "get_weather") -> dict:
 
 
 def assert_sdk_event(event: dict) -> None:
-    validate_type(type_=ResponseStreamEvent, value=event)
+    validate_type(type_=ResponseStreamEvent, value=event)  # type: ignore[arg-type]  # a union
     fields = {k: v for k, v in event.items() if k not in EVENT_EXTRAS.get(event["type"], ())}
     if "response" in fields:
         fields["response"] = typed_part(fields["response"])
@@ -1065,7 +1065,7 @@ def sdk_accumulated(events: list[dict], *, tools: Any = omit, text_format: Any =
     state = ResponseStreamState(input_tools=tools, text_format=text_format)
     for event in events:
         raw = construct_type(type_=ResponseStreamEvent, value=json.loads(json.dumps(event)))
-        state.handle_event(raw)
+        state.handle_event(cast(ResponseStreamEvent, raw))  # what construct_type built
     return state
 
 
@@ -1079,7 +1079,7 @@ def chat_answer_of(chunks: list[dict]) -> dict:
             finish_reason = choice["finish_reason"] or finish_reason
         unfinished = [{**choice, "finish_reason": None} for choice in item["choices"]]
         state.handle_chunk(ChatCompletionChunk.model_validate({**item, "choices": unfinished}))
-    data = state.get_final_completion().to_dict()
+    data: dict[str, Any] = state.get_final_completion().to_dict()
     data["choices"][0]["finish_reason"] = finish_reason
     return data
 
@@ -1485,6 +1485,7 @@ class FakeTollgate:
         body = json.loads(request.content)
         self.chat_bodies.append(responses_request_to_chat(body, vendor_kind=VENDOR))
         if not body.get("stream"):
+            assert self.whole is not None, "no answer given"
             out = chat_completion_to_response(
                 self.whole, response_id=RESPONSE_ID, model=body["model"], request=body
             )
@@ -1492,6 +1493,7 @@ class FakeTollgate:
         translator = ChatStreamToResponses(
             response_id=RESPONSE_ID, model=body["model"], request=body
         )
+        assert self.chunks is not None, "no chunks given"
         events = [event for item in self.chunks for event in translator.feed(item)]
         events += translator.finish()
         sse = "".join(f"event: {e['type']}\ndata: {json.dumps(e)}\n\n" for e in events)

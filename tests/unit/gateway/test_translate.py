@@ -2432,7 +2432,12 @@ def accumulated(events: list[dict]) -> dict:
     snapshot = None
     buffers: dict[int, bytes] = {}
     for event in events:
-        snapshot = accumulate_event(event=event, current_snapshot=snapshot, json_bufs=buffers)
+        snapshot = accumulate_event(
+            event=event,  # type: ignore[arg-type]  # it deserialises a plain dict itself
+            current_snapshot=snapshot,
+            json_bufs=buffers,
+        )
+    assert snapshot is not None, "no events"
     return snapshot.to_dict(exclude_none=True)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 
@@ -23,15 +24,18 @@ from gateway.web.units import DailyUnits, seconds_to_next_day
 GROUP = 7
 
 
-def web_profile(name: str, kind: str, prices: dict[str, int], **fields) -> WebProfile:
-    values = {
+def web_profile(name: str, kind: str, prices: dict[str, int], **fields: Any) -> WebProfile:
+    values: dict[str, Any] = {
         "platform_key": None if kind in ("direct_http", "fake") else f"sk-{name}",
         "allows_platform": True,
         "timeout_s": 5.0,
         "respect_robots": True,
     }
     values.update(fields)
-    adapter = WEB_ADAPTERS[kind](base_url=f"https://{name}.example", session=None)
+    adapter = WEB_ADAPTERS[kind](
+        base_url=f"https://{name}.example",
+        session=None,  # type: ignore[arg-type]  # building a call never touches it
+    )
     return WebProfile(name=name, kind=kind, prices=prices, adapter=adapter, **values)
 
 

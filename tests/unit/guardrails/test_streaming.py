@@ -146,4 +146,4 @@ def test_an_empty_stream_and_empty_pieces():
 
 def test_an_unknown_action_is_refused():
     with pytest.raises(ValueError, match="unknown action 'drop': redact, block or flag"):
-        StreamScanner(SCANNER, "drop")  # type: ignore[arg-type]
+        StreamScanner(SCANNER, "drop")

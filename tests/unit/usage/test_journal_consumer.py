@@ -94,14 +94,16 @@ def stored(monkeypatch) -> list[list]:
 
 
 def drain(stream: Stream) -> int:
-    run_journal_sync(create_group(), stream)
+    # Stream and Shared fake the few Redis calls the journal makes.
+    run_journal_sync(create_group(), stream)  # type: ignore[arg-type]  # a fake Redis
     return run_journal_sync(
-        consume_journal(consumer="celery-drain", idle_ms=15000, until_empty=True), stream
+        consume_journal(consumer="celery-drain", idle_ms=15000, until_empty=True),
+        stream,  # type: ignore[arg-type]  # a fake Redis
     )
 
 
 def flush(stream: Stream) -> None:
-    usage_writer = UsageWriter(Shared(stream))
+    usage_writer = UsageWriter(Shared(stream))  # type: ignore[arg-type]  # a fake SharedState
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(writer, "claim_idle_ms", lambda: 15000)
         patch.setattr(writer.bus, "REPLICA_ID", "replica-1")
