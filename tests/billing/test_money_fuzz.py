@@ -15,7 +15,7 @@ import random
 import threading
 from collections import defaultdict
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import pytest
 from django.db import IntegrityError, OperationalError, connection, transaction
@@ -80,7 +80,7 @@ class Request:
 class World:
     rng: random.Random
     owners: list[Owner]
-    now: object
+    now: datetime
     requests: list[Request] = field(default_factory=list)
     # (id, its request id, amount)
     reservations: list[tuple[int, str, int]] = field(default_factory=list)
@@ -628,7 +628,7 @@ def test_random_money_steps_keep_the_books(transactional_db, seed):
 
 def books_of(w: World) -> dict:
     """Return one world's books, named by position so that two worlds compare."""
-    books = {}
+    books: dict[str, object] = {}
     for index, owner in enumerate(w.owners):
         wallet = Wallet.objects.get(pk=owner.wallet_id)
         group = Group.objects.get(pk=owner.group_id)
@@ -680,6 +680,7 @@ def settle_one_step_at_a_time(row: UsageRecord, *, now) -> None:
     held = run_sync(release_holds([row.request_id]))
     if row.provider_cost_micro or row.bandwidth_charge_micro:
         hold = held.get(row.request_id)
+        assert row.group_id is not None  # a settled row is always a group's
         owed = Charge(
             row.request_id,
             row.group_id,

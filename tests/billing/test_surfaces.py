@@ -46,12 +46,11 @@ def reserve(tenant, request_id: str, amount_micro: int) -> int:
 def resolve(reservation_id: int, status: str, cost_micro: int) -> bool:
     if status == "committed":
         request_id = Reservation.objects.get(pk=reservation_id).request_id
-        program = commit_reservations(
+        committed = commit_reservations(
             {reservation_id: (request_id, cost_micro)}, now=timezone.now()
         )
-    else:
-        program = cancel_reservation(reservation_id, now=timezone.now(), status=status)
-    return bool(run_sync(program))
+        return bool(run_sync(committed))
+    return run_sync(cancel_reservation(reservation_id, now=timezone.now(), status=status))
 
 
 def operator(name: str) -> Client:

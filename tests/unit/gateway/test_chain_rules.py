@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from typing import Any
 
 import pytest
 
@@ -50,6 +51,7 @@ class ScriptedSearch(WebAdapter):
         self._faults.extend(faults)
 
     async def search(self, query: str, max_results: int, target: WebTarget) -> SearchAnswer:
+        assert target.api_key is not None  # every link here carries a key
         self.calls.append(Call(target.api_key, QUERY, stream=False))
         for index, fault in enumerate(self._faults):
             if fault.key is None or fault.key == target.api_key:
@@ -67,6 +69,8 @@ class World(ChainWorld):
     def __init__(self, kind: str, *, invoiced: bool = True) -> None:
         super().__init__(invoiced=invoiced)
         self.kind = kind
+        # A FakeProvider or a ScriptedSearch per vendor, as the world's kind is.
+        self.vendors: dict[str, Any]
         if kind == "model":
             self.vendors = {"a": FakeProvider(), "b": FakeProvider()}
             profiles = {name: self._model_profile(name) for name in self.vendors}
@@ -139,13 +143,20 @@ class World(ChainWorld):
     def serve(self) -> tuple[RequestContext, object]:
         """Serve one request of the world's kind through its orchestrator; return its context
         and what it answered (or the error it raised)."""
-        kind = ModelContext if self.kind == "model" else WebContext
-        ctx = kind(
-            request_id=uuid.uuid4().hex, endpoint=self.kind, meter=Meter(), principal=self.principal
-        )
-        plan = ctx.plan = self.plan()
+        ctx: ModelContext | WebContext
         if self.kind == "model":
+            ctx = ModelContext(
+                request_id=uuid.uuid4().hex,
+                endpoint="model",
+                meter=Meter(),
+                principal=self.principal,
+            )
             ctx.req = self._model_request()
+        else:
+            ctx = WebContext(
+                request_id=uuid.uuid4().hex, endpoint="web", meter=Meter(), principal=self.principal
+            )
+        plan = ctx.plan = self.plan()
 
         async def main():
             escrow = Escrow()
