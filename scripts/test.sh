@@ -24,14 +24,27 @@ $PY -m compileall -q -j 0 -x '(^|/)(\.venv|var|node_modules|\.git)/' . >/dev/nul
 "$(dirname "$(command -v "$PY")")/lint-imports" --no-cache | tail -n 6
 # Types (pyproject.toml [tool.mypy], with django-stubs): the whole tree, but the files in its
 # `exclude`. Cold (no .mypy_cache) about 45 s of CPU; warm a few seconds.
-$PY -m mypy
-# With arguments: one pytest run of exactly those (`scripts/test.sh tests/gateway -k rpm`).
-[ "$#" -eq 0 ] || exec $PY -m pytest -rs -q "$@"
+if [ "$#" -gt 0 ]; then
+  $PY -m mypy
+  # With arguments: one pytest run of exactly those (`scripts/test.sh tests/gateway -k rpm`).
+  exec $PY -m pytest -rs -q "$@"
+fi
+# The whole suite: mypy checks beside the fast layer (it is CPU; the fast layer is CPU too, but
+# the machine has two cores), and a type error fails the run once both are done.
+types_log=$(mktemp)
+$PY -m mypy >"$types_log" 2>&1 &
+types_run=$!
 # First the fast layer (in-process, no servers; under 30 s), stopping at its first failure,
 # then everything else.
 echo "--- tests/unit: the fast layer ---"
 # Each run lists its slowest tests (--durations): where CI time goes stays in every log.
 $PY -m pytest -rs -q -x --durations=10 tests/unit
+echo "--- mypy ---"
+types_status=0
+wait "$types_run" || types_status=$?
+cat "$types_log"
+rm -f "$types_log"
+[ "$types_status" -eq 0 ] || exit "$types_status"
 echo "--- the rest of the suite ---"
 if [ -z "${DATABASE_URL:-}" ] || [ -z "${REDIS_URL:-}" ]; then
   exec $PY -m pytest -rs -q --ignore=tests/unit
