@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db import transaction
 from django.db.models import Exists, OuterRef, Q, QuerySet
 
@@ -27,7 +27,7 @@ class AccessGroupInUse(ValueError):
     """A write the rule refuses: an access group of another account, or too many."""
 
 
-def access_groups_of_user(*, user: AbstractBaseUser) -> QuerySet[AccessGroup]:
+def access_groups_of_user(*, user: User) -> QuerySet[AccessGroup]:
     return AccessGroup.objects.filter(account__memberships__user=user).order_by("id")
 
 
@@ -52,7 +52,7 @@ def audited_with_assignments(access_group: AccessGroup) -> dict:
 def record_admin_save(access_group: AccessGroup, *, before: dict | None, actor: Actor) -> None:
     """Record an operator's save of an access group with its assignments (created when
     `before` is None), then tell every replica."""
-    fields = {
+    target: audit.Target = {
         "actor": actor,
         "account_id": access_group.account_id,
         "target_type": "access_group",
@@ -61,9 +61,9 @@ def record_admin_save(access_group: AccessGroup, *, before: dict | None, actor: 
     }
     after = audited_with_assignments(access_group)
     if before is None:
-        audit.record(action="access_group.create", after=after, **fields)
+        audit.record(action="access_group.create", after=after, **target)
     else:
-        audit.record_change(action="access_group.update", before=before, after=after, **fields)
+        audit.record_change(action="access_group.update", before=before, after=after, **target)
     account_changed(account_id=access_group.account_id)
 
 

@@ -28,14 +28,15 @@ def throttled_admin_login(request: HttpRequest, extra_context=None) -> HttpRespo
     Retry-After (the form and its message still shown)."""
     response = _admin_login(request, extra_context)
     form = (getattr(response, "context_data", None) or {}).get("form")
-    if getattr(form, "throttled_s", 0):
+    throttled_s = getattr(form, "throttled_s", 0)
+    if throttled_s:
         response.status_code = 429
-        response["Retry-After"] = str(form.throttled_s)
+        response["Retry-After"] = str(throttled_s)
     return response
 
 
 # AdminSite.get_urls routes "login/" to `self.login`, read when config/urls.py is loaded.
-admin.site.login = throttled_admin_login
+admin.site.login = throttled_admin_login  # type: ignore[method-assign]  # replacing it is the point
 
 
 class DefaultTagsForm(forms.ModelForm):

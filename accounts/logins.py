@@ -7,20 +7,20 @@ password is set (or the user logs in), and after PASSWORD_RESET_TIMEOUT.
 
 from __future__ import annotations
 
-from django.contrib.auth.base_user import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.contrib.auth.tokens import default_token_generator
 from django.urls import reverse
 from django.utils.encoding import force_bytes
 from django.utils.http import urlsafe_base64_encode
 
 
-def password_link_issue(*, user: AbstractBaseUser) -> str:
+def password_link_issue(*, user: User) -> str:
     """Return the path of a one-time link at which `user` sets a dashboard password."""
     uid = urlsafe_base64_encode(force_bytes(user.pk))
     token = default_token_generator.make_token(user)
     return reverse("dashboard:set-password", kwargs={"uidb64": uid, "token": token})
 
 
-def password_link_url(*, user: AbstractBaseUser, base_url: str) -> str:
+def password_link_url(*, user: User, base_url: str) -> str:
     """Return the full URL of a one-time set-password link on the control plane at `base_url`."""
     return base_url.rstrip("/") + password_link_issue(user=user)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import models
@@ -147,9 +149,9 @@ class PeriodSpend:
     """What a budgeted row (group or key) has spent in its current budget period."""
 
     spent_micro: int
-    period_ends_at: object
+    period_ends_at: datetime | None
 
-    def period_spent_micro(self, now=None) -> int:
+    def period_spent_micro(self, now: datetime | None = None) -> int:
         """Return what counts against the budget now: spent_micro, or 0 once the period
         ended and before the ledger rolled it (the hold statements read it the same way)."""
         if self.period_ends_at is not None and self.period_ends_at <= (now or timezone.now()):

@@ -115,7 +115,7 @@ def rotate(
         setattr(row, prefix_field, display)
         fields.append(prefix_field)
     row.save(update_fields=fields)
-    after = {PREVIOUS_VALID_UNTIL: until, "grace_s": grace_s}
+    after: dict[str, object] = {PREVIOUS_VALID_UNTIL: until, "grace_s": grace_s}
     if prefix_field:
         after[prefix_field] = display
     dropped = [old_previous] if old_previous else []

@@ -108,18 +108,19 @@ def record_group(group: Group, *, action: str, actor: Actor | None, before: dict
 
 def record_key(api_key: ApiKey, *, action: str, actor: Actor | None, before: dict | None) -> None:
     """Record a key created (before None) or changed: by prefix and name, never its hash."""
-    kwargs = {
+    target: audit.Target = {
         "actor": actor,
-        "action": action,
         "account_id": api_key.group.account_id,
         "target_type": "key",
         "target_id": api_key.pk,
         "target_label": f"{api_key.prefix}… {api_key.name}".strip(),
     }
     if before is None:
-        audit.record(**kwargs, after=audited(api_key, KEY_AUDITED))
+        audit.record(**target, action=action, after=audited(api_key, KEY_AUDITED))
     else:
-        audit.record_change(**kwargs, before=before, after=audited(api_key, KEY_AUDITED))
+        audit.record_change(
+            **target, action=action, before=before, after=audited(api_key, KEY_AUDITED)
+        )
 
 
 def account_create(
@@ -388,9 +389,8 @@ def record_account(
 ) -> None:
     """Record an account created with its settings (before None), or what changed of them
     (nothing when nothing did)."""
-    common = {
+    target: audit.Target = {
         "actor": actor,
-        "action": action,
         "account_id": account.pk,
         "target_type": "account",
         "target_id": account.pk,
@@ -398,9 +398,9 @@ def record_account(
     }
     after = audited(account, ACCOUNT_AUDITED)
     if before is None:
-        audit.record(**common, after=after)
+        audit.record(**target, action=action, after=after)
     else:
-        audit.record_change(**common, before=before, after=after)
+        audit.record_change(**target, action=action, before=before, after=after)
 
 
 def account_suspend(*, account: Account, reason: str, actor: Actor | None = None) -> bool:

@@ -266,7 +266,7 @@ class RedisStore:
         self._end = self.client.register_script(_END)
 
     def begin(self, keys: tuple[str, ...], flight: str, rules: Rules, now_ms: int) -> int:
-        args = [*rules.args(now_ms), flight, rules.lease_ms]
+        args: list[int | str] = [*rules.args(now_ms), flight, rules.lease_ms]
         return int(self._begin(keys=list(keys), args=args))
 
     def fail(self, keys: tuple[str, ...], flight: str, rules: Rules, now_ms: int) -> list[int]:

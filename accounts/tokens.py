@@ -20,7 +20,7 @@ def record_token(
 ) -> None:
     """Record a tenant token's change in the trail of each account its user is a member of
     (operator-wide for a user in none): by prefix, never the token."""
-    account_ids = list(
+    account_ids: list[int | None] = list(
         Membership.objects.filter(user_id=token.user_id)
         .order_by("account_id")
         .values_list("account_id", flat=True)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Mapping
 from decimal import Decimal
-from typing import Any
+from typing import Any, TypedDict
 
 from django.db import connection, transaction
 from django.utils import timezone
@@ -121,6 +121,17 @@ def signed_audit_head(account_id: int | None) -> SignedHead:
     seq, hash = chain_head(account_id)
     chain = account_id if account_id is not None else OPERATOR_CHAIN
     return latest_or_sign(chain=SignedHead.Chain.AUDIT, account_id=chain, seq=seq, hash=hash)
+
+
+class Target(TypedDict):
+    """Who changed which row: the arguments `record` and `record_change` share, for a caller
+    that records a row created or changed with one of them."""
+
+    actor: Actor | None
+    account_id: int | None
+    target_type: str
+    target_id: object
+    target_label: str
 
 
 def record(

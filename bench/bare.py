@@ -215,7 +215,7 @@ def report(rounds: list[Round]) -> str:
         rows.append(
             [
                 name,
-                *(_fmt(t and t.value) for t in found),
+                *(_fmt(t.value if t is not None else None) for t in found),
                 _fmt(median.value),
                 ("≥ " if median.at_least else "≤ ") + f"{median.limit:g}",
                 verdict,

@@ -136,6 +136,17 @@ class PacedResult:
         return " [GW ERRORS]" if self.gateway_error_logs else ""
 
 
+@dataclass
+class Sampled:
+    """What the sampler saw: the most streams open at once and the RSS then, the peak RSS,
+    and (serving CPU ms, clock) at the moment every stream had its first bytes."""
+
+    open: int = 0
+    rss_kb: int | None = None
+    peak_kb: int = 0
+    cpu_open: tuple[float, float] | None = None
+
+
 class Streams:
     """What the N streams of one run did, and how many are open right now."""
 
@@ -286,23 +297,23 @@ async def run_one(
             bench.own_cpu_ms(),
         )
         t0 = time.perf_counter()
-        best = {"open": 0, "rss": None, "peak": result.rss_before_kb or 0, "cpu_open": None}
+        best = Sampled(peak_kb=result.rss_before_kb or 0)
 
         async def sampler() -> None:
             while streams.ended < n:
                 rss = rss_kb(serving.pid)
                 if rss is not None:
-                    best["peak"] = max(best["peak"], rss)
-                    more = streams.open > best["open"]
-                    if more or (streams.open == best["open"] and rss > (best["rss"] or 0)):
-                        best["open"], best["rss"] = streams.open, rss
+                    best.peak_kb = max(best.peak_kb, rss)
+                    more = streams.open > best.open
+                    if more or (streams.open == best.open and rss > (best.rss_kb or 0)):
+                        best.open, best.rss_kb = streams.open, rss
                 if not streams.all_first.is_set():
                     with contextlib.suppress(TimeoutError):
                         async with asyncio.timeout(SAMPLE_S):
                             await streams.all_first.wait()
                     continue
-                if best["cpu_open"] is None:
-                    best["cpu_open"] = (bench.cpu_ms(serving.pid), time.perf_counter())
+                if best.cpu_open is None:
+                    best.cpu_open = (bench.cpu_ms(serving.pid), time.perf_counter())
                     continue  # take the RSS of the moment every stream is open, right away
                 await asyncio.sleep(SAMPLE_S)
 
@@ -347,16 +358,16 @@ async def run_one(
         ms(pct(streams.ttfts, 0.99)),
     )
     result.ttft_max_ms = ms(max(streams.ttfts, default=None))
-    result.open_at_sample = best["open"]
-    result.rss_open_kb = best["rss"]
-    result.rss_peak_kb = best["peak"]
-    if best["rss"] is not None and result.rss_before_kb is not None and best["open"]:
-        result.rss_per_stream_kb = (best["rss"] - result.rss_before_kb) / best["open"]
+    result.open_at_sample = best.open
+    result.rss_open_kb = best.rss_kb
+    result.rss_peak_kb = best.peak_kb
+    if best.rss_kb is not None and result.rss_before_kb is not None and best.open:
+        result.rss_per_stream_kb = (best.rss_kb - result.rss_before_kb) / best.open
     wall_ms = result.elapsed_s * 1000
     result.cpu_ms = cpu1 - cpu0
     result.cpu_all_pct = 100 * result.cpu_ms / wall_ms if wall_ms else None
-    if best["cpu_open"] is not None:
-        cpu_at, t_at = best["cpu_open"]
+    if best.cpu_open is not None:
+        cpu_at, t_at = best.cpu_open
         result.opened_s = t_at - t0
         if result.opened_s > 0:
             result.cpu_open_pct = 100 * (cpu_at - cpu0) / (result.opened_s * 1000)

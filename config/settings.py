@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import os
 import secrets
+from collections.abc import Callable
 from pathlib import Path
 
 from csp import constants as csp_constants
@@ -36,7 +37,7 @@ if env("TOLLGATE_VAR_DIR"):
     VAR_DIR = Path(env("TOLLGATE_VAR_DIR"))
 
 
-def _embedded_secret(filename: str, make: callable) -> str:
+def _embedded_secret(filename: str, make: Callable[[], str]) -> str:
     """Return a per-checkout secret kept under var/, created on first use (embedded runs)."""
     VAR_DIR.mkdir(parents=True, exist_ok=True)
     path = VAR_DIR / filename

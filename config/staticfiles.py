@@ -12,7 +12,10 @@ import os
 from collections.abc import AsyncIterator
 from typing import BinaryIO
 
-from whitenoise.middleware import WhiteNoiseFileResponse, WhiteNoiseMiddleware
+from whitenoise.middleware import (  # type: ignore[import-untyped]  # WhiteNoise ships no types
+    WhiteNoiseFileResponse,
+    WhiteNoiseMiddleware,
+)
 
 CHUNK_BYTES = 65_536
 

@@ -63,7 +63,7 @@ def profile_recorded(*, profile: ProviderProfile, before: dict | None, actor: Ac
     """Record a profile created (before None) or changed since `before` (only what differs);
     operator-wide: a profile belongs to no account."""
     after = profile_snapshot(profile.pk) or {}
-    common = {
+    target: audit.Target = {
         "actor": actor,
         "account_id": None,
         "target_type": "profile",
@@ -71,9 +71,9 @@ def profile_recorded(*, profile: ProviderProfile, before: dict | None, actor: Ac
         "target_label": profile.name,
     }
     if before is None:
-        audit.record(**common, action="profile.create", after=after)
+        audit.record(**target, action="profile.create", after=after)
     else:
-        audit.record_change(**common, action="profile.update", before=before, after=after)
+        audit.record_change(**target, action="profile.update", before=before, after=after)
 
 
 def seal_platform_key(*, profile: ProviderProfile, api_key: str) -> None:

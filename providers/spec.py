@@ -75,7 +75,7 @@ UNIT_COLUMNS = {
     "query": "query_micro",
 }
 # The unit each web kind sells (a fake profile may sell any).
-KIND_UNIT = {
+KIND_UNIT: dict[str, str] = {
     ProviderKind.DIRECT_HTTP: "page",
     ProviderKind.RENDER_API: "rendered_page",
     ProviderKind.SEARCH_API: "query",
@@ -143,7 +143,7 @@ def units_problem(units: object, profile_kind: object, *, has_models: bool) -> s
             return f"unknown unit {unit!r} (use {sorted(UNIT_COLUMNS)})"
         if not isinstance(price, int) or isinstance(price, bool) or price < 0:
             return f"the price of {unit!r} must be a non-negative integer (micro-USD)"
-    if profile_kind in WEB_KINDS:
+    if isinstance(profile_kind, str) and profile_kind in WEB_KINDS:
         if has_models:
             return f"a {profile_kind} profile serves web units, not models"
         own = KIND_UNIT[profile_kind]

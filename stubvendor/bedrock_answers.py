@@ -205,6 +205,7 @@ def build_answer(
 
 
 def converse_message(answer: Answer) -> dict[str, Any]:
+    content: list[dict[str, Any]]
     if answer.calls:
         content = [
             {"toolUse": {"toolUseId": c.id, "name": c.name, "input": c.input}} for c in answer.calls

@@ -16,9 +16,21 @@ class Dialect(Protocol):
     """A vendor that speaks OpenAI's bodies on paths and headers of its own (Azure:
     stubvendor/azure.py): the OpenAI handlers serve its calls and ask it these."""
 
-    key_header: str  # the header that carries the key
-    path_model: str | None  # the model its path names (a deployment); None: the body's
-    recorded: dict[str, Any]  # what the calls log keeps of a call beyond the usual fields
+    # Read-only (properties) so a frozen dataclass satisfies the protocol.
+    @property
+    def key_header(self) -> str:
+        """The header that carries the key."""
+        ...
+
+    @property
+    def path_model(self) -> str | None:
+        """The model its path names (a deployment); None: the body's."""
+        ...
+
+    @property
+    def recorded(self) -> dict[str, Any]:
+        """What the calls log keeps of a call beyond the usual fields."""
+        ...
 
     def refuse(
         self, state: StubState, key: str | None, body: dict[str, Any]

@@ -150,7 +150,9 @@ async def generate_content(request: web.Request, route: Route) -> web.StreamResp
     state = request.app[STATE]
     raw, body = await read_body(request)
     key, raw_key = _key_of(request, route)
-    extra = {"project": route.project, "location": route.location} if route.api == VERTEX else {}
+    extra: dict[str, str | None] = (
+        {"project": route.project, "location": route.location} if route.api == VERTEX else {}
+    )
     if route.api == VERTEX:
         extra["principal"] = state.google_tokens.get(key or "", (None, 0))[0]
     config = _config(body) if isinstance(body, dict) else {}

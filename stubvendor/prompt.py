@@ -85,7 +85,7 @@ def _part_tokens(part: Any, shape: str) -> int:
         return _words(part.get("text"))
     if shape == "anthropic" and kind == "tool_result":
         return _content_tokens(part.get("content"), shape)
-    return _FIXED_PART_TOKENS[shape].get(kind, 0)
+    return _FIXED_PART_TOKENS[shape].get(kind, 0) if isinstance(kind, str) else 0
 
 
 def _content_tokens(content: Any, shape: str) -> int:

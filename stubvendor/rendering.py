@@ -270,7 +270,7 @@ def anthropic_message(seq: int, model: str, answer: Answer, prompt: PromptUsage)
 
 def _anthropic_stream_blocks(answer: Answer) -> list[tuple[dict[str, Any], list[dict[str, Any]]]]:
     """(content_block_start's block, its deltas) for every block of the answer."""
-    blocks = []
+    blocks: list[tuple[dict[str, Any], list[dict[str, Any]]]] = []
     if answer.thinking:
         deltas = [{"type": "thinking_delta", "thinking": t} for t in _spaced(THINKING_WORDS)]
         deltas.append({"type": "signature_delta", "signature": THINKING_SIGNATURE})
@@ -295,7 +295,7 @@ def _event(name: str, **fields: Any) -> bytes:
 
 def anthropic_stream_frames(seq: int, model: str, answer: Answer, prompt: PromptUsage) -> Frames:
     """The messages event stream of the answer."""
-    message = {
+    message: dict[str, Any] = {
         "id": f"msg_stub_{seq}",
         "type": "message",
         "role": "assistant",

@@ -3,12 +3,14 @@ key a call carries, and small readers of a body's fields."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeGuard, TypeVar
 
 import orjson
 from aiohttp import web
 
 from stubvendor.dialect import DIALECT
+
+_Resp = TypeVar("_Resp", bound=web.StreamResponse)  # _answer hands back what it got
 
 
 def _json(status: int, obj: Any, headers: dict[str, str] | None = None) -> web.Response:
@@ -20,7 +22,7 @@ def _json(status: int, obj: Any, headers: dict[str, str] | None = None) -> web.R
     )
 
 
-def _answer(call: dict[str, Any], resp: web.StreamResponse) -> web.StreamResponse:
+def _answer(call: dict[str, Any], resp: _Resp) -> _Resp:
     call["status"] = resp.status
     return resp
 
@@ -119,7 +121,7 @@ def _extract_key(request: web.Request, shape: str) -> tuple[str | None, str | No
     return (value or None), raw
 
 
-def _is_int(value: Any) -> bool:
+def _is_int(value: Any) -> TypeGuard[int]:  # False for bools: TypeIs would say "not int"
     return isinstance(value, int) and not isinstance(value, bool)
 
 

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db.models import Count, F, Q, QuerySet, Sum, Value
 from django.db.models.functions import Coalesce, NullIf, TruncDate
 
@@ -50,7 +50,7 @@ TOTALS = (
 )
 
 
-def account_ids_of_user(*, user: AbstractBaseUser, account: int | None = None) -> list[int]:
+def account_ids_of_user(*, user: User, account: int | None = None) -> list[int]:
     """The ids of the accounts whose usage the user may read (only `account`, when given)."""
     ids = accounts_of_user(user=user).values_list("pk", flat=True)
     if account is not None:
@@ -104,14 +104,12 @@ def usage_logs(
     return logs.order_by("-created_at", "-id")
 
 
-def usage_logs_of_user(
-    *, user: AbstractBaseUser, account: int | None = None, **filters
-) -> QuerySet[UsageLog]:
+def usage_logs_of_user(*, user: User, account: int | None = None, **filters) -> QuerySet[UsageLog]:
     """Return the user's accounts' usage rows (in `account` only, when given), newest first."""
     return usage_logs(accounts=account_ids_of_user(user=user, account=account), **filters)
 
 
-def usage_log_of_user(*, user: AbstractBaseUser, request_id: str) -> UsageLog | None:
+def usage_log_of_user(*, user: User, request_id: str) -> UsageLog | None:
     """Return one of the user's rows by the gateway's id, else the newest with that client id.
 
     Only the user's own accounts are searched: another tenant's id finds nothing. The

@@ -91,7 +91,9 @@ def error_response(
         }
     }
     response = HttpResponse(orjson.dumps(body), status=status_code, content_type="application/json")
-    response.data = body  # as DRF's responses carry it, for tests and middleware that read it
+    # As DRF's responses carry it, for tests and middleware that read it (an attribute of
+    # this instance, which HttpResponse's type does not declare).
+    response.data = body  # type: ignore[attr-defined]
     if retry_after_s:
         response["Retry-After"] = str(max(1, math.ceil(retry_after_s)))
     return response

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db.models import QuerySet
 from django.shortcuts import get_object_or_404
 
@@ -38,9 +38,7 @@ class UsageQuery:
         return selectors.cache_report(accounts=self.accounts, **self.filters)
 
 
-def usage_query(
-    *, user: AbstractBaseUser, params: Mapping, account: int | None = None
-) -> UsageQuery:
+def usage_query(*, user: User, params: Mapping, account: int | None = None) -> UsageQuery:
     """Validate the usage filters for the user's accounts (`account` only, when given). Bad
     filters raise ValidationError (400); a group or key the user cannot see there raises
     Http404."""
