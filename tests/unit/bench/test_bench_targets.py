@@ -28,11 +28,12 @@ class Paced:  # the fields of bench/paced.py's PacedResult that the targets read
     n: int
     ttft_p50_ms: float | None
     rss_per_stream_kb: float | None = None
+    rss_reused: bool = False
     failed: int = 0
     gateway_error_logs: int = 0
 
 
-def a_round(gw_cpu: float, *, failed: int = 0) -> bare.Round:
+def a_round(gw_cpu: float, *, failed: int = 0, reused: bool = False) -> bare.Round:
     return bare.Round(
         [
             Row("bare-openai", "bare", gateway_cpu_ms_per_req=0.2),
@@ -44,7 +45,9 @@ def a_round(gw_cpu: float, *, failed: int = 0) -> bare.Round:
         [
             Paced("stub", "openai", 1000, ttft_p50_ms=600.0),
             Paced("bare", "openai", 1000, ttft_p50_ms=700.0, rss_per_stream_kb=9.0),
-            Paced("gw", "openai", 1000, ttft_p50_ms=950.0, rss_per_stream_kb=30.5),
+            Paced(
+                "gw", "openai", 1000, ttft_p50_ms=950.0, rss_per_stream_kb=30.5, rss_reused=reused
+            ),
         ],
     )
 
@@ -65,6 +68,15 @@ def test_each_target_is_taken_within_its_round():
         "gateway errors": 0.0,
         "req/s openai: gw / LiteLLM": 1000.0 / 80.0,
     }
+
+
+def test_memory_per_stream_counts_only_a_first_hold_of_that_many():
+    # A later round's gateway reuses what the first round's streams freed: no reading.
+    again = by_name(bare.targets(a_round(0.5, reused=True)))
+    assert again["1000 streams openai: gw KB per stream"] is None
+    text = bare.report([a_round(0.5), a_round(0.5, reused=True), a_round(0.5, reused=True)])
+    line = next(x for x in text.splitlines() if x.startswith("1000 streams openai: gw KB"))
+    assert line.split()[-7:] == ["30.50", "-", "-", "30.50", "≤", "32", "ok"]
 
 
 def test_a_target_is_met_below_its_limit_or_above_it_for_a_floor():
