@@ -4,14 +4,12 @@ measured as its own process, and the targets table is each round's ratios to it.
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from bench import bare
+from tests.support.bench_runs import bench_report
 
 ROOT = Path(__file__).resolve().parents[2]
 SCENARIOS = (
@@ -32,21 +30,7 @@ pytestmark = pytest.mark.timeout(400)
 @pytest.fixture(scope="module")
 def report(tmp_path_factory) -> dict:
     out = tmp_path_factory.mktemp("bare") / "bare.json"
-    done = subprocess.run(
-        [sys.executable, *COMMAND.split()[1:], "--json", str(out)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=380,
-    )
-    assert out.exists(), (
-        f"no report ({done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
-    )
-    doc = json.loads(out.read_text())
-    doc["exit_code"] = done.returncode
-    doc["stdout"] = done.stdout
-    doc["output"] = done.stdout[-3000:] + done.stderr[-3000:]
-    return doc
+    return bench_report(COMMAND.split()[2:], out, timeout_s=380)
 
 
 def test_every_request_through_the_bare_proxy_succeeds(report):

@@ -4,12 +4,11 @@ each against its uncached twin."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from tests.support.bench_runs import bench_report
 
 ROOT = Path(__file__).resolve().parents[2]
 N = 40
@@ -30,20 +29,8 @@ pytestmark = pytest.mark.timeout(300)
 @pytest.fixture(scope="module")
 def report(tmp_path_factory) -> dict:
     out = tmp_path_factory.mktemp("cache") / "cache.json"
-    done = subprocess.run(
-        [
-            sys.executable, "bench/run.py", "--only", ",".join(SCENARIOS), "--n", str(N),
-            "--c", "4", "--paced-streams", "0", "--json", str(out),
-        ],
-        cwd=ROOT, capture_output=True, text=True, timeout=280,
-    )  # fmt: skip
-    assert out.exists(), (
-        f"no report ({done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
-    )
-    doc = json.loads(out.read_text())
-    doc["exit_code"] = done.returncode
-    doc["output"] = done.stdout[-3000:] + done.stderr[-3000:]
-    return doc
+    args = ["--only", ",".join(SCENARIOS), "--n", str(N), "--c", "4", "--paced-streams", "0"]
+    return bench_report(args, out, timeout_s=280)
 
 
 def test_every_request_of_every_scenario_succeeds(report):

@@ -5,7 +5,6 @@ twin, and what a request with no guardrail pays is measured."""
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from bench import guarded
+from tests.support.bench_runs import bench_report
 
 ROOT = Path(__file__).resolve().parents[2]
 COMMAND = (
@@ -29,20 +29,7 @@ pytestmark = pytest.mark.timeout(300)
 @pytest.fixture(scope="module")
 def report(tmp_path_factory) -> dict:
     out = tmp_path_factory.mktemp("guarded") / "guarded.json"
-    done = subprocess.run(
-        [sys.executable, *COMMAND.split()[1:], "--json", str(out)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=280,
-    )
-    assert out.exists(), (
-        f"no report ({done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
-    )
-    doc = json.loads(out.read_text())
-    doc["exit_code"] = done.returncode
-    doc["output"] = done.stdout[-3000:] + done.stderr[-3000:]
-    return doc
+    return bench_report(COMMAND.split()[2:], out, timeout_s=280)
 
 
 def test_the_guarded_scenarios_run_right_after_their_twins(report):

@@ -3,10 +3,7 @@ chains verify_receipts accepts) and every call answers."""
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
@@ -14,6 +11,7 @@ import psycopg
 import pytest
 from django.conf import settings
 
+from tests.support.bench_runs import bench_report
 from tests.support.services import requires_postgres, requires_redis
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -32,21 +30,12 @@ def server_url() -> str:
 def report(tmp_path_factory) -> dict:
     out = tmp_path_factory.mktemp("scale") / "scale.json"
     redis = urlsplit(settings.REDIS_URL)._replace(path=f"/{BENCH_REDIS_DB}")
-    done = subprocess.run(
-        [
-            sys.executable, "bench/run.py", "--scale", "--scale-rows", str(ROWS),
-            "--scale-requests", "100", "--database-url", server_url(),
-            "--redis-url", urlunsplit(redis), "--json", str(out), "--scale-verify-receipts",
-        ],
-        cwd=ROOT, capture_output=True, text=True, timeout=840,
-    )  # fmt: skip
-    assert out.exists(), (
-        f"no report ({done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
-    )
-    doc = json.loads(out.read_text())
-    doc["exit_code"] = done.returncode
-    doc["output"] = done.stdout[-3000:] + done.stderr[-3000:]
-    return doc
+    args = [
+        "--scale", "--scale-rows", str(ROWS), "--scale-requests", "100",
+        "--database-url", server_url(), "--redis-url", urlunsplit(redis),
+        "--scale-verify-receipts",
+    ]  # fmt: skip
+    return bench_report(args, out, timeout_s=840)
 
 
 def test_it_loads_exactly_the_rows_it_generated(report):
