@@ -76,7 +76,9 @@ def test_a_cache_redis_of_its_own_is_capped_and_killed_only_turns_hits_into_miss
         )
         rows = usage_rows(group_id=tenant.group_id, expect=vendor_calls(stack) + 2)
         assert all(row.status == 200 for row in rows)
-        statuses = [row.cache_status for row in rows]
+        # In the order the requests came: a row whose journal write timed out on a busy
+        # machine is stored from the process's own queue, after later rows.
+        statuses = [row.cache_status for row in sorted(rows, key=lambda row: row.created_at)]
         assert statuses[:3] == ["miss", "hit", "miss"] and statuses[-1] == "hit"
         assert set(statuses[3:-1]) == {"miss"}
         assert metric(stack.url, "tollgate_cache_lookups_total", route="chat", outcome="hit") == 2
