@@ -1405,7 +1405,7 @@ def main(argv: list[str] | None = None) -> int:
         if paced_results:
             print("\n" + paced.report(paced_results, sys.modules[__name__]))
             paced.print_failures(paced_results)
-        if any(r.target == bare.TARGET for r in results + paced_results):
+        if any(r.target in (bare.TARGET, "peer") for r in results + paced_results):
             print("\n" + bare.report(rounds))
         paced_want = len(args.paced_streams) * len(args.paced_shapes) * 3
         if (
