@@ -3,6 +3,8 @@ what the orchestrator tests of tests/unit run a chain against."""
 
 from __future__ import annotations
 
+from billing.escrow import Escrow
+from billing.request_money import RequestMoney
 from byok.pools import Pool, PoolKey
 from byok.routing import KeyRotation
 from core.shared_state import SharedState
@@ -51,3 +53,14 @@ class ChainWorld:
 
     def pool_for(self, group_id: int, provider: str) -> Pool | None:
         return self.pools.get((group_id, provider))
+
+    def money_for(self, escrow: Escrow, request_id: str, estimate_micro: int) -> RequestMoney:
+        """Open a request's money handle for this world's principal, as the pipeline's hold
+        stage opens it."""
+        return escrow.open_request(
+            request_id=request_id,
+            account_id=self.principal.account_id,
+            group_id=self.principal.group_id,
+            api_key_id=self.principal.api_key_id,
+            estimate_micro=estimate_micro,
+        )

@@ -161,13 +161,7 @@ class World(ChainWorld):
         async def main():
             escrow = Escrow()
             await escrow.open()
-            ctx.money = escrow.open_request(
-                request_id=ctx.request_id,
-                account_id=self.principal.account_id,
-                group_id=self.principal.group_id,
-                api_key_id=self.principal.api_key_id,
-                estimate_micro=plan.budget_estimate_micro,
-            )
+            ctx.money = self.money_for(escrow, ctx.request_id, plan.budget_estimate_micro)
             try:
                 if self.kind == "model":
                     orchestrator = Orchestrator(breakers=self.breakers, keys=self.keys)

@@ -101,13 +101,7 @@ class World(ChainWorld):
             escrow = Escrow()
             await escrow.open()
             for ctx in self.contexts:
-                ctx.money = escrow.open_request(
-                    request_id=ctx.request_id,
-                    account_id=self.principal.account_id,
-                    group_id=self.principal.group_id,
-                    api_key_id=self.principal.api_key_id,
-                    estimate_micro=ctx.plan.budget_estimate_micro,
-                )
+                ctx.money = self.money_for(escrow, ctx.request_id, ctx.plan.budget_estimate_micro)
             try:
                 return await coro_of(Orchestrator(breakers=self.breakers, keys=self.keys))
             finally:
