@@ -7,9 +7,11 @@ from billing.escrow import Escrow
 from billing.request_money import RequestMoney
 from byok.pools import Pool, PoolKey
 from byok.routing import KeyRotation
+from core.money import TokenPrices
 from core.shared_state import SharedState
 from gateway.auth import Principal
 from gateway.breakers import BreakerBoard
+from gateway.catalog import ModelOffer, Profile
 from tests.support.tenants import make_tenant
 
 
@@ -63,4 +65,17 @@ class ChainWorld:
             group_id=self.principal.group_id,
             api_key_id=self.principal.api_key_id,
             estimate_micro=estimate_micro,
+        )
+
+    @staticmethod
+    def offer(profile: Profile, model: str) -> ModelOffer:
+        """`model` on `profile`: $1 / $2 per million tokens in / out, 100 tokens out at most."""
+        return ModelOffer(
+            profile=profile,
+            name=model,
+            upstream=f"{model}-upstream",
+            prices=TokenPrices.configured(
+                input_micro_per_mtok=1_000_000, output_micro_per_mtok=2_000_000
+            ),
+            max_output_tokens=100,
         )

@@ -15,11 +15,11 @@ import pytest
 
 from billing.escrow import Escrow
 from core import errors
-from core.money import TokenPrices, with_margin_micro
+from core.money import with_margin_micro
 from gateway.adapters.base import error_for_status
 from gateway.adapters.fake import STATUS_FAULTS, Call, FakeProvider, Fault
 from gateway.attempts import PLATFORM, TEAM
-from gateway.catalog import Catalog, ModelOffer, Profile, WebProfile
+from gateway.catalog import Catalog, Profile, WebProfile
 from gateway.context import Meter, ModelContext, RequestContext, WebContext
 from gateway.orchestrator import Orchestrator
 from gateway.plan import build_plan, worst_case_cost_micro
@@ -77,8 +77,8 @@ class World(ChainWorld):
             self.catalog = Catalog(
                 profiles=profiles,
                 offers_by_model={
-                    "m": (self._offer(profiles["a"], "m"),),
-                    "n": (self._offer(profiles["b"], "n"),),
+                    "m": (self.offer(profiles["a"], "m"),),
+                    "n": (self.offer(profiles["b"], "n"),),
                 },
             )
         else:
@@ -111,18 +111,6 @@ class World(ChainWorld):
             prices={QUERY: PRICE},
             respect_robots=True,
             adapter=self.vendors[name],
-        )
-
-    @staticmethod
-    def _offer(profile: Profile, model: str) -> ModelOffer:
-        return ModelOffer(
-            profile=profile,
-            name=model,
-            upstream=f"{model}-upstream",
-            prices=TokenPrices.configured(
-                input_micro_per_mtok=1_000_000, output_micro_per_mtok=2_000_000
-            ),
-            max_output_tokens=100,
         )
 
     def plan(self):

@@ -14,9 +14,8 @@ import pytest
 
 from byok.routing import KeyRotation
 from core import errors
-from core.money import TokenPrices
 from gateway.adapters.fake import FakeProvider, Fault
-from gateway.catalog import Catalog, ModelOffer, Profile
+from gateway.catalog import Catalog, Profile
 from gateway.context import Meter, ModelContext
 from gateway.orchestrator import Orchestrator
 from gateway.plan import build_plan
@@ -46,15 +45,7 @@ class World(ChainWorld):
             idle_timeout_s=1.0,
             adapter=self.vendor,
         )
-        offer = ModelOffer(
-            profile=profile,
-            name="m",
-            upstream="m-upstream",
-            prices=TokenPrices.configured(
-                input_micro_per_mtok=1_000_000, output_micro_per_mtok=2_000_000
-            ),
-            max_output_tokens=100,
-        )
+        offer = self.offer(profile, "m")
         self.catalog = Catalog(profiles={"a": profile}, offers_by_model={"m": (offer,)})
         self.pool = self.team_pool("a", "team-1", "team-2", fallback=False)
 

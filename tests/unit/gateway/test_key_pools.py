@@ -21,12 +21,11 @@ from byok.pools import Pool, PoolKey
 from byok.routing import KeyRotation
 from core import errors
 from core.key_pool import KeyPool, NoKeyFree
-from core.money import TokenPrices
 from core.shared_state import SharedState
 from gateway.adapters.base import ProviderError
 from gateway.adapters.fake import FakeProvider, Fault
 from gateway.attempts import PLATFORM, TEAM
-from gateway.catalog import Catalog, ModelOffer, Profile
+from gateway.catalog import Catalog, Profile
 from gateway.context import Meter, ModelContext
 from gateway.orchestrator import Orchestrator
 from gateway.plan import build_plan
@@ -77,15 +76,7 @@ class World(ChainWorld):
             adapter=self.vendor,
             key_pool=platform_pool if kind == PLATFORM else None,
         )
-        offer = ModelOffer(
-            profile=profile,
-            name="m",
-            upstream="m-upstream",
-            prices=TokenPrices.configured(
-                input_micro_per_mtok=1_000_000, output_micro_per_mtok=2_000_000
-            ),
-            max_output_tokens=100,
-        )
+        offer = self.offer(profile, "m")
         self.catalog = Catalog(profiles={"a": profile}, offers_by_model={"m": (offer,)})
         self.keys = KeyRotation(self.shared, clock=self.clock)
         self.platform_keys = PlatformKeys(self.shared, clock=self.clock)
