@@ -95,6 +95,9 @@ class KeyPool(Generic[P, K]):
     refusal_fails_attempt = False
     # The attempt trail's line when no key is free, if the kind records one.
     busy_outcome: str | None = None
+    # Whether the kind keeps its keys' in-flight counts (a kind with one key that no rule
+    # reads them for skips the count, and a stream is handed on without a wrapper).
+    counts_in_flight = True
 
     def __init__(self, shared: SharedState | None, *, clock: Callable[[], float]) -> None:
         self._shared = shared  # None: a kind that never benches shares nothing
@@ -176,16 +179,20 @@ class KeyPool(Generic[P, K]):
 
     def started(self, pool: P, key: K) -> K:
         """Count a call on `key` in flight; return the key."""
-        self._in_flight[(self.slot(pool), key.label)] += 1
+        if self.counts_in_flight:
+            self._in_flight[(self.slot(pool), key.label)] += 1
         return key
 
     def done(self, pool: P, key: K) -> None:
         """Say a call a walk gave `key` is over (served or failed)."""
-        self._in_flight[(self.slot(pool), key.label)] -= 1
+        if self.counts_in_flight:
+            self._in_flight[(self.slot(pool), key.label)] -= 1
 
     def in_flight_until_done(self, pool: P, key: K, answer: T) -> T:
         """Return a call's answer, `key` counted in flight until it is over: a whole answer
         is over now; a stream (an async generator) once it ends or is closed."""
+        if not self.counts_in_flight:
+            return answer
         if not isinstance(answer, AsyncGenerator):
             self.done(pool, key)
             return answer

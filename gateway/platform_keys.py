@@ -261,7 +261,9 @@ class PlatformWalk:
 
 class OwnKey(KeyPool[OwnCredential, OwnCredential]):
     """A profile's one platform key as a pool of one: never benched (a refusal is the
-    attempt's failure), every try on it."""
+    attempt's failure), every try on it, its calls not counted (one key: nothing to pick by)."""
+
+    counts_in_flight = False
 
     def __init__(self) -> None:
         super().__init__(None, clock=time.time)

@@ -29,7 +29,13 @@ from gateway.catalog import Catalog, Profile
 from gateway.context import Meter, ModelContext
 from gateway.orchestrator import Orchestrator
 from gateway.plan import build_plan
-from gateway.platform_keys import PlatformCredential, PlatformKeys, PlatformPool
+from gateway.platform_keys import (
+    OwnCredential,
+    OwnKey,
+    PlatformCredential,
+    PlatformKeys,
+    PlatformPool,
+)
 from gateway.shapes import openai as openai_shape
 from tests.support.chains import ChainWorld
 from tests.support.clock import FakeClock
@@ -274,3 +280,15 @@ def test_a_bench_is_kept_in_redis_under_the_names_running_gateways_read(kind, ta
         delete_redis_keys(name)
     assert set_aside and stored == value
     assert 39_000 < left_ms <= 40_000
+
+
+def test_a_profiles_own_key_hands_a_stream_on_as_it_is_and_counts_nothing():
+    async def stream() -> AsyncGenerator[bytes, None]:
+        yield b"chunk"
+
+    keys = OwnKey()
+    own = OwnCredential("a", "sk-own")
+    answer = stream()
+    assert keys.in_flight_until_done(own, keys.started(own, own), answer) is answer
+    assert keys.in_flight(own, own) == 0
+    asyncio.run(answer.aclose())
