@@ -40,7 +40,7 @@ echo $! >"$VAR/stub.pid"
 # fetcher reach (production never sets this). A Celery worker runs the crawl jobs.
 export TOLLGATE_WEB_ALLOW_NETS=127.0.0.1/32
 nohup $PY -m uvicorn config.asgi:application --host 127.0.0.1 --port "$PORT" \
-  --loop uvloop --http httptools --no-access-log >"$VAR/gateway.log" 2>&1 &
+  --loop uvloop --http httptools --no-access-log --timeout-keep-alive 75 >"$VAR/gateway.log" 2>&1 &
 echo $! >"$VAR/gateway.pid"
 nohup $PY -m celery -A config worker --pool solo --loglevel WARNING >"$VAR/worker.log" 2>&1 &
 echo $! >"$VAR/worker.pid"

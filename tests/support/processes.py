@@ -186,6 +186,9 @@ def start_gateway(
                 "--http",
                 "httptools",
                 "--no-access-log",
+                # gunicorn.conf.py's keep-alive: a client's idle connection outlives its 5 s.
+                "--timeout-keep-alive",
+                "75",
                 *(["--workers", str(workers)] if workers > 1 else []),
             ],
             cwd=ROOT,
