@@ -22,9 +22,11 @@ from tests.support.rates import RateWindow
 from tests.support.services import HAS_REDIS, IS_POSTGRES, clear_shared_state
 from tests.support.stacks import Stack, own_stack
 from tests.support.tcp_relay import TcpRelay
+from tests.support.tls import share_default_contexts
 
 
 def pytest_configure(config):
+    share_default_contexts()
     _retry_flush_on_deadlock()
     _flush_only_tables_with_rows()
 
