@@ -44,4 +44,4 @@ def _share(transports: ModuleType) -> None:
         return built[key]
 
     create_ssl_context.shares_defaults = True  # type: ignore[attr-defined]  # a marker
-    transports.create_ssl_context = create_ssl_context
+    transports.create_ssl_context = create_ssl_context  # type: ignore[attr-defined]  # re-exported there
