@@ -2,7 +2,9 @@
 
 `browser` is a fixture (import it into a test module or conftest); `open_page` gives a tab
 whose `shot(name)` keeps a full-page screenshot under $TEST_ARTIFACTS_DIR (default
-var/test-artifacts, not committed), so a failure can be seen.
+var/test-artifacts, not committed), so a failure can be seen. TEST_SCREENSHOTS=off takes none:
+CI sets it, since nobody opens a CI run's files and a full-page capture is about a fifth of a
+browser test's CPU. Every check on the page runs either way.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import pytest
 
 CHROMIUM = os.environ.get("TEST_CHROMIUM", "/usr/bin/chromium")
 ARTIFACTS = Path(os.environ.get("TEST_ARTIFACTS_DIR", "var/test-artifacts"))
+SCREENSHOTS = os.environ.get("TEST_SCREENSHOTS", "on") != "off"
 # Debian's Chromium in a closed network: no background fetches, no sandbox as root.
 CHROMIUM_ARGS = [
     "--no-sandbox",
@@ -51,9 +54,15 @@ def browser():
 
 
 def open_page(browser, shots: Path, *, viewport: dict = DESKTOP):
-    """A tab in a fresh context; `tab.shot(name)` saves a screenshot in `shots`."""
+    """A tab in a fresh context; `tab.shot(name)` saves a screenshot in `shots` (unless
+    TEST_SCREENSHOTS=off)."""
     context = browser.new_context(viewport=viewport)
     tab = context.new_page()
     shots.mkdir(parents=True, exist_ok=True)
-    tab.shot = lambda name: tab.screenshot(path=str(shots / f"{name}.png"), full_page=True)
+
+    def shot(name: str) -> None:
+        if SCREENSHOTS:
+            tab.screenshot(path=str(shots / f"{name}.png"), full_page=True)
+
+    tab.shot = shot
     return tab
