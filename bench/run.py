@@ -1374,6 +1374,7 @@ def main(argv: list[str] | None = None) -> int:
                 flush=True,
             )
         rounds: list[bare.Round] = []
+        held = paced.nothing_held()  # the same processes in every round
         for number in range(1, args.rounds + 1):
             if args.rounds > 1:
                 print(f"--- round {number} of {args.rounds} ---", flush=True)
@@ -1382,7 +1383,7 @@ def main(argv: list[str] | None = None) -> int:
             if args.paced_streams and servers.gateway.alive() and servers.stub.alive():
                 floor = traced_servers.get(bare.TARGET)
                 paced_results = run_loop(
-                    lambda: paced.run_paced(args, servers, sys.modules[__name__], floor)  # noqa: B023
+                    lambda: paced.run_paced(args, servers, sys.modules[__name__], floor, held)  # noqa: B023
                 )
             rounds.append(bare.Round(results, paced_results))
             if any(r.bad for r in results + paced_results):
