@@ -376,24 +376,19 @@ async def run_one(
     return result
 
 
-def nothing_held() -> dict[str, int]:
-    """The most streams each process has held so far: none yet (keep one for a run's rounds,
-    which share the processes)."""
-    return {"stub": 0, "bare": 0, "gw": 0}
-
-
 async def run_paced(
     args: argparse.Namespace,
     servers: Any,
     bench: ModuleType,
     floor: Any = None,
-    held: dict[str, int] | None = None,
+    held: Counter[str] | None = None,
 ) -> list[PacedResult]:
     """Every count of --paced-streams, every shape: the stub directly, then the bare proxy
-    (`floor`, bench/bare.py, when given), then the gateway. `held` (nothing_held) carries
-    what the processes held in an earlier round: memory they freed then reads low now."""
+    (`floor`, bench/bare.py, when given), then the gateway. `held`, the most streams each
+    process has held so far, is one count for a run's rounds (they share the processes):
+    memory freed in an earlier round reads low in a later one."""
     results = []
-    held = nothing_held() if held is None else held
+    held = Counter() if held is None else held
     targets = ("stub", "bare", "gw") if floor is not None else ("stub", "gw")
     for n in args.paced_streams:
         for shape in args.paced_shapes:

@@ -1374,7 +1374,7 @@ def main(argv: list[str] | None = None) -> int:
                 flush=True,
             )
         rounds: list[bare.Round] = []
-        held = paced.nothing_held()  # the same processes in every round
+        held: Counter[str] = Counter()  # streams each process held: the same in every round
         for number in range(1, args.rounds + 1):
             if args.rounds > 1:
                 print(f"--- round {number} of {args.rounds} ---", flush=True)

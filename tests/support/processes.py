@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import runpy
 import signal
 import socket
 import subprocess
@@ -20,6 +21,8 @@ from django.db import connection
 from tests.support.waits import wait_until
 
 ROOT = Path(__file__).resolve().parent.parent.parent
+# Production's idle keep-alive (gunicorn.conf.py), given to the plain uvicorn started here.
+KEEP_ALIVE_S = runpy.run_path(str(ROOT / "gunicorn.conf.py"))["keepalive"]
 INTERNAL_TOKEN = "internal-token-for-tests-0123456789abcdef"
 WEB_TOKEN = "web-internal-token-for-tests-0123456789"  # WEB_FETCH_INTERNAL_TOKEN
 
@@ -186,9 +189,8 @@ def start_gateway(
                 "--http",
                 "httptools",
                 "--no-access-log",
-                # gunicorn.conf.py's keep-alive: a client's idle connection outlives its 5 s.
                 "--timeout-keep-alive",
-                "75",
+                str(KEEP_ALIVE_S),
                 *(["--workers", str(workers)] if workers > 1 else []),
             ],
             cwd=ROOT,
