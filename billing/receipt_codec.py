@@ -59,6 +59,8 @@ DICTIONARY_V1 = (
     b'queries":0,"rendered_pages":0}}'
 )
 DICTIONARIES = {V1: DICTIONARY_V1}
+# The packer's 4 KB window holds the dictionary (2,935 bytes) and a body's nearest repeats;
+# receipts packed before with a 32 KB window still read back (unpacking allows any window).
 CODEC = DictionaryCodec(DICTIONARIES, what="receipt body")
 
 

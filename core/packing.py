@@ -22,8 +22,8 @@ class DictionaryCodec:
         dictionaries: Mapping[int, bytes],
         *,
         what: str,
-        window_bits: int = 15,
-        mem_level: int = 9,
+        window_bits: int = 12,
+        mem_level: int = 4,
     ):
         # Version bytes stay below 0x20: never a JSON text's first byte, so a reader may tell
         # a packed value from plain JSON stored as is.
@@ -34,19 +34,18 @@ class DictionaryCodec:
         self.what = what
         # Deflate only looks back this far and hashes into 2^(mem_level + 7) slots: a small
         # window and table cost less to set up (a packer per value: ~6 us at 12 bits and
-        # mem level 4, ~57 us at 15 and 9) and still reach a dictionary no longer than the window.
-        self.window_bits = window_bits
-        self.mem_level = mem_level
+        # mem level 4, ~57 us at 15 and 9: zlib allocates and clears ~260 KB for that one)
+        # and still reach a dictionary no longer than the window. Unpacking always allows the
+        # largest window, so values packed with a larger one before still read back.
+        # Primed once: a copy per value (deflateCopy) skips hashing the dictionary in again,
+        # ~90k instructions a value. It is only ever copied, never fed.
+        self._primed = zlib.compressobj(
+            9, zlib.DEFLATED, -window_bits, mem_level, zdict=self.dictionaries[self.newest]
+        )
 
     def pack(self, data: bytes) -> bytes:
         """`data` as stored: the newest version byte + raw deflate primed with its dictionary."""
-        packer = zlib.compressobj(
-            9,
-            zlib.DEFLATED,
-            -self.window_bits,
-            self.mem_level,
-            zdict=self.dictionaries[self.newest],
-        )
+        packer = self._primed.copy()
         return bytes((self.newest,)) + packer.compress(data) + packer.flush()
 
     def unpack(self, stored: bytes | memoryview) -> bytes:
@@ -55,7 +54,7 @@ class DictionaryCodec:
         dictionary = self.dictionaries.get(data[0]) if data else None
         if dictionary is None:
             raise ValueError(f"not a packed {self.what}")
-        unpacker = zlib.decompressobj(-self.window_bits, zdict=dictionary)
+        unpacker = zlib.decompressobj(-zlib.MAX_WBITS, zdict=dictionary)
         try:
             return unpacker.decompress(data[1:]) + unpacker.flush()
         except zlib.error as exc:

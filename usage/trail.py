@@ -66,7 +66,7 @@ DICTIONARY_V1 = (
     b'enai-main:gpt-4o-mini:platform","ok",200,'
 )
 # A 4 KB window reaches the whole dictionary; a small hash table keeps a packer cheap.
-CODEC = DictionaryCodec({V1: DICTIONARY_V1}, what="attempt trail", window_bits=12, mem_level=4)
+CODEC = DictionaryCodec({V1: DICTIONARY_V1}, what="attempt trail")
 # What each text of an attempt is cut to (usage/rows.py): the lengths its columns had.
 TEXT_LENGTHS = {
     "provider": 64,

@@ -8,6 +8,7 @@ of the month's bodies; a month's page is a range of seqs.
 
 from __future__ import annotations
 
+import zlib
 from datetime import UTC, datetime
 
 import orjson
@@ -17,7 +18,7 @@ from django.db import connection
 from accounts.models import Account
 from billing import statements
 from billing.models import Receipt
-from billing.receipt_codec import pack, unpack
+from billing.receipt_codec import DICTIONARY_V1, V1, pack, unpack
 from billing.receipts import Draft, append, request_detail
 from core.sqlexec import run_sync
 from core.usage_record import UsageRecord
@@ -70,6 +71,17 @@ def test_a_packed_body_reads_back_byte_for_byte():
     assert packed[0] == 1 and unpack(packed) == text and unpack(memoryview(packed)) == text
     with pytest.raises(ValueError):
         unpack(b"\x09not a body")
+
+
+def test_a_body_packed_with_the_earlier_32_kb_window_still_reads_back():
+    # Receipts stored before the packer's window shrank to 4 KB were deflated with a 32 KB
+    # window and mem level 9, primed with the same dictionary: they read back as they were.
+    second = DICTIONARY_V1[DICTIONARY_V1.index(b'}{"account_id"') + 1 :].decode()
+    text = second.replace('"seq":1', '"seq":48213').replace('"input":10', '"input":1234')
+    earlier = zlib.compressobj(9, zlib.DEFLATED, -15, 9, zdict=DICTIONARY_V1)
+    stored = bytes((V1,)) + earlier.compress(text.encode()) + earlier.flush()
+    assert unpack(stored) == text
+    assert unpack(pack(text)) == text and len(pack(text)) <= len(stored) + 8
 
 
 @requires_postgres
