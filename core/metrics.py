@@ -23,6 +23,7 @@ import os
 import re
 import shutil
 from pathlib import Path
+from typing import Any
 
 from prometheus_client import (
     CollectorRegistry,
@@ -215,7 +216,18 @@ WEB_UNITS = Counter(
     registry=REGISTRY,
 )
 _usage_series: dict[tuple[str, str, str], tuple] = {}
-_web_series: dict[tuple[str, str, str, str], object] = {}
+_children: dict[tuple, Any] = {}
+
+
+def labeled(metric: Any, *values: str) -> Any:
+    """Return `metric`'s series for these label values, looked up once: `.labels()` costs
+    more than the `.inc()` after it, on every request. Label values are the gateway's own
+    (endpoints, statuses, configured providers and models), never a client's text."""
+    key = (metric, values)
+    child = _children.get(key)
+    if child is None:
+        child = _children[key] = metric.labels(*values)
+    return child
 
 
 def count_usage(record: UsageRecord) -> None:
@@ -246,11 +258,7 @@ def count_usage(record: UsageRecord) -> None:
     for kind in WEB_UNIT_FIELDS:
         amount = getattr(record, kind)
         if amount:  # a series only once a request used the kind: chat traffic adds none
-            web_key = (*key, kind)
-            child = _web_series.get(web_key)
-            if child is None:
-                child = _web_series[web_key] = WEB_UNITS.labels(*web_key)
-            child.inc(amount)
+            labeled(WEB_UNITS, *key, kind).inc(amount)
 
 
 def _forget_dead_workers(fleet: Path) -> None:

@@ -149,7 +149,7 @@ class BreakerBoard:
 
     def _gauge(self, ticket: Ticket, state: int) -> None:
         if "#" not in ticket.scope:  # team-scoped breakers would add a series per group
-            metrics.CIRCUIT_STATE.labels(ticket.scope, ticket.model).set(state)
+            metrics.labeled(metrics.CIRCUIT_STATE, ticket.scope, ticket.model).set(state)
 
     async def _run(self, op: str, ticket: Ticket, lease_s: float) -> tuple[int, int, int]:
         now = self._clock()

@@ -441,7 +441,7 @@ class ChainRunner:
         latency_ms = 0
         if started is not None:  # a failed call's wait counts too (a timeout: the deadline)
             waited_s = time.monotonic() - started
-            metrics.UPSTREAM_LATENCY.labels(provider).observe(waited_s)
+            metrics.labeled(metrics.UPSTREAM_LATENCY, provider).observe(waited_s)
             latency_ms = int(waited_s * 1000)
         ctx.trail.append(
             AttemptRecord(

@@ -289,4 +289,4 @@ async def replay(ex, ctx: RequestContext, stored: Stored) -> None:
         ],
     )
     await ex.body(stored.body, more=False)
-    metrics.REQUESTS.labels(ctx.endpoint, str(stored.status), "replayed").inc()
+    metrics.labeled(metrics.REQUESTS, ctx.endpoint, str(stored.status), "replayed").inc()

@@ -416,5 +416,7 @@ async def finish(ex: Exchange, ctx: RequestContext, ending: Ending) -> None:
         elif ex.started:
             await ex.body(b"", more=False)
     finally:
-        metrics.REQUESTS.labels(ctx.endpoint, str(ctx.status), ctx.error_code or "ok").inc()
+        metrics.labeled(
+            metrics.REQUESTS, ctx.endpoint, str(ctx.status), ctx.error_code or "ok"
+        ).inc()
         tracing.finished(ctx, record)  # its spans, built after its last byte went out

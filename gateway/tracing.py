@@ -135,7 +135,7 @@ def overhead_header(ctx: RequestContext) -> tuple[bytes, bytes]:
     """Return the answer's X-Tollgate-Overhead-Ms (and observe it): time so far, less the
     vendor's."""
     overhead_s = max(time.monotonic() - ctx.started - ctx.vendor_s, 0.0)
-    metrics.OVERHEAD.labels(ctx.endpoint).observe(overhead_s)
+    metrics.labeled(metrics.OVERHEAD, ctx.endpoint).observe(overhead_s)
     return OVERHEAD_HEADER, b"%.2f" % (overhead_s * 1000)
 
 
@@ -143,7 +143,7 @@ def finished(ctx: RequestContext, record: UsageRecord | None) -> None:
     """The answer went out: observe its time to first token; build its spans if sampled."""
     ttft_ms = getattr(ctx, "ttft_ms", None)
     if ttft_ms is not None and record is not None and record.provider:
-        metrics.TIME_TO_FIRST_TOKEN.labels(record.provider).observe(ttft_ms / 1000)
+        metrics.labeled(metrics.TIME_TO_FIRST_TOKEN, record.provider).observe(ttft_ms / 1000)
     trace = ctx.trace
     if trace is None or record is None:
         return

@@ -106,7 +106,7 @@ class ResponseCache:
         """Return an entry packed for the store, or None (counted) when over the entry cap."""
         packed = pack(entry)
         if len(packed) > self.max_entry_bytes:
-            metrics.CACHE_STORES.labels("too_large").inc()
+            metrics.labeled(metrics.CACHE_STORES, "too_large").inc()
             return None
         return packed
 
@@ -135,7 +135,7 @@ def prepare(
     )
     state = ctx.cache = CacheState(decision)
     if decision.bypassed:
-        metrics.CACHE_LOOKUPS.labels(route, BYPASS).inc()
+        metrics.labeled(metrics.CACHE_LOOKUPS, route, BYPASS).inc()
         return ()
     state.key = entry_key(
         principal,
@@ -147,7 +147,7 @@ def prepare(
     if not decision.lookup:  # a fresh answer, to be kept: a miss whatever is stored
         state.status = MISS
         ex.cache_status = MISS.encode()
-        metrics.CACHE_LOOKUPS.labels(route, MISS).inc()
+        metrics.labeled(metrics.CACHE_LOOKUPS, route, MISS).inc()
         return ()
     return (("GET", state.key),) if cache.rides_with(shared) else ()
 
@@ -166,14 +166,14 @@ async def look_up(cache: ResponseCache, ex: Exchange, ctx: ModelContext, route: 
     try:
         raw = replies[0] if replies else await cache.store.get(state.key)
     except StoreDown:
-        metrics.CACHE_LOOKUPS.labels(route, "error").inc()
+        metrics.labeled(metrics.CACHE_LOOKUPS, route, "error").inc()
         return None
     entry = cache.fresh(raw)
     hit = _hit(ctx, entry, stream=req.stream) if entry is not None else None
     if hit is None:
-        metrics.CACHE_LOOKUPS.labels(route, MISS).inc()
+        metrics.labeled(metrics.CACHE_LOOKUPS, route, MISS).inc()
         return None
-    metrics.CACHE_LOOKUPS.labels(route, HIT).inc()
+    metrics.labeled(metrics.CACHE_LOOKUPS, route, HIT).inc()
     state.status = HIT
     state.uncached_cost_micro = hit.uncached_cost_micro
     ex.cache_status = HIT.encode()
@@ -326,13 +326,13 @@ async def keep(cache: ResponseCache, kept: Kept, *, reply: int | None) -> None:
     `reply` is what that write answered: 1 kept, 0 refused); a store that is down keeps
     nothing."""
     if reply == 0:
-        metrics.CACHE_STORES.labels("refused").inc()
+        metrics.labeled(metrics.CACHE_STORES, "refused").inc()
         return
     if reply is None:
         try:
             await cache.store.put(kept.key, kept.packed, kept.ttl_s)
         except StoreDown:
-            metrics.CACHE_STORES.labels("store_down").inc()
+            metrics.labeled(metrics.CACHE_STORES, "store_down").inc()
             return
-    metrics.CACHE_STORES.labels("stored").inc()
+    metrics.labeled(metrics.CACHE_STORES, "stored").inc()
     metrics.CACHE_STORED_BYTES.inc(len(kept.packed))
