@@ -44,7 +44,8 @@ def _cleaned(value, limits: dict[str, int]):
     changes = {}
     for name, max_length in limits.items():
         text = getattr(value, name, None)
-        if isinstance(text, str):
+        # Most text is already clean: told so without a call or a copy (twice per request).
+        if isinstance(text, str) and (len(text) > max_length or not text.isprintable()):
             clean = clean_text(text, max_length)
             if clean != text:
                 changes[name] = clean
