@@ -119,6 +119,8 @@ async def record_and_release(
         try:
             replies = await runtime.shared.run(*commands, *also)
             also_replies = replies[len(commands) :] if also else None
+            if journal:  # its entry id: this process's flusher stores the record as it is
+                runtime.usage.journaled(replies[0], record)
             journal = False
             admission = None if shared is not None else admission
         except SharedStateDown:

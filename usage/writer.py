@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import Any
@@ -122,8 +123,11 @@ def refused(entry: UsageRecord | bytes | None, exc: Exception, *, tries: int) ->
     )
 
 
-def store_journaled(entries: list[bytes | None]) -> int:
+def store_journaled(entries: list[UsageRecord | bytes | None]) -> int:
     """Store journal entries' rows; dead-letter what cannot be decoded or stored.
+
+    An entry is its JSON, or the record itself when this process journaled it (UsageWriter:
+    the same record, not decoded again).
 
     Returns the rows stored. Raises, dead-lettering nothing, when the database fails for
     reasons of its own: the caller keeps every entry for the next flush.
@@ -131,6 +135,9 @@ def store_journaled(entries: list[bytes | None]) -> int:
     records: list[UsageRecord] = []
     bad: list[Refused] = []
     for entry in entries:
+        if isinstance(entry, UsageRecord):
+            records.append(entry)
+            continue
         try:
             # None: an entry without a row, which raises TypeError there (dead-lettered below).
             records.append(UsageRecord.from_json(entry))  # type: ignore[arg-type]  # see above
@@ -203,14 +210,42 @@ def dead_letter(bad: list[Refused]) -> None:
 
 
 class UsageWriter:
-    def __init__(self, shared: SharedState) -> None:
+    # A record this process journaled is kept by its entry id until its flusher reads the
+    # entry back, and stored as it is: decoding its JSON again was a fifth of a row's cost.
+    # An entry another replica's flusher read never comes back here: kept at most this long.
+    KEEP_JOURNALED_S = 10.0
+
+    def __init__(self, shared: SharedState, clock: Callable[[], float] = time.monotonic) -> None:
         self._shared = shared
         self._buffer: list[UsageRecord] = []
         self._group_ready = False
+        self._clock = clock
+        self._journaled: dict[bytes, tuple[float, UsageRecord]] = {}  # entry id: (when, record)
 
     def journal_command(self, record: UsageRecord) -> tuple:
         """The Redis command that journals a record (sent with others: gateway/recording.py)."""
         return ("XADD", JOURNAL, "*", "row", record.to_json())
+
+    def journaled(self, entry_id: bytes, record: UsageRecord) -> None:
+        """Remember a record its journal command stored as `entry_id` (XADD's reply)."""
+        self._journaled[entry_id] = (self._clock(), record)
+
+    def _forget_old_journaled(self) -> None:
+        kept = self._journaled
+        expired = self._clock() - self.KEEP_JOURNALED_S
+        while kept:
+            entry_id = next(iter(kept))  # the oldest: ids are kept in the order journaled
+            if kept[entry_id][0] >= expired:
+                return
+            del kept[entry_id]
+
+    def _entries(self, step: StoreStep) -> list[UsageRecord | bytes | None]:
+        """A batch's entries: the records this process journaled, the others' JSON."""
+        out: list[UsageRecord | bytes | None] = []
+        for entry_id, entry in zip(step.ids, step.entries, strict=True):
+            own = self._journaled.pop(entry_id, None)
+            out.append(own[1] if own is not None else entry)
+        return out
 
     def keep(self, record: UsageRecord) -> None:
         """Buffer a record in memory (no Redis): flushed by this process's flusher."""
@@ -225,6 +260,7 @@ class UsageWriter:
                 log.exception("usage flush failed; rows kept for the next try")
 
     async def flush(self) -> None:
+        self._forget_old_journaled()
         if self._buffer:
             rows, self._buffer = self._buffer, []
             try:
@@ -269,7 +305,7 @@ class UsageWriter:
                 if isinstance(step, RedisStep):
                     reply = await self._shared.call(step.call)
                 else:
-                    reply = await off_loop(store_journaled)(step.entries)
+                    reply = await off_loop(store_journaled)(self._entries(step))
             except Exception as exc:
                 failure = exc
 
@@ -289,6 +325,7 @@ class StoreStep:
     """Store journal entries' rows (store_journaled); the reply is the rows stored."""
 
     entries: list[bytes | None]
+    ids: list[bytes]  # the entries' ids, in the same order
 
 
 # A program yields steps, is sent each step's reply (or thrown its error) and returns the
@@ -327,7 +364,8 @@ def consume_journal(*, consumer: str, idle_ms: int, until_empty: bool) -> Journa
         messages += list(claimed[1])
         if not messages:
             return stored
-        stored += yield StoreStep([fields.get(b"row") for _, fields in messages if fields])
+        rows = [(message_id, fields.get(b"row")) for message_id, fields in messages if fields]
+        stored += yield StoreStep([row for _, row in rows], [message_id for message_id, _ in rows])
         ids = [message_id for message_id, _ in messages]
         # The default binds this batch's ids (B023); mypy cannot infer a lambda with a default.
         yield RedisStep(lambda r, ids=ids: r.xack(JOURNAL, GROUP, *ids))  # type: ignore[misc]  # above

@@ -9,6 +9,8 @@ import asyncio
 import pytest
 from redis.exceptions import ResponseError
 
+from core.usage_record import UsageRecord
+from tests.support.usage import journal_row
 from usage import writer
 from usage.writer import (
     BATCH,
@@ -172,3 +174,31 @@ def test_an_existing_group_is_no_error_and_any_other_answer_is(stored):
     assert drain(Stream(busy="BUSYGROUP Consumer Group name already exists")) == 0
     with pytest.raises(ResponseError, match="WRONGTYPE"):
         drain(Stream(busy="WRONGTYPE Operation against a key holding the wrong kind of value"))
+
+
+def test_the_flusher_stores_the_records_it_journaled_as_they_are_and_forgets_stale_ones(stored):
+    now = [100.0]
+    first_flush = (entries("a", "b", "c"), [])
+    second_flush = ([], entries("x"))  # claimed from a reader taken for dead
+    stream = Stream(first_flush, second_flush)
+    usage_writer = UsageWriter(Shared(stream), clock=lambda: now[0])  # type: ignore[arg-type]  # a fake SharedState
+    stale, mine_a, mine_c = (
+        UsageRecord.from_dict(journal_row(group_id=1, account_id=1)) for _ in range(3)
+    )
+    usage_writer.journaled(b"x-0", stale)  # another replica's flusher read it: never back here
+    now[0] = 105.0
+    usage_writer.journaled(b"a-0", mine_a)
+    usage_writer.journaled(b"c-0", mine_c)
+    now[0] = 100.0 + UsageWriter.KEEP_JOURNALED_S + 0.5
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(writer, "claim_idle_ms", lambda: 15000)
+        patch.setattr(writer.bus, "REPLICA_ID", "replica-1")
+        asyncio.run(usage_writer.flush())
+        asyncio.run(usage_writer.flush())
+
+    # Its own records go to the database as they are, not decoded again; another replica's
+    # entry as its JSON; and a record kept past KEEP_JOURNALED_S was let go (its entry, read
+    # back later, is decoded like any other).
+    assert stored[0][0] is mine_a and stored[0][2] is mine_c and stored[0][1] == b"b"
+    assert stored[1] == [b"x"]
