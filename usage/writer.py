@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -123,7 +123,7 @@ def refused(entry: UsageRecord | bytes | None, exc: Exception, *, tries: int) ->
     )
 
 
-def store_journaled(entries: list[UsageRecord | bytes | None]) -> int:
+def store_journaled(entries: Sequence[UsageRecord | bytes | None]) -> int:
     """Store journal entries' rows; dead-letter what cannot be decoded or stored.
 
     An entry is its JSON, or the record itself when this process journaled it (UsageWriter:

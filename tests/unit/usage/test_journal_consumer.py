@@ -181,7 +181,7 @@ def test_the_flusher_stores_the_records_it_journaled_as_they_are_and_forgets_sta
     first_flush = (entries("a", "b", "c"), [])
     second_flush = ([], entries("x"))  # claimed from a reader taken for dead
     stream = Stream(first_flush, second_flush)
-    usage_writer = UsageWriter(Shared(stream), clock=lambda: now[0])  # type: ignore[arg-type]  # a fake SharedState
+    usage_writer = UsageWriter(Shared(stream), clock=lambda: now[0])
     stale, mine_a, mine_c = (
         UsageRecord.from_dict(journal_row(group_id=1, account_id=1)) for _ in range(3)
     )
