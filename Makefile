@@ -6,7 +6,7 @@ else
 PY := .venv/bin/python
 endif
 
-.PHONY: run stop test bench bench-peer lint install install-dev
+.PHONY: run stop test bench bench-peer bench-instructions lint install install-dev
 
 # What the service runs on (requirements.lock), and on top of it the test, bench and lint tools.
 install: var/.installed
@@ -43,6 +43,10 @@ bench: install-dev
 # The same loads also through LiteLLM's proxy (installed into var/peer-venv on first use).
 bench-peer: install-dev
 	@$(PY) bench/run.py --peer litellm $(ARGS)
+
+# Instructions per request, counted by valgrind's callgrind rather than timed (bench/instructions.py).
+bench-instructions: install-dev
+	@$(PY) bench/instructions.py $(ARGS)
 
 lint: install-dev
 	@$(PY) -m ruff check .

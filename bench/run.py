@@ -570,18 +570,22 @@ def start_gateway(
     app: str = "config.asgi:application",
     name: str = "gateway",
     proc: type[Proc] = Proc,
+    wrapper: tuple[str, ...] = (),
+    extra_env: dict[str, str] | None = None,
+    start_timeout_s: float = START_TIMEOUT_S,
 ) -> tuple[Proc, str]:
-    """Start `app` (the gateway, or bench/bare.py's floor on the same flags) under uvicorn."""
+    """Start `app` (the gateway, or bench/bare.py's floor on the same flags) under uvicorn;
+    `wrapper` runs it under another program (bench/instructions.py: valgrind)."""
     port = free_port()
     argv = [
-        sys.executable, "-m", "uvicorn", app,
+        *wrapper, sys.executable, "-m", "uvicorn", app,
         "--host", "127.0.0.1", "--port", str(port),
         "--loop", "uvloop", "--http", "httptools", "--no-access-log",
         "--workers", "1", "--log-level", "warning",
     ]  # fmt: skip
-    gateway = proc(name, argv, env, logdir)
+    gateway = proc(name, argv, {**env, **(extra_env or {})}, logdir)
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + START_TIMEOUT_S
+    deadline = time.monotonic() + start_timeout_s
     while time.monotonic() < deadline:
         if http_get(url + "/healthz") == 200:
             return gateway, url
@@ -591,7 +595,12 @@ def start_gateway(
     raise RuntimeError(f"{name} did not start; stderr:\n{gateway.stderr_tail()}")
 
 
-def setup(args: argparse.Namespace, tmp: Path, procs: list[Proc]) -> Servers:
+def setup(
+    args: argparse.Namespace,
+    tmp: Path,
+    procs: list[Proc],
+    start: Callable[..., tuple[Proc, str]] = start_gateway,
+) -> Servers:
     env = child_env(str(tmp / "var"), args.database_url, args.redis_url)
     stub, stub_url = start_stub(env, tmp)
     procs.append(stub)
@@ -618,7 +627,7 @@ def setup(args: argparse.Namespace, tmp: Path, procs: list[Proc]) -> Servers:
         ],
         env,
     )
-    gateway, gw_url = start_gateway(env, tmp)
+    gateway, gw_url = start(env, tmp)
     procs.append(gateway)
     return Servers(stub, gateway, stub_url, gw_url, str(seeded["api_key"]), group_id)
 
@@ -902,7 +911,14 @@ async def clear_stub(session: aiohttp.ClientSession, stub_url: str) -> None:
             raise RuntimeError(f"DELETE /_stub/calls answered {resp.status}")
 
 
-async def run_scenario(sc: Scenario, servers: Servers, args: argparse.Namespace) -> Result:
+async def run_scenario(
+    sc: Scenario,
+    servers: Servers,
+    args: argparse.Namespace,
+    cost: Callable[[int], float] = cpu_ms,
+) -> Result:
+    """Run one scenario; `cost` reads what the serving process has spent so far (its CPU ms;
+    bench/instructions.py: millions of instructions)."""
     n = max(1, args.n // 4) if sc.serial else args.n
     c = 1 if sc.serial else args.c
     warm = min(200, n // 10)
@@ -923,11 +939,11 @@ async def run_scenario(sc: Scenario, servers: Servers, args: argparse.Namespace)
             result.failure_kinds.update({f"warm-up {k}": v for k, v in warm_tally.kinds.items()})
             result.failure_examples.extend(f"warm-up {e}" for e in warm_tally.examples)
         log_offset = servers.gateway.stderr_size()
-        gw0, stub0, me0 = cpu_ms(servers.gateway.pid), cpu_ms(servers.stub.pid), own_cpu_ms()
+        gw0, stub0, me0 = cost(servers.gateway.pid), cpu_ms(servers.stub.pid), own_cpu_ms()
         t0 = time.perf_counter()
         tally = await drive(session, prep, sc.stream, n, c, watch)
         result.elapsed_s = time.perf_counter() - t0
-        gw1, stub1, me1 = cpu_ms(servers.gateway.pid), cpu_ms(servers.stub.pid), own_cpu_ms()
+        gw1, stub1, me1 = cost(servers.gateway.pid), cpu_ms(servers.stub.pid), own_cpu_ms()
         await clear_stub(session, servers.stub_url)
     await asyncio.sleep(0.2)  # let the gateway finish settling and logging the last requests
     error_lines = [
