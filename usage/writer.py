@@ -212,8 +212,10 @@ def dead_letter(bad: list[Refused]) -> None:
 class UsageWriter:
     # A record this process journaled is kept by its entry id until its flusher reads the
     # entry back, and stored as it is: decoding its JSON again was a fifth of a row's cost.
-    # An entry another replica's flusher read never comes back here: kept at most this long.
+    # An entry another replica's flusher read never comes back here: kept at most this long,
+    # and at most this many while the flusher waits on a slow database (~3 KB each).
     KEEP_JOURNALED_S = 10.0
+    KEEP_JOURNALED_MAX = 20_000
 
     def __init__(self, shared: SharedState, clock: Callable[[], float] = time.monotonic) -> None:
         self._shared = shared
@@ -228,7 +230,10 @@ class UsageWriter:
 
     def journaled(self, entry_id: bytes, record: UsageRecord) -> None:
         """Remember a record its journal command stored as `entry_id` (XADD's reply)."""
-        self._journaled[entry_id] = (self._clock(), record)
+        kept = self._journaled
+        if len(kept) >= self.KEEP_JOURNALED_MAX:
+            del kept[next(iter(kept))]  # the oldest: its entry is decoded when read instead
+        kept[entry_id] = (self._clock(), record)
 
     def _forget_old_journaled(self) -> None:
         kept = self._journaled

@@ -202,3 +202,19 @@ def test_the_flusher_stores_the_records_it_journaled_as_they_are_and_forgets_sta
     # back later, is decoded like any other).
     assert stored[0][0] is mine_a and stored[0][2] is mine_c and stored[0][1] == b"b"
     assert stored[1] == [b"x"]
+
+
+def test_the_flusher_keeps_at_most_its_cap_of_records_dropping_the_oldest(stored):
+    stream = Stream((entries("a", "b", "c"), []))
+    usage_writer = UsageWriter(Shared(stream))
+    usage_writer.KEEP_JOURNALED_MAX = 2
+    mine = {name: UsageRecord.from_dict(journal_row(group_id=1, account_id=1)) for name in "abc"}
+    for name, record in mine.items():  # a slow database: nothing read back meanwhile
+        usage_writer.journaled(f"{name}-0".encode(), record)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(writer, "claim_idle_ms", lambda: 15000)
+        patch.setattr(writer.bus, "REPLICA_ID", "replica-1")
+        asyncio.run(usage_writer.flush())
+
+    assert stored == [[b"a", mine["b"], mine["c"]]]  # the oldest was let go, then decoded
