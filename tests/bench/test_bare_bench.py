@@ -80,7 +80,8 @@ def test_the_targets_are_ratios_to_the_floor_in_the_same_round(report):
     assert paced["gw"]["rss_reused"] is True
     assert last[memory]["value"] is None
     first = {t["name"]: t for t in report["targets"][0]}
-    assert first[memory]["value"] is not None and first[memory]["value"] > 0
+    # A reading, not a void: ten streams may fit in memory the process already holds (0.0).
+    assert first[memory]["value"] is not None and first[memory]["value"] >= 0
     assert last["gateway errors"]["value"] == 0.0
 
 
