@@ -29,8 +29,16 @@ from core.db import off_loop
 
 log = logging.getLogger(__name__)
 # What a failing database raises through asyncpg (a refused, dropped or timed-out connection,
-# an error reply): callers refuse (LM-5004) or skip, never serve unbilled.
-ASYNC_DB_ERRORS = (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError)
+# an error reply): callers refuse (LM-5004) or skip, never serve unbilled. InternalClientError
+# is a connection the server cut whose notice asyncpg read before the socket closed (a
+# restart, pg_terminate_backend): its next statement finds it "in another operation".
+ASYNC_DB_ERRORS = (
+    asyncpg.PostgresError,
+    asyncpg.InterfaceError,
+    asyncpg.InternalClientError,
+    OSError,
+    TimeoutError,
+)
 # A program is a generator: it yields `(sql, params)` and receives the statement's first row
 # (or None), or yields `(sql, params, ALL)` and receives every row; raising rolls it back.
 # `Program[R]` returns R. What it receives depends on the statement (a row, None, or a list
@@ -114,6 +122,12 @@ async def _keep_session(conn: asyncpg.Connection) -> None:
     and a transaction is always closed by its own block."""
 
 
+def _drop(conn: asyncpg.Connection) -> None:
+    """Close a connection the server cut rather than give it back to the pool: asyncpg would
+    hand it out again, and it can take no statement (its socket may stay open a while)."""
+    conn.terminate()
+
+
 # The runtime awaits `Database.open()` before it serves, so a statement never finds no pool.
 _NOT_OPEN = "AsyncPgDriver used before open()"
 
@@ -140,20 +154,25 @@ class AsyncPgDriver:
         """Run a program in one transaction (`wait_s`: longest wait for a connection)."""
         pool = self._pool
         assert pool is not None, _NOT_OPEN
-        async with pool.acquire(timeout=wait_s) as conn, conn.transaction():
-            result: Any = None
+        async with pool.acquire(timeout=wait_s) as conn:
             try:
-                while True:
-                    step = program.send(result)
-                    sql, args = _bound(step[0], step[1])
-                    # Every ledger statement RETURNs: there is always a result to fetch.
-                    if len(step) > 2:
-                        result = [tuple(row) for row in await conn.fetch(sql, *args)]
-                    else:
-                        row = await conn.fetchrow(sql, *args)
-                        result = None if row is None else tuple(row)
-            except StopIteration as done:
-                return done.value
+                async with conn.transaction():
+                    result: Any = None
+                    try:
+                        while True:
+                            step = program.send(result)
+                            sql, args = _bound(step[0], step[1])
+                            # Every ledger statement RETURNs: there is always a result to fetch.
+                            if len(step) > 2:
+                                result = [tuple(row) for row in await conn.fetch(sql, *args)]
+                            else:
+                                row = await conn.fetchrow(sql, *args)
+                                result = None if row is None else tuple(row)
+                    except StopIteration as done:
+                        return done.value
+            except asyncpg.InternalClientError:
+                _drop(conn)
+                raise
 
     async def one_statement(
         self, sql: str, params: dict, *, wait_s: float | None = None
@@ -163,7 +182,11 @@ class AsyncPgDriver:
         pool = self._pool
         assert pool is not None, _NOT_OPEN
         async with pool.acquire(timeout=wait_s) as conn:
-            row = await conn.fetchrow(converted, *args)
+            try:
+                row = await conn.fetchrow(converted, *args)
+            except asyncpg.InternalClientError:
+                _drop(conn)
+                raise
         return None if row is None else tuple(row)
 
     async def all_rows(self, sql: str, params: dict, *, wait_s: float | None = None) -> list[Row]:
@@ -172,7 +195,11 @@ class AsyncPgDriver:
         pool = self._pool
         assert pool is not None, _NOT_OPEN
         async with pool.acquire(timeout=wait_s) as conn:
-            rows = await conn.fetch(converted, *args)
+            try:
+                rows = await conn.fetch(converted, *args)
+            except asyncpg.InternalClientError:
+                _drop(conn)
+                raise
         return [tuple(row) for row in rows]
 
 
