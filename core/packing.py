@@ -22,6 +22,7 @@ class DictionaryCodec:
         dictionaries: Mapping[int, bytes],
         *,
         what: str,
+        level: int = 9,
         window_bits: int = 12,
         mem_level: int = 4,
     ):
@@ -38,9 +39,11 @@ class DictionaryCodec:
         # and still reach a dictionary no longer than the window. Unpacking always allows the
         # largest window, so values packed with a larger one before still read back.
         # Primed once: a copy per value (deflateCopy) skips hashing the dictionary in again,
-        # ~90k instructions a value. It is only ever copied, never fed.
+        # ~90k instructions a value. It is only ever copied, never fed. `level` is deflate's
+        # search effort: any level reads back the same; a codec of long values may trade a
+        # few bytes for half the time.
         self._primed = zlib.compressobj(
-            9, zlib.DEFLATED, -window_bits, mem_level, zdict=self.dictionaries[self.newest]
+            level, zlib.DEFLATED, -window_bits, mem_level, zdict=self.dictionaries[self.newest]
         )
 
     def pack(self, data: bytes) -> bytes:
