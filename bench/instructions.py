@@ -1,7 +1,7 @@
 """Instructions per request: the gateway's work and the bare proxy's, counted, not timed.
 
     python bench/instructions.py [--n 300] [--only bare-openai,gw-openai,...]
-        [--database-url URL --redis-url URL]
+        [--database-url URL --redis-url URL] [--keep]
 
 CPU time per request moves with whatever else the host runs: on a shared machine the same
 build reads 0.65 ms one hour and 1.1 ms the next, so a change worth a few percent cannot be
@@ -20,7 +20,8 @@ loop's thread (the request path) and the other threads (the usage writer's), and
 scenario's total over bare-X's. Kernel time (system calls) is not counted: a ratio here is
 not the CPU ratio `make bench` reports, it says where user-space work went and whether a
 change removed some. Under valgrind a request costs ~50x its usual time; 300 requests of
-four scenarios take about two minutes.
+four scenarios take about two minutes. With --keep, callgrind's dumps stay in the temp dir it
+names (`callgrind_annotate <pid>.out.<dump>-<thread>`: which C functions a thread ran).
 """
 
 from __future__ import annotations
@@ -136,6 +137,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--only", default=DEFAULT_SCENARIOS, help="gw-* and bare-* scenarios")
     parser.add_argument("--database-url", default=None)
     parser.add_argument("--redis-url", default=None)
+    parser.add_argument(
+        "--keep",
+        action="store_true",
+        help="keep the temp dir: callgrind's dumps, for callgrind_annotate",
+    )
     return parser.parse_args(argv)
 
 
@@ -187,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
     except (RuntimeError, subprocess.SubprocessError, OSError) as exc:
         return run.setup_failed(exc, procs)
     finally:
-        run.stop_all(procs, tmp, keep=False)
+        run.stop_all(procs, tmp, keep=own.keep)
     print()
     print(table(rows))
     return 0
