@@ -179,21 +179,29 @@ async def _follow(
 
     A failure from here on is never retried; it arrives as our GatewayError.
     """
+    # One timer for the whole stream, armed while waiting on the vendor and disarmed while
+    # the client is sent what came (a slow reader is not an idle vendor): a timeout per
+    # arrival cost its object and its task bookkeeping on every chunk.
+    loop = asyncio.get_running_loop()
     try:
         yield first
-        while True:
-            try:
-                async with asyncio.timeout(idle_s):
+        async with asyncio.timeout(None) as idle:
+            while True:
+                idle.reschedule(loop.time() + idle_s)
+                try:
                     chunks = await anext(rest)
-            except StopAsyncIteration:
-                return
-            except TimeoutError:
-                raise errors.UpstreamTimeout() from None
-            except ProviderError as exc:
-                raise upstream_error(exc, mid_stream=True) from None
-            except Exception as exc:  # an adapter that broke on a malformed event
-                log.error("upstream stream broke (%s)", type(exc).__name__)  # no vendor text
-                raise errors.UpstreamFailed("The upstream stream broke.") from None
-            yield chunks
+                except StopAsyncIteration:
+                    return
+                except TimeoutError:  # the adapter's own; ours arrives when `idle` exits
+                    raise errors.UpstreamTimeout() from None
+                except ProviderError as exc:
+                    raise upstream_error(exc, mid_stream=True) from None
+                except Exception as exc:  # an adapter that broke on a malformed event
+                    log.error("upstream stream broke (%s)", type(exc).__name__)  # no vendor text
+                    raise errors.UpstreamFailed("The upstream stream broke.") from None
+                idle.reschedule(None)
+                yield chunks
+    except TimeoutError:  # `idle` expired
+        raise errors.UpstreamTimeout() from None
     finally:
         await rest.aclose()

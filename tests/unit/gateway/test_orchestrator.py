@@ -34,7 +34,9 @@ pytestmark = pytest.mark.usefixtures("transactional_db")
 class World(ChainWorld):
     """Two fake vendors `a` and `b`, each serving model `m` (a) or `n` (b)."""
 
-    def __init__(self, *, invoiced: bool = True, timeout_s: float = 1.0) -> None:
+    def __init__(
+        self, *, invoiced: bool = True, timeout_s: float = 1.0, idle_timeout_s: float | None = None
+    ) -> None:
         super().__init__(invoiced=invoiced)
         self.vendors = {"a": FakeProvider(), "b": FakeProvider()}
         self.profiles = {
@@ -45,7 +47,7 @@ class World(ChainWorld):
                 platform_key=PLATFORM_KEY,
                 allows_platform=True,
                 timeout_s=timeout_s,
-                idle_timeout_s=timeout_s,
+                idle_timeout_s=timeout_s if idle_timeout_s is None else idle_timeout_s,
                 adapter=vendor,
             )
             for name, vendor in self.vendors.items()
@@ -269,6 +271,47 @@ def test_a_stream_that_breaks_after_its_first_chunks_is_never_retried_or_fallen_
     assert broke.message == "The upstream stream broke."
     assert world.vendors["b"].calls == []
     assert outcomes(ctx) == [("a", "platform", "ok")]
+
+
+def test_a_vendor_quiet_past_the_idle_timeout_ends_the_stream_after_what_it_sent():
+    # Each token 0.3 s after the last: the first is within the call's 1 s, the next is not
+    # within the stream's 0.1 s idle timeout.
+    world = World(timeout_s=1.0, idle_timeout_s=0.1)
+    world.vendors["a"].script(Fault("slow", delay_ms=300))
+    ctx = world.context("m", "n", stream=True)
+
+    async def read(orchestrator):
+        chunks = await orchestrator.open_stream(ctx, first_ticket=None)
+        texts = []
+        with pytest.raises(errors.UpstreamTimeout) as quiet:
+            async for arrived in chunks:
+                texts.extend(chunk.text for chunk in arrived if chunk.text)
+        return texts, quiet.value
+
+    texts, quiet = world.run(read)
+
+    assert texts == ["Hello"]
+    assert (quiet.code, quiet.status) == ("LM-5002", 504)
+    assert world.vendors["b"].calls == []  # once the answer started, no fallback
+
+
+def test_a_client_reading_slower_than_the_idle_timeout_is_not_an_idle_vendor():
+    # The vendor answers at once; the client takes 0.15 s over each arrival, past the 0.1 s
+    # idle timeout: only time spent waiting on the vendor counts.
+    world = World(timeout_s=1.0, idle_timeout_s=0.1)
+    ctx = world.context("m", stream=True)
+
+    async def read(orchestrator):
+        chunks = await orchestrator.open_stream(ctx, first_ticket=None)
+        texts = []
+        async for arrived in chunks:
+            texts.extend(chunk.text for chunk in arrived if chunk.text)
+            await asyncio.sleep(0.15)
+        return texts
+
+    texts = world.run(read)
+
+    assert "".join(texts) == "Hello from the fake model reply ok"  # every word, no timeout
 
 
 def test_the_breaker_opens_after_its_threshold_and_then_fails_fast_with_lm5003(settings):
