@@ -244,25 +244,35 @@ def completion_from_vendor(data: dict, *, model: str) -> Completion:
     )
 
 
+_NO_DELTA: dict = {}  # read only
+
+
 def chunk_from_vendor(data: dict) -> Chunk:
+    # Once per streamed event: each lookup is done once (a stream's events are most of its
+    # work per token).
     text = ""
     generated = False
     finish = None
     for choice in data.get("choices") or ():
-        delta = choice.get("delta") or {}
-        if choice.get("index", 0) == 0:
-            text = delta.get("content") or ""
-        if delta.get("content") or delta.get("tool_calls") or delta.get("refusal"):
+        delta = choice.get("delta") or _NO_DELTA
+        content = delta.get("content")
+        if content:
             generated = True
-        if choice.get("finish_reason"):
-            finish = FINISH_FROM_VENDOR.get(choice["finish_reason"], "stop")
+            if choice.get("index", 0) == 0:
+                text = content
+        elif delta.get("tool_calls") or delta.get("refusal"):
+            generated = True
+        reason = choice.get("finish_reason")
+        if reason:
+            finish = FINISH_FROM_VENDOR.get(reason, "stop")
+    usage = data.get("usage")
     return Chunk(
         shape=OPENAI,
         event=data,
         text=text,
         generated=generated,
         finish_reason=finish,
-        usage=usage_from(data.get("usage")),
+        usage=None if usage is None else usage_from(usage),
     )
 
 
