@@ -1,7 +1,7 @@
 """Instructions per request: the gateway's work and the bare proxy's, counted, not timed.
 
     python bench/instructions.py [--n 300] [--only bare-openai,gw-openai,...]
-        [--database-url URL --redis-url URL] [--keep]
+        [--database-url URL --redis-url URL] [--keep] [--pace-ms MS]
 
 CPU time per request moves with whatever else the host runs: on a shared machine the same
 build reads 0.65 ms one hour and 1.1 ms the next, so a change worth a few percent cannot be
@@ -22,18 +22,26 @@ not the CPU ratio `make bench` reports, it says where user-space work went and w
 change removed some. Under valgrind a request costs ~50x its usual time; 300 requests of
 four scenarios take about two minutes. With --keep, callgrind's dumps stay in the temp dir it
 names (`callgrind_annotate <pid>.out.<dump>-<thread>`: which C functions a thread ran).
+
+A vendor's real stream sends its tokens apart, each a read of its own, where the stub sends
+its whole answer at once. With --pace-ms the stub waits that long before each piece of the
+measured streams (its `slow` fault): a streamed request's count then holds a read and a write
+per piece, and the difference to an unpaced run, over the pieces, is what one arrival costs.
 """
 
 from __future__ import annotations
 
 import argparse
 import functools
+import json
 import re
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -68,6 +76,24 @@ def read_dump(out_dir: Path, pid: int) -> dict[int, int]:
     return dumps[max(dumps)] if dumps else {}
 
 
+def pacing_fault(pace_ms: float, times: int) -> dict:
+    """The stub's fault that paces the next `times` calls: `pace_ms` before each piece."""
+    return {"kind": "slow", "delay_ms": pace_ms, "times": times}
+
+
+def queue_faults(stub_url: str, faults: list[dict]) -> None:
+    """Queue faults on the stub (its control API) for the calls that come next."""
+    request = urllib.request.Request(
+        stub_url + "/_stub/faults",
+        data=json.dumps({"faults": faults}).encode(),
+        headers={"content-type": "application/json"},
+        method="POST",
+    )
+    with urllib.request.urlopen(request, timeout=10) as answer:
+        if answer.status != 200:
+            raise RuntimeError(f"POST /_stub/faults answered {answer.status}")
+
+
 @dataclass
 class Counter:
     """Run.py's `cost` for a process under callgrind: the first call (after a scenario's
@@ -78,10 +104,13 @@ class Counter:
     settle_s: float = FLUSH_MS / 1000 + 1.5
     counting: set[int] = field(default_factory=set)
     threads: dict[int, dict[int, int]] = field(default_factory=dict)  # the last count, per pid
+    on_start: Callable[[], None] | None = None  # run as counting starts (after the warm-up)
 
     def __call__(self, pid: int) -> float:
         time.sleep(self.settle_s)
         if pid not in self.counting:
+            if self.on_start is not None:
+                self.on_start()
             self._control(pid, "--zero")
             self._control(pid, "--instr=on")
             self.counting.add(pid)
@@ -116,7 +145,7 @@ def table(rows: list[Row]) -> str:
     """Minstr per request, the event loop's and the other threads', and gw-X over bare-X."""
     totals = {row.name: row.total for row in rows}
     lines = [
-        f"{'scenario':<22} {'n':>5} {'Minstr/req':>10} {'event loop':>10} {'others':>8}"
+        f"{'scenario':<28} {'n':>5} {'Minstr/req':>10} {'event loop':>10} {'others':>8}"
         f" {'gw / bare':>9}"
     ]
     for row in rows:
@@ -125,7 +154,7 @@ def table(rows: list[Row]) -> str:
         )
         ratio = f"{row.total / floor:.2f}" if floor else "-"
         lines.append(
-            f"{row.name:<22} {row.n:>5} {row.total:>10.3f} {row.loop:>10.3f}"
+            f"{row.name:<28} {row.n:>5} {row.total:>10.3f} {row.loop:>10.3f}"
             f" {row.total - row.loop:>8.3f} {ratio:>9}"
         )
     return "\n".join(lines)
@@ -141,6 +170,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--keep",
         action="store_true",
         help="keep the temp dir: callgrind's dumps, for callgrind_annotate",
+    )
+    parser.add_argument(
+        "--pace-ms",
+        type=float,
+        default=0.0,
+        help="the stub waits this long before each piece of a measured stream (default 0)",
     )
     return parser.parse_args(argv)
 
@@ -183,13 +218,22 @@ def main(argv: list[str] | None = None) -> int:
         for sc in args.scenarios:
             target = floor if sc.target == bare.TARGET else servers
             print(f"counting {sc.name} ...", flush=True)
+            paced = bool(own.pace_ms) and sc.stream
+            counter.on_start = (
+                functools.partial(
+                    queue_faults, servers.stub_url, [pacing_fault(own.pace_ms, own.n)]
+                )
+                if paced
+                else None
+            )
             result = run.run_loop(functools.partial(run.run_scenario, sc, target, args, counter))
             done = result.ok + result.failed
             if result.failed or not done:
                 print(f"  {result.failed} of {done} failed: {dict(result.failure_kinds)}")
                 return 1
             threads = counter.threads.get(target.gateway.pid, {})
-            rows.append(Row(sc.name, done, {t: i / 1e6 / done for t, i in threads.items()}))
+            name = f"{sc.name} paced" if paced else sc.name
+            rows.append(Row(name, done, {t: i / 1e6 / done for t, i in threads.items()}))
     except (RuntimeError, subprocess.SubprocessError, OSError) as exc:
         return run.setup_failed(exc, procs)
     finally:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bench.instructions import LOOP_THREAD, Row, read_dump, table
+from bench.instructions import LOOP_THREAD, Row, pacing_fault, read_dump, table
 
 
 def dump(directory: Path, name: str, instructions: int) -> None:
@@ -52,3 +52,24 @@ def test_the_table_splits_the_event_loop_from_the_other_threads_and_divides_by_t
     assert lines[1].split() == ["bare-openai", "300", "0.500", "0.500", "0.000", "-"]
     assert lines[2].split() == ["gw-openai", "300", "3.000", "2.000", "1.000", "6.00"]
     assert lines[3].split() == ["gw-anthropic", "300", "2.500", "2.500", "0.000", "-"]
+
+
+def test_a_paced_row_is_divided_by_the_paced_floor():
+    rows = [
+        Row("bare-openai-stream paced", 100, {LOOP_THREAD: 1.0}),
+        Row("gw-openai-stream paced", 100, {LOOP_THREAD: 4.0, 2: 1.0}),
+    ]
+
+    assert table(rows).splitlines()[2].split() == [
+        "gw-openai-stream", "paced", "100", "5.000", "4.000", "1.000", "5.00",
+    ]  # fmt: skip
+
+
+def test_the_pacing_fault_is_one_the_stub_takes_for_the_measured_calls():
+    from stubvendor.control import _parse_fault
+
+    fault = _parse_fault(pacing_fault(20.0, 300))
+
+    assert isinstance(fault, dict)
+    assert (fault["kind"], fault["delay_ms"], fault["times"]) == ("slow", 20.0, 300)
+    assert not fault.get("match")  # every call, the gateway's and the bare proxy's alike
