@@ -286,12 +286,15 @@ def test_a_vendor_quiet_past_the_idle_timeout_ends_the_stream_after_what_it_sent
         with pytest.raises(errors.UpstreamTimeout) as quiet:
             async for arrived in chunks:
                 texts.extend(chunk.text for chunk in arrived if chunk.text)
-        return texts, quiet.value
+        task = asyncio.current_task()
+        assert task is not None
+        return texts, quiet.value, task.cancelling()
 
-    texts, quiet = world.run(read)
+    texts, quiet, cancelling = world.run(read)
 
     assert texts == ["Hello"]
     assert (quiet.code, quiet.status) == ("LM-5002", 504)
+    assert cancelling == 0  # the timer's cancellation was taken back: the request goes on
     assert world.vendors["b"].calls == []  # once the answer started, no fallback
 
 
@@ -312,6 +315,33 @@ def test_a_client_reading_slower_than_the_idle_timeout_is_not_an_idle_vendor():
     texts = world.run(read)
 
     assert "".join(texts) == "Hello from the fake model reply ok"  # every word, no timeout
+
+
+def test_a_cancellation_from_elsewhere_while_waiting_on_the_vendor_is_not_a_timeout():
+    # The client leaves (its watcher cancels the request's task) while the stream waits on
+    # a vendor slower than the idle timeout: the task ends cancelled, not with LM-5002.
+    world = World(timeout_s=1.0, idle_timeout_s=0.1)
+    world.vendors["a"].script(Fault("slow", delay_ms=300))
+    ctx = world.context("m", stream=True)
+
+    async def read(orchestrator):
+        chunks = await orchestrator.open_stream(ctx, first_ticket=None)
+        texts = []
+
+        async def reader():
+            async for arrived in chunks:
+                texts.extend(chunk.text for chunk in arrived if chunk.text)
+                asyncio.get_running_loop().call_later(0.05, task.cancel)
+
+        task = asyncio.ensure_future(reader())
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        return texts, task.cancelling()
+
+    texts, cancelling = world.run(read)
+
+    assert texts == ["Hello"]
+    assert cancelling == 1  # the client's cancellation alone: the idle timer took none
 
 
 def test_the_breaker_opens_after_its_threshold_and_then_fails_fast_with_lm5003(settings):
