@@ -214,9 +214,10 @@ class VendorSilence:
     Only the time spent waiting on the vendor counts (a client slow to read is not a silent
     vendor). Marking a wait costs a clock read: the timer is armed once and, when it fires
     early (an arrival came meanwhile, or the client is being written to), armed again for
-    what is left. Re-arming a timer on every arrival (`asyncio.timeout`) cost ~2.6 us an
-    arrival, a fifth of what the gateway spends on one. Past the idle timeout it cancels the
-    task, as `asyncio.timeout` does, and `timed_out` tells that cancellation from another's.
+    what is left. A timer armed and cancelled on every arrival (`asyncio.timeout`) cost ~3.5 us
+    an arrival, over a third of the gateway's own work on one (docs/benchmarks.md). Past the
+    idle timeout it cancels the task, as `asyncio.timeout` does, and `timed_out` tells that
+    cancellation from another's.
     """
 
     def __init__(self, idle_s: float) -> None:
