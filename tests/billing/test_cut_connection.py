@@ -76,7 +76,7 @@ def test_a_cut_connection_skips_the_crash_mark_and_is_not_used_again(transaction
     params = postgres_params()
     assert params is not None
 
-    async def scenario() -> tuple[bool, int, int, list]:
+    async def scenario() -> tuple[bool, float, bool, list]:
         relay = HalfOpenRelay(params["host"] or "127.0.0.1", params["port"] or 5432)
         port = await relay.start()
         db = Database()
