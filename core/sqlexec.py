@@ -122,14 +122,29 @@ async def _keep_session(conn: asyncpg.Connection) -> None:
     and a transaction is always closed by its own block."""
 
 
-def _drop(conn: asyncpg.Connection) -> None:
-    """Close a connection the server cut rather than give it back to the pool: asyncpg would
-    hand it out again, and it can take no statement (its socket may stay open a while)."""
-    conn.terminate()
-
-
 # The runtime awaits `Database.open()` before it serves, so a statement never finds no pool.
 _NOT_OPEN = "AsyncPgDriver used before open()"
+
+
+class _Connection:
+    """A pooled connection for one program or statement. One the server cut (its notice
+    read first: InternalClientError) is closed rather than given back: asyncpg would hand it
+    out again, and it can take no statement (its socket may stay open a while)."""
+
+    __slots__ = ("_acquiring", "_conn")
+
+    def __init__(self, pool: asyncpg.Pool | None, wait_s: float | None) -> None:
+        assert pool is not None, _NOT_OPEN
+        self._acquiring = pool.acquire(timeout=wait_s)
+
+    async def __aenter__(self) -> asyncpg.Connection:
+        self._conn = await self._acquiring.__aenter__()
+        return self._conn
+
+    async def __aexit__(self, kind, error, trace) -> None:
+        if kind is not None and issubclass(kind, asyncpg.InternalClientError):
+            self._conn.terminate()
+        await self._acquiring.__aexit__(kind, error, trace)
 
 
 class AsyncPgDriver:
@@ -152,54 +167,35 @@ class AsyncPgDriver:
 
     async def run(self, program: Program[R], *, wait_s: float | None = None) -> R:
         """Run a program in one transaction (`wait_s`: longest wait for a connection)."""
-        pool = self._pool
-        assert pool is not None, _NOT_OPEN
-        async with pool.acquire(timeout=wait_s) as conn:
+        async with _Connection(self._pool, wait_s) as conn, conn.transaction():
+            result: Any = None
             try:
-                async with conn.transaction():
-                    result: Any = None
-                    try:
-                        while True:
-                            step = program.send(result)
-                            sql, args = _bound(step[0], step[1])
-                            # Every ledger statement RETURNs: there is always a result to fetch.
-                            if len(step) > 2:
-                                result = [tuple(row) for row in await conn.fetch(sql, *args)]
-                            else:
-                                row = await conn.fetchrow(sql, *args)
-                                result = None if row is None else tuple(row)
-                    except StopIteration as done:
-                        return done.value
-            except asyncpg.InternalClientError:
-                _drop(conn)
-                raise
+                while True:
+                    step = program.send(result)
+                    sql, args = _bound(step[0], step[1])
+                    # Every ledger statement RETURNs: there is always a result to fetch.
+                    if len(step) > 2:
+                        result = [tuple(row) for row in await conn.fetch(sql, *args)]
+                    else:
+                        row = await conn.fetchrow(sql, *args)
+                        result = None if row is None else tuple(row)
+            except StopIteration as done:
+                return done.value
 
     async def one_statement(
         self, sql: str, params: dict, *, wait_s: float | None = None
     ) -> Row | None:
         """Run one self-contained statement (outside a transaction it is atomic on its own)."""
         converted, args = _bound(sql, params)
-        pool = self._pool
-        assert pool is not None, _NOT_OPEN
-        async with pool.acquire(timeout=wait_s) as conn:
-            try:
-                row = await conn.fetchrow(converted, *args)
-            except asyncpg.InternalClientError:
-                _drop(conn)
-                raise
+        async with _Connection(self._pool, wait_s) as conn:
+            row = await conn.fetchrow(converted, *args)
         return None if row is None else tuple(row)
 
     async def all_rows(self, sql: str, params: dict, *, wait_s: float | None = None) -> list[Row]:
         """Run one self-contained statement; return all its rows."""
         converted, args = _bound(sql, params)
-        pool = self._pool
-        assert pool is not None, _NOT_OPEN
-        async with pool.acquire(timeout=wait_s) as conn:
-            try:
-                rows = await conn.fetch(converted, *args)
-            except asyncpg.InternalClientError:
-                _drop(conn)
-                raise
+        async with _Connection(self._pool, wait_s) as conn:
+            rows = await conn.fetch(converted, *args)
         return [tuple(row) for row in rows]
 
 
