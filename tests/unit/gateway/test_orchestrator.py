@@ -252,6 +252,18 @@ def test_a_stream_that_breaks_after_its_role_chunk_but_before_any_token_falls_ba
     assert outcomes(ctx) == [("a", "platform", "upstream_error"), ("b", "platform", "ok")]
 
 
+async def read_texts(chunks, *, into: list[str], pause_s: float = 0.0, after_first=None) -> None:
+    """Read a stream's texts into `into` (kept whatever the stream raises), as a client that
+    takes `pause_s` over each arrival; `after_first` runs once the first arrival is read."""
+    async for arrived in chunks:
+        into.extend(chunk.text for chunk in arrived if chunk.text)
+        if after_first is not None:
+            after_first, then = None, after_first
+            then()
+        if pause_s:
+            await asyncio.sleep(pause_s)
+
+
 def test_a_stream_that_breaks_after_its_first_chunks_is_never_retried_or_fallen_back():
     world = World()
     world.vendors["a"].script(Fault("fail_after_tokens", after_tokens=2))
@@ -259,10 +271,9 @@ def test_a_stream_that_breaks_after_its_first_chunks_is_never_retried_or_fallen_
 
     async def read(orchestrator):
         chunks = await orchestrator.open_stream(ctx, first_ticket=None)
-        texts = []
+        texts: list[str] = []
         with pytest.raises(errors.UpstreamFailed) as broke:
-            async for arrived in chunks:
-                texts.extend(chunk.text for chunk in arrived if chunk.text)
+            await read_texts(chunks, into=texts)
         return texts, broke.value
 
     texts, broke = world.run(read)
@@ -282,10 +293,9 @@ def test_a_vendor_quiet_past_the_idle_timeout_ends_the_stream_after_what_it_sent
 
     async def read(orchestrator):
         chunks = await orchestrator.open_stream(ctx, first_ticket=None)
-        texts = []
+        texts: list[str] = []
         with pytest.raises(errors.UpstreamTimeout) as quiet:
-            async for arrived in chunks:
-                texts.extend(chunk.text for chunk in arrived if chunk.text)
+            await read_texts(chunks, into=texts)
         task = asyncio.current_task()
         assert task is not None
         return texts, quiet.value, task.cancelling()
@@ -306,10 +316,8 @@ def test_a_client_reading_slower_than_the_idle_timeout_is_not_an_idle_vendor():
 
     async def read(orchestrator):
         chunks = await orchestrator.open_stream(ctx, first_ticket=None)
-        texts = []
-        async for arrived in chunks:
-            texts.extend(chunk.text for chunk in arrived if chunk.text)
-            await asyncio.sleep(0.15)
+        texts: list[str] = []
+        await read_texts(chunks, into=texts, pause_s=0.15)
         return texts
 
     texts = world.run(read)
@@ -326,14 +334,12 @@ def test_a_cancellation_from_elsewhere_while_waiting_on_the_vendor_is_not_a_time
 
     async def read(orchestrator):
         chunks = await orchestrator.open_stream(ctx, first_ticket=None)
-        texts = []
-
-        async def reader():
-            async for arrived in chunks:
-                texts.extend(chunk.text for chunk in arrived if chunk.text)
-                asyncio.get_running_loop().call_later(0.05, task.cancel)
-
-        task = asyncio.ensure_future(reader())
+        texts: list[str] = []
+        # The client leaves 0.05 s after the first arrival.
+        task = asyncio.ensure_future(
+            read_texts(chunks, into=texts, after_first=lambda: loop.call_later(0.05, task.cancel))
+        )
+        loop = asyncio.get_running_loop()
         with pytest.raises(asyncio.CancelledError):
             await task
         return texts, task.cancelling()
