@@ -23,6 +23,7 @@ import aiohttp
 from core.money import TokenPrices
 from core.sealing import SealBroken, unseal
 from gateway.adapters.base import Provider, VendorOptions
+from gateway.adapters.client import VendorClient
 from gateway.adapters.registry import build_adapter
 from gateway.platform_keys import PlatformCredential, PlatformPool
 from gateway.types import Usage
@@ -248,7 +249,7 @@ def _key_pool(row: ProviderProfile) -> PlatformPool | None:
     return PlatformPool(profile=row.name, strategy=row.key_strategy, keys=tuple(keys))
 
 
-def load_catalog(session: aiohttp.ClientSession) -> Catalog:
+def load_catalog(session: aiohttp.ClientSession, vendors: VendorClient) -> Catalog:
     """Read enabled profiles and models (sync ORM: call from a thread)."""
     profiles: dict[str, Profile] = {}
     served: list[tuple[Profile, ProviderProfile]] = []
@@ -271,7 +272,7 @@ def load_catalog(session: aiohttp.ClientSession) -> Catalog:
         adapter = build_adapter(
             row.kind,
             base_url=row.base_url,
-            session=session,
+            client=vendors,
             options=VendorOptions(
                 api_version=row.api_version, region=row.region, project=row.project
             ),

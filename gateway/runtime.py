@@ -20,6 +20,7 @@ from core.db import off_loop
 from core.response_cache import account_prefix
 from core.shared_state import SharedState
 from core.sqlexec import Database
+from gateway.adapters.client import VendorClient
 from gateway.auth import PrincipalCache
 from gateway.breakers import BreakerBoard
 from gateway.cache.stage import ResponseCache
@@ -40,7 +41,8 @@ GC_THRESHOLDS = (20_000, 20, 20)
 class Runtime:
     """The process's parts, built once by `start` (these are set from then on)."""
 
-    session: aiohttp.ClientSession  # the one pooled upstream client
+    session: aiohttp.ClientSession  # web acquisition and guard hooks' calls
+    vendors: VendorClient  # model vendors' calls: the hot path's one client
     shared: SharedState
     breakers: BreakerBoard
     keys: KeyRotation
@@ -82,6 +84,7 @@ class Runtime:
                 timeout=aiohttp.ClientTimeout(total=None, sock_connect=10),
                 skip_auto_headers=("User-Agent",),
             )
+            self.vendors = VendorClient(connect_timeout_s=10)
             self.shared = SharedState()
             self.breakers = BreakerBoard(self.shared)
             self.keys = KeyRotation(self.shared)
@@ -154,6 +157,7 @@ class Runtime:
         await self.usage.flush()
         await asyncio.to_thread(tracing.flush)  # queued spans, bounded by the export timeout
         await self.session.close()
+        await self.vendors.close()
         await self.db.close()
         await self.shared.close()
         if self._cache_shared is not None:
@@ -167,7 +171,7 @@ class Runtime:
         """Rebuild config and pools from the database, off the request path; a reload asked
         for while one runs reads the database after it, so the latest state is what stays."""
         async with self._reloading:
-            self.catalog = await off_loop(load_catalog)(self.session)
+            self.catalog = await off_loop(load_catalog)(self.session, self.vendors)
             self.pools.replace(await off_loop(load_pools)())
 
     async def _reload_pools(self) -> None:
@@ -195,7 +199,7 @@ class Runtime:
         if self._on_loop():
             return self._reload_pools() if pools_only else self.reload()
         if not pools_only:
-            self.catalog = load_catalog(self.session)
+            self.catalog = load_catalog(self.session, self.vendors)
         self.pools.replace(load_pools())
         return None
 

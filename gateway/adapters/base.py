@@ -21,10 +21,10 @@ from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Protocol, TypeVar
 
-import aiohttp
 import orjson
 from yarl import URL
 
+from gateway.adapters.client import HttpClientError, VendorClient, VendorResponse
 from gateway.tracing import outbound_headers
 from gateway.types import Chunk, Completion, ModelRequest
 
@@ -125,7 +125,7 @@ _KEYLIKE = re.compile(r"^(?=.*[^A-Za-z])\S{8,}$")
 REDACTED = "[redacted]"
 
 
-async def error_from_response(response: aiohttp.ClientResponse, api_key: str) -> ProviderError:
+async def error_from_response(response: VendorResponse, api_key: str) -> ProviderError:
     """Map a vendor's failed answer to a ProviderError; a 4xx keeps the vendor's message
     (bounded, cleaned, credentials out: the module docstring)."""
     error = error_for_status(response.status, response.headers)
@@ -138,12 +138,12 @@ async def error_from_response(response: aiohttp.ClientResponse, api_key: str) ->
     return error
 
 
-async def _read_upto(response: aiohttp.ClientResponse, cap: int) -> bytes:
+async def _read_upto(response: VendorResponse, cap: int) -> bytes:
     """Read a body to its end or to `cap` bytes, whichever comes first."""
     parts: list[bytes] = []
     size = 0
     while size < cap:
-        part = await response.content.read(cap - size)
+        part = await response.read(cap - size)
         if not part:
             break
         parts.append(part)
@@ -205,35 +205,27 @@ def connection_error(exc: BaseException) -> ProviderError:
     return ProviderError(f"upstream connection failed ({type(exc).__name__})", retryable=True)
 
 
-TRANSPORT_ERRORS = (aiohttp.ClientError, ConnectionError, OSError)
+TRANSPORT_ERRORS = (HttpClientError, ConnectionError, OSError)
 
 
 Frame = TypeVar("Frame")
 
 
 async def read_frames(
-    response: aiohttp.ClientResponse, frame: Callable[[bytes], list[Frame]], *, at_end: bytes
+    response: VendorResponse, frame: Callable[[bytes], list[Frame]], *, at_end: bytes
 ) -> AsyncIterator[list[Frame]]:
     """Yield the frames `frame` makes of a streamed body's bytes (it keeps an incomplete one
     for the next bytes), together as each read brought them; at the end it is fed `at_end`.
     Raise ProviderError if the connection breaks.
 
     Frames that arrived together go on together (one write to the client, not one per
-    event). When the connection breaks, the complete frames already received come first:
-    aiohttp raises a broken connection before handing out what it had buffered, so without
-    this the last tokens the vendor did send would be lost (and how many, by timing).
+    event). When the connection breaks, the bytes received before it come first (the client
+    reads them out before it raises), so the last tokens the vendor did send are not lost.
     """
-    content = response.content
     while True:
         try:
-            data = await content.readany()
+            data = await response.readany()
         except TRANSPORT_ERRORS as exc:
-            buffer = getattr(content, "_buffer", None)
-            if buffer:
-                rest = b"".join(buffer)[getattr(content, "_buffer_offset", 0) :]
-                frames = frame(rest)  # an unterminated last frame stays incomplete
-                if frames:
-                    yield frames
             raise connection_error(exc) from None
         if not data:
             frames = frame(at_end)
@@ -245,7 +237,7 @@ async def read_frames(
             yield frames
 
 
-def sse_events(response: aiohttp.ClientResponse) -> AsyncIterator[list[tuple[str, bytes]]]:
+def sse_events(response: VendorResponse) -> AsyncIterator[list[tuple[str, bytes]]]:
     """Yield the (event name, data) pairs of an SSE body, together as each read brought them
     (read_frames); raise ProviderError if it breaks."""
     # At the end, a last line without its newline counts.
@@ -297,13 +289,13 @@ class HttpProvider:
         self,
         *,
         base_url: str,
-        session: aiohttp.ClientSession,
+        client: VendorClient,
         options: VendorOptions = NO_OPTIONS,
     ) -> None:
         self._base_url = base_url.rstrip("/")
         self._options = options
         self._urls = {shape: self.url_for(self._base_url, shape) for shape in self.native}
-        self._session = session
+        self._client = client
 
     def url_for(self, base_url: str, shape: str) -> str:
         raise NotImplementedError
@@ -340,20 +332,20 @@ class HttpProvider:
         raise NotImplementedError
 
     def events(
-        self, response: aiohttp.ClientResponse, target: CallTarget
+        self, response: VendorResponse, target: CallTarget
     ) -> AsyncIterator[list[tuple[str, bytes]]]:
         """Return a streamed answer's (event name, data) pairs, together as each read brought
         them: SSE, unless the vendor frames its streams otherwise."""
         return sse_events(response)
 
-    async def failure(self, response: aiohttp.ClientResponse, api_key: str) -> ProviderError:
+    async def failure(self, response: VendorResponse, api_key: str) -> ProviderError:
         """Map a failed answer to a ProviderError (a vendor whose statuses say more or less
         than they mean corrects them here)."""
         return await error_from_response(response, api_key)
 
     def _post(self, req: ModelRequest, target: CallTarget):
         url, body, headers = self.request(req, target)
-        return self._session.post(url, data=body, headers=outbound_headers(headers))
+        return self._client.post(url, data=body, headers=outbound_headers(headers))
 
     async def complete(self, req: ModelRequest, target: CallTarget) -> Completion:
         url, body, headers = self.request(req, target)
@@ -365,7 +357,7 @@ class HttpProvider:
     ) -> dict:
         """POST a JSON body and return the vendor's JSON answer; failures as ProviderError."""
         try:
-            async with self._session.post(
+            async with self._client.post(
                 url, data=body, headers=outbound_headers(headers or self.headers(api_key))
             ) as response:
                 if response.status != 200:

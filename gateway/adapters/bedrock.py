@@ -24,7 +24,6 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from urllib.parse import quote, urlsplit
 
-import aiohttp
 import orjson
 from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
@@ -39,6 +38,7 @@ from gateway.adapters.base import (
     clean_vendor_text,
     read_frames,
 )
+from gateway.adapters.client import VendorResponse
 from gateway.shapes import bedrock as converse
 from gateway.shapes import bedrock_answers
 from gateway.types import OPENAI, Chunk, Completion, ModelRequest
@@ -123,13 +123,13 @@ class BedrockProvider(HttpProvider):
         return ConverseStream()
 
     def events(
-        self, response: aiohttp.ClientResponse, target: CallTarget
+        self, response: VendorResponse, target: CallTarget
     ) -> AsyncIterator[list[tuple[str, bytes]]]:
         return converse_events(response, target.api_key)
 
 
 async def converse_events(
-    response: aiohttp.ClientResponse, api_key: str
+    response: VendorResponse, api_key: str
 ) -> AsyncIterator[list[tuple[str, bytes]]]:
     """Yield the (event type, payload) pairs of an event-stream body's event messages,
     together as each read brought them; an exception message is raised as the
@@ -167,7 +167,7 @@ def stream_exception(message: EventStreamMessage, api_key: str) -> ProviderError
 
 
 def event_stream_messages(
-    response: aiohttp.ClientResponse,
+    response: VendorResponse,
 ) -> AsyncIterator[list[EventStreamMessage]]:
     """Yield an event-stream body's messages, together as each read brought them (as
     sse_events does SSE's: base.read_frames); raise ProviderError if it breaks or is not

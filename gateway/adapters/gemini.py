@@ -19,7 +19,6 @@ before any call), and its answers come back as OpenAI chat completions and chunk
 
 from __future__ import annotations
 
-import aiohttp
 import orjson
 
 from gateway.adapters.base import (
@@ -29,6 +28,7 @@ from gateway.adapters.base import (
     clean_vendor_text,
     error_from_response,
 )
+from gateway.adapters.client import VendorResponse
 from gateway.shapes import gemini as gemini_shape
 from gateway.shapes import gemini_answers
 from gateway.types import OPENAI, Chunk, Completion, ModelRequest
@@ -116,7 +116,7 @@ class GeminiProvider(HttpProvider):
             raise ProviderError("upstream sent no candidates", retryable=True)
         return gemini_answers.completion_from_vendor(data, model=req.model)
 
-    async def failure(self, response: aiohttp.ClientResponse, api_key: str) -> ProviderError:
+    async def failure(self, response: VendorResponse, api_key: str) -> ProviderError:
         error = await error_from_response(response, api_key)
         if error.status == 400 and (error.vendor_message or "").startswith(KEY_REFUSED):
             # The key refused: a 401, so a team key is benched and a platform key judged.

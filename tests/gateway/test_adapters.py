@@ -9,11 +9,11 @@ from __future__ import annotations
 import asyncio
 from dataclasses import replace
 
-import aiohttp
 import pytest
 
 from gateway.adapters.anthropic import AnthropicProvider
 from gateway.adapters.base import CallTarget, ProviderError
+from gateway.adapters.client import VendorClient
 from gateway.adapters.fake import FakeProvider
 from gateway.adapters.openai import OpenAIProvider
 from gateway.adapters.openrouter import OpenRouterProvider
@@ -48,12 +48,12 @@ ADAPTERS = {
 
 
 def run(stub, kind: str, call, *, max_tokens: int = 3):
-    """Run `call(adapter, target)` with a fresh aiohttp session against the stub."""
+    """Run `call(adapter, target)` with a fresh vendor client against the stub."""
     adapter_class, suffix, _ = ADAPTERS[kind]
 
     async def main():
-        async with aiohttp.ClientSession() as session:
-            adapter = adapter_class(base_url=stub.url + suffix, session=session)
+        async with VendorClient() as client:
+            adapter = adapter_class(base_url=stub.url + suffix, client=client)
             target = CallTarget(
                 upstream_model="up-model",
                 api_key=KEY,

@@ -61,7 +61,7 @@ def test_an_operator_adds_a_sealed_key_and_puts_a_failing_one_back(operator):
     assert added.after["last4"] == "4321"
 
     # The gateway's catalog opens it: the profile's own key, then this one.
-    catalog = load_catalog(session=None)  # no call is made
+    catalog = load_catalog(session=None, vendors=None)  # no call is made
     pool = catalog.profiles["stub-openai"].key_pool
     assert pool is not None and pool.strategy == "least_in_flight"
     assert [(k.label, k.secret, k.weight, k.rpm) for k in pool.keys][1:] == [
@@ -70,7 +70,9 @@ def test_an_operator_adds_a_sealed_key_and_puts_a_failing_one_back(operator):
 
     # The vendor refused it: failing, out of the catalog until an operator puts it back.
     PlatformKey.objects.filter(pk=key.pk).update(status="failing")
-    pool = load_catalog(session=None).profiles["stub-openai"].key_pool  # no call is made
+    pool = (
+        load_catalog(session=None, vendors=None).profiles["stub-openai"].key_pool
+    )  # no call is made
     assert pool is not None and [k.label for k in pool.keys] == ["profile"]
     fields = form_fields(operator.get(change_url(profile)).content.decode())
     assert fields["platform_keys-0-status"] == "failing"

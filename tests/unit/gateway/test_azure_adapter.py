@@ -29,10 +29,9 @@ REQUESTS = {OPENAI: CHAT, RESPONSES: RESPONSES_REQ, EMBEDDINGS: EMBEDDINGS_REQ}
 
 
 def adapter(api_version: str = VERSION, base_url: str = RESOURCE) -> AzureOpenAIProvider:
-    # The session is only used to send; building a call never touches it.
     return AzureOpenAIProvider(
         base_url=base_url,
-        session=None,  # type: ignore[arg-type]  # building a call never touches it
+        client=None,  # type: ignore[arg-type]  # building a call never touches it
         options=VendorOptions(api_version=api_version),
     )
 

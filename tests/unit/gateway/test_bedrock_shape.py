@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 
-import aiohttp
 import pytest
 from aiohttp import web
 from botocore.eventstream import EventStreamBuffer
@@ -21,6 +20,7 @@ from gateway.adapters.bedrock import (
     region_of,
     stream_exception,
 )
+from gateway.adapters.client import VendorClient
 from gateway.shapes.bedrock import chat_to_converse, converse_body
 from gateway.shapes.bedrock_answers import ConverseStreamToChat, completion_from_converse
 from gateway.types import Usage
@@ -375,7 +375,7 @@ def events_of_one_read(raw: bytes) -> tuple[list, ProviderError | None]:
 
     async def main() -> tuple[list, ProviderError | None]:
         app = web.Application()
-        app.router.add_get("/", answer)
+        app.router.add_post("/", answer)
         runner = web.AppRunner(app)
         await runner.setup()
         site = web.TCPSite(runner, "127.0.0.1", 0)
@@ -384,8 +384,8 @@ def events_of_one_read(raw: bytes) -> tuple[list, ProviderError | None]:
         batches: list = []
         try:
             async with (
-                aiohttp.ClientSession() as session,
-                session.get(f"http://127.0.0.1:{port}/") as response,
+                VendorClient() as client,
+                client.post(f"http://127.0.0.1:{port}/", data=b"", headers={}) as response,
             ):
                 async for batch in converse_events(response, "AKID:SECRET"):
                     batches.append(batch)

@@ -137,7 +137,7 @@ def test_load_catalog_reads_passthrough_aliases_and_cache_prices():
         ]
     )
 
-    cat = load_catalog(session=None)
+    cat = load_catalog(session=None, vendors=None)
 
     assert cat.profiles["anthropic-main"].passthrough is True
     assert cat.profiles["openai-main"].passthrough is False
@@ -173,7 +173,7 @@ def test_a_model_name_answers_one_kind_the_first_profiles_by_name():
 
     profiles_bootstrap(spec=[profile("b-chat", "chat"), profile("a-embed", "embedding")])
 
-    cat = load_catalog(session=None)
+    cat = load_catalog(session=None, vendors=None)
 
     assert [(o.profile.name, o.kind) for o in cat.resolve("m")] == [("a-embed", "embedding")]
     assert cat.kind_of("m") == "embedding"

@@ -430,7 +430,7 @@ def target(provider, key: str = "gm-key") -> CallTarget:
 
 
 def test_the_gemini_call_names_the_model_in_its_url_and_the_key_in_its_header():
-    provider = GeminiProvider(base_url="https://generativelanguage.googleapis.com", session=None)
+    provider = GeminiProvider(base_url="https://generativelanguage.googleapis.com", client=None)
     streamed = openai_shape.parse_request({**REQ.body, "stream": True})
 
     url, body, headers = provider.request(REQ, target(provider))
@@ -450,7 +450,7 @@ def test_the_gemini_call_names_the_model_in_its_url_and_the_key_in_its_header():
 
 def test_the_vertex_call_names_project_region_and_model():
     options = VendorOptions(project="acme", region="europe-west4")
-    provider = VertexProvider(base_url="", session=None, options=options)
+    provider = VertexProvider(base_url="", client=None, options=options)
 
     url, _, headers = provider.request(REQ, target(provider, key="ya29.token"))
 
@@ -464,7 +464,7 @@ def test_the_vertex_call_names_project_region_and_model():
 
 def test_a_refusal_names_the_vertex_kind():
     provider = VertexProvider(
-        base_url="", session=None, options=VendorOptions(project="p", region="r")
+        base_url="", client=None, options=VendorOptions(project="p", region="r")
     )
 
     with pytest.raises(InvalidRequest, match="cannot be translated for vertex vendors"):

@@ -9,11 +9,11 @@ import asyncio
 import json
 from collections.abc import Iterator
 
-import aiohttp
 import httpx
 import pytest
 
 from gateway.adapters.base import CallTarget, ProviderError
+from gateway.adapters.client import VendorClient
 from gateway.adapters.gemini import GeminiProvider
 from gateway.adapters.vertex import AccessTokens
 from gateway.shapes import openai as openai_shape
@@ -95,8 +95,8 @@ def test_a_gemini_key_google_calls_not_valid_is_a_401(key, failed):
     )
 
     async def call(url: str) -> ProviderError | None:
-        async with aiohttp.ClientSession() as session:
-            provider = GeminiProvider(base_url=url, session=session)
+        async with VendorClient() as client:
+            provider = GeminiProvider(base_url=url, client=client)
             shape, payload = provider.own_payload(OPENAI, req.body)
             target = CallTarget(
                 upstream_model="gemini-2.5-flash",

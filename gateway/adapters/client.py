@@ -1,0 +1,470 @@
+"""The one HTTP/1.1 client model vendors are called with: pooled keep-alive connections on
+an asyncio protocol, httptools' parser (the one uvicorn already runs), nothing else.
+
+Why not aiohttp's client: a vendor call is the hot path's one outbound request, and aiohttp
+spends about 200 Python calls on it (its request and response objects, its stream reader,
+signals, cookie jar, auto headers); this spends a few dozen. The calls that need more than a
+POST (redirects, a pinned TLS name: guard hooks, web acquisition) stay on aiohttp.
+
+What it does:
+- POST only, a whole body at once; the answer's status and headers first, then its body,
+  read as it comes (`readany`), up to a size (`read(n)`) or whole (`read()`).
+- One pool of idle connections per (scheme, host, port), newest first; a connection idle
+  longer than `keepalive_s`, or one the server closed, is never handed out. An answer read to
+  its end goes back to the pool; one let go before its end closes its connection.
+- Bytes received before a connection broke are read first; then the read raises
+  ServerDisconnected (a stream's last tokens are not lost to the break).
+- At most `BUFFER_HIGH` unread bytes per answer: past that the socket stops being read until
+  the reader catches up.
+- A header name or value with a line break is refused (a tenant's key is text it chose).
+- No redirects, no cookies, no decompression (it asks for `identity`), no proxies: the same
+  as the aiohttp session it replaces was configured to do.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+import time
+from collections.abc import Mapping
+from urllib.parse import quote, urlsplit
+
+import httptools
+from yarl import URL
+
+BUFFER_HIGH = 64 * 1024  # unread bytes at which the socket is paused
+BUFFER_LOW = 16 * 1024  # ... and resumed
+_URLS_CACHED = 1024  # parsed URLs kept (a profile's few URLs; a signed one varies by model)
+_PATH_SAFE = "/:@!$&'()*+,;=-._~%"  # what stays as it is in a path: an escape stays escaped
+
+
+class HttpClientError(Exception):
+    """A vendor call failed below HTTP: the connection, or bytes that are not HTTP."""
+
+
+class ServerDisconnected(HttpClientError, ConnectionError):
+    """The connection closed before the answer ended."""
+
+
+class BadResponse(HttpClientError):
+    """The server sent bytes that are not an HTTP/1.1 answer."""
+
+
+class InvalidHeader(HttpClientError, ValueError):
+    """A header to send holds a line break: sent, it would start a header of its own."""
+
+
+class Headers(dict):
+    """An answer's headers by lowercase name (repeated ones joined by ", ")."""
+
+    def get(self, name: str, default=None):
+        return dict.get(self, name.lower(), default)
+
+    def __getitem__(self, name: str) -> str:
+        return dict.__getitem__(self, name.lower())
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and dict.__contains__(self, name.lower())
+
+
+class VendorClient:
+    """Pooled keep-alive HTTP/1.1 connections to vendors; one per process (the runtime's)."""
+
+    def __init__(
+        self,
+        *,
+        connect_timeout_s: float = 10.0,
+        keepalive_s: float = 15.0,
+        ssl_context: ssl.SSLContext | None = None,
+    ) -> None:
+        self._connect_timeout_s = connect_timeout_s
+        self._keepalive_s = keepalive_s
+        self._ssl = ssl_context
+        self._idle: dict[tuple[str, str, int], list[_Connection]] = {}
+        self._urls: dict[str, _Target] = {}
+        self._open: set[_Connection] = set()
+        self._closed = False
+
+    def post(self, url: str | URL, *, data: bytes, headers: Mapping[str, str]) -> _PendingResponse:
+        """Send `data`; awaited, or entered with `async with`, it gives the answer once its
+        status and headers are in (leaving the `async with` lets it go)."""
+        return _PendingResponse(self, str(url), data, headers)
+
+    async def __aenter__(self) -> VendorClient:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        """Close every connection, idle or busy."""
+        self._closed = True
+        for conn in list(self._open):
+            conn.close()
+        self._idle.clear()
+
+    async def _send(self, url: str, data: bytes, headers: Mapping[str, str]) -> VendorResponse:
+        if self._closed:
+            raise HttpClientError("the client is closed")
+        target = self._target(url)
+        message = _request_bytes(target, data, headers)
+        conn = self._idle_connection(target.key) or await self._connect(target)
+        return await conn.exchange(message)
+
+    def _target(self, url: str) -> _Target:
+        target = self._urls.get(url)
+        if target is None:
+            if len(self._urls) >= _URLS_CACHED:
+                self._urls.clear()
+            target = self._urls[url] = _Target.parse(url)
+        return target
+
+    def _idle_connection(self, key: tuple[str, str, int]) -> _Connection | None:
+        idle = self._idle.get(key)
+        if not idle:
+            return None
+        fresh_after = time.monotonic() - self._keepalive_s
+        while idle:
+            conn = idle.pop()
+            if conn.usable and conn.idle_since >= fresh_after:
+                return conn
+            conn.close()
+        return None
+
+    async def _connect(self, target: _Target) -> _Connection:
+        loop = asyncio.get_running_loop()
+        scheme, host, port = target.key
+        tls = None
+        if scheme == "https":
+            if self._ssl is None:
+                self._ssl = ssl.create_default_context()
+            tls = self._ssl
+        async with asyncio.timeout(self._connect_timeout_s):
+            _, conn = await loop.create_connection(
+                lambda: _Connection(self, target.key),
+                host,
+                port,
+                ssl=tls,
+                server_hostname=host if tls else None,
+            )
+        return conn
+
+    def _put_back(self, conn: _Connection) -> None:
+        if self._closed:
+            conn.close()
+            return
+        conn.idle_since = time.monotonic()
+        idle = self._idle.setdefault(conn.key, [])
+        # Newest last (handed out first); the oldest, first, go once stale.
+        while idle and (
+            not idle[0].usable or idle[0].idle_since < conn.idle_since - self._keepalive_s
+        ):
+            idle.pop(0).close()
+        idle.append(conn)
+
+
+class _Target:
+    """A URL as a call needs it: its pool's key, its Host header, its request target."""
+
+    __slots__ = ("host_header", "key", "path")
+
+    def __init__(self, key: tuple[str, str, int], host_header: str, path: str) -> None:
+        self.key = key
+        self.host_header = host_header
+        self.path = path
+
+    @classmethod
+    def parse(cls, url: str) -> _Target:
+        parts = urlsplit(url)
+        scheme = parts.scheme.lower()
+        if scheme not in ("http", "https") or not parts.hostname:
+            raise HttpClientError(f"not an http(s) URL: {scheme or 'no scheme'}")
+        host = parts.hostname
+        default = 443 if scheme == "https" else 80
+        port = parts.port or default
+        named = f"[{host}]" if ":" in host else host
+        host_header = named if port == default else f"{named}:{port}"
+        path = quote(parts.path or "/", safe=_PATH_SAFE)
+        if parts.query:
+            path = f"{path}?{quote(parts.query, safe=_PATH_SAFE + '?')}"
+        return cls((scheme, host, port), host_header, path)
+
+
+def _request_bytes(target: _Target, data: bytes, headers: Mapping[str, str]) -> bytes:
+    fields = "".join(f"{name}: {value}\r\n" for name, value in headers.items())
+    # Each header adds exactly one CR and one LF; any more is a line break inside one.
+    if fields.count("\n") != len(headers) or fields.count("\r") != len(headers):
+        raise InvalidHeader("a header holds a line break")
+    host = "" if "Host" in headers or "host" in headers else f"Host: {target.host_header}\r\n"
+    head = (
+        f"POST {target.path} HTTP/1.1\r\n{host}"
+        f"Accept-Encoding: identity\r\n{fields}Content-Length: {len(data)}\r\n\r\n"
+    )
+    return head.encode("utf-8", "surrogateescape") + data
+
+
+class _Connection(asyncio.Protocol):
+    """One keep-alive connection: one answer at a time, parsed as it arrives."""
+
+    __slots__ = (
+        "_answer_ended",
+        "_client",
+        "_closing",
+        "_header_names",
+        "_paused",
+        "_waiter",
+        "idle_since",
+        "key",
+        "lost",
+        "parser",
+        "response",
+        "transport",
+    )
+
+    def __init__(self, client: VendorClient, key: tuple[str, str, int]) -> None:
+        self._client = client
+        self.key = key
+        self.parser = httptools.HttpResponseParser(self)
+        self.transport: asyncio.Transport | None = None
+        self.response: VendorResponse | None = None
+        self._waiter: asyncio.Future[VendorResponse] | None = None
+        self._header_names: list[tuple[bytes, bytes]] = []
+        self._paused = False
+        self._answer_ended = True
+        self._closing = False
+        self.lost = False
+        self.idle_since = 0.0
+
+    async def exchange(self, message: bytes) -> VendorResponse:
+        """Send one request; return its answer once its status and headers are in."""
+        assert self.transport is not None and self._answer_ended
+        self._answer_ended = False
+        self.response = None
+        waiter = self._waiter = asyncio.get_running_loop().create_future()
+        self.transport.write(message)
+        try:
+            return await waiter
+        except BaseException:
+            self.close()  # given up before the answer: the connection is in an unknown state
+            raise
+        finally:
+            self._waiter = None
+
+    def close(self) -> None:
+        self._closing = True  # never handed out again
+        if self.transport is not None:
+            self.transport.close()
+
+    @property
+    def usable(self) -> bool:
+        return self._answer_ended and not self.lost and not self._closing
+
+    def release(self) -> None:
+        """The reader let go of an answer before its end: the connection cannot serve again."""
+        self.close()
+
+    def pause(self) -> None:
+        if not self._paused and self.transport is not None:
+            self._paused = True
+            self.transport.pause_reading()
+
+    def resume(self) -> None:
+        if self._paused and self.transport is not None and not self.lost:
+            self._paused = False
+            self.transport.resume_reading()
+
+    # asyncio.Protocol
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        self._client._open.add(self)
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserError as exc:
+            self._fail(BadResponse(f"the vendor's answer is not HTTP/1.1 ({exc})"))
+            self.close()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.lost = True
+        self._client._open.discard(self)
+        response = self.response
+        if response is not None and not response.ended and response.until_close and exc is None:
+            response.feed_end()  # a body with no length ends when the server closes
+            return
+        self._fail(ServerDisconnected("the vendor closed the connection"))
+
+    # httptools' callbacks
+
+    def on_message_begin(self) -> None:
+        self._header_names = []
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._header_names.append((name, value))
+
+    def on_headers_complete(self) -> None:
+        headers = Headers()
+        for raw_name, raw_value in self._header_names:
+            name = raw_name.decode("latin-1").lower()
+            value = raw_value.decode("latin-1")
+            headers[name] = f"{headers[name]}, {value}" if name in headers else value
+        self._header_names = []
+        status = self.parser.get_status_code()
+        until_close = "content-length" not in headers and "chunked" not in headers.get(
+            "transfer-encoding", ""
+        )
+        self.response = VendorResponse(self, status, headers, until_close=until_close)
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(self.response)
+
+    def on_body(self, body: bytes) -> None:
+        if self.response is not None:
+            self.response.feed(body)
+
+    def on_message_complete(self) -> None:
+        self._answer_ended = True
+        response = self.response
+        if response is None:
+            return
+        response.feed_end()
+        if self.usable and self.parser.should_keep_alive():
+            # The answer is all in: the connection serves the next call while it is read.
+            response.detach()
+            self.response = None
+            self.resume()
+            self._client._put_back(self)
+
+    def _fail(self, error: Exception) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_exception(error)
+        elif self.response is not None and not self.response.ended:
+            self.response.feed_error(error)
+
+
+class _PendingResponse:
+    """`client.post(...)`: awaitable for the answer, or an `async with` that lets it go."""
+
+    __slots__ = ("_args", "_client", "_response")
+
+    def __init__(
+        self, client: VendorClient, url: str, data: bytes, headers: Mapping[str, str]
+    ) -> None:
+        self._client = client
+        self._args = (url, data, headers)
+        self._response: VendorResponse | None = None
+
+    def __await__(self):
+        return self._client._send(*self._args).__await__()
+
+    async def __aenter__(self) -> VendorResponse:
+        self._response = await self._client._send(*self._args)
+        return self._response
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        if self._response is not None:
+            self._response.release()
+
+
+class VendorResponse:
+    """An answer: its status and headers, and its body as it arrives."""
+
+    __slots__ = (
+        "_chunks",
+        "_conn",
+        "_error",
+        "_size",
+        "_waiter",
+        "ended",
+        "headers",
+        "status",
+        "until_close",
+    )
+
+    def __init__(
+        self, conn: _Connection, status: int, headers: Headers, *, until_close: bool
+    ) -> None:
+        self._conn: _Connection | None = conn
+        self.status = status
+        self.headers = headers
+        self.ended = False
+        self._chunks: list[bytes] = []
+        self._size = 0
+        self._error: Exception | None = None
+        self._waiter: asyncio.Future[None] | None = None
+        self.until_close = until_close  # no length: the body ends when the server closes
+
+    async def readany(self) -> bytes:
+        """What has arrived since the last read (waiting for some), or b"" at the end."""
+        while not self._chunks:
+            if self._error is not None:
+                raise self._error
+            if self.ended:
+                return b""
+            await self._wait()
+        chunks = self._chunks
+        data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        self._chunks = []
+        self._size = 0
+        self._drained()
+        return data
+
+    async def read(self, n: int = -1) -> bytes:
+        """At most `n` bytes (waiting for some; b"" at the end), or with n < 0 the whole
+        rest of the body."""
+        if n < 0:
+            parts = []
+            while data := await self.readany():
+                parts.append(data)
+            return b"".join(parts)
+        data = await self.readany()
+        if len(data) > n:
+            self._chunks.insert(0, data[n:])
+            self._size += len(data) - n
+            data = data[:n]
+        return data
+
+    def detach(self) -> None:
+        """The answer is all buffered and its connection back in the pool."""
+        self._conn = None
+
+    def release(self) -> None:
+        """Done with the answer: a connection it still holds closes (it did not end)."""
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.release()
+
+    async def _wait(self) -> None:
+        waiter = self._waiter = asyncio.get_running_loop().create_future()
+        try:
+            await waiter
+        finally:
+            self._waiter = None
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def _drained(self) -> None:
+        if self._size <= BUFFER_LOW and self._conn is not None:
+            self._conn.resume()
+
+    # What the connection feeds in.
+
+    def feed(self, data: bytes) -> None:
+        self._chunks.append(data)
+        self._size += len(data)
+        if self._size > BUFFER_HIGH and self._conn is not None:
+            self._conn.pause()
+        self._wake()
+
+    def feed_end(self) -> None:
+        self.ended = True
+        self._wake()
+
+    def feed_error(self, error: Exception) -> None:
+        self._error = error
+        self._wake()
