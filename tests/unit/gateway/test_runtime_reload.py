@@ -22,7 +22,7 @@ release_first = threading.Event()
 reads: list[int] = []
 
 
-def load_catalog(session) -> str:
+def load_catalog(session, vendors) -> str:
     """A catalog loader whose first read stalls until released (a slow database)."""
     version = database["version"]
     reads.append(version)
@@ -45,7 +45,7 @@ def slow_database(monkeypatch):
 @in_a_loop
 async def test_a_reload_asked_for_during_another_reads_after_it_and_its_state_stays():
     runtime = Runtime()
-    runtime.session = None  # the fake loader calls no vendor
+    runtime.session = runtime.vendors = None  # the fake loader calls no vendor
     earlier = asyncio.create_task(runtime.reload())
     await asyncio.to_thread(first_read.wait, 10)
 
