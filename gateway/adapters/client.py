@@ -11,7 +11,10 @@ What it does:
   read as it comes (`readany`), up to a size (`read(n)`) or whole (`read()`).
 - One pool of idle connections per (scheme, host, port), newest first; a connection idle
   longer than `keepalive_s`, or one the server closed, is never handed out. An answer read to
-  its end goes back to the pool; one let go before its end closes its connection.
+  its end goes back to the pool. One let go before its end is read on and dropped, and its
+  connection kept, if the rest is short and comes soon: a stream's last bytes (the chunked
+  body's end) often arrive just after its final event, and a new TLS connection to a vendor
+  costs far more than waiting for them.
 - Bytes received before a connection broke are read first; then the read raises
   ServerDisconnected (a stream's last tokens are not lost to the break).
 - At most `BUFFER_HIGH` unread bytes per answer: past that the socket stops being read until
@@ -34,6 +37,7 @@ from yarl import URL
 
 BUFFER_HIGH = 64 * 1024  # unread bytes at which the socket is paused
 BUFFER_LOW = 16 * 1024  # ... and resumed
+DRAIN_MAX_BYTES = 16 * 1024  # what a let-go answer may still send for its connection to stay
 _URLS_CACHED = 1024  # parsed URLs kept (a profile's few URLs; a signed one varies by model)
 _PATH_SAFE = "/:@!$&'()*+,;=-._~%"  # what stays as it is in a path: an escape stays escaped
 
@@ -75,10 +79,12 @@ class VendorClient:
         *,
         connect_timeout_s: float = 10.0,
         keepalive_s: float = 15.0,
+        drain_timeout_s: float = 1.0,
         ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         self._connect_timeout_s = connect_timeout_s
         self._keepalive_s = keepalive_s
+        self.drain_timeout_s = drain_timeout_s  # how long a let-go answer may take to end
         self._ssl = ssl_context
         self._idle: dict[tuple[str, str, int], list[_Connection]] = {}
         self._urls: dict[str, _Target] = {}
@@ -141,7 +147,7 @@ class VendorClient:
             tls = self._ssl
         async with asyncio.timeout(self._connect_timeout_s):
             _, conn = await loop.create_connection(
-                lambda: _Connection(self, target.key),
+                lambda: _Connection(self, target.key, loop),
                 host,
                 port,
                 ssl=tls,
@@ -210,6 +216,9 @@ class _Connection(asyncio.Protocol):
         "_answer_ended",
         "_client",
         "_closing",
+        "_drain_left",
+        "_drain_timer",
+        "_loop",
         "_header_names",
         "_paused",
         "_waiter",
@@ -221,8 +230,11 @@ class _Connection(asyncio.Protocol):
         "transport",
     )
 
-    def __init__(self, client: VendorClient, key: tuple[str, str, int]) -> None:
+    def __init__(
+        self, client: VendorClient, key: tuple[str, str, int], loop: asyncio.AbstractEventLoop
+    ) -> None:
         self._client = client
+        self._loop = loop
         self.key = key
         self.parser = httptools.HttpResponseParser(self)
         self.transport: asyncio.Transport | None = None
@@ -232,6 +244,8 @@ class _Connection(asyncio.Protocol):
         self._paused = False
         self._answer_ended = True
         self._closing = False
+        self._drain_left = -1  # bytes a let-go answer may still send; -1: not draining
+        self._drain_timer: asyncio.TimerHandle | None = None
         self.lost = False
         self.idle_since = 0.0
 
@@ -240,7 +254,7 @@ class _Connection(asyncio.Protocol):
         assert self.transport is not None and self._answer_ended
         self._answer_ended = False
         self.response = None
-        waiter = self._waiter = asyncio.get_running_loop().create_future()
+        waiter = self._waiter = self._loop.create_future()
         self.transport.write(message)
         try:
             return await waiter
@@ -252,6 +266,7 @@ class _Connection(asyncio.Protocol):
 
     def close(self) -> None:
         self._closing = True  # never handed out again
+        self._stop_draining()
         if self.transport is not None:
             self.transport.close()
 
@@ -260,8 +275,22 @@ class _Connection(asyncio.Protocol):
         return self._answer_ended and not self.lost and not self._closing
 
     def release(self) -> None:
-        """The reader let go of an answer before its end: the connection cannot serve again."""
-        self.close()
+        """The reader let go of an answer before its end: read on and drop the rest, and
+        serve again once it ends; close if it goes past DRAIN_MAX_BYTES or the client's
+        drain timeout."""
+        if self.lost or self._closing or self._answer_ended:
+            self.close()  # ended, and not to be kept (`Connection: close`), or gone already
+            return
+        self.response = None
+        self._drain_left = DRAIN_MAX_BYTES
+        self._drain_timer = self._loop.call_later(self._client.drain_timeout_s, self.close)
+        self.resume()
+
+    def _stop_draining(self) -> None:
+        self._drain_left = -1
+        if self._drain_timer is not None:
+            self._drain_timer.cancel()
+            self._drain_timer = None
 
     def pause(self) -> None:
         if not self._paused and self.transport is not None:
@@ -288,6 +317,7 @@ class _Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.lost = True
+        self._stop_draining()
         self._client._open.discard(self)
         response = self.response
         if response is not None and not response.ended and response.until_close and exc is None:
@@ -322,17 +352,24 @@ class _Connection(asyncio.Protocol):
     def on_body(self, body: bytes) -> None:
         if self.response is not None:
             self.response.feed(body)
+        elif self._drain_left >= 0:
+            self._drain_left -= len(body)
+            if self._drain_left < 0:
+                self.close()
 
     def on_message_complete(self) -> None:
         self._answer_ended = True
         response = self.response
-        if response is None:
-            return
-        response.feed_end()
+        if response is not None:
+            response.feed_end()
+        elif self._drain_timer is None:
+            return  # nobody asked (it closes if more comes)
+        self._stop_draining()
         if self.usable and self.parser.should_keep_alive():
             # The answer is all in: the connection serves the next call while it is read.
-            response.detach()
-            self.response = None
+            if response is not None:
+                response.detach()
+                self.response = None
             self.resume()
             self._client._put_back(self)
 
@@ -431,7 +468,8 @@ class VendorResponse:
         self._conn = None
 
     def release(self) -> None:
-        """Done with the answer: a connection it still holds closes (it did not end)."""
+        """Done with the answer: a connection it still holds (it did not end) reads the rest
+        on its own."""
         conn, self._conn = self._conn, None
         if conn is not None:
             conn.release()

@@ -13,6 +13,7 @@ import uvloop
 
 from gateway.adapters.client import (
     BUFFER_HIGH,
+    DRAIN_MAX_BYTES,
     BadResponse,
     InvalidHeader,
     ServerDisconnected,
@@ -44,10 +45,13 @@ class Server:
         self._server.close()
 
     @property
-    def url(self) -> str:
+    def port(self) -> int:
         assert self._server is not None
-        port = self._server.sockets[0].getsockname()[1]
-        return f"{'https' if self._ssl else 'http'}://127.0.0.1:{port}"
+        return self._server.sockets[0].getsockname()[1]
+
+    @property
+    def url(self) -> str:
+        return f"{'https' if self._ssl else 'http'}://127.0.0.1:{self.port}"
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.connections += 1
@@ -226,25 +230,64 @@ def test_a_body_without_length_ends_when_the_server_closes(loop):
 
 
 @LOOPS
-def test_an_answer_let_go_before_its_end_closes_its_connection(loop):
+def test_an_answer_let_go_whose_end_comes_soon_keeps_its_connection(loop):
     server: Server
+    let_go = None
+
+    async def handler(reader, writer):
+        for _ in range(2):
+            await server.read_request(reader)
+            writer.write(OK_HEAD + b"Transfer-Encoding: chunked\r\n\r\n" + chunk(b"[DONE]"))
+            await let_go.wait()
+            let_go.clear()
+            writer.write(chunk(b"x" * 8000) + b"0\r\n\r\n")  # the rest, then the end
+
+    async def scenario():
+        nonlocal server, let_go
+        let_go = asyncio.Event()
+        async with Server(handler) as server, VendorClient() as client:
+            for _ in range(2):
+                async with client.post(server.url, data=b"{}", headers={}) as response:
+                    assert await response.readany() == b"[DONE]"
+                let_go.set()
+                while not client._idle.get(("http", "127.0.0.1", server.port)):
+                    await asyncio.sleep(0.005)  # until the rest is read and dropped
+            return server.connections
+
+    assert run(scenario, loop) == 1
+
+
+@LOOPS
+@pytest.mark.parametrize("rest", ["never", "too long"])
+def test_an_answer_let_go_whose_end_is_late_or_long_closes_its_connection(loop, rest):
+    server: Server
+    let_go = asyncio.Event()
     closed_by_client: list[asyncio.Event] = []
 
     async def handler(reader, writer):
         await server.read_request(reader)
         writer.write(OK_HEAD + b"Transfer-Encoding: chunked\r\n\r\n" + chunk(b"part"))
-        await writer.drain()
+        await let_go.wait()
+        let_go.clear()
+        if rest == "too long":
+            writer.write(chunk(b"x" * (DRAIN_MAX_BYTES + 1)))
         await reader.read()  # until the client closes
         closed_by_client[-1].set()
 
     async def scenario():
         nonlocal server
-        async with Server(handler) as server, VendorClient() as client:
+        # Past the byte cap it closes at once: its timeout alone would outlast the test.
+        drain_timeout_s = 0.05 if rest == "never" else 60
+        async with (
+            Server(handler) as server,
+            VendorClient(drain_timeout_s=drain_timeout_s) as client,
+        ):
             for _ in range(2):
                 closed_by_client.append(asyncio.Event())
                 async with client.post(server.url, data=b"{}", headers={}) as response:
                     assert await response.readany() == b"part"
-                await asyncio.wait_for(closed_by_client[-1].wait(), 5)
+                let_go.set()
+                await closed_by_client[-1].wait()
             return server.connections
 
     assert run(scenario, loop) == 2
