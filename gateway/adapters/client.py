@@ -259,10 +259,18 @@ class _Connection(asyncio.Protocol):
         try:
             return await waiter
         except BaseException:
-            self.close()  # given up before the answer: the connection is in an unknown state
+            if waiter.done() and not waiter.cancelled() and waiter.exception() is None:
+                # The answer came, then a cancellation: let the answer go as its reader would
+                # (the connection may be back in the pool already, serving another call).
+                waiter.result().release()
+            else:
+                self.close()  # given up before the answer: the connection's state is unknown
             raise
         finally:
-            self._waiter = None
+            # Cleared only if it is still this call's: once the answer is all in, the
+            # connection may serve the next call before this one resumes.
+            if self._waiter is waiter:
+                self._waiter = None
 
     def close(self) -> None:
         self._closing = True  # never handed out again
@@ -345,7 +353,7 @@ class _Connection(asyncio.Protocol):
             "transfer-encoding", ""
         )
         self.response = VendorResponse(self, status, headers, until_close=until_close)
-        waiter = self._waiter
+        waiter, self._waiter = self._waiter, None
         if waiter is not None and not waiter.done():
             waiter.set_result(self.response)
 
@@ -374,7 +382,7 @@ class _Connection(asyncio.Protocol):
             self._client._put_back(self)
 
     def _fail(self, error: Exception) -> None:
-        waiter = self._waiter
+        waiter, self._waiter = self._waiter, None
         if waiter is not None and not waiter.done():
             waiter.set_exception(error)
         elif self.response is not None and not self.response.ended:

@@ -18,6 +18,7 @@ from gateway.adapters.client import (
     InvalidHeader,
     ServerDisconnected,
     VendorClient,
+    _Connection,
 )
 from tests.support.certificates import self_signed_context
 
@@ -446,3 +447,74 @@ def test_a_refused_connection_is_an_os_error(loop):
                 await client.post(url, data=b"", headers={})
 
     run(scenario, loop)
+
+
+class RecordingTransport(asyncio.Transport):
+    """A transport that keeps what is written: the connection is driven by hand."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.written: list[bytes] = []
+        self.closed = False
+
+    def write(self, data: bytes) -> None:
+        self.written.append(data)
+
+    def close(self) -> None:
+        self.closed = True
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
+
+
+def start_by_hand(call) -> asyncio.Future:
+    """Run a call up to its first wait, right now (before any task the loop has queued)."""
+    waited = call.send(None)
+    assert isinstance(waited, asyncio.Future)
+    return waited
+
+
+def result_by_hand(call):
+    with pytest.raises(StopIteration) as done:
+        call.send(None)
+    return done.value.value
+
+
+@LOOPS
+@pytest.mark.parametrize("first_call", ["resumes", "is cancelled"])
+def test_a_call_that_takes_the_connection_before_the_last_resumes_is_answered(loop, first_call):
+    """An answer all in one read puts its connection back in the pool before its call resumes
+    (the resumption is queued): the next call may take it in between. The first call, resuming
+    or cancelled (its deadline), must leave the second's wait and connection alone."""
+
+    async def scenario():
+        async with VendorClient() as client:
+            key = ("http", "vendor.test", 80)
+            conn = _Connection(client, key, asyncio.get_running_loop())
+            transport = RecordingTransport()
+            conn.connection_made(transport)
+            first = asyncio.create_task(conn.exchange(b"one"))
+            await asyncio.sleep(0)  # the first call waits for its answer
+            conn.data_received(answer_with_length(b"first"))  # all of it: back in the pool
+            assert client._idle_connection(key) is conn
+            second = conn.exchange(b"two")
+            waited = start_by_hand(second)  # before the first call resumes
+            if first_call == "resumes":
+                assert await (await first).read() == b"first"
+            else:
+                first.cancel()
+                with pytest.raises(asyncio.CancelledError):
+                    await first
+            assert not transport.closed
+            conn.data_received(answer_with_length(b"second"))
+            assert waited.done()
+            answer = result_by_hand(second)
+            return transport.written, await answer.read()
+
+    assert run(scenario, loop) == ([b"one", b"two"], b"second")
