@@ -130,6 +130,7 @@ import asyncio
 import base64
 import contextlib
 import ctypes
+import functools
 import itertools
 import json
 import os
@@ -346,6 +347,18 @@ def _die_with_parent() -> None:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
+@functools.cache
+def run_secrets() -> dict[str, str]:
+    """This run's keys, made once: every process of a run (the gateway, the traced and bare
+    ones) reads the platform keys the seed sealed, so all must unseal with the same keys."""
+    return {
+        "SECRET_KEY": "bench-secret-key-" + secrets.token_urlsafe(32),
+        "SEALING_KEYS": "v1:" + base64.urlsafe_b64encode(secrets.token_bytes(32)).decode(),
+        "TOLLGATE_CALLER_KEY": "bench-caller-key-" + secrets.token_urlsafe(32),
+        "TOLLGATE_RECEIPT_KEYS": "r1:" + base64.urlsafe_b64encode(secrets.token_bytes(32)).decode(),
+    }
+
+
 def child_env(var_dir: str, database_url: str | None, redis_url: str | None) -> dict[str, str]:
     env = {
         k: v
@@ -359,12 +372,7 @@ def child_env(var_dir: str, database_url: str | None, redis_url: str | None) -> 
     env["PYTHONUNBUFFERED"] = "1"
     if database_url:
         env["DATABASE_URL"] = database_url
-        env["SECRET_KEY"] = "bench-secret-key-" + secrets.token_urlsafe(32)
-        env["SEALING_KEYS"] = "v1:" + base64.urlsafe_b64encode(secrets.token_bytes(32)).decode()
-        env["TOLLGATE_CALLER_KEY"] = "bench-caller-key-" + secrets.token_urlsafe(32)
-        env["TOLLGATE_RECEIPT_KEYS"] = (
-            "r1:" + base64.urlsafe_b64encode(secrets.token_bytes(32)).decode()
-        )
+        env.update(run_secrets())
     if redis_url:
         env["REDIS_URL"] = redis_url
         # The benchmark measures the request path, not Redis's disk: any Redis is fine here.
