@@ -457,8 +457,8 @@ class RecordingTransport(asyncio.Transport):
         self.written: list[bytes] = []
         self.closed = False
 
-    def write(self, data: bytes) -> None:
-        self.written.append(data)
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        self.written.append(bytes(data))
 
     def close(self) -> None:
         self.closed = True
