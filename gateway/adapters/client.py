@@ -38,6 +38,7 @@ from yarl import URL
 BUFFER_HIGH = 64 * 1024  # unread bytes at which the socket is paused
 BUFFER_LOW = 16 * 1024  # ... and resumed
 DRAIN_MAX_BYTES = 16 * 1024  # what a let-go answer may still send for its connection to stay
+HEADERS_MAX_BYTES = 64 * 1024  # an answer's headers, all together: more is not an answer
 _URLS_CACHED = 1024  # parsed URLs kept (a profile's few URLs; a signed one varies by model)
 _PATH_SAFE = "/:@!$&'()*+,;=-._~%"  # what stays as it is in a path: an escape stays escaped
 
@@ -187,7 +188,10 @@ class _Target:
             raise HttpClientError(f"not an http(s) URL: {scheme or 'no scheme'}")
         host = parts.hostname
         default = 443 if scheme == "https" else 80
-        port = parts.port or default
+        try:
+            port = parts.port or default
+        except ValueError:  # a port out of range or not a number
+            raise HttpClientError("the URL's port is not a port") from None
         named = f"[{host}]" if ":" in host else host
         host_header = named if port == default else f"{named}:{port}"
         path = quote(parts.path or "/", safe=_PATH_SAFE)
@@ -219,6 +223,7 @@ class _Connection(asyncio.Protocol):
         "_drain_left",
         "_drain_timer",
         "_loop",
+        "_header_bytes",
         "_header_names",
         "_paused",
         "_waiter",
@@ -241,6 +246,7 @@ class _Connection(asyncio.Protocol):
         self.response: VendorResponse | None = None
         self._waiter: asyncio.Future[VendorResponse] | None = None
         self._header_names: list[tuple[bytes, bytes]] = []
+        self._header_bytes = 0
         self._paused = False
         self._answer_ended = True
         self._closing = False
@@ -337,8 +343,13 @@ class _Connection(asyncio.Protocol):
 
     def on_message_begin(self) -> None:
         self._header_names = []
+        self._header_bytes = 0
 
     def on_header(self, name: bytes, value: bytes) -> None:
+        self._header_bytes += len(name) + len(value)
+        if self._header_bytes > HEADERS_MAX_BYTES:
+            # Raised in a parser callback, it comes out of feed_data as the parser's error.
+            raise BadResponse("the vendor's answer has too many headers")
         self._header_names.append((name, value))
 
     def on_headers_complete(self) -> None:

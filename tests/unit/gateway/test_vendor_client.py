@@ -14,7 +14,9 @@ import uvloop
 from gateway.adapters.client import (
     BUFFER_HIGH,
     DRAIN_MAX_BYTES,
+    HEADERS_MAX_BYTES,
     BadResponse,
+    HttpClientError,
     InvalidHeader,
     ServerDisconnected,
     VendorClient,
@@ -518,3 +520,31 @@ def test_a_call_that_takes_the_connection_before_the_last_resumes_is_answered(lo
             return transport.written, await answer.read()
 
     assert run(scenario, loop) == ([b"one", b"two"], b"second")
+
+
+@LOOPS
+def test_an_answer_with_endless_headers_is_a_bad_response(loop):
+    async def handler(reader, writer):
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(OK_HEAD)
+        for n in range(HEADERS_MAX_BYTES // 1000 + 1):
+            writer.write(b"X-Filler-%d: %s\r\n" % (n, b"f" * 1000))
+            await writer.drain()
+        await reader.read()
+
+    async def scenario():
+        async with Server(handler) as server, VendorClient() as client:
+            with pytest.raises(BadResponse):
+                await client.post(server.url, data=b"", headers={})
+
+    run(scenario, loop)
+
+
+@pytest.mark.parametrize("url", ["ftp://vendor.test/", "http:///v1", "http://vendor.test:99999/"])
+def test_a_url_that_is_not_one_to_call_is_refused(url):
+    async def scenario():
+        async with VendorClient() as client:
+            with pytest.raises(HttpClientError):
+                await client.post(url, data=b"", headers={})
+
+    run(scenario, "asyncio")
