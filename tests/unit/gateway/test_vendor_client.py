@@ -11,16 +11,16 @@ from collections.abc import Awaitable, Callable
 import pytest
 import uvloop
 
-from gateway.adapters.client import (
+from gateway.adapters.client import VendorClient
+from gateway.adapters.wire import (
     BUFFER_HIGH,
     DRAIN_MAX_BYTES,
     HEADERS_MAX_BYTES,
     BadResponse,
+    Connection,
     HttpClientError,
     InvalidHeader,
     ServerDisconnected,
-    VendorClient,
-    _Connection,
 )
 from tests.support.certificates import self_signed_context
 
@@ -482,7 +482,7 @@ def test_a_call_that_takes_the_connection_before_the_last_resumes_is_answered(lo
     async def scenario():
         async with VendorClient() as client:
             key = ("http", "vendor.test", 80)
-            conn = _Connection(client, key, asyncio.get_running_loop())
+            conn = Connection(client, key, asyncio.get_running_loop())
             transport = RecordingTransport()
             conn.connection_made(transport)
             first = asyncio.create_task(conn.exchange(b"one"))
