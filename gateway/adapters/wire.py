@@ -42,7 +42,7 @@ class InvalidHeader(HttpClientError, ValueError):
 class Headers(dict):
     """An answer's headers by lowercase name (repeated ones joined by ", ")."""
 
-    def get(self, name: str, default=None):
+    def get(self, name: str, default: str | None = None) -> str | None:  # type: ignore[override]
         return dict.get(self, name.lower(), default)
 
     def __getitem__(self, name: str) -> str:
@@ -211,9 +211,8 @@ class Connection(asyncio.Protocol):
             headers[name] = f"{headers[name]}, {value}" if name in headers else value
         self._header_names = []
         status = self.parser.get_status_code()
-        until_close = "content-length" not in headers and "chunked" not in headers.get(
-            "transfer-encoding", ""
-        )
+        chunked = "chunked" in (headers.get("transfer-encoding") or "")
+        until_close = "content-length" not in headers and not chunked
         self.response = VendorResponse(self, status, headers, until_close=until_close)
         waiter, self._waiter = self._waiter, None
         if waiter is not None and not waiter.done():
