@@ -133,9 +133,13 @@ def after_windows(*, windows: int = 1) -> datetime:
 def usage_rows(
     request_ids: list[str] | None = None, *, group_id: int | None = None, expect: int | None = None
 ):
-    """Return usage rows (waiting for the batched writer to store `expect` of them).
+    """Return usage rows in the order their requests ended (waiting for the batched writer
+    to store `expect` of them).
 
     Filter by request ids or group: rows of an earlier test may land late in a shared gateway.
+    Ordered by when each record was made, not by row id: every gateway on the test Redis reads
+    the one usage journal, so another test's gateway may store an earlier request's row after
+    this one stores a later one's.
     """
     from django.db.models import Q
 
@@ -144,7 +148,7 @@ def usage_rows(
     assert request_ids is not None or group_id is not None, "filter by request ids or group"
 
     def rows():
-        qs = UsageLog.objects.order_by("id")
+        qs = UsageLog.objects.order_by("created_at", "id")
         if request_ids is not None:
             qs = qs.filter(Q(client_request_id__in=request_ids) | Q(request_id__in=request_ids))
         if group_id is not None:
