@@ -264,19 +264,24 @@ async def read_texts(chunks, *, into: list[str], pause_s: float = 0.0, after_fir
             await asyncio.sleep(pause_s)
 
 
+async def texts_until(orchestrator, ctx, error: type[Exception]) -> tuple[list[str], Exception]:
+    """Open the request's stream and read it until it raises `error`: the texts read before
+    it, and the error."""
+    chunks = await orchestrator.open_stream(ctx, first_ticket=None)
+    texts: list[str] = []
+    with pytest.raises(error) as ended:
+        await read_texts(chunks, into=texts)
+    return texts, ended.value
+
+
 def test_a_stream_that_breaks_after_its_first_chunks_is_never_retried_or_fallen_back():
     world = World()
     world.vendors["a"].script(Fault("fail_after_tokens", after_tokens=2))
     ctx = world.context("m", "n", stream=True)
 
-    async def read(orchestrator):
-        chunks = await orchestrator.open_stream(ctx, first_ticket=None)
-        texts: list[str] = []
-        with pytest.raises(errors.UpstreamFailed) as broke:
-            await read_texts(chunks, into=texts)
-        return texts, broke.value
-
-    texts, broke = world.run(read)
+    texts, broke = world.run(
+        lambda orchestrator: texts_until(orchestrator, ctx, errors.UpstreamFailed)
+    )
 
     assert texts == ["Hello", " from"]
     assert broke.message == "The upstream stream broke."
@@ -292,13 +297,10 @@ def test_a_vendor_quiet_past_the_idle_timeout_ends_the_stream_after_what_it_sent
     ctx = world.context("m", "n", stream=True)
 
     async def read(orchestrator):
-        chunks = await orchestrator.open_stream(ctx, first_ticket=None)
-        texts: list[str] = []
-        with pytest.raises(errors.UpstreamTimeout) as quiet:
-            await read_texts(chunks, into=texts)
+        texts, quiet = await texts_until(orchestrator, ctx, errors.UpstreamTimeout)
         task = asyncio.current_task()
         assert task is not None
-        return texts, quiet.value, task.cancelling()
+        return texts, quiet, task.cancelling()
 
     texts, quiet, cancelling = world.run(read)
 
