@@ -24,7 +24,8 @@ from typing import Protocol, TypeVar
 import orjson
 from yarl import URL
 
-from gateway.adapters.client import HttpClientError, VendorClient, VendorResponse
+from gateway.adapters.client import VendorClient
+from gateway.adapters.wire import HttpClientError, VendorResponse
 from gateway.tracing import outbound_headers
 from gateway.types import Chunk, Completion, ModelRequest
 

@@ -38,7 +38,7 @@ from gateway.adapters.base import (
     clean_vendor_text,
     read_frames,
 )
-from gateway.adapters.client import VendorResponse
+from gateway.adapters.wire import VendorResponse
 from gateway.shapes import bedrock as converse
 from gateway.shapes import bedrock_answers
 from gateway.types import OPENAI, Chunk, Completion, ModelRequest

@@ -31,23 +31,7 @@ from urllib.parse import quote, urlsplit
 
 from yarl import URL
 
-from gateway.adapters.wire import (
-    BadResponse,
-    Connection,
-    HttpClientError,
-    InvalidHeader,
-    ServerDisconnected,
-    VendorResponse,
-)
-
-__all__ = [
-    "BadResponse",
-    "HttpClientError",
-    "InvalidHeader",
-    "ServerDisconnected",
-    "VendorClient",
-    "VendorResponse",
-]
+from gateway.adapters.wire import Connection, HttpClientError, InvalidHeader, VendorResponse
 
 _URLS_CACHED = 1024  # parsed URLs kept (a profile's few URLs; a signed one varies by model)
 _PATH_SAFE = "/:@!$&'()*+,;=-._~%"  # what stays as it is in a path: an escape stays escaped

@@ -28,7 +28,7 @@ from gateway.adapters.base import (
     clean_vendor_text,
     error_from_response,
 )
-from gateway.adapters.client import VendorResponse
+from gateway.adapters.wire import VendorResponse
 from gateway.shapes import gemini as gemini_shape
 from gateway.shapes import gemini_answers
 from gateway.types import OPENAI, Chunk, Completion, ModelRequest
