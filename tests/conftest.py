@@ -9,6 +9,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from tests.support.databases import throwaway_database  # noqa: F401  (a fixture)
+from tests.support.passwords import hash_passwords_quickly
 from tests.support.processes import (
     Gateway,
     RedisServer,
@@ -27,6 +28,7 @@ from tests.support.tls import share_default_contexts
 
 def pytest_configure(config):
     share_default_contexts()
+    hash_passwords_quickly()
     _retry_flush_on_deadlock()
     _flush_only_tables_with_rows()
 
