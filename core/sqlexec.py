@@ -127,10 +127,6 @@ CLOSE_TIMEOUT_S = 2.0
 # A connection idle this long is closed, not used (asyncpg's pool's default): a firewall or a
 # proxy may have dropped it silently, and a statement on it would hang, not fail.
 IDLE_LIFETIME_S = 300.0
-# What a program may raise and leave its connection fit for the next: the server's own error
-# reply (the transaction block rolled back) or the program's refusal (likewise). A timeout,
-# a cancellation or a broken socket may leave a statement running: that connection is closed.
-_REUSABLE_AFTER = (asyncpg.PostgresError,)
 
 
 class ConnectionList:
@@ -264,12 +260,16 @@ class _Connection:
         return self._conn
 
     async def __aexit__(self, kind, error, trace) -> None:
-        reusable = kind is None or (
-            issubclass(kind, Exception)
-            and not issubclass(kind, ASYNC_DB_ERRORS)
-            or issubclass(kind, _REUSABLE_AFTER)
-        )
-        self._connections.put_back(self._conn, reusable=reusable)
+        self._connections.put_back(self._conn, reusable=_reusable_after(kind))
+
+
+def _reusable_after(kind: type[BaseException] | None) -> bool:
+    """Whether a connection whose program ended so can serve the next: yes after success, the
+    server's own error reply, or the program's refusal (the transaction block rolled back); no
+    after a timeout, a cancellation or a driver error, which may leave a statement running."""
+    if kind is None or issubclass(kind, asyncpg.PostgresError):
+        return True
+    return issubclass(kind, Exception) and not issubclass(kind, ASYNC_DB_ERRORS)
 
 
 class AsyncPgDriver:
