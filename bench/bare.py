@@ -10,10 +10,22 @@ Per request it does what any proxy must and nothing more: read the body, send it
 path on the stub with the client's own headers (aiohttp, one session with no connection limit,
 as the gateway's), and send the answer back as it comes, chunk by chunk. No authentication,
 no parsing, no accounting, no logging. Its ``/healthz`` answers 200.
+
+With ``BENCH_FLOOR_ROUND_TRIPS=1`` (and the run's ``DATABASE_URL`` and ``REDIS_URL``) the
+same proxy is a second floor, ``rules-X``: it also makes the round trips the gateway's money
+and durability rules require, the way the gateway makes them, and nothing else. Before the
+vendor call, a rate-limit script on Redis (EVALSHA, one key) and a hold in PostgreSQL (an
+UPDATE that commits, coalesced as the escrow's: one statement in flight, the requests that
+arrive meanwhile in the next); after the answer, before its last byte, a usage row journaled
+to a Redis stream (XADD, ROW_BYTES of payload). Redis on one pipelined connection (hiredis,
+as core/shared_state.py), PostgreSQL through asyncpg. What the gateway spends over this floor
+is its own logic (authentication, parsing, planning, limits, money, rendering, the usage
+writer), not the rules' network work.
 """
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import os
 import statistics
@@ -21,11 +33,21 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import aiohttp
+import hiredis
 
 TARGET = "bare"  # its scenarios' target and prefix: bare-openai, bare-openai-stream, ...
+RULES = "rules"  # the floor with the rules' round trips: rules-openai, ...
 UPSTREAM_ENV = "BENCH_BARE_UPSTREAM"
+ROUND_TRIPS_ENV = "BENCH_FLOOR_ROUND_TRIPS"
+# The rules floor's own keys and table, apart from the gateway's (it shares their servers).
+RPM_KEY = "bench:floor:rpm"
+JOURNAL = "bench:floor:journal"
+HOLDS = "bench_floor_holds"
+ROW_BYTES = 1200  # about a journaled usage row's JSON (core/usage_record.py: 1.0-1.5 KB)
+ADMIT = "local n = redis.call('INCR', KEYS[1]) redis.call('PEXPIRE', KEYS[1], 60000) return n"
 # Issue 44's targets, each set against the floor measured in the same run.
 CPU_RATIO_MAX = 2.5  # gateway CPU per request over the bare proxy's
 SERIAL_ADDED_MAX_MS = 1.0  # one at a time: the gateway's p50 over the bare proxy's
@@ -39,12 +61,113 @@ FORWARDED = frozenset(
 )
 
 
+class _Redis(asyncio.Protocol):
+    """One pipelined Redis connection: commands queued in a loop turn go out in one write."""
+
+    def __init__(self) -> None:
+        self._reader = hiredis.Reader()
+        self._waiting: list[asyncio.Future] = []
+        self._out: list[bytes] = []
+        self._transport: Any = None
+
+    def connection_made(self, transport: Any) -> None:
+        self._transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        self._reader.feed(data)
+        while (reply := self._reader.gets()) is not False:
+            self._waiting.pop(0).set_result(reply)
+
+    def call(self, *command: Any) -> asyncio.Future:
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        self._waiting.append(future)
+        if not self._out:
+            loop.call_soon(self._flush)
+        self._out.append(hiredis.pack_command(command))
+        return future
+
+    def _flush(self) -> None:
+        out, self._out = self._out, []
+        self._transport.write(b"".join(out))
+
+    def close(self) -> None:
+        self._transport.close()
+
+
+class RoundTrips:
+    """The rules' round trips and nothing else (the module's docstring)."""
+
+    def __init__(self, redis: _Redis, sha: str, database: Any) -> None:
+        self._redis = redis
+        self._sha = sha
+        self._database = database
+        self._waiting: list[asyncio.Future] = []  # holds for the next statement
+        self._holding = False
+
+    @classmethod
+    async def connect(cls, redis_url: str, database_url: str) -> RoundTrips:
+        import asyncpg  # the floor's alone: bench/run.py never needs it
+
+        url = urlsplit(redis_url)
+        _, redis = await asyncio.get_running_loop().create_connection(
+            _Redis, url.hostname or "127.0.0.1", url.port or 6379
+        )
+        if url.path.strip("/"):
+            await redis.call("SELECT", url.path.strip("/"))
+        await redis.call("DEL", RPM_KEY, JOURNAL)
+        sha = (await redis.call("SCRIPT", "LOAD", ADMIT)).decode()
+        database = await asyncpg.connect(database_url)
+        await database.execute(
+            f"DROP TABLE IF EXISTS {HOLDS}; CREATE TABLE {HOLDS} (id int PRIMARY KEY, "
+            f"held bigint NOT NULL); INSERT INTO {HOLDS} VALUES (1, 0)"
+        )
+        return cls(redis, sha, database)
+
+    async def admit(self) -> None:
+        await self._redis.call("EVALSHA", self._sha, 1, RPM_KEY, 1)
+
+    async def hold(self) -> None:
+        future = asyncio.get_running_loop().create_future()
+        self._waiting.append(future)
+        if not self._holding:
+            self._holding = True
+            asyncio.get_running_loop().create_task(self._hold_batches())
+        await future
+
+    async def _hold_batches(self) -> None:
+        try:
+            while self._waiting:
+                batch, self._waiting = self._waiting, []
+                try:
+                    await self._database.fetchval(
+                        f"UPDATE {HOLDS} SET held = held + $1 WHERE id = 1 RETURNING held",
+                        len(batch),
+                    )
+                except Exception as exc:  # each request fails: the run counts it
+                    for future in batch:
+                        future.set_exception(exc)
+                    continue
+                for future in batch:
+                    future.set_result(None)
+        finally:
+            self._holding = False
+
+    async def journal(self) -> None:
+        await self._redis.call("XADD", JOURNAL, "*", "row", b"x" * ROW_BYTES)
+
+    async def close(self) -> None:
+        self._redis.close()
+        await self._database.close()
+
+
 class BareProxy:
     """An ASGI app that forwards each POST to `upstream` and streams the answer back."""
 
     def __init__(self, upstream: str) -> None:
         self.upstream = upstream.rstrip("/")
         self.session: aiohttp.ClientSession | None = None
+        self.trips: RoundTrips | None = None
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
@@ -63,10 +186,16 @@ class BareProxy:
                     timeout=aiohttp.ClientTimeout(total=None, sock_connect=10),
                     skip_auto_headers=("User-Agent",),
                 )
+                if os.environ.get(ROUND_TRIPS_ENV):
+                    self.trips = await RoundTrips.connect(
+                        os.environ["REDIS_URL"], os.environ["DATABASE_URL"]
+                    )
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
                 if self.session is not None:
                     await self.session.close()
+                if self.trips is not None:
+                    await self.trips.close()
                 await send({"type": "lifespan.shutdown.complete"})
                 return
 
@@ -79,6 +208,9 @@ class BareProxy:
             more = message.get("more_body", False)
         headers = {k.decode(): v.decode() for k, v in scope["headers"] if k in FORWARDED}
         assert self.session is not None
+        if self.trips is not None:
+            await self.trips.admit()
+            await self.trips.hold()
         async with self.session.post(
             self.upstream + scope["path"], data=body, headers=headers
         ) as r:
@@ -91,6 +223,8 @@ class BareProxy:
             )
             async for chunk in r.content.iter_any():
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        if self.trips is not None:
+            await self.trips.journal()
         await send({"type": "http.response.body", "body": b""})
 
 
@@ -111,11 +245,19 @@ def start(
     tmp: Path,
     start_server: Callable[..., tuple[Any, str]],
     proc: type,
+    *,
+    rules: bool = False,
 ) -> Any:
-    """Start the bare proxy on `servers`' stub with run.py's `start_gateway`; return
-    run.Servers naming it as the gateway (its own key, which the stub sees)."""
+    """Start the bare proxy on `servers`' stub with run.py's `start_gateway` (the rules floor
+    with `rules`: the run's database and Redis in `env`); return run.Servers naming it as the
+    gateway (its own key, which the stub sees)."""
+    extra = {ROUND_TRIPS_ENV: "1"} if rules else {}
     started, url = start_server(
-        {**env, UPSTREAM_ENV: servers.stub_url}, tmp, app="bench.bare:app", name=TARGET, proc=proc
+        {**env, UPSTREAM_ENV: servers.stub_url, **extra},
+        tmp,
+        app="bench.bare:app",
+        name=RULES if rules else TARGET,
+        proc=proc,
     )
     return dataclasses.replace(servers, gateway=started, gw_url=url, api_key="sk-bench-bare")
 
@@ -132,11 +274,11 @@ class Round:
 class Target:
     name: str
     value: float | None
-    limit: float
+    limit: float | None  # None: a reading with no target (the rules floor's)
     at_least: bool = False  # the value must be >= limit (else <=)
 
     def met(self) -> bool | None:
-        if self.value is None:
+        if self.value is None or self.limit is None:
             return None
         return self.value >= self.limit if self.at_least else self.value <= self.limit
 
@@ -154,6 +296,7 @@ def targets(one: Round) -> list[Target]:
                 CPU_RATIO_MAX,
             )
         )
+    out += _rules_readings(by_name)
     gw, floor = by_name.get("gw-openai-serial"), by_name.get(f"{TARGET}-openai-serial")
     added = (
         None
@@ -198,6 +341,32 @@ def targets(one: Round) -> list[Target]:
     return out
 
 
+def _rules_readings(by_name: dict[str, Any]) -> list[Target]:
+    """Where the rules floor ran: what its round trips cost over the bare proxy, and the
+    gateway over it (readings, not targets)."""
+    out = []
+    for load in LOADS:
+        rules, floor = by_name.get(f"{RULES}-{load}"), by_name.get(f"{TARGET}-{load}")
+        if rules is None:
+            continue
+        gw = by_name.get("gw-" + load)
+        rules_cpu = rules.gateway_cpu_ms_per_req
+        out.append(
+            Target(
+                f"cpu/req {load}: rules / bare",
+                _ratio(rules_cpu, floor and floor.gateway_cpu_ms_per_req),
+                None,
+            )
+        )
+        gw_cpu = gw and gw.gateway_cpu_ms_per_req
+        out.append(Target(f"cpu/req {load}: gw / rules", _ratio(gw_cpu, rules_cpu), None))
+    rules, floor = by_name.get(f"{RULES}-openai-serial"), by_name.get(f"{TARGET}-openai-serial")
+    if rules is not None:
+        added = None if floor is None else _minus(rules.p50_ms, floor.p50_ms)
+        out.append(Target("p50 one at a time: rules - bare (ms)", added, None))
+    return out
+
+
 def report(rounds: list[Round]) -> str:
     """Each target in each round, the median over the rounds, and the verdict on the median."""
     per_round = [targets(one) for one in rounds]
@@ -216,7 +385,9 @@ def report(rounds: list[Round]) -> str:
                 name,
                 *(_fmt(t.value if t is not None else None) for t in found),
                 _fmt(median.value),
-                ("≥ " if median.at_least else "≤ ") + f"{median.limit:g}",
+                "-"
+                if median.limit is None
+                else ("≥ " if median.at_least else "≤ ") + f"{median.limit:g}",
                 verdict,
             ]
         )

@@ -208,7 +208,8 @@ ALLOWED_PREFIXED = (
 @dataclass(frozen=True)
 class Scenario:
     name: str
-    target: str  # "stub", "bare" (bench/bare.py), "gw" or "peer" (--peer: bench/peer.py)
+    # "stub", "bare" or "rules" (bench/bare.py), "gw" or "peer" (--peer: bench/peer.py)
+    target: str
     shape: str  # "openai", "anthropic" or "search" (web acquisition)
     stream: bool
     serial: bool = False
@@ -238,6 +239,8 @@ SCENARIOS: tuple[Scenario, ...] = (
     Scenario("stub-openai", "stub", "openai", False),
     # The floor (bench/bare.py): the same load through a proxy that does nothing in between.
     Scenario("bare-openai", "bare", "openai", False),
+    # The floor with the rules' round trips (bench/bare.py; PostgreSQL and Redis runs only).
+    Scenario("rules-openai", "rules", "openai", False),
     Scenario("gw-openai", "gw", "openai", False),
     # Guardrails: the same load with a key carrying two that never match (their checking).
     Scenario("gw-openai-guarded", "gw", "openai", False, guarded=True),
@@ -250,6 +253,7 @@ SCENARIOS: tuple[Scenario, ...] = (
     Scenario("gw-openai-trace1", "gw", "openai", False, traced="trace1"),
     Scenario("stub-openai-stream", "stub", "openai", True),
     Scenario("bare-openai-stream", "bare", "openai", True),
+    Scenario("rules-openai-stream", "rules", "openai", True),
     Scenario("gw-openai-stream", "gw", "openai", True),
     Scenario("gw-openai-stream-guarded", "gw", "openai", True, guarded=True),
     Scenario("gw-openai-stream-trace100", "gw", "openai", True, traced="trace100"),
@@ -258,12 +262,15 @@ SCENARIOS: tuple[Scenario, ...] = (
     Scenario("gw-openai-stream-hit", "gw", "openai", True, cache=HIT),
     Scenario("stub-anthropic", "stub", "anthropic", False),
     Scenario("bare-anthropic", "bare", "anthropic", False),
+    Scenario("rules-anthropic", "rules", "anthropic", False),
     Scenario("gw-anthropic", "gw", "anthropic", False),
     Scenario("stub-anthropic-stream", "stub", "anthropic", True),
     Scenario("bare-anthropic-stream", "bare", "anthropic", True),
+    Scenario("rules-anthropic-stream", "rules", "anthropic", True),
     Scenario("gw-anthropic-stream", "gw", "anthropic", True),
     Scenario("stub-openai-serial", "stub", "openai", False, serial=True),
     Scenario("bare-openai-serial", "bare", "openai", False, serial=True),
+    Scenario("rules-openai-serial", "rules", "openai", False, serial=True),
     Scenario("gw-openai-serial", "gw", "openai", False, serial=True),
     Scenario("gw-openai-hit-serial", "gw", "openai", False, serial=True, cache=HIT),
     # Web acquisition: a search through the gateway (units, daily budget, hold, wallet).
@@ -745,7 +752,7 @@ def search_check(body: bytes) -> str | None:
 
 def prepare(sc: Scenario, servers: Servers, words: int) -> Prepared:
     # The bare proxy sends the client's headers on (x-stub-words too); the gateway does not.
-    expect = words if sc.target in ("stub", "bare") else DEFAULT_WORDS
+    expect = words if sc.target in ("stub", bare.TARGET, bare.RULES) else DEFAULT_WORDS
     key = "sk-bench-direct" if sc.target == "stub" else servers.api_key
     base = servers.stub_url if sc.target == "stub" else servers.gw_url
     headers = {"content-type": "application/json"}
@@ -1243,6 +1250,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if min(args.n, args.c, args.words, args.peer_workers, args.rounds) < 1:
         p.error("--n, --c, --words, --peer-workers and --rounds must be positive")
     known = list(SCENARIOS)
+    external = bool(args.database_url and args.redis_url)
     if args.peer:  # each peer-X runs right after its gw-X
         twin = {"gw-" + t.name[5:]: t for t in PEER_SCENARIOS}
         known = [x for s in SCENARIOS for x in ([s, twin[s.name]] if s.name in twin else [s])]
@@ -1257,9 +1265,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
             p.error(f"unknown scenario(s) {unknown}; known: {', '.join(BY_NAME)}, paced")
         if not args.peer and any(BY_NAME[x].target == "peer" for x in names):
             p.error("peer-* scenarios need --peer")
+        if not external and any(BY_NAME[x].target == bare.RULES for x in names):
+            p.error("rules-* scenarios need --database-url and --redis-url")
         args.scenarios = [s for s in known if s.name in names]
-    else:
-        args.scenarios = known
+    else:  # the rules floor makes its round trips on the run's PostgreSQL and Redis
+        args.scenarios = [s for s in known if external or s.target != bare.RULES]
     return args
 
 
@@ -1273,8 +1283,8 @@ async def run_all(
     for sc in args.scenarios:
         print(f"running {sc.name} ...", flush=True)
         target = peer if sc.target == "peer" and peer else servers
-        if sc.target == bare.TARGET and traced_servers:
-            target = traced_servers[bare.TARGET]
+        if sc.target in (bare.TARGET, bare.RULES) and traced_servers:
+            target = traced_servers[sc.target]
         if sc.traced and traced_servers:
             target = traced_servers[sc.traced]
         if sc.guarded and traced_servers:
@@ -1381,6 +1391,10 @@ def main(argv: list[str] | None = None) -> int:
                 floor = bare.start(env, servers, tmp, start_gateway, FloorProc)
                 procs.append(floor.gateway)
                 traced_servers[bare.TARGET] = floor
+            if any(s.target == bare.RULES for s in args.scenarios):
+                rules = bare.start(env, servers, tmp, start_gateway, FloorProc, rules=True)
+                procs.append(rules.gateway)
+                traced_servers[bare.RULES] = rules
         except (RuntimeError, subprocess.TimeoutExpired, OSError) as exc:
             return setup_failed(exc, procs)
         print(
@@ -1430,7 +1444,7 @@ def main(argv: list[str] | None = None) -> int:
         if paced_results:
             print("\n" + paced.report(paced_results, sys.modules[__name__]))
             paced.print_failures(paced_results)
-        if any(r.target in (bare.TARGET, "peer") for r in results + paced_results):
+        if any(r.target in (bare.TARGET, bare.RULES, "peer") for r in results + paced_results):
             print("\n" + bare.report(rounds))
         paced_want = len(args.paced_streams) * len(args.paced_shapes) * 3
         if (

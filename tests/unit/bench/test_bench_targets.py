@@ -100,3 +100,23 @@ def test_the_report_shows_every_round_and_judges_the_median():
         "issue", "44", "targets", "round", "1", "round", "2", "round", "3", "median", "target",
         "verdict",
     ]  # fmt: skip
+
+
+def test_the_rules_floor_is_read_against_both_neighbours_and_judged_by_nothing():
+    one = a_round(0.5)
+    one.results += [
+        Row("rules-openai", "rules", gateway_cpu_ms_per_req=0.3),
+        Row("rules-openai-serial", "rules", p50_ms=1.2),
+    ]
+    readings = {t.name: t for t in bare.targets(one) if t.limit is None}
+    assert {name: t.value for name, t in readings.items()} == {
+        "cpu/req openai: rules / bare": 0.3 / 0.2,
+        "cpu/req openai: gw / rules": 0.5 / 0.3,
+        "p50 one at a time: rules - bare (ms)": 1.2 - 0.9,
+    }
+    assert {t.met() for t in readings.values()} == {None}
+    text = bare.report([one])
+    line = next(x for x in text.splitlines() if x.startswith("cpu/req openai: gw / rules"))
+    assert line.split()[-4:] == ["1.67", "1.67", "-", "-"]
+    # Without the rules floor the table holds the targets alone.
+    assert not [t for t in bare.targets(a_round(0.5)) if t.limit is None]
