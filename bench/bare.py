@@ -29,6 +29,7 @@ import asyncio
 import dataclasses
 import os
 import statistics
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,6 +48,7 @@ RPM_KEY = "bench:floor:rpm"
 JOURNAL = "bench:floor:journal"
 HOLDS = "bench_floor_holds"
 ROW_BYTES = 1200  # about a journaled usage row's JSON (core/usage_record.py: 1.0-1.5 KB)
+ROW = b"x" * ROW_BYTES
 ADMIT = "local n = redis.call('INCR', KEYS[1]) redis.call('PEXPIRE', KEYS[1], 60000) return n"
 # Issue 44's targets, each set against the floor measured in the same run.
 CPU_RATIO_MAX = 2.5  # gateway CPU per request over the bare proxy's
@@ -66,7 +68,7 @@ class _Redis(asyncio.Protocol):
 
     def __init__(self) -> None:
         self._reader = hiredis.Reader()
-        self._waiting: list[asyncio.Future] = []
+        self._waiting: deque[asyncio.Future] = deque()
         self._out: list[bytes] = []
         self._transport: Any = None
 
@@ -76,7 +78,11 @@ class _Redis(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         self._reader.feed(data)
         while (reply := self._reader.gets()) is not False:
-            self._waiting.pop(0).set_result(reply)
+            future = self._waiting.popleft()
+            if isinstance(reply, hiredis.ReplyError):  # the request fails: the run counts it
+                future.set_exception(reply)
+            else:
+                future.set_result(reply)
 
     def call(self, *command: Any) -> asyncio.Future:
         loop = asyncio.get_running_loop()
@@ -154,7 +160,7 @@ class RoundTrips:
             self._holding = False
 
     async def journal(self) -> None:
-        await self._redis.call("XADD", JOURNAL, "*", "row", b"x" * ROW_BYTES)
+        await self._redis.call("XADD", JOURNAL, "*", "row", ROW)
 
     async def close(self) -> None:
         self._redis.close()
