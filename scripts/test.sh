@@ -62,8 +62,8 @@ from urllib.parse import urlsplit, urlunsplit
 db = urlsplit(os.environ["DATABASE_URL"])
 redis = urlsplit(os.environ["REDIS_URL"])
 number = int(redis.path.strip("/") or 0)
-step = -1 if number >= 2 else 1
-for shard, suffix in ((1, "_b"), (2, "_c")):
+step = -1 if number >= 3 else 1
+for shard, suffix in ((1, "_b"), (2, "_c"), (3, "_d")):
     print(urlunsplit(db._replace(path=db.path.rstrip("/") + suffix)))
     print(urlunsplit(redis._replace(path=f"/{number + step * shard}")))
 PY
@@ -72,12 +72,15 @@ PY
 # directory the first two do not (nothing is left out).
 first=(tests/gateway tests/bench tests/scripts tests/config tests/providers tests/guardrails)
 second=(tests/dashboard tests/accounts tests/usage tests/audit tests/alerts tests/byok)
-# These run alone, last. The container stack's test: beside the others (tried) its
-# containers' CPU slowed them by more than it saved. The rotation under load: its test process
+# The container stack's test starts as soon as one of the three processes is done, in a fourth
+# (its own database and Redis database names): beside all three for the whole run (tried) its
+# containers' CPU slowed them by more than it saved, but the processes end a minute or two
+# apart, and it takes four minutes. The rotation under load runs alone, last: its test process
 # sends 500 requests a second to two gateways and fails if it falls behind, which it did
 # beside the three processes (390 a second in one CI run).
 containers=tests/deploy/test_compose.py
-alone=(tests/gateway/test_rotation_fleet.py "$containers")
+rotation=tests/gateway/test_rotation_fleet.py
+alone=("$rotation" "$containers")
 logs=$(mktemp -d)
 $PY -m pytest -rs -q --durations=25 "${first[@]}" "${alone[@]/#/--ignore=}" >"$logs/first.log" 2>&1 &
 first_run=$!
@@ -89,18 +92,27 @@ DATABASE_URL=$(echo "$shards" | sed -n 3p) REDIS_URL=$(echo "$shards" | sed -n 4
   $PY -m pytest -rs -q --durations=25 --ignore=tests/unit "${taken[@]/#/--ignore=}" "${alone[@]/#/--ignore=}" \
   >"$logs/third.log" 2>&1 &
 third_run=$!
+while [ "$(jobs -rp | wc -l)" -ge 3 ]; do sleep 1; done
+stage "$containers: once one process is done"
+DATABASE_URL=$(echo "$shards" | sed -n 5p) REDIS_URL=$(echo "$shards" | sed -n 6p) \
+  $PY -m pytest -rs -q --durations=5 "$containers" >"$logs/containers.log" 2>&1 &
+containers_run=$!
 status=0
 wait "$first_run" || status=1
 wait "$second_run" || status=1
 wait "$third_run" || status=1
+stage "the three processes done"
+wait "$containers_run" || status=1
 echo "--- ${first[*]} ---"
 cat "$logs/first.log"
 echo "--- ${second[*]} (its own test database and Redis database) ---"
 cat "$logs/second.log"
 echo "--- everything else (its own test database and Redis database) ---"
 cat "$logs/third.log"
+echo "--- $containers (its own database and Redis database names) ---"
+cat "$logs/containers.log"
 rm -rf "$logs"
-stage "${alone[*]}: alone"
-$PY -m pytest -rs -q --durations=5 "${alone[@]}" || status=1
+stage "$rotation: alone"
+$PY -m pytest -rs -q --durations=5 "$rotation" || status=1
 stage "done"
 exit "$status"
