@@ -15,7 +15,7 @@ from django.db import connection
 
 from bench import bare
 from tests.support.bench_runs import bench_report
-from tests.support.databases import admin_connection
+from tests.support.databases import admin_connection, url_of
 from tests.support.services import requires_postgres, requires_redis
 
 SCENARIOS = (
@@ -35,10 +35,7 @@ def database_url():
     with admin_connection() as admin:
         admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         admin.execute(f'CREATE DATABASE "{name}"')
-    db = connection.settings_dict
-    auth = (db.get("USER") or "") + (f":{db['PASSWORD']}" if db.get("PASSWORD") else "")
-    host = f"{db.get('HOST') or '127.0.0.1'}:{db.get('PORT') or 5432}"
-    yield f"postgres://{auth}{'@' if auth else ''}{host}/{name}"
+    yield url_of(name)
     with admin_connection() as admin:
         admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 

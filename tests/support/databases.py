@@ -50,13 +50,18 @@ def throwaway_database(db):
     with admin_connection() as admin:
         admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         admin.execute(f'CREATE DATABASE "{name}"')
+    yield name, url_of(name)
+    with admin_connection() as admin:
+        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def url_of(name: str) -> str:
+    """The URL of database `name` on the test server, with the test database's credentials."""
     db = connection.settings_dict
     auth = db.get("USER") or ""
     auth += f":{db['PASSWORD']}" if db.get("PASSWORD") else ""
     host = f"{db.get('HOST') or '127.0.0.1'}:{db.get('PORT') or 5432}"
-    yield name, f"postgres://{auth}{'@' if auth else ''}{host}/{name}"
-    with admin_connection() as admin:
-        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    return f"postgres://{auth}{'@' if auth else ''}{host}/{name}"
 
 
 def run_on_sqlite(script: str, tmp_path) -> dict:
