@@ -90,6 +90,9 @@ def test_add_and_remove_a_team_key(stack, page):
     page.fill("#add-team-key input[name=label]", "browser key")
     page.fill("#add-team-key input[name=key]", "sk-browser-4242")
     page.click("#add-team-key button[type=submit]")
+    # The form posts and the page comes back with the key: counting before it has come back
+    # found none (a CI run on a loaded host).
+    page.wait_for_selector("[data-team-key]")
     page.shot("3-team-key-added")
     row = page.locator("[data-team-key]")
     assert row.count() == 1
