@@ -17,10 +17,10 @@ and durability rules require, the way the gateway makes them, and nothing else. 
 vendor call, a rate-limit script on Redis (EVALSHA, one key) and a hold in PostgreSQL (an
 UPDATE that commits, coalesced as the escrow's: one statement in flight, the requests that
 arrive meanwhile in the next); after the answer, before its last byte, a usage row journaled
-to a Redis stream (XADD, ROW_BYTES of payload). Redis on one pipelined connection (hiredis,
-as core/shared_state.py), PostgreSQL through asyncpg. What the gateway spends over this floor
-is its own logic (authentication, parsing, planning, limits, money, rendering, the usage
-writer), not the rules' network work.
+to a Redis stream (XADD, ROW_BYTES of payload). Redis on core/shared_state.py's pipelined
+connection, the holds through billing/coalescer.py, PostgreSQL through asyncpg. What the
+gateway spends over this floor is its own logic (authentication, parsing, planning, limits,
+money, rendering, the usage writer), not the rules' network work.
 """
 
 from __future__ import annotations
@@ -29,7 +29,6 @@ import asyncio
 import dataclasses
 import os
 import statistics
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,7 +36,6 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import aiohttp
-import hiredis
 
 TARGET = "bare"  # its scenarios' target and prefix: bare-openai, bare-openai-stream, ...
 RULES = "rules"  # the floor with the rules' round trips: rules-openai, ...
@@ -63,104 +61,61 @@ FORWARDED = frozenset(
 )
 
 
-class _Redis(asyncio.Protocol):
-    """One pipelined Redis connection: commands queued in a loop turn go out in one write."""
-
-    def __init__(self) -> None:
-        self._reader = hiredis.Reader()
-        self._waiting: deque[asyncio.Future] = deque()
-        self._out: list[bytes] = []
-        self._transport: Any = None
-
-    def connection_made(self, transport: Any) -> None:
-        self._transport = transport
-
-    def data_received(self, data: bytes) -> None:
-        self._reader.feed(data)
-        while (reply := self._reader.gets()) is not False:
-            future = self._waiting.popleft()
-            if isinstance(reply, hiredis.ReplyError):  # the request fails: the run counts it
-                future.set_exception(reply)
-            else:
-                future.set_result(reply)
-
-    def call(self, *command: Any) -> asyncio.Future:
-        loop = asyncio.get_running_loop()
-        future = loop.create_future()
-        self._waiting.append(future)
-        if not self._out:
-            loop.call_soon(self._flush)
-        self._out.append(hiredis.pack_command(command))
-        return future
-
-    def _flush(self) -> None:
-        out, self._out = self._out, []
-        self._transport.write(b"".join(out))
-
-    def close(self) -> None:
-        self._transport.close()
-
-
 class RoundTrips:
-    """The rules' round trips and nothing else (the module's docstring)."""
+    """The rules' round trips and nothing else (the module's docstring), made with the
+    gateway's own pieces: core/shared_state.py's pipelined Redis connection and the escrow's
+    Coalescer (billing/coalescer.py)."""
 
-    def __init__(self, redis: _Redis, sha: str, database: Any) -> None:
+    def __init__(self, redis: Any, sha: str, database: Any) -> None:
+        from billing.coalescer import Coalescer  # bench/run.py imports this module bare
+
         self._redis = redis
         self._sha = sha
         self._database = database
-        self._waiting: list[asyncio.Future] = []  # holds for the next statement
-        self._holding = False
+        self._holds = Coalescer(self._hold_batch)
 
     @classmethod
     async def connect(cls, redis_url: str, database_url: str) -> RoundTrips:
         import asyncpg  # the floor's alone: bench/run.py never needs it
 
+        from core.shared_state import _Wire
+
+        loop = asyncio.get_running_loop()
         url = urlsplit(redis_url)
-        _, redis = await asyncio.get_running_loop().create_connection(
-            _Redis, url.hostname or "127.0.0.1", url.port or 6379
+        _, redis = await loop.create_connection(
+            lambda: _Wire(loop), url.hostname or "127.0.0.1", url.port or 6379
         )
+        trips = cls(redis, "", await asyncpg.connect(database_url))
         if url.path.strip("/"):
-            await redis.call("SELECT", url.path.strip("/"))
-        await redis.call("DEL", RPM_KEY, JOURNAL)
-        sha = (await redis.call("SCRIPT", "LOAD", ADMIT)).decode()
-        database = await asyncpg.connect(database_url)
-        await database.execute(
+            await trips._call("SELECT", url.path.strip("/"))
+        await trips._call("DEL", RPM_KEY, JOURNAL)
+        trips._sha = (await trips._call("SCRIPT", "LOAD", ADMIT)).decode()
+        await trips._database.execute(
             f"DROP TABLE IF EXISTS {HOLDS}; CREATE TABLE {HOLDS} (id int PRIMARY KEY, "
             f"held bigint NOT NULL); INSERT INTO {HOLDS} VALUES (1, 0)"
         )
-        return cls(redis, sha, database)
+        return trips
+
+    async def _call(self, *command: Any) -> Any:
+        (reply,) = await self._redis.send([command])
+        if isinstance(reply, Exception):  # an error reply: the request fails, the run counts it
+            raise reply
+        return reply
 
     async def admit(self) -> None:
-        await self._redis.call("EVALSHA", self._sha, 1, RPM_KEY, 1)
+        await self._call("EVALSHA", self._sha, 1, RPM_KEY, 1)
 
     async def hold(self) -> None:
-        future = asyncio.get_running_loop().create_future()
-        self._waiting.append(future)
-        if not self._holding:
-            self._holding = True
-            asyncio.get_running_loop().create_task(self._hold_batches())
-        await future
+        await self._holds.submit(HOLDS, None)
 
-    async def _hold_batches(self) -> None:
-        try:
-            while self._waiting:
-                batch, self._waiting = self._waiting, []
-                try:
-                    await self._database.fetchval(
-                        f"UPDATE {HOLDS} SET held = held + $1 WHERE id = 1 RETURNING held",
-                        len(batch),
-                    )
-                except Exception as exc:  # each request fails: the run counts it
-                    for future in batch:
-                        future.set_exception(exc)
-                    continue
-                for future in batch:
-                    future.set_result(None)
-        finally:
-            self._holding = False
+    async def _hold_batch(self, key: str, items: list) -> list:
+        await self._database.fetchval(
+            f"UPDATE {HOLDS} SET held = held + $1 WHERE id = 1 RETURNING held", len(items)
+        )
+        return [None] * len(items)
 
     async def journal(self) -> None:
-        await self._redis.call("XADD", JOURNAL, "*", "row", ROW)
+        await self._call("XADD", JOURNAL, "*", "row", ROW)
 
     async def close(self) -> None:
         self._redis.close()
